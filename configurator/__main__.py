@@ -1,0 +1,3 @@
+from configurator.cli import entry
+
+entry()

@@ -1,0 +1,64 @@
+"""Published measurements used for calibration and accuracy checks.
+
+The SC'21 Table 1 CSV (Narayanan et al. 2021) lives in the shared ground-truth folder beside
+the checkout (``../shared/ground_truth``) or wherever ``CONFIGURATOR_GROUND_TRUTH`` points.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from configurator.flops import sc21_flops
+from configurator.model import MODEL_PRESETS, ModelSpec
+from configurator.plan import ParallelPlan
+
+SC21_MODEL_NAMES = {"1.7": "gpt-1.7b", "3.6": "gpt-3.6b", "7.5": "gpt-7.5b",
+                    "18.4": "gpt-18.4b", "39.1": "gpt-39.1b", "76.1": "gpt-76.1b",
+                    "145.6": "gpt-145.6b", "310.1": "gpt-310.1b", "529.6": "gpt-529.6b",
+                    "1008.0": "gpt-1t"}
+
+
+def ground_truth_dir() -> Path:
+    env = os.environ.get("CONFIGURATOR_GROUND_TRUTH")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[2] / "shared" / "ground_truth"
+
+
+@dataclass(frozen=True)
+class SC21Row:
+    model: ModelSpec
+    plan: ParallelPlan
+    num_gpus: int
+    published_tflops_per_gpu: float
+
+    @property
+    def published_iteration_time_s(self) -> float:
+        """T = F / (TFLOP/s · 1e12 · GPUs), F as SC'21 counts it (includes recompute)."""
+        return sc21_flops(self.model, self.plan.global_batch_size) / (
+            self.published_tflops_per_gpu * 1e12 * self.num_gpus)
+
+
+def sc21_rows(path: Path | None = None) -> list[SC21Row]:
+    """Rows of SC'21 Table 1 as plans: the row's tp, pp, mbs and virtual stages (from the
+    paper's run_table_1.sh), full recompute, fp16, ``local`` attention (2021 Megatron stored
+    the score matrix) and no gradient-reduce overlap (2021 Megatron reduced after backward)."""
+    path = path or ground_truth_dir() / "sc21_table1_weak_scaling.csv"
+    with open(path, encoding="utf-8") as fh:
+        rows = list(csv.DictReader(line for line in fh if not line.startswith("#")))
+    out = []
+    for r in rows:
+        model = MODEL_PRESETS[SC21_MODEL_NAMES[r["params_billion"]]]
+        tp, pp, n = int(r["tp"]), int(r["pp"]), int(r["num_gpus"])
+        k = r["num_layers_per_virtual_stage_from_script"]
+        vp = (model.num_layers // pp) // int(k) if k else 1
+        plan = ParallelPlan(tp=tp, pp=pp, dp=n // (tp * pp), vp=vp,
+                            micro_batch_size=int(r["mbs_from_script"]),
+                            global_batch_size=int(r["global_batch_size"]), recompute="full",
+                            precision="fp16", attention_backend="local",
+                            overlap_grad_reduce=False, overlap_param_gather=False)
+        out.append(SC21Row(model, plan, n, float(r["achieved_tflops_per_gpu"])))
+    return out

@@ -1,0 +1,90 @@
+"""Search: every legal plan, memory filter, rank by predicted iteration time.
+
+Vectorised end to end: :func:`configurator.space.enumerate_plans` builds the column store,
+:func:`memory_model.estimate.peak_memory_arrays` filters it, and
+:func:`configurator.timing.iteration_time` ranks the survivors. Only the top ``k`` plans are
+turned into full :class:`~configurator.evaluate.Evaluation` objects.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from configurator.candidates import Candidates
+from configurator.errors import InputError, NoFeasiblePlanError
+from configurator.evaluate import Evaluation, evaluate_plan
+from configurator.model import ModelSpec
+from configurator.space import SearchSpace, enumerate_plans
+from configurator.timing import iteration_time
+from memory_model.estimate import peak_memory_arrays
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchResult:
+    plans: list[Evaluation]
+    candidates_evaluated: int
+    feasible: int
+    search_time_s: float
+    ranked: Candidates | None = field(default=None, repr=False)
+    ranked_time_s: np.ndarray | None = field(default=None, repr=False)
+
+    def to_dict(self) -> dict:
+        return {"plans": [p.to_dict() for p in self.plans],
+                "candidates_evaluated": self.candidates_evaluated,
+                "feasible": self.feasible, "search_time_s": self.search_time_s}
+
+
+def candidate_memory(model: ModelSpec, c: Candidates) -> np.ndarray:
+    """Peak bytes over pipeline stages for every plan in ``c``."""
+    return peak_memory_arrays(
+        model, tp=c.tp, pp=c.pp, dp=c.dp, cp=c.cp, vp=c.vp, mbs=c.mbs,
+        num_microbatches=c.num_microbatches, recompute=c.recompute, sp=c.sp,
+        distributed_optimizer=c.distributed_optimizer, precision=c.precision,
+        stores_scores=c.stores_scores)
+
+
+def search(model: ModelSpec, cluster, global_batch_size: int, *, precision: str = "bf16",
+           attention_backend: str = "auto", top_k: int = 10,
+           space: SearchSpace = SearchSpace(), overlap_grad_reduce: bool = True,
+           overlap_param_gather: bool = True, keep_ranking: bool = False) -> SearchResult:
+    """Rank every legal plan for ``model`` on all GPUs of ``cluster``.
+
+    Raises :class:`InputError` when no plan is legal at all (e.g. a batch size no data-parallel
+    degree divides) and :class:`NoFeasiblePlanError` when legal plans exist but none fits
+    (the message gives the smallest peak memory found against the capacity).
+    """
+    t0 = time.perf_counter()
+    cluster.gpu.peak(precision)
+    world = cluster.num_gpus
+    cand = enumerate_plans(model, world, global_batch_size, precision=precision,
+                           attention_backend=attention_backend,
+                           overlap_grad_reduce=overlap_grad_reduce,
+                           overlap_param_gather=overlap_param_gather, space=space)
+    n = len(cand)
+    if n == 0:
+        raise InputError("global_batch_size", global_batch_size,
+                         f"no legal plan: no tp*pp*cp*dp layout of {world} GPUs with "
+                         f"global_batch_size % (micro_batch_size*dp) == 0 under the "
+                         f"search restrictions")
+    mem = candidate_memory(model, cand)
+    fits = mem <= cluster.gpu.memory_bytes
+    nfeas = int(fits.sum())
+    if nfeas == 0:
+        i = int(np.argmin(mem))
+        p = cand.plan(i)
+        raise NoFeasiblePlanError(
+            f"{n} legal plans, none fits: smallest peak memory {mem[i] / 2**30:.1f} GiB > "
+            f"capacity {cluster.gpu.memory_bytes / 2**30:.1f} GiB (tp={p.tp} pp={p.pp} "
+            f"dp={p.dp} cp={p.cp} mbs={p.micro_batch_size} recompute={p.recompute}); "
+            f"add GPUs or lower the batch size per GPU")
+    feas = cand.take(np.flatnonzero(fits))
+    times = iteration_time(model, cluster, feas)["iteration_time_s"]
+    order = np.argsort(times, kind="stable")
+    best = [evaluate_plan(model, cluster, feas.plan(int(i))) for i in order[:top_k]]
+    return SearchResult(plans=best, candidates_evaluated=n, feasible=nfeas,
+                        search_time_s=time.perf_counter() - t0,
+                        ranked=feas.take(order) if keep_ranking else None,
+                        ranked_time_s=times[order] if keep_ranking else None)

@@ -1,0 +1,37 @@
+"""α–β times of NCCL-style ring collectives and point-to-point transfers.
+
+Bytes in bytes, bandwidths in bytes/s (the ring's *bus* bandwidth, i.e. the slowest link's
+attained rate), latencies in seconds per step. All functions broadcast over numpy arrays.
+
+Ring algorithm costs (Thakur, Rabenseifner & Gropp 2005, "Optimization of Collective
+Communication Operations in MPICH", §4; the same bus-bandwidth factors nccl-tests reports,
+NVIDIA/nccl-tests doc/PERFORMANCE.md): all-reduce moves ``2(n-1)/n·S`` per GPU in ``2(n-1)``
+steps; all-gather and reduce-scatter ``(n-1)/n·S`` in ``n-1`` steps, where ``S`` is the full
+(gathered / unreduced) buffer size.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def all_reduce_time_s(size_bytes, n, busbw_Bps, latency_s):
+    """Ring all-reduce of ``size_bytes`` over ``n`` GPUs; 0 where ``n == 1``."""
+    n = np.asarray(n, dtype=float)
+    t = 2 * (n - 1) * latency_s + 2 * (n - 1) / n * size_bytes / busbw_Bps
+    return np.where(n > 1, t, 0.0)
+
+
+def all_gather_time_s(size_bytes, n, busbw_Bps, latency_s):
+    """Ring all-gather (or reduce-scatter) whose gathered buffer is ``size_bytes``."""
+    n = np.asarray(n, dtype=float)
+    t = (n - 1) * latency_s + (n - 1) / n * size_bytes / busbw_Bps
+    return np.where(n > 1, t, 0.0)
+
+
+reduce_scatter_time_s = all_gather_time_s
+
+
+def p2p_time_s(size_bytes, bandwidth_Bps, latency_s):
+    """One send/recv of ``size_bytes`` over a link of ``bandwidth_Bps``."""
+    return latency_s + np.asarray(size_bytes, dtype=float) / bandwidth_Bps
