@@ -34,7 +34,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
-def _resolve(args):
+def _resolve(args, exclude_flagged: bool = False):
+    """(model, cluster); with ``exclude_flagged`` the cluster keeps only the hosts the audit
+    of ``--topology`` does not recommend draining (the world size shrinks)."""
     from configurator.model import load_model
     from topology.cluster import load_cluster
 
@@ -42,12 +44,35 @@ def _resolve(args):
     if args.seq_length is not None:
         model = model.with_seq_length(args.seq_length)
     v.positive_int("gbs", args.gbs)
-    cluster = load_cluster(args.cluster, args.nodes)
-    if getattr(args, "topology", None):
-        from topology.topofile import apply_topology, load_topology
+    if args.nodes is not None:
+        v.positive_int("nodes", args.nodes)
+    topo_path = getattr(args, "topology", None)
+    if not topo_path:
+        if exclude_flagged:
+            raise InputError("exclude_flagged", True, "needs --topology FILE")
+        return model, load_cluster(args.cluster, args.nodes)
+    from topology.topofile import apply_topology, load_topology
 
-        cluster = apply_topology(cluster, load_topology(args.topology))
-    return model, cluster
+    topo = load_topology(topo_path)
+    nodes = args.nodes
+    if exclude_flagged:
+        topo = healthy_topology(topo)
+        nodes = len(topo.hosts)
+    return model, apply_topology(load_cluster(args.cluster, nodes), topo)
+
+
+def healthy_topology(topo):
+    """``topo`` without the hosts its audit recommends draining (and their links)."""
+    import dataclasses
+
+    from topology.audit import audit
+
+    drop = set(audit(topo).drain_hosts)
+    return dataclasses.replace(
+        topo, hosts=tuple(h for h in topo.hosts if h not in drop),
+        links=tuple(lk for lk in topo.links if lk.src not in drop and lk.dst not in drop),
+        collectives=tuple(c for c in topo.collectives if not drop & set(c.hosts)),
+        missing=tuple(m for m in topo.missing if m.src not in drop and m.dst not in drop))
 
 
 def _bool_flag(p, name: str, help_: str) -> None:
@@ -126,6 +151,9 @@ def register_search(sub) -> None:
     p.add_argument("--force", action="store_true", help="overwrite files in --out")
     p.add_argument("--recompute", choices=RECOMPUTE, nargs="+",
                    help="restrict recompute choices (default: all)")
+    p.add_argument("--exclude-flagged", action="store_true",
+                   help="with --topology: plan on the hosts the audit does not flag, and "
+                        "report what the exclusion costs or saves")
     p.set_defaults(func=run_search)
 
 
@@ -134,7 +162,7 @@ def run_search(args) -> int:
     from configurator.search import search
     from configurator.space import SearchSpace
 
-    model, cluster = _resolve(args)
+    model, cluster = _resolve(args, exclude_flagged=args.exclude_flagged)
     v.positive_int("top", args.top)
     if args.out:
         _check_out(args.out, ("plan.json", "plans.json", "table.txt", "launch_torchrun.sh",
@@ -147,8 +175,12 @@ def run_search(args) -> int:
               f"{cluster.gpu.name} ({cluster.num_gpus} GPUs), gbs {args.gbs}, "
               f"seq {model.seq_length}, {args.precision}: {res.candidates_evaluated} plans "
               f"evaluated, {res.feasible} fit, {res.search_time_s:.3f} s")
+    doc = res.to_dict()
+    if args.exclude_flagged:
+        doc["exclusion"] = _exclusion_effect(args, model, cluster, res, space)
+        header += "\n" + doc["exclusion"]["summary"]
     if args.json:
-        print(json.dumps(res.to_dict(), indent=2))
+        print(json.dumps(doc, indent=2))
     else:
         print(header)
         print(table)
@@ -160,6 +192,34 @@ def run_search(args) -> int:
     return 0
 
 
+def _exclusion_effect(args, model, healthy, res, space) -> dict:
+    """Compare the best plan on the healthy hosts with the best on every host."""
+    from configurator.errors import NoFeasiblePlanError
+    from configurator.search import search
+
+    _, full = _resolve(args)
+    kept = set(healthy.hosts)
+    excluded = [h for h in full.hosts if h not in kept]
+    best = res.plans[0]
+    out = {"excluded_hosts": excluded, "gpus_kept": healthy.num_gpus,
+           "gpus_all": full.num_gpus, "iteration_time_s": best.iteration_time_s,
+           "tokens_per_s": best.tokens_per_s_per_gpu * healthy.num_gpus}
+    try:
+        alls = search(model, full, args.gbs, precision=args.precision,
+                      attention_backend=args.attention_backend, top_k=1, space=space).plans[0]
+        out["all_hosts_iteration_time_s"] = alls.iteration_time_s
+        out["all_hosts_tokens_per_s"] = alls.tokens_per_s_per_gpu * full.num_gpus
+        change = 100 * (best.iteration_time_s / alls.iteration_time_s - 1)
+        out["summary"] = (f"excluding {', '.join(excluded) or 'no host'}: best iteration "
+                          f"{best.iteration_time_s:.3f} s on {healthy.num_gpus} GPUs vs "
+                          f"{alls.iteration_time_s:.3f} s on all {full.num_gpus} GPUs "
+                          f"({change:+.1f} %)")
+    except (InputError, NoFeasiblePlanError) as err:
+        out["summary"] = (f"excluding {', '.join(excluded) or 'no host'}; with all hosts no "
+                          f"plan: {err}")
+    return out
+
+
 def _check_out(out: str, names, force: bool) -> None:
     if os.path.exists(out) and not os.path.isdir(out):
         raise InputError("out", out, "exists and is not a directory")
@@ -168,6 +228,14 @@ def _check_out(out: str, names, force: bool) -> None:
             path = os.path.join(out, n)
             if os.path.exists(path):
                 raise InputError("out", path, "exists; pass --force to overwrite")
+
+
+def _summary(estimate: dict) -> dict:
+    """Predicted figures written into the launch script's header comment."""
+    return {"iteration_time_s": round(estimate["iteration_time_s"], 3),
+            "model_tflops_per_gpu": round(estimate["model_tflops_per_gpu"], 1),
+            "mfu": round(estimate["mfu"], 3),
+            "peak_memory_GiB": round(estimate["peak_memory_bytes"] / 2**30, 2)}
 
 
 def plan_document(model, cluster, evaluation) -> dict:
@@ -181,11 +249,9 @@ def _write_outputs(out: str, model, cluster, res, table: str, force: bool) -> No
 
     os.makedirs(out, exist_ok=True)
     best = res.plans[0]
-    summary = {"iteration_time_s": best.iteration_time_s,
-               "model_tflops_per_gpu": best.model_tflops_per_gpu, "mfu": best.mfu,
-               "peak_memory_GiB": best.peak_memory_bytes / 2**30}
     write_launch_files(out, model, best.plan, nodes=cluster.num_nodes,
-                       gpus_per_node=cluster.gpus_per_node, force=force, summary=summary)
+                       gpus_per_node=cluster.gpus_per_node, force=force,
+                       summary=_summary(best.to_dict()))
     with open(os.path.join(out, "plan.json"), "w", encoding="utf-8") as fh:
         json.dump(plan_document(model, cluster, best), fh, indent=2)
     with open(os.path.join(out, "plans.json"), "w", encoding="utf-8") as fh:
@@ -230,7 +296,8 @@ def run_launch(args) -> int:
     _check_out(args.out, ("launch_torchrun.sh", "launch_slurm.sbatch"), args.force)
     os.makedirs(args.out, exist_ok=True)
     write_launch_files(args.out, model, plan, nodes=nodes, gpus_per_node=gpn, force=args.force,
-                       data_path=args.data_path, tokenizer_model=args.tokenizer_model)
+                       data_path=args.data_path, tokenizer_model=args.tokenizer_model,
+                       summary=_summary(doc["estimate"]))
     print(f"wrote {args.out}/launch_torchrun.sh and {args.out}/launch_slurm.sbatch",
           file=sys.stdout)
     return 0

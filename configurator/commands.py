@@ -15,3 +15,5 @@ def command(fn):
 # Modules that register commands on import.
 from configurator import cli_plan  # noqa: E402,F401
 from topology import cli_audit  # noqa: E402,F401
+from topology import cli_topology  # noqa: E402,F401
+from topology import cli_probe  # noqa: E402,F401

@@ -35,7 +35,7 @@ class Efficiency:
 
 
 EFFICIENCY: dict[str, Efficiency] = {
-    "a100-80gb": Efficiency(gemm=0.72, gemm_fp8=0.80, hbm=0.83, flash_attention=0.55,
+    "a100-80gb": Efficiency(gemm=0.69, gemm_fp8=0.80, hbm=0.83, flash_attention=0.55,
                             kernel_overhead_s=4e-6, num_sms=108,
                             source="gemm fitted on SC'21 Table 1; others from literature"),
     "h100-80gb": Efficiency(gemm=0.72, gemm_fp8=0.60, hbm=0.87, flash_attention=0.55,

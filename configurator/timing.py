@@ -15,8 +15,9 @@ Per layer and microbatch on one GPU (tokens per rank ``T = b·s/cp``):
 * recompute: ``full`` repeats the layer's forward (and its tensor-parallel collectives);
   ``selective`` repeats core attention only (Korthikanti et al. 2022 §5).
 * tensor parallel: 2 all-reduces forward and 2 backward (all-gather + reduce-scatter pairs
-  with sequence parallelism, same bytes) of ``T·h`` 16-bit values, exposed (Shoeybi et al.
-  2019 §3; Korthikanti et al. 2022 §4.2.2).
+  with sequence parallelism, same bytes) of ``T·h`` 16-bit values (Shoeybi et al. 2019 §3;
+  Korthikanti et al. 2022 §4.2.2); forward ones exposed, backward ones hidden under the
+  weight-gradient GEMMs as far as those last.
 * context parallel: ring exchange of K and V (forward ``cp-1`` steps, backward K, V, dK, dV),
   hidden behind attention compute where it is shorter (Megatron-LM context parallelism).
 
@@ -94,9 +95,9 @@ def layer_costs(model: ModelSpec, c: Candidates, gpu, eff: Efficiency) -> dict:
     kw = dict(batch=1.0, peak=gemm_peak, eff=eff, hbm=hbm, in_bytes=1.0 if fp8 else 2.0,
               gemm_eff=gemm_eff)
     fc1_n = f * (2 if model.swiglu else 1)
-    gemm_fwd = (_gemm_time(T, (a + 2 * g) * d / tp, h, **kw)
-                + _gemm_time(T, h, a * d / tp, **kw)
-                + _gemm_time(T, fc1_n / tp, h, **kw)
+    gemm_qkv = _gemm_time(T, (a + 2 * g) * d / tp, h, **kw)
+    gemm_fc1 = _gemm_time(T, fc1_n / tp, h, **kw)
+    gemm_fwd = (gemm_qkv + _gemm_time(T, h, a * d / tp, **kw) + gemm_fc1
                 + _gemm_time(T, h, f / tp, **kw))
     rep = T * h / np.where(c.sp, tp, 1.0)  # elements of replicated-or-SP activations
     drop = model.hidden_dropout > 0
@@ -121,6 +122,7 @@ def layer_costs(model: ModelSpec, c: Candidates, gpu, eff: Efficiency) -> dict:
     bwd = 2 * gemm_fwd + attn_bwd + 2 * elem_fwd
     recompute = np.select([c.recompute == 2, c.recompute == 1], [fwd, attn_fwd], 0.0)
     return {"fwd": fwd, "bwd": bwd, "recompute": recompute, "attn": attn_fwd + attn_bwd,
+            "wgrad_overlap": gemm_qkv + gemm_fc1,
             "tokens": T, "peak16": peak16, "gemm_kw": kw}
 
 
@@ -141,9 +143,13 @@ def iteration_time(model: ModelSpec, cluster, c: Candidates,
     h = model.hidden_size
     act_bytes = 2.0 * T * h
 
-    # Tensor-parallel collectives per layer (4, or 6 with full recompute).
-    n_tp = np.where(c.recompute == 2, 6.0, 4.0)
-    tp_layer = n_tp * all_reduce_time_s(act_bytes, tp, comm["tp_bw"], comm["tp_lat"])
+    # Tensor-parallel collectives per layer: 2 forward (+2 in a full recompute), exposed;
+    # the 2 backward ones (column-parallel input gradients) run asynchronously under the
+    # QKV and fc1 weight-gradient GEMMs (megatron/core/tensor_parallel/layers.py,
+    # LinearWithGradAccumulationAndAsyncCommunication), exposed only beyond them.
+    t_coll = all_reduce_time_s(act_bytes, tp, comm["tp_bw"], comm["tp_lat"])
+    n_fwd = np.where(c.recompute == 2, 4.0, 2.0)
+    tp_layer = n_fwd * t_coll + np.maximum(2 * t_coll - lc["wgrad_overlap"], 0.0)
     # Context-parallel K/V ring, hidden behind attention when shorter.
     kv_step = 2 * 2.0 * T * model.num_query_groups * model.kv_channels / tp
     cp_raw = 3 * (cp - 1) * p2p_time_s(kv_step, comm["cp_bw"], comm["cp_lat"])

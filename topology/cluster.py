@@ -15,6 +15,7 @@ order ``tp-cp-ep-dp-pp``).
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any, Iterable, Mapping
 
 import networkx as nx
@@ -88,7 +89,10 @@ class Cluster:
 
     @property
     def has_measured_links(self) -> bool:
-        return any(d.get("measured") for _, _, d in self.graph.edges(data=True))
+        if "measured" not in self._cache:
+            self._cache["measured"] = any(d.get("measured")
+                                          for _, _, d in self.graph.edges(data=True))
+        return self._cache["measured"]
 
     def invalidate(self) -> None:
         """Drop cached link/group figures (call after editing ``graph``)."""
@@ -156,29 +160,36 @@ class Cluster:
         return bw, lat
 
     def _groups(self, stride: int, size: int, world: int):
-        """All rank groups of ``size`` ranks spaced ``stride`` apart among ``world`` ranks."""
+        """Rank groups of ``size`` ranks spaced ``stride`` apart among ``world`` ranks.
+
+        With measured links, every group. Without, the groups of one period
+        ``lcm(stride·size, gpus_per_node)`` ranks and, within a block, the first
+        ``gpus_per_node`` offsets: the others are translates that see identical links.
+        """
         block = stride * size
-        for start in range(0, world, block):
-            for off in range(stride):
+        uniform = not self.has_measured_links
+        limit = min(world, math.lcm(block, self.gpus_per_node)) if uniform else world
+        # Shifting a group by gpus_per_node ranks moves every member one host on with the
+        # same local GPU: on a uniform cluster an identical group.
+        offsets = min(stride, self.gpus_per_node) if uniform else stride
+        for start in range(0, limit, block):
+            for off in range(offsets):
                 yield [start + off + i * stride for i in range(size)]
 
     def group_busbw(self, stride: int, size: int, world: int) -> tuple[float, float]:
         """Worst (bus bandwidth B/s, latency s) over every ring group of this shape.
 
-        On a cluster without measured links every group of a shape is alike, so only the
-        first is evaluated; with measured links every group is, and the slowest sets the pace
-        (collectives of all groups run in lock-step within an iteration).
+        Groups that straddle node boundaries (e.g. tp=6 on 8-GPU nodes) are slower than
+        aligned ones; the slowest group sets the pace (collectives of all groups run in
+        lock-step within an iteration).
         """
         key = ("group", stride, size, world)
         if key not in self._cache:
             if size < 2:
                 res = (float("inf"), 0.0)
             else:
-                groups = self._groups(stride, size, world)
-                if not self.has_measured_links:
-                    groups = [next(groups)]
                 res = (float("inf"), 0.0)
-                for g in groups:
+                for g in self._groups(stride, size, world):
                     b, l = self.ring_busbw(g)
                     res = (min(res[0], b), max(res[1], l))
             self._cache[key] = res
@@ -190,10 +201,7 @@ class Cluster:
         if key not in self._cache:
             res = (float("inf"), 0.0)
             if size >= 2:
-                groups = self._groups(stride, size, world)
-                if not self.has_measured_links:
-                    groups = [next(groups)]
-                for g in groups:
+                for g in self._groups(stride, size, world):
                     for a, b in zip(g, g[1:]):
                         for x, y in ((a, b), (b, a)):
                             bw, l = self.link(x, y)

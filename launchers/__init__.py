@@ -1,0 +1,15 @@
+"""Launch scripts for Megatron-LM from a parallel plan: torchrun and SLURM renderers.
+
+``megatron_flags`` holds the one table from plan/model fields to Megatron-LM flags;
+``torchrun`` and ``slurm`` render bash around it; ``files`` writes both scripts.
+"""
+
+from launchers.files import SLURM_FILE, TORCHRUN_FILE, write_launch_files
+from launchers.megatron_flags import (FLAG_TABLE, MEGATRON_COMMIT, MEGATRON_TAG, ShellVar,
+                                      TrainingArgs, megatron_flags)
+from launchers.slurm import render_slurm_script
+from launchers.torchrun import render_torchrun_script
+
+__all__ = ["render_torchrun_script", "render_slurm_script", "write_launch_files",
+           "megatron_flags", "FLAG_TABLE", "TrainingArgs", "ShellVar", "MEGATRON_TAG",
+           "MEGATRON_COMMIT", "TORCHRUN_FILE", "SLURM_FILE"]

@@ -1,0 +1,274 @@
+"""One table from plan and model fields to Megatron-LM ``pretrain_gpt.py`` flags.
+
+Every flag name here is an argument of Megatron-LM core_v0.16.1 (commit 55ac7082,
+``megatron/training/arguments.py``: ``add_megatron_arguments`` and the dataclass-derived groups
+it adds); ``tests/data/megatron_core_v0_16_flags.txt`` lists them and the tests check every
+emitted flag against it. Rules from ``validate_args`` (same file) and
+``TransformerConfig.__post_init__`` (megatron/core/transformer/transformer_config.py) decide
+when a flag may be emitted:
+
+- ``--overlap-param-gather`` only with ``--use-distributed-optimizer`` and
+  ``--overlap-grad-reduce`` (validate_args asserts both);
+- ``--recompute-granularity full`` with ``--recompute-method uniform --recompute-num-layers 1``;
+  ``selective`` with neither (TransformerConfig raises otherwise);
+- ``--sequence-parallel`` only when tp > 1 (validate_args switches it off at tp = 1);
+- virtual pipeline: ``--num-layers-per-virtual-pipeline-stage = num_layers / pp / vp`` when
+  vp > 1 (validate_args derives ``virtual_pipeline_model_parallel_size`` from it;
+  ``--num-virtual-stages-per-pipeline-rank`` is accepted too, at most one of them may be set);
+- ``--attention-backend local`` asserts ``--spec local`` in validate_args, and pretrain_gpt.py's
+  ``gpt_builder`` cannot import a one-word spec, so the ``local`` backend (megatron-core's own
+  ``DotProductAttention``) is selected with ``--transformer-impl local`` instead;
+- NullTokenizer reports ``vocab_size + 1`` tokens (its EOD id is ``vocab_size``;
+  megatron/training/tokenizer/tokenizer.py ``_NullTokenizer``), so mock data passes
+  ``--vocab-size V-1`` to give the model exactly V rows before Megatron's padding to a
+  multiple of ``128 * tp``.
+
+Values in the table are ``None`` (flag left out), ``True`` (a bare switch), a number or a
+string (``--flag value``), or a :class:`ShellVar` (``--flag "$NAME"``, resolved by bash when
+the script runs).
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from typing import Callable, Iterable, Union
+
+from configurator import validate as v
+from configurator.errors import InputError
+from configurator.model import ModelSpec
+from configurator.plan import ParallelPlan
+
+#: The Megatron-LM release whose argument parser the flags were checked against.
+MEGATRON_TAG = "core_v0.16.1"
+MEGATRON_COMMIT = "55ac7082517c3878ae653c07c09c534b8aed49f6"
+
+
+@dataclass(frozen=True)
+class ShellVar:
+    """A reference to a bash variable set at the top of the script (rendered ``"$name"``)."""
+
+    name: str
+
+
+Value = Union[None, bool, int, float, str, ShellVar]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainingArgs:
+    """Optimiser and run-length settings that every launch needs.
+
+    The defaults are a short benchmark run (100 iterations, log every step, no evaluation)
+    with Llama 2's optimiser settings (Touvron et al. 2023, §2.2: AdamW β2 = 0.95, peak lr
+    3e-4 decayed by cosine to 10 %, weight decay 0.1, gradient clipping 1.0).
+    ``lr_warmup_iters`` counts iterations; ``eval_iters = 0`` runs no evaluation.
+    """
+
+    train_iters: int = 100
+    lr: float = 3.0e-4
+    min_lr: float = 3.0e-5
+    lr_decay_style: str = "cosine"
+    lr_warmup_iters: int = 10
+    weight_decay: float = 0.1
+    adam_beta2: float = 0.95
+    clip_grad: float = 1.0
+    log_interval: int = 1
+    eval_iters: int = 0
+    seed: int = 1234
+
+    def checked(self) -> "TrainingArgs":
+        """Return self; raise :class:`InputError` for a value Megatron would reject."""
+        v.positive_int("train_iters", self.train_iters)
+        v.positive_int("log_interval", self.log_interval)
+        v.positive_float("lr", self.lr)
+        for name in ("lr_warmup_iters", "eval_iters", "seed"):
+            val = getattr(self, name)
+            if isinstance(val, bool) or not isinstance(val, int) or val < 0:
+                raise InputError(name, val, "must be a non-negative integer")
+        if not 0 <= self.min_lr <= self.lr:  # validate_args: assert args.min_lr <= args.lr
+            raise InputError("min_lr", self.min_lr, f"must be in [0, lr={self.lr}]")
+        if self.lr_warmup_iters >= self.train_iters:
+            raise InputError("lr_warmup_iters", self.lr_warmup_iters,
+                             f"must be below train_iters ({self.train_iters})")
+        v.choice("lr_decay_style", self.lr_decay_style,
+                 ("constant", "linear", "cosine", "inverse-square-root", "WSD"))
+        for name in ("weight_decay", "clip_grad"):
+            val = getattr(self, name)
+            if isinstance(val, bool) or not isinstance(val, (int, float)) or val < 0:
+                raise InputError(name, val, "must be a non-negative number")
+        if not 0 < self.adam_beta2 < 1:
+            raise InputError("adam_beta2", self.adam_beta2, "must be in (0, 1)")
+        return self
+
+
+def is_llama_like(model: ModelSpec) -> bool:
+    """SwiGLU + RMSNorm models (Llama, Mistral) have no biases in their linear layers.
+
+    ModelSpec has no bias field; this rule sets ``--disable-bias-linear`` for them (Touvron
+    et al. 2023 Llama: "we remove bias terms") and keeps Megatron's default biases for GPT-3
+    style models (Brown et al. 2020 follow GPT-2, which has biases).
+    """
+    return model.swiglu and model.normalization == "RMSNorm"
+
+
+@dataclass(frozen=True)
+class FlagRule:
+    """One row: the flag, the field(s) it comes from, and how to compute its value."""
+
+    flag: str
+    source: str
+    value: Callable[[ModelSpec, ParallelPlan, TrainingArgs], Value]
+    group: str
+
+
+def _rows(group: str, *rows: tuple) -> list[FlagRule]:
+    return [FlagRule(flag, source, fn, group) for flag, source, fn in rows]
+
+
+def _vp_layers(m: ModelSpec, p: ParallelPlan, t: TrainingArgs) -> Value:
+    return m.num_layers // p.pp // p.vp if p.vp > 1 else None
+
+
+def _full(p: ParallelPlan) -> bool:
+    return p.recompute == "full"
+
+
+#: THE table. Order is the order of the rendered script.
+FLAG_TABLE: tuple[FlagRule, ...] = tuple(
+    _rows("parallelism",
+          ("--tensor-model-parallel-size", "plan.tp", lambda m, p, t: p.tp),
+          ("--pipeline-model-parallel-size", "plan.pp", lambda m, p, t: p.pp),
+          ("--context-parallel-size", "plan.cp", lambda m, p, t: p.cp),
+          ("--num-layers-per-virtual-pipeline-stage", "model.num_layers / plan.pp / plan.vp",
+           _vp_layers),
+          ("--sequence-parallel", "plan.sequence_parallel (tp > 1)",
+           lambda m, p, t: p.sequence_parallel and p.tp > 1 or None),
+          ("--use-distributed-optimizer", "plan.distributed_optimizer",
+           lambda m, p, t: p.distributed_optimizer or None),
+          ("--overlap-grad-reduce", "plan.overlap_grad_reduce",
+           lambda m, p, t: p.overlap_grad_reduce or None),
+          ("--overlap-param-gather",
+           "plan.overlap_param_gather (with distributed_optimizer and overlap_grad_reduce)",
+           lambda m, p, t: (p.overlap_param_gather and p.distributed_optimizer
+                            and p.overlap_grad_reduce) or None))
+    + _rows("recompute",
+            ("--recompute-granularity", "plan.recompute",
+             lambda m, p, t: p.recompute if p.recompute != "none" else None),
+            ("--recompute-method", "plan.recompute == full",
+             lambda m, p, t: "uniform" if _full(p) else None),
+            ("--recompute-num-layers", "plan.recompute == full",
+             lambda m, p, t: 1 if _full(p) else None))
+    + _rows("batch",
+            ("--micro-batch-size", "plan.micro_batch_size", lambda m, p, t: p.micro_batch_size),
+            ("--global-batch-size", "plan.global_batch_size",
+             lambda m, p, t: p.global_batch_size))
+    + _rows("model",
+            ("--num-layers", "model.num_layers", lambda m, p, t: m.num_layers),
+            ("--hidden-size", "model.hidden_size", lambda m, p, t: m.hidden_size),
+            ("--ffn-hidden-size", "model.ffn_hidden_size", lambda m, p, t: m.ffn_hidden_size),
+            ("--num-attention-heads", "model.num_attention_heads",
+             lambda m, p, t: m.num_attention_heads),
+            ("--group-query-attention", "model.num_query_groups < num_attention_heads",
+             lambda m, p, t: m.num_query_groups < m.num_attention_heads or None),
+            ("--num-query-groups", "model.num_query_groups",
+             lambda m, p, t: m.num_query_groups
+             if m.num_query_groups < m.num_attention_heads else None),
+            ("--seq-length", "model.seq_length", lambda m, p, t: m.seq_length),
+            ("--max-position-embeddings", "model.seq_length", lambda m, p, t: m.seq_length),
+            ("--position-embedding-type", "model.position_embedding_type",
+             lambda m, p, t: m.position_embedding_type),
+            ("--normalization", "model.normalization", lambda m, p, t: m.normalization),
+            ("--swiglu", "model.swiglu", lambda m, p, t: m.swiglu or None),
+            ("--untie-embeddings-and-output-weights",
+             "model.untie_embeddings_and_output_weights",
+             lambda m, p, t: m.untie_embeddings_and_output_weights or None),
+            ("--disable-bias-linear", "swiglu and RMSNorm (Llama-like)",
+             lambda m, p, t: is_llama_like(m) or None),
+            ("--hidden-dropout", "model.hidden_dropout", lambda m, p, t: m.hidden_dropout),
+            ("--attention-dropout", "model.attention_dropout",
+             lambda m, p, t: m.attention_dropout))
+    + _rows("precision and kernels",
+            ("--bf16", "plan.precision in (bf16, fp8)",
+             lambda m, p, t: p.precision in ("bf16", "fp8") or None),
+            ("--fp16", "plan.precision == fp16", lambda m, p, t: p.precision == "fp16" or None),
+            ("--fp8-format", "plan.precision == fp8",
+             lambda m, p, t: "hybrid" if p.precision == "fp8" else None),
+            ("--attention-backend", "plan.attention_backend (not local)",
+             lambda m, p, t: p.attention_backend if p.attention_backend != "local" else None),
+            ("--transformer-impl", "plan.attention_backend == local",
+             lambda m, p, t: "local" if p.attention_backend == "local" else None))
+    + _rows("training",
+            ("--train-iters", "training.train_iters", lambda m, p, t: t.train_iters),
+            ("--lr", "training.lr", lambda m, p, t: t.lr),
+            ("--min-lr", "training.min_lr", lambda m, p, t: t.min_lr),
+            ("--lr-decay-style", "training.lr_decay_style", lambda m, p, t: t.lr_decay_style),
+            ("--lr-warmup-iters", "training.lr_warmup_iters", lambda m, p, t: t.lr_warmup_iters),
+            ("--weight-decay", "training.weight_decay", lambda m, p, t: t.weight_decay),
+            ("--adam-beta2", "training.adam_beta2", lambda m, p, t: t.adam_beta2),
+            ("--clip-grad", "training.clip_grad", lambda m, p, t: t.clip_grad),
+            ("--log-interval", "training.log_interval", lambda m, p, t: t.log_interval),
+            ("--eval-iters", "training.eval_iters", lambda m, p, t: t.eval_iters),
+            ("--seed", "training.seed", lambda m, p, t: t.seed))
+)
+
+#: Data split used with a real ``--data-path`` (train, valid, test weights; the value
+#: Megatron-LM's examples/gpt3/train_gpt3_175b_distributed.sh passes).
+DATA_SPLIT = "949,50,1"
+DEFAULT_TOKENIZER_TYPE = "HuggingFaceTokenizer"
+
+
+def data_flags(model: ModelSpec, data_path: str | None) -> list[tuple[str, Value]]:
+    """Data and tokenizer flags.
+
+    No ``data_path``: ``--mock-data --tokenizer-type NullTokenizer --vocab-size V-1`` (see the
+    module docstring for the -1). With one: ``--data-path "$DATA_PATH"``, ``--split``,
+    ``--tokenizer-type "$TOKENIZER_TYPE"`` and ``--tokenizer-model "$TOKENIZER_MODEL"``, the
+    three variables being set (overridable from the environment) at the top of the script.
+    """
+    if data_path is None:
+        return [("--mock-data", True), ("--tokenizer-type", "NullTokenizer"),
+                ("--vocab-size", model.vocab_size - 1)]
+    return [("--data-path", ShellVar("DATA_PATH")), ("--split", DATA_SPLIT),
+            ("--tokenizer-type", ShellVar("TOKENIZER_TYPE")),
+            ("--tokenizer-model", ShellVar("TOKENIZER_MODEL"))]
+
+
+def megatron_flags(model: ModelSpec, plan: ParallelPlan, *,
+                   training: TrainingArgs | None = None,
+                   data_path: str | None = None) -> list[tuple[str, list[tuple[str, Value]]]]:
+    """The flags for ``pretrain_gpt.py``, grouped: ``[(group, [(flag, value), ...]), ...]``.
+
+    Entries whose value is ``None`` are left out; ``True`` is a bare switch. Does not check
+    the plan (the renderers call :func:`configurator.plan.check_plan` first). Raises
+    :class:`InputError` for bad ``training`` values.
+    """
+    t = (training or TrainingArgs()).checked()
+    groups: dict[str, list[tuple[str, Value]]] = {}
+    for rule in FLAG_TABLE:
+        val = rule.value(model, plan, t)
+        groups.setdefault(rule.group, [])
+        if val is not None and val is not False:
+            groups[rule.group].append((rule.flag, val))
+    groups["data"] = data_flags(model, data_path)
+    return [(g, flags) for g, flags in groups.items() if flags]
+
+
+def format_value(val: Value) -> str:
+    """One shell word for ``val``: ``"$NAME"`` for a ShellVar, else shlex-quoted text."""
+    if isinstance(val, ShellVar):
+        return f'"${val.name}"'
+    if isinstance(val, float):
+        return shlex.quote(repr(val))
+    return shlex.quote(str(val))
+
+
+def flag_argv(groups: Iterable[tuple[str, list[tuple[str, Value]]]]) -> list[str]:
+    """Flatten grouped flags to argv words as Megatron receives them (ShellVars as ``$NAME``)."""
+    out: list[str] = []
+    for _group, flags in groups:
+        for flag, val in flags:
+            out.append(flag)
+            if val is not True:
+                out.append(f"${val.name}" if isinstance(val, ShellVar)
+                           else repr(val) if isinstance(val, float) else str(val))
+    return out

@@ -1,0 +1,105 @@
+"""Render a bash script that starts Megatron-LM on one node with ``torchrun``.
+
+The same script runs on every node; each node passes its node_rank (first argument, or
+``$NODE_RANK``, or, with a host placement, looked up from ``hostname``). Rendezvous is
+static (``--node-rank``, ``--master-addr``, ``--master-port``), so node_rank k is exactly the
+k-th host of the placement and holds global ranks ``k*G .. k*G+G-1`` (torchrun: RANK = sum of
+nproc of lower node ranks + LOCAL_RANK; torch/distributed/run.py). c10d rendezvous would
+instead number nodes by sorted host name.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from configurator.model import ModelSpec
+from configurator.plan import ParallelPlan
+from launchers.megatron_flags import TrainingArgs
+from launchers.script_parts import (DEFAULT_MASTER_ADDR, LaunchInputs, check_inputs,
+                                    data_block, env_default, environment_block, header,
+                                    megatron_array, megatron_dir_check, node_rank_check,
+                                    host_lookup, device_pinning, torchrun_array)
+
+
+def render_torchrun_script(model: ModelSpec, plan: ParallelPlan, *, nodes: int,
+                           gpus_per_node: int, master_addr: str = DEFAULT_MASTER_ADDR,
+                           master_port: int = 29500, hosts: Sequence[str] | None = None,
+                           cuda_visible_devices: Sequence[Sequence[int]] | None = None,
+                           data_path: str | None = None, tokenizer_model: str | None = None,
+                           extra_args: Sequence[str] = (),
+                           training: TrainingArgs | None = None,
+                           summary: Mapping[str, Any] | None = None) -> str:
+    """Return the text of ``launch_torchrun.sh`` for ``plan`` on ``nodes × gpus_per_node``.
+
+    ``master_addr``: an address (overridable by ``$MASTER_ADDR``); the default takes
+    ``$MASTER_ADDR``, else ``hosts[0]`` (node_rank 0), else ``localhost``. ``hosts``: host
+    names in node_rank order. ``cuda_visible_devices``: per node_rank, the physical GPU
+    indices (PCI bus order) for local ranks 0..G-1; none leaves CUDA_VISIBLE_DEVICES alone.
+    ``data_path``/``tokenizer_model``: real data (else mock data). ``extra_args``: appended
+    to the Megatron flags (argparse keeps the last of a repeated flag). ``summary``: figures
+    shown in the header (e.g. predicted iteration time).
+
+    Usage of the script: ``MEGATRON_LM_DIR=... bash launch_torchrun.sh [NODE_RANK]
+    [extra Megatron flags...]``. Raises :class:`configurator.errors.InputError` for bad
+    inputs or a plan Megatron would reject (:func:`configurator.plan.check_plan`).
+    """
+    inp = check_inputs(model, plan, nodes=nodes, gpus_per_node=gpus_per_node,
+                       master_addr=master_addr, master_port=master_port, hosts=hosts,
+                       cuda_visible_devices=cuda_visible_devices, data_path=data_path,
+                       tokenizer_model=tokenizer_model, extra_args=extra_args,
+                       training=training, summary=summary)
+    return "\n".join(_render(inp)) + "\n"
+
+
+def _master_addr_default(inp: LaunchInputs) -> str:
+    if inp.master_addr is not None:
+        return inp.master_addr
+    return inp.hosts[0] if inp.hosts else "localhost"
+
+
+def _render(inp: LaunchInputs) -> list[str]:
+    if inp.hosts:
+        rank_help = "NODE_RANK: first argument, else $NODE_RANK, else looked up from hostname."
+    elif inp.nodes == 1:
+        rank_help = "NODE_RANK: first argument, else $NODE_RANK, else 0."
+    else:
+        rank_help = "NODE_RANK: first argument, else $NODE_RANK (required)."
+    usage = [
+        "Usage on every node: MEGATRON_LM_DIR=/path/to/Megatron-LM bash launch_torchrun.sh "
+        "[NODE_RANK] [extra pretrain_gpt.py flags...]",
+        rank_help,
+        "Environment: MASTER_ADDR, MASTER_PORT" + (", DATA_PATH, TOKENIZER_TYPE, "
+                                                    "TOKENIZER_MODEL" if inp.data_path else ""),
+    ]
+    lines = header(inp, "torchrun launch", usage)
+    lines += ["set -euo pipefail", ""]
+    lines += environment_block() + [""]
+    lines += megatron_dir_check() + [""]
+    lines += [env_default("MASTER_ADDR", _master_addr_default(inp)),
+              env_default("MASTER_PORT", str(inp.master_port)), ""]
+    lines += ['NODE_RANK="${NODE_RANK:-}"',
+              'if [[ $# -gt 0 && "$1" != -* ]]; then',
+              '    NODE_RANK="$1"',
+              "    shift",
+              "fi"]
+    if not inp.hosts:
+        default = "0" if inp.nodes == 1 else ""
+        if default:
+            lines.append('NODE_RANK="${NODE_RANK:-0}"')
+        else:
+            lines += ['if [[ -z "$NODE_RANK" ]]; then',
+                      f'    echo "error: pass the node rank (0..{inp.nodes - 1}) as the first '
+                      'argument or set NODE_RANK" >&2',
+                      "    exit 2",
+                      "fi"]
+    lines += host_lookup(inp)
+    lines += node_rank_check(inp)
+    lines += device_pinning(inp) + [""]
+    block = data_block(inp)
+    if block:
+        lines += block + [""]
+    lines += torchrun_array(inp) + [""]
+    lines += megatron_array(inp) + [""]
+    lines += ['exec torchrun "${TORCHRUN_ARGS[@]}" "$MEGATRON_LM_DIR/pretrain_gpt.py" '
+              '"${MEGATRON_ARGS[@]}" "$@"']
+    return lines

@@ -1,0 +1,348 @@
+"""Reference measurement: bytes megatron-core's GPTModel saves for backward, on CPU.
+
+A test helper (not collected: no ``test_`` prefix). It builds megatron-core 0.16.1's
+``GPTModel`` with ``get_gpt_layer_local_spec()`` (megatron-core's own ``DotProductAttention``,
+which materialises the s×s scores: the configurator's ``attention_backend="local"``) in bf16 on
+CPU, runs one forward and backward of a microbatch under
+``torch.autograd.graph.saved_tensors_hooks`` and records every tensor autograd keeps, once per
+storage (``untyped_storage().data_ptr()``, bytes = ``untyped_storage().nbytes()``), skipping
+parameters and the model's inputs (token ids, position ids, labels, the causal mask: they are
+held by the data path whether or not anything is saved). A packed tensor counts as live until
+autograd drops it, so the tracker also gives the peak over forward *and* backward (which is
+where full and selective recompute peak: the recomputed layer's tensors exist then).
+
+What is measured is the real megatron-core code. Where the CPU fallback of an op keeps
+different tensors than the GPU kernel Megatron runs in training, the op is configured or
+replaced so that it keeps what the GPU kernel keeps (the memory model predicts GPU memory):
+
+* softmax: ``masked_softmax_fusion=False`` and ``attention_softmax_in_fp32=False``, so
+  ``FusedScaleMaskSoftmax.forward_torch_softmax`` (megatron/core/fusions/fused_softmax.py)
+  saves a bf16 softmax output, as the fused kernel ``ScaledUpperTriangMaskedSoftmax`` saves its
+  16-bit ``softmax_results``; with the fp32 default the CPU path would save an fp32 copy (2×).
+  The causal mask is passed in (``get_default_causal_mask`` allocates on "cuda"); the
+  ``masked_fill_`` that keeps it is a model input, not counted (the fused kernel keeps none).
+* dropout: ``torch.nn.functional.dropout`` with ``0 < p < 1`` in training is routed to
+  ``torch.native_dropout``, which is what ATen's ``dropout`` dispatches to on CUDA
+  (aten/src/ATen/native/Dropout.cpp, ``is_fused_kernel_acceptable``); it keeps a 1-byte bool
+  mask, while the CPU fallback keeps a mask in the input dtype (2 bytes). ``p == 0`` is left
+  alone (ATen returns the input and keeps nothing, on either device).
+* RMSNorm: ``torch.nn.RMSNorm`` (megatron-core's ``WrappedTorchNorm`` for the local spec) is
+  replaced by an autograd function keeping the bf16 input and the fp32 ``rstd``, as the CUDA
+  ``_fused_rms_norm`` kernel (torch ≥ 2.8), Apex and Transformer Engine RMSNorm do; torch's
+  CPU composite keeps fp32 copies of the input and of the normalised input.
+* megatron's ``jit_fuser`` (``torch.compile``) is disabled, so the fused bias-GeLU /
+  SwiGLU autograd functions and bias-dropout-add run eagerly and keep the tensors their
+  eager code saves (the activation input; the dropout mask).
+* CUDA-only helpers (shared REFERENCE §8): ``GlobalMemoryBuffer.get_tensor``,
+  ``CudaRNGStatesTracker.fork``, ``_get_cuda_rng_state``/``_set_cuda_rng_state``, and
+  ``torch.cuda.current_device`` (``RotaryEmbedding.get_emb`` moves ``inv_freq`` to it).
+
+These patches are global, so the measurement runs in a subprocess (:func:`run_reference`),
+which also initialises the gloo process group (world size 1) only once for all configs.
+
+Run ``python tests/megatron_reference.py --show gpt`` to print the tensors one layer keeps.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+#: Sequence length and micro-batch size of every reference run.
+SEQ, MBS = 128, 2
+
+_GPT = dict(hidden_size=256, num_attention_heads=8, vocab_size=1024, seq_length=SEQ)
+_LLAMA = dict(_GPT, swiglu=True, normalization="RMSNorm", add_bias_linear=False,
+              hidden_dropout=0.0, attention_dropout=0.0, position_embedding_type="rope",
+              untie_embeddings_and_output_weights=True)
+
+#: Reference configurations: ModelSpec keyword arguments plus ``recompute``.
+CONFIGS: dict[str, dict] = {
+    "gpt": dict(_GPT, recompute="none"),
+    "gpt-selective": dict(_GPT, recompute="selective"),
+    "gpt-full": dict(_GPT, recompute="full"),
+    "gpt-gqa": dict(_GPT, num_query_groups=2, recompute="none"),
+    "gpt-gqa-selective": dict(_GPT, num_query_groups=2, recompute="selective"),
+    "gpt-rope-selective": dict(_GPT, position_embedding_type="rope", recompute="selective"),
+    "llama": dict(_LLAMA, recompute="none"),
+    "llama-gqa": dict(_LLAMA, num_query_groups=2, recompute="none"),
+    "llama-gqa-selective": dict(_LLAMA, num_query_groups=2, recompute="selective"),
+    "llama-gqa-full": dict(_LLAMA, num_query_groups=2, recompute="full"),
+}
+
+
+def model_spec(name: str, num_layers: int = 2):
+    """The configurator's ModelSpec of reference config ``name``."""
+    from configurator.model import make_model
+    kw = {k: v for k, v in CONFIGS[name].items() if k != "recompute"}
+    return make_model(name=name, num_layers=num_layers, **kw)
+
+
+def run_reference(names=None, timeout_s: float = 300.0) -> dict:
+    """Measure ``names`` (default: all of :data:`CONFIGS`) in one subprocess.
+
+    Returns ``{name: {"layer_bytes", "stage_peak_bytes", "forward_end_bytes",
+    "parameters", "input_bytes", "layer_items"}}`` (bytes; counts). Raises RuntimeError with
+    the child's stderr if it fails.
+    """
+    names = list(names or CONFIGS)
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--json", *names],
+                          capture_output=True, text=True, timeout=timeout_s,
+                          env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    if proc.returncode:
+        raise RuntimeError(f"reference measurement failed:\n{proc.stderr[-4000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# --- everything below runs in the child process --------------------------------------------
+
+def _patch_for_cpu():
+    import contextlib
+
+    import torch
+    from megatron.core import utils as mutils
+    from megatron.core.tensor_parallel import random as mrandom
+
+    torch._dynamo.config.disable = True
+    mutils.GlobalMemoryBuffer.get_tensor = (
+        lambda self, shape, dtype, name, mem_alloc_context=None: torch.empty(shape, dtype=dtype))
+    mrandom.CudaRNGStatesTracker.fork = lambda self, name=None: contextlib.nullcontext()
+    mrandom._get_cuda_rng_state = lambda *a, **k: torch.zeros(1, dtype=torch.uint8)
+    mrandom._set_cuda_rng_state = lambda *a, **k: None
+    torch.cuda.current_device = lambda: "cpu"
+
+    cpu_dropout = torch.nn.functional.dropout
+
+    def dropout(input, p=0.5, training=True, inplace=False):
+        if training and 0 < p < 1:
+            return torch.native_dropout(input, p, True)[0]
+        return cpu_dropout(input, p, training, inplace)
+    torch.nn.functional.dropout = dropout
+
+    class FusedRMSNorm(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, weight, eps):
+            xf = x.float()
+            rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+            ctx.save_for_backward(x, weight, rstd)
+            return (xf * rstd * weight.float()).to(x.dtype)
+
+        @staticmethod
+        def backward(ctx, grad):
+            x, weight, rstd = ctx.saved_tensors
+            xhat = x.float() * rstd
+            gw = grad.float() * weight.float()
+            gx = rstd * (gw - xhat * (gw * xhat).mean(-1, keepdim=True))
+            gweight = (grad.float() * xhat).reshape(-1, x.shape[-1]).sum(0)
+            return gx.to(x.dtype), gweight.to(weight.dtype), None
+
+    torch.nn.RMSNorm.forward = lambda self, x: FusedRMSNorm.apply(x, self.weight,
+                                                                  self.eps or 1e-6)
+
+
+def _init_distributed():
+    import socket
+
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    parallel_state.initialize_model_parallel(1, 1)
+
+
+def _build(spec, recompute: str):
+    import torch
+    import torch.nn.functional as F
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.models.gpt.gpt_model import GPTModel
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    kw = dict(
+        num_layers=spec.num_layers, hidden_size=spec.hidden_size,
+        num_attention_heads=spec.num_attention_heads, num_query_groups=spec.num_query_groups,
+        kv_channels=spec.kv_channels, ffn_hidden_size=spec.ffn_hidden_size,
+        hidden_dropout=spec.hidden_dropout, attention_dropout=spec.attention_dropout,
+        add_bias_linear=spec.add_bias_linear, gated_linear_unit=spec.swiglu,
+        activation_func=F.silu if spec.swiglu else F.gelu, normalization=spec.normalization,
+        # Megatron's training defaults (--bias-gelu-fusion / --bias-swiglu-fusion,
+        # --bias-dropout-fusion); bias-GeLU fusion needs a bias.
+        bias_activation_fusion=spec.swiglu or spec.add_bias_linear, bias_dropout_fusion=True,
+        masked_softmax_fusion=False, attention_softmax_in_fp32=False,
+        gradient_accumulation_fusion=False, params_dtype=torch.bfloat16, bf16=True,
+        use_cpu_initialization=True)
+    if recompute == "selective":
+        kw.update(recompute_granularity="selective")
+    elif recompute == "full":
+        kw.update(recompute_granularity="full", recompute_method="uniform",
+                  recompute_num_layers=1)
+    config = TransformerConfig(**kw)
+    layer_spec = get_gpt_layer_local_spec(
+        normalization="RMSNorm" if spec.normalization == "RMSNorm" else None)
+    model = GPTModel(
+        config=config, transformer_layer_spec=layer_spec, vocab_size=spec.vocab_size,
+        max_sequence_length=spec.seq_length,
+        position_embedding_type=spec.position_embedding_type,
+        share_embeddings_and_output_weights=not spec.untie_embeddings_and_output_weights)
+    return model.to(torch.bfloat16)
+
+
+#: Saved by megatron-core's unfused RoPE (rope_utils.py ``_apply_rotary_pos_emb_bshd``: the
+#: per-call ``cos_``/``sin_`` factors, 4 × s·d per layer). Megatron trains with
+#: ``--rope-fusion`` on by default (``apply_rope_fusion``, Transformer Engine's
+#: ``FusedRoPEFunc``, which keeps only the shared ``freqs``), so these are tallied apart.
+UNFUSED_ROPE_SITE = "rope_utils.py:_apply_rotary_pos_emb_bshd"
+
+
+class _Tracker:
+    """Live bytes of saved storages: a storage counts from its first pack until autograd
+    drops its last packed handle. ``recompute_peak`` is the peak from the first tensor saved
+    during backward (a recomputation) onwards."""
+
+    def __init__(self, skip_ptrs, input_ptrs, module_stack):
+        self.skip, self.inputs, self.stack = skip_ptrs, input_ptrs, module_stack
+        self.refs, self.entry, self.items = {}, {}, []
+        self.live = self.peak = self.recompute_peak = self.input_bytes = 0
+        self.rope_bytes = 0
+        self.phase = "forward"
+        self.recomputing = False
+
+    def pack(self, t):
+        import traceback
+        storage = t.untyped_storage()
+        ptr = storage.data_ptr()
+        if ptr in self.skip or ptr == 0:
+            return t
+        if ptr in self.inputs:
+            self.input_bytes += 0 if self.inputs[ptr] else storage.nbytes()
+            self.inputs[ptr] = True
+            return t
+        if ptr not in self.refs:
+            frames = [f for f in traceback.extract_stack()[:-1]
+                      if "megatron" in f.filename or "torch/nn" in f.filename
+                      or "megatron_reference" in f.filename]
+            site = " < ".join(f"{os.path.basename(f.filename)}:{f.name}:{f.lineno}"
+                              for f in frames[-2:][::-1])
+            counted = UNFUSED_ROPE_SITE not in site
+            self.refs[ptr] = 0
+            self.entry[ptr] = (storage.nbytes(), counted)
+            if counted:
+                self.live += storage.nbytes()
+                self.peak = max(self.peak, self.live)
+                self.recomputing |= self.phase == "backward"
+                if self.recomputing:
+                    self.recompute_peak = max(self.recompute_peak, self.live)
+            elif self.phase == "forward":
+                self.rope_bytes += storage.nbytes()
+            self.items.append(dict(bytes=storage.nbytes(), shape=list(t.shape),
+                                   dtype=str(t.dtype).replace("torch.", ""), site=site,
+                                   module=self.stack[-1] if self.stack else "",
+                                   phase=self.phase, counted=counted))
+        self.refs[ptr] += 1
+        return _Handle(self, ptr, t)
+
+    def release(self, ptr):
+        self.refs[ptr] -= 1
+        if not self.refs[ptr]:
+            del self.refs[ptr]
+            nbytes, counted = self.entry.pop(ptr)
+            self.live -= nbytes if counted else 0
+
+
+class _Handle:
+    __slots__ = ("tracker", "ptr", "tensor")
+
+    def __init__(self, tracker, ptr, tensor):
+        self.tracker, self.ptr, self.tensor = tracker, ptr, tensor
+
+    def __del__(self):
+        self.tracker.release(self.ptr)
+
+
+def _measure_once(name: str, num_layers: int) -> dict:
+    import torch
+    spec = model_spec(name, num_layers)
+    torch.manual_seed(0)
+    model = _build(spec, CONFIGS[name]["recompute"])
+    model.train()
+    stack: list[str] = []
+    for mname, module in model.named_modules():
+        if mname.count(".") <= 2:   # decoder.layers.N, output_layer, embedding.*, ...
+            module.register_forward_pre_hook(lambda m, a, n=mname: stack.append(n))
+            module.register_forward_hook(lambda m, a, o: (stack.pop(), None)[1])
+    ids = torch.randint(0, spec.vocab_size, (MBS, SEQ))
+    labels = torch.randint(0, spec.vocab_size, (MBS, SEQ))
+    pos = torch.arange(SEQ).unsqueeze(0).expand(MBS, SEQ)
+    mask = torch.triu(torch.ones(1, 1, SEQ, SEQ, dtype=torch.bool), diagonal=1)
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    inputs = {t.untyped_storage().data_ptr(): False for t in (ids, labels, pos, mask)}
+    tracker = _Tracker(params, inputs, stack)
+    with torch.autograd.graph.saved_tensors_hooks(tracker.pack, lambda h: h.tensor
+                                                  if isinstance(h, _Handle) else h):
+        loss = model(ids, pos, mask, labels=labels)
+        forward_end = tracker.live
+        tracker.phase = "backward"
+        loss.sum().backward()
+    return dict(forward_end_bytes=forward_end, stage_peak_bytes=tracker.peak,
+                recompute_peak_bytes=tracker.recompute_peak, input_bytes=tracker.input_bytes,
+                unfused_rope_bytes=tracker.rope_bytes,
+                parameters=sum(p.numel() for p in model.parameters()),
+                items=tracker.items)
+
+
+def _measure(name: str) -> dict:
+    one, two = _measure_once(name, 1), _measure_once(name, 2)
+    layer_items = [i for i in two["items"]
+                   if i["module"] == "decoder.layers.1" and i["phase"] == "forward"]
+    return dict(layer_bytes=two["forward_end_bytes"] - one["forward_end_bytes"],
+                stage_peak_bytes=two["stage_peak_bytes"],
+                forward_end_bytes=two["forward_end_bytes"],
+                recompute_peak_bytes=two["recompute_peak_bytes"],
+                parameters=two["parameters"], input_bytes=two["input_bytes"],
+                unfused_rope_bytes=two["unfused_rope_bytes"], layer_items=layer_items,
+                items=two["items"])
+
+
+def _show(name: str, result: dict) -> None:
+    sbh = SEQ * MBS * CONFIGS[name]["hidden_size"]
+    print(f"== {name}: tensors saved by decoder layer 2 in forward "
+          f"(sbh = {sbh} elements)")
+    for i in result["items"]:
+        if i["module"] in ("decoder.layers.1", "decoder") or not i["module"].startswith(
+                "decoder.layers"):
+            mark = " " if i["counted"] else "x"
+            print(f"{mark}{i['bytes']:>9} B {i['bytes'] / sbh:7.3f} sbh  {i['phase']:8} "
+                  f"{i['module']:22} {str(i['shape']):22} {i['dtype']:8} {i['site']}")
+    print(f"per layer {result['layer_bytes']} B = {result['layer_bytes'] / sbh:.3f} sbh; "
+          f"forward end {result['forward_end_bytes']} B; peak {result['stage_peak_bytes']} B "
+          f"(during recompute {result['recompute_peak_bytes']} B); not counted: inputs "
+          f"{result['input_bytes']} B, unfused RoPE (x) {result['unfused_rope_bytes']} B; "
+          f"parameters {result['parameters']}")
+
+
+def main(argv) -> int:
+    import warnings
+    warnings.filterwarnings("ignore")
+    as_json = "--json" in argv
+    show = "--show" in argv
+    names = [a for a in argv if not a.startswith("--")] or list(CONFIGS)
+    _patch_for_cpu()
+    _init_distributed()
+    results = {n: _measure(n) for n in names}
+    if show:
+        for n in names:
+            _show(n, results[n])
+    if as_json:
+        for r in results.values():
+            del r["items"]
+        print(json.dumps(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,92 @@
+"""Bad input: exit code 2 and one line naming field, value and rule; never a traceback."""
+
+import pytest
+
+from tests.conftest import run_cli
+
+BASE = ["estimate", "--cluster", "dgx-a100-80gb", "--nodes", "2", "--gbs", "64", "--mbs", "1"]
+
+
+def check_error(res, *needles, code=2):
+    assert res.returncode == code, res.stderr
+    assert "Traceback" not in res.stderr
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, res.stderr
+    for n in needles:
+        assert n in lines[0], lines[0]
+
+
+def test_unknown_model_preset():
+    check_error(run_cli(*BASE, "--model", "gpt-9000", "--tp", "1", "--pp", "1"),
+                "model", "gpt-9000", "preset")
+
+
+def test_unknown_cluster_preset():
+    check_error(run_cli("search", "--model", "gpt-1.7b", "--cluster", "dgx-z", "--gbs", "8"),
+                "cluster", "dgx-z")
+
+
+def test_unknown_yaml_key(tmp_path):
+    f = tmp_path / "m.yaml"
+    f.write_text("num_layers: 2\nhidden_size: 64\nnum_attention_heads: 4\nvocab_size: 128\n"
+                 "seq_length: 32\nlayers: 3\n")
+    check_error(run_cli(*BASE, "--model", f, "--tp", "1", "--pp", "1"), "layers", "unknown key")
+
+
+def test_missing_yaml_key(tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text("gpu: a100-80gb\ngpus_per_node: 8\nnodes: 2\n")
+    check_error(run_cli("search", "--model", "gpt-1.7b", "--cluster", f, "--gbs", "8"),
+                "intra_node_bandwidth_GBps", "missing")
+
+
+def test_tp_not_dividing_heads():
+    check_error(run_cli(*BASE, "--model", "gpt-1.7b", "--tp", "16", "--pp", "1"),
+                "tp=16", "num_attention_heads (24)")
+
+
+def test_gpus_not_divisible():
+    check_error(run_cli(*BASE, "--model", "gpt-1.7b", "--tp", "3", "--pp", "1"),
+                "tp(3) * pp(1) * cp(1) = 3 does not divide 16 GPUs")
+
+
+def test_gbs_not_divisible():
+    check_error(run_cli("estimate", "--model", "gpt-1.7b", "--cluster", "dgx-a100-80gb",
+                        "--nodes", "2", "--tp", "1", "--pp", "1", "--mbs", "4", "--gbs", "65"),
+                "global_batch_size=65", "divisible")
+
+
+@pytest.mark.parametrize("flag,value", [("--nodes", "0"), ("--gbs", "-8"), ("--mbs", "0"),
+                                        ("--tp", "-1")])
+def test_negative_or_zero(flag, value):
+    args = {"--nodes": "2", "--gbs": "64", "--mbs": "1", "--tp": "1"}
+    args[flag] = value
+    res = run_cli("estimate", "--model", "gpt-1.7b", "--cluster", "dgx-a100-80gb", "--pp", "1",
+                  *[x for kv in args.items() for x in kv])
+    check_error(res, flag.lstrip("-").replace("-", "_") if flag != "--mbs" else "mbs",
+                "positive")
+
+
+def test_malformed_yaml_and_json(tmp_path):
+    y = tmp_path / "bad.yaml"
+    y.write_text("num_layers: [1, 2\nhidden: {")
+    check_error(run_cli(*BASE, "--model", y, "--tp", "1", "--pp", "1"), "malformed")
+    j = tmp_path / "bad.json"
+    j.write_text('{"num_layers": 2,,}')
+    check_error(run_cli("search", "--model", "gpt-1.7b", "--cluster", j, "--gbs", "8"),
+                "malformed")
+
+
+def test_non_integer_argument():
+    check_error(run_cli(*BASE, "--model", "gpt-1.7b", "--tp", "two", "--pp", "1"), "--tp")
+
+
+def test_fp8_on_a100_is_bad_input():
+    check_error(run_cli(*BASE, "--model", "gpt-1.7b", "--tp", "1", "--pp", "1",
+                        "--precision", "fp8"), "precision", "fp8")
+
+
+def test_no_feasible_plan_exit_3():
+    res = run_cli("search", "--model", "gpt-1t", "--cluster", "dgx-a100-80gb", "--nodes", "1",
+                  "--gbs", "8")
+    check_error(res, "smallest peak memory", "GiB > capacity", code=3)

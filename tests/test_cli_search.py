@@ -1,0 +1,73 @@
+import json
+import stat
+
+from tests.conftest import run_cli
+
+ESTIMATE_KEYS = {"config", "iteration_time_s", "model_tflops_per_gpu", "mfu",
+                 "tokens_per_s_per_gpu", "peak_memory_bytes", "memory_capacity_bytes", "fits",
+                 "memory_per_stage", "time_breakdown_s"}
+
+
+def test_estimate_json_contract():
+    res = run_cli("estimate", "--model", "gpt3-175b", "--cluster", "dgx-a100-80gb", "--nodes",
+                  "128", "--tp", "8", "--pp", "8", "--vp", "2", "--mbs", "1", "--gbs", "1536",
+                  "--recompute", "selective", "--json")
+    assert res.returncode == 0, res.stderr
+    d = json.loads(res.stdout)
+    assert ESTIMATE_KEYS <= set(d)
+    c = d["config"]
+    for k in ("tp", "pp", "dp", "cp", "vp", "mbs", "gbs", "num_microbatches", "recompute",
+              "sequence_parallel", "distributed_optimizer", "precision"):
+        assert k in c
+    assert (c["dp"], c["num_microbatches"], c["vp"]) == (16, 96, 2)
+    assert len(d["memory_per_stage"]) == 8
+    assert set(d["memory_per_stage"][0]) >= {"stage", "parameters_bytes", "gradients_bytes",
+                                              "optimizer_bytes", "activations_bytes",
+                                              "other_bytes", "total_bytes"}
+    assert set(d["time_breakdown_s"]) == {"compute", "recompute", "bubble", "tp_comm",
+                                          "cp_comm", "pp_comm", "dp_comm", "optimizer"}
+    assert d["fits"] is True
+
+
+def test_estimate_plan_that_does_not_fit_still_estimates():
+    res = run_cli("estimate", "--model", "gpt3-175b", "--cluster", "dgx-a100-80gb", "--nodes",
+                  "2", "--tp", "8", "--pp", "2", "--mbs", "1", "--gbs", "8", "--json")
+    assert res.returncode == 0, res.stderr
+    d = json.loads(res.stdout)
+    assert d["fits"] is False and d["peak_memory_bytes"] > d["memory_capacity_bytes"]
+
+
+def test_search_json_out_and_launch(tmp_path):
+    out = tmp_path / "out"
+    res = run_cli("search", "--model", "llama3-8b", "--cluster", "dgx-h100-80gb", "--nodes",
+                  "2", "--gbs", "128", "--top", "3", "--json", "--out", out)
+    assert res.returncode == 0, res.stderr
+    d = json.loads(res.stdout)
+    assert len(d["plans"]) == 3 and d["feasible"] <= d["candidates_evaluated"]
+    assert d["search_time_s"] > 0
+    assert ESTIMATE_KEYS <= set(d["plans"][0])
+    for f in ("launch_torchrun.sh", "launch_slurm.sbatch", "plan.json", "plans.json",
+              "table.txt"):
+        assert (out / f).is_file(), f
+    assert (out / "launch_torchrun.sh").stat().st_mode & stat.S_IXUSR
+    best = d["plans"][0]["config"]
+    script = (out / "launch_torchrun.sh").read_text()
+    assert f"--tensor-model-parallel-size {best['tp']}" in script
+    # the same --out again refuses to overwrite
+    again = run_cli("search", "--model", "llama3-8b", "--cluster", "dgx-h100-80gb", "--nodes",
+                    "2", "--gbs", "128", "--out", out)
+    assert again.returncode == 2 and "--force" in again.stderr
+    # launch re-creates the scripts from the saved plan
+    res = run_cli("launch", "--plan", out / "plan.json", "--out", tmp_path / "again")
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "again" / "launch_torchrun.sh").read_text() == script
+
+
+def test_search_table_and_python_m_entry():
+    res = run_cli("search", "--model", "gpt-1.7b", "--cluster", "dgx-a100-80gb", "--nodes",
+                  "4", "--gbs", "512", "--top", "5")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert "plans evaluated" in lines[0]
+    assert lines[1].split()[:3] == ["rank", "tp", "pp"]
+    assert len(lines) == 3 + 5

@@ -1,0 +1,169 @@
+"""Tests for launchers/megatron_flags.py: every flag is Megatron's, and Megatron's rules hold."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import textwrap
+
+import pytest
+
+from configurator.errors import InputError
+from configurator.plan import ParallelPlan
+from launchers import TrainingArgs
+from launchers.megatron_flags import flag_argv, megatron_flags
+from launchers.megatron_flags import FLAG_TABLE
+from tests.megatron_argv import (GPT3, GPT3_PLAN, LLAMA8, SMALL, SMALL_PLAN, SPREAD,
+                                 assert_validate_args_rules, megatron_flag_names, parse_argv)
+
+
+def test_spread_covers_every_plan_value():
+    assert len(SPREAD) > 100
+    for field, values in (("recompute", {"none", "selective", "full"}),
+                          ("precision", {"bf16", "fp16", "fp8"}), ("vp", {1, 2}),
+                          ("cp", {1, 2}), ("attention_backend", {"auto", "flash", "local"})):
+        assert {getattr(p, field) for _, p in SPREAD} == values
+
+
+def test_every_emitted_flag_is_a_megatron_core_v0_16_flag():
+    known = megatron_flag_names()
+    assert len(known) > 500 and "--tensor-model-parallel-size" in known
+    seen: set[str] = set()
+    for model, plan in SPREAD:
+        for data in (None, "/data/x"):
+            flags = {w for w in flag_argv(megatron_flags(model, plan, data_path=data))
+                     if w.startswith("--")}
+            assert flags <= known, flags - known
+            seen |= flags
+    # the spread exercises every row of the table
+    assert {r.flag for r in FLAG_TABLE} <= seen
+
+
+def test_validate_args_rules_hold_for_the_spread():
+    for model, plan in SPREAD:
+        a = parse_argv(flag_argv(megatron_flags(model, plan)))
+        assert_validate_args_rules(a, plan.world_size)
+        assert int(a["--tensor-model-parallel-size"]) == plan.tp
+        if plan.vp > 1:
+            per_rank = model.num_layers // plan.pp
+            assert per_rank // int(a["--num-layers-per-virtual-pipeline-stage"]) == plan.vp
+        else:
+            assert "--num-layers-per-virtual-pipeline-stage" not in a
+        if plan.attention_backend == "local":
+            assert a["--transformer-impl"] == "local" and "--attention-backend" not in a
+        else:
+            assert a["--attention-backend"] == plan.attention_backend
+        assert ("--overlap-param-gather" in a) == (
+            plan.overlap_param_gather and plan.distributed_optimizer and plan.overlap_grad_reduce)
+
+
+def test_exact_flags_gpt3_175b():
+    argv = flag_argv(megatron_flags(GPT3, GPT3_PLAN))
+    assert argv == [
+        "--tensor-model-parallel-size", "8", "--pipeline-model-parallel-size", "8",
+        "--context-parallel-size", "1", "--num-layers-per-virtual-pipeline-stage", "4",
+        "--sequence-parallel", "--use-distributed-optimizer", "--overlap-grad-reduce",
+        "--overlap-param-gather", "--recompute-granularity", "selective",
+        "--micro-batch-size", "1", "--global-batch-size", "32",
+        "--num-layers", "96", "--hidden-size", "12288", "--ffn-hidden-size", "49152",
+        "--num-attention-heads", "96", "--seq-length", "2048",
+        "--max-position-embeddings", "2048", "--position-embedding-type", "learned_absolute",
+        "--normalization", "LayerNorm", "--hidden-dropout", "0.1", "--attention-dropout", "0.1",
+        "--bf16", "--attention-backend", "auto",
+        "--train-iters", "100", "--lr", "0.0003", "--min-lr", "3e-05",
+        "--lr-decay-style", "cosine", "--lr-warmup-iters", "10", "--weight-decay", "0.1",
+        "--adam-beta2", "0.95", "--clip-grad", "1.0", "--log-interval", "1",
+        "--eval-iters", "0", "--seed", "1234",
+        "--mock-data", "--tokenizer-type", "NullTokenizer", "--vocab-size", "51199"]
+
+
+def test_llama_flags_full_recompute_fp8_gqa():
+    plan = ParallelPlan(tp=2, pp=1, dp=4, cp=1, micro_batch_size=1, global_batch_size=8,
+                        recompute="full", precision="fp8", attention_backend="flash")
+    a = parse_argv(flag_argv(megatron_flags(LLAMA8, plan)))
+    assert a["--recompute-granularity"] == "full" and a["--recompute-method"] == "uniform"
+    assert a["--recompute-num-layers"] == "1"
+    assert a["--bf16"] is True and a["--fp8-format"] == "hybrid" and "--fp16" not in a
+    assert a["--group-query-attention"] is True and a["--num-query-groups"] == "8"
+    for switch in ("--swiglu", "--untie-embeddings-and-output-weights", "--disable-bias-linear"):
+        assert a[switch] is True
+    assert a["--normalization"] == "RMSNorm" and a["--position-embedding-type"] == "rope"
+    assert a["--ffn-hidden-size"] == "14336" and a["--vocab-size"] == "128255"
+    # no SP/distopt requested: neither SP nor overlap-param-gather (it needs distopt)
+    assert "--sequence-parallel" not in a and "--overlap-param-gather" not in a
+    assert "--disable-bias-linear" not in parse_argv(flag_argv(megatron_flags(GPT3, GPT3_PLAN)))
+
+
+def test_sequence_parallel_dropped_at_tp1_and_fp16():
+    # megatron_flags does not call check_plan (which rejects SP at tp=1); the table itself
+    # must still never emit --sequence-parallel without tensor parallelism
+    plan = ParallelPlan(tp=1, pp=1, dp=8, micro_batch_size=1, global_batch_size=8,
+                        precision="fp16", sequence_parallel=True)
+    a = parse_argv(flag_argv(megatron_flags(SMALL, plan)))
+    assert "--sequence-parallel" not in a and a["--fp16"] is True and "--bf16" not in a
+
+
+def test_training_args_checked():
+    with pytest.raises(InputError, match="min_lr"):
+        megatron_flags(SMALL, SMALL_PLAN, training=TrainingArgs(lr=1e-4, min_lr=1e-3))
+    with pytest.raises(InputError, match="train_iters"):
+        megatron_flags(SMALL, SMALL_PLAN, training=TrainingArgs(train_iters=0))
+    a = parse_argv(flag_argv(megatron_flags(SMALL, SMALL_PLAN,
+                                            training=TrainingArgs(train_iters=7, eval_iters=3,
+                                                                  lr_warmup_iters=1))))
+    assert a["--train-iters"] == "7" and a["--eval-iters"] == "3"
+
+
+MEGATRON_SRC = os.environ.get("MEGATRON_LM_SRC")
+
+
+@pytest.mark.skipif(not MEGATRON_SRC, reason="set MEGATRON_LM_SRC to a Megatron-LM "
+                    "core_v0.16.x checkout to run its parse_args/validate_args on our flags")
+def test_megatron_own_validate_args(tmp_path):
+    """Megatron's own parse_args, validate_args and TransformerConfig on the spread's flags
+    (one subprocess; needs megatron-core's dependencies plus six and regex)."""
+    import json
+    import sys
+    cases = []
+    for model, plan in SPREAD[:: max(1, len(SPREAD) // 40)] + [(GPT3, GPT3_PLAN)]:
+        argv = flag_argv(megatron_flags(model, plan))
+        if model.position_embedding_type == "rope":
+            argv.append("--no-rope-fusion")      # rope fusion needs Transformer Engine
+        cases.append({"argv": argv, "world": plan.world_size,
+                      "vpp": plan.vp if plan.vp > 1 else None, "dp": plan.dp})
+    (tmp_path / "cases.json").write_text(json.dumps(cases))
+    code = textwrap.dedent(f"""
+        import contextlib, io, json, os, sys, types, warnings
+        warnings.filterwarnings("ignore")
+        sys.path.insert(0, {MEGATRON_SRC!r})
+        try:
+            import six, regex  # noqa: F401  (Megatron's tokenizer modules import them)
+        except ImportError:
+            print("SKIP six/regex not installed"); sys.exit(0)
+        import megatron
+        pkg = types.ModuleType("megatron.training")
+        pkg.__path__ = [{MEGATRON_SRC!r} + "/megatron/training"]
+        sys.modules["megatron.training"] = pkg      # skip its __init__ (imports triton)
+        import megatron.training.global_vars as gv
+        for k in dir(gv):
+            if k.startswith("get_"):
+                setattr(pkg, k, getattr(gv, k))
+        import megatron.training.arguments as A
+        A.get_device_arch_version = lambda: 9        # no GPU here: check as on Hopper
+        for case in json.load(open({str(tmp_path / "cases.json")!r})):
+            os.environ.update(WORLD_SIZE=str(case["world"]), RANK="0",
+                              CUDA_DEVICE_MAX_CONNECTIONS="1")
+            sys.argv = ["pretrain_gpt.py"] + case["argv"]
+            with contextlib.redirect_stdout(io.StringIO()):
+                args = A.validate_args(A.parse_args())
+                A.core_transformer_config_from_args(args)
+            assert args.virtual_pipeline_model_parallel_size == case["vpp"], case
+            assert args.data_parallel_size == case["dp"], case
+        print("OK", len(json.load(open({str(tmp_path / "cases.json")!r}))))
+    """)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300)
+    if res.stdout.startswith("SKIP"):
+        pytest.skip(res.stdout.strip())
+    assert res.returncode == 0 and res.stdout.startswith("OK"), res.stderr[-3000:]
+    assert int(res.stdout.split()[1]) == len(cases)

@@ -1,0 +1,189 @@
+"""The bandwidth probe on localhost with gloo: a full run of 2 "nodes" under torchrun, a node
+that never joins, a link that hangs, and its argument errors and `configurator probe`."""
+
+import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from topology.topofile import load_topology
+
+pytest.importorskip("torch.distributed")
+
+REPO = Path(__file__).resolve().parents[1]
+RUN_TIMEOUT_S = 120
+DIST_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+            "GROUP_RANK", "TORCHELASTIC_USE_AGENT_STORE", "CONFIGURATOR_PROBE_HOSTNAME")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def base_env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in DIST_ENV}
+    env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(REPO), **extra)
+    return env
+
+
+def run_all(specs, timeout_s=RUN_TIMEOUT_S):
+    """Start every (argv, env) at once, wait for all; kill what is left. → [(rc, out, err)]."""
+    procs = []
+    try:
+        for argv, env in specs:
+            procs.append(subprocess.Popen(argv, env=env, cwd=REPO, stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, text=True,
+                                          start_new_session=True))
+        outs = [p.communicate(timeout=timeout_s) for p in procs]
+        return [(p.returncode, *o) for p, o in zip(procs, outs)]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+
+
+def run_nodes(nodes: int, nproc: int, probe_args, entry=("-m", "topology.probe"), attempts=3,
+              entries=None):
+    """torchrun once per node on localhost (host names h0, h1, ...); retried on a port clash."""
+    for _ in range(attempts):
+        port = free_port()
+        specs = []
+        for r in range(nodes):
+            e = entries[r] if entries else list(entry)
+            argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nodes),
+                    "--nproc-per-node", str(nproc), "--node-rank", str(r), "--master-addr",
+                    "127.0.0.1", "--master-port", str(port), "--rdzv-conf", "timeout=60",
+                    *e, *probe_args]
+            specs.append((argv, base_env(CONFIGURATOR_PROBE_HOSTNAME=f"h{r}")))
+        out = run_all(specs)
+        if not any("address already in use" in err.lower() for _, _, err in out):
+            return out
+    return out
+
+
+def probe_lines(err: str) -> list[str]:
+    return [l for l in err.splitlines() if l.startswith("probe:")]
+
+
+def test_two_nodes_two_ranks_each(tmp_path):
+    out = tmp_path / "topo.json"
+    res = run_nodes(2, 2, ["--out", str(out), "--size-mb", "2", "--iters", "3", "--warmup", "1",
+                           "--timeout-s", "30", "--backend", "gloo"])
+    assert [rc for rc, _, _ in res] == [0, 0], res
+    assert "probe: wrote" in res[0][1]
+    topo = load_topology(out)
+    assert topo.hosts == ("h0", "h1") and topo.gpus_per_host == 2 and not topo.missing
+    host = {(l.src, l.dst) for l in topo.links if l.src_gpu is None}
+    assert host == {("h0", "h1"), ("h1", "h0")}
+    rail = {(l.src, l.dst, l.src_gpu, l.dst_gpu) for l in topo.links if l.src_gpu is not None}
+    assert rail == {(a, b, i, i) for a, b in host for i in (0, 1)}
+    for l in topo.links:
+        assert len(l.samples_Bps) == 3 and l.bandwidth_Bps > 0 and l.latency_s > 0
+        assert l.message_bytes == 2_000_000 and l.method == "probe gloo send/recv"
+        assert min(l.samples_Bps) <= l.bandwidth_Bps <= max(l.samples_Bps)
+    assert sorted(c.hosts for c in topo.collectives) == [("h0",), ("h1",)]
+    assert all(c.op == "all_reduce" and c.busbw_Bps > 0 for c in topo.collectives)
+    assert any("gloo" in w for w in topo.warnings)  # no intra-node GPU links on gloo
+
+
+def test_node_that_never_joins_is_named_and_file_kept(tmp_path):
+    out = tmp_path / "partial.json"
+    env = base_env(RANK="0", WORLD_SIZE="2", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+                   CONFIGURATOR_PROBE_HOSTNAME="alpha")
+    [(rc, _, err)] = run_all([([sys.executable, "-m", "topology.probe", "--out", str(out),
+                                "--timeout-s", "3", "--expected-hosts", "alpha,beta"], env)])
+    assert rc == 1
+    lines = probe_lines(err)
+    assert len(lines) == 1 and "node_rank 1 (beta) did not join within 3 s" in lines[0]
+    assert str(out) in lines[0]
+    topo = load_topology(out)
+    assert topo.hosts == ("alpha", "beta") and topo.links == ()
+    assert [(m.src, m.dst, m.reason) for m in topo.missing] == [("alpha", "beta", "did not join")]
+
+
+HANG = textwrap.dedent("""
+    import sys, time
+    from topology import probe, probe_ops
+    probe_ops.Ops.send = lambda self, peer: time.sleep(3600)   # this node's sends hang
+    sys.exit(probe.main())
+""")
+
+
+def test_hanging_link_is_named_and_measurements_kept(tmp_path):
+    hang = tmp_path / "hang.py"
+    hang.write_text(HANG)
+    out = tmp_path / "partial.json"
+    res = run_nodes(2, 1, ["--out", str(out), "--size-mb", "1", "--iters", "2", "--warmup", "1",
+                           "--timeout-s", "3", "--backend", "gloo"],
+                    entries=[["-m", "topology.probe"], [str(hang)]])
+    assert all(rc != 0 for rc, _, _ in res), res
+    lines = probe_lines(res[0][2])
+    assert len(lines) == 1, res[0][2]
+    assert lines[0].startswith("probe: error: inter-node host round 1/1 backward: h1 -> h0")
+    assert "partial topology written" in lines[0]
+    topo = load_topology(out)
+    assert [(l.src, l.dst) for l in topo.links] == [("h0", "h1")]   # measured before the hang
+    assert [(m.src, m.dst) for m in topo.missing] == [("h1", "h0")]
+    assert any("stopped by rank 0" in l for l in probe_lines(res[1][2]))
+
+
+def test_existing_output_is_refused(tmp_path):
+    out = tmp_path / "topo.json"
+    out.write_text("keep me")
+    env = base_env(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    [(rc, _, err)] = run_all([([sys.executable, "-m", "topology.probe", "--out", str(out)], env)])
+    assert rc == 2 and "file exists" in err and out.read_text() == "keep me"
+
+
+def test_argument_and_environment_errors(monkeypatch, capsys):
+    from topology import probe
+
+    for k in DIST_ENV:
+        monkeypatch.delenv(k, raising=False)
+    assert probe.main(["--out", "x.json"]) == 2
+    assert "launch with torchrun" in capsys.readouterr().err
+    assert probe.main(["--out", "x.json", "--size-mb", "0"]) == 2
+    assert "size_mb=0.0" in capsys.readouterr().err
+    assert probe.main(["--out", "x.json", "--warmup", "-1"]) == 2
+    with pytest.raises(SystemExit) as exc:
+        probe.main(["--out", "x.json", "--backend", "mpi"])
+    assert exc.value.code == 2
+
+
+def test_configurator_probe_prints_torchrun_line(monkeypatch, capsys):
+    from configurator.cli import main
+
+    for k in DIST_ENV:
+        monkeypatch.delenv(k, raising=False)
+    assert main(["probe", "--nnodes", "4", "--nproc-per-node", "8", "--master-addr", "n001",
+                 "--out", "my topo.json", "--size-mb", "64", "--timeout-s", "90"]) == 0
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    words = shlex.split(line)
+    assert words[:9] == ["torchrun", "--nnodes", "4", "--nproc-per-node", "8", "--node-rank",
+                         "$NODE_RANK", "--master-addr", "n001"]
+    assert "timeout=90" in words and words[words.index("-m") + 1] == "topology.probe"
+    probe_args = words[words.index("topology.probe") + 1:]
+    assert probe_args[:2] == ["--out", "my topo.json"]
+    assert probe_args[probe_args.index("--size-mb") + 1] == "64"
+    # the probe accepts exactly what is printed
+    from topology.probe import parse_args
+    assert parse_args(probe_args).message_bytes == 64_000_000
+
+    assert main(["probe", "--nnodes", "2", "--nproc-per-node", "1", "--slurm"]) == 0
+    slurm = shlex.split(capsys.readouterr().out.strip())
+    assert slurm[:4] == ["srun", "--ntasks-per-node", "1", "bash"]
+    assert "--node-rank $SLURM_NODEID" in slurm[-1]
+    assert main(["probe", "--nproc-per-node", "8"]) == 2
+    assert "nnodes=None" in capsys.readouterr().err

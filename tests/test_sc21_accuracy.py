@@ -1,0 +1,25 @@
+"""Predicted iteration time vs every published row of SC'21 Table 1 (within 10 %)."""
+
+import pytest
+
+from configurator.evaluate import evaluate_plan
+from configurator.groundtruth import ground_truth_dir, sc21_rows
+from topology.cluster import load_cluster
+
+if not (ground_truth_dir() / "sc21_table1_weak_scaling.csv").exists():
+    pytest.skip(f"ground truth not found in {ground_truth_dir()}", allow_module_level=True)
+
+ROWS = sc21_rows()
+
+
+def test_all_ten_rows_present():
+    assert len(ROWS) == 10
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[r.model.name for r in ROWS])
+def test_iteration_time_within_10_percent(row):
+    cluster = load_cluster("dgx-a100-80gb", nodes=row.num_gpus // 8)
+    e = evaluate_plan(row.model, cluster, row.plan)
+    published = row.published_iteration_time_s
+    assert abs(e.iteration_time_s / published - 1) <= 0.10, (e.iteration_time_s, published)
+    assert e.fits, "NVIDIA ran this configuration on 80 GB GPUs; it must fit"

@@ -1,0 +1,107 @@
+"""``configurator audit``: report slow/asymmetric links, slow nodes and unmeasured pairs.
+
+Input is a topology file (``--topology topo.json``) or nccl-tests logs / directories of them.
+Exit 0 whenever the report was made (problems found are the report, not an error); 2 on bad
+input.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from configurator.commands import command
+from configurator.errors import InputError
+from configurator.units import GB
+
+MAX_WARNINGS_SHOWN = 5
+
+
+@command
+def register(sub):
+    p = sub.add_parser(
+        "audit", help="audit measured cluster links (slow links, slow nodes, missing pairs)",
+        description="Audit a measured topology: per link class (intra/inter-node, method, GPUs "
+                    "per host) a robust baseline (median, scaled MAD); flag slow links "
+                    "(< 80 %% of the median and robust z < -4), asymmetric pairs (> 20 %% "
+                    "apart), hosts slow with half or more of their partners, and host pairs "
+                    "never measured. Exit 0 with a report even when problems are found.")
+    p.add_argument("paths", nargs="*", metavar="LOG_OR_DIR",
+                   help="nccl-tests log files or directories of them (instead of --topology)")
+    p.add_argument("--topology", metavar="FILE", help="measured topology (YAML or JSON)")
+    p.add_argument("--out", metavar="DIR",
+                   help="write index.html (heatmap embedded), heatmap.png and audit.json here")
+    p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+    p.add_argument("--force", action="store_true",
+                   help="overwrite the report files in a non-empty --out directory")
+    p.set_defaults(func=run_audit)
+
+
+def _load(args):
+    if bool(args.topology) == bool(args.paths):
+        raise InputError("input", args.topology or " ".join(args.paths) or None,
+                         "give exactly one of --topology FILE or nccl-tests LOG_OR_DIR paths")
+    if args.topology:
+        from topology.topofile import load_topology
+        return load_topology(args.topology)
+    from topology.importers import import_paths
+    return import_paths(args.paths)
+
+
+def run_audit(args) -> int:
+    from topology.audit import audit
+    topo = _load(args)
+    report = audit(topo)
+    page = None
+    if args.out:
+        from topology.report_html import write_audit_html
+        page = write_audit_html(report, topo, args.out, force=args.force)
+    if args.json:
+        json.dump(report.to_dict(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(format_text(report))
+    if page is not None:
+        print(f"wrote {page}", file=sys.stderr if args.json else sys.stdout)
+    return 0
+
+
+def _ep(host, gpu):
+    return host if gpu is None else f"{host}/gpu{gpu}"
+
+
+def format_text(report) -> str:
+    """Readable summary: baselines, flagged nodes and links, missing pairs, recommendation."""
+    out = [f"Audit of {len(report.hosts)} hosts, {report.links_measured} measured links."]
+    out.append("Class baselines (median / scaled MAD, GB/s):")
+    for b in report.baselines:
+        out.append(f"  {b.label}: {b.median_Bps / GB:.2f} / {b.scaled_mad_Bps / GB:.3f} "
+                   f"over {b.links} links")
+    out.append(f"Flagged nodes ({len(report.flagged_nodes)}):")
+    for n in report.flagged_nodes:
+        out.append(f"  {n.host}: {n.reason}")
+    out.append(f"Flagged links ({len(report.flagged_links)}):")
+    for f in report.flagged_links:
+        arrow = "<->" if f.both_directions else "->"
+        out.append(f"  [{f.kind}] {_ep(f.src, f.src_gpu)}{arrow}{_ep(f.dst, f.dst_gpu)} "
+                   f"{f.measured_Bps / GB:.2f} GB/s, expected {f.expected_Bps / GB:.2f} "
+                   f"(ratio {f.ratio:.2f}) in [{f.link_class}]")
+    by_class: dict[str, list[str]] = {}
+    failures = []
+    for m in report.missing_links:
+        if m.link_class is None:
+            failures.append(f"  {m.src}<->{m.dst}: {m.reason}")
+        else:
+            by_class.setdefault(m.link_class, []).append(f"{m.src}<->{m.dst}")
+    out.append(f"Unmeasured host pairs ({sum(map(len, by_class.values()))}):")
+    for label, pairs in by_class.items():
+        out.append(f"  [{label}] {len(pairs)}: " + ", ".join(pairs))
+    out.append(f"Failed or absent measurements recorded in the inputs ({len(failures)}):")
+    out.extend(failures)
+    shown = report.warnings[:MAX_WARNINGS_SHOWN]
+    for w in shown:
+        out.append(f"Warning: {w}")
+    if len(report.warnings) > len(shown):
+        out.append(f"... and {len(report.warnings) - len(shown)} more warnings (see --json)")
+    out.append("Recommendation: " + report.recommendation)
+    return "\n".join(out)

@@ -1,0 +1,221 @@
+"""Self-contained HTML report of a cluster audit: host×host bandwidth heatmaps (one panel per
+inter-node link class, GB/s colour bar, unmeasured pairs hatched, flagged links outlined in
+red), the flagged links/nodes, per-node statistics, baselines and the recommendation.
+
+``write_audit_html`` writes ``index.html`` (the heatmap embedded as a base64 PNG),
+``heatmap.png`` and ``audit.json`` into one directory.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import math
+import os
+import statistics
+from pathlib import Path
+
+from configurator.errors import InputError
+from configurator.units import GB
+from topology.audit import AuditReport, class_label, measurement_classes
+from topology.topofile import Topology, host_sort_key
+
+FILES = ("index.html", "heatmap.png", "audit.json")
+
+
+def pair_matrices(topo: Topology) -> dict[str, tuple[list[str], list[list[float]]]]:
+    """Host×host matrices of inter-node bandwidth per class label, bytes/s.
+
+    ``m[i][j]`` is the median of the links ``hosts[i] → hosts[j]`` (over GPU indices); a pair
+    measured in one direction only shows that value both ways (a 2-rank nccl-tests sendrecv is
+    bidirectional); ``nan`` = not measured; the diagonal is ``nan``.
+    """
+    hosts = sorted(topo.hosts, key=host_sort_key)
+    index = {h: i for i, h in enumerate(hosts)}
+    raw: dict[str, dict[tuple[int, int], list[float]]] = {}
+    for key, recs in measurement_classes(topo).items():
+        if key[0] != "inter-node":
+            continue
+        cells = raw.setdefault(class_label(key), {})
+        for ((a, _), (b, _)), vals in recs.items():
+            if a in index and b in index:
+                cells.setdefault((index[a], index[b]), []).extend(vals)
+    out = {}
+    for label, cells in raw.items():
+        n = len(hosts)
+        m = [[math.nan] * n for _ in range(n)]
+        for (i, j), v in cells.items():
+            m[i][j] = statistics.median(v)
+        for (i, j) in cells:
+            if (j, i) not in cells:
+                m[j][i] = m[i][j]
+        out[label] = (hosts, m)
+    return out
+
+
+def heatmap_png(report: AuditReport, topo: Topology) -> bytes:
+    """Render the heatmap panels to PNG bytes (matplotlib, Agg backend)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+    from matplotlib.patches import Rectangle
+
+    mats = pair_matrices(topo)
+    order = [b.label for b in report.baselines if b.label in mats]
+    slow = {(f.link_class, f.src, f.dst) for f in report.flagged_links}
+    n = max(1, len(order))
+    cols = min(n, 2)
+    rows = math.ceil(n / cols)
+    size = max(len(topo.hosts), 2)
+    cell = 0.36 if size > 8 else 0.6
+    fig, axes = plt.subplots(rows, cols, squeeze=False, layout="constrained",
+                             figsize=(cols * (size * cell + 3.2), rows * (size * cell + 2.6)))
+    for ax in axes.flat[len(order):]:
+        ax.axis("off")
+    if not order:
+        axes[0][0].text(0.5, 0.5, "no inter-node measurements", ha="center", va="center")
+    for ax, label in zip(axes.flat, order):
+        hosts, m = mats[label]
+        arr = np.array(m, dtype=float) / GB
+        # Colour scale from 0 so that ±1 % noise does not look like a fault.
+        top = np.nanmax(arr) if np.isfinite(arr).any() else 1.0
+        im = ax.imshow(np.ma.masked_invalid(arr), cmap="viridis", interpolation="nearest",
+                       vmin=0.0, vmax=top)
+        for i in range(len(hosts)):
+            for j in range(len(hosts)):
+                if i == j:
+                    ax.add_patch(Rectangle((j - .5, i - .5), 1, 1, facecolor="#ffffff",
+                                           edgecolor="#ffffff"))
+                elif math.isnan(arr[i, j]):
+                    ax.add_patch(Rectangle((j - .5, i - .5), 1, 1, facecolor="#e6e6e6",
+                                           edgecolor="#555555", hatch="xx", linewidth=0))
+        idx = {h: i for i, h in enumerate(hosts)}
+        for (lab, s, d) in slow:
+            if lab == label and s in idx and d in idx and s != d:
+                for (i, j) in ((idx[s], idx[d]), (idx[d], idx[s])):
+                    ax.add_patch(Rectangle((j - .5, i - .5), 1, 1, fill=False,
+                                           edgecolor="red", linewidth=1.6))
+        ax.set_xticks(range(len(hosts)), hosts, rotation=90, fontsize=7)
+        ax.set_yticks(range(len(hosts)), hosts, fontsize=7)
+        ax.set_xlabel("dst host")
+        ax.set_ylabel("src host")
+        ax.set_title(label, fontsize=8)
+        cb = fig.colorbar(im, ax=ax, fraction=0.046, pad=0.02)
+        cb.set_label("bandwidth (GB/s)")
+    fig.suptitle("Inter-node bandwidth (hatched: not measured; red box: flagged)", fontsize=10)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def _table(headers: list[str], rows: list[list[object]]) -> str:
+    if not rows:
+        return "<p><em>none</em></p>"
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>"
+                   for r in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def render_html(report: AuditReport, png: bytes) -> str:
+    """The report page as one string; the PNG is embedded as a data: URI."""
+    d = report.to_dict()
+    rec = d["recommendation"]
+    b64 = base64.b64encode(png).decode("ascii")
+    parts = [
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
+        "<title>Cluster audit</title><style>",
+        "body{font-family:sans-serif;margin:1.5em;color:#222}"
+        "table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:13px}"
+        "th,td{border:1px solid #bbb;padding:3px 8px;text-align:left}"
+        "td:not(:last-child){white-space:nowrap}"
+        "th{background:#eee}.rec{background:#fff4e5;border:1px solid #f0a040;padding:.8em}"
+        "img{max-width:100%}",
+        "</style></head><body>",
+        "<h1>Cluster audit</h1>",
+        f"<p>{len(d['hosts'])} hosts, {d['links_measured']} measured links, "
+        f"{len(d['flagged_links'])} flagged links, {len(d['flagged_nodes'])} flagged nodes, "
+        f"{len(d['missing_links'])} missing measurements.</p>",
+        "<h2>Recommendation</h2>",
+        _recommendation(rec),
+        "<h2>Bandwidth heatmap</h2>",
+        f"<img alt='host by host bandwidth heatmap' src='data:image/png;base64,{b64}'>",
+        "<h2>Flagged nodes</h2>",
+        _table(["host", "slow partner fraction", "reason"],
+               [[n["host"], n["slow_partner_fraction"], n["reason"]]
+                for n in d["flagged_nodes"]]),
+        "<h2>Flagged links</h2>",
+        _table(["src", "dst", "kind", "measured GB/s", "expected GB/s", "ratio", "class",
+                "reason"],
+               [[_ep(f["src"], f["src_gpu"]), _ep(f["dst"], f["dst_gpu"]), f["kind"],
+                 f["measured_GBps"], f["expected_GBps"], f["ratio"], f["class"], f["reason"]]
+                for f in d["flagged_links"]]),
+        "<h2>Missing measurements</h2>",
+        _table(["src", "dst", "class", "reason"],
+               [[m["src"], m["dst"], m["class"] or "-", m["reason"]]
+                for m in d["missing_links"]]),
+        "<h2>Class baselines</h2>",
+        _table(["class", "links", "median GB/s", "scaled MAD GB/s", "min GB/s", "max GB/s"],
+               [[b["class"], b["links"], b["median_GBps"], b["scaled_mad_GBps"],
+                 b["min_GBps"], b["max_GBps"]] for b in d["baselines"]]),
+        "<h2>Per-node statistics</h2>",
+        _table(["host", "class", "median GB/s", "links", "partners", "slow partners",
+                "slow fraction"],
+               [[s["host"], s["class"], s["median_GBps"], s["links"], s["partners"],
+                 s["slow_partners"], s["slow_partner_fraction"]] for s in d["node_stats"]]),
+    ]
+    if d["warnings"]:
+        parts += ["<h2>Warnings</h2><ul>"]
+        parts += [f"<li>{html.escape(w)}</li>" for w in d["warnings"]]
+        parts += ["</ul>"]
+    parts.append("</body></html>\n")
+    return "\n".join(parts)
+
+
+def _recommendation(rec: dict) -> str:
+    items = []
+    if rec["drain_hosts"]:
+        items.append("<b>Drain / exclude hosts:</b> " + html.escape(", ".join(rec["drain_hosts"])))
+    if rec["report_links"]:
+        items.append("<b>Report to the network team:</b> " + html.escape(
+            ", ".join(f"{a} \u2194 {b}" for a, b in rec["report_links"])))
+    if rec["remeasure_pairs"]:
+        items.append("<b>Re-measure unmeasured pairs:</b> " + html.escape(
+            ", ".join(f"{a} \u2194 {b}" for a, b in rec["remeasure_pairs"])))
+    if not items:
+        return f"<div class='rec'>{html.escape(rec['text'])}</div>"
+    return "<div class='rec'><ul>" + "".join(f"<li>{i}</li>" for i in items) + "</ul></div>"
+
+
+def _ep(host: str, gpu) -> str:
+    return host if gpu is None else f"{host}/gpu{gpu}"
+
+
+def write_audit_html(report: AuditReport, topo: Topology, out_dir: str | os.PathLike,
+                     force: bool = False) -> Path:
+    """Write ``index.html``, ``heatmap.png`` and ``audit.json`` into ``out_dir``.
+
+    Returns the path of ``index.html``. Raises :class:`InputError` when ``out_dir`` is a
+    file, or an existing non-empty directory and ``force`` is False (nothing is written then).
+    """
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise InputError("--out", str(out), "is a file, not a directory")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise InputError("--out", str(out), "directory exists and is not empty; "
+                                            "use --force to overwrite its report files")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        png = heatmap_png(report, topo)
+        (out / "heatmap.png").write_bytes(png)
+        (out / "audit.json").write_text(json.dumps(report.to_dict(), indent=2) + "\n",
+                                        encoding="utf-8")
+        page = out / "index.html"
+        page.write_text(render_html(report, png), encoding="utf-8")
+    except OSError as err:
+        raise InputError("--out", str(out), f"cannot write ({err.strerror})") from None
+    return page

@@ -1,0 +1,383 @@
+"""Measured topology: link and collective measurements between hosts and GPUs, and their file.
+
+Inside, everything is SI (bytes/s, seconds, bytes). The file (YAML, or JSON when the name ends
+in ``.json``) carries units at the edge: GB/s (1e9 B/s) and microseconds::
+
+    format: configurator-topology      # optional on load; must match when present
+    version: 1                         # optional on load; must be 1 when present
+    hosts: [cnode2-001, cnode2-002]    # host names, in order
+    gpus_per_host: 8                   # GPUs per host as far as the inputs show, or null
+    merge_policy: min                  # how duplicate records were combined: min|median|pNN
+    links:                             # per-direction src → dst attained bandwidth
+      - src: cnode2-001                # host
+        dst: cnode2-002                # host (== src for an intra-node GPU↔GPU link)
+        src_gpu: null                  # local GPU index, or null for a host-level link
+        dst_gpu: null                  # (both null or both set)
+        bandwidth_GBps: 13.59          # > 0
+        latency_us: null               # > 0 or null
+        link_class: network            # nvlink | pcie | network | ...
+        message_bytes: 17179869184     # message size of the figure, or null
+        method: nccl-tests sendrecv_perf busbw out-of-place
+        timestamp: null                # ISO-8601 string, or null
+        samples_GBps: [13.59, 13.61]   # optional: repeated measurements (spread)
+        gpus_per_host: 1               # optional: GPUs per host the measurement used
+        rails_used: 1                  # optional: NICs per host carrying traffic at once
+    collectives:                       # optional: collective bus bandwidths
+      - hosts: [cnode2-001, cnode2-002]
+        gpus_per_host: 8
+        op: alltoall                   # all_reduce | all_gather | alltoall | sendrecv | ...
+        busbw_GBps: 23.1
+        message_bytes: 17179869184
+        method: nccl-tests alltoall_perf busbw out-of-place
+        timestamp: null
+    missing:                           # optional: measurements that were expected, not found
+      - {src: cnode2-002, dst: cnode2-008, reason: "..."}
+    warnings: ["..."]                  # optional
+
+Conventions: a ``method`` ending in ``"(nominal)"`` marks a data-sheet rate, not a measurement
+(e.g. ``nvidia-smi topo -m (nominal)``). A host-level inter-node record measured with
+``gpus_per_host = k`` GPUs per host spread over ``rails_used`` NICs (default ``k``) gives a
+per-rail bandwidth of ``bandwidth / rails_used``; nccl-tests ``sendrecv_perf`` runs a ring, so
+only one NIC per direction crosses hosts whatever ``k`` and its records carry ``rails_used=1``.
+
+Errors: :class:`configurator.errors.InputError` for bad files, bad policies, or a file that
+would be overwritten without ``force``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from configurator.errors import InputError
+
+FORMAT = "configurator-topology"
+VERSION = 1
+NOMINAL_SUFFIX = "(nominal)"
+
+__all__ = ["LinkMeasurement", "CollectiveMeasurement", "MissingMeasurement", "Topology",
+           "load_topology", "save_topology", "merge_topologies", "apply_topology",
+           "topology_to_dict", "topology_from_dict", "dumps_topology", "check_policy",
+           "combine", "host_sort_key", "FORMAT", "VERSION", "NOMINAL_SUFFIX"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class LinkMeasurement:
+    """Attained bandwidth of one direction ``src → dst`` (hosts; GPUs when ``*_gpu`` set).
+
+    ``bandwidth_Bps`` bytes/s per direction (nccl-tests sendrecv between two ranks: busbw, which
+    equals algbw); ``latency_s`` seconds or None; ``message_bytes`` the size the figure was
+    taken at; ``samples_Bps`` repeated measurements; ``gpus_per_host`` GPUs per host the
+    measurement used (N2_G4 → 4); ``rails_used`` NICs per host carrying traffic at once
+    (None: ``gpus_per_host``, see the module docstring).
+    """
+
+    src: str
+    dst: str
+    src_gpu: int | None
+    dst_gpu: int | None
+    bandwidth_Bps: float
+    latency_s: float | None
+    link_class: str
+    message_bytes: int | None
+    method: str
+    timestamp: str | None
+    samples_Bps: tuple[float, ...] = ()
+    gpus_per_host: int | None = None
+    rails_used: int | None = None
+
+    @property
+    def intra_node(self) -> bool:
+        return self.src == self.dst
+
+    @property
+    def nominal(self) -> bool:
+        """True for data-sheet rates (method ends in ``"(nominal)"``), not measurements."""
+        return self.method.endswith(NOMINAL_SUFFIX)
+
+    @property
+    def rails(self) -> int:
+        """NICs per host the measurement loaded at once (≥ 1)."""
+        return self.rails_used or self.gpus_per_host or 1
+
+    @property
+    def key(self) -> tuple:
+        """Identity for merging: the same link measured with the same GPU count."""
+        return (self.src, self.dst, self.src_gpu, self.dst_gpu, self.gpus_per_host,
+                self.rails_used)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CollectiveMeasurement:
+    """Bus bandwidth (``busbw_Bps``, bytes/s, nccl-tests definition) of collective ``op`` over
+    ``gpus_per_host`` GPUs on each of ``hosts``, at ``message_bytes``."""
+
+    hosts: tuple[str, ...]
+    gpus_per_host: int
+    op: str
+    busbw_Bps: float
+    message_bytes: int | None
+    method: str
+    timestamp: str | None
+
+    @property
+    def key(self) -> tuple:
+        return (self.hosts, self.gpus_per_host, self.op, self.method)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MissingMeasurement:
+    """A measurement between hosts ``src`` and ``dst`` that was expected but yielded no figure."""
+
+    src: str
+    dst: str
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Topology:
+    """Everything measured about a set of hosts. ``merge_policy`` records how duplicate
+    link records (same :attr:`LinkMeasurement.key`) were combined."""
+
+    hosts: tuple[str, ...]
+    gpus_per_host: int | None
+    links: tuple[LinkMeasurement, ...]
+    collectives: tuple[CollectiveMeasurement, ...] = ()
+    missing: tuple[MissingMeasurement, ...] = ()
+    merge_policy: str = "min"
+    warnings: tuple[str, ...] = ()
+
+    def measured_pairs(self) -> set[frozenset[str]]:
+        """Unordered host pairs with at least one inter-node link record."""
+        return {frozenset((l.src, l.dst)) for l in self.links if l.src != l.dst}
+
+    def unmeasured_pairs(self) -> list[tuple[str, str]]:
+        """Host pairs named in ``missing`` that have no link record at all, sorted."""
+        have = self.measured_pairs()
+        out = {tuple(sorted((m.src, m.dst), key=host_sort_key)) for m in self.missing
+               if m.src != m.dst and frozenset((m.src, m.dst)) not in have}
+        return sorted(out, key=lambda p: (host_sort_key(p[0]), host_sort_key(p[1])))
+
+
+# -- merging -------------------------------------------------------------------------------
+
+def host_sort_key(name: str) -> tuple:
+    """Natural order for host names (``node2`` before ``node10``)."""
+    return tuple((0, int(t), "") if t.isdigit() else (1, 0, t)
+                 for t in re.split(r"(\d+)", name) if t)
+
+
+def check_policy(policy: str) -> str:
+    """Validate a merge policy: ``min``, ``median`` or ``pNN`` (0 ≤ NN ≤ 100)."""
+    if isinstance(policy, str):
+        if policy in ("min", "median"):
+            return policy
+        m = re.fullmatch(r"p(\d{1,3}(?:\.\d+)?)", policy)
+        if m and 0 <= float(m.group(1)) <= 100:
+            return policy
+    raise InputError("merge", policy, "must be min, median or pNN with 0 <= NN <= 100 "
+                                      "(e.g. p10)")
+
+
+def combine(values: Sequence[float], policy: str) -> float:
+    """One figure from repeated bandwidths: the minimum (pessimistic), the median, or the
+    NN-th percentile (linear interpolation, numpy.percentile's default)."""
+    check_policy(policy)
+    if not values:
+        raise ValueError("combine() needs at least one value")
+    if policy == "min":
+        return float(min(values))
+    if policy == "median":
+        return float(np.median(values))
+    return float(np.percentile(values, float(policy[1:])))
+
+
+def _opposite(policy: str) -> str:
+    """Latency is combined pessimistically too: the mirror percentile of the bandwidth one."""
+    if policy == "min":
+        return "p100"
+    if policy == "median":
+        return "median"
+    return f"p{100 - float(policy[1:]):g}"
+
+
+def _merge_links(group: list[LinkMeasurement], policy: str) -> LinkMeasurement:
+    if len(group) == 1:
+        return group[0]
+    first = group[0]
+    lats = [l.latency_s for l in group if l.latency_s is not None]
+    sizes = [l.message_bytes for l in group if l.message_bytes is not None]
+    stamps = sorted(l.timestamp for l in group if l.timestamp)
+    methods = list(dict.fromkeys(l.method for l in group))
+    classes = list(dict.fromkeys(l.link_class for l in group))
+    samples: list[float] = []
+    for l in group:
+        samples.extend(l.samples_Bps or (l.bandwidth_Bps,))
+    return replace(first,
+                   bandwidth_Bps=combine([l.bandwidth_Bps for l in group], policy),
+                   latency_s=combine(lats, _opposite(policy)) if lats else None,
+                   link_class=classes[0] if len(classes) == 1 else "/".join(classes),
+                   message_bytes=max(sizes) if sizes else None,
+                   method=methods[0] if len(methods) == 1 else " + ".join(methods),
+                   timestamp=stamps[-1] if stamps else None,
+                   samples_Bps=tuple(samples))
+
+
+def merge_topologies(topos: Iterable[Topology], policy: str = "min") -> Topology:
+    """Union of topologies; duplicate links (same :attr:`LinkMeasurement.key`) and collectives
+    are combined with ``policy`` (see :func:`combine`; latencies with the mirror policy, e.g.
+    the maximum for ``min``). ``samples_Bps`` of a merged link holds every input figure.
+    Missing entries and warnings are kept (duplicates dropped). Raises InputError for a bad
+    policy."""
+    check_policy(policy)
+    topos = list(topos)
+    hosts: dict[str, None] = {}
+    links: dict[tuple, list[LinkMeasurement]] = {}
+    colls: dict[tuple, list[CollectiveMeasurement]] = {}
+    missing: dict[MissingMeasurement, None] = {}
+    warnings: dict[str, None] = {}
+    gpus = [t.gpus_per_host for t in topos if t.gpus_per_host]
+    for t in topos:
+        hosts.update(dict.fromkeys(t.hosts))
+        for l in t.links:
+            links.setdefault(l.key, []).append(l)
+        for c in t.collectives:
+            colls.setdefault(c.key, []).append(c)
+        missing.update(dict.fromkeys(t.missing))
+        warnings.update(dict.fromkeys(t.warnings))
+    merged_colls = []
+    for group in colls.values():
+        sizes = [c.message_bytes for c in group if c.message_bytes is not None]
+        stamps = sorted(c.timestamp for c in group if c.timestamp)
+        merged_colls.append(replace(group[0],
+                                    busbw_Bps=combine([c.busbw_Bps for c in group], policy),
+                                    message_bytes=max(sizes) if sizes else None,
+                                    timestamp=stamps[-1] if stamps else None))
+    return Topology(hosts=tuple(hosts), gpus_per_host=max(gpus) if gpus else None,
+                    links=tuple(_merge_links(g, policy) for g in links.values()),
+                    collectives=tuple(merged_colls), missing=tuple(missing),
+                    merge_policy=policy, warnings=tuple(warnings))
+
+
+# -- applying to a cluster -----------------------------------------------------------------
+
+def _cluster_spec(cluster) -> dict[str, float]:
+    """Recover build_cluster's nominal arguments from the edges of the first host."""
+    g = cluster.graph
+    host = cluster.hosts[0]
+    intra = g.edges[f"{host}/gpu0", f"{host}/nvswitch"]
+    inter = g.edges[f"{host}/gpu0", f"{host}/nic0"]
+    return dict(intra_bandwidth_Bps=intra["nominal_bandwidth_Bps"],
+                inter_bandwidth_Bps=inter["nominal_bandwidth_Bps"],
+                intra_latency_s=intra["latency_s"] * 2, inter_latency_s=inter["latency_s"] * 3,
+                intra_efficiency=intra["bandwidth_Bps"] / intra["nominal_bandwidth_Bps"],
+                inter_efficiency=inter["bandwidth_Bps"] / inter["nominal_bandwidth_Bps"])
+
+
+def apply_topology(cluster, topo: Topology, policy: str | None = None):
+    """A NEW :class:`topology.cluster.Cluster` with ``topo``'s links as ``measured`` edges.
+
+    Hosts: the topology's names replace the cluster's (the cluster keeps its node count unless
+    the topology names more hosts). Built afresh with build_cluster from the cluster's own
+    nominal spec, so earlier measured edges are dropped. Edges added (bandwidth per direction):
+
+    * host-level inter-node record → ``"<A>" → "<B>"``, per-rail bandwidth
+      ``bandwidth / rails`` (see :attr:`LinkMeasurement.rails`);
+    * GPU-level inter-node record → ``"<A>/nic<i>" → "<B>/nic<j>"`` (per rail, as measured);
+    * GPU-level intra-node record → ``"<H>/gpu<i>" → "<H>/gpu<j>"``.
+
+    Records of one edge are combined with ``policy`` (default: the topology's merge_policy).
+    Nominal records (method ending ``"(nominal)"``) are scaled by the cluster's efficiency for
+    that side (intra/inter) so they estimate attained rates. Latency of a measured inter-node
+    edge is what remains of the measured end-to-end latency after the two GPU↔NIC hops; when
+    unmeasured, the nominal path latency is kept. Raises InputError when a record names a GPU
+    index the cluster's nodes do not have.
+    """
+    from topology.cluster import build_cluster
+
+    policy = check_policy(policy or topo.merge_policy)
+    spec = _cluster_spec(cluster)
+    n = max(cluster.num_nodes, len(topo.hosts))
+    extra = [h for h in cluster.hosts if h not in topo.hosts]
+    hosts = list(topo.hosts) + extra[: n - len(topo.hosts)]
+    i = 0
+    while len(hosts) < n:  # cluster names collided with topology names: invent fresh ones
+        name = f"node{i:04d}"
+        if name not in hosts:
+            hosts.append(name)
+        i += 1
+    new = build_cluster(name=cluster.name, gpu=cluster.gpu, gpus_per_node=cluster.gpus_per_node,
+                        hosts=hosts, **spec)
+    gpn = cluster.gpus_per_node
+    hop_lat = spec["inter_latency_s"] / 3
+    edges: dict[tuple[str, str], list[tuple[float, float | None, LinkMeasurement]]] = {}
+    for l in topo.links:
+        for field, idx in (("src_gpu", l.src_gpu), ("dst_gpu", l.dst_gpu)):
+            if idx is not None and idx >= gpn:
+                raise InputError(f"topology.links.{field}", idx,
+                                 f"cluster {cluster.name} has {gpn} GPUs per node")
+        if l.intra_node:
+            if l.src_gpu is None or l.src_gpu == l.dst_gpu:
+                continue  # host-level intra-node figures belong to collectives
+            u, w = f"{l.src}/gpu{l.src_gpu}", f"{l.dst}/gpu{l.dst_gpu}"
+            bw = l.bandwidth_Bps * (spec["intra_efficiency"] if l.nominal else 1.0)
+            lat = l.latency_s
+        else:
+            if l.src_gpu is None:
+                u, w = l.src, l.dst
+                bw = l.bandwidth_Bps / l.rails
+            else:
+                u, w = f"{l.src}/nic{l.src_gpu}", f"{l.dst}/nic{l.dst_gpu}"
+                bw = l.bandwidth_Bps
+            bw *= spec["inter_efficiency"] if l.nominal else 1.0
+            lat = None if l.latency_s is None else max(l.latency_s - 2 * hop_lat, 0.0)
+        edges.setdefault((u, w), []).append((bw, lat, l))
+    for (u, w), recs in edges.items():
+        lats = [r[1] for r in recs if r[1] is not None]
+        intra = recs[0][2].intra_node
+        if lats:
+            lat = combine(lats, _opposite(policy))
+        else:
+            lat = spec["intra_latency_s"] if intra else 2 * hop_lat
+        nominal = (spec["intra_bandwidth_Bps"] if intra else spec["inter_bandwidth_Bps"])
+        new.graph.add_edge(u, w, bandwidth_Bps=combine([r[0] for r in recs], policy),
+                           nominal_bandwidth_Bps=nominal, latency_s=lat,
+                           link_class=recs[0][2].link_class, measured=True,
+                           method=" + ".join(dict.fromkeys(r[2].method for r in recs)))
+    new.invalidate()
+    return new
+
+
+# -- file format (implemented in topology.topofile_io; thin wrappers keep one import) -------
+
+def load_topology(path) -> Topology:
+    """Read a topology file; see :func:`topology.topofile_io.load_topology`."""
+    from topology import topofile_io
+    return topofile_io.load_topology(path)
+
+
+def save_topology(topo: Topology, path, force: bool = False) -> None:
+    """Write a topology file; see :func:`topology.topofile_io.save_topology`."""
+    from topology import topofile_io
+    topofile_io.save_topology(topo, path, force=force)
+
+
+def topology_to_dict(topo: Topology) -> dict:
+    """The file schema as plain data; see :func:`topology.topofile_io.topology_to_dict`."""
+    from topology import topofile_io
+    return topofile_io.topology_to_dict(topo)
+
+
+def topology_from_dict(data, where: str = "topology") -> Topology:
+    """Parse the file schema; see :func:`topology.topofile_io.topology_from_dict`."""
+    from topology import topofile_io
+    return topofile_io.topology_from_dict(data, where)
+
+
+def dumps_topology(topo: Topology, fmt: str = "json") -> str:
+    """File text (``json`` or ``yaml``); see :func:`topology.topofile_io.dumps_topology`."""
+    from topology import topofile_io
+    return topofile_io.dumps_topology(topo, fmt)
