@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Iterable, Mapping
 
 from configurator.errors import InputError
@@ -9,7 +10,8 @@ from configurator.errors import InputError
 
 def positive_int(field: str, value: Any) -> int:
     """Return ``value`` as int; raise InputError unless it is an integer > 0 (bools rejected)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
+    if (isinstance(value, bool) or not isinstance(value, (int, float))
+            or (isinstance(value, float) and not math.isfinite(value)) or int(value) != value):
         raise InputError(field, value, "must be a positive integer")
     if value <= 0:
         raise InputError(field, value, "must be a positive integer (> 0)")
@@ -20,7 +22,10 @@ def positive_float(field: str, value: Any) -> float:
     """Return ``value`` as float; raise InputError unless it is a finite number > 0."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InputError(field, value, "must be a positive number")
-    v = float(value)
+    try:
+        v = float(value)
+    except OverflowError:
+        raise InputError(field, value, "must be a positive finite number (> 0)") from None
     if not v > 0 or v == float("inf"):
         raise InputError(field, value, "must be a positive finite number (> 0)")
     return v
@@ -66,12 +71,14 @@ def load_mapping_file(field: str, path: str) -> Mapping:
             text = fh.read()
     except OSError as err:
         raise InputError(field, path, f"cannot read file ({err.strerror})") from None
+    except UnicodeDecodeError:
+        raise InputError(field, path, "not a UTF-8 text file") from None
     try:
         if path.endswith(".json"):
             data = json.loads(text)
         else:
             data = yaml.safe_load(text)
-    except (yaml.YAMLError, json.JSONDecodeError, ValueError) as err:
+    except (yaml.YAMLError, ValueError, RecursionError) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise InputError(field, path, f"malformed YAML/JSON ({first})") from None
     if not isinstance(data, Mapping):

@@ -1,30 +1,58 @@
 """Activation bytes stored for backward, per transformer layer and per pipeline stage.
 
 Per layer and microbatch, 16-bit activations, following Korthikanti et al. 2022
-("Reducing Activation Recomputation in Large Transformer Models", arXiv:2205.05198, §4.1
-and Table 2), with ``s`` the sequence held by one rank (``seq_length / cp``), ``b`` the
-micro-batch size, ``h`` hidden, ``a`` heads, ``g`` query groups, ``f`` FFN size, ``t`` tp:
+("Reducing Activation Recomputation in Large Transformer Models", arXiv:2205.05198, §4.1 and
+Table 2) and the tensors megatron-core 0.16.1 keeps (``tests/megatron_reference.py``
+measures them), with ``s`` the sequence held by one rank (``seq_length / cp``), ``b`` the
+micro-batch size, ``h`` hidden, ``a`` heads, ``g`` query groups, ``d = h/a``, ``f`` FFN size,
+``t`` tp, ``X = s·b``:
 
-* replicated over tp (÷t with sequence parallelism): inputs of the two norms (2sbh each), of
-  QKV and fc1 (2sbh each), two dropout masks (sbh each, only when ``hidden_dropout > 0``);
-  Table 2's ``10·sbh``.
-* split over tp: Q (2sbh), K and V (2sbh·g/a each with flash/fused attention, which handle
-  GQA natively; 2sbh each with megatron-core's local DotProductAttention, which
-  ``repeat_interleave``-s K and V to ``a`` heads before the batched GEMMs), the core-attention
-  output (2sbh), fc1 output (2sbf, 4sbf with SwiGLU) and fc2 input (2sbf); Table 2's
-  ``24·sbh/t`` for ``f = 4h``, ``g = a``.
-* attention scores (score-storing backends, no selective recompute): softmax output
-  ``2·a·s²·b``, plus dropout mask ``a·s²·b`` and dropout output ``2·a·s²·b`` when
-  ``attention_dropout > 0`` (Table 2's ``5as²b``), ÷t. Flash-style kernels keep only the
-  fp32 log-sum-exp, ``4·a·s·b/t``.
-* selective recompute drops the score terms (and the expanded K, V); full recompute keeps
-  the layer input only (``2sbh``, ÷t with sequence parallelism) and re-materialises one
-  layer's activations during its backward.
+* replicated over tp (÷t with sequence parallelism): the inputs of the two norms
+  (``TransformerLayer._forward_attention`` / ``_forward_mlp``; 2Xh each) and of QKV and fc1
+  (``LinearWithGradAccumulationAndAsyncCommunication.forward`` saves its input; 2Xh each),
+  and the two bias-dropout-add masks (``fused_bias_dropout._bias_dropout_add_func``; 1-byte
+  masks of ``torch.native_dropout``, Xh each, only when ``hidden_dropout > 0``: a dropout of
+  0 returns its input and keeps nothing). Table 2's ``10·sbh``.
+* split over tp: the core-attention output (linear_proj's input, 2Xh); fc1 output (2Xf; 4Xf
+  with SwiGLU: ``fused_bias_gelu.GeLUFunction`` / ``fused_bias_swiglu.SwiGLUFunction`` keep
+  the activation input, Megatron's default ``--bias-gelu-fusion``/``--bias-swiglu-fusion``)
+  and fc2's input (2Xf); and the query/key/value storages below. Table 2's ``24·sbh/t``.
+* query/key/value (``attention.py`` ``SelfAttention.get_query_key_value_tensors``): Q, K, V
+  are views of one QKV output ``M = 2X·d·(a + 2g)``. A view keeps its whole storage alive, so
+  whatever keeps V keeps M. RoPE (``rope_utils.apply_rotary_pos_emb``) makes new Q, K
+  (2Xh, 2Xh·g/a); with GQA the query ``reshape`` copies (2Xh). megatron-core's local
+  ``DotProductAttention.forward`` then ``repeat_interleave``-s K and V to ``a`` heads for GQA
+  (2Xh each, which ``baddbmm``/``bmm`` keep instead of M). Kept: MHA ``M`` (+ Q, K with RoPE);
+  GQA ``3·2Xh``. Flash/fused kernels (Transformer Engine) are modelled as keeping contiguous
+  Q, K, V (``2Xh(1 + 2g/a)``) plus the fp32 log-sum-exp ``4·a·X``; that path is not measured
+  here (it needs TE and a GPU).
+* attention scores (score-storing backends, no selective recompute): the 16-bit softmax
+  output ``2·a·s·X`` (``FusedScaleMaskSoftmax``; the fused CUDA kernel keeps its 16-bit
+  ``softmax_results``), plus the 1-byte dropout mask ``a·s·X`` and the dropout output
+  ``2·a·s·X`` (kept by the ``bmm`` with V) when ``attention_dropout > 0``; Table 2's
+  ``5as²b``; ÷t.
+* selective recompute (``recompute_modules=["core_attn"]``:
+  ``Attention._checkpointed_attention_forward`` → ``tensor_parallel.checkpoint``) keeps the
+  checkpoint's inputs, i.e. Q, K, V as handed to core attention: ``M`` plus new Q (RoPE or
+  GQA) and new K (RoPE). The scores (and GQA's expanded K, V) exist again while a layer's
+  attention is recomputed in backward.
+* full recompute (``TransformerBlock._checkpointed_forward``, uniform, 1 layer) keeps the
+  layer input (``2Xh``, ÷t with sequence parallelism) and re-materialises one layer's
+  activations during its backward.
 
-Stage extras: the first stage keeps the embedding-dropout mask (sbh, ÷t with SP) per
-microbatch in flight; the last stage keeps the final-norm input and output-layer input
-(2sbh each, ÷t with SP) and the fp32 logits ``4·s·b·V/t`` of one microbatch (Korthikanti
-§4.2.2: ``4sbh/t·(1 + V/h)``).
+Terms of order ``X`` or ``s·d`` (norm statistics, RoPE frequencies, int64 token ids and
+cross-entropy targets) are left out: below 0.1 % of a layer at ``h ≥ 1024``.
+
+Stage extras: the first stage keeps the embedding-dropout mask (``LanguageModelEmbedding``,
+Xh bytes, ÷t with SP; none when ``hidden_dropout == 0``) per microbatch in flight; the last
+stage keeps the final-norm input and output-layer input (2Xh each, ÷t with SP) and the fp32
+softmax of the cross entropy ``4·X·V/t`` (``tensor_parallel/cross_entropy.py``
+``_VocabParallelCrossEntropy.forward`` saves ``exp_logits``) of one microbatch
+(Korthikanti §4.2.2: ``4sbh/t·(1 + V/h)``).
+
+Peak per stage: the larger of the end of the forward of the last microbatch in flight and
+the recomputation of one layer (full) or one layer's core attention (selective) during
+backward, when the output-layer terms are already freed (``stage_activation_phases``).
 
 Microbatches in flight on pipeline rank ``r`` (Narayanan et al. SC'21 §2.2; Megatron-LM
 megatron/core/pipeline_parallel/schedules.py warm-up counts): 1F1B ``min(pp - r, m)``;
@@ -41,32 +69,102 @@ from memory_model.params import padded_vocab_size
 RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
 
 
+def _attention_sizes(model: ModelSpec, s, b, tp):
+    """Per-rank bytes of Q (= K or V expanded to all heads), one of K/V, and the QKV output
+    ``M`` (arrays broadcast). K/V heads per rank: ``max(g, t)/t`` (Megatron gathers and
+    slices the QKV output when ``g < t``)."""
+    h, a, g, d = (model.hidden_size, model.num_attention_heads, model.num_query_groups,
+                  model.kv_channels)
+    q = 2 * s * b * a * d / tp
+    kv = 2 * s * b * d * np.maximum(g, tp) / tp
+    return q, kv, q + 2 * kv
+
+
+def _handed_qkv_bytes(model: ModelSpec, q, kv, qkv):
+    """Storages behind Q, K, V as handed to core attention (what the selective-recompute
+    checkpoint keeps): ``M`` (V is a view of it), a new Q with RoPE or GQA, a new K with
+    RoPE."""
+    rope = model.position_embedding_type == "rope"
+    gqa = model.num_query_groups < model.num_attention_heads
+    return qkv + q * (rope or gqa) + kv * rope
+
+
+def _score_bytes(model: ModelSpec, s, b, tp):
+    """Softmax output, dropout mask and dropout output of a score-storing backend."""
+    per_score = 2 + 3 * (model.attention_dropout > 0)
+    return per_score * model.num_attention_heads * s * s * b / tp
+
+
+def _lse_bytes(model: ModelSpec, s, b, tp):
+    """fp32 log-sum-exp a flash-style kernel keeps instead of the scores."""
+    return 4 * model.num_attention_heads * s * b / tp
+
+
 def layer_activation_bytes(model: ModelSpec, *, mbs, seq, tp, sp, recompute,
                            stores_scores: bool, bytes_per_value: int = 2):
     """Activation bytes one layer stores for one microbatch *without* full recompute.
 
     ``seq`` is the sequence per rank (``seq_length / cp``); ``recompute`` is the code array
     (0 none, 1 selective; 2 full is treated as 0 here: it is the working set while a layer
-    is recomputed). Broadcasts over numpy arrays.
+    is recomputed). ``stores_scores``: megatron-core's local ``DotProductAttention`` (or
+    another backend materialising the s×s scores) rather than a flash-style kernel.
+    Broadcasts over numpy arrays; returns bytes per tensor-parallel rank.
     """
-    h, a, g, f = (model.hidden_size, model.num_attention_heads, model.num_query_groups,
-                  model.ffn_hidden_size)
+    h, f = model.hidden_size, model.ffn_hidden_size
     s, b = np.asarray(seq, dtype=float), np.asarray(mbs, dtype=float)
     tp = np.asarray(tp, dtype=float)
-    sbh = s * b * h
+    xh = s * b * h
     rep_div = np.where(sp, tp, 1.0)
     masks = 2 * (model.hidden_dropout > 0)
-    replicated = sbh * (8 + masks) / rep_div
+    replicated = xh * (8 + masks) / rep_div
     selective = np.asarray(recompute) == 1
-    kv_each = np.where(stores_scores & ~selective, 1.0, g / a)
-    mlp = 2 * s * b * f * ((2 if model.swiglu else 1) + 1)
-    sharded = (2 * sbh * (2 + 2 * kv_each) + mlp) / tp
+    q, kv, qkv = _attention_sizes(model, s, b, tp)
+    handed = _handed_qkv_bytes(model, q, kv, qkv)
     if stores_scores:
-        per_score = 2 + 3 * (model.attention_dropout > 0)
-        scores = np.where(selective, 0.0, per_score * a * s * s * b / tp)
+        rope = model.position_embedding_type == "rope"
+        if model.num_query_groups < model.num_attention_heads:
+            kept = 3 * q                      # Q, repeat_interleave-d K and V
+        else:
+            kept = qkv + (q + kv) * rope      # M (views), new Q and K with RoPE
+        attention = np.where(selective, handed, kept + _score_bytes(model, s, b, tp))
     else:
-        scores = 4 * a * s * b / tp  # fp32 log-sum-exp kept by flash attention
-    return (replicated + sharded + scores) * (bytes_per_value / 2)
+        attention = np.where(selective, handed, qkv + _lse_bytes(model, s, b, tp))
+    out = 2 * xh / tp                         # core-attention output, linear_proj's input
+    mlp = 2 * s * b * f * ((2 if model.swiglu else 1) + 1) / tp
+    return (replicated + attention + out + mlp) * (bytes_per_value / 2)
+
+
+def checkpoint_bytes(model: ModelSpec, *, mbs, seq, tp, sp):
+    """Bytes full recompute keeps per layer and microbatch: the layer input ``2·s·b·h``
+    (÷tp with sequence parallelism), saved by ``CheckpointFunction.forward``
+    (megatron/core/tensor_parallel/random.py) called from
+    ``TransformerBlock._checkpointed_forward``. Broadcasts."""
+    s, b, tp = (np.asarray(x, dtype=float) for x in (seq, mbs, tp))
+    return 2 * s * b * model.hidden_size / np.where(sp, tp, 1.0)
+
+
+def recompute_working_bytes(model: ModelSpec, *, mbs, seq, tp, sp, recompute,
+                            stores_scores: bool):
+    """Extra bytes while one layer is recomputed in backward, on top of what the layer
+    keeps from the forward (arrays broadcast; 0 without recompute).
+
+    Full: the whole layer re-materialised (:func:`layer_activation_bytes`) minus its input,
+    which is the checkpoint itself. Selective: ``CheckpointFunction.backward`` re-runs core
+    attention, keeping the scores again (plus GQA's expanded K, V for the local backend);
+    a flash-style kernel keeps contiguous Q, K, V, its output and the log-sum-exp.
+    """
+    s, b, tp = (np.asarray(x, dtype=float) for x in (seq, mbs, tp))
+    rc = np.asarray(recompute)
+    full = (layer_activation_bytes(model, mbs=b, seq=s, tp=tp, sp=sp, recompute=0,
+                                   stores_scores=stores_scores)
+            - checkpoint_bytes(model, mbs=b, seq=s, tp=tp, sp=sp))
+    q, kv, qkv = _attention_sizes(model, s, b, tp)
+    if stores_scores:
+        gqa = model.num_query_groups < model.num_attention_heads
+        selective = _score_bytes(model, s, b, tp) + 2 * q * gqa
+    else:
+        selective = qkv + 2 * s * b * model.hidden_size / tp + _lse_bytes(model, s, b, tp)
+    return np.where(rc == 2, full, np.where(rc == 1, selective, 0.0))
 
 
 def inflight_layers(num_layers: int, *, pp, vp, num_microbatches, stage):
@@ -78,24 +176,50 @@ def inflight_layers(num_layers: int, *, pp, vp, num_microbatches, stage):
     return np.where(vp > 1, interleaved, plain)
 
 
-def stage_activation_bytes(model: ModelSpec, *, mbs, seq, tp, pp, vp, sp, recompute,
-                           num_microbatches, stage, stores_scores: bool):
-    """Peak activation bytes on one GPU of pipeline ``stage`` (arrays broadcast)."""
+def stage_activation_phases(model: ModelSpec, *, mbs, seq, tp, pp, vp, sp, recompute,
+                            num_microbatches, stage, stores_scores: bool):
+    """Activation bytes on one GPU of ``stage`` at the two candidate peaks (arrays broadcast).
+
+    Returns ``(forward_end, recompute)``: at the end of the forward of the last microbatch in
+    flight (``n`` layer-microbatches kept, embedding-dropout masks on the first stage, the
+    output-layer terms on the last); and while the oldest microbatch's last layer is
+    recomputed in its backward (output-layer terms freed, that layer down to what its
+    recomputation needs: the checkpoint for full recompute; norm input, QKV input and the
+    checkpointed Q, K, V for selective; plus :func:`recompute_working_bytes`). The second
+    is 0 without recompute.
+    """
     s, b, tp = (np.asarray(x, dtype=float) for x in (seq, mbs, tp))
     pp, stage = np.asarray(pp), np.asarray(stage)
     rc = np.asarray(recompute)
     h = model.hidden_size
-    sbh = s * b * h
+    xh = s * b * h
     rep_div = np.where(sp, tp, 1.0)
     n = inflight_layers(model.num_layers, pp=pp, vp=vp, num_microbatches=num_microbatches,
                         stage=stage)
     per_layer = layer_activation_bytes(model, mbs=b, seq=s, tp=tp, sp=sp, recompute=rc,
                                        stores_scores=stores_scores)
-    full = n * 2 * sbh / rep_div + per_layer  # checkpoints + one layer re-materialised
-    act = np.where(rc == 2, full, n * per_layer)
+    ckpt = checkpoint_bytes(model, mbs=b, seq=s, tp=tp, sp=sp)
+    kept = np.where(rc == 2, ckpt, per_layer)
     mb_first = np.minimum(pp - stage, num_microbatches)
-    emb_mask = (model.hidden_dropout > 0) * sbh / rep_div * mb_first
-    act = act + np.where(stage == 0, emb_mask, 0.0)
+    emb_mask = (model.hidden_dropout > 0) * xh / rep_div * mb_first
+    emb = np.where(stage == 0, emb_mask, 0.0)
     v_pad = padded_vocab_size(model.vocab_size, tp)
-    last = 4 * sbh / rep_div + 4 * s * b * v_pad / tp
-    return act + np.where(stage == pp - 1, last, 0.0)
+    last = 4 * xh / rep_div + 4 * s * b * v_pad / tp
+    forward_end = n * kept + emb + np.where(stage == pp - 1, last, 0.0)
+    q, kv, qkv = _attention_sizes(model, s, b, tp)
+    layer_left = np.where(rc == 2, ckpt,
+                          4 * xh / rep_div + _handed_qkv_bytes(model, q, kv, qkv))
+    working = recompute_working_bytes(model, mbs=b, seq=s, tp=tp, sp=sp, recompute=rc,
+                                      stores_scores=stores_scores)
+    recompute_peak = (n - 1) * kept + layer_left + working + emb
+    return forward_end, np.where(rc == 0, 0.0, recompute_peak)
+
+
+def stage_activation_bytes(model: ModelSpec, *, mbs, seq, tp, pp, vp, sp, recompute,
+                           num_microbatches, stage, stores_scores: bool):
+    """Peak activation bytes on one GPU of pipeline ``stage`` (arrays broadcast): the larger
+    of the two phases of :func:`stage_activation_phases`."""
+    fwd, rec = stage_activation_phases(
+        model, mbs=mbs, seq=seq, tp=tp, pp=pp, vp=vp, sp=sp, recompute=recompute,
+        num_microbatches=num_microbatches, stage=stage, stores_scores=stores_scores)
+    return np.maximum(fwd, rec)

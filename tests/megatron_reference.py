@@ -40,7 +40,8 @@ replaced so that it keeps what the GPU kernel keeps (the memory model predicts G
 These patches are global, so the measurement runs in a subprocess (:func:`run_reference`),
 which also initialises the gloo process group (world size 1) only once for all configs.
 
-Run ``python tests/megatron_reference.py --show gpt`` to print the tensors one layer keeps.
+Run ``python tests/megatron_reference.py --show gpt`` to print the tensors one layer keeps,
+``--table`` for measured vs model bytes of every config.
 """
 
 from __future__ import annotations
@@ -94,6 +95,50 @@ def run_reference(names=None, timeout_s: float = 300.0) -> dict:
     if proc.returncode:
         raise RuntimeError(f"reference measurement failed:\n{proc.stderr[-4000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def model_bytes(name: str) -> dict:
+    """The memory model's figures for reference config ``name`` (pp = tp = cp = 1, one
+    microbatch, local attention): ``layer_bytes`` (the checkpoint with full recompute),
+    ``forward_end_bytes``, ``recompute_peak_bytes``, ``stage_bytes``, ``stage_parameters``,
+    ``total_parameters``."""
+    from memory_model import activations as act
+    from memory_model.params import stage_parameters, total_parameters
+    spec = model_spec(name)
+    rc = act.RECOMPUTE_CODES[CONFIGS[name]["recompute"]]
+    kw = dict(mbs=MBS, seq=SEQ, tp=1, sp=False)
+    stage = dict(kw, pp=1, vp=1, recompute=rc, num_microbatches=1, stage=0,
+                 stores_scores=True)
+    layer = (act.checkpoint_bytes(spec, **kw) if rc == 2 else
+             act.layer_activation_bytes(spec, recompute=rc, stores_scores=True, **kw))
+    fwd, rec = act.stage_activation_phases(spec, **stage)
+    return dict(layer_bytes=float(layer), forward_end_bytes=float(fwd),
+                recompute_peak_bytes=float(rec),
+                stage_bytes=float(act.stage_activation_bytes(spec, **stage)),
+                stage_parameters=float(stage_parameters(spec, 1, 1, 0)),
+                total_parameters=total_parameters(spec))
+
+
+def comparison_table(results: dict) -> str:
+    """Markdown table: measured vs model bytes per reference config."""
+    def err(model, measured):
+        return f"{100 * (model - measured) / measured:+.2f} %" if measured else "n/a"
+    lines = ["| config | quantity | measured | model | error |", "|---|---|---|---|---|"]
+    for name, r in results.items():
+        m = model_bytes(name)
+        layer_label = ("per-layer checkpoint B" if CONFIGS[name]["recompute"] == "full"
+                       else "per-layer activations B")
+        for label, meas, mod in [
+                (layer_label, r["layer_bytes"], m["layer_bytes"]),
+                ("stage activations (peak) B", r["stage_peak_bytes"], m["stage_bytes"]),
+                ("  at forward end B", r["forward_end_bytes"], m["forward_end_bytes"]),
+                ("  during recompute B", r["recompute_peak_bytes"],
+                 m["recompute_peak_bytes"]),
+                ("parameters", r["parameters"], m["total_parameters"])]:
+            if label.strip().startswith("during") and not meas and not mod:
+                continue
+            lines.append(f"| {name} | {label} | {meas:,.0f} | {mod:,.0f} | {err(mod, meas)} |")
+    return "\n".join(lines)
 
 
 # --- everything below runs in the child process --------------------------------------------
@@ -327,8 +372,7 @@ def _show(name: str, result: dict) -> None:
 def main(argv) -> int:
     import warnings
     warnings.filterwarnings("ignore")
-    as_json = "--json" in argv
-    show = "--show" in argv
+    as_json, show, table = ("--json" in argv), ("--show" in argv), ("--table" in argv)
     names = [a for a in argv if not a.startswith("--")] or list(CONFIGS)
     _patch_for_cpu()
     _init_distributed()
@@ -336,6 +380,8 @@ def main(argv) -> int:
     if show:
         for n in names:
             _show(n, results[n])
+    if table:
+        print(comparison_table(results))
     if as_json:
         for r in results.values():
             del r["items"]

@@ -65,8 +65,10 @@ class Cluster:
     link graph ``graph`` (:class:`networkx.DiGraph`). Built by :func:`build_cluster`."""
 
     def __init__(self, *, name: str, gpu: GPUSpec, gpus_per_node: int, hosts: list[str],
-                 graph: nx.DiGraph):
+                 graph: nx.DiGraph, spec: dict | None = None):
         self.name = name
+        #: The nominal arguments :func:`build_cluster` was called with (bytes/s, seconds).
+        self.spec = dict(spec or {})
         self.gpu = gpu
         self.gpus_per_node = gpus_per_node
         self.hosts = list(hosts)
@@ -236,7 +238,7 @@ def build_cluster(*, name: str, gpu: GPUSpec, gpus_per_node: int, hosts: list[st
                  nominal_bandwidth_Bps=intra_bandwidth_Bps, latency_s=intra_latency_s / 2,
                  link_class="nvlink", measured=False)
     inter = dict(bandwidth_Bps=inter_bandwidth_Bps * inter_efficiency,
-                 nominal_bandwidth_Bps=inter_bandwidth_Bps, latency_s=inter_latency_s / 3,
+                 nominal_bandwidth_Bps=inter_bandwidth_Bps, latency_s=inter_latency_s / 4,
                  link_class="network", measured=False)
     for host in hosts:
         sw = f"{host}/nvswitch"
@@ -250,7 +252,11 @@ def build_cluster(*, name: str, gpu: GPUSpec, gpus_per_node: int, hosts: list[st
             g.add_edge(sw, gid, **intra)
             for u, w in ((gid, nic), (nic, gid), (nic, "fabric"), ("fabric", nic)):
                 g.add_edge(u, w, **inter)
-    return Cluster(name=name, gpu=gpu, gpus_per_node=gpus_per_node, hosts=hosts, graph=g)
+    spec = dict(intra_bandwidth_Bps=intra_bandwidth_Bps, inter_bandwidth_Bps=inter_bandwidth_Bps,
+                intra_latency_s=intra_latency_s, inter_latency_s=inter_latency_s,
+                intra_efficiency=intra_efficiency, inter_efficiency=inter_efficiency)
+    return Cluster(name=name, gpu=gpu, gpus_per_node=gpus_per_node, hosts=hosts, graph=g,
+                   spec=spec)
 
 
 def cluster_from_config(data: Mapping[str, Any], nodes: int | None = None) -> Cluster:

@@ -265,16 +265,8 @@ def merge_topologies(topos: Iterable[Topology], policy: str = "min") -> Topology
 # -- applying to a cluster -----------------------------------------------------------------
 
 def _cluster_spec(cluster) -> dict[str, float]:
-    """Recover build_cluster's nominal arguments from the edges of the first host."""
-    g = cluster.graph
-    host = cluster.hosts[0]
-    intra = g.edges[f"{host}/gpu0", f"{host}/nvswitch"]
-    inter = g.edges[f"{host}/gpu0", f"{host}/nic0"]
-    return dict(intra_bandwidth_Bps=intra["nominal_bandwidth_Bps"],
-                inter_bandwidth_Bps=inter["nominal_bandwidth_Bps"],
-                intra_latency_s=intra["latency_s"] * 2, inter_latency_s=inter["latency_s"] * 3,
-                intra_efficiency=intra["bandwidth_Bps"] / intra["nominal_bandwidth_Bps"],
-                inter_efficiency=inter["bandwidth_Bps"] / inter["nominal_bandwidth_Bps"])
+    """build_cluster's nominal arguments, as the cluster recorded them."""
+    return dict(cluster.spec)
 
 
 def apply_topology(cluster, topo: Topology, policy: str | None = None):
@@ -312,7 +304,7 @@ def apply_topology(cluster, topo: Topology, policy: str | None = None):
     new = build_cluster(name=cluster.name, gpu=cluster.gpu, gpus_per_node=cluster.gpus_per_node,
                         hosts=hosts, **spec)
     gpn = cluster.gpus_per_node
-    hop_lat = spec["inter_latency_s"] / 3
+    hop_lat = spec["inter_latency_s"] / 4
     edges: dict[tuple[str, str], list[tuple[float, float | None, LinkMeasurement]]] = {}
     for l in topo.links:
         for field, idx in (("src_gpu", l.src_gpu), ("dst_gpu", l.dst_gpu)):
