@@ -11,7 +11,9 @@ held by the data path whether or not anything is saved). A packed tensor counts 
 autograd drops it, so the tracker also gives the peak over forward *and* backward (which is
 where full and selective recompute peak: the recomputed layer's tensors exist then).
 
-What is measured is the real megatron-core code. Where the CPU fallback of an op keeps
+What is measured is the real megatron-core code, not a re-implementation: the layer's
+structure (which views keep which storages, what the checkpoints keep, where dropout and
+the fused activation functions sit) is what the memory model must get right. Where the CPU fallback of an op keeps
 different tensors than the GPU kernel Megatron runs in training, the op is configured or
 replaced so that it keeps what the GPU kernel keeps (the memory model predicts GPU memory):
 
@@ -33,7 +35,11 @@ replaced so that it keeps what the GPU kernel keeps (the memory model predicts G
 * megatron's ``jit_fuser`` (``torch.compile``) is disabled, so the fused bias-GeLU /
   SwiGLU autograd functions and bias-dropout-add run eagerly and keep the tensors their
   eager code saves (the activation input; the dropout mask).
-* CUDA-only helpers (shared REFERENCE §8): ``GlobalMemoryBuffer.get_tensor``,
+* RoPE: megatron-core's unfused path (``rope_utils._apply_rotary_pos_emb_bshd``) keeps
+  per-call ``cos``/``sin`` factors (4 × s·d per layer); Megatron trains with
+  ``apply_rope_fusion`` (``--rope-fusion``, the default), whose Transformer Engine kernel
+  keeps only the shared frequencies, so those tensors are tallied apart, not counted.
+* CUDA-only helpers: ``GlobalMemoryBuffer.get_tensor``,
   ``CudaRNGStatesTracker.fork``, ``_get_cuda_rng_state``/``_set_cuda_rng_state``, and
   ``torch.cuda.current_device`` (``RotaryEmbedding.get_emb`` moves ``inv_freq`` to it).
 
@@ -63,6 +69,9 @@ _LLAMA = dict(_GPT, swiglu=True, normalization="RMSNorm", add_bias_linear=False,
 CONFIGS: dict[str, dict] = {
     "gpt": dict(_GPT, recompute="none"),
     "gpt-selective": dict(_GPT, recompute="selective"),
+    # 32 heads of 8 channels: the recomputed scores outgrow the output-layer terms, so the
+    # selective-recompute peak falls in backward.
+    "gpt-selective-32heads": dict(_GPT, num_attention_heads=32, recompute="selective"),
     "gpt-full": dict(_GPT, recompute="full"),
     "gpt-gqa": dict(_GPT, num_query_groups=2, recompute="none"),
     "gpt-gqa-selective": dict(_GPT, num_query_groups=2, recompute="selective"),
@@ -84,9 +93,13 @@ def model_spec(name: str, num_layers: int = 2):
 def run_reference(names=None, timeout_s: float = 300.0) -> dict:
     """Measure ``names`` (default: all of :data:`CONFIGS`) in one subprocess.
 
-    Returns ``{name: {"layer_bytes", "stage_peak_bytes", "forward_end_bytes",
-    "parameters", "input_bytes", "layer_items"}}`` (bytes; counts). Raises RuntimeError with
-    the child's stderr if it fails.
+    Returns ``{name: {...}}`` with, in bytes unless said: ``layer_bytes`` (kept at the end of
+    the forward with 2 layers minus with 1), ``forward_end_bytes``, ``recompute_peak_bytes``
+    (peak from the first tensor saved in backward on; 0 without recompute),
+    ``stage_peak_bytes`` (peak over forward and backward; all three with 2 layers),
+    ``parameters`` (count), ``input_bytes`` and ``unfused_rope_bytes`` (seen, not counted),
+    ``layer_items`` (the tensors layer 2 keeps: bytes, shape, dtype, site). Raises
+    RuntimeError with the child's stderr if it fails.
     """
     names = list(names or CONFIGS)
     proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--json", *names],

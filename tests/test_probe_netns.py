@@ -33,6 +33,7 @@ IFACE = "cfg0"            # the host end of each veth (same name in every host n
 PORT = 29400              # the namespaces are new and empty, so no port can clash
 TOLERANCE = 0.20
 RUN_TIMEOUT_S = 150
+FAIL_GRACE_S = 20
 PREFIX = f"cfgtest-{os.getpid()}"
 DIST_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
             "GROUP_RANK", "TORCHELASTIC_USE_AGENT_STORE", "CONFIGURATOR_PROBE_HOSTNAME")
@@ -121,23 +122,28 @@ def _run_probe(namespaces, out: Path):
                     str(PORT), "--rdzv-conf", "timeout=90", "-m", "topology.probe",
                     "--out", str(out), "--backend", "gloo", "--size-mb", str(SIZE_MB),
                     "--iters", "3", "--warmup", "1", "--timeout-s", "60"]
-            procs.append(subprocess.Popen(argv, env=env, cwd=REPO, stdout=subprocess.PIPE,
-                                          stderr=subprocess.STDOUT, text=True,
-                                          start_new_session=True))
+            with open(out.parent / f"host{i}.log", "w") as log:  # no pipe to fill up
+                procs.append(subprocess.Popen(argv, env=env, cwd=REPO, stdout=log,
+                                              stderr=subprocess.STDOUT, start_new_session=True))
         deadline = time.monotonic() + RUN_TIMEOUT_S
-        outs = [p.communicate(timeout=max(1.0, deadline - time.monotonic()))[0] for p in procs]
-        return [p.returncode for p in procs], outs
+        while time.monotonic() < deadline and any(p.poll() is None for p in procs):
+            if any(p.poll() for p in procs):  # one failed: the rest get a short grace
+                deadline = min(deadline, time.monotonic() + FAIL_GRACE_S)
+            time.sleep(0.2)
     finally:
         for p in procs:  # kill leftover torchrun agents and workers (their own sessions)
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
+            p.wait()
+    outs = [(out.parent / f"host{i}.log").read_text() for i in range(len(procs))]
+    return [p.returncode for p in procs], outs
 
 
 def test_probe_finds_the_shaped_link(cluster, tmp_path):
     out = tmp_path / "topo.json"
     codes, outs = _run_probe(cluster, out)
-    assert codes == [0] * HOSTS, "\n".join(o[-2000:] for o in outs)
+    assert codes == [0] * HOSTS, "\n".join(f"--- host{i} (exit {c}):\n{o[-3000:]}"
+                                            for i, (c, o) in enumerate(zip(codes, outs)))
     topo = load_topology(out)
     assert topo.hosts == tuple(f"host{i}" for i in range(HOSTS)) and not topo.missing
     links = {(l.src, l.dst): l for l in topo.links}

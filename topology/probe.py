@@ -182,7 +182,7 @@ class Coordinator(threading.Thread):
         msg = f"{what}; {where}"
         print(f"probe: error: {msg}", file=sys.stderr, flush=True)
         self.store.set("abort", msg)
-        time.sleep(0.5)  # let the other ranks read the reason before the store goes
+        time.sleep(1.0)  # let the other ranks read the reason before the store goes
         os._exit(EXIT_FAILED)
 
     def _wait(self, prefix: str, ranks: list[int], deadline: float) -> tuple[dict, list[int]]:
@@ -206,6 +206,12 @@ class Coordinator(threading.Thread):
         return got, []
 
     def run(self) -> None:
+        try:
+            self._run()
+        except Exception as err:  # never leave the other ranks waiting
+            self.fail(f"probe internal error: {_one_line(err)}", [], len(self.steps))
+
+    def _run(self) -> None:
         T, G, world = self.args.timeout_s, self.G, self.e["world_size"]
         joined, late = self._wait("join", list(range(world)), time.monotonic() + T)
         for r, info in joined.items():
@@ -280,8 +286,11 @@ def _watchdog(e: dict, timeout_s: float) -> None:
                           file=sys.stderr, flush=True)
                 os._exit(EXIT_FAILED)
         except Exception:  # the store went away: rank 0 (or its agent) is gone
+            if e["local_rank"] == 0:
+                print("probe: stopped: lost the coordination store (rank 0 is gone)",
+                      file=sys.stderr, flush=True)
             os._exit(EXIT_FAILED)
-        time.sleep(0.2)
+        time.sleep(0.1)
 
 
 def _backend(choice: str, local_rank: int) -> tuple[str, torch.device]:
@@ -320,6 +329,28 @@ def run(args, e: dict) -> int:
         coord.start()
     else:
         threading.Thread(target=_watchdog, args=(e, T), daemon=True).start()
+    try:
+        _participate(store, e, args, steps, backend, device, host)
+    except Aborted:
+        if rank == 0:
+            coord.join()  # it writes the partial file, then ends the process
+        raise
+    except Exception as err:  # e.g. the store went away with rank 0
+        print(f"probe: error: rank {rank} on {host}: {_one_line(err)}", file=sys.stderr)
+        if rank == 0:
+            coord.join()
+        return EXIT_FAILED
+    if rank == 0:
+        coord.join()
+    dist.destroy_process_group()
+    return 0
+
+
+def _participate(store, e: dict, args, steps: list[pp.Step], backend: str,
+                 device: torch.device, host: str) -> None:
+    """Join, set up the process group, take this rank's part in every step. Raises Aborted
+    when rank 0 gives up (or, as a last resort, falls silent for 3·timeout + 30 s)."""
+    rank, G, T = e["rank"], e["local_world_size"], args.timeout_s
     store.set(f"join/{rank}", json.dumps({"host": host, "local_rank": e["local_rank"]}))
     far = time.monotonic() + 3 * T + 30  # rank 0 aborts long before this
     if not wait_keys(store, ["roster"], far):
@@ -357,29 +388,33 @@ def run(args, e: dict) -> int:
     if not wait_keys(store, ["final"], far):
         raise Aborted("no final word from rank 0")
     store.set(f"bye/{rank}", "{}")
-    if rank == 0:
-        coord.join()
-    dist.destroy_process_group()
-    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point (``python -m topology.probe`` under torchrun); returns the exit status."""
+    """Entry point (``python -m topology.probe`` under torchrun). Bad arguments or environment:
+    one line, returns 2. Otherwise the run ends the process itself with ``os._exit(status)``
+    once output is flushed (0 ok, 1 failed, 2 bad input): torch's store and gloo threads can
+    abort an ordinary interpreter exit, which torchrun would report as a failed node."""
     quiet = os.environ.get("LOCAL_RANK", "0") != "0"
     try:
         args = parse_args(argv)
         e = _env()
-        return run(args, e)
     except InputError as err:
         if not quiet:
             print(f"probe: error: {err}", file=sys.stderr)
         return EXIT_INPUT
+    try:
+        code = run(args, e)
+    except InputError as err:
+        if not quiet:
+            print(f"probe: error: {err}", file=sys.stderr)
+        code = EXIT_INPUT
     except Aborted:
-        return EXIT_FAILED
+        code = EXIT_FAILED
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":
-    code = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code) if code else sys.exit(0)
+    sys.exit(main())

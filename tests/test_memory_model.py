@@ -1,0 +1,212 @@
+"""Closed-form checks of the memory model against published formulas and configurations."""
+
+import csv
+import dataclasses
+import os
+
+import numpy as np
+import pytest
+
+from configurator.model import MODEL_PRESETS, make_model
+from configurator.plan import ParallelPlan, check_plan
+from configurator.units import GiB
+from memory_model import estimate_memory
+from memory_model.activations import (RECOMPUTE_CODES, checkpoint_bytes, inflight_layers,
+                                      layer_activation_bytes, stage_activation_bytes,
+                                      stage_activation_phases)
+from memory_model.estimate import memory_arrays, peak_memory_arrays
+from memory_model.params import stage_parameters
+from tests.conftest import SHARED
+
+GROUND_TRUTH = str(SHARED / "ground_truth")
+TABLE2 = os.path.join(GROUND_TRUTH, "korthikanti_table2_activation_memory_formulas.csv")
+
+#: Korthikanti Table 2 rows: (tp > 1, sequence parallel, recompute).
+ROW_SETTINGS = {
+    "no parallelism": (False, False, "none"),
+    "tensor parallel (baseline)": (True, False, "none"),
+    "tensor + sequence parallel": (True, True, "none"),
+    "tensor parallel + selective recompute": (True, False, "selective"),
+    "tensor + sequence parallel + selective recompute": (True, True, "selective"),
+    "full activation recompute": (True, False, "full"),
+}
+
+#: GPT layers as in the paper: 4h GeLU MLP, g = a, dropout 0.1, learned positions.
+GPT_SIZES = [  # (hidden, heads, seq, mbs, tp)
+    (12288, 96, 2048, 1, 8),    # GPT-3 175B, Korthikanti Table 3
+    (6144, 64, 2048, 4, 8),     # 22B
+    (25600, 160, 2048, 1, 8),   # 1T
+    (1024, 16, 1024, 3, 4),
+]
+
+
+def _table2_rows():
+    if not os.path.exists(TABLE2):
+        pytest.skip(f"{TABLE2} not present")
+    with open(TABLE2) as fh:
+        return list(csv.DictReader(line for line in fh if not line.startswith("#")))
+
+
+def _gpt(hidden, heads, seq, layers=4, vocab=51200):
+    return make_model(num_layers=layers, hidden_size=hidden, num_attention_heads=heads,
+                      vocab_size=vocab, seq_length=seq)
+
+
+def _formula(expr, **vals):
+    return eval(compile(expr, TABLE2, "eval"), {"__builtins__": {}}, vals)  # noqa: S307
+
+
+@pytest.mark.parametrize("size", GPT_SIZES)
+def test_korthikanti_table2_per_layer(size):
+    h, a, s, b, t = size
+    model = _gpt(h, a, s)
+    rows = _table2_rows()
+    assert {r["configuration"] for r in rows} == set(ROW_SETTINGS)
+    for row in rows:
+        uses_tp, sp, recompute = ROW_SETTINGS[row["configuration"]]
+        tp = t if uses_tp else 1
+        want = _formula(row["activation_bytes_per_layer"], s=s, b=b, h=h, a=a, t=tp)
+        if recompute == "full":
+            got = checkpoint_bytes(model, mbs=b, seq=s, tp=tp, sp=sp)
+        else:
+            got = layer_activation_bytes(model, mbs=b, seq=s, tp=tp, sp=sp,
+                                         recompute=RECOMPUTE_CODES[recompute],
+                                         stores_scores=True)
+        assert float(got) == pytest.approx(want, rel=1e-12), row["configuration"]
+
+
+def test_full_recompute_checkpoint_split_by_sequence_parallel():
+    model = _gpt(12288, 96, 2048)
+    sbh = 2048 * 1 * 12288
+    assert float(checkpoint_bytes(model, mbs=1, seq=2048, tp=8, sp=True)) == 2 * sbh / 8
+
+
+@pytest.mark.parametrize("size", GPT_SIZES)
+def test_korthikanti_first_stage_extras_pp1(size):
+    """pp = 1 with TP + SP: L layers, embedding dropout sbh/t, and 4sbh/t·(1 + V/h)
+    (final norm input, output-layer input, fp32 logits; Korthikanti §4.2.2)."""
+    h, a, s, b, t = size
+    layers, vocab = 4, 51200          # 51200 is a multiple of 128·t for t ≤ 8
+    model = _gpt(h, a, s, layers, vocab)
+    sbh = s * b * h
+    per_layer = sbh * (34 / t + 5 * a * s / (h * t))
+    want = layers * per_layer + sbh / t + 4 * sbh / t * (1 + vocab / h)
+    got = stage_activation_bytes(model, mbs=b, seq=s, tp=t, pp=1, vp=1, sp=True,
+                                 recompute=0, num_microbatches=8, stage=0,
+                                 stores_scores=True)
+    assert float(got) == pytest.approx(want, rel=1e-12)
+
+
+def test_flash_attention_keeps_no_scores():
+    model = _gpt(4096, 32, 4096)
+    kw = dict(mbs=1, seq=4096, tp=1, sp=False, recompute=0)
+    local = layer_activation_bytes(model, stores_scores=True, **kw)
+    flash = layer_activation_bytes(model, stores_scores=False, **kw)
+    sbh = 4096 * 4096
+    assert float(local - flash) == pytest.approx(5 * 32 * 4096 * 4096 - 4 * 32 * 4096)
+    assert float(flash) == pytest.approx(34 * sbh + 4 * 32 * 4096)
+
+
+def test_no_dropout_keeps_no_masks():
+    with_drop = _gpt(1024, 16, 1024)
+    without = dataclasses.replace(with_drop, hidden_dropout=0.0, attention_dropout=0.0)
+    kw = dict(mbs=1, seq=1024, tp=1, sp=False, recompute=0, stores_scores=True)
+    diff = layer_activation_bytes(with_drop, **kw) - layer_activation_bytes(without, **kw)
+    sbh = 1024 * 1024
+    assert float(diff) == 2 * sbh + 3 * 16 * 1024 * 1024   # 2 masks; scores mask + output
+
+
+@pytest.mark.parametrize("p,m", [(1, 1), (4, 2), (4, 16), (8, 8), (64, 512)])
+def test_1f1b_inflight(p, m):
+    """1F1B: rank r holds min(p - r, m) microbatches of its L/p layers (SC'21 §2.2)."""
+    layers = 128
+    for r in range(p):
+        got = inflight_layers(layers, pp=p, vp=1, num_microbatches=m, stage=r)
+        assert float(got) == min(p - r, m) * layers / p
+    if m >= p:
+        assert float(inflight_layers(layers, pp=p, vp=1, num_microbatches=m, stage=0)) == layers
+
+
+@pytest.mark.parametrize("p,v", [(2, 2), (4, 2), (4, 4), (8, 3), (16, 2)])
+def test_interleaved_inflight_factor(p, v):
+    """Interleaved: rank 0 holds p + (p-1)/v stage-microbatches, factor 1 + (p-1)/(p·v)."""
+    layers = p * v * 4
+    got = inflight_layers(layers, pp=p, vp=v, num_microbatches=4 * p, stage=0)
+    assert float(got) / layers == pytest.approx(1 + (p - 1) / (p * v), rel=1e-12)
+    last = inflight_layers(layers, pp=p, vp=v, num_microbatches=4 * p, stage=p - 1)
+    assert float(last) < float(got)
+
+
+@pytest.mark.parametrize("precision,grad_bytes", [("bf16", 4), ("fp16", 2)])
+@pytest.mark.parametrize("dp,cp", [(1, 1), (8, 1), (4, 2), (64, 1)])
+def test_distributed_optimizer_sharding(precision, grad_bytes, dp, cp):
+    """Bytes per parameter: 16-bit weight, main grad (fp32 for bf16), 12 B of fp32 master
+    weight + Adam m, v, sharded over dp·cp by the distributed optimizer."""
+    model = MODEL_PRESETS["gpt-7.5b"]
+    common = dict(tp=2, pp=2, dp=dp, cp=cp, vp=1, mbs=1, num_microbatches=4, recompute=0,
+                  sp=True, stage=0, precision=precision, stores_scores=False)
+    params = float(stage_parameters(model, 2, 2, 0))
+    for dist, opt in ((True, 12 / (dp * cp)), (False, 12)):
+        out = memory_arrays(model, distributed_optimizer=dist, **common)
+        state = out["parameters_bytes"] + out["gradients_bytes"] + out["optimizer_bytes"]
+        assert float(state) / params == pytest.approx(2 + grad_bytes + opt, rel=1e-12)
+
+
+def test_full_recompute_peak_is_in_backward():
+    """With full recompute the stage peaks while one layer is recomputed: the other
+    checkpoints plus one whole layer, not all checkpoints plus the output-layer terms."""
+    model = _gpt(4096, 32, 2048, layers=8, vocab=51200)
+    kw = dict(mbs=1, seq=2048, tp=1, pp=1, vp=1, sp=False, num_microbatches=1, stage=0,
+              stores_scores=True)
+    fwd, rec = stage_activation_phases(model, recompute=2, **kw)
+    ckpt = checkpoint_bytes(model, mbs=1, seq=2048, tp=1, sp=False)
+    layer = layer_activation_bytes(model, mbs=1, seq=2048, tp=1, sp=False, recompute=0,
+                                   stores_scores=True)
+    emb = 2048 * 4096
+    assert float(rec) == pytest.approx(float(7 * ckpt + layer + emb))
+    assert float(fwd) == pytest.approx(float(8 * ckpt + emb + 4 * 2048 * 4096
+                                             + 4 * 2048 * 51200))
+    total = stage_activation_bytes(model, recompute=2, **kw)
+    assert float(total) == max(float(fwd), float(rec))
+
+
+def test_selective_recompute_peak_counts_recomputed_scores():
+    """Long sequences: re-running one layer's core attention in backward brings its s×s
+    scores back, which can exceed the output-layer terms freed by then."""
+    model = _gpt(4096, 32, 8192, layers=2, vocab=51200)
+    kw = dict(mbs=1, seq=8192, tp=1, pp=1, vp=1, sp=False, num_microbatches=1, stage=0,
+              stores_scores=True)
+    fwd, rec = stage_activation_phases(model, recompute=1, **kw)
+    assert float(rec) > float(fwd)
+    assert float(stage_activation_bytes(model, recompute=1, **kw)) == float(rec)
+
+
+def test_sc21_1t_fits_80gib():
+    """SC'21 Table 1's 1T model: tp 8, pp 64, dp 6, mbs 1, GBS 3072, full recompute, fp16,
+    local attention (2021 Megatron), on A100 80 GB."""
+    model = MODEL_PRESETS["gpt-1t"]
+    plan = ParallelPlan(tp=8, pp=64, dp=6, micro_batch_size=1, global_batch_size=3072,
+                        recompute="full", precision="fp16", attention_backend="local")
+    check_plan(model, plan, 3072)
+    stages = estimate_memory(model, plan)
+    peak = max(st.total_bytes for st in stages)
+    assert peak <= 80 * GiB
+    assert peak > 20 * GiB                       # weights and optimizer state alone: ~33 GiB
+    # Without recompute the same plan would not fit (the reason SC'21 recomputes).
+    none = dataclasses.replace(plan, recompute="none")
+    assert max(st.total_bytes for st in estimate_memory(model, none)) > 80 * GiB
+
+
+def test_vectorised_matches_scalar():
+    """The search evaluates arrays of plans: the broadcast result equals per-plan calls."""
+    model = MODEL_PRESETS["llama3-8b"]
+    tp = np.array([1, 2, 4, 8, 8])
+    rc = np.array([0, 1, 2, 1, 0])
+    sp = np.array([False, True, True, False, True])
+    pp = np.array([1, 2, 4, 2, 8])
+    kw = dict(dp=1, cp=1, vp=1, mbs=1, num_microbatches=8, distributed_optimizer=True,
+              precision="bf16", stores_scores=False)
+    batch = peak_memory_arrays(model, tp=tp, pp=pp, recompute=rc, sp=sp, **kw)
+    for i in range(len(tp)):
+        one = peak_memory_arrays(model, tp=tp[i], pp=pp[i], recompute=rc[i], sp=sp[i], **kw)
+        assert float(batch[i]) == pytest.approx(float(one), rel=1e-12)
