@@ -171,6 +171,7 @@ class Coordinator(threading.Thread):
         for step in self.steps[first_unrun:]:
             missing += pp.missing_for(step, set(), hosts, self.G,
                                       f"not measured: probe stopped ({what})")
+        missing = list(dict.fromkeys(missing))
         where = "nothing written"
         if write:
             try:
