@@ -151,6 +151,9 @@ def register_search(sub) -> None:
     p.add_argument("--force", action="store_true", help="overwrite files in --out")
     p.add_argument("--recompute", choices=RECOMPUTE, nargs="+",
                    help="restrict recompute choices (default: all)")
+    p.add_argument("--max-memory-fraction", type=float, default=1.0, metavar="F",
+                   help="keep plans whose predicted peak is at most F of GPU memory "
+                        "(0 < F <= 1, default 1: the model already allows for fragmentation)")
     p.add_argument("--exclude-flagged", action="store_true",
                    help="with --topology: plan on the hosts the audit does not flag, and "
                         "report what the exclusion costs or saves")
@@ -164,12 +167,15 @@ def run_search(args) -> int:
 
     model, cluster = _resolve(args, exclude_flagged=args.exclude_flagged)
     v.positive_int("top", args.top)
+    if not 0 < args.max_memory_fraction <= 1:
+        raise InputError("max_memory_fraction", args.max_memory_fraction, "must be in (0, 1]")
     if args.out:
-        _check_out(args.out, ("plan.json", "plans.json", "table.txt", "launch_torchrun.sh",
-                              "launch_slurm.sbatch"), args.force)
+        _check_out(args.out, ("plan.json", "plans.json", "table.txt", "plans.png",
+                              "launch_torchrun.sh", "launch_slurm.sbatch"), args.force)
     space = SearchSpace(recompute=tuple(args.recompute) if args.recompute else RECOMPUTE)
     res = search(model, cluster, args.gbs, precision=args.precision,
-                 attention_backend=args.attention_backend, top_k=args.top, space=space)
+                 attention_backend=args.attention_backend, top_k=args.top, space=space,
+                 keep_ranking=bool(args.out), max_memory_fraction=args.max_memory_fraction)
     table = format_table(res.plans)
     header = (f"{model.name} on {cluster.num_nodes} x {cluster.gpus_per_node} "
               f"{cluster.gpu.name} ({cluster.num_gpus} GPUs), gbs {args.gbs}, "
@@ -188,7 +194,7 @@ def run_search(args) -> int:
         _write_outputs(args.out, model, cluster, res, header + "\n" + table + "\n", args.force)
         if not args.json:
             print(f"wrote {args.out}/launch_torchrun.sh, launch_slurm.sbatch, plan.json, "
-                  f"plans.json, table.txt")
+                  f"plans.json, table.txt, plans.png")
     return 0
 
 
@@ -258,6 +264,15 @@ def _write_outputs(out: str, model, cluster, res, table: str, force: bool) -> No
         json.dump(res.to_dict(), fh, indent=2)
     with open(os.path.join(out, "table.txt"), "w", encoding="utf-8") as fh:
         fh.write(table)
+    from configurator.plot import plot_search
+    from configurator.search import candidate_memory
+
+    plot_search(os.path.join(out, "plans.png"),
+                peak_memory_bytes=candidate_memory(model, res.ranked),
+                iteration_time_s=res.ranked_time_s, recompute=res.ranked.recompute,
+                capacity_bytes=cluster.gpu.memory_bytes,
+                title=f"{model.name} on {cluster.num_gpus} x {cluster.gpu.name}: "
+                      f"{res.feasible} feasible plans")
 
 
 @command

@@ -49,12 +49,15 @@ def candidate_memory(model: ModelSpec, c: Candidates) -> np.ndarray:
 def search(model: ModelSpec, cluster, global_batch_size: int, *, precision: str = "bf16",
            attention_backend: str = "auto", top_k: int = 10,
            space: SearchSpace = SearchSpace(), overlap_grad_reduce: bool = True,
-           overlap_param_gather: bool = True, keep_ranking: bool = False) -> SearchResult:
+           overlap_param_gather: bool = True, keep_ranking: bool = False,
+           max_memory_fraction: float = 1.0) -> SearchResult:
     """Rank every legal plan for ``model`` on all GPUs of ``cluster``.
 
     Raises :class:`InputError` when no plan is legal at all (e.g. a batch size no data-parallel
     degree divides) and :class:`NoFeasiblePlanError` when legal plans exist but none fits
     (the message gives the smallest peak memory found against the capacity).
+    ``max_memory_fraction`` keeps plans whose peak is at most that fraction of GPU memory
+    (headroom beyond the model's own allowance for fragmentation and buffers).
     """
     t0 = time.perf_counter()
     cluster.gpu.peak(precision)
@@ -70,14 +73,15 @@ def search(model: ModelSpec, cluster, global_batch_size: int, *, precision: str 
                          f"global_batch_size % (micro_batch_size*dp) == 0 under the "
                          f"search restrictions")
     mem = candidate_memory(model, cand)
-    fits = mem <= cluster.gpu.memory_bytes
+    limit = cluster.gpu.memory_bytes * max_memory_fraction
+    fits = mem <= limit
     nfeas = int(fits.sum())
     if nfeas == 0:
         i = int(np.argmin(mem))
         p = cand.plan(i)
         raise NoFeasiblePlanError(
             f"{n} legal plans, none fits: smallest peak memory {mem[i] / 2**30:.1f} GiB > "
-            f"capacity {cluster.gpu.memory_bytes / 2**30:.1f} GiB (tp={p.tp} pp={p.pp} "
+            f"capacity {limit / 2**30:.1f} GiB (tp={p.tp} pp={p.pp} "
             f"dp={p.dp} cp={p.cp} mbs={p.micro_batch_size} recompute={p.recompute}); "
             f"add GPUs or lower the batch size per GPU")
     feas = cand.take(np.flatnonzero(fits))

@@ -47,9 +47,10 @@ def test_search_json_out_and_launch(tmp_path):
     assert d["search_time_s"] > 0
     assert ESTIMATE_KEYS <= set(d["plans"][0])
     for f in ("launch_torchrun.sh", "launch_slurm.sbatch", "plan.json", "plans.json",
-              "table.txt"):
+              "table.txt", "plans.png"):
         assert (out / f).is_file(), f
     assert (out / "launch_torchrun.sh").stat().st_mode & stat.S_IXUSR
+    assert (out / "plans.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     best = d["plans"][0]["config"]
     script = (out / "launch_torchrun.sh").read_text()
     assert f"--tensor-model-parallel-size {best['tp']}" in script

@@ -82,3 +82,13 @@ def test_search_with_no_legal_plan_is_input_error():
     with pytest.raises(InputError, match="global_batch_size"):
         # 32 GPUs, 7 sequences: dp must divide 7 and tp*pp = 32 cannot split 12 heads/layers
         search(SMALL, load_cluster("dgx-a100-80gb", nodes=4), 7, attention_backend="local")
+
+
+def test_max_memory_fraction_keeps_headroom():
+    model = MODEL_PRESETS["gpt3-175b"]
+    cluster = load_cluster("dgx-a100-80gb", nodes=16)
+    full = search(model, cluster, 256, top_k=1)
+    tight = search(model, cluster, 256, top_k=1, max_memory_fraction=0.8)
+    assert tight.feasible < full.feasible
+    assert tight.plans[0].peak_memory_bytes <= 0.8 * cluster.gpu.memory_bytes
+    assert tight.plans[0].iteration_time_s >= full.plans[0].iteration_time_s

@@ -204,7 +204,10 @@ def test_apply_changes_measured_pair_only():
     assert c.link(8, 0)[0] == pytest.approx(6 * GB)
     assert c.link(0, 1) == (200 * GB, nominal_intra[1])       # measured NVLink pair
     assert c.link(0, 2) == nominal_intra                      # others nominal
-    assert c.link(0, 16) == nominal_inter                     # a ↔ c unmeasured
+    # a ↔ c unmeasured: the median of the measured host pairs (1.25 and 6 GB/s per rail)
+    assert c.link(0, 16)[0] == pytest.approx((1.25 + 6) / 2 * GB)
+    assert c.graph.edges["a", "c"]["imputed"] and c.graph.edges["c", "a"]["imputed"]
+    assert nominal_inter[0] > 6 * GB
     assert c.link(0, 8)[1] == pytest.approx(nominal_inter[1])  # no measured latency
     assert base.link(0, 8) == nominal_inter and not base.has_measured_links
     assert c.has_measured_links

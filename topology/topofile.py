@@ -46,6 +46,8 @@ would be overwritten without ``force``.
 
 from __future__ import annotations
 
+import statistics
+
 import re
 from dataclasses import dataclass, replace
 from typing import Iterable, Sequence
@@ -285,8 +287,9 @@ def apply_topology(cluster, topo: Topology, policy: str | None = None):
     Nominal records (method ending ``"(nominal)"``) are scaled by the cluster's efficiency for
     that side (intra/inter) so they estimate attained rates. Latency of a measured inter-node
     edge is what remains of the measured end-to-end latency after the two GPU↔NIC hops; when
-    unmeasured, the nominal path latency is kept. Raises InputError when a record names a GPU
-    index the cluster's nodes do not have.
+    unmeasured, the nominal path latency is kept. Host pairs of the topology with no
+    inter-node record get the median of the measured host pairs (``imputed=True``). Raises
+    InputError when a record names a GPU index the cluster's nodes do not have.
     """
     from topology.cluster import build_cluster
 
@@ -339,8 +342,34 @@ def apply_topology(cluster, topo: Topology, policy: str | None = None):
                            nominal_bandwidth_Bps=nominal, latency_s=lat,
                            link_class=recs[0][2].link_class, measured=True,
                            method=" + ".join(dict.fromkeys(r[2].method for r in recs)))
+    _impute_unmeasured_host_pairs(new, list(topo.hosts))
     new.invalidate()
     return new
+
+
+def _impute_unmeasured_host_pairs(cluster, hosts: list[str]) -> None:
+    """Give every ordered pair of measured hosts with no inter-node measurement the median
+    per-rail bandwidth (and latency) of the measured host pairs, so an unmeasured pair is
+    neither the fastest (nominal) nor the slowest link of the cluster. Edges are marked
+    ``measured=True, imputed=True``."""
+    g = cluster.graph
+    known = [(u, w) for u in hosts for w in hosts
+             if u != w and g.has_edge(u, w) and g.edges[u, w].get("measured")]
+    if not known:
+        return
+    bw = statistics.median(g.edges[e]["bandwidth_Bps"] for e in known)
+    lat = statistics.median(g.edges[e]["latency_s"] for e in known)
+    nominal = cluster.spec["inter_bandwidth_Bps"]
+    for u in hosts:
+        for w in hosts:
+            if u == w or g.has_edge(u, w):
+                continue
+            if any(g.has_edge(f"{u}/nic{k}", f"{w}/nic{k}")
+                   for k in range(cluster.gpus_per_node)):
+                continue
+            g.add_edge(u, w, bandwidth_Bps=bw, nominal_bandwidth_Bps=nominal, latency_s=lat,
+                       link_class="network", measured=True, imputed=True,
+                       method="imputed: median of measured host pairs")
 
 
 # -- file format (implemented in topology.topofile_io; thin wrappers keep one import) -------
