@@ -1,7 +1,6 @@
 """The bandwidth probe on localhost with gloo: a full run of 2 "nodes" under torchrun, a node
 that never joins, a link that hangs, and its argument errors and `configurator probe`."""
 
-import json
 import os
 import shlex
 import signal
@@ -9,13 +8,16 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
+
+from datetime import timedelta
 
 import pytest
 
 from topology.topofile import load_topology
 
-pytest.importorskip("torch.distributed")
+dist = pytest.importorskip("torch.distributed")
 
 REPO = Path(__file__).resolve().parents[1]
 RUN_TIMEOUT_S = 120
@@ -35,6 +37,24 @@ def base_env(**extra) -> dict:
     return env
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (torchrun starts its workers in new sessions)."""
+    children: dict[int, list[int]] = {}
+    for d in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{d}/stat") as fh:
+                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(d))
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
 def run_all(specs, timeout_s=RUN_TIMEOUT_S):
     """Start every (argv, env) at once, wait for all; kill what is left. → [(rc, out, err)]."""
     procs = []
@@ -48,7 +68,11 @@ def run_all(specs, timeout_s=RUN_TIMEOUT_S):
     finally:
         for p in procs:
             if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
+                for pid in descendants(p.pid) + [p.pid]:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
                 p.wait()
 
 
@@ -187,3 +211,67 @@ def test_configurator_probe_prints_torchrun_line(monkeypatch, capsys):
     assert "--node-rank $SLURM_NODEID" in slurm[-1]
     assert main(["probe", "--nproc-per-node", "8"]) == 2
     assert "nnodes=None" in capsys.readouterr().err
+
+
+def test_store_that_stops_answering_ends_every_rank(tmp_path):
+    """Node 0's torchrun agent hosts the store; freeze it mid-run (SIGSTOP): store calls then
+    block for ever, so only the probe's own deadman can end the ranks."""
+    out = tmp_path / "partial.json"
+    port = free_port()
+    procs = []
+    try:
+        for r in range(2):
+            argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
+                    "--nproc-per-node", "1", "--node-rank", str(r), "--master-addr", "127.0.0.1",
+                    "--master-port", str(port), "-m", "topology.probe", "--out", str(out),
+                    "--size-mb", "1", "--iters", "100000", "--timeout-s", "3"]
+            procs.append(subprocess.Popen(argv, env=base_env(CONFIGURATOR_PROBE_HOSTNAME=f"h{r}"),
+                                          cwd=REPO, stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, text=True,
+                                          start_new_session=True))
+        agent0 = procs[0]
+        # wait until both ranks have joined (rank 0 has published the roster); the probe
+        # itself would run for hours with these --iters
+        store = dist.TCPStore("127.0.0.1", port, None, False, timedelta(seconds=60),
+                              wait_for_workers=False)
+        deadline = time.monotonic() + 60
+        while not store.check(["configurator-probe/0/roster"]):
+            assert time.monotonic() < deadline, "the probe ranks did not join"
+            time.sleep(0.1)
+        time.sleep(1.0)
+        workers = [w for p in procs for w in descendants(p.pid)]
+        assert len(workers) == 2
+        os.kill(agent0.pid, signal.SIGSTOP)
+        t0 = time.monotonic()
+        while any(psutil_alive(w) for w in workers) and time.monotonic() - t0 < 30:
+            time.sleep(0.2)
+        took = time.monotonic() - t0
+        os.kill(agent0.pid, signal.SIGCONT)
+        res = [(p.communicate(timeout=60), p.returncode) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.kill(p.pid, signal.SIGCONT)
+                for pid in descendants(p.pid) + [p.pid]:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                p.wait()
+    assert took < 15, took                                     # ~3 s deadman + start-up slack
+    assert all(rc != 0 for _, rc in res)
+    lines = probe_lines(res[0][0][1])
+    assert len(lines) == 1 and "has not answered for 3 s" in lines[0], res[0][0][1][-2000:]
+    assert f"127.0.0.1:{port}" in lines[0]
+    topo = load_topology(out)                                  # what was known is kept
+    assert topo.hosts == ("h0", "h1") and {(m.src, m.dst) for m in topo.missing} == {
+        ("h0", "h1"), ("h1", "h0")}
+
+
+def psutil_alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

@@ -1,7 +1,8 @@
 """A real multi-host probe on one machine: 4 network namespaces ("hosts") on a bridge, every
-host's egress shaped to FAST_MBIT except the link host1 ↔ host3 (SLOW_MBIT in both
-directions, htb classes per destination, REFERENCE §7). torchrun runs once per namespace with
-gloo; the probe must find that link, near its configured rate, and the audit must flag it.
+host's egress shaped to FAST_MBIT except the link host1 ↔ host3 (SLOW_MBIT in both directions,
+htb classes per destination; egress only, as netem and ingress qdiscs may be missing from the
+kernel). torchrun runs once per namespace with gloo; the probe must find that link, near its
+configured rate, and the audit must flag it.
 
 Needs root (CAP_NET_ADMIN), ``ip`` and ``tc`` (Debian package iproute2) and the kernel's
 veth, bridge and htb support; skips with the reason otherwise. Everything is created inside
@@ -34,6 +35,7 @@ PORT = 29400              # the namespaces are new and empty, so no port can cla
 TOLERANCE = 0.20
 RUN_TIMEOUT_S = 150
 FAIL_GRACE_S = 20
+STALE_AFTER_S = 900
 PREFIX = f"cfgtest-{os.getpid()}"
 DIST_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
             "GROUP_RANK", "TORCHELASTIC_USE_AGENT_STORE", "CONFIGURATOR_PROBE_HOSTNAME")
@@ -47,11 +49,27 @@ def sh(*argv, check=True):
 
 
 def _remove_stale_namespaces():
-    """Namespaces of an earlier test process that died before its clean-up."""
+    """Namespaces left by an earlier run of this test that died before its clean-up: the
+    creating process is gone and the namespace is older than a run can last."""
     for name in sh("ip", "netns", "list", check=False).stdout.split():
         m = re.fullmatch(r"cfgtest-(\d+)-\w+", name)
-        if m and not Path(f"/proc/{m.group(1)}").exists():
+        path = Path("/run/netns") / name
+        try:
+            age_s = time.time() - path.stat().st_mtime
+        except OSError:
+            continue
+        if m and not Path(f"/proc/{m.group(1)}").exists() and age_s > STALE_AFTER_S:
             sh("ip", "netns", "del", name, check=False)
+
+
+def _kill_namespace_processes(ns: str) -> None:
+    """SIGKILL every process inside our namespace ``ns`` (torchrun starts its workers in new
+    sessions, so killing the launcher's process group does not reach them)."""
+    for pid in sh("ip", "netns", "pids", ns, check=False).stdout.split():
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except (ProcessLookupError, ValueError):
+            pass
 
 
 def _shape(ns: str, rates: dict[str, int], default_mbit: int):
@@ -97,6 +115,7 @@ def cluster():
                 sh("ip", "-n", ns, "addr", "add", f"{SUBNET}.{i + 1}/24", "dev", IFACE)
                 sh("ip", "-n", ns, "link", "set", IFACE, "up")
                 sh("ip", "-n", ns, "link", "set", "lo", "up")
+            sh("ip", "netns", "exec", f"{PREFIX}-h0", "ip", "-brief", "addr", "show", IFACE)
             for i in range(HOSTS):
                 slow = {f"{SUBNET}.{j + 1}": SLOW_MBIT for j in SLOW_PAIR
                         if i in SLOW_PAIR and j != i}
@@ -106,6 +125,7 @@ def cluster():
         yield [f"{PREFIX}-h{i}" for i in range(HOSTS)]
     finally:
         for name in reversed(created):
+            _kill_namespace_processes(name)
             sh("ip", "netns", "del", name, check=False)
 
 
@@ -131,9 +151,9 @@ def _run_probe(namespaces, out: Path):
                 deadline = min(deadline, time.monotonic() + FAIL_GRACE_S)
             time.sleep(0.2)
     finally:
-        for p in procs:  # kill leftover torchrun agents and workers (their own sessions)
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
+        for ns in namespaces:  # leftover torchrun agents and workers
+            _kill_namespace_processes(ns)
+        for p in procs:
             p.wait()
     outs = [(out.parent / f"host{i}.log").read_text() for i in range(len(procs))]
     return [p.returncode for p in procs], outs

@@ -1,9 +1,10 @@
 """``configurator probe``: the torchrun command line that runs the bandwidth probe.
 
 Outside torchrun it prints the command to run on every node (node_rank from ``$NODE_RANK``,
-or from ``$SLURM_NODEID`` with ``--slurm``, REFERENCE §6). Started by torchrun itself
-(``torchrun ... --no-python configurator probe --out ...``: ``RANK``, ``LOCAL_RANK``,
-``WORLD_SIZE`` set) it runs the probe, :mod:`topology.probe` (torch is imported only then).
+or from ``$SLURM_NODEID`` inside ``srun bash -c '...'`` with ``--slurm``, so that it expands
+on each node). Started by torchrun itself (``torchrun ... --no-python configurator probe
+--out ...``: ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE`` set) it runs the probe,
+:mod:`topology.probe` (torch is imported only then).
 """
 
 from __future__ import annotations
@@ -23,7 +24,10 @@ UNDER_TORCHRUN = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
 def register(sub) -> None:
     p = sub.add_parser(
         "probe", help="print the torchrun command that measures links (or run it under torchrun)",
-        description=__doc__.split("\n\n")[1].replace("\n", " "))
+        description="Print the torchrun command that runs the bandwidth probe on every node "
+                    "(node_rank from $NODE_RANK, or $SLURM_NODEID with --slurm). Started by "
+                    "torchrun itself (torchrun ... --no-python configurator probe --out FILE) "
+                    "it runs the probe, python -m topology.probe.")
     p.add_argument("--nnodes", type=int, help="number of nodes (required to print)")
     p.add_argument("--nproc-per-node", type=int, help="GPUs (ranks) per node (required to print)")
     p.add_argument("--master-addr", default="$MASTER_ADDR", help="host of node_rank 0")
@@ -74,7 +78,7 @@ def torchrun_command(args) -> str:
              f"timeout={math.ceil(args.timeout_s)}", "-m", "topology.probe"]
     words += [shlex.quote(w) for w in probe_argv(args)]
     line = " ".join(words)
-    if args.slurm:  # quoted: $SLURM_NODEID expands on each node (REFERENCE §6)
+    if args.slurm:  # quoted: $SLURM_NODEID expands on each node, not where srun runs
         return f"srun --ntasks-per-node 1 bash -c {shlex.quote(line)}"
     return line
 

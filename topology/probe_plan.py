@@ -5,7 +5,7 @@ rank, with a barrier between steps; within a step each rank takes part in at mos
 transfer, so the transfers of a step run concurrently without sharing an endpoint.
 
 Ranks follow torchrun: ``rank = node_rank · G + local_rank`` with ``G`` processes (GPUs) per
-node (REFERENCE §6). The steps, in order:
+node (torchrun static rendezvous). The steps, in order:
 
 1. ``intra``: GPU↔GPU send/recv inside every node, one ordered local pair ``i → j`` at a time
    (all nodes at once; NCCL only — gloo runs on CPU where there is no GPU link to measure);
