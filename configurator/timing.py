@@ -123,7 +123,7 @@ def layer_costs(model: ModelSpec, c: Candidates, gpu, eff: Efficiency) -> dict:
     recompute = np.select([c.recompute == 2, c.recompute == 1], [fwd, attn_fwd], 0.0)
     return {"fwd": fwd, "bwd": bwd, "recompute": recompute, "attn": attn_fwd + attn_bwd,
             "wgrad_overlap": gemm_qkv + gemm_fc1,
-            "tokens": T, "peak16": peak16, "gemm_kw": kw}
+            "tokens": T, "gemm_kw": kw}
 
 
 def iteration_time(model: ModelSpec, cluster, c: Candidates,

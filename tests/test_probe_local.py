@@ -55,6 +55,17 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
+def kill_tree(p) -> None:
+    """SIGKILL a still-running launcher and every process below it, then reap it."""
+    if p.poll() is None:
+        for pid in descendants(p.pid) + [p.pid]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        p.wait()
+
+
 def run_all(specs, timeout_s=RUN_TIMEOUT_S):
     """Start every (argv, env) at once, wait for all; kill what is left. → [(rc, out, err)]."""
     procs = []
@@ -67,13 +78,7 @@ def run_all(specs, timeout_s=RUN_TIMEOUT_S):
         return [(p.returncode, *o) for p, o in zip(procs, outs)]
     finally:
         for p in procs:
-            if p.poll() is None:
-                for pid in descendants(p.pid) + [p.pid]:
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-                p.wait()
+            kill_tree(p)
 
 
 def run_nodes(nodes: int, nproc: int, probe_args, entry=("-m", "topology.probe"), attempts=3,
@@ -252,12 +257,7 @@ def test_store_that_stops_answering_ends_every_rank(tmp_path):
         for p in procs:
             if p.poll() is None:
                 os.kill(p.pid, signal.SIGCONT)
-                for pid in descendants(p.pid) + [p.pid]:
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-                p.wait()
+            kill_tree(p)
     assert took < 15, took                                     # ~3 s deadman + start-up slack
     assert all(rc != 0 for _, rc in res)
     lines = probe_lines(res[0][0][1])

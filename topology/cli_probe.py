@@ -16,6 +16,7 @@ import shlex
 from configurator import validate as v
 from configurator.commands import command
 from configurator.errors import InputError
+from topology.probe_plan import add_probe_options, check_probe_options
 
 UNDER_TORCHRUN = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
 
@@ -34,16 +35,8 @@ def register(sub) -> None:
     p.add_argument("--master-port", type=int, default=29500)
     p.add_argument("--slurm", action="store_true",
                    help="wrap in srun, node_rank from $SLURM_NODEID")
-    g = p.add_argument_group("probe options (passed to python -m topology.probe)")
-    g.add_argument("--out", default="topology.json", help="topology file rank 0 writes")
-    g.add_argument("--size-mb", type=float, default=32.0, help="message size, MB (1e6 bytes)")
-    g.add_argument("--iters", type=int, default=5, help="timed samples per direction")
-    g.add_argument("--warmup", type=int, default=2, help="untimed samples per direction")
-    g.add_argument("--timeout-s", type=float, default=120.0,
-                   help="deadline to join, to set up, and for every step, seconds")
-    g.add_argument("--backend", choices=("auto", "nccl", "gloo"), default="auto")
-    g.add_argument("--expected-hosts", help="host names by node_rank, comma-separated")
-    g.add_argument("--force", action="store_true", help="overwrite --out if it exists")
+    add_probe_options(p.add_argument_group(
+        "probe options (passed to python -m topology.probe)"), out_required=False)
     p.set_defaults(func=run_probe)
 
 
@@ -65,11 +58,7 @@ def torchrun_command(args) -> str:
             raise InputError(field, None, "required to print the torchrun command")
         v.positive_int(field, getattr(args, field))
     v.positive_int("master_port", args.master_port)
-    v.positive_float("size_mb", args.size_mb)
-    v.positive_int("iters", args.iters)
-    v.positive_float("timeout_s", args.timeout_s)
-    if args.warmup < 0:
-        raise InputError("warmup", args.warmup, "must be an integer >= 0")
+    check_probe_options(args)
     rank = "$SLURM_NODEID" if args.slurm else "$NODE_RANK"
     addr = args.master_addr if args.master_addr.startswith("$") else shlex.quote(args.master_addr)
     words = ["torchrun", "--nnodes", str(args.nnodes), "--nproc-per-node",

@@ -43,10 +43,10 @@ import time
 import torch
 import torch.distributed as dist
 
-from configurator import validate as v
 from configurator.errors import InputError
 from topology import probe_coord as pc
 from topology import probe_plan as pp
+from topology.probe_plan import add_probe_options, check_probe_options
 from topology.probe_coord import Aborted, Coordinator, wait_keys
 from topology.probe_ops import Ops
 
@@ -62,22 +62,9 @@ class _Parser(argparse.ArgumentParser):
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Parse and check the probe's arguments; InputError names a bad value."""
     p = _Parser(prog="python -m topology.probe", description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", required=True, help="topology file to write (.json, else YAML)")
-    p.add_argument("--size-mb", type=float, default=32.0, help="message size, MB (1e6 bytes)")
-    p.add_argument("--iters", type=int, default=5, help="timed samples per direction")
-    p.add_argument("--warmup", type=int, default=2, help="untimed samples per direction")
-    p.add_argument("--timeout-s", type=float, default=120.0,
-                   help="deadline for joining, set-up and each step, seconds")
-    p.add_argument("--backend", choices=("auto", "nccl", "gloo"), default="auto")
-    p.add_argument("--expected-hosts", default=None,
-                   help="comma-separated host names by node_rank, to name nodes that never join")
-    p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
+    add_probe_options(p, out_required=True)
     args = p.parse_args(argv)
-    v.positive_float("size_mb", args.size_mb)
-    v.positive_int("iters", args.iters)
-    if args.warmup < 0:
-        raise InputError("warmup", args.warmup, "must be an integer >= 0")
-    v.positive_float("timeout_s", args.timeout_s)
+    check_probe_options(args)
     args.message_bytes = int(args.size_mb * 1e6) // 4 * 4
     if args.message_bytes < 4:
         raise InputError("size_mb", args.size_mb, "must give at least 4 bytes")

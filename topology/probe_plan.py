@@ -185,3 +185,31 @@ def missing_for(step: Step, done: set[int], hosts: list[str], G: int,
         if g[0] not in done:
             out[(hosts[g[0] // G], hosts[g[0] // G])] = None
     return [MissingMeasurement(src=a, dst=b, reason=reason) for a, b in out]
+
+
+def add_probe_options(p, *, out_required: bool) -> None:
+    """The probe's own options, declared once for ``python -m topology.probe`` and for
+    ``configurator probe`` (which passes them through to the command it prints)."""
+    p.add_argument("--out", required=out_required, default=None if out_required else
+                   "topology.json", help="topology file rank 0 writes (.json, else YAML)")
+    p.add_argument("--size-mb", type=float, default=32.0, help="message size, MB (1e6 bytes)")
+    p.add_argument("--iters", type=int, default=5, help="timed samples per direction")
+    p.add_argument("--warmup", type=int, default=2, help="untimed samples per direction")
+    p.add_argument("--timeout-s", type=float, default=120.0,
+                   help="deadline for joining, set-up and each step, seconds")
+    p.add_argument("--backend", choices=("auto", "nccl", "gloo"), default="auto")
+    p.add_argument("--expected-hosts", default=None,
+                   help="comma-separated host names by node_rank, to name nodes that never join")
+    p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
+
+
+def check_probe_options(args) -> None:
+    """Raise InputError naming the first bad probe option."""
+    from configurator import validate as v
+    from configurator.errors import InputError
+
+    v.positive_float("size_mb", args.size_mb)
+    v.positive_int("iters", args.iters)
+    if args.warmup < 0:
+        raise InputError("warmup", args.warmup, "must be an integer >= 0")
+    v.positive_float("timeout_s", args.timeout_s)
