@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# torchrun launch: Megatron-LM pretrain_gpt.py (core_v0.16.1 flags), rendered by configurator.
+# model: gpt3-175b: layers=96 hidden=12288 ffn=49152 heads=96 query_groups=96 seq=2048 vocab=51200
+# plan: tp=8 pp=4 dp=32 cp=1 vp=12 mbs=4 gbs=1536 microbatches=12 recompute=none sequence_parallel=True distributed_optimizer=True
+#       precision=bf16 attention_backend=auto overlap_grad_reduce=True overlap_param_gather=True
+# cluster: nodes=128 gpus_per_node=8 world_size=1024
+# predicted:
+#   iteration_time_s: 17.857
+#   model_tflops_per_gpu: 182.7
+#   mfu: 0.586
+#   peak_memory_GiB: 79.7
+#
+# Usage on every node: MEGATRON_LM_DIR=/path/to/Megatron-LM bash launch_torchrun.sh [NODE_RANK] [extra pretrain_gpt.py flags...]
+# NODE_RANK: first argument, else $NODE_RANK (required).
+# Environment: MASTER_ADDR, MASTER_PORT, DATA_PATH, TOKENIZER_TYPE, TOKENIZER_MODEL
+set -euo pipefail
+
+export CUDA_DEVICE_MAX_CONNECTIONS=1
+export CUDA_DEVICE_ORDER=PCI_BUS_ID
+
+if [[ -z "${MEGATRON_LM_DIR:-}" ]]; then
+    echo "error: MEGATRON_LM_DIR is not set; point it at a Megatron-LM checkout (core_v0.16.1)" >&2
+    exit 2
+fi
+if [[ ! -f "$MEGATRON_LM_DIR/pretrain_gpt.py" ]]; then
+    echo "error: $MEGATRON_LM_DIR/pretrain_gpt.py not found; MEGATRON_LM_DIR must be a Megatron-LM checkout" >&2
+    exit 2
+fi
+
+MASTER_ADDR=${MASTER_ADDR:-localhost}
+MASTER_PORT=${MASTER_PORT:-29500}
+
+NODE_RANK="${NODE_RANK:-}"
+if [[ $# -gt 0 && "$1" != -* ]]; then
+    NODE_RANK="$1"
+    shift
+fi
+if [[ -z "$NODE_RANK" ]]; then
+    echo "error: pass the node rank (0..127) as the first argument or set NODE_RANK" >&2
+    exit 2
+fi
+if ! [[ "$NODE_RANK" =~ ^[0-9]+$ ]] || (( 10#$NODE_RANK >= 128 )); then
+    echo "error: node rank must be an integer in 0..127, got \"$NODE_RANK\"" >&2
+    exit 2
+fi
+NODE_RANK=$(( 10#$NODE_RANK ))
+
+# data and tokenizer (override from the environment)
+DATA_PATH=${DATA_PATH:-'/data/my corpus_text_document'}
+TOKENIZER_TYPE=${TOKENIZER_TYPE:-HuggingFaceTokenizer}
+TOKENIZER_MODEL=${TOKENIZER_MODEL:-/models/tok.model}
+
+TORCHRUN_ARGS=(
+    --nnodes 128
+    --nproc-per-node 8
+    --node-rank "$NODE_RANK"
+    --master-addr "$MASTER_ADDR"
+    --master-port "$MASTER_PORT"
+)
+
+# shellcheck disable=SC2054  # commas belong to values (--split 949,50,1)
+MEGATRON_ARGS=(
+    # parallelism
+    --tensor-model-parallel-size 8
+    --pipeline-model-parallel-size 4
+    --context-parallel-size 1
+    --num-layers-per-virtual-pipeline-stage 2
+    --sequence-parallel
+    --use-distributed-optimizer
+    --overlap-grad-reduce
+    --overlap-param-gather
+    # batch
+    --micro-batch-size 4
+    --global-batch-size 1536
+    # model
+    --num-layers 96
+    --hidden-size 12288
+    --ffn-hidden-size 49152
+    --num-attention-heads 96
+    --seq-length 2048
+    --max-position-embeddings 2048
+    --position-embedding-type learned_absolute
+    --normalization LayerNorm
+    --hidden-dropout 0.1
+    --attention-dropout 0.1
+    # precision and kernels
+    --bf16
+    --attention-backend auto
+    # training
+    --train-iters 100
+    --lr 0.0003
+    --min-lr 3e-05
+    --lr-decay-style cosine
+    --lr-warmup-iters 10
+    --weight-decay 0.1
+    --adam-beta2 0.95
+    --clip-grad 1.0
+    --log-interval 1
+    --eval-iters 0
+    --seed 1234
+    # data
+    --data-path "$DATA_PATH"
+    --split 949,50,1
+    --tokenizer-type "$TOKENIZER_TYPE"
+    --tokenizer-model "$TOKENIZER_MODEL"
+)
+
+exec torchrun "${TORCHRUN_ARGS[@]}" "$MEGATRON_LM_DIR/pretrain_gpt.py" "${MEGATRON_ARGS[@]}" "$@"

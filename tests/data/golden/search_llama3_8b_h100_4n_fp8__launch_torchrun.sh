@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# torchrun launch: Megatron-LM pretrain_gpt.py (core_v0.16.1 flags), rendered by configurator.
+# model: llama3-8b: layers=32 hidden=4096 ffn=14336 heads=32 query_groups=8 seq=8192 vocab=128256
+# plan: tp=1 pp=1 dp=16 cp=2 vp=1 mbs=1 gbs=256 microbatches=16 recompute=none sequence_parallel=False distributed_optimizer=True
+#       precision=fp8 attention_backend=auto overlap_grad_reduce=True overlap_param_gather=True
+# cluster: nodes=4 gpus_per_node=8 world_size=32
+# predicted:
+#   iteration_time_s: 4.025
+#   model_tflops_per_gpu: 838.1
+#   mfu: 0.847
+#   peak_memory_GiB: 78.09
+#
+# Usage on every node: MEGATRON_LM_DIR=/path/to/Megatron-LM bash launch_torchrun.sh [NODE_RANK] [extra pretrain_gpt.py flags...]
+# NODE_RANK: first argument, else $NODE_RANK (required).
+# Environment: MASTER_ADDR, MASTER_PORT
+set -euo pipefail
+
+export CUDA_DEVICE_MAX_CONNECTIONS=1
+export CUDA_DEVICE_ORDER=PCI_BUS_ID
+
+if [[ -z "${MEGATRON_LM_DIR:-}" ]]; then
+    echo "error: MEGATRON_LM_DIR is not set; point it at a Megatron-LM checkout (core_v0.16.1)" >&2
+    exit 2
+fi
+if [[ ! -f "$MEGATRON_LM_DIR/pretrain_gpt.py" ]]; then
+    echo "error: $MEGATRON_LM_DIR/pretrain_gpt.py not found; MEGATRON_LM_DIR must be a Megatron-LM checkout" >&2
+    exit 2
+fi
+
+MASTER_ADDR=${MASTER_ADDR:-localhost}
+MASTER_PORT=${MASTER_PORT:-29500}
+
+NODE_RANK="${NODE_RANK:-}"
+if [[ $# -gt 0 && "$1" != -* ]]; then
+    NODE_RANK="$1"
+    shift
+fi
+if [[ -z "$NODE_RANK" ]]; then
+    echo "error: pass the node rank (0..3) as the first argument or set NODE_RANK" >&2
+    exit 2
+fi
+if ! [[ "$NODE_RANK" =~ ^[0-9]+$ ]] || (( 10#$NODE_RANK >= 4 )); then
+    echo "error: node rank must be an integer in 0..3, got \"$NODE_RANK\"" >&2
+    exit 2
+fi
+NODE_RANK=$(( 10#$NODE_RANK ))
+
+TORCHRUN_ARGS=(
+    --nnodes 4
+    --nproc-per-node 8
+    --node-rank "$NODE_RANK"
+    --master-addr "$MASTER_ADDR"
+    --master-port "$MASTER_PORT"
+)
+
+# shellcheck disable=SC2054  # commas belong to values (--split 949,50,1)
+MEGATRON_ARGS=(
+    # parallelism
+    --tensor-model-parallel-size 1
+    --pipeline-model-parallel-size 1
+    --context-parallel-size 2
+    --use-distributed-optimizer
+    --overlap-grad-reduce
+    --overlap-param-gather
+    # batch
+    --micro-batch-size 1
+    --global-batch-size 256
+    # model
+    --num-layers 32
+    --hidden-size 4096
+    --ffn-hidden-size 14336
+    --num-attention-heads 32
+    --group-query-attention
+    --num-query-groups 8
+    --seq-length 8192
+    --max-position-embeddings 8192
+    --position-embedding-type rope
+    --normalization RMSNorm
+    --swiglu
+    --untie-embeddings-and-output-weights
+    --disable-bias-linear
+    --hidden-dropout 0.0
+    --attention-dropout 0.0
+    # precision and kernels
+    --bf16
+    --fp8-format hybrid
+    --attention-backend auto
+    # training
+    --train-iters 100
+    --lr 0.0003
+    --min-lr 3e-05
+    --lr-decay-style cosine
+    --lr-warmup-iters 10
+    --weight-decay 0.1
+    --adam-beta2 0.95
+    --clip-grad 1.0
+    --log-interval 1
+    --eval-iters 0
+    --seed 1234
+    # data
+    --mock-data
+    --tokenizer-type NullTokenizer
+    --vocab-size 128255
+)
+
+exec torchrun "${TORCHRUN_ARGS[@]}" "$MEGATRON_LM_DIR/pretrain_gpt.py" "${MEGATRON_ARGS[@]}" "$@"
