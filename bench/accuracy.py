@@ -4,8 +4,8 @@ Published time: T = F / (TFLOP/s · 1e12 · GPUs) with F = 96·B·s·L·h²·(1 
 (the FLOPs the paper counts). Run: ``python bench/accuracy.py``.
 """
 
-from configurator.evaluate import evaluate_plan
-from configurator.groundtruth import sc21_rows
+from configurator.search.evaluate import evaluate_plan
+from configurator.cost.groundtruth import sc21_rows
 from topology.cluster import load_cluster
 
 

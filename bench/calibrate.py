@@ -14,8 +14,8 @@ from unittest import mock
 from scipy.optimize import minimize_scalar
 
 from configurator import efficiency as E
-from configurator.evaluate import evaluate_plan
-from configurator.groundtruth import sc21_rows
+from configurator.search.evaluate import evaluate_plan
+from configurator.cost.groundtruth import sc21_rows
 from topology.cluster import load_cluster
 
 

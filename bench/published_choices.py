@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from configurator.evaluate import evaluate_plan
-from configurator.groundtruth import sc21_rows
-from configurator.search import search
-from configurator.space import SearchSpace
+from configurator.search.evaluate import evaluate_plan
+from configurator.cost.groundtruth import sc21_rows
+from configurator.search.rank import search
+from configurator.search.space import SearchSpace
 from topology.cluster import load_cluster
 
 SPACE_2021 = SearchSpace(cp=(1,), recompute=("full",), sequence_parallel=(False,),
@@ -26,7 +26,7 @@ def rank_of(res, plan) -> int | None:
     c = res.ranked
     hit = np.flatnonzero((c.tp == plan.tp) & (c.pp == plan.pp) & (c.vp == plan.vp)
                          & (c.mbs == plan.micro_batch_size) & (c.cp == 1)
-                         & (c.recompute == 2) & ~c.sp & ~c.distributed_optimizer)
+                         & (c.recompute == 2) & ~c.sequence_parallel & ~c.distributed_optimizer)
     return int(hit[0]) + 1 if len(hit) else None
 
 

@@ -11,8 +11,8 @@ import subprocess
 import sys
 import time
 
-from configurator.model import load_model
-from configurator.search import search
+from configurator.core.model import load_model
+from configurator.search.rank import search
 from topology.cluster import load_cluster
 
 CASES = [("gpt3-175b", 128, 1536), ("gpt-1t", 384, 3072)]

@@ -6,9 +6,9 @@ import os
 import stat
 from typing import Any
 
-from configurator.errors import InputError
-from configurator.model import ModelSpec
-from configurator.plan import ParallelPlan
+from configurator.core.errors import InputError
+from configurator.core.model import ModelSpec
+from configurator.core.plan import ParallelPlan
 from launchers.slurm import render_slurm_script
 from launchers.torchrun import render_torchrun_script
 

@@ -34,10 +34,10 @@ import shlex
 from dataclasses import dataclass
 from typing import Callable, Iterable, Union
 
-from configurator import validate as v
-from configurator.errors import InputError
-from configurator.model import ModelSpec
-from configurator.plan import ParallelPlan
+from configurator.core import validate as v
+from configurator.core.errors import InputError
+from configurator.core.model import ModelSpec
+from configurator.core.plan import ParallelPlan
 
 #: The Megatron-LM release whose argument parser the flags were checked against.
 MEGATRON_TAG = "core_v0.16.1"
@@ -239,7 +239,7 @@ def megatron_flags(model: ModelSpec, plan: ParallelPlan, *,
     """The flags for ``pretrain_gpt.py``, grouped: ``[(group, [(flag, value), ...]), ...]``.
 
     Entries whose value is ``None`` are left out; ``True`` is a bare switch. Does not check
-    the plan (the renderers call :func:`configurator.plan.check_plan` first). Raises
+    the plan (the renderers call :func:`configurator.core.plan.check_plan` first). Raises
     :class:`InputError` for bad ``training`` values.
     """
     t = (training or TrainingArgs()).checked()

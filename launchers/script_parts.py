@@ -12,10 +12,11 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from configurator import validate as v
-from configurator.errors import InputError
-from configurator.model import ModelSpec
-from configurator.plan import ParallelPlan, check_plan
+from configurator.core import validate as v
+from configurator.core.errors import InputError
+from configurator.core.model import ModelSpec
+from configurator.core.plan import ParallelPlan
+from configurator.core.rules import check_plan
 from launchers.megatron_flags import (DEFAULT_TOKENIZER_TYPE, MEGATRON_TAG, TrainingArgs,
                                       Value, format_value, megatron_flags)
 
@@ -54,7 +55,7 @@ def check_inputs(model: ModelSpec, plan: ParallelPlan, *, nodes: Any, gpus_per_n
                  summary: Mapping[str, Any] | None = None) -> LaunchInputs:
     """Validate the renderers' arguments; raise :class:`InputError` naming the bad field.
 
-    ``plan`` must satisfy :func:`configurator.plan.check_plan` for ``nodes * gpus_per_node``
+    ``plan`` must satisfy :func:`configurator.core.plan.check_plan` for ``nodes * gpus_per_node``
     GPUs. ``hosts``: ``nodes`` distinct host names in node_rank order.
     ``cuda_visible_devices``: one list per node of ``gpus_per_node`` distinct device indices
     (physical, PCI bus order).

@@ -16,8 +16,8 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, Sequence
 
-from configurator.model import ModelSpec
-from configurator.plan import ParallelPlan
+from configurator.core.model import ModelSpec
+from configurator.core.plan import ParallelPlan
 from launchers.megatron_flags import TrainingArgs
 from launchers.script_parts import (DEFAULT_MASTER_ADDR, LaunchInputs, check_inputs,
                                     data_block, device_pinning, env_default, environment_block,
@@ -40,7 +40,7 @@ def render_slurm_script(model: ModelSpec, plan: ParallelPlan, *, nodes: int,
     ``master_addr``: the default takes ``$MASTER_ADDR``, else ``hosts[0]``, else the first
     host of the allocation. Submit with ``MEGATRON_LM_DIR=... sbatch launch_slurm.sbatch
     [extra Megatron flags...]`` (sbatch passes the environment to the job).
-    Raises :class:`configurator.errors.InputError` for bad inputs or an illegal plan.
+    Raises :class:`configurator.core.errors.InputError` for bad inputs or an illegal plan.
     """
     inp = check_inputs(model, plan, nodes=nodes, gpus_per_node=gpus_per_node,
                        master_addr=master_addr, master_port=master_port, hosts=hosts,

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from configurator.model import ModelSpec
-from configurator.plan import ParallelPlan
+from configurator.core.model import ModelSpec
+from configurator.core.plan import ParallelPlan
 from launchers.megatron_flags import TrainingArgs
 from launchers.script_parts import (DEFAULT_MASTER_ADDR, LaunchInputs, check_inputs,
                                     data_block, env_default, environment_block, header,
@@ -40,8 +40,8 @@ def render_torchrun_script(model: ModelSpec, plan: ParallelPlan, *, nodes: int,
     shown in the header (e.g. predicted iteration time).
 
     Usage of the script: ``MEGATRON_LM_DIR=... bash launch_torchrun.sh [NODE_RANK]
-    [extra Megatron flags...]``. Raises :class:`configurator.errors.InputError` for bad
-    inputs or a plan Megatron would reject (:func:`configurator.plan.check_plan`).
+    [extra Megatron flags...]``. Raises :class:`configurator.core.errors.InputError` for bad
+    inputs or a plan Megatron would reject (:func:`configurator.core.plan.check_plan`).
     """
     inp = check_inputs(model, plan, nodes=nodes, gpus_per_node=gpus_per_node,
                        master_addr=master_addr, master_port=master_port, hosts=hosts,

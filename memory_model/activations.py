@@ -54,19 +54,18 @@ Peak per stage: the larger of the end of the forward of the last microbatch in f
 the recomputation of one layer (full) or one layer's core attention (selective) during
 backward, when the output-layer terms are already freed (``stage_activation_phases``).
 
-Microbatches in flight on pipeline rank ``r`` (Narayanan et al. SC'21 §2.2; Megatron-LM
-megatron/core/pipeline_parallel/schedules.py warm-up counts): 1F1B ``min(pp - r, m)``;
-interleaved ``min(m·vp, 2(pp-r-1) + (vp-1)·pp + 1)`` model chunks of ``L/(pp·vp)`` layers.
+Microbatches in flight on pipeline rank ``r`` come from the schedule seam,
+:mod:`configurator.core.schedule` (1F1B ``min(pp - r, m)``; interleaved
+``min(m·vp, 2(pp-r-1) + (vp-1)·pp + 1)`` model chunks of ``L/(pp·vp)`` layers).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from configurator.model import ModelSpec
+from configurator.core.model import ModelSpec
+from configurator.core.schedule import inflight_layers, inflight_microbatches_1f1b
 from memory_model.params import padded_vocab_size
-
-RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
 
 
 def _attention_sizes(model: ModelSpec, s, b, tp):
@@ -167,15 +166,6 @@ def recompute_working_bytes(model: ModelSpec, *, mbs, seq, tp, sp, recompute,
     return np.where(rc == 2, full, np.where(rc == 1, selective, 0.0))
 
 
-def inflight_layers(num_layers: int, *, pp, vp, num_microbatches, stage):
-    """Layer-microbatches whose activations rank ``stage`` holds at its peak (count)."""
-    pp, vp, m, r = (np.asarray(x) for x in (pp, vp, num_microbatches, stage))
-    plain = np.minimum(pp - r, m) * (num_layers / pp)
-    chunks = np.minimum(m * vp, 2 * (pp - r - 1) + (vp - 1) * pp + 1)
-    interleaved = chunks * (num_layers / (pp * vp))
-    return np.where(vp > 1, interleaved, plain)
-
-
 def stage_activation_phases(model: ModelSpec, *, mbs, seq, tp, pp, vp, sp, recompute,
                             num_microbatches, stage, stores_scores: bool):
     """Activation bytes on one GPU of ``stage`` at the two candidate peaks (arrays broadcast).
@@ -200,7 +190,7 @@ def stage_activation_phases(model: ModelSpec, *, mbs, seq, tp, pp, vp, sp, recom
                                        stores_scores=stores_scores)
     ckpt = checkpoint_bytes(model, mbs=b, seq=s, tp=tp, sp=sp)
     kept = np.where(rc == 2, ckpt, per_layer)
-    mb_first = np.minimum(pp - stage, num_microbatches)
+    mb_first = inflight_microbatches_1f1b(pp, num_microbatches, stage)
     emb_mask = (model.hidden_dropout > 0) * xh / rep_div * mb_first
     emb = np.where(stage == 0, emb_mask, 0.0)
     v_pad = padded_vocab_size(model.vocab_size, tp)

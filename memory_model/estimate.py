@@ -20,10 +20,10 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from configurator.model import ModelSpec
-from configurator.plan import ParallelPlan
-from configurator.units import GiB
-from memory_model.activations import RECOMPUTE_CODES, stage_activation_bytes
+from configurator.core.model import ModelSpec
+from configurator.core.plan import RECOMPUTE_CODES, ParallelPlan
+from configurator.core.units import GiB
+from memory_model.activations import stage_activation_bytes
 from memory_model.params import stage_parameters
 
 FIXED_OVERHEAD_BYTES = 2 * GiB

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from configurator.model import ModelSpec
+from configurator.core.model import ModelSpec
 
 #: Megatron's ``--make-vocab-size-divisible-by`` default.
 VOCAB_DIVISIBLE_BY = 128

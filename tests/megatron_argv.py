@@ -10,9 +10,10 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
-from configurator.errors import InputError
-from configurator.model import MODEL_PRESETS, make_model
-from configurator.plan import ParallelPlan, check_plan
+from configurator.core.errors import InputError
+from configurator.core.model import MODEL_PRESETS, make_model
+from configurator.core.plan import ParallelPlan
+from configurator.core.rules import check_plan
 
 FLAGS_FILE = Path(__file__).parent / "data" / "megatron_core_v0_16_flags.txt"
 GPT3 = MODEL_PRESETS["gpt3-175b"]

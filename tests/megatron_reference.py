@@ -85,7 +85,7 @@ CONFIGS: dict[str, dict] = {
 
 def model_spec(name: str, num_layers: int = 2):
     """The configurator's ModelSpec of reference config ``name``."""
-    from configurator.model import make_model
+    from configurator.core.model import make_model
     kw = {k: v for k, v in CONFIGS[name].items() if k != "recompute"}
     return make_model(name=name, num_layers=num_layers, **kw)
 

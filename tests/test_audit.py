@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from configurator.cli import main
-from configurator.units import GB
+from configurator.core.units import GB
 from topology.audit import AuditThresholds, audit
-from topology.topofile import LinkMeasurement, MissingMeasurement, Topology, save_topology
+from topology.topofile import LinkMeasurement, MissingMeasurement, Topology
+from topology.topofile_io import save_topology
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 REAL_LOGS = SHARED / "real_clusters" / "h100_17node_nccl_tests" / "logs"
@@ -299,7 +300,7 @@ def test_html_report_written(tmp_path, problem_topo):
     assert ("node03", "node11") in {(m["src"], m["dst"]) for m in d["missing_links"]}
     assert "node13" in text and "Drain / exclude hosts:</b> node13" in text
     # An existing non-empty directory is not overwritten without force.
-    from configurator.errors import InputError
+    from configurator.core.errors import InputError
     with pytest.raises(InputError, match="--force"):
         write_audit_html(rep, problem_topo, tmp_path / "out")
     assert write_audit_html(rep, problem_topo, tmp_path / "out", force=True) == page

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from configurator.cli import main
-from configurator.errors import InputError
-from configurator.units import GB
+from configurator.core.errors import InputError
+from configurator.core.units import GB
 from topology.importers import detect_format, host_from_filename, import_file, import_paths
 from topology.importers.nccl_tests import parse_nccl_tests
 from topology.importers.nvidia_smi import PCIE_X16_Bps, parse_topo_matrix
-from topology.topofile import load_topology, save_topology
+from topology.topofile_io import load_topology, save_topology
 
 DATA = Path(__file__).resolve().parent / "data"
 SWEEP = (Path(__file__).resolve().parents[2] / "shared" / "real_clusters"

@@ -10,12 +10,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from configurator.errors import InputError
-from configurator.units import MiB
+from configurator.core.errors import InputError
+from configurator.core.units import MiB
 from topology.importers import MAX_FILE_BYTES, import_file, import_paths
 from topology.importers.nccl_tests import parse_nccl_tests
 from topology.importers.nvidia_smi import parse_topo_matrix
-from topology.topofile import Topology, load_topology, topology_from_dict, topology_to_dict
+from topology.topofile import Topology
+from topology.topofile_io import load_topology, topology_from_dict, topology_to_dict
 
 from tests.test_importers import NEW_SENDRECV, OLD_ALLREDUCE, PCIE_BOX
 

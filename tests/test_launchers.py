@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from configurator.errors import InputError
+from configurator.core.errors import InputError
 from launchers import (SLURM_FILE, TORCHRUN_FILE, render_slurm_script, render_torchrun_script,
                        write_launch_files)
 from launchers.megatron_flags import flag_argv, megatron_flags

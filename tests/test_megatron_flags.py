@@ -8,8 +8,8 @@ import textwrap
 
 import pytest
 
-from configurator.errors import InputError
-from configurator.plan import ParallelPlan
+from configurator.core.errors import InputError
+from configurator.core.plan import ParallelPlan
 from launchers import TrainingArgs
 from launchers.megatron_flags import flag_argv, megatron_flags
 from launchers.megatron_flags import FLAG_TABLE

@@ -7,9 +7,10 @@ import os
 import numpy as np
 import pytest
 
-from configurator.model import MODEL_PRESETS, make_model
-from configurator.plan import ParallelPlan, check_plan
-from configurator.units import GiB
+from configurator.core.model import MODEL_PRESETS, make_model
+from configurator.core.plan import ParallelPlan
+from configurator.core.rules import check_plan
+from configurator.core.units import GiB
 from memory_model import estimate_memory
 from memory_model.activations import (RECOMPUTE_CODES, checkpoint_bytes, inflight_layers,
                                       layer_activation_bytes, stage_activation_bytes,

@@ -15,7 +15,7 @@ from datetime import timedelta
 
 import pytest
 
-from topology.topofile import load_topology
+from topology.topofile_io import load_topology
 
 dist = pytest.importorskip("torch.distributed")
 

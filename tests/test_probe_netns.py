@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from topology.topofile import load_topology
+from topology.topofile_io import load_topology
 
 pytest.importorskip("torch.distributed")
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from configurator.evaluate import evaluate_plan
-from configurator.groundtruth import ground_truth_dir, sc21_rows
+from configurator.search.evaluate import evaluate_plan
+from configurator.cost.groundtruth import ground_truth_dir, sc21_rows
 from topology.cluster import load_cluster
 
 if not (ground_truth_dir() / "sc21_table1_weak_scaling.csv").exists():

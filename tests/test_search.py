@@ -3,13 +3,14 @@ import itertools
 import numpy as np
 import pytest
 
-from configurator.errors import InputError, NoFeasiblePlanError
-from configurator.evaluate import evaluate_plan
-from configurator.model import MODEL_PRESETS, make_model
-from configurator.plan import RECOMPUTE, ParallelPlan, check_plan
-from configurator.search import candidate_memory, search
-from configurator.space import enumerate_plans
-from configurator.timing import iteration_time
+from configurator.core.errors import InputError, NoFeasiblePlanError
+from configurator.search.evaluate import evaluate_plan
+from configurator.core.model import MODEL_PRESETS, make_model
+from configurator.core.plan import RECOMPUTE, ParallelPlan
+from configurator.core.rules import check_plan
+from configurator.search.rank import candidate_memory, search
+from configurator.search.space import enumerate_plans
+from configurator.cost.iteration import iteration_time
 from topology.cluster import load_cluster
 
 SMALL = make_model(name="small", num_layers=12, hidden_size=768, num_attention_heads=12,

@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from configurator.errors import InputError
-from configurator.model import MODEL_PRESETS, load_model, swiglu_ffn_hidden_size
+from configurator.core.errors import InputError
+from configurator.core.model import MODEL_PRESETS, load_model, swiglu_ffn_hidden_size
 from memory_model.params import total_parameters
 from topology.cluster import CLUSTER_PRESETS, load_cluster
 

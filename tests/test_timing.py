@@ -1,12 +1,12 @@
 import numpy as np
 import pytest
 
-from configurator.candidates import Candidates
-from configurator.evaluate import evaluate_plan
-from configurator.flops import megatron_model_flops, sc21_flops
-from configurator.model import MODEL_PRESETS, make_model
-from configurator.plan import ParallelPlan
-from configurator.timing import BREAKDOWN_KEYS, iteration_time
+from configurator.core.candidates import Candidates
+from configurator.search.evaluate import evaluate_plan
+from configurator.cost.flops import megatron_model_flops, sc21_flops
+from configurator.core.model import MODEL_PRESETS, make_model
+from configurator.core.plan import ParallelPlan
+from configurator.cost.iteration import BREAKDOWN_KEYS, iteration_time
 from topology.cluster import load_cluster
 from topology.collectives import all_gather_time_s, all_reduce_time_s, p2p_time_s
 

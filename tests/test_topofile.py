@@ -6,12 +6,11 @@ import json
 
 import pytest
 
-from configurator.errors import InputError
-from configurator.units import GB, US
+from configurator.core.errors import InputError
+from configurator.core.units import GB, US
 from topology.cluster import load_cluster
-from topology.topofile import (CollectiveMeasurement, LinkMeasurement, MissingMeasurement,
-                               Topology, apply_topology, combine, load_topology,
-                               merge_topologies, save_topology, topology_to_dict)
+from topology.topofile import CollectiveMeasurement, LinkMeasurement, MissingMeasurement, Topology, apply_topology, combine, merge_topologies
+from topology.topofile_io import load_topology, save_topology, topology_to_dict
 
 
 def link(src="a", dst="b", bw_GBps=10.0, **kw):

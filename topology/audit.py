@@ -39,7 +39,7 @@ import statistics
 from dataclasses import dataclass
 from itertools import combinations
 
-from configurator.units import GB
+from configurator.core.units import GB
 from topology.topofile import Topology, host_sort_key
 
 #: A class whose scaled MAD exceeds this fraction of its median (e.g. bimodal) gets a warning.

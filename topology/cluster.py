@@ -7,9 +7,8 @@ Edges are directional and carry ``bandwidth_Bps`` (what a transfer attains, byte
 are added as direct edges ``gpu→gpu``, ``nic→nic`` (same rail, two hosts) or ``host→host``
 (applies to every rail) with ``measured=True``; they take precedence over the nominal path.
 
-Rank placement is Megatron's default: rank ``r`` runs on GPU ``r`` (host ``r // G``, local
-GPU ``r % G``), torchrun's node_rank order (Megatron-LM parallel_state.RankGenerator,
-order ``tp-cp-ep-dp-pp``).
+Which GPU a rank runs on is :attr:`Cluster.placement` (:mod:`topology.placement`, which owns
+Megatron's rank order ``tp-cp-ep-dp-pp`` and the rank → (host, GPU) map).
 """
 
 from __future__ import annotations
@@ -20,10 +19,11 @@ from typing import Any, Iterable, Mapping
 
 import networkx as nx
 
-from configurator import validate as v
-from configurator.errors import InputError
-from configurator.units import GB, US
+from configurator.core import validate as v
+from configurator.core.errors import InputError
+from configurator.core.units import GB, US
 from topology.gpus import GPUSpec, gpu_from_config
+from topology.placement import Placement, rank_groups
 
 # Attained fraction of the nominal per-direction link rate for large NCCL transfers.
 # NVLink/NVSwitch: nccl-tests all_reduce busbw ≈ 230 GB/s of 300 GB/s on DGX A100 and
@@ -73,6 +73,8 @@ class Cluster:
         self.gpus_per_node = gpus_per_node
         self.hosts = list(hosts)
         self.graph = graph
+        #: Global rank -> physical GPU (torchrun's default order).
+        self.placement = Placement(gpus_per_node)
         self._cache: dict = {}
 
     # -- basic facts ---------------------------------------------------------------------
@@ -162,21 +164,25 @@ class Cluster:
         return bw, lat
 
     def _groups(self, stride: int, size: int, world: int):
-        """Rank groups of ``size`` ranks spaced ``stride`` apart among ``world`` ranks.
+        """Physical GPU indices of the rank groups of ``size`` ranks spaced ``stride`` apart
+        (:func:`topology.placement.rank_groups`) under :attr:`placement`.
 
         With measured links, every group. Without, the groups of one period
         ``lcm(stride·size, gpus_per_node)`` ranks and, within a block, the first
         ``gpus_per_node`` offsets: the others are translates that see identical links.
         """
-        block = stride * size
-        uniform = not self.has_measured_links
-        limit = min(world, math.lcm(block, self.gpus_per_node)) if uniform else world
-        # Shifting a group by gpus_per_node ranks moves every member one host on with the
-        # same local GPU: on a uniform cluster an identical group.
-        offsets = min(stride, self.gpus_per_node) if uniform else stride
-        for start in range(0, limit, block):
-            for off in range(offsets):
-                yield [start + off + i * stride for i in range(size)]
+        if self.has_measured_links:
+            groups = rank_groups(stride, size, world)
+        else:
+            block = stride * size
+            limit = min(world, math.lcm(block, self.gpus_per_node))
+            # Shifting a group by gpus_per_node ranks moves every member one host on with
+            # the same local GPU: on a uniform cluster an identical group.
+            offsets = min(stride, self.gpus_per_node)
+            groups = ([start + off + i * stride for i in range(size)]
+                      for start in range(0, limit, block) for off in range(offsets))
+        for g in groups:
+            yield [self.placement.gpu_index(r) for r in g]
 
     def group_busbw(self, stride: int, size: int, world: int) -> tuple[float, float]:
         """Worst (bus bandwidth B/s, latency s) over every ring group of this shape.

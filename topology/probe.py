@@ -43,7 +43,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from configurator.errors import InputError
+from configurator.core.errors import InputError
 from topology import probe_coord as pc
 from topology import probe_plan as pp
 from topology.probe_plan import add_probe_options, check_probe_options

@@ -18,10 +18,11 @@ import sys
 import threading
 import time
 
-from configurator.errors import InputError
-from configurator.units import GB
+from configurator.core.errors import InputError
+from configurator.core.units import GB
 from topology import probe_plan as pp
-from topology.topofile import MissingMeasurement, save_topology
+from topology.topofile import MissingMeasurement
+from topology.topofile_io import save_topology
 
 EXIT_FAILED = 1
 POLL_S = 0.01

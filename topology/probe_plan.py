@@ -19,8 +19,13 @@ node (torchrun static rendezvous). The steps, in order:
 
 from __future__ import annotations
 
+import math
+import shlex
 import statistics
 from dataclasses import dataclass
+
+from configurator.core import validate as v
+from configurator.core.errors import InputError
 
 from topology.topofile import (CollectiveMeasurement, LinkMeasurement, MissingMeasurement,
                                Topology)
@@ -205,11 +210,40 @@ def add_probe_options(p, *, out_required: bool) -> None:
 
 def check_probe_options(args) -> None:
     """Raise InputError naming the first bad probe option."""
-    from configurator import validate as v
-    from configurator.errors import InputError
-
     v.positive_float("size_mb", args.size_mb)
     v.positive_int("iters", args.iters)
     if args.warmup < 0:
         raise InputError("warmup", args.warmup, "must be an integer >= 0")
     v.positive_float("timeout_s", args.timeout_s)
+
+
+def probe_argv(args) -> list[str]:
+    """The arguments of ``python -m topology.probe`` for the parsed ``args``."""
+    out = ["--out", args.out, "--size-mb", f"{args.size_mb:g}", "--iters", str(args.iters),
+           "--warmup", str(args.warmup), "--timeout-s", f"{args.timeout_s:g}",
+           "--backend", args.backend]
+    if args.expected_hosts:
+        out += ["--expected-hosts", args.expected_hosts]
+    return out + (["--force"] if args.force else [])
+
+
+def torchrun_command(args) -> str:
+    """The shell command for every node. torchrun's static rendezvous waits ``timeout_s`` for
+    all nodes (``--rdzv-conf timeout``) before any probe process starts."""
+    for field in ("nnodes", "nproc_per_node"):
+        if getattr(args, field) is None:
+            raise InputError(field, None, "required to print the torchrun command")
+        v.positive_int(field, getattr(args, field))
+    v.positive_int("master_port", args.master_port)
+    check_probe_options(args)
+    rank = "$SLURM_NODEID" if args.slurm else "$NODE_RANK"
+    addr = args.master_addr if args.master_addr.startswith("$") else shlex.quote(args.master_addr)
+    words = ["torchrun", "--nnodes", str(args.nnodes), "--nproc-per-node",
+             str(args.nproc_per_node), "--node-rank", rank, "--master-addr", addr,
+             "--master-port", str(args.master_port), "--rdzv-conf",
+             f"timeout={math.ceil(args.timeout_s)}", "-m", "topology.probe"]
+    words += [shlex.quote(w) for w in probe_argv(args)]
+    line = " ".join(words)
+    if args.slurm:  # quoted: $SLURM_NODEID expands on each node, not where srun runs
+        return f"srun --ntasks-per-node 1 bash -c {shlex.quote(line)}"
+    return line

@@ -17,8 +17,8 @@ import os
 import statistics
 from pathlib import Path
 
-from configurator.errors import InputError
-from configurator.units import GB
+from configurator.core.errors import InputError
+from configurator.core.units import GB
 from topology.audit import AuditReport, class_label, measurement_classes
 from topology.topofile import Topology, host_sort_key
 

@@ -40,7 +40,7 @@ Conventions: a ``method`` ending in ``"(nominal)"`` marks a data-sheet rate, not
 per-rail bandwidth of ``bandwidth / rails_used``; nccl-tests ``sendrecv_perf`` runs a ring, so
 only one NIC per direction crosses hosts whatever ``k`` and its records carry ``rails_used=1``.
 
-Errors: :class:`configurator.errors.InputError` for bad files, bad policies, or a file that
+Errors: :class:`configurator.core.errors.InputError` for bad files, bad policies, or a file that
 would be overwritten without ``force``.
 """
 
@@ -54,7 +54,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from configurator.errors import InputError
+from configurator.core.errors import InputError
+from topology.cluster import build_cluster
 
 FORMAT = "configurator-topology"
 VERSION = 1
@@ -291,8 +292,6 @@ def apply_topology(cluster, topo: Topology, policy: str | None = None):
     inter-node record get the median of the measured host pairs (``imputed=True``). Raises
     InputError when a record names a GPU index the cluster's nodes do not have.
     """
-    from topology.cluster import build_cluster
-
     policy = check_policy(policy or topo.merge_policy)
     spec = _cluster_spec(cluster)
     n = max(cluster.num_nodes, len(topo.hosts))
@@ -370,35 +369,3 @@ def _impute_unmeasured_host_pairs(cluster, hosts: list[str]) -> None:
             g.add_edge(u, w, bandwidth_Bps=bw, nominal_bandwidth_Bps=nominal, latency_s=lat,
                        link_class="network", measured=True, imputed=True,
                        method="imputed: median of measured host pairs")
-
-
-# -- file format (implemented in topology.topofile_io; thin wrappers keep one import) -------
-
-def load_topology(path) -> Topology:
-    """Read a topology file; see :func:`topology.topofile_io.load_topology`."""
-    from topology import topofile_io
-    return topofile_io.load_topology(path)
-
-
-def save_topology(topo: Topology, path, force: bool = False) -> None:
-    """Write a topology file; see :func:`topology.topofile_io.save_topology`."""
-    from topology import topofile_io
-    topofile_io.save_topology(topo, path, force=force)
-
-
-def topology_to_dict(topo: Topology) -> dict:
-    """The file schema as plain data; see :func:`topology.topofile_io.topology_to_dict`."""
-    from topology import topofile_io
-    return topofile_io.topology_to_dict(topo)
-
-
-def topology_from_dict(data, where: str = "topology") -> Topology:
-    """Parse the file schema; see :func:`topology.topofile_io.topology_from_dict`."""
-    from topology import topofile_io
-    return topofile_io.topology_from_dict(data, where)
-
-
-def dumps_topology(topo: Topology, fmt: str = "json") -> str:
-    """File text (``json`` or ``yaml``); see :func:`topology.topofile_io.dumps_topology`."""
-    from topology import topofile_io
-    return topofile_io.dumps_topology(topo, fmt)

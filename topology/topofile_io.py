@@ -11,9 +11,9 @@ import math
 import os
 from typing import Any, Mapping
 
-from configurator import validate as v
-from configurator.errors import InputError
-from configurator.units import GB, US
+from configurator.core import validate as v
+from configurator.core.errors import InputError
+from configurator.core.units import GB, US
 from topology.topofile import (FORMAT, VERSION, CollectiveMeasurement, LinkMeasurement,
                                MissingMeasurement, Topology, check_policy)
 

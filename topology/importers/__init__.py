@@ -20,12 +20,12 @@ from itertools import combinations
 from pathlib import Path
 from typing import Iterable
 
-from configurator.errors import InputError
-from configurator.units import MiB
+from configurator.core.errors import InputError
+from configurator.core.units import MiB
 from topology.importers.nccl_tests import looks_like_nccl_tests, parse_nccl_tests
 from topology.importers.nvidia_smi import looks_like_topo_matrix, parse_topo_matrix
-from topology.topofile import (MissingMeasurement, Topology, check_policy, host_sort_key,
-                               load_topology, merge_topologies)
+from topology.topofile import MissingMeasurement, Topology, check_policy, host_sort_key, merge_topologies
+from topology.topofile_io import load_topology
 
 FORMATS = ("nccl-tests", "nvidia-smi", "topology")
 MAX_FILE_BYTES = 64 * MiB

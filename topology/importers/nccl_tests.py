@@ -34,7 +34,7 @@ import re
 from dataclasses import dataclass, field
 from itertools import pairwise
 
-from configurator.units import GB, MiB
+from configurator.core.units import GB, MiB
 from topology.topofile import (CollectiveMeasurement, LinkMeasurement, MissingMeasurement,
                                Topology, host_sort_key)
 

@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import re
 
-from configurator.errors import InputError
-from configurator.units import GB
+from configurator.core.errors import InputError
+from configurator.core.units import GB
 from topology.topofile import LinkMeasurement, Topology
 
 METHOD = "nvidia-smi topo -m (nominal)"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from configurator.plan import RECOMPUTE
-from configurator.units import GiB
+from configurator.core.plan import RECOMPUTE
+from configurator.core.units import GiB
 
 
 def plot_search(path: str, *, peak_memory_bytes: np.ndarray, iteration_time_s: np.ndarray,

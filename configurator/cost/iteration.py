@@ -1,19 +1,9 @@
 """Critical-path model of one Megatron-LM training iteration, vectorised over plans.
 
-Per layer and microbatch on one GPU (tokens per rank ``T = b·s/cp``):
+Layer compute comes from :mod:`configurator.cost.compute`, group links from
+:mod:`configurator.cost.communication`, collective formulas from :mod:`topology.collectives`
+and pipeline-schedule facts (bubble, p2p count) from :mod:`configurator.core.schedule`.
 
-* GEMMs (QKV, attention output, fc1, fc2; logits on the last stage) timed by a roofline —
-  ``max(FLOPs / (η_gemm·peak·wave_quantisation), bytes / (η_hbm·HBM))`` — so thin or small
-  GEMMs lose efficiency; backward runs the dgrad and wgrad GEMMs (2× forward).
-  (Williams et al. 2009 roofline; wave quantisation per NVIDIA "Matrix Multiplication
-  Background" user guide.)
-* core attention: score-storing backends (``local``/``unfused``) run two batched GEMMs per
-  head plus softmax (and dropout) over ``a·s²`` scores from HBM; flash-style kernels do
-  ``4·b·s_q·s_k·h/t`` FLOPs, halved for the causal mask, at η_flash (backward 2.5×).
-* memory-bound ops (norms, bias-dropout-add, GeLU/SwiGLU, RoPE, copies) from bytes moved
-  and attained HBM bandwidth; backward moves ≈ 2× the forward bytes.
-* recompute: ``full`` repeats the layer's forward (and its tensor-parallel collectives);
-  ``selective`` repeats core attention only (Korthikanti et al. 2022 §5).
 * tensor parallel: 2 all-reduces forward and 2 backward (all-gather + reduce-scatter pairs
   with sequence parallelism, same bytes) of ``T·h`` 16-bit values (Shoeybi et al. 2019 §3;
   Korthikanti et al. 2022 §4.2.2); forward ones exposed, backward ones hidden under the
@@ -22,7 +12,7 @@ Per layer and microbatch on one GPU (tokens per rank ``T = b·s/cp``):
   hidden behind attention compute where it is shorter (Megatron-LM context parallelism).
 
 Pipeline (Narayanan et al. SC'21 §2.2): ``m`` microbatches at the slowest stage's pace plus
-a bubble of ``(pp-1)/vp`` average stage times; p2p of ``T·h`` values (÷t: scatter/gather
+the schedule's bubble (``(pp-1)/vp`` average stage times); p2p of ``T·h`` values (÷t: scatter/gather
 optimisation, SC'21 §4.1, or the sequence-parallel shard) twice per chunk-microbatch.
 Data parallel: gradient all-reduce (or reduce-scatter + parameter all-gather with the
 distributed optimizer) over the dp·cp group, overlapped with the last microbatch's backward
@@ -34,9 +24,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from configurator.candidates import Candidates
-from configurator.efficiency import Efficiency, efficiency_for
-from configurator.model import ModelSpec
+from configurator.core.candidates import Candidates
+from configurator.core.model import ModelSpec
+from configurator.core.schedule import bubble_stage_times, p2p_transfers
+from configurator.cost.communication import comm_figures
+from configurator.cost.compute import gemm_time_s, layer_costs
 from memory_model.params import (embedding_parameters, padded_vocab_size,
                                  stage_parameters)
 from topology.collectives import all_gather_time_s, all_reduce_time_s, p2p_time_s
@@ -48,84 +40,6 @@ BREAKDOWN_KEYS = ("compute", "recompute", "bubble", "tp_comm", "cp_comm", "pp_co
 BUCKET_PARAMS = 40_000_000
 
 
-def comm_figures(cluster, c: Candidates) -> dict[str, np.ndarray]:
-    """Worst ring bus bandwidth (B/s) and latency (s) of each plan's tp, cp, dp·cp groups and
-    pipeline neighbours on ``cluster`` under Megatron's rank order ``tp-cp-dp-pp``."""
-    world = int(c.tp[0] * c.pp[0] * c.dp[0] * c.cp[0])
-    if c.group is not None:
-        uniq, inv = c.group_keys, c.group
-    else:
-        keys = np.stack([c.tp, c.cp, c.dp, c.pp], axis=1)
-        uniq, inv = np.unique(keys, axis=0, return_inverse=True)
-        inv = inv.reshape(-1)
-    table = np.empty((len(uniq), 8))
-    for i, (tp, cp, dp, pp) in enumerate(uniq.tolist()):
-        table[i, 0:2] = cluster.group_busbw(1, tp, world)
-        table[i, 2:4] = cluster.group_busbw(tp, cp, world)
-        table[i, 4:6] = cluster.group_busbw(tp, cp * dp, world)
-        table[i, 6:8] = cluster.p2p_worst(tp * cp * dp, pp, world)
-    names = ("tp_bw", "tp_lat", "cp_bw", "cp_lat", "dp_bw", "dp_lat", "pp_bw", "pp_lat")
-    return {n: table[inv, j] for j, n in enumerate(names)}
-
-
-def _gemm_time(M, N, K, *, batch, peak, eff: Efficiency, hbm, in_bytes, gemm_eff):
-    """Roofline time (s) of ``batch`` GEMMs of ``M×K · K×N`` with wave quantisation."""
-    flops = 2.0 * M * N * K * batch
-    tiles = np.ceil(M / 256.0) * np.ceil(N / 128.0) * batch
-    waves = np.ceil(tiles / eff.num_sms)
-    quant = tiles / (waves * eff.num_sms)
-    t_compute = flops / (peak * gemm_eff * quant)
-    t_memory = batch * (in_bytes * (M * K + K * N) + 2.0 * M * N) / (hbm * eff.hbm)
-    return np.maximum(t_compute, t_memory) + eff.kernel_overhead_s
-
-
-def layer_costs(model: ModelSpec, c: Candidates, gpu, eff: Efficiency) -> dict:
-    """Forward/backward/recompute times (s) of one layer for one microbatch, per plan."""
-    h, a, g, f, d = (model.hidden_size, model.num_attention_heads, model.num_query_groups,
-                     model.ffn_hidden_size, model.kv_channels)
-    tp = c.tp.astype(float)
-    s_q = model.seq_length / c.cp
-    s_k = float(model.seq_length)
-    T = c.mbs * s_q
-    fp8 = c.precision == "fp8"
-    peak16 = gpu.peak("fp16" if c.precision == "fp16" else "bf16")
-    gemm_peak = gpu.peak("fp8") if fp8 else peak16
-    gemm_eff = eff.gemm_fp8 if fp8 else eff.gemm
-    hbm = gpu.hbm_bandwidth_Bps
-    kw = dict(batch=1.0, peak=gemm_peak, eff=eff, hbm=hbm, in_bytes=1.0 if fp8 else 2.0,
-              gemm_eff=gemm_eff)
-    fc1_n = f * (2 if model.swiglu else 1)
-    gemm_qkv = _gemm_time(T, (a + 2 * g) * d / tp, h, **kw)
-    gemm_fc1 = _gemm_time(T, fc1_n / tp, h, **kw)
-    gemm_fwd = (gemm_qkv + _gemm_time(T, h, a * d / tp, **kw) + gemm_fc1
-                + _gemm_time(T, h, f / tp, **kw))
-    rep = T * h / np.where(c.sp, tp, 1.0)  # elements of replicated-or-SP activations
-    drop = model.hidden_dropout > 0
-    elem = (2 * 4 * rep + 2 * (6 + drop) * rep
-            + (6 if model.swiglu else 4) * T * f / tp
-            + (4 * T * (a + g) * d / tp if model.position_embedding_type == "rope" else 0.0))
-    n_kernels = 10
-    if c.stores_scores:
-        heads = c.mbs * a / tp
-        kw16 = dict(kw, peak=peak16, gemm_eff=eff.gemm, in_bytes=2.0, batch=heads)
-        scores = s_q * s_k * heads
-        attn_fwd = (_gemm_time(s_q, s_k, d, **kw16) + _gemm_time(s_q, d, s_k, **kw16)
-                    + (4 + 5 * (model.attention_dropout > 0)) * scores / (hbm * eff.hbm)
-                    + 4 * T * h / tp / (hbm * eff.hbm) + 3 * eff.kernel_overhead_s)
-        attn_bwd = 2 * attn_fwd
-    else:
-        flops = 4.0 * c.mbs * s_q * s_k * h / tp * 0.5  # causal
-        attn_fwd = flops / (peak16 * eff.flash_attention) + eff.kernel_overhead_s
-        attn_bwd = 2.5 * attn_fwd
-    elem_fwd = elem / (hbm * eff.hbm) + n_kernels * eff.kernel_overhead_s
-    fwd = gemm_fwd + attn_fwd + elem_fwd
-    bwd = 2 * gemm_fwd + attn_bwd + 2 * elem_fwd
-    recompute = np.select([c.recompute == 2, c.recompute == 1], [fwd, attn_fwd], 0.0)
-    return {"fwd": fwd, "bwd": bwd, "recompute": recompute, "attn": attn_fwd + attn_bwd,
-            "wgrad_overlap": gemm_qkv + gemm_fc1,
-            "tokens": T, "gemm_kw": kw}
-
-
 def iteration_time(model: ModelSpec, cluster, c: Candidates,
                    comm: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
     """Iteration time (s) and its breakdown (keys :data:`BREAKDOWN_KEYS`) for every plan.
@@ -134,9 +48,9 @@ def iteration_time(model: ModelSpec, cluster, c: Candidates,
     ``iteration_time_s``; the breakdown sums to the iteration time.
     """
     gpu = cluster.gpu
-    eff = efficiency_for(gpu.name)
+    eff = gpu.efficiency
     comm = comm_figures(cluster, c) if comm is None else comm
-    lc = layer_costs(model, c, gpu, eff)
+    lc = layer_costs(model, c, gpu)
     tp, pp, vp, cp = (x.astype(float) for x in (c.tp, c.pp, c.vp, c.cp))
     m = c.num_microbatches.astype(float)
     T = lc["tokens"]
@@ -160,7 +74,7 @@ def iteration_time(model: ModelSpec, cluster, c: Candidates,
     v_pad = padded_vocab_size(model.vocab_size, c.tp)
     emb = 3 * act_bytes / (gpu.hbm_bandwidth_Bps * eff.hbm) + all_reduce_time_s(
         act_bytes, tp, comm["tp_bw"], comm["tp_lat"])
-    logits = 3 * _gemm_time(T, v_pad / tp, h, **lc["gemm_kw"]) + 16.0 * T * v_pad / tp / (
+    logits = 3 * gemm_time_s(T, v_pad / tp, h, **lc["gemm_kw"]) + 16.0 * T * v_pad / tp / (
         gpu.hbm_bandwidth_Bps * eff.hbm)
 
     layers = model.num_layers / pp
@@ -180,14 +94,14 @@ def iteration_time(model: ModelSpec, cluster, c: Candidates,
         "recompute": m * layers * lc["recompute"],
         "tp_comm": m * layers * tp_layer,
         "cp_comm": m * layers * cp_layer,
-        "bubble": (pp - 1) / vp * stage_avg,
+        "bubble": bubble_stage_times(pp, vp) * stage_avg,
     }
     # Pipeline p2p: forward and backward sends per chunk-microbatch, exposed.
     p2p_bytes = act_bytes / tp
-    gather = np.where(c.sp, 0.0, all_gather_time_s(act_bytes, tp, comm["tp_bw"],
+    gather = np.where(c.sequence_parallel, 0.0, all_gather_time_s(act_bytes, tp, comm["tp_bw"],
                                                      comm["tp_lat"]))
     t_p2p = p2p_time_s(p2p_bytes, comm["pp_bw"], comm["pp_lat"]) + gather
-    out["pp_comm"] = np.where(pp > 1, 2 * (m * vp + pp - 1) * t_p2p, 0.0)
+    out["pp_comm"] = p2p_transfers(pp, vp, m) * t_p2p
 
     # Data-parallel gradient reduction over the dp·cp group.
     stage_params = np.maximum(stage_parameters(model, c.tp, c.pp, 0),

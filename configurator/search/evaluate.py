@@ -6,11 +6,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from configurator.candidates import Candidates
-from configurator.flops import megatron_model_flops
-from configurator.model import ModelSpec
-from configurator.plan import ParallelPlan, check_plan
-from configurator.timing import BREAKDOWN_KEYS, iteration_time
+from configurator.core.candidates import Candidates
+from configurator.cost.flops import megatron_model_flops
+from configurator.core.model import ModelSpec
+from configurator.core.plan import ParallelPlan
+from configurator.core.rules import check_plan
+from configurator.cost.iteration import BREAKDOWN_KEYS, iteration_time
 from memory_model import MemoryBreakdown, estimate_memory
 
 
@@ -60,7 +61,7 @@ def throughput(model: ModelSpec, global_batch_size: int, world_size, iteration_t
 
 def evaluate_plan(model: ModelSpec, cluster, plan: ParallelPlan) -> Evaluation:
     """Estimate one plan on ``cluster`` (it need not fit). Raises InputError if Megatron
-    would reject the plan (see :func:`configurator.plan.check_plan`)."""
+    would reject the plan (see :func:`configurator.core.plan.check_plan`)."""
     check_plan(model, plan, plan.world_size)
     peak = cluster.gpu.peak("fp16" if plan.precision == "fp16" else "bf16")
     cluster.gpu.peak(plan.precision)  # raises for fp8 on a GPU without it

@@ -10,22 +10,13 @@ from __future__ import annotations
 import json
 import sys
 
-from configurator.commands import command
-from configurator.errors import InputError
-from configurator.units import GB
+from configurator.app.topology_jobs import audit_cluster
+from configurator.core.units import GB
 
 MAX_WARNINGS_SHOWN = 5
 
 
-@command
-def register(sub):
-    p = sub.add_parser(
-        "audit", help="audit measured cluster links (slow links, slow nodes, missing pairs)",
-        description="Audit a measured topology: per link class (intra/inter-node, method, GPUs "
-                    "per host) a robust baseline (median, scaled MAD); flag slow links "
-                    "(< 80 %% of the median and robust z < -4), asymmetric pairs (> 20 %% "
-                    "apart), hosts slow with half or more of their partners, and host pairs "
-                    "never measured. Exit 0 with a report even when problems are found.")
+def add_audit_arguments(p) -> None:
     p.add_argument("paths", nargs="*", metavar="LOG_OR_DIR",
                    help="nccl-tests log files or directories of them (instead of --topology)")
     p.add_argument("--topology", metavar="FILE", help="measured topology (YAML or JSON)")
@@ -34,35 +25,18 @@ def register(sub):
     p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     p.add_argument("--force", action="store_true",
                    help="overwrite the report files in a non-empty --out directory")
-    p.set_defaults(func=run_audit)
-
-
-def _load(args):
-    if bool(args.topology) == bool(args.paths):
-        raise InputError("input", args.topology or " ".join(args.paths) or None,
-                         "give exactly one of --topology FILE or nccl-tests LOG_OR_DIR paths")
-    if args.topology:
-        from topology.topofile import load_topology
-        return load_topology(args.topology)
-    from topology.importers import import_paths
-    return import_paths(args.paths)
 
 
 def run_audit(args) -> int:
-    from topology.audit import audit
-    topo = _load(args)
-    report = audit(topo)
-    page = None
-    if args.out:
-        from topology.report_html import write_audit_html
-        page = write_audit_html(report, topo, args.out, force=args.force)
+    out = audit_cluster(topology=args.topology, paths=args.paths, out=args.out,
+                        force=args.force)
     if args.json:
-        json.dump(report.to_dict(), sys.stdout, indent=2)
+        json.dump(out.report.to_dict(), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        print(format_text(report))
-    if page is not None:
-        print(f"wrote {page}", file=sys.stderr if args.json else sys.stdout)
+        print(format_text(out.report))
+    if out.html_path is not None:
+        print(f"wrote {out.html_path}", file=sys.stderr if args.json else sys.stdout)
     return 0
 
 

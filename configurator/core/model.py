@@ -11,8 +11,8 @@ import os
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from configurator import validate as v
-from configurator.errors import InputError
+from configurator.core import validate as v
+from configurator.core.errors import InputError
 
 
 def swiglu_ffn_hidden_size(hidden_size: int) -> int:

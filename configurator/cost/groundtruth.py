@@ -11,9 +11,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from configurator.flops import sc21_flops
-from configurator.model import MODEL_PRESETS, ModelSpec
-from configurator.plan import ParallelPlan
+from configurator.cost.flops import sc21_flops
+from configurator.core.model import MODEL_PRESETS, ModelSpec
+from configurator.core.plan import ParallelPlan
 
 SC21_MODEL_NAMES = {"1.7": "gpt-1.7b", "3.6": "gpt-3.6b", "7.5": "gpt-7.5b",
                     "18.4": "gpt-18.4b", "39.1": "gpt-39.1b", "76.1": "gpt-76.1b",

@@ -1,9 +1,9 @@
 """Search: every legal plan, memory filter, rank by predicted iteration time.
 
-Vectorised end to end: :func:`configurator.space.enumerate_plans` builds the column store,
+Vectorised end to end: :func:`configurator.search.space.enumerate_plans` builds the column store,
 :func:`memory_model.estimate.peak_memory_arrays` filters it, and
-:func:`configurator.timing.iteration_time` ranks the survivors. Only the top ``k`` plans are
-turned into full :class:`~configurator.evaluate.Evaluation` objects.
+:func:`configurator.cost.iteration.iteration_time` ranks the survivors. Only the top ``k`` plans are
+turned into full :class:`~configurator.search.evaluate.Evaluation` objects.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from configurator.candidates import Candidates
-from configurator.errors import InputError, NoFeasiblePlanError
-from configurator.evaluate import Evaluation, evaluate_plan
-from configurator.model import ModelSpec
-from configurator.space import SearchSpace, enumerate_plans
-from configurator.timing import iteration_time
+from configurator.core.candidates import Candidates
+from configurator.core.errors import InputError, NoFeasiblePlanError
+from configurator.search.evaluate import Evaluation, evaluate_plan
+from configurator.core.model import ModelSpec
+from configurator.search.space import SearchSpace, enumerate_plans
+from configurator.cost.iteration import iteration_time
 from memory_model.estimate import peak_memory_arrays
 
 
@@ -41,7 +41,7 @@ def candidate_memory(model: ModelSpec, c: Candidates) -> np.ndarray:
     """Peak bytes over pipeline stages for every plan in ``c``."""
     return peak_memory_arrays(
         model, tp=c.tp, pp=c.pp, dp=c.dp, cp=c.cp, vp=c.vp, mbs=c.mbs,
-        num_microbatches=c.num_microbatches, recompute=c.recompute, sp=c.sp,
+        num_microbatches=c.num_microbatches, recompute=c.recompute, sp=c.sequence_parallel,
         distributed_optimizer=c.distributed_optimizer, precision=c.precision,
         stores_scores=c.stores_scores)
 

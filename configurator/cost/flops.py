@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from configurator.model import ModelSpec
+from configurator.core.model import ModelSpec
 from memory_model.params import padded_vocab_size
 
 

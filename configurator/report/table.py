@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from configurator.evaluate import Evaluation
-from configurator.units import GiB
+from configurator.search.evaluate import Evaluation
+from configurator.core.units import GiB
 
 COLUMNS = ("rank", "tp", "pp", "dp", "cp", "vp", "mbs", "recompute", "sp", "dist_opt",
            "iter_s", "TFLOP/s/GPU", "MFU", "tok/s/GPU", "peak_GiB")
@@ -18,7 +18,7 @@ def plan_row(rank: int, e: Evaluation) -> list[str]:
             f"{e.tokens_per_s_per_gpu:.0f}", f"{e.peak_memory_bytes / GiB:.1f}"]
 
 
-def format_table(evals: list[Evaluation]) -> str:
+def format_table(evals: list[Evaluation], wide: bool = False) -> str:
     rows = [list(COLUMNS)] + [plan_row(i + 1, e) for i, e in enumerate(evals)]
     widths = [max(len(r[j]) for r in rows) for j in range(len(COLUMNS))]
     lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows]

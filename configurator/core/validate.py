@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable, Mapping
 
-from configurator.errors import InputError
+from configurator.core.errors import InputError
 
 
 def positive_int(field: str, value: Any) -> int:

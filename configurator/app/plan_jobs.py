@@ -1,0 +1,188 @@
+"""The ``search``, ``estimate`` and ``launch`` jobs: one library function each, taking a
+request dataclass and returning the result the CLI prints."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from configurator.app.inputs import JobInputs, resolve
+from configurator.app.outputs import (LAUNCH_FILES, SEARCH_FILES, check_out, script_summary,
+                                      write_search_outputs)
+from configurator.core import validate as v
+from configurator.core.document import read_plan_document
+from configurator.core.errors import InputError, NoFeasiblePlanError
+from configurator.core.plan import RECOMPUTE, ParallelPlan
+from configurator.report.table import format_table
+from configurator.search.evaluate import Evaluation, evaluate_plan
+from configurator.search.rank import SearchResult, search
+from configurator.search.space import SearchSpace
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchRequest:
+    """``configurator search``: inputs, the shared plan settings, the search restrictions
+    and where to write (``out``: a directory, or None)."""
+
+    inputs: JobInputs
+    global_batch_size: int
+    precision: str = "bf16"
+    attention_backend: str = "auto"
+    recompute: tuple[str, ...] = RECOMPUTE
+    top: int = 10
+    max_memory_fraction: float = 1.0
+    out: str | None = None
+    force: bool = False
+    wide: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchOutcome:
+    """What a search found: the result, the header line(s), the rendered table, the JSON
+    document, and the files written (if any)."""
+
+    result: SearchResult
+    header: str
+    table: str
+    document: dict
+    written: list[str] = field(default_factory=list)
+
+
+def run_search(req: SearchRequest) -> SearchOutcome:
+    """Rank every legal plan that fits; with ``req.out`` write the outputs there.
+    Raises :class:`InputError` (bad input) or :class:`NoFeasiblePlanError`."""
+    model, cluster = resolve(req.inputs)
+    v.positive_int("gbs", req.global_batch_size)
+    v.positive_int("top", req.top)
+    if not 0 < req.max_memory_fraction <= 1:
+        raise InputError("max_memory_fraction", req.max_memory_fraction, "must be in (0, 1]")
+    if req.out:
+        check_out(req.out, SEARCH_FILES, req.force)
+    space = SearchSpace(recompute=tuple(req.recompute))
+    res = search(model, cluster, req.global_batch_size, precision=req.precision,
+                 attention_backend=req.attention_backend, top_k=req.top, space=space,
+                 keep_ranking=bool(req.out), max_memory_fraction=req.max_memory_fraction)
+    header = (f"{model.name} on {cluster.num_nodes} x {cluster.gpus_per_node} "
+              f"{cluster.gpu.name} ({cluster.num_gpus} GPUs), gbs {req.global_batch_size}, "
+              f"seq {model.seq_length}, {req.precision}: {res.candidates_evaluated} plans "
+              f"evaluated, {res.feasible} fit, {res.search_time_s:.3f} s")
+    doc = res.to_dict()
+    if req.inputs.exclude_flagged:
+        doc["exclusion"] = exclusion_effect(req, model, cluster, res, space)
+        header += "\n" + doc["exclusion"]["summary"]
+    table = format_table(res.plans, wide=req.wide)
+    written = []
+    if req.out:
+        written = write_search_outputs(req.out, model, cluster, res,
+                                       header + "\n" + format_table(res.plans, wide=True)
+                                       + "\n", req.force)
+    return SearchOutcome(result=res, header=header, table=table, document=doc,
+                         written=written)
+
+
+def exclusion_effect(req: SearchRequest, model, healthy, res: SearchResult,
+                     space: SearchSpace) -> dict:
+    """Compare the best plan on the healthy hosts with the best on every host."""
+    _, full = resolve(req.inputs, exclude_flagged=False)
+    kept = set(healthy.hosts)
+    excluded = [h for h in full.hosts if h not in kept]
+    best = res.plans[0]
+    out = {"excluded_hosts": excluded, "gpus_kept": healthy.num_gpus,
+           "gpus_all": full.num_gpus, "iteration_time_s": best.iteration_time_s,
+           "tokens_per_s": best.tokens_per_s_per_gpu * healthy.num_gpus}
+    try:
+        alls = search(model, full, req.global_batch_size, precision=req.precision,
+                      attention_backend=req.attention_backend, top_k=1, space=space).plans[0]
+        out["all_hosts_iteration_time_s"] = alls.iteration_time_s
+        out["all_hosts_tokens_per_s"] = alls.tokens_per_s_per_gpu * full.num_gpus
+        change = 100 * (best.iteration_time_s / alls.iteration_time_s - 1)
+        out["summary"] = (f"excluding {', '.join(excluded) or 'no host'}: best iteration "
+                          f"{best.iteration_time_s:.3f} s on {healthy.num_gpus} GPUs vs "
+                          f"{alls.iteration_time_s:.3f} s on all {full.num_gpus} GPUs "
+                          f"({change:+.1f} %)")
+    except (InputError, NoFeasiblePlanError) as err:
+        out["summary"] = (f"excluding {', '.join(excluded) or 'no host'}; with all hosts no "
+                          f"plan: {err}")
+    return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class EstimateRequest:
+    """``configurator estimate``: inputs and the plan's fields as given (``None``: the
+    default the field's help states; ``dp`` is derived from the GPU count)."""
+
+    inputs: JobInputs
+    fields: dict
+
+
+@dataclass(frozen=True, kw_only=True)
+class EstimateOutcome:
+    evaluation: Evaluation
+    title: str
+
+
+def plan_for_world(fields: dict, world: int) -> ParallelPlan:
+    """A plan from the estimate's fields with ``dp`` derived from ``world`` GPUs and the
+    defaults: sequence parallelism on when tp > 1, the distributed optimizer when dp·cp > 1,
+    gradient-reduce overlap on, parameter-gather overlap with it and the distributed
+    optimizer. Raises :class:`InputError` if tp·pp·cp does not divide ``world``."""
+    from configurator.core.plan import PLAN_FIELD, check_field
+
+    f = dict(fields)
+    for name in ("tp", "pp", "cp", "vp", "micro_batch_size", "global_batch_size"):
+        check_field(PLAN_FIELD[name], f[name])
+    mp = f["tp"] * f["pp"] * f["cp"]
+    if world % mp:
+        raise InputError("tp*pp*cp", mp, f"tp({f['tp']}) * pp({f['pp']}) * cp({f['cp']}) = "
+                         f"{mp} does not divide {world} GPUs")
+    f["dp"] = world // mp
+    if f.get("sequence_parallel") is None:
+        f["sequence_parallel"] = f["tp"] > 1
+    if f.get("distributed_optimizer") is None:
+        f["distributed_optimizer"] = f["dp"] * f["cp"] > 1
+    if f.get("overlap_grad_reduce") is None:
+        f["overlap_grad_reduce"] = True
+    f["overlap_param_gather"] = f["overlap_grad_reduce"] and f["distributed_optimizer"]
+    return ParallelPlan(**f)
+
+
+def run_estimate(req: EstimateRequest) -> EstimateOutcome:
+    """Memory per stage and iteration time of one plan (also one that does not fit)."""
+    model, cluster = resolve(req.inputs)
+    plan = plan_for_world(req.fields, cluster.num_gpus)
+    e = evaluate_plan(model, cluster, plan)
+    title = (f"{model.name} on {cluster.num_nodes} x {cluster.gpus_per_node} "
+             f"{cluster.gpu.name} ({cluster.name})")
+    return EstimateOutcome(evaluation=e, title=title)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LaunchRequest:
+    """``configurator launch``: a plan document, where to write, data and tokenizer."""
+
+    plan_path: str
+    out: str
+    nodes: int | None = None
+    data_path: str | None = None
+    tokenizer_model: str | None = None
+    force: bool = False
+
+
+def run_launch(req: LaunchRequest) -> list[str]:
+    """Write the torchrun and SLURM scripts of a saved plan document; returns their paths."""
+    from launchers import write_launch_files
+
+    doc = read_plan_document(v.load_mapping_file("plan", req.plan_path))
+    plan = doc.plan
+    nodes = v.positive_int("nodes", req.nodes if req.nodes else doc.nodes)
+    gpn = doc.gpus_per_node
+    if nodes * gpn != plan.world_size:
+        raise InputError("nodes", nodes, f"nodes * gpus_per_node ({nodes * gpn}) must equal "
+                         f"the plan's world size tp*pp*dp*cp ({plan.world_size})")
+    check_out(req.out, LAUNCH_FILES, req.force)
+    os.makedirs(req.out, exist_ok=True)
+    paths = write_launch_files(req.out, doc.model, plan, nodes=nodes, gpus_per_node=gpn,
+                               force=req.force, data_path=req.data_path,
+                               tokenizer_model=req.tokenizer_model,
+                               summary=script_summary(doc.estimate))
+    return list(paths.values())

@@ -1,0 +1,67 @@
+"""The ``topology import`` and ``audit`` jobs: one library function each."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Sequence
+
+from configurator.core.errors import InputError
+
+
+def topology_summary(topo, output: str | None = None) -> dict:
+    """Counts describing ``topo`` (the ``topology import --json`` summary)."""
+    return {"output": output, "hosts": len(topo.hosts), "gpus_per_host": topo.gpus_per_host,
+            "links": len(topo.links),
+            "inter_node_links": sum(1 for l in topo.links if l.src != l.dst),
+            "intra_node_links": sum(1 for l in topo.links if l.src == l.dst),
+            "measured_pairs": len(topo.measured_pairs()),
+            "collectives": len(topo.collectives), "missing": len(topo.missing),
+            "unmeasured_pairs": [list(p) for p in topo.unmeasured_pairs()],
+            "warnings": len(topo.warnings), "merge_policy": topo.merge_policy}
+
+
+def import_topology(paths: Sequence[str], output: str, *, policy: str = "min",
+                    force: bool = False):
+    """Import measurement files into one topology file at ``output`` (refused if it exists
+    and ``force`` is false). Returns ``(topology, summary dict)``."""
+    from topology.importers import import_paths
+    from topology.topofile import check_policy
+    from topology.topofile_io import save_topology
+
+    check_policy(policy)
+    if os.path.exists(output) and not force:
+        raise InputError("output", output, "file exists; pass --force to overwrite")
+    topo = import_paths(paths, policy=policy)
+    save_topology(topo, output, force=force)
+    return topo, topology_summary(topo, output)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AuditOutcome:
+    report: object          # topology.audit.AuditReport
+    topology: object        # topology.topofile.Topology
+    html_path: str | None
+
+
+def audit_cluster(*, topology: str | None, paths: Sequence[str], out: str | None = None,
+                  force: bool = False) -> AuditOutcome:
+    """Audit a topology file or nccl-tests logs (exactly one of them); with ``out`` write the
+    HTML report, heatmap and JSON there."""
+    from topology.audit import audit
+
+    if bool(topology) == bool(paths):
+        raise InputError("input", topology or " ".join(paths) or None,
+                         "give exactly one of --topology FILE or nccl-tests LOG_OR_DIR paths")
+    if topology:
+        from topology.topofile_io import load_topology
+        topo = load_topology(topology)
+    else:
+        from topology.importers import import_paths
+        topo = import_paths(paths)
+    report = audit(topo)
+    page = None
+    if out:
+        from topology.report_html import write_audit_html
+        page = write_audit_html(report, topo, out, force=force)
+    return AuditOutcome(report=report, topology=topo, html_path=page)

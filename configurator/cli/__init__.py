@@ -1,0 +1,52 @@
+"""Command-line interface: ``configurator <command>`` (also ``python -m configurator``).
+
+Parsing and printing only: :mod:`configurator.cli.commands` is the one table of commands;
+each command turns its arguments into a request and calls one library function
+(:mod:`configurator.app`), then prints what it returns. Only this layer prints.
+
+Exit codes: 0 ok; 2 bad input (one line naming field, value and rule); 3 no feasible plan.
+May import every layer below it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from configurator.cli.commands import (COMMANDS, EXIT_INFEASIBLE, EXIT_INPUT, EXIT_OK, Parser,
+                                       add_commands)
+from configurator.core.errors import InputError, NoFeasiblePlanError
+from configurator.core.version import TOOL_NAME, tool_version
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog=TOOL_NAME,
+                    description="Find the fastest Megatron-LM parallel configuration that fits "
+                                "in memory, write its launch script, and audit cluster links.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {tool_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser,
+                                metavar="COMMAND")
+    add_commands(sub, COMMANDS)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except InputError as err:
+        print(f"configurator: error: {err}", file=sys.stderr)
+        return EXIT_INPUT
+    except NoFeasiblePlanError as err:
+        print(f"configurator: no feasible plan: {err}", file=sys.stderr)
+        return EXIT_INFEASIBLE
+    except KeyboardInterrupt:
+        print("configurator: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK
+
+
+def entry() -> None:
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""``configurator search``, ``estimate`` and ``launch``: arguments and printing.
+
+The plan options (``--tp``, ``--mbs``, ``--recompute``, ``--[no-]sequence-parallel`` …) are
+generated from the plan schema (:data:`configurator.core.plan.PLAN_FIELDS`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from configurator.app.inputs import JobInputs
+from configurator.app.plan_jobs import (EstimateRequest, LaunchRequest, SearchRequest,
+                                        run_estimate as estimate_job, run_launch as launch_job,
+                                        run_search as search_job)
+from configurator.core.plan import PLAN_FIELD, RECOMPUTE
+
+DEFAULT_MODEL, DEFAULT_CLUSTER, DEFAULT_NODES, DEFAULT_GBS = "gpt3-175b", "dgx-a100-80gb", 128, 1536
+#: Plan fields `estimate` takes as options (dp is derived from the GPU count).
+ESTIMATE_FIELDS = ("tp", "pp", "cp", "vp", "micro_batch_size", "recompute", "sequence_parallel",
+                   "distributed_optimizer", "overlap_grad_reduce")
+
+
+def add_plan_option(p, name: str, *, required: bool = False, default=None) -> None:
+    """Add the CLI option of plan field ``name`` from its schema entry (flag, type, choices,
+    help). Booleans become ``--x/--no-x`` with ``None`` meaning "the documented default"."""
+    f = PLAN_FIELD[name]
+    if f.type is bool:
+        p.add_argument(f.cli_flag, dest=f.name, action=argparse.BooleanOptionalAction,
+                       default=None, help=f.help)
+    elif f.choices:
+        p.add_argument(f.cli_flag, dest=f.name, choices=f.choices,
+                       default=f.default if default is None else default, help=f.help)
+    else:
+        p.add_argument(f.cli_flag, dest=f.name, type=f.type, required=required,
+                       default=None if required else f.default, help=f.help)
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True,
+                   help="preset name (e.g. gpt3-175b, llama3-70b), a YAML/JSON file with "
+                        "Megatron keys, or a Hugging Face config.json")
+    p.add_argument("--cluster", required=True,
+                   help="preset (dgx-a100-80gb, dgx-h100-80gb, dgx-h200-141gb) or YAML/JSON file")
+    p.add_argument("--nodes", type=int, help="number of nodes (default: the cluster's own)")
+    p.add_argument("--gbs", type=int, required=True, help="global batch size (sequences)")
+    p.add_argument("--seq-length", type=int, help="override the model's sequence length")
+    add_plan_option(p, "precision")
+    add_plan_option(p, "attention_backend")
+    p.add_argument("--topology", metavar="FILE",
+                   help="measured topology file (configurator topology import / probe): "
+                        "collective and p2p times use its links")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _inputs(args, exclude_flagged: bool = False) -> JobInputs:
+    return JobInputs(model=args.model, cluster=args.cluster, nodes=args.nodes,
+                     seq_length=args.seq_length, topology=args.topology,
+                     exclude_flagged=exclude_flagged)
+
+
+def add_estimate_arguments(p) -> None:
+    _common(p)
+    for name in ESTIMATE_FIELDS:
+        add_plan_option(p, name, required=name in ("tp", "pp", "micro_batch_size"))
+
+
+def run_estimate(args) -> int:
+    from configurator.report.table import format_estimate
+
+    fields = {name: getattr(args, name) for name in ESTIMATE_FIELDS}
+    fields.update(global_batch_size=args.gbs, precision=args.precision,
+                  attention_backend=args.attention_backend)
+    out = estimate_job(EstimateRequest(inputs=_inputs(args), fields=fields))
+    if args.json:
+        print(json.dumps(out.evaluation.to_dict(), indent=2))
+    else:
+        print(out.title)
+        print(format_estimate(out.evaluation))
+    return 0
+
+
+def add_search_arguments(p) -> None:
+    _common(p)
+    p.add_argument("--top", type=int, default=10, help="plans to show (default 10)")
+    p.add_argument("--wide", action="store_true",
+                   help="show every column of the ranked table (default: fit 100 columns)")
+    p.add_argument("--out", metavar="DIR",
+                   help="write the best plan's launch scripts, plan.json, plans.json, "
+                        "table.txt and plans.png")
+    p.add_argument("--force", action="store_true", help="overwrite files in --out")
+    p.add_argument("--recompute", choices=RECOMPUTE, nargs="+",
+                   help="restrict recompute choices (default: all)")
+    p.add_argument("--max-memory-fraction", type=float, default=1.0, metavar="F",
+                   help="keep plans whose predicted peak is at most F of GPU memory "
+                        "(0 < F <= 1, default 1: the model already allows for fragmentation)")
+    p.add_argument("--exclude-flagged", action="store_true",
+                   help="with --topology: plan on the hosts the audit does not flag, and "
+                        "report what the exclusion costs or saves")
+
+
+def run_search(args) -> int:
+    req = SearchRequest(inputs=_inputs(args, args.exclude_flagged), global_batch_size=args.gbs,
+                        precision=args.precision, attention_backend=args.attention_backend,
+                        recompute=tuple(args.recompute) if args.recompute else RECOMPUTE,
+                        top=args.top, max_memory_fraction=args.max_memory_fraction,
+                        out=args.out, force=args.force, wide=args.wide)
+    out = search_job(req)
+    if args.json:
+        print(json.dumps(out.document, indent=2))
+    else:
+        print(out.header)
+        print(out.table)
+    if out.written and not args.json:
+        print(f"wrote {args.out}/" + ", ".join(sorted(out.written, key=lambda n: (
+            not n.startswith("launch"), n))))
+    return 0
+
+
+def add_launch_arguments(p) -> None:
+    p.add_argument("--plan", required=True, help="plan.json written by search --out")
+    p.add_argument("--out", required=True, metavar="DIR", help="directory for the scripts")
+    p.add_argument("--nodes", type=int, help="override the node count")
+    p.add_argument("--data-path", help="Megatron --data-path (default: --mock-data)")
+    p.add_argument("--tokenizer-model", help="tokenizer model file for --data-path runs")
+    p.add_argument("--force", action="store_true", help="overwrite existing scripts")
+
+
+def run_launch(args) -> int:
+    paths = launch_job(LaunchRequest(plan_path=args.plan, out=args.out, nodes=args.nodes,
+                                     data_path=args.data_path,
+                                     tokenizer_model=args.tokenizer_model, force=args.force))
+    print("wrote " + " and ".join(paths))
+    return 0

@@ -1,0 +1,40 @@
+"""``configurator probe``: the torchrun command line that runs the bandwidth probe.
+
+Outside torchrun it prints the command to run on every node (node_rank from ``$NODE_RANK``,
+or from ``$SLURM_NODEID`` inside ``srun bash -c '...'`` with ``--slurm``, so that it expands
+on each node). Started by torchrun itself (``torchrun ... --no-python configurator probe
+--out ...``: ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE`` set) it runs the probe,
+:mod:`topology.probe` (torch is imported only then).
+"""
+
+from __future__ import annotations
+
+import os
+
+from topology.probe_plan import add_probe_options, probe_argv, torchrun_command
+
+UNDER_TORCHRUN = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
+
+
+def add_probe_arguments(p) -> None:
+    p.add_argument("--nnodes", type=int, help="number of nodes (required to print)")
+    p.add_argument("--nproc-per-node", type=int, help="GPUs (ranks) per node (required to print)")
+    p.add_argument("--master-addr", default="$MASTER_ADDR", help="host of node_rank 0")
+    p.add_argument("--master-port", type=int, default=29500)
+    p.add_argument("--slurm", action="store_true",
+                   help="wrap in srun, node_rank from $SLURM_NODEID")
+    add_probe_options(p.add_argument_group(
+        "probe options (passed to python -m topology.probe)"), out_required=False)
+
+
+def run_probe(args) -> int:
+    if all(k in os.environ for k in UNDER_TORCHRUN):
+        from topology import probe
+
+        return probe.main(probe_argv(args))
+    line = torchrun_command(args)
+    if not args.slurm:
+        print(f"# on every node, NODE_RANK = 0..{args.nnodes - 1} "
+              f"(node_rank 0 at {args.master_addr}):")
+    print(line)
+    return 0

@@ -1,0 +1,45 @@
+"""``configurator topology ...``: measured-topology files.
+
+``configurator topology import PATH... -o topo.json [--merge min|median|pNN] [--force]
+[--json] [-v]`` imports nccl-tests logs, ``nvidia-smi topo -m`` output and topology files
+(files or directories), merges them and writes one topology file (JSON for ``.json``, else
+YAML). It refuses to overwrite ``-o`` without ``--force`` (exit 2). Prints one summary line
+(``--json``: a JSON object); ``-v`` lists the warnings on stderr.
+
+Sub-commands are listed in :data:`configurator.cli.commands.TOPOLOGY_COMMANDS`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from configurator.app.topology_jobs import import_topology
+
+
+def add_import_arguments(p) -> None:
+    p.add_argument("paths", nargs="+", metavar="PATH", help="files or directories")
+    p.add_argument("-o", "--output", required=True, metavar="FILE",
+                   help="topology file to write (.json → JSON, else YAML)")
+    p.add_argument("--merge", default="min", metavar="POLICY",
+                   help="combine duplicate links: min (default), median or pNN percentile "
+                        "(e.g. p10)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing output file")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("-v", "--verbose", action="store_true", help="list warnings on stderr")
+
+
+def run_import(args) -> int:
+    topo, s = import_topology(args.paths, args.output, policy=args.merge, force=args.force)
+    if args.verbose:
+        for w in topo.warnings:
+            print(f"warning: {w}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(s, indent=2))
+    else:
+        print(f"wrote {args.output}: {s['hosts']} hosts, {s['links']} links "
+              f"({s['measured_pairs']} host pairs), {s['collectives']} collectives, "
+              f"{s['missing']} missing ({len(s['unmeasured_pairs'])} pairs unmeasured), "
+              f"{s['warnings']} warnings" + ("" if args.verbose or not s["warnings"]
+                                             else " (-v lists them)"))
+    return 0

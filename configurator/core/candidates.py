@@ -1,0 +1,89 @@
+"""Column store of plans: one numpy array per per-candidate plan field, evaluated all at once.
+
+The columns are the :data:`~configurator.core.plan.PLAN_FIELDS` with ``per_candidate`` set
+(choices stored as integer codes: their index in the field's ``choices``); the other fields
+are scalars shared by every plan. Both are reachable as attributes by field name or alias
+(``c.tp``, ``c.mbs``, ``c.micro_batch_size``, ``c.precision``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from configurator.core.plan import PLAN_FIELDS, ParallelPlan, SCORE_STORING_BACKENDS
+
+COLUMN_FIELDS = tuple(f for f in PLAN_FIELDS if f.per_candidate)
+SHARED_FIELDS = tuple(f for f in PLAN_FIELDS if not f.per_candidate)
+_BY_NAME = {**{f.name: f for f in PLAN_FIELDS}, **{f.alias: f for f in PLAN_FIELDS if f.alias}}
+
+
+def column_dtype(f) -> type:
+    return bool if f.type is bool else np.int64
+
+
+class Candidates:
+    """Plans as parallel arrays (all the same length) plus shared scalars.
+
+    ``columns``: field name -> array (codes for fields with choices); ``shared``: field name ->
+    value for the non-candidate fields. ``group`` (optional): index into ``group_keys`` (rows
+    of tp, cp, dp, pp) per plan, so collective figures are computed once per layout.
+    """
+
+    __slots__ = ("columns", "shared", "group", "group_keys")
+
+    def __init__(self, columns: Mapping[str, np.ndarray], shared: Mapping[str, Any], *,
+                 group: np.ndarray | None = None, group_keys: np.ndarray | None = None):
+        missing = {f.name for f in COLUMN_FIELDS} - set(columns)
+        missing |= {f.name for f in SHARED_FIELDS} - set(shared)
+        if missing:
+            raise ValueError(f"Candidates needs fields {sorted(missing)}")
+        self.columns = {f.name: np.asarray(columns[f.name], dtype=column_dtype(f))
+                        for f in COLUMN_FIELDS}
+        self.shared = {f.name: shared[f.name] for f in SHARED_FIELDS}
+        self.group = group
+        self.group_keys = group_keys
+
+    def __getattr__(self, name: str):
+        f = _BY_NAME.get(name)
+        if f is None:
+            raise AttributeError(name)
+        store = self.columns if f.per_candidate else self.shared
+        return store[f.name]
+
+    @property
+    def num_microbatches(self) -> np.ndarray:
+        return self.global_batch_size // (self.mbs * self.dp)
+
+    @property
+    def stores_scores(self) -> bool:
+        return self.attention_backend in SCORE_STORING_BACKENDS
+
+    def __len__(self) -> int:
+        return len(self.columns["tp"])
+
+    def take(self, idx) -> "Candidates":
+        return Candidates({k: a[idx] for k, a in self.columns.items()}, self.shared,
+                          group=None if self.group is None else self.group[idx],
+                          group_keys=self.group_keys)
+
+    def plan(self, i: int) -> ParallelPlan:
+        """Plan ``i`` as a :class:`ParallelPlan`. The shared ``overlap_param_gather`` applies
+        only to plans with the distributed optimizer (Megatron's flag needs it)."""
+        kw = dict(self.shared)
+        for f in COLUMN_FIELDS:
+            val = self.columns[f.name][i]
+            kw[f.name] = f.choices[int(val)] if f.choices else f.type(val)
+        kw["overlap_param_gather"] = bool(kw["overlap_param_gather"]
+                                          and kw["distributed_optimizer"])
+        return ParallelPlan(**kw)
+
+    @classmethod
+    def from_plan(cls, plan: ParallelPlan) -> "Candidates":
+        cols = {}
+        for f in COLUMN_FIELDS:
+            val = getattr(plan, f.name)
+            cols[f.name] = np.array([f.choices.index(val) if f.choices else val],
+                                    dtype=column_dtype(f))
+        return cls(cols, {f.name: getattr(plan, f.name) for f in SHARED_FIELDS})

@@ -1,0 +1,101 @@
+"""The plan document (``plan.json``): what a plan was made for and what it predicts.
+
+Schema (``schema_version`` 1)::
+
+    {"schema_version": 1,
+     "tool": {"name": "configurator", "version": "0.2.0"},
+     "model": {ModelSpec fields},                  # configurator.core.model
+     "cluster": {"name", "gpu", "gpus_per_node", "nodes", "num_gpus"},
+     "seq_length": int, "precision": str, "global_batch_size": int,
+     "plan": {ParallelPlan fields},                # configurator.core.plan.PLAN_FIELDS
+     "estimate": {Evaluation.to_dict()}}           # predicted figures
+
+``configurator launch --plan`` reads it back (:func:`read_plan_document`), validating every
+field as the CLI would; documents written before ``schema_version`` existed (no such key:
+``model``, ``cluster`` and ``estimate.config``) are read as version 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from configurator.core import validate as v
+from configurator.core.errors import InputError
+from configurator.core.model import ModelSpec, make_model
+from configurator.core.plan import ParallelPlan, plan_from_dict
+from configurator.core.rules import check_plan
+from configurator.core.version import TOOL_NAME, tool_version
+
+SCHEMA_VERSION = 1
+CLUSTER_KEYS = ("name", "gpu", "gpus_per_node", "nodes", "num_gpus")
+
+
+def plan_document(*, model: ModelSpec, cluster: Mapping[str, Any], plan: ParallelPlan,
+                  estimate: Mapping[str, Any]) -> dict:
+    """The plan document of ``plan`` for ``model`` on ``cluster`` (its ``to_dict``)."""
+    return {"schema_version": SCHEMA_VERSION,
+            "tool": {"name": TOOL_NAME, "version": tool_version()},
+            "model": model.to_dict(), "cluster": dict(cluster),
+            "seq_length": model.seq_length, "precision": plan.precision,
+            "global_batch_size": plan.global_batch_size,
+            "plan": plan.to_dict(), "estimate": dict(estimate)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanDocument:
+    """A validated plan document: the model, the plan, the cluster's shape and the estimate."""
+
+    schema_version: int
+    model: ModelSpec
+    plan: ParallelPlan
+    cluster_name: str
+    gpu: str
+    nodes: int
+    gpus_per_node: int
+    estimate: Mapping[str, Any]
+
+
+def _get(doc: Mapping, key: str, where: str):
+    if key not in doc:
+        raise InputError(f"{where}.{key}", None, "missing required key")
+    return doc[key]
+
+
+def read_plan_document(doc: Any, where: str = "plan") -> PlanDocument:
+    """Validate a parsed plan document (any schema version this tool wrote) and rebuild its
+    objects. Raises :class:`InputError` naming the field (``plan.model.hidden_size``,
+    ``plan.plan.tp`` …) for a missing, unknown or out-of-range value, or for a plan that
+    breaks Megatron's rules on its cluster."""
+    if not isinstance(doc, Mapping):
+        raise InputError(where, type(doc).__name__, "must be a mapping (a plan.json object)")
+    version = doc.get("schema_version", 0)
+    if version not in (0, SCHEMA_VERSION):
+        raise InputError(f"{where}.schema_version", version,
+                         f"unsupported; this tool reads 0..{SCHEMA_VERSION}")
+    model_data = _get(doc, "model", where)
+    if not isinstance(model_data, Mapping):
+        raise InputError(f"{where}.model", type(model_data).__name__, "must be a mapping")
+    model = make_model(**dict(model_data))
+    estimate = _get(doc, "estimate", where)
+    if not isinstance(estimate, Mapping):
+        raise InputError(f"{where}.estimate", type(estimate).__name__, "must be a mapping")
+    plan_data = _get(doc, "plan", where) if version else _get(estimate, "config",
+                                                                  f"{where}.estimate")
+    plan = plan_from_dict(plan_data, f"{where}.plan." if version else f"{where}.estimate.config.")
+    cluster = _get(doc, "cluster", where)
+    if not isinstance(cluster, Mapping):
+        raise InputError(f"{where}.cluster", type(cluster).__name__, "must be a mapping")
+    nodes = v.positive_int(f"{where}.cluster.nodes", _get(cluster, "nodes", f"{where}.cluster"))
+    gpn = v.positive_int(f"{where}.cluster.gpus_per_node",
+                         _get(cluster, "gpus_per_node", f"{where}.cluster"))
+    names = {}
+    for key in ("name", "gpu"):
+        val = cluster.get(key, "unknown")
+        if not isinstance(val, str):
+            raise InputError(f"{where}.cluster.{key}", val, "must be a string")
+        names[key] = val
+    check_plan(model, plan, plan.world_size)
+    return PlanDocument(schema_version=version, model=model, plan=plan,
+                        cluster_name=names["name"], gpu=names["gpu"], nodes=nodes,
+                        gpus_per_node=gpn, estimate=estimate)

@@ -1,0 +1,238 @@
+"""The parallel plan: ``ParallelPlan`` and the one schema every view of a plan derives from.
+
+Each field of :class:`ParallelPlan` carries its metadata (:class:`PlanField`): Megatron-LM's
+argument name, the CLI flag, type, allowed values, help, table column, whether it varies per
+candidate in the search, and the ``pretrain_gpt.py`` flags it becomes. The CLI options
+(``configurator.cli``), plan JSON (:meth:`ParallelPlan.to_dict` / :func:`plan_from_dict`),
+the ranked table (``configurator.report``), the search's candidate columns
+(``configurator.core.candidates``) and the launch flags (``launchers.megatron_flags``) are
+all generated from :data:`PLAN_FIELDS`. Adding a field means adding it here plus its cost
+and memory formulas.
+
+Flag sources: Megatron-LM core_v0.16.1 ``megatron/training/arguments.py`` (argument names,
+``validate_args``) and ``megatron/core/transformer/transformer_config.py``
+(``__post_init__``); the rules that tie fields together live in :mod:`configurator.core.rules`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Union
+
+from configurator.core import validate as v
+from configurator.core.errors import InputError
+
+RECOMPUTE = ("none", "selective", "full")
+#: Integer code of each recompute choice in candidate arrays (its index in RECOMPUTE).
+RECOMPUTE_CODES = {name: i for i, name in enumerate(RECOMPUTE)}
+PRECISION = ("bf16", "fp16", "fp8")
+ATTENTION_BACKENDS = ("auto", "flash", "fused", "unfused", "local")
+#: Backends that materialise and store the s×s score matrix (megatron-core's own
+#: DotProductAttention and the 2021–22 Megatron runs); the others are flash-style kernels.
+SCORE_STORING_BACKENDS = ("unfused", "local")
+
+#: A flag value: None (left out), True (bare switch), a number or a string.
+FlagValue = Union[None, bool, int, float, str]
+#: ``(flag, value(model, plan))``: one Megatron-LM flag a field becomes.
+FlagRule = tuple[str, Callable[[Any, "ParallelPlan"], FlagValue]]
+
+#: Megatron flag groups in the order the launch script lists them; ``model`` and
+#: ``training`` rows come from the model spec and the training arguments.
+FLAG_GROUPS = ("parallelism", "recompute", "batch", "model", "precision and kernels",
+               "training")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanField:
+    """Metadata of one plan field (see the module docstring)."""
+
+    name: str
+    type: type
+    default: Any
+    help: str
+    megatron_name: str | None = None     # Megatron's argument (dest) name
+    cli_flag: str | None = None          # e.g. "--tp"; None: not a CLI option of estimate
+    alias: str | None = None             # short name: JSON alias, candidate attribute
+    column: str | None = None            # ranked-table header; None: not a column
+    choices: tuple[str, ...] | None = None
+    per_candidate: bool = True           # a column of the search (else shared by all plans)
+    flag_group: str | None = None
+    flags: tuple[FlagRule, ...] = ()
+
+    @property
+    def short(self) -> str:
+        return self.alias or self.name
+
+
+def _field(default: Any, **meta: Any):
+    return dataclasses.field(default=default, metadata={"plan": meta})
+
+
+def _full(p: "ParallelPlan") -> bool:
+    return p.recompute == "full"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParallelPlan:
+    """One Megatron-LM training configuration (Megatron's names in each field's metadata).
+
+    ``vp`` is virtual stages per pipeline rank (1 = no interleaving). Recompute ``full``
+    means ``--recompute-granularity full --recompute-method uniform --recompute-num-layers
+    1``. Sizes are counts; ``global_batch_size`` and ``micro_batch_size`` are sequences.
+    """
+
+    tp: int = _field(1, megatron_name="tensor_model_parallel_size", cli_flag="--tp",
+                     column="tp", help="tensor_model_parallel_size",
+                     flag_group="parallelism",
+                     flags=(("--tensor-model-parallel-size", lambda m, p: p.tp),))
+    pp: int = _field(1, megatron_name="pipeline_model_parallel_size", cli_flag="--pp",
+                     column="pp", help="pipeline_model_parallel_size",
+                     flag_group="parallelism",
+                     flags=(("--pipeline-model-parallel-size", lambda m, p: p.pp),))
+    dp: int = _field(1, megatron_name="data_parallel_size", column="dp",
+                     help="data-parallel size, derived: GPUs / (tp*pp*cp)")
+    cp: int = _field(1, megatron_name="context_parallel_size", cli_flag="--cp", column="cp",
+                     help="context_parallel_size (default 1)", flag_group="parallelism",
+                     flags=(("--context-parallel-size", lambda m, p: p.cp),))
+    vp: int = _field(1, megatron_name="virtual_pipeline_model_parallel_size",
+                     cli_flag="--vp", column="vp",
+                     help="virtual stages per pipeline rank (1 = no interleaving)",
+                     flag_group="parallelism",
+                     flags=(("--num-layers-per-virtual-pipeline-stage",
+                             lambda m, p: m.num_layers // p.pp // p.vp if p.vp > 1 else None),))
+    micro_batch_size: int = _field(1, megatron_name="micro_batch_size", cli_flag="--mbs",
+                                   alias="mbs", column="mbs", help="micro_batch_size",
+                                   flag_group="batch",
+                                   flags=(("--micro-batch-size",
+                                           lambda m, p: p.micro_batch_size),))
+    global_batch_size: int = _field(1, megatron_name="global_batch_size", alias="gbs",
+                                    per_candidate=False,
+                                    help="global batch size (sequences)", flag_group="batch",
+                                    flags=(("--global-batch-size",
+                                            lambda m, p: p.global_batch_size),))
+    recompute: str = _field("none", megatron_name="recompute_granularity",
+                            cli_flag="--recompute", column="recompute", choices=RECOMPUTE,
+                            help="activation recompute: none, selective (core attention) or "
+                                 "full", flag_group="recompute",
+                            flags=(("--recompute-granularity",
+                                    lambda m, p: p.recompute if p.recompute != "none" else None),
+                                   ("--recompute-method",
+                                    lambda m, p: "uniform" if _full(p) else None),
+                                   ("--recompute-num-layers",
+                                    lambda m, p: 1 if _full(p) else None)))
+    sequence_parallel: bool = _field(False, megatron_name="sequence_parallel",
+                                     cli_flag="--sequence-parallel", column="sp",
+                                     help="sequence parallelism (default: on when tp > 1)",
+                                     flag_group="parallelism",
+                                     flags=(("--sequence-parallel",
+                                             lambda m, p: p.sequence_parallel and p.tp > 1
+                                             or None),))
+    distributed_optimizer: bool = _field(
+        False, megatron_name="use_distributed_optimizer", cli_flag="--distributed-optimizer",
+        column="dist-opt",
+        help="shard optimizer state over data parallel (default: on when dp*cp > 1)",
+        flag_group="parallelism",
+        flags=(("--use-distributed-optimizer", lambda m, p: p.distributed_optimizer or None),))
+    precision: str = _field("bf16", cli_flag="--precision", choices=PRECISION,
+                            per_candidate=False,
+                            help="bf16 (default), fp16, or fp8 (Transformer Engine GEMMs)",
+                            flag_group="precision and kernels",
+                            flags=(("--bf16", lambda m, p: p.precision in ("bf16", "fp8")
+                                    or None),
+                                   ("--fp16", lambda m, p: p.precision == "fp16" or None),
+                                   ("--fp8-format", lambda m, p: "hybrid"
+                                    if p.precision == "fp8" else None)))
+    attention_backend: str = _field(
+        "auto", megatron_name="attention_backend", cli_flag="--attention-backend",
+        choices=ATTENTION_BACKENDS, per_candidate=False,
+        help="Megatron --attention-backend; local/unfused store the s*s scores",
+        flag_group="precision and kernels",
+        # --attention-backend local needs --spec local, which pretrain_gpt.py cannot build;
+        # megatron-core's own DotProductAttention is selected by --transformer-impl local.
+        flags=(("--attention-backend", lambda m, p: p.attention_backend
+                if p.attention_backend != "local" else None),
+               ("--transformer-impl", lambda m, p: "local"
+                if p.attention_backend == "local" else None)))
+    overlap_grad_reduce: bool = _field(
+        True, megatron_name="overlap_grad_reduce", cli_flag="--overlap-grad-reduce",
+        per_candidate=False,
+        help="overlap the data-parallel gradient reduction with backward (default on)",
+        flag_group="parallelism",
+        flags=(("--overlap-grad-reduce", lambda m, p: p.overlap_grad_reduce or None),))
+    overlap_param_gather: bool = _field(
+        True, megatron_name="overlap_param_gather", per_candidate=False,
+        help="overlap the distributed optimizer's parameter all-gather with the next forward",
+        flag_group="parallelism",
+        # validate_args asserts --use-distributed-optimizer and --overlap-grad-reduce.
+        flags=(("--overlap-param-gather",
+                lambda m, p: (p.overlap_param_gather and p.distributed_optimizer
+                              and p.overlap_grad_reduce) or None),))
+
+    @property
+    def world_size(self) -> int:
+        return self.tp * self.pp * self.dp * self.cp
+
+    @property
+    def num_microbatches(self) -> int:
+        return self.global_batch_size // (self.micro_batch_size * self.dp)
+
+    @property
+    def stores_attention_scores(self) -> bool:
+        return self.attention_backend in SCORE_STORING_BACKENDS
+
+    def to_dict(self) -> dict:
+        """Every field by name, then the derived ``num_microbatches`` and the aliases."""
+        d = dataclasses.asdict(self)
+        d["num_microbatches"] = self.num_microbatches
+        for f in PLAN_FIELDS:
+            if f.alias:
+                d[f.alias] = d[f.name]
+        return d
+
+
+def _collect() -> tuple[PlanField, ...]:
+    out = []
+    for f in dataclasses.fields(ParallelPlan):
+        meta = dict(f.metadata["plan"])
+        out.append(PlanField(name=f.name, type={"int": int, "bool": bool, "str": str}[
+            f.type if isinstance(f.type, str) else f.type.__name__], default=f.default, **meta))
+    return tuple(out)
+
+
+#: THE plan schema, in field order.
+PLAN_FIELDS: tuple[PlanField, ...] = _collect()
+PLAN_FIELD = {f.name: f for f in PLAN_FIELDS}
+#: Keys :meth:`ParallelPlan.to_dict` adds that are not fields (ignored on reading).
+DERIVED_KEYS = ("num_microbatches",) + tuple(f.alias for f in PLAN_FIELDS if f.alias)
+
+
+def check_field(f: PlanField, value: Any, where: str = "") -> Any:
+    """Validate one value against its field's type and choices; return it.
+
+    Integers must be positive (bools rejected); booleans must be real booleans; strings must
+    be one of ``choices``. Raises :class:`InputError` naming ``where + name``.
+    """
+    name = where + f.name
+    if f.type is int:
+        return v.positive_int(name, value)
+    if f.type is bool:
+        return v.boolean(name, value)
+    if f.choices is not None:
+        return v.choice(name, value, f.choices)
+    if not isinstance(value, str):
+        raise InputError(name, value, "must be a string")
+    return value
+
+
+def plan_from_dict(data: Mapping[str, Any], where: str = "plan.") -> ParallelPlan:
+    """Rebuild a plan from :meth:`ParallelPlan.to_dict` output, validating every field.
+
+    Every field is required; derived keys are ignored; any other key is an error. Raises
+    :class:`InputError` naming ``where + field``. Megatron's cross-field rules are checked
+    separately (:func:`configurator.core.rules.check_plan`).
+    """
+    if not isinstance(data, Mapping):
+        raise InputError(where.rstrip("."), type(data).__name__, "must be a mapping")
+    v.exact_keys(where.rstrip("."), data, [f.name for f in PLAN_FIELDS], DERIVED_KEYS)
+    return ParallelPlan(**{f.name: check_field(f, data[f.name], where) for f in PLAN_FIELDS})

@@ -1,0 +1,145 @@
+"""Megatron-LM's validation rules for a plan: one implementation, scalar and vectorised.
+
+Each :class:`Rule` is a predicate over plan fields that broadcasts over numpy arrays, so the
+same code checks one plan (:func:`check_plan`, used by ``estimate``, ``launch`` and the
+launchers) and filters millions of candidates (:func:`rules_mask`, used level by level by
+the search's enumerator as soon as the fields a rule reads are known).
+
+Sources: Megatron-LM core_v0.16.1 ``megatron/training/arguments.py`` (``validate_args``),
+``megatron/core/model_parallel_config.py``, ``megatron/core/transformer/transformer_config.py``
+(``__post_init__``) and ``megatron/core/parallel_state.py``; shared REFERENCE §1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping
+
+import numpy as np
+
+from configurator.core.errors import InputError
+from configurator.core.model import ModelSpec
+from configurator.core.plan import (PLAN_FIELDS, SCORE_STORING_BACKENDS, ParallelPlan,
+                                    check_field)
+
+Fields = Mapping[str, Any]   # plan field name -> scalar or numpy array
+
+
+@dataclass(frozen=True)
+class Rule:
+    """``ok(model, fields, world_size)`` broadcasts to a boolean (array); ``error`` builds the
+    one-line :class:`InputError` for a scalar plan that breaks it."""
+
+    name: str
+    needs: frozenset[str]
+    ok: Callable[[ModelSpec, Fields, int], Any]
+    error: Callable[[ModelSpec, Fields, int], InputError]
+
+
+def _not(x):
+    return np.logical_not(x)
+
+
+def _mp(f: Fields):
+    return f["tp"] * f["pp"] * f["cp"]
+
+
+def _microbatches(f: Fields):
+    return f["global_batch_size"] // (f["micro_batch_size"] * f["dp"])
+
+
+def _rule(name: str, needs: Iterable[str], ok, error) -> Rule:
+    return Rule(name, frozenset(needs), ok, error)
+
+
+#: Checked in this order; the first broken rule names the error.
+RULES: tuple[Rule, ...] = (
+    _rule("model parallel divides the world", ("tp", "pp", "cp"),
+          lambda m, f, w: w % _mp(f) == 0,
+          lambda m, f, w: InputError(
+              "tp*pp*cp", _mp(f), f"tp({f['tp']}) * pp({f['pp']}) * cp({f['cp']}) = "
+              f"{_mp(f)} does not divide {w} GPUs")),
+    _rule("data parallel fills the world", ("tp", "pp", "cp", "dp"),
+          lambda m, f, w: _mp(f) * f["dp"] == w,
+          lambda m, f, w: InputError("dp", f["dp"],
+                                     f"must be world_size / (tp*pp*cp) = {w // _mp(f)}")),
+    _rule("tp divides the attention heads", ("tp",),
+          lambda m, f, w: m.num_attention_heads % f["tp"] == 0,
+          lambda m, f, w: InputError("tp", f["tp"], f"must divide num_attention_heads "
+                                                    f"({m.num_attention_heads})")),
+    _rule("query groups and tp divide one another", ("tp",),
+          lambda m, f, w: np.logical_or(m.num_query_groups % f["tp"] == 0,
+                                        f["tp"] % m.num_query_groups == 0),
+          lambda m, f, w: InputError("tp", f["tp"], f"num_query_groups ({m.num_query_groups})"
+                                                    f" must be a multiple or divisor of tp")),
+    _rule("pp divides the layers", ("pp",),
+          lambda m, f, w: m.num_layers % f["pp"] == 0,
+          lambda m, f, w: InputError("pp", f["pp"], f"must divide num_layers "
+                                                    f"({m.num_layers})")),
+    _rule("interleaving needs pp > 1", ("vp", "pp"),
+          lambda m, f, w: np.logical_or(f["vp"] == 1, f["pp"] > 1),
+          lambda m, f, w: InputError("vp", f["vp"], "interleaved schedule needs pp > 1")),
+    _rule("vp divides the layers per pipeline rank", ("vp", "pp"),
+          lambda m, f, w: (m.num_layers // f["pp"]) % f["vp"] == 0,
+          lambda m, f, w: InputError("vp", f["vp"], f"must divide layers per pipeline rank "
+                                                    f"({m.num_layers // f['pp']})")),
+    _rule("cp splits the sequence in 2*cp chunks", ("cp",),
+          lambda m, f, w: np.logical_or(f["cp"] == 1, m.seq_length % (2 * f["cp"]) == 0),
+          lambda m, f, w: InputError("cp", f["cp"], f"seq_length ({m.seq_length}) must be "
+                                                    f"divisible by 2*cp ({2 * f['cp']})")),
+    _rule("cp needs a flash/fused attention backend", ("cp", "attention_backend"),
+          lambda m, f, w: np.logical_or(f["cp"] == 1,
+                                        f["attention_backend"] not in SCORE_STORING_BACKENDS),
+          lambda m, f, w: InputError("cp", f["cp"], f"context parallelism needs a flash/fused "
+                                                    f"attention backend (Transformer Engine), "
+                                                    f"not {f['attention_backend']!r}")),
+    _rule("global batch divisible by mbs*dp", ("global_batch_size", "micro_batch_size", "dp"),
+          lambda m, f, w: f["global_batch_size"] % (f["micro_batch_size"] * f["dp"]) == 0,
+          lambda m, f, w: InputError(
+              "global_batch_size", f["global_batch_size"],
+              f"must be divisible by micro_batch_size ({f['micro_batch_size']}) * dp "
+              f"({f['dp']}) = {f['micro_batch_size'] * f['dp']}")),
+    _rule("interleaving needs microbatches divisible by pp",
+          ("vp", "pp", "global_batch_size", "micro_batch_size", "dp"),
+          lambda m, f, w: np.logical_or(f["vp"] == 1, _microbatches(f) % f["pp"] == 0),
+          lambda m, f, w: InputError(
+              "global_batch_size", f["global_batch_size"],
+              f"interleaved schedule needs num_microbatches ({_microbatches(f)}) divisible "
+              f"by pp ({f['pp']})")),
+    _rule("sequence parallelism needs tp > 1", ("sequence_parallel", "tp"),
+          lambda m, f, w: np.logical_or(_not(f["sequence_parallel"]), f["tp"] > 1),
+          lambda m, f, w: InputError("sequence_parallel", True, "needs tp > 1")),
+    _rule("parameter-gather overlap needs grad-reduce overlap",
+          ("overlap_param_gather", "distributed_optimizer", "overlap_grad_reduce"),
+          lambda m, f, w: _not(np.logical_and(
+              np.logical_and(f["overlap_param_gather"], f["distributed_optimizer"]),
+              _not(f["overlap_grad_reduce"]))),
+          lambda m, f, w: InputError("overlap_param_gather", True, "needs overlap_grad_reduce")),
+)
+
+
+def rules_for(known: Iterable[str], already: Iterable[str] = ()) -> tuple[Rule, ...]:
+    """Rules whose fields are all in ``known`` and not all in ``already`` (those were applied
+    at an earlier level of an enumeration)."""
+    known, already = set(known), set(already)
+    return tuple(r for r in RULES if r.needs <= known and not r.needs <= already)
+
+
+def rules_mask(model: ModelSpec, fields: Fields, world_size: int,
+               rules: Iterable[Rule] = RULES):
+    """Boolean (array) of plans that satisfy every rule in ``rules`` (fields broadcast)."""
+    ok = True
+    for r in rules:
+        ok = np.logical_and(ok, r.ok(model, fields, world_size))
+    return ok
+
+
+def check_plan(model: ModelSpec, plan: ParallelPlan, world_size: int) -> None:
+    """Raise :class:`InputError` naming the first field or Megatron rule ``plan`` breaks
+    (types and choices first, then :data:`RULES` in order)."""
+    for f in PLAN_FIELDS:
+        check_field(f, getattr(plan, f.name))
+    values = {f.name: getattr(plan, f.name) for f in PLAN_FIELDS}
+    for r in RULES:
+        if not bool(r.ok(model, values, world_size)):
+            raise r.error(model, values, world_size)

@@ -1,0 +1,50 @@
+"""Pipeline-schedule facts shared by the time model (bubble, p2p count) and the memory model
+(microbatches in flight): 1F1B (PipeDream-Flush) and interleaved 1F1B.
+
+Sources: Narayanan et al. SC'21 §2.2 (bubble ``(p-1)/v`` of the ideal time, interleaved
+chunks of ``L/(p·v)`` layers); Megatron-LM core_v0.16.1
+``megatron/core/pipeline_parallel/schedules.py`` (warm-up microbatch counts of
+``forward_backward_pipelining_without_interleaving`` and ``..._with_interleaving``); shared
+REFERENCE §2. All functions broadcast over numpy arrays (``pp`` pipeline ranks, ``vp``
+virtual stages per rank, ``m`` microbatches, ``stage`` the 0-based pipeline rank).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def bubble_stage_times(pp, vp):
+    """Idle time of a pipeline rank per iteration, in units of one (fwd + bwd) stage-time of
+    one microbatch: ``(pp - 1) / vp`` (SC'21 §2.2, Eq. 1 and its interleaved form)."""
+    return (np.asarray(pp, dtype=float) - 1) / np.asarray(vp, dtype=float)
+
+
+def p2p_transfers(pp, vp, m):
+    """Activation/gradient sends on the critical path per iteration: forward and backward
+    of every chunk-microbatch plus the fill and drain, ``2·(m·vp + pp - 1)``; 0 when
+    ``pp == 1``."""
+    pp, vp, m = (np.asarray(x, dtype=float) for x in (pp, vp, m))
+    return np.where(pp > 1, 2 * (m * vp + pp - 1), 0.0)
+
+
+def inflight_microbatches_1f1b(pp, m, stage):
+    """Microbatches whose activations rank ``stage`` holds at the end of 1F1B's warm-up:
+    ``min(pp - stage, m)`` (``num_warmup_microbatches + 1``)."""
+    return np.minimum(np.asarray(pp) - np.asarray(stage), m)
+
+
+def inflight_chunks_interleaved(pp, vp, m, stage):
+    """Model chunks (of ``L/(pp·vp)`` layers) rank ``stage`` holds under interleaved 1F1B:
+    ``min(m·vp, 2·(pp - stage - 1) + (vp - 1)·pp + 1)``."""
+    pp, vp, m, r = (np.asarray(x) for x in (pp, vp, m, stage))
+    return np.minimum(m * vp, 2 * (pp - r - 1) + (vp - 1) * pp + 1)
+
+
+def inflight_layers(num_layers: int, *, pp, vp, num_microbatches, stage):
+    """Layer-microbatches whose activations rank ``stage`` holds at its peak (count):
+    1F1B ``min(pp - r, m)·L/pp``; interleaved chunks × ``L/(pp·vp)``."""
+    pp, vp = np.asarray(pp), np.asarray(vp)
+    plain = inflight_microbatches_1f1b(pp, num_microbatches, stage) * (num_layers / pp)
+    chunks = inflight_chunks_interleaved(pp, vp, num_microbatches, stage)
+    return np.where(vp > 1, chunks * (num_layers / (pp * vp)), plain)
