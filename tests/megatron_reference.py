@@ -115,10 +115,11 @@ def model_bytes(name: str) -> dict:
     microbatch, local attention): ``layer_bytes`` (the checkpoint with full recompute),
     ``forward_end_bytes``, ``recompute_peak_bytes``, ``stage_bytes``, ``stage_parameters``,
     ``total_parameters``."""
+    from configurator.core.plan import RECOMPUTE_CODES
     from memory_model import activations as act
     from memory_model.params import stage_parameters, total_parameters
     spec = model_spec(name)
-    rc = act.RECOMPUTE_CODES[CONFIGS[name]["recompute"]]
+    rc = RECOMPUTE_CODES[CONFIGS[name]["recompute"]]
     kw = dict(mbs=MBS, seq=SEQ, tp=1, sp=False)
     stage = dict(kw, pp=1, vp=1, recompute=rc, num_microbatches=1, stage=0,
                  stores_scores=True)

@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 
 from configurator.core.model import MODEL_PRESETS, make_model
-from configurator.core.plan import ParallelPlan
+from configurator.core.plan import RECOMPUTE_CODES, ParallelPlan
 from configurator.core.rules import check_plan
 from configurator.core.units import GiB
 from memory_model import estimate_memory
-from memory_model.activations import (RECOMPUTE_CODES, checkpoint_bytes, inflight_layers,
-                                      layer_activation_bytes, stage_activation_bytes,
-                                      stage_activation_phases)
+from configurator.core.schedule import inflight_layers
+from memory_model.activations import (checkpoint_bytes, layer_activation_bytes,
+                                      stage_activation_bytes, stage_activation_phases)
 from memory_model.estimate import memory_arrays, peak_memory_arrays
 from memory_model.params import stage_parameters
 from tests.conftest import SHARED

@@ -74,11 +74,14 @@ def test_cluster_presets_and_yaml(tmp_path):
         assert c.num_gpus == 16
     f = tmp_path / "c.yaml"
     f.write_text("gpu: {name: x, peak_tflops: {bf16: 100}, memory_GiB: 40, "
-                 "hbm_bandwidth_GBps: 1000}\ngpus_per_node: 4\nnodes: 3\n"
+                 "hbm_bandwidth_GBps: 1000, num_sms: 64, "
+                 "efficiency: {gemm: 0.7, hbm: 0.8, flash_attention: 0.5}}\n"
+                 "gpus_per_node: 4\nnodes: 3\n"
                  "intra_node_bandwidth_GBps: 100\ninter_node_bandwidth_GBps: 10\n"
                  "intra_node_latency_us: 2\ninter_node_latency_us: 5\n")
     c = load_cluster(str(f))
     assert (c.num_gpus, c.gpu.memory_bytes) == (12, 40 * 2**30)
+    assert (c.gpu.num_sms, c.gpu.efficiency.gemm, c.gpu.efficiency.gemm_fp8) == (64, 0.7, None)
     bw_intra, _ = c.link(0, 1)
     bw_inter, _ = c.link(0, 4)
     assert bw_intra > bw_inter == pytest.approx(10e9 * 0.94)

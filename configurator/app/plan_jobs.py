@@ -126,11 +126,13 @@ def plan_for_world(fields: dict, world: int) -> ParallelPlan:
     defaults: sequence parallelism on when tp > 1, the distributed optimizer when dp·cp > 1,
     gradient-reduce overlap on, parameter-gather overlap with it and the distributed
     optimizer. Raises :class:`InputError` if tp·pp·cp does not divide ``world``."""
-    from configurator.core.plan import PLAN_FIELD, check_field
+    from configurator.core.plan import PLAN_FIELD
 
     f = dict(fields)
     for name in ("tp", "pp", "cp", "vp", "micro_batch_size", "global_batch_size"):
-        check_field(PLAN_FIELD[name], f[name])
+        spec = PLAN_FIELD[name]
+        # name the option the user typed (--mbs, --gbs), not the field behind it
+        v.positive_int((spec.cli_flag or spec.short).lstrip("-").replace("-", "_"), f[name])
     mp = f["tp"] * f["pp"] * f["cp"]
     if world % mp:
         raise InputError("tp*pp*cp", mp, f"tp({f['tp']}) * pp({f['pp']}) * cp({f['cp']}) = "

@@ -25,7 +25,7 @@ def ground_truth_dir() -> Path:
     env = os.environ.get("CONFIGURATOR_GROUND_TRUTH")
     if env:
         return Path(env)
-    return Path(__file__).resolve().parents[2] / "shared" / "ground_truth"
+    return Path(__file__).resolve().parents[3] / "shared" / "ground_truth"
 
 
 @dataclass(frozen=True)
