@@ -1,7 +1,7 @@
 """Fit the A100 GEMM efficiency once, on all ten rows of SC'21 Table 1 together.
 
 Prints the fitted value and each row's error. The fitted number is written by hand into
-configurator/efficiency.py (``EFFICIENCY["a100-80gb"].gemm``); every other parameter comes
+topology/gpus.py (``GPU_PRESETS["a100-80gb"].efficiency.gemm``); every other parameter comes
 from the literature. Run: ``python bench/calibrate.py``.
 """
 
@@ -13,16 +13,17 @@ from unittest import mock
 
 from scipy.optimize import minimize_scalar
 
-from configurator import efficiency as E
 from configurator.search.evaluate import evaluate_plan
 from configurator.cost.groundtruth import sc21_rows
+from topology import gpus
 from topology.cluster import load_cluster
 
 
 def errors(gemm: float) -> list[float]:
-    eff = dataclasses.replace(E.EFFICIENCY["a100-80gb"], gemm=gemm)
+    a100 = gpus.GPU_PRESETS["a100-80gb"]
+    gpu = dataclasses.replace(a100, efficiency=dataclasses.replace(a100.efficiency, gemm=gemm))
     out = []
-    with mock.patch.dict(E.EFFICIENCY, {"a100-80gb": eff}):
+    with mock.patch.dict(gpus.GPU_PRESETS, {"a100-80gb": gpu}):
         for row in sc21_rows():
             cluster = load_cluster("dgx-a100-80gb", nodes=row.num_gpus // 8)
             t = evaluate_plan(row.model, cluster, row.plan).iteration_time_s

@@ -17,6 +17,7 @@ field as the CLI would; documents written before ``schema_version`` existed (no 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -28,6 +29,8 @@ from configurator.core.rules import check_plan
 from configurator.core.version import TOOL_NAME, tool_version
 
 SCHEMA_VERSION = 1
+#: Estimate figures a launch script's header shows.
+SUMMARY_KEYS = ("iteration_time_s", "model_tflops_per_gpu", "mfu", "peak_memory_bytes")
 CLUSTER_KEYS = ("name", "gpu", "gpus_per_node", "nodes", "num_gpus")
 
 
@@ -76,10 +79,18 @@ def read_plan_document(doc: Any, where: str = "plan") -> PlanDocument:
     model_data = _get(doc, "model", where)
     if not isinstance(model_data, Mapping):
         raise InputError(f"{where}.model", type(model_data).__name__, "must be a mapping")
+    for key in model_data:
+        if not isinstance(key, str):
+            raise InputError(f"{where}.model", key, "keys must be strings")
     model = make_model(**dict(model_data))
     estimate = _get(doc, "estimate", where)
     if not isinstance(estimate, Mapping):
         raise InputError(f"{where}.estimate", type(estimate).__name__, "must be a mapping")
+    for key in SUMMARY_KEYS:   # shown in the launch script's header
+        val = _get(estimate, key, f"{where}.estimate")
+        if isinstance(val, bool) or not isinstance(val, (int, float)) or not (
+                math.isfinite(val) and val >= 0):
+            raise InputError(f"{where}.estimate.{key}", val, "must be a finite number >= 0")
     plan_data = _get(doc, "plan", where) if version else _get(estimate, "config",
                                                                   f"{where}.estimate")
     plan = plan_from_dict(plan_data, f"{where}.plan." if version else f"{where}.estimate.config.")
@@ -95,7 +106,7 @@ def read_plan_document(doc: Any, where: str = "plan") -> PlanDocument:
         if not isinstance(val, str):
             raise InputError(f"{where}.cluster.{key}", val, "must be a string")
         names[key] = val
-    check_plan(model, plan, plan.world_size)
+    check_plan(model, plan, nodes * gpn)
     return PlanDocument(schema_version=version, model=model, plan=plan,
                         cluster_name=names["name"], gpu=names["gpu"], nodes=nodes,
                         gpus_per_node=gpn, estimate=estimate)

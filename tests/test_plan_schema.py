@@ -1,0 +1,281 @@
+"""The plan schema is the one source of the plan's views; the rules, schedule and placement
+seams; the plan document; unknown GPUs."""
+
+import dataclasses
+import itertools
+import json
+
+import numpy as np
+import pytest
+
+from configurator.cli import build_parser
+from configurator.core.candidates import COLUMN_FIELDS, Candidates
+from configurator.core.document import SCHEMA_VERSION, read_plan_document
+from configurator.core.errors import InputError
+from configurator.core.model import MODEL_PRESETS, make_model
+from configurator.core.plan import (DERIVED_KEYS, PLAN_FIELDS, ParallelPlan, plan_from_dict)
+from configurator.core.rules import RULES, check_plan, rules_mask
+from configurator.core.schedule import bubble_stage_times, p2p_transfers
+from configurator.core.version import __version__
+from tests.conftest import run_cli
+from topology.cluster import load_cluster
+from topology.placement import RANK_ORDER, group_shape, group_stride, rank_groups
+
+SMALL = make_model(name="small", num_layers=12, hidden_size=768, num_attention_heads=12,
+                   num_query_groups=4, vocab_size=1024, seq_length=1024)
+
+
+# -- one schema ---------------------------------------------------------------------------
+
+def _subparser(name):
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    return sub.choices[name]
+
+
+def test_estimate_options_come_from_the_schema():
+    p = _subparser("estimate")
+    by_flag = {s: a for a in p._actions for s in a.option_strings}
+    for f in PLAN_FIELDS:
+        if f.cli_flag is None:
+            continue
+        action = by_flag[f.cli_flag]
+        assert action.dest == f.name
+        assert action.help == f.help
+        if f.choices:
+            assert tuple(action.choices) == f.choices
+        if f.type is bool:
+            assert f"--no-{f.cli_flag[2:]}" in by_flag
+
+
+def test_json_keys_and_candidate_columns_come_from_the_schema():
+    d = ParallelPlan(tp=2, dp=4, micro_batch_size=2, global_batch_size=64).to_dict()
+    assert list(d) == [f.name for f in PLAN_FIELDS] + list(DERIVED_KEYS)
+    assert d["mbs"] == 2 and d["gbs"] == 64 and d["num_microbatches"] == 8
+    assert {f.name for f in COLUMN_FIELDS} == {f.name for f in PLAN_FIELDS if f.per_candidate}
+    c = Candidates.from_plan(ParallelPlan(tp=2, recompute="full", sequence_parallel=True))
+    assert set(c.columns) == {f.name for f in COLUMN_FIELDS}
+    assert c.plan(0).recompute == "full" and c.mbs[0] == c.micro_batch_size[0] == 1
+
+
+def test_launch_flags_come_from_the_schema():
+    from launchers.megatron_flags import FLAG_TABLE
+
+    table_flags = [r.flag for r in FLAG_TABLE]
+    for f in PLAN_FIELDS:
+        for flag, _ in f.flags:
+            assert table_flags.count(flag) == 1, flag
+
+
+def test_plan_from_dict_round_trip_and_errors():
+    p = ParallelPlan(tp=4, pp=2, dp=2, vp=3, micro_batch_size=2, global_batch_size=64,
+                     recompute="selective", sequence_parallel=True,
+                     distributed_optimizer=True, precision="fp8")
+    assert plan_from_dict(json.loads(json.dumps(p.to_dict()))) == p
+    bad = dict(p.to_dict(), tp="4")
+    with pytest.raises(InputError, match=r"plan\.tp='4'"):
+        plan_from_dict(bad)
+    with pytest.raises(InputError, match=r"plan\.sequence_parallel"):
+        plan_from_dict(dict(p.to_dict(), sequence_parallel="yes"))
+    with pytest.raises(InputError, match=r"plan\.recompute"):
+        plan_from_dict(dict(p.to_dict(), recompute="some"))
+    with pytest.raises(InputError, match=r"unknown key"):
+        plan_from_dict(dict(p.to_dict(), ep=2))
+    missing = p.to_dict()
+    del missing["precision"]
+    with pytest.raises(InputError, match=r"plan\.precision.*missing"):
+        plan_from_dict(missing)
+
+
+# -- one rule set ---------------------------------------------------------------------------
+
+#: A legal base plan on 16 GPUs and, for each rule in RULES order, a change that breaks it.
+BASE = dict(tp=2, pp=2, dp=2, cp=2, vp=2, micro_batch_size=1, global_batch_size=16,
+            sequence_parallel=True, distributed_optimizer=True)
+BREAKS = [dict(tp=3), dict(dp=3), dict(tp=8, cp=1, pp=1, vp=1),
+          dict(tp=4, cp=1, pp=1, dp=4, vp=1), dict(pp=8, tp=1, dp=1, vp=1),
+          dict(pp=1, dp=4), dict(vp=4), dict(cp=8, tp=1, dp=1),
+          dict(attention_backend="local"), dict(global_batch_size=15),
+          dict(global_batch_size=6), dict(tp=1, dp=4), dict(overlap_grad_reduce=False)]
+
+
+def test_base_plan_is_legal_and_each_rule_can_fail():
+    model = make_model(name="m", num_layers=12, hidden_size=768, num_attention_heads=12,
+                       num_query_groups=6, vocab_size=1024, seq_length=1028)
+    check_plan(model, ParallelPlan(**BASE), 16)
+    assert len(BREAKS) == len(RULES)
+    for rule, change in zip(RULES, BREAKS):
+        plan = ParallelPlan(**(BASE | change))
+        values = {f.name: getattr(plan, f.name) for f in PLAN_FIELDS}
+        assert not bool(rule.ok(model, values, 16)), (rule.name, change)
+        with pytest.raises(InputError):
+            check_plan(model, plan, 16)
+
+
+def test_vectorised_rules_equal_scalar_check():
+    world, gbs = 16, 32
+    rows = []
+    for tp, pp, cp, vp, mbs, sp in itertools.product((1, 2, 3, 4), (1, 2, 3, 4), (1, 2),
+                                                     (1, 2, 3), (1, 2, 4, 8), (False, True)):
+        if world % (tp * pp * cp):
+            continue
+        rows.append(ParallelPlan(tp=tp, pp=pp, cp=cp, dp=world // (tp * pp * cp), vp=vp,
+                                 micro_batch_size=mbs, global_batch_size=gbs,
+                                 sequence_parallel=sp, distributed_optimizer=True))
+    cols = {f.name: np.array([getattr(p, f.name) for p in rows]) for f in PLAN_FIELDS
+            if f.per_candidate and f.type is not str}
+    cols |= {f.name: getattr(rows[0], f.name) for f in PLAN_FIELDS if not f.per_candidate}
+    mask = rules_mask(SMALL, cols, world)
+    for ok, p in zip(mask, rows):
+        try:
+            check_plan(SMALL, p, world)
+            legal = True
+        except InputError:
+            legal = False
+        assert bool(ok) == legal, p
+    assert 0 < mask.sum() < len(rows)
+
+
+# -- schedule and placement seams ---------------------------------------------------------
+
+@pytest.mark.parametrize("pp,vp,m", [(1, 1, 8), (4, 1, 8), (4, 2, 8), (8, 4, 64)])
+def test_schedule_closed_forms(pp, vp, m):
+    assert float(bubble_stage_times(pp, vp)) == pytest.approx((pp - 1) / vp)
+    assert float(p2p_transfers(pp, vp, m)) == (0 if pp == 1 else 2 * (m * vp + pp - 1))
+
+
+@pytest.mark.parametrize("tp,cp,dp,pp", [(2, 2, 2, 2), (8, 1, 4, 2), (1, 4, 2, 3),
+                                         (4, 2, 1, 4)])
+def test_rank_groups_match_megatron_rank_generator(tp, cp, dp, pp):
+    ps = pytest.importorskip("megatron.core.parallel_state")
+    rg = ps.RankGenerator(tp=tp, ep=1, dp=dp, pp=pp, cp=cp, order="-".join(RANK_ORDER))
+    sizes = {"tp": tp, "cp": cp, "dp": dp, "pp": pp}
+    world = tp * cp * dp * pp
+    for dims, token in ((("tp",), "tp"), (("cp",), "cp"), (("dp",), "dp"),
+                        (("cp", "ep", "dp"), "dp-cp"), (("pp",), "pp")):
+        ours = sorted(rank_groups(*group_shape(dims, sizes), world))
+        assert ours == sorted(rg.get_ranks(token)), (dims, token)
+    assert group_stride("pp", sizes) == tp * cp * dp
+
+
+def test_cluster_maps_ranks_through_its_placement():
+    c = load_cluster("dgx-h100-80gb", nodes=2)
+    assert c.placement.gpu_of_rank(11) == (1, 3)
+    # ranks 0 and 8 sit on different hosts (one rail), ranks 0 and 1 on one NVSwitch
+    assert c.group_busbw(8, 2, 16)[0] == pytest.approx(50e9 * 46.5 / 50)
+    assert c.group_busbw(1, 2, 16)[0] == pytest.approx(450e9 * 370 / 450)
+
+
+# -- plan document and version ------------------------------------------------------------
+
+def _search_out(tmp_path):
+    out = tmp_path / "out"
+    res = run_cli("search", "--model", "llama3-8b", "--cluster", "dgx-h100-80gb", "--nodes",
+                  "1", "--gbs", "32", "--out", out)
+    assert res.returncode == 0, res.stderr
+    return out
+
+
+def test_plan_document_says_what_the_plan_was_made_for(tmp_path):
+    doc = json.loads((_search_out(tmp_path) / "plan.json").read_text())
+    assert doc["schema_version"] == SCHEMA_VERSION
+    assert doc["tool"] == {"name": "configurator", "version": __version__}
+    assert doc["model"] == MODEL_PRESETS["llama3-8b"].to_dict()
+    assert doc["cluster"] == {"name": "dgx-h100-80gb", "gpu": "h100-80gb",
+                              "gpus_per_node": 8, "nodes": 1, "num_gpus": 8}
+    assert (doc["seq_length"], doc["precision"], doc["global_batch_size"]) == (8192, "bf16", 32)
+    read = read_plan_document(doc)
+    assert read.plan.to_dict() == doc["plan"] == doc["estimate"]["config"]
+    assert read.model == MODEL_PRESETS["llama3-8b"]
+
+
+def test_launch_reads_new_and_legacy_documents(tmp_path):
+    out = _search_out(tmp_path)
+    doc = json.loads((out / "plan.json").read_text())
+    legacy = {k: doc[k] for k in ("model", "cluster", "estimate")}
+    (tmp_path / "legacy.json").write_text(json.dumps(legacy))
+    for name, src in (("new", out / "plan.json"), ("legacy", tmp_path / "legacy.json")):
+        res = run_cli("launch", "--plan", src, "--out", tmp_path / name)
+        assert res.returncode == 0, res.stderr
+    assert ((tmp_path / "new" / "launch_torchrun.sh").read_text()
+            == (tmp_path / "legacy" / "launch_torchrun.sh").read_text()
+            == (out / "launch_torchrun.sh").read_text())
+
+
+@pytest.mark.parametrize("edit,needle", [
+    (lambda d: d["plan"].update(tp="8"), "plan.plan.tp"),
+    (lambda d: d["plan"].pop("pp"), "plan.plan.pp"),
+    (lambda d: d.update(schema_version=99), "plan.schema_version"),
+    (lambda d: d["plan"].update(tp=3), "tp(3) * pp"),
+    (lambda d: d["cluster"].pop("gpus_per_node"), "plan.cluster.gpus_per_node"),
+    (lambda d: d["estimate"].pop("mfu"), "plan.estimate.mfu"),
+    (lambda d: d["estimate"].update(iteration_time_s="fast"), "plan.estimate.iteration_time_s"),
+    (lambda d: d.update(model=[]), "plan.model"),
+])
+def test_launch_rejects_edited_documents_naming_the_field(tmp_path, edit, needle):
+    out = _search_out(tmp_path)
+    doc = json.loads((out / "plan.json").read_text())
+    edit(doc)
+    (tmp_path / "edited.json").write_text(json.dumps(doc))
+    res = run_cli("launch", "--plan", tmp_path / "edited.json", "--out", tmp_path / "x")
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    assert needle in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
+def test_version_flag():
+    res = run_cli("--version")
+    assert res.returncode == 0 and res.stdout.strip() == f"configurator {__version__}"
+
+
+# -- GPUs and their efficiencies ----------------------------------------------------------
+
+def _cluster_yaml(tmp_path, gpu: str) -> str:
+    f = tmp_path / "c.yaml"
+    f.write_text(f"gpu: {gpu}\ngpus_per_node: 8\nnodes: 2\nintra_node_bandwidth_GBps: 300\n"
+                 "inter_node_bandwidth_GBps: 25\nintra_node_latency_us: 3\n"
+                 "inter_node_latency_us: 6\n")
+    return str(f)
+
+
+def test_unknown_gpu_name_is_an_error_not_h100_figures(tmp_path):
+    res = run_cli("search", "--model", "gpt-1.7b", "--cluster",
+                  _cluster_yaml(tmp_path, "A100-40GB"), "--gbs", "64")
+    assert res.returncode == 2, res.stderr
+    assert "gpu='A100-40GB'" in res.stderr and "num_sms" in res.stderr
+
+
+def test_custom_gpu_needs_its_own_figures(tmp_path):
+    figures = ("{name: A100-40GB, peak_tflops: {bf16: 312, fp16: 312}, memory_GiB: 40, "
+               "hbm_bandwidth_GBps: 1555}")
+    res = run_cli("search", "--model", "gpt-1.7b", "--cluster", _cluster_yaml(tmp_path, figures),
+                  "--gbs", "64")
+    assert res.returncode == 2 and "gpu.num_sms" in res.stderr, res.stderr
+
+
+def test_custom_gpu_figures_are_used(tmp_path):
+    def cluster(gemm, sms):
+        gpu = ("{name: A100-40GB, peak_tflops: {bf16: 312, fp16: 312}, memory_GiB: 40, "
+               f"hbm_bandwidth_GBps: 1555, num_sms: {sms}, efficiency: {{gemm: {gemm}, "
+               "hbm: 0.8, flash_attention: 0.5, source: 'lab measurement'}}")
+        return load_cluster(_cluster_yaml(tmp_path, gpu))
+    from configurator.search.evaluate import evaluate_plan
+
+    plan = ParallelPlan(tp=2, dp=8, micro_batch_size=4, global_batch_size=64)
+    model = MODEL_PRESETS["gpt-1.7b"]
+    base = evaluate_plan(model, cluster(0.6, 108), plan)
+    assert evaluate_plan(model, cluster(0.3, 108), plan).time_breakdown_s["compute"] > (
+        1.5 * base.time_breakdown_s["compute"])
+    assert evaluate_plan(model, cluster(0.6, 100), plan).iteration_time_s != base.iteration_time_s
+    assert base.memory_capacity_bytes == 40 * 2**30
+    with pytest.raises(InputError, match="gpu.efficiency.gemm"):
+        cluster(1.5, 108)
+
+
+def test_every_preset_gpu_has_efficiencies_with_sources():
+    from topology.gpus import GPU_PRESETS
+
+    for gpu in GPU_PRESETS.values():
+        eff = dataclasses.asdict(gpu.efficiency)
+        assert all(v is not None for k, v in eff.items() if k != "gemm_fp8"), gpu.name
+        assert (eff["gemm_fp8"] is None) == ("fp8" not in gpu.peak_flops_per_s), gpu.name
+        assert gpu.efficiency.source and gpu.num_sms > 0
