@@ -2,6 +2,8 @@
 
 ``megatron_flags`` holds the one table from plan/model fields to Megatron-LM flags;
 ``torchrun`` and ``slurm`` render bash around it; ``files`` writes both scripts.
+
+May import ``configurator.core`` and ``topology`` (placement), nothing of the search.
 """
 
 from launchers.files import SLURM_FILE, TORCHRUN_FILE, write_launch_files

@@ -23,6 +23,11 @@ when a flag may be emitted:
   ``--vocab-size V-1`` to give the model exactly V rows before Megatron's padding to a
   multiple of ``128 * tp``.
 
+The plan rows are not written here: each :class:`~configurator.core.plan.ParallelPlan` field
+declares its flags and group (``configurator.core.plan.PLAN_FIELDS``) and the table takes them
+from there; the model and training rows are this module's. ``--disable-bias-linear`` follows
+``model.add_bias_linear``, the field the parameter count (memory_model/params.py) uses.
+
 Values in the table are ``None`` (flag left out), ``True`` (a bare switch), a number or a
 string (``--flag value``), or a :class:`ShellVar` (``--flag "$NAME"``, resolved by bash when
 the script runs).
@@ -37,7 +42,7 @@ from typing import Callable, Iterable, Union
 from configurator.core import validate as v
 from configurator.core.errors import InputError
 from configurator.core.model import ModelSpec
-from configurator.core.plan import ParallelPlan
+from configurator.core.plan import FLAG_GROUPS, PLAN_FIELDS, ParallelPlan, PlanField
 
 #: The Megatron-LM release whose argument parser the flags were checked against.
 MEGATRON_TAG = "core_v0.16.1"
@@ -52,6 +57,8 @@ class ShellVar:
 
 
 Value = Union[None, bool, int, float, str, ShellVar]
+#: ``fn(model, plan)`` of a plan field's ``flags`` entry (configurator.core.plan).
+PlanFlagFn = Callable[[ModelSpec, ParallelPlan], Value]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,16 +108,6 @@ class TrainingArgs:
         return self
 
 
-def is_llama_like(model: ModelSpec) -> bool:
-    """SwiGLU + RMSNorm models (Llama, Mistral) have no biases in their linear layers.
-
-    ModelSpec has no bias field; this rule sets ``--disable-bias-linear`` for them (Touvron
-    et al. 2023 Llama: "we remove bias terms") and keeps Megatron's default biases for GPT-3
-    style models (Brown et al. 2020 follow GPT-2, which has biases).
-    """
-    return model.swiglu and model.normalization == "RMSNorm"
-
-
 @dataclass(frozen=True)
 class FlagRule:
     """One row: the flag, the field(s) it comes from, and how to compute its value."""
@@ -125,91 +122,66 @@ def _rows(group: str, *rows: tuple) -> list[FlagRule]:
     return [FlagRule(flag, source, fn, group) for flag, source, fn in rows]
 
 
-def _vp_layers(m: ModelSpec, p: ParallelPlan, t: TrainingArgs) -> Value:
-    return m.num_layers // p.pp // p.vp if p.vp > 1 else None
+def _plan_rule(field: PlanField, flag: str, fn: PlanFlagFn) -> FlagRule:
+    return FlagRule(flag, f"plan.{field.name}", lambda m, p, t: fn(m, p), field.flag_group)
 
 
-def _full(p: ParallelPlan) -> bool:
-    return p.recompute == "full"
+def _plan_rows(group: str) -> list[FlagRule]:
+    """The rows of ``group`` declared by the plan schema, in :data:`PLAN_FIELDS` order."""
+    return [_plan_rule(f, flag, fn) for f in PLAN_FIELDS if f.flag_group == group
+            for flag, fn in f.flags]
 
 
-#: THE table. Order is the order of the rendered script.
+#: Rows that come from the model spec. Every field that changes the parameter count
+#: (memory_model/params.py) has its flag here, with the meaning the count gives it;
+#: tests/test_launch_architecture.py builds megatron-core's GPTModel from these flags.
+_MODEL_ROWS = _rows(
+    "model",
+    ("--num-layers", "model.num_layers", lambda m, p, t: m.num_layers),
+    ("--hidden-size", "model.hidden_size", lambda m, p, t: m.hidden_size),
+    ("--ffn-hidden-size", "model.ffn_hidden_size", lambda m, p, t: m.ffn_hidden_size),
+    ("--num-attention-heads", "model.num_attention_heads",
+     lambda m, p, t: m.num_attention_heads),
+    ("--group-query-attention", "model.num_query_groups < num_attention_heads",
+     lambda m, p, t: m.num_query_groups < m.num_attention_heads or None),
+    ("--num-query-groups", "model.num_query_groups",
+     lambda m, p, t: m.num_query_groups
+     if m.num_query_groups < m.num_attention_heads else None),
+    ("--seq-length", "model.seq_length", lambda m, p, t: m.seq_length),
+    ("--max-position-embeddings", "model.seq_length", lambda m, p, t: m.seq_length),
+    ("--position-embedding-type", "model.position_embedding_type",
+     lambda m, p, t: m.position_embedding_type),
+    ("--normalization", "model.normalization", lambda m, p, t: m.normalization),
+    ("--swiglu", "model.swiglu", lambda m, p, t: m.swiglu or None),
+    ("--untie-embeddings-and-output-weights", "model.untie_embeddings_and_output_weights",
+     lambda m, p, t: m.untie_embeddings_and_output_weights or None),
+    ("--disable-bias-linear", "not model.add_bias_linear",
+     lambda m, p, t: not m.add_bias_linear or None),
+    ("--hidden-dropout", "model.hidden_dropout", lambda m, p, t: m.hidden_dropout),
+    ("--attention-dropout", "model.attention_dropout", lambda m, p, t: m.attention_dropout))
+
+_TRAINING_ROWS = _rows(
+    "training",
+    ("--train-iters", "training.train_iters", lambda m, p, t: t.train_iters),
+    ("--lr", "training.lr", lambda m, p, t: t.lr),
+    ("--min-lr", "training.min_lr", lambda m, p, t: t.min_lr),
+    ("--lr-decay-style", "training.lr_decay_style", lambda m, p, t: t.lr_decay_style),
+    ("--lr-warmup-iters", "training.lr_warmup_iters", lambda m, p, t: t.lr_warmup_iters),
+    ("--weight-decay", "training.weight_decay", lambda m, p, t: t.weight_decay),
+    ("--adam-beta2", "training.adam_beta2", lambda m, p, t: t.adam_beta2),
+    ("--clip-grad", "training.clip_grad", lambda m, p, t: t.clip_grad),
+    ("--log-interval", "training.log_interval", lambda m, p, t: t.log_interval),
+    ("--eval-iters", "training.eval_iters", lambda m, p, t: t.eval_iters),
+    ("--seed", "training.seed", lambda m, p, t: t.seed))
+
+_OWN_ROWS = {"model": _MODEL_ROWS, "training": _TRAINING_ROWS}
+
+#: THE table, groups in :data:`FLAG_GROUPS` order. Order is the order of the rendered
+#: script. Plan rows come from the plan schema (each field's ``flags``, fields in
+#: :data:`PLAN_FIELDS` order); model and training rows are the lists above (a plan field
+#: declared in one of those groups would follow them).
 FLAG_TABLE: tuple[FlagRule, ...] = tuple(
-    _rows("parallelism",
-          ("--tensor-model-parallel-size", "plan.tp", lambda m, p, t: p.tp),
-          ("--pipeline-model-parallel-size", "plan.pp", lambda m, p, t: p.pp),
-          ("--context-parallel-size", "plan.cp", lambda m, p, t: p.cp),
-          ("--num-layers-per-virtual-pipeline-stage", "model.num_layers / plan.pp / plan.vp",
-           _vp_layers),
-          ("--sequence-parallel", "plan.sequence_parallel (tp > 1)",
-           lambda m, p, t: p.sequence_parallel and p.tp > 1 or None),
-          ("--use-distributed-optimizer", "plan.distributed_optimizer",
-           lambda m, p, t: p.distributed_optimizer or None),
-          ("--overlap-grad-reduce", "plan.overlap_grad_reduce",
-           lambda m, p, t: p.overlap_grad_reduce or None),
-          ("--overlap-param-gather",
-           "plan.overlap_param_gather (with distributed_optimizer and overlap_grad_reduce)",
-           lambda m, p, t: (p.overlap_param_gather and p.distributed_optimizer
-                            and p.overlap_grad_reduce) or None))
-    + _rows("recompute",
-            ("--recompute-granularity", "plan.recompute",
-             lambda m, p, t: p.recompute if p.recompute != "none" else None),
-            ("--recompute-method", "plan.recompute == full",
-             lambda m, p, t: "uniform" if _full(p) else None),
-            ("--recompute-num-layers", "plan.recompute == full",
-             lambda m, p, t: 1 if _full(p) else None))
-    + _rows("batch",
-            ("--micro-batch-size", "plan.micro_batch_size", lambda m, p, t: p.micro_batch_size),
-            ("--global-batch-size", "plan.global_batch_size",
-             lambda m, p, t: p.global_batch_size))
-    + _rows("model",
-            ("--num-layers", "model.num_layers", lambda m, p, t: m.num_layers),
-            ("--hidden-size", "model.hidden_size", lambda m, p, t: m.hidden_size),
-            ("--ffn-hidden-size", "model.ffn_hidden_size", lambda m, p, t: m.ffn_hidden_size),
-            ("--num-attention-heads", "model.num_attention_heads",
-             lambda m, p, t: m.num_attention_heads),
-            ("--group-query-attention", "model.num_query_groups < num_attention_heads",
-             lambda m, p, t: m.num_query_groups < m.num_attention_heads or None),
-            ("--num-query-groups", "model.num_query_groups",
-             lambda m, p, t: m.num_query_groups
-             if m.num_query_groups < m.num_attention_heads else None),
-            ("--seq-length", "model.seq_length", lambda m, p, t: m.seq_length),
-            ("--max-position-embeddings", "model.seq_length", lambda m, p, t: m.seq_length),
-            ("--position-embedding-type", "model.position_embedding_type",
-             lambda m, p, t: m.position_embedding_type),
-            ("--normalization", "model.normalization", lambda m, p, t: m.normalization),
-            ("--swiglu", "model.swiglu", lambda m, p, t: m.swiglu or None),
-            ("--untie-embeddings-and-output-weights",
-             "model.untie_embeddings_and_output_weights",
-             lambda m, p, t: m.untie_embeddings_and_output_weights or None),
-            ("--disable-bias-linear", "swiglu and RMSNorm (Llama-like)",
-             lambda m, p, t: is_llama_like(m) or None),
-            ("--hidden-dropout", "model.hidden_dropout", lambda m, p, t: m.hidden_dropout),
-            ("--attention-dropout", "model.attention_dropout",
-             lambda m, p, t: m.attention_dropout))
-    + _rows("precision and kernels",
-            ("--bf16", "plan.precision in (bf16, fp8)",
-             lambda m, p, t: p.precision in ("bf16", "fp8") or None),
-            ("--fp16", "plan.precision == fp16", lambda m, p, t: p.precision == "fp16" or None),
-            ("--fp8-format", "plan.precision == fp8",
-             lambda m, p, t: "hybrid" if p.precision == "fp8" else None),
-            ("--attention-backend", "plan.attention_backend (not local)",
-             lambda m, p, t: p.attention_backend if p.attention_backend != "local" else None),
-            ("--transformer-impl", "plan.attention_backend == local",
-             lambda m, p, t: "local" if p.attention_backend == "local" else None))
-    + _rows("training",
-            ("--train-iters", "training.train_iters", lambda m, p, t: t.train_iters),
-            ("--lr", "training.lr", lambda m, p, t: t.lr),
-            ("--min-lr", "training.min_lr", lambda m, p, t: t.min_lr),
-            ("--lr-decay-style", "training.lr_decay_style", lambda m, p, t: t.lr_decay_style),
-            ("--lr-warmup-iters", "training.lr_warmup_iters", lambda m, p, t: t.lr_warmup_iters),
-            ("--weight-decay", "training.weight_decay", lambda m, p, t: t.weight_decay),
-            ("--adam-beta2", "training.adam_beta2", lambda m, p, t: t.adam_beta2),
-            ("--clip-grad", "training.clip_grad", lambda m, p, t: t.clip_grad),
-            ("--log-interval", "training.log_interval", lambda m, p, t: t.log_interval),
-            ("--eval-iters", "training.eval_iters", lambda m, p, t: t.eval_iters),
-            ("--seed", "training.seed", lambda m, p, t: t.seed))
-)
+    rule for group in FLAG_GROUPS for rule in _OWN_ROWS.get(group, []) + _plan_rows(group))
 
 #: Data split used with a real ``--data-path`` (train, valid, test weights; the value
 #: Megatron-LM's examples/gpt3/train_gpt3_175b_distributed.sh passes).

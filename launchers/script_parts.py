@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import re
 import shlex
+import textwrap
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from configurator.core import validate as v
 from configurator.core.errors import InputError
 from configurator.core.model import ModelSpec
-from configurator.core.plan import ParallelPlan
+from configurator.core.plan import ParallelPlan, describe_plan
 from configurator.core.rules import check_plan
 from launchers.megatron_flags import (DEFAULT_TOKENIZER_TYPE, MEGATRON_TAG, TrainingArgs,
                                       Value, format_value, megatron_flags)
@@ -127,14 +128,8 @@ def header(inp: LaunchInputs, title: str, usage: Sequence[str]) -> list[str]:
         f"# model: {_one_line(m.name)}: layers={m.num_layers} hidden={m.hidden_size} "
         f"ffn={m.ffn_hidden_size} heads={m.num_attention_heads} "
         f"query_groups={m.num_query_groups} seq={m.seq_length} vocab={m.vocab_size}",
-        f"# plan: tp={p.tp} pp={p.pp} dp={p.dp} cp={p.cp} vp={p.vp} "
-        f"mbs={p.micro_batch_size} gbs={p.global_batch_size} "
-        f"microbatches={p.num_microbatches} recompute={p.recompute} "
-        f"sequence_parallel={p.sequence_parallel and p.tp > 1} "
-        f"distributed_optimizer={p.distributed_optimizer}",
-        f"#       precision={p.precision} attention_backend={p.attention_backend} "
-        f"overlap_grad_reduce={p.overlap_grad_reduce} "
-        f"overlap_param_gather={p.overlap_param_gather}",
+        *textwrap.wrap(" ".join(describe_plan(p)), 92, initial_indent="# plan: ",
+                       subsequent_indent="#       ", break_long_words=False),
         f"# cluster: nodes={inp.nodes} gpus_per_node={inp.gpus_per_node} "
         f"world_size={inp.nodes * inp.gpus_per_node}",
     ]

@@ -6,6 +6,8 @@ context parallelism and flash attention) for the microbatches in flight under 1F
 interleaved schedules, plus an allowance for CUDA context, NCCL buffers and fragmentation.
 All functions broadcast over numpy arrays of plan fields so the search evaluates millions of
 plans at once; :func:`estimate_memory` is the per-plan view.
+
+May import ``configurator.core`` only (microbatches in flight come from its schedule seam).
 """
 
 from memory_model.estimate import MemoryBreakdown, estimate_memory, memory_arrays

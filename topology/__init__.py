@@ -1,4 +1,11 @@
-"""Cluster topology: GPU specs, the cluster graph (networkx) and collective timings."""
+"""The hardware: GPU types with their peaks and efficiencies (:mod:`~topology.gpus`), the
+cluster graph of measured links (:mod:`~topology.cluster`), Megatron's rank order and the
+rank → GPU map (:mod:`~topology.placement`), collective formulas
+(:mod:`~topology.collectives`), topology files and their importers, the probe (run by
+torchrun; the only module that imports torch) and the audit.
+
+May import ``configurator.core`` only.
+"""
 
 from topology.cluster import Cluster, load_cluster
 from topology.gpus import GPUSpec, GPU_PRESETS

@@ -12,7 +12,8 @@ from configurator.app.outputs import (LAUNCH_FILES, SEARCH_FILES, check_out, scr
 from configurator.core import validate as v
 from configurator.core.document import read_plan_document
 from configurator.core.errors import InputError, NoFeasiblePlanError
-from configurator.core.plan import RECOMPUTE, ParallelPlan
+from configurator.core.plan import RECOMPUTE
+from configurator.core.rules import plan_for_world
 from configurator.report.table import format_table
 from configurator.search.evaluate import Evaluation, evaluate_plan
 from configurator.search.rank import SearchResult, search
@@ -62,10 +63,10 @@ def run_search(req: SearchRequest) -> SearchOutcome:
     res = search(model, cluster, req.global_batch_size, precision=req.precision,
                  attention_backend=req.attention_backend, top_k=req.top, space=space,
                  keep_ranking=bool(req.out), max_memory_fraction=req.max_memory_fraction)
-    header = (f"{model.name} on {cluster.num_nodes} x {cluster.gpus_per_node} "
-              f"{cluster.gpu.name} ({cluster.num_gpus} GPUs), gbs {req.global_batch_size}, "
-              f"seq {model.seq_length}, {req.precision}: {res.candidates_evaluated} plans "
-              f"evaluated, {res.feasible} fit, {res.search_time_s:.3f} s")
+    header = (f"{model.name} on {cluster.num_nodes}x{cluster.gpus_per_node} "
+              f"{cluster.gpu.name}, gbs {req.global_batch_size}, seq {model.seq_length}, "
+              f"{req.precision}: {res.candidates_evaluated} plans evaluated, "
+              f"{res.feasible} fit, {res.search_time_s:.2f} s")
     doc = res.to_dict()
     if req.inputs.exclude_flagged:
         doc["exclusion"] = exclusion_effect(req, model, cluster, res, space)
@@ -119,33 +120,6 @@ class EstimateRequest:
 class EstimateOutcome:
     evaluation: Evaluation
     title: str
-
-
-def plan_for_world(fields: dict, world: int) -> ParallelPlan:
-    """A plan from the estimate's fields with ``dp`` derived from ``world`` GPUs and the
-    defaults: sequence parallelism on when tp > 1, the distributed optimizer when dp·cp > 1,
-    gradient-reduce overlap on, parameter-gather overlap with it and the distributed
-    optimizer. Raises :class:`InputError` if tp·pp·cp does not divide ``world``."""
-    from configurator.core.plan import PLAN_FIELD
-
-    f = dict(fields)
-    for name in ("tp", "pp", "cp", "vp", "micro_batch_size", "global_batch_size"):
-        spec = PLAN_FIELD[name]
-        # name the option the user typed (--mbs, --gbs), not the field behind it
-        v.positive_int((spec.cli_flag or spec.short).lstrip("-").replace("-", "_"), f[name])
-    mp = f["tp"] * f["pp"] * f["cp"]
-    if world % mp:
-        raise InputError("tp*pp*cp", mp, f"tp({f['tp']}) * pp({f['pp']}) * cp({f['cp']}) = "
-                         f"{mp} does not divide {world} GPUs")
-    f["dp"] = world // mp
-    if f.get("sequence_parallel") is None:
-        f["sequence_parallel"] = f["tp"] > 1
-    if f.get("distributed_optimizer") is None:
-        f["distributed_optimizer"] = f["dp"] * f["cp"] > 1
-    if f.get("overlap_grad_reduce") is None:
-        f["overlap_grad_reduce"] = True
-    f["overlap_param_gather"] = f["overlap_grad_reduce"] and f["distributed_optimizer"]
-    return ParallelPlan(**f)
 
 
 def run_estimate(req: EstimateRequest) -> EstimateOutcome:

@@ -13,12 +13,15 @@ from configurator.app.inputs import JobInputs
 from configurator.app.plan_jobs import (EstimateRequest, LaunchRequest, SearchRequest,
                                         run_estimate as estimate_job, run_launch as launch_job,
                                         run_search as search_job)
-from configurator.core.plan import PLAN_FIELD, RECOMPUTE
+from configurator.core.plan import PLAN_FIELD, PLAN_FIELDS, RECOMPUTE
 
-DEFAULT_MODEL, DEFAULT_CLUSTER, DEFAULT_NODES, DEFAULT_GBS = "gpt3-175b", "dgx-a100-80gb", 128, 1536
-#: Plan fields `estimate` takes as options (dp is derived from the GPU count).
-ESTIMATE_FIELDS = ("tp", "pp", "cp", "vp", "micro_batch_size", "recompute", "sequence_parallel",
-                   "distributed_optimizer", "overlap_grad_reduce")
+#: Plan options that ``search`` takes too (one value for the whole search).
+SHARED_OPTIONS = ("precision", "attention_backend")
+#: Plan fields ``estimate`` takes as options (every field with a CLI flag; dp is derived).
+ESTIMATE_FIELDS = tuple(f.name for f in PLAN_FIELDS
+                        if f.cli_flag and f.name not in SHARED_OPTIONS)
+#: Required options of ``estimate``: the layout and micro-batch size.
+ESTIMATE_REQUIRED = ("tp", "pp", "micro_batch_size")
 
 
 def add_plan_option(p, name: str, *, required: bool = False, default=None) -> None:
@@ -33,6 +36,7 @@ def add_plan_option(p, name: str, *, required: bool = False, default=None) -> No
                        default=f.default if default is None else default, help=f.help)
     else:
         p.add_argument(f.cli_flag, dest=f.name, type=f.type, required=required,
+                       metavar=f.cli_flag.lstrip("-").upper(),
                        default=None if required else f.default, help=f.help)
 
 
@@ -45,8 +49,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nodes", type=int, help="number of nodes (default: the cluster's own)")
     p.add_argument("--gbs", type=int, required=True, help="global batch size (sequences)")
     p.add_argument("--seq-length", type=int, help="override the model's sequence length")
-    add_plan_option(p, "precision")
-    add_plan_option(p, "attention_backend")
+    for name in SHARED_OPTIONS:
+        add_plan_option(p, name)
     p.add_argument("--topology", metavar="FILE",
                    help="measured topology file (configurator topology import / probe): "
                         "collective and p2p times use its links")
@@ -62,15 +66,15 @@ def _inputs(args, exclude_flagged: bool = False) -> JobInputs:
 def add_estimate_arguments(p) -> None:
     _common(p)
     for name in ESTIMATE_FIELDS:
-        add_plan_option(p, name, required=name in ("tp", "pp", "micro_batch_size"))
+        add_plan_option(p, name, required=name in ESTIMATE_REQUIRED)
 
 
 def run_estimate(args) -> int:
     from configurator.report.table import format_estimate
 
     fields = {name: getattr(args, name) for name in ESTIMATE_FIELDS}
-    fields.update(global_batch_size=args.gbs, precision=args.precision,
-                  attention_backend=args.attention_backend)
+    fields.update({name: getattr(args, name) for name in SHARED_OPTIONS},
+                  global_batch_size=args.gbs)
     out = estimate_job(EstimateRequest(inputs=_inputs(args), fields=fields))
     if args.json:
         print(json.dumps(out.evaluation.to_dict(), indent=2))

@@ -207,6 +207,13 @@ PLAN_FIELD = {f.name: f for f in PLAN_FIELDS}
 DERIVED_KEYS = ("num_microbatches",) + tuple(f.alias for f in PLAN_FIELDS if f.alias)
 
 
+def describe_plan(plan: ParallelPlan) -> list[str]:
+    """``name=value`` words of every field (aliases where declared) in schema order, then
+    ``microbatches=m``: the plan as the estimate text and the script header show it."""
+    return [f"{f.short}={getattr(plan, f.name)}" for f in PLAN_FIELDS] + [
+        f"microbatches={plan.num_microbatches}"]
+
+
 def check_field(f: PlanField, value: Any, where: str = "") -> Any:
     """Validate one value against its field's type and choices; return it.
 

@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
+from configurator.core import validate as v
 from configurator.core.errors import InputError
 from configurator.core.model import ModelSpec
 from configurator.core.plan import (PLAN_FIELDS, SCORE_STORING_BACKENDS, ParallelPlan,
@@ -143,3 +144,30 @@ def check_plan(model: ModelSpec, plan: ParallelPlan, world_size: int) -> None:
     for r in RULES:
         if not bool(r.ok(model, values, world_size)):
             raise r.error(model, values, world_size)
+
+
+def plan_for_world(fields: Mapping[str, Any], world_size: int) -> ParallelPlan:
+    """A plan from user-given fields on ``world_size`` GPUs: ``dp`` derived, and the defaults
+    of a field given as ``None`` (or absent): sequence parallelism on when tp > 1, the
+    distributed optimizer when dp·cp > 1, gradient-reduce overlap on, parameter-gather
+    overlap with it and the distributed optimizer. Integers are checked first, the error
+    naming the CLI option (``mbs``, ``gbs``); raises the first rule's error if tp·pp·cp
+    does not divide ``world_size``. Megatron's other rules are not checked here
+    (:func:`check_plan`)."""
+    f = dict(fields)
+    for spec in PLAN_FIELDS:
+        if spec.type is int and spec.name != "dp":
+            v.positive_int((spec.cli_flag or spec.short).lstrip("-").replace("-", "_"),
+                           f[spec.name])
+    divides = RULES[0]
+    if not divides.ok(None, f, world_size):
+        raise divides.error(None, f, world_size)
+    f["dp"] = world_size // (f["tp"] * f["pp"] * f["cp"])
+    if f.get("sequence_parallel") is None:
+        f["sequence_parallel"] = f["tp"] > 1
+    if f.get("distributed_optimizer") is None:
+        f["distributed_optimizer"] = f["dp"] * f["cp"] > 1
+    if f.get("overlap_grad_reduce") is None:
+        f["overlap_grad_reduce"] = True
+    f["overlap_param_gather"] = f["overlap_grad_reduce"] and f["distributed_optimizer"]
+    return ParallelPlan(**f)

@@ -1,39 +1,142 @@
-"""Human-readable rendering of evaluations (the ranked table)."""
+"""Human-readable rendering of evaluations (the ranked table).
+
+The ranked table is rendered with ``rich`` to plain text (no ANSI escapes, ASCII only), so
+the same text goes to the terminal and to ``table.txt``. Its plan columns come from
+:data:`configurator.core.plan.PLAN_FIELDS` (every field with a ``column``, in schema
+order); the metric columns follow, with their units in the headers. By default the table
+fits :data:`NARROW_WIDTH` characters, leaving out the least useful columns (see
+:data:`DROP_ORDER`) only while it does not; ``wide=True`` shows every column.
+"""
 
 from __future__ import annotations
 
-from configurator.search.evaluate import Evaluation
+import io
+import textwrap
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from rich import box
+from rich.console import Console
+from rich.measure import Measurement
+from rich.table import Table
+
+from configurator.core.plan import PLAN_FIELDS, PlanField, describe_plan
 from configurator.core.units import GiB
+from configurator.search.evaluate import Evaluation
 
-COLUMNS = ("rank", "tp", "pp", "dp", "cp", "vp", "mbs", "recompute", "sp", "dist_opt",
-           "iter_s", "TFLOP/s/GPU", "MFU", "tok/s/GPU", "peak_GiB")
+#: Longest line of the default (narrow) table and of the estimate text.
+NARROW_WIDTH = 100
+#: Console width used to measure and render the wide table (nothing wraps below it).
+_UNLIMITED = 100_000
+
+#: Header row underlined by one ASCII rule, no outer edges or column rules.
+_BOX = box.Box("    \n"
+               "    \n"
+               " -- \n"
+               "    \n"
+               "    \n"
+               "    \n"
+               "    \n"
+               "    \n", ascii=True)
 
 
-def plan_row(rank: int, e: Evaluation) -> list[str]:
-    p = e.plan
-    return [str(rank), str(p.tp), str(p.pp), str(p.dp), str(p.cp), str(p.vp),
-            str(p.micro_batch_size), p.recompute, "yes" if p.sequence_parallel else "no",
-            "yes" if p.distributed_optimizer else "no", f"{e.iteration_time_s:.3f}",
-            f"{e.model_tflops_per_gpu:.1f}", f"{100 * e.mfu:.1f}%",
-            f"{e.tokens_per_s_per_gpu:.0f}", f"{e.peak_memory_bytes / GiB:.1f}"]
+@dataclass(frozen=True)
+class Column:
+    """One table column: header, cell text of (rank, evaluation), alignment."""
+
+    header: str
+    cell: Callable[[int, Evaluation], str]
+    justify: str = "right"
+
+
+def _plan_value(f: PlanField, value: Any) -> str:
+    if f.type is bool:
+        return "yes" if value else "no"
+    return str(value)
+
+
+def _plan_column(f: PlanField) -> Column:
+    return Column(f.column, lambda rank, e: _plan_value(f, getattr(e.plan, f.name)),
+                  "right" if f.type is int else "left")
+
+
+RANK = Column("rank", lambda rank, e: str(rank))
+ITER = Column("iter (s)", lambda rank, e: f"{e.iteration_time_s:.3f}")
+TFLOPS = Column("TFLOP/s/GPU", lambda rank, e: f"{e.model_tflops_per_gpu:.1f}")
+MFU = Column("MFU (%)", lambda rank, e: f"{100 * e.mfu:.1f}")
+TOKENS = Column("tok/s/GPU", lambda rank, e: f"{e.tokens_per_s_per_gpu:.0f}")
+PEAK = Column("peak (GiB)", lambda rank, e: f"{e.peak_memory_bytes / GiB:.1f}")
+
+#: Plan columns, from the schema.
+PLAN_COLUMNS: tuple[Column, ...] = tuple(_plan_column(f) for f in PLAN_FIELDS
+                                         if f.column is not None)
+METRIC_COLUMNS: tuple[Column, ...] = (ITER, TFLOPS, MFU, TOKENS, PEAK)
+#: Every column of the wide table, in order.
+COLUMNS: tuple[Column, ...] = (RANK, *PLAN_COLUMNS, *METRIC_COLUMNS)
+#: Headers of the columns the narrow table leaves out first, in that order, while it is
+#: wider than NARROW_WIDTH: TFLOP/s/GPU (MFU says the same), the on/off plan columns
+#: (last first), then tok/s/GPU. The counts, recompute, iteration time, MFU and peak
+#: memory are always shown.
+DROP_ORDER: tuple[str, ...] = (TFLOPS.header,
+                               *reversed([f.column for f in PLAN_FIELDS
+                                          if f.column is not None and f.type is bool]),
+                               TOKENS.header)
+
+
+def _console(width: int) -> Console:
+    """A plain-text console: no colour or styles, ASCII, writes nothing (we render)."""
+    return Console(file=io.StringIO(), width=width, color_system=None, force_terminal=False,
+                   legacy_windows=False, no_color=True, emoji=False, highlight=False,
+                   soft_wrap=False)
+
+
+def _table(columns: list[Column], evals: list[Evaluation]) -> Table:
+    t = Table(box=_BOX, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0),
+              header_style="", highlight=False)
+    for c in columns:
+        t.add_column(c.header, justify=c.justify, no_wrap=True)
+    for i, e in enumerate(evals):
+        t.add_row(*(c.cell(i + 1, e) for c in columns))
+    return t
+
+
+def _width(table: Table) -> int:
+    console = _console(_UNLIMITED)
+    return Measurement.get(console, console.options, table).maximum
+
+
+def select_columns(evals: list[Evaluation], wide: bool = False) -> list[Column]:
+    """The columns shown: all with ``wide``, else all that fit NARROW_WIDTH (DROP_ORDER)."""
+    columns = list(COLUMNS)
+    if wide:
+        return columns
+    for header in DROP_ORDER:
+        if _width(_table(columns, evals)) <= NARROW_WIDTH:
+            break
+        columns = [c for c in columns if c.header != header]
+    return columns
 
 
 def format_table(evals: list[Evaluation], wide: bool = False) -> str:
-    rows = [list(COLUMNS)] + [plan_row(i + 1, e) for i, e in enumerate(evals)]
-    widths = [max(len(r[j]) for r in rows) for j in range(len(COLUMNS))]
-    lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    """The ranked table as plain text: a header row, a rule, one row per evaluation.
+
+    Default: every line at most NARROW_WIDTH characters; ``wide``: every column.
+    """
+    table = _table(select_columns(evals, wide), evals)
+    console = _console(max(_width(table), 1) if wide else NARROW_WIDTH)
+    lines = console.render_lines(table, console.options, pad=False)
+    return "\n".join("".join(seg.text for seg in line).rstrip() for line in lines)
+
+
+def _wrap(line: str) -> list[str]:
+    """Wrap a long free-text line at spaces (continuations indented); text unchanged."""
+    return textwrap.wrap(line, NARROW_WIDTH, subsequent_indent="  ", break_long_words=False,
+                         break_on_hyphens=False) or [line]
 
 
 def format_estimate(e: Evaluation) -> str:
     p = e.plan
-    out = [f"plan: tp={p.tp} pp={p.pp} dp={p.dp} cp={p.cp} vp={p.vp} "
-           f"mbs={p.micro_batch_size} gbs={p.global_batch_size} "
-           f"microbatches={p.num_microbatches} recompute={p.recompute} "
-           f"sequence_parallel={p.sequence_parallel} "
-           f"distributed_optimizer={p.distributed_optimizer} precision={p.precision} "
-           f"attention_backend={p.attention_backend}",
+    out = ["plan: " + " ".join(describe_plan(p)),
            f"iteration time: {e.iteration_time_s:.3f} s   model TFLOP/s per GPU: "
            f"{e.model_tflops_per_gpu:.1f}   MFU: {100 * e.mfu:.1f} %   tokens/s per GPU: "
            f"{e.tokens_per_s_per_gpu:.0f}",
@@ -43,6 +146,7 @@ def format_estimate(e: Evaluation) -> str:
            f"{e.memory_capacity_bytes / GiB:.2f} GiB -> "
            + ("fits" if e.fits else "DOES NOT FIT"),
            "memory per stage (GiB): stage params grads optimizer activations other total"]
+    out = [w for line in out for w in _wrap(line)]
     shown = e.memory_per_stage if len(e.memory_per_stage) <= 8 else (
         e.memory_per_stage[:4] + e.memory_per_stage[-2:])
     for m in shown:

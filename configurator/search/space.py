@@ -12,12 +12,9 @@ optimizer where dp·cp = 1 (with one data-parallel rank it is the plain optimize
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from configurator.core.model import ModelSpec
-from configurator.core.plan import RECOMPUTE, RECOMPUTE_CODES
 from configurator.core.rules import rules_for, rules_mask
 from configurator.core.candidates import COLUMN_FIELDS, Candidates
 
@@ -27,22 +24,51 @@ def divisors(n: int) -> list[int]:
     return sorted(set(small + [n // d for d in small]))
 
 
-@dataclass(frozen=True, kw_only=True)
+#: The layout dimensions, enumerated one level at a time (dp is derived); every other
+#: per-candidate plan field is varied in one numpy grid per layout, in schema order.
+LAYOUT = ("tp", "cp", "pp", "dp")
+GRID_FIELDS = tuple(f for f in COLUMN_FIELDS if f.name not in LAYOUT)
+
+
 class SearchSpace:
-    """Restrictions on the search (``None`` = every value Megatron accepts)."""
+    """Restrictions on the search: ``SearchSpace(recompute=("full",), cp=(1,))`` keeps only
+    those values of those fields (by name or alias, e.g. ``mbs``); a field not named takes
+    every value Megatron accepts. Raises ValueError for a name that is not a per-candidate
+    plan field."""
 
-    tp: tuple[int, ...] | None = None
-    pp: tuple[int, ...] | None = None
-    cp: tuple[int, ...] | None = None
-    vp: tuple[int, ...] | None = None
-    mbs: tuple[int, ...] | None = None
-    recompute: tuple[str, ...] = RECOMPUTE
-    sequence_parallel: tuple[bool, ...] = (False, True)
-    distributed_optimizer: tuple[bool, ...] = (False, True)
+    def __init__(self, **allowed: tuple):
+        names = {f.name: f.name for f in COLUMN_FIELDS} | {
+            f.alias: f.name for f in COLUMN_FIELDS if f.alias}
+        unknown = set(allowed) - set(names)
+        if unknown:
+            raise ValueError(f"SearchSpace: not plan fields searched over: {sorted(unknown)}")
+        self.allowed = {names[k]: tuple(v) for k, v in allowed.items() if v is not None}
+
+    def allow(self, name: str, values) -> list:
+        """``values`` (in order) that the restriction on field ``name`` keeps."""
+        chosen = self.allowed.get(name)
+        return [x for x in values if chosen is None or x in chosen]
+
+    def __repr__(self) -> str:
+        return f"SearchSpace({self.allowed})"
 
 
-#: Fields varied together in one numpy grid per (tp, cp, pp) layout.
-_GRID = ("micro_batch_size", "vp", "recompute", "sequence_parallel", "distributed_optimizer")
+def _grid_values(f, model: ModelSpec, global_batch_size: int, pp: int) -> np.ndarray:
+    """Every value of grid field ``f`` before the rules filter (choices as codes)."""
+    if f.choices:
+        return np.array([f.choices.index(c) for c in f.choices], dtype=np.int64)
+    if f.type is bool:
+        return np.array([False, True])
+    # the integers a rule could accept: divisors of what they must divide
+    bound = {"micro_batch_size": global_batch_size, "vp": model.num_layers // pp}[f.name]
+    return np.array(divisors(bound), dtype=np.int64)
+
+
+def _restricted(f, values: np.ndarray, space: SearchSpace) -> np.ndarray:
+    if f.choices:
+        keep = space.allow(f.name, f.choices)
+        return np.array([f.choices.index(c) for c in keep], dtype=np.int64)
+    return np.array(space.allow(f.name, values.tolist()), dtype=values.dtype)
 
 
 def enumerate_plans(model: ModelSpec, world_size: int, global_batch_size: int, *,
@@ -56,42 +82,38 @@ def enumerate_plans(model: ModelSpec, world_size: int, global_batch_size: int, *
     # Fields known at each level; overlap_param_gather is decided per plan (only with the
     # distributed optimizer), so rules reading it wait for the grid.
     base = set(shared) - {"overlap_param_gather"}
-    levels = [base | {"tp"}, base | {"tp", "cp"}, base | {"tp", "cp", "pp", "dp"},
-              set(shared) | {"tp", "cp", "pp", "dp", *_GRID}]
+    levels = [base | {"tp"}, base | {"tp", "cp"}, base | set(LAYOUT),
+              set(shared) | set(LAYOUT) | {f.name for f in GRID_FIELDS}]
     stage = [rules_for(levels[i], levels[i - 1] if i else ()) for i in range(4)]
-    allow = lambda values, chosen: [x for x in values if chosen is None or x in chosen]  # noqa
-    rc_codes = np.array([RECOMPUTE_CODES[r] for r in space.recompute], dtype=np.int64)
+    allow = space.allow
     world = world_size
     cols: dict[str, list[np.ndarray]] = {f.name: [] for f in COLUMN_FIELDS}
     groups: list[np.ndarray] = []
     keys = []
-    for tp in allow(divisors(world), space.tp):
+    for tp in allow("tp", divisors(world)):
         f1 = dict(shared, tp=tp)
         if not rules_mask(model, f1, world, stage[0]):
             continue
-        for cp in allow(divisors(world // tp), space.cp):
+        for cp in allow("cp", divisors(world // tp)):
             f2 = dict(f1, cp=cp)
             if not rules_mask(model, f2, world, stage[1]):
                 continue
-            for pp in allow(divisors(world // (tp * cp)), space.pp):
+            for pp in allow("pp", divisors(world // (tp * cp))):
                 dp = world // (tp * cp * pp)
                 f3 = dict(f2, pp=pp, dp=dp)
                 if not rules_mask(model, f3, world, stage[2]):
                     continue
-                mbs = allow(divisors(global_batch_size), space.mbs)
-                vps = allow(divisors(model.num_layers // pp), space.vp)
-                dos = [x for x in space.distributed_optimizer if not x or dp * cp > 1]
-                if not mbs or not vps or not dos or not len(rc_codes):
+                values = [_restricted(f, _grid_values(f, model, global_batch_size, pp), space)
+                          for f in GRID_FIELDS]
+                if not all(len(x) for x in values):
                     continue
-                M, V, R, S, D = np.meshgrid(np.array(mbs, dtype=np.int64),
-                                            np.array(vps, dtype=np.int64), rc_codes,
-                                            np.array(space.sequence_parallel, dtype=bool),
-                                            np.array(dos, dtype=bool), indexing="ij")
-                grid = dict(micro_batch_size=M.ravel(), vp=V.ravel(), recompute=R.ravel(),
-                            sequence_parallel=S.ravel(), distributed_optimizer=D.ravel())
-                f4 = dict(f3, **grid,
-                          overlap_param_gather=overlap_param_gather & grid["distributed_optimizer"])
-                ok = np.broadcast_to(rules_mask(model, f4, world, stage[3]), M.size)
+                grid = {f.name: a.ravel() for f, a in
+                        zip(GRID_FIELDS, np.meshgrid(*values, indexing="ij"))}
+                do = grid["distributed_optimizer"]
+                # the distributed optimizer over one data-parallel rank is the plain one
+                ok = np.logical_or(~do, dp * cp > 1)
+                f4 = dict(f3, **grid, overlap_param_gather=overlap_param_gather & do)
+                ok = np.logical_and(ok, rules_mask(model, f4, world, stage[3]))
                 n = int(ok.sum())
                 if not n:
                     continue

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # torchrun launch: Megatron-LM pretrain_gpt.py (core_v0.16.1 flags), rendered by configurator.
 # model: gpt3-175b: layers=96 hidden=12288 ffn=49152 heads=96 query_groups=96 seq=2048 vocab=51200
-# plan: tp=8 pp=4 dp=32 cp=1 vp=12 mbs=4 gbs=1536 microbatches=12 recompute=none sequence_parallel=True distributed_optimizer=True
-#       precision=bf16 attention_backend=auto overlap_grad_reduce=True overlap_param_gather=True
+# plan: tp=8 pp=4 dp=32 cp=1 vp=12 mbs=4 gbs=1536 recompute=none sequence_parallel=True
+#       distributed_optimizer=True precision=bf16 attention_backend=auto
+#       overlap_grad_reduce=True overlap_param_gather=True microbatches=12
 # cluster: nodes=128 gpus_per_node=8 world_size=1024
 # predicted:
 #   iteration_time_s: 17.857

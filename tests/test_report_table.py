@@ -1,0 +1,174 @@
+"""The ranked table (``configurator.report.table``): columns from the plan schema, units in
+the headers, plain text, at most 100 characters a line by default, every column with wide."""
+
+import dataclasses
+import re
+
+import pytest
+
+from configurator.core.model import MODEL_PRESETS
+from configurator.core.plan import PLAN_FIELDS
+from configurator.core.units import GiB
+from configurator.report.table import format_estimate, format_table
+from configurator.search.rank import search
+from tests.conftest import run_cli
+from topology.cluster import load_cluster
+
+LIMIT = 100
+PLAN_HEADERS = [f.column for f in PLAN_FIELDS if f.column is not None]
+METRIC_HEADERS = ["iter (s)", "TFLOP/s/GPU", "MFU (%)", "tok/s/GPU", "peak (GiB)"]
+#: Columns the default table must keep (the other plan columns and metrics may go).
+KEPT = ["rank", "tp", "pp", "dp", "cp", "vp", "mbs", "recompute", "iter (s)", "MFU (%)",
+        "peak (GiB)"]
+ANSI = re.compile(r"\x1b|\x9b")
+
+
+@pytest.fixture(scope="module")
+def evals():
+    res = search(MODEL_PRESETS["gpt-1.7b"], load_cluster("dgx-a100-80gb", nodes=4), 512,
+                 top_k=10)
+    assert len(res.plans) == 10
+    return res.plans
+
+
+def parse(text):
+    """(headers, rows as {header: cell}) of a rendered table: header, rule, rows."""
+    lines = text.splitlines()
+    headers = re.split(r"\s{2,}", lines[0].strip())
+    assert set(lines[1]) == {"-"}, lines[1]
+    rows = []
+    for line in lines[2:]:
+        cells = line.split()
+        assert len(cells) == len(headers), (headers, line)
+        rows.append(dict(zip(headers, cells)))
+    return headers, rows
+
+
+def check_rows(headers, rows, evals):
+    assert [r["rank"] for r in rows] == [str(i) for i in range(1, len(evals) + 1)]
+    for r, e in zip(rows, evals):
+        p = e.plan
+        assert int(r["tp"]) == p.tp and int(r["pp"]) == p.pp
+        assert int(r["dp"]) == p.dp and int(r["mbs"]) == p.micro_batch_size
+        assert r["recompute"] == p.recompute
+        assert r["iter (s)"] == f"{e.iteration_time_s:.3f}"
+        assert float(r["iter (s)"]) == pytest.approx(e.iteration_time_s, abs=5e-4)
+        assert r["MFU (%)"] == f"{100 * e.mfu:.1f}"
+        assert r["peak (GiB)"] == f"{e.peak_memory_bytes / GiB:.1f}"
+        if "TFLOP/s/GPU" in headers:
+            assert r["TFLOP/s/GPU"] == f"{e.model_tflops_per_gpu:.1f}"
+        if "tok/s/GPU" in headers:
+            assert r["tok/s/GPU"] == f"{e.tokens_per_s_per_gpu:.0f}"
+        for f in PLAN_FIELDS:
+            if f.column in headers and f.type is bool:
+                assert r[f.column] == ("yes" if getattr(p, f.name) else "no")
+
+
+def test_default_table_fits_100_columns(evals):
+    text = format_table(evals)
+    lines = text.splitlines()
+    assert len(lines) == 2 + len(evals)
+    assert max(map(len, lines)) <= LIMIT
+    assert not ANSI.search(text) and text.isascii()
+    assert all(line == line.rstrip() for line in lines)
+    headers, rows = parse(text)
+    assert headers[0] == "rank"
+    for h in KEPT:
+        assert h in headers, h
+    # schema order, then metrics in order
+    order = ["rank"] + PLAN_HEADERS + METRIC_HEADERS
+    assert headers == [h for h in order if h in headers]
+    check_rows(headers, rows, evals)
+
+
+def test_wide_table_has_every_column(evals):
+    text = format_table(evals, wide=True)
+    assert not ANSI.search(text) and text.isascii()
+    headers, rows = parse(text)
+    assert headers == ["rank"] + PLAN_HEADERS + METRIC_HEADERS
+    check_rows(headers, rows, evals)
+    narrow = format_table(evals)
+    # this search's full table is wider than 100, so the default drops something
+    assert max(map(len, text.splitlines())) > LIMIT
+    assert len(parse(narrow)[0]) < len(headers)
+
+
+def test_numbers_right_aligned(evals):
+    text = format_table(evals, wide=True)
+    lines = text.splitlines()
+    header = lines[0]
+    for h in ["rank", "tp", "pp", "mbs"] + METRIC_HEADERS:
+        end = header.index(h) + len(h)
+        for line in lines[2:]:
+            # the cell ends where its header ends, with a space or the line end after it
+            assert line[end - 1] != " " and (end == len(line) or line[end] == " "), (h, line)
+
+
+def test_narrow_table_still_fits_with_big_numbers(evals):
+    big = [dataclasses.replace(e, iteration_time_s=123456.789, tokens_per_s_per_gpu=9.87e8,
+                               model_tflops_per_gpu=12345.6, peak_memory_bytes=1e15)
+           for e in evals] * 20
+    text = format_table(big)
+    assert max(map(len, text.splitlines())) <= LIMIT
+    headers, rows = parse(text)
+    for h in KEPT:
+        assert h in headers, h
+    check_rows(headers, rows, big)
+    wide = format_table(big, wide=True)
+    assert parse(wide)[0] == ["rank"] + PLAN_HEADERS + METRIC_HEADERS
+    assert all(len(line.split()) == len(parse(wide)[0]) for line in wide.splitlines()[2:])
+
+
+def test_empty_table_is_header_only():
+    lines = format_table([]).splitlines()
+    assert re.split(r"\s{2,}", lines[0].strip())[0] == "rank"
+
+
+def test_estimate_lines_fit(evals):
+    text = format_estimate(evals[0])
+    assert max(map(len, text.splitlines())) <= LIMIT
+    flat = " ".join(text.split())
+    p = evals[0].plan
+    assert f"tp={p.tp} pp={p.pp}" in flat and f"attention_backend={p.attention_backend}" in flat
+    assert f"iteration time: {evals[0].iteration_time_s:.3f} s" in flat
+
+
+def _table_lines(stdout):
+    lines = stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("rank"))
+    return lines[start:]
+
+
+def test_cli_search_table_width_and_wide():
+    args = ("search", "--model", "gpt-1.7b", "--cluster", "dgx-a100-80gb", "--nodes", "4",
+            "--gbs", "512")
+    res = run_cli(*args)
+    assert res.returncode == 0, res.stderr
+    assert not ANSI.search(res.stdout)
+    table = _table_lines(res.stdout)
+    assert len(table) == 2 + 10
+    assert max(map(len, table)) <= LIMIT
+    headers, _ = parse("\n".join(table))
+    assert "TFLOP/s/GPU" not in headers
+
+    wide = run_cli(*args, "--wide")
+    assert wide.returncode == 0, wide.stderr
+    assert not ANSI.search(wide.stdout)
+    wide_table = _table_lines(wide.stdout)
+    wide_headers, _ = parse("\n".join(wide_table))
+    assert wide_headers == ["rank"] + PLAN_HEADERS + METRIC_HEADERS
+    assert max(map(len, wide_table)) > max(map(len, table))
+    # same plans in the same order
+    assert [line.split()[:4] for line in wide_table[2:]] == \
+        [line.split()[:4] for line in table[2:]]
+
+
+def test_cli_table_txt_is_the_wide_table(tmp_path):
+    out = tmp_path / "out"
+    res = run_cli("search", "--model", "gpt-1.7b", "--cluster", "dgx-a100-80gb", "--nodes",
+                  "4", "--gbs", "512", "--top", "3", "--out", out)
+    assert res.returncode == 0, res.stderr
+    text = (out / "table.txt").read_text()
+    assert not ANSI.search(text)
+    headers, rows = parse("\n".join(_table_lines(text)))
+    assert headers == ["rank"] + PLAN_HEADERS + METRIC_HEADERS and len(rows) == 3
