@@ -35,13 +35,15 @@ def script_summary(estimate: dict) -> dict:
             "peak_memory_GiB": round(estimate["peak_memory_bytes"] / 2**30, 2)}
 
 
-def write_search_outputs(out: str, model, cluster, res: SearchResult, table: str,
+def write_search_outputs(out: str, model, cluster, res: SearchResult, header: str,
                          force: bool) -> list[str]:
     """Write the best plan's launch scripts, ``plan.json`` (the plan document),
-    ``plans.json`` (every ranked plan shown), ``table.txt`` and ``plans.png`` (iteration time
-    against peak memory of every feasible plan; needs ``res.ranked``). Returns the names."""
-    from launchers import write_launch_files
+    ``plans.json`` (every ranked plan shown), ``table.txt`` (``header`` and the wide table)
+    and ``plans.png`` (iteration time against peak memory of every feasible plan; needs
+    ``res.ranked``). Returns the names."""
     from configurator.report.plot import plot_search
+    from configurator.report.table import format_table
+    from launchers import write_launch_files
 
     os.makedirs(out, exist_ok=True)
     best = res.plans[0]
@@ -56,7 +58,7 @@ def write_search_outputs(out: str, model, cluster, res: SearchResult, table: str
     with open(os.path.join(out, "plans.json"), "w", encoding="utf-8") as fh:
         json.dump(res.to_dict(), fh, indent=2)
     with open(os.path.join(out, "table.txt"), "w", encoding="utf-8") as fh:
-        fh.write(table)
+        fh.write(header + "\n" + format_table(res.plans, wide=True) + "\n")
     plot_search(os.path.join(out, "plans.png"),
                 peak_memory_bytes=candidate_memory(model, res.ranked),
                 iteration_time_s=res.ranked_time_s, recompute=res.ranked.recompute,

@@ -14,7 +14,6 @@ from configurator.core.document import read_plan_document
 from configurator.core.errors import InputError, NoFeasiblePlanError
 from configurator.core.plan import RECOMPUTE
 from configurator.core.rules import plan_for_world
-from configurator.report.table import format_table
 from configurator.search.evaluate import Evaluation, evaluate_plan
 from configurator.search.rank import SearchResult, search
 from configurator.search.space import SearchSpace
@@ -34,17 +33,16 @@ class SearchRequest:
     max_memory_fraction: float = 1.0
     out: str | None = None
     force: bool = False
-    wide: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
 class SearchOutcome:
-    """What a search found: the result, the header line(s), the rendered table, the JSON
-    document, and the files written (if any)."""
+    """What a search found: the result, the header line(s), the JSON document, and the
+    files written (if any). The table is rendered by whoever shows it
+    (:func:`configurator.report.table.format_table`)."""
 
     result: SearchResult
     header: str
-    table: str
     document: dict
     written: list[str] = field(default_factory=list)
 
@@ -71,13 +69,10 @@ def run_search(req: SearchRequest) -> SearchOutcome:
     if req.inputs.exclude_flagged:
         doc["exclusion"] = exclusion_effect(req, model, cluster, res, space)
         header += "\n" + doc["exclusion"]["summary"]
-    table = format_table(res.plans, wide=req.wide)
     written = []
     if req.out:
-        written = write_search_outputs(req.out, model, cluster, res,
-                                       header + "\n" + format_table(res.plans, wide=True)
-                                       + "\n", req.force)
-    return SearchOutcome(result=res, header=header, table=table, document=doc,
+        written = write_search_outputs(req.out, model, cluster, res, header, req.force)
+    return SearchOutcome(result=res, header=header, document=doc,
                          written=written)
 
 

@@ -108,13 +108,15 @@ def run_search(args) -> int:
                         precision=args.precision, attention_backend=args.attention_backend,
                         recompute=tuple(args.recompute) if args.recompute else RECOMPUTE,
                         top=args.top, max_memory_fraction=args.max_memory_fraction,
-                        out=args.out, force=args.force, wide=args.wide)
+                        out=args.out, force=args.force)
     out = search_job(req)
     if args.json:
         print(json.dumps(out.document, indent=2))
     else:
+        from configurator.report.table import format_table
+
         print(out.header)
-        print(out.table)
+        print(format_table(out.result.plans, wide=args.wide))
     if out.written and not args.json:
         print(f"wrote {args.out}/" + ", ".join(sorted(out.written, key=lambda n: (
             not n.startswith("launch"), n))))

@@ -131,7 +131,12 @@ def rules_mask(model: ModelSpec, fields: Fields, world_size: int,
     """Boolean (array) of plans that satisfy every rule in ``rules`` (fields broadcast)."""
     ok = True
     for r in rules:
-        ok = np.logical_and(ok, r.ok(model, fields, world_size))
+        res = r.ok(model, fields, world_size)
+        if np.ndim(res) == 0:
+            if not res:
+                return False   # scalar fields: the first broken rule decides
+        else:
+            ok = np.logical_and(ok, res)
     return ok
 
 

@@ -85,6 +85,21 @@ def enumerate_plans(model: ModelSpec, world_size: int, global_batch_size: int, *
     levels = [base | {"tp"}, base | {"tp", "cp"}, base | set(LAYOUT),
               set(shared) | set(LAYOUT) | {f.name for f in GRID_FIELDS}]
     stage = [rules_for(levels[i], levels[i - 1] if i else ()) for i in range(4)]
+    # Grid rules that read one grid field filter that field's values before the grid is
+    # built (smaller grids); the others run on the grid.
+    grid_names = {f.name for f in GRID_FIELDS}
+    single = {f.name: tuple(r for r in stage[3] if r.needs & grid_names == {f.name})
+              for f in GRID_FIELDS}
+    multi = tuple(r for r in stage[3] if len(r.needs & grid_names) != 1)
+
+    def with_derived(fields: dict) -> dict:
+        # overlap_param_gather holds only with the distributed optimizer (Candidates.plan)
+        if "distributed_optimizer" in fields:
+            fields["overlap_param_gather"] = (overlap_param_gather
+                                              & fields["distributed_optimizer"])
+        return fields
+
+    base_values = {}   # (field, pp) -> values before the rules, restricted by ``space``
     allow = space.allow
     world = world_size
     cols: dict[str, list[np.ndarray]] = {f.name: [] for f in COLUMN_FIELDS}
@@ -103,18 +118,28 @@ def enumerate_plans(model: ModelSpec, world_size: int, global_batch_size: int, *
                 f3 = dict(f2, pp=pp, dp=dp)
                 if not rules_mask(model, f3, world, stage[2]):
                     continue
-                values = [_restricted(f, _grid_values(f, model, global_batch_size, pp), space)
-                          for f in GRID_FIELDS]
+                values = []
+                for f in GRID_FIELDS:
+                    key = (f.name, pp if f.name == "vp" else 0)
+                    if key not in base_values:
+                        base_values[key] = _restricted(
+                            f, _grid_values(f, model, global_batch_size, pp), space)
+                    vals = base_values[key]
+                    if single[f.name] and len(vals):
+                        keep = rules_mask(model, with_derived(dict(f3, **{f.name: vals})),
+                                          world, single[f.name])
+                        vals = vals[keep] if np.ndim(keep) else (vals if keep else vals[:0])
+                    if f.name == "distributed_optimizer" and dp * cp == 1:
+                        vals = vals[~vals]   # over one data-parallel rank: the plain optimizer
+                    values.append(vals)
                 if not all(len(x) for x in values):
                     continue
                 grid = {f.name: a.ravel() for f, a in
-                        zip(GRID_FIELDS, np.meshgrid(*values, indexing="ij"))}
-                do = grid["distributed_optimizer"]
-                # the distributed optimizer over one data-parallel rank is the plain one
-                ok = np.logical_or(~do, dp * cp > 1)
-                f4 = dict(f3, **grid, overlap_param_gather=overlap_param_gather & do)
-                ok = np.logical_and(ok, rules_mask(model, f4, world, stage[3]))
-                n = int(ok.sum())
+                        zip(GRID_FIELDS, np.meshgrid(*values, indexing="ij", copy=False))}
+                ok = rules_mask(model, with_derived(dict(f3, **grid)), world, multi)
+                if np.ndim(ok) == 0:
+                    ok = slice(None) if ok else slice(0)
+                n = len(grid[GRID_FIELDS[0].name][ok])
                 if not n:
                     continue
                 keys.append((tp, cp, dp, pp))
