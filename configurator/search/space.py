@@ -105,19 +105,25 @@ def enumerate_plans(model: ModelSpec, world_size: int, global_batch_size: int, *
     cols: dict[str, list[np.ndarray]] = {f.name: [] for f in COLUMN_FIELDS}
     groups: list[np.ndarray] = []
     keys = []
-    for tp in allow("tp", divisors(world)):
+
+    def legal(values: list[int], fields: dict, rules) -> list[int]:
+        """The ``values`` of one level (arrays in ``fields``) that pass ``rules``."""
+        keep = rules_mask(model, fields, world, rules)
+        if np.ndim(keep) == 0:
+            return values if keep else []
+        return [x for x, k in zip(values, keep) if k]
+
+    tps = allow("tp", divisors(world))
+    for tp in legal(tps, dict(shared, tp=np.array(tps)), stage[0]):
         f1 = dict(shared, tp=tp)
-        if not rules_mask(model, f1, world, stage[0]):
-            continue
-        for cp in allow("cp", divisors(world // tp)):
+        cps = allow("cp", divisors(world // tp))
+        for cp in legal(cps, dict(f1, cp=np.array(cps)), stage[1]):
             f2 = dict(f1, cp=cp)
-            if not rules_mask(model, f2, world, stage[1]):
-                continue
-            for pp in allow("pp", divisors(world // (tp * cp))):
+            pps = np.array(allow("pp", divisors(world // (tp * cp))), dtype=np.int64)
+            for pp in legal(pps.tolist(), dict(f2, pp=pps, dp=world // (tp * cp * pps)),
+                            stage[2]):
                 dp = world // (tp * cp * pp)
                 f3 = dict(f2, pp=pp, dp=dp)
-                if not rules_mask(model, f3, world, stage[2]):
-                    continue
                 values = []
                 for f in GRID_FIELDS:
                     key = (f.name, pp if f.name == "vp" else 0)
