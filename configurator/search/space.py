@@ -99,7 +99,10 @@ def enumerate_plans(model: ModelSpec, world_size: int, global_batch_size: int, *
                                               & fields["distributed_optimizer"])
         return fields
 
-    base_values = {}   # (field, pp) -> values before the rules, restricted by ``space``
+    # (field, pp, values of the layout fields its rules read) -> its legal values
+    legal_values: dict[tuple, np.ndarray] = {}
+    reads = {name: sorted({n for r in rules for n in r.needs} & set(LAYOUT))
+             for name, rules in single.items()}
     allow = space.allow
     world = world_size
     cols: dict[str, list[np.ndarray]] = {f.name: [] for f in COLUMN_FIELDS}
@@ -126,15 +129,17 @@ def enumerate_plans(model: ModelSpec, world_size: int, global_batch_size: int, *
                 f3 = dict(f2, pp=pp, dp=dp)
                 values = []
                 for f in GRID_FIELDS:
-                    key = (f.name, pp if f.name == "vp" else 0)
-                    if key not in base_values:
-                        base_values[key] = _restricted(
-                            f, _grid_values(f, model, global_batch_size, pp), space)
-                    vals = base_values[key]
-                    if single[f.name] and len(vals):
-                        keep = rules_mask(model, with_derived(dict(f3, **{f.name: vals})),
-                                          world, single[f.name])
-                        vals = vals[keep] if np.ndim(keep) else (vals if keep else vals[:0])
+                    # a field's legal values depend only on the layout fields its rules read
+                    key = (f.name, pp, tuple(f3[n] for n in reads[f.name]))
+                    if key not in legal_values:
+                        vals = _restricted(f, _grid_values(f, model, global_batch_size, pp),
+                                           space)
+                        if single[f.name] and len(vals):
+                            keep = rules_mask(model, with_derived(dict(f3, **{f.name: vals})),
+                                              world, single[f.name])
+                            vals = vals[keep] if np.ndim(keep) else vals[:len(vals) * keep]
+                        legal_values[key] = vals
+                    vals = legal_values[key]
                     if f.name == "distributed_optimizer" and dp * cp == 1:
                         vals = vals[~vals]   # over one data-parallel rank: the plain optimizer
                     values.append(vals)
