@@ -7,18 +7,39 @@ so the CLI can print it as is and exit with code 2.
 
 from __future__ import annotations
 
+from configurator.core.limits import ECHO_CHARS
+
 
 class InputError(ValueError):
     """Bad input: ``field``, the offending ``value`` and the ``rule`` it breaks.
 
-    ``str(err)`` is a single line: ``"<field>=<value>: <rule>"``.
+    ``str(err)`` is a single line: ``"<field>=<value>: <rule>"``, the value's repr cut to
+    :data:`~configurator.core.limits.ECHO_CHARS` characters and every line break (and other
+    control character) shown as a space.
     """
 
     def __init__(self, field: str, value: object, rule: str):
         self.field = field
         self.value = value
         self.rule = rule
-        super().__init__(f"{field}={value!r}: {rule}".replace("\n", " "))
+        super().__init__(one_line(f"{echo(field)}={echo(value, repr_=True)}: {rule}"))
+
+
+def echo(value: object, repr_: bool = False) -> str:
+    """``value`` (its repr with ``repr_``) cut to ECHO_CHARS characters, on one line."""
+    try:
+        text = repr(value) if repr_ else str(value)
+    except Exception:  # noqa: BLE001 - a value whose repr fails is still reported
+        text = f"<{type(value).__name__}>"
+    if len(text) > ECHO_CHARS:
+        text = text[:ECHO_CHARS - 1] + "…"
+    return one_line(text)
+
+
+def one_line(text: str) -> str:
+    """``text`` with every control character (newline, carriage return, escape …) and every
+    Unicode line or paragraph separator replaced by a space."""
+    return "".join(" " if (ord(c) < 32 or c in "\x7f\u2028\u2029\x85") else c for c in text)
 
 
 class NoFeasiblePlanError(RuntimeError):

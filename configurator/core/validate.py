@@ -6,6 +6,7 @@ import math
 from typing import Any, Iterable, Mapping
 
 from configurator.core.errors import InputError
+from configurator.core.limits import FLOAT_RANGES, INT_RANGES
 
 
 def positive_int(field: str, value: Any) -> int:
@@ -16,6 +17,34 @@ def positive_int(field: str, value: Any) -> int:
     if value <= 0:
         raise InputError(field, value, "must be a positive integer (> 0)")
     return int(value)
+
+
+def int_in_range(field: str, value: Any, key: str | None = None) -> int:
+    """Return ``value`` as int; raise InputError unless it is an integer (bools rejected)
+    within the documented range of ``key`` (default ``field``;
+    :data:`configurator.core.limits.INT_RANGES`)."""
+    lo, hi = INT_RANGES[key or field]
+    if (isinstance(value, bool) or not isinstance(value, (int, float))
+            or (isinstance(value, float) and not math.isfinite(value)) or int(value) != value):
+        raise InputError(field, value, f"must be an integer in {lo:,}..{hi:,}")
+    if not lo <= value <= hi:
+        raise InputError(field, value, f"must be an integer in {lo:,}..{hi:,}")
+    return int(value)
+
+
+def float_in_range(field: str, value: Any, key: str | None = None) -> float:
+    """Return ``value`` as float; raise InputError unless it is a finite number within the
+    documented range of ``key`` (default ``field``; :data:`configurator.core.limits.FLOAT_RANGES`)."""
+    lo, hi = FLOAT_RANGES[key or field]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError(field, value, f"must be a number in {lo:g}..{hi:g}")
+    try:
+        v = float(value)
+    except OverflowError:
+        raise InputError(field, value, f"must be a number in {lo:g}..{hi:g}") from None
+    if not (math.isfinite(v) and lo <= v <= hi):
+        raise InputError(field, value, f"must be a number in {lo:g}..{hi:g}")
+    return v
 
 
 def positive_float(field: str, value: Any) -> float:

@@ -1,0 +1,59 @@
+"""Documented ranges of every integer and number the tool accepts, and the caps that keep
+any input bounded in time and memory.
+
+Each entry is ``(lowest, highest)``, inclusive. They are wide enough for every model and
+cluster built or planned today (a 2,048-layer, 256k-hidden model; a million-token sequence;
+32,768 nodes of up to 128 GPUs, at most 262,144 GPUs in all), and small enough that the
+search's enumeration and the cluster graph stay bounded. ``--help`` and the README state
+them; :func:`configurator.core.validate.int_in_range` enforces them with one-line errors.
+"""
+
+from __future__ import annotations
+
+INT_RANGES: dict[str, tuple[int, int]] = {
+    # model (Megatron names)
+    "num_layers": (1, 2048),
+    "hidden_size": (1, 262_144),
+    "num_attention_heads": (1, 16_384),
+    "num_query_groups": (1, 16_384),
+    "ffn_hidden_size": (1, 1_048_576),
+    "vocab_size": (1, 16_777_216),
+    "seq_length": (1, 16_777_216),
+    # job and plan
+    "gbs": (1, 16_777_216),
+    "global_batch_size": (1, 16_777_216),
+    "mbs": (1, 16_777_216),
+    "micro_batch_size": (1, 16_777_216),
+    "tp": (1, 262_144),
+    "pp": (1, 2048),
+    "cp": (1, 262_144),
+    "vp": (1, 2048),
+    "dp": (1, 262_144),
+    "top": (1, 100_000),
+    # cluster
+    "nodes": (1, 32_768),
+    "gpus_per_node": (1, 128),
+    "num_gpus": (1, 262_144),
+    "gpu.num_sms": (1, 100_000),
+}
+
+#: Positive real figures at the edges (their units in the name).
+FLOAT_RANGES: dict[str, tuple[float, float]] = {
+    "intra_node_bandwidth_GBps": (1e-6, 1e6),
+    "inter_node_bandwidth_GBps": (1e-6, 1e6),
+    "intra_node_latency_us": (1e-6, 1e7),
+    "inter_node_latency_us": (1e-6, 1e7),
+    "gpu.memory_GiB": (1e-3, 1e6),
+    "gpu.hbm_bandwidth_GBps": (1e-3, 1e7),
+    "gpu.peak_tflops": (1e-3, 1e7),
+}
+
+#: Longest text of a value echoed in an error message (characters).
+ECHO_CHARS = 80
+#: Largest input file read (bytes).
+MAX_FILE_BYTES = 64 * 2**20
+
+
+def describe_ranges() -> str:
+    """One line per range, for ``--help`` epilogues and the README."""
+    return "; ".join(f"{k} {lo:,}..{hi:,}" for k, (lo, hi) in INT_RANGES.items())
