@@ -57,14 +57,15 @@ def test_gbs_not_divisible():
 
 
 @pytest.mark.parametrize("flag,value", [("--nodes", "0"), ("--gbs", "-8"), ("--mbs", "0"),
-                                        ("--tp", "-1")])
-def test_negative_or_zero(flag, value):
+                                        ("--tp", "-1"), ("--nodes", "1000000"),
+                                        ("--gbs", str(2**63)), ("--mbs", "99999999999")])
+def test_out_of_range_integers(flag, value):
     args = {"--nodes": "2", "--gbs": "64", "--mbs": "1", "--tp": "1"}
     args[flag] = value
     res = run_cli("estimate", "--model", "gpt-1.7b", "--cluster", "dgx-a100-80gb", "--pp", "1",
                   *[x for kv in args.items() for x in kv])
     check_error(res, flag.lstrip("-").replace("-", "_") if flag != "--mbs" else "mbs",
-                "positive")
+                "must be an integer in 1..")
 
 
 def test_malformed_yaml_and_json(tmp_path):

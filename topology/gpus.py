@@ -123,9 +123,7 @@ def efficiency_from_config(data: Any, has_fp8: bool) -> Efficiency:
     if has_fp8 and "gemm_fp8" not in data:
         raise InputError("gpu.efficiency.gemm_fp8", None,
                          "missing: required when peak_tflops has fp8")
-    source = data.get("source", "cluster file")
-    if not isinstance(source, str) or not source:
-        raise InputError("gpu.efficiency.source", source, "must be a non-empty string")
+    source = v.display_name("gpu.efficiency.source", data.get("source", "cluster file"))
     overhead_us = data.get("kernel_overhead_us", 4.0)
     if isinstance(overhead_us, bool) or not isinstance(overhead_us, (int, float)) or not (
             0 <= overhead_us <= 1000):
@@ -160,13 +158,11 @@ def gpu_from_config(data: Any) -> GPUSpec:
         if prec not in PRECISIONS:
             raise InputError(f"gpu.peak_tflops.{prec}", val,
                              f"unknown precision; allowed: {', '.join(PRECISIONS)}")
-        rates[prec] = v.positive_float(f"gpu.peak_tflops.{prec}", val) * TFLOP
-    name = data["name"]
-    if not isinstance(name, str) or not name:
-        raise InputError("gpu.name", name, "must be a non-empty string")
+        rates[prec] = v.float_in_range(f"gpu.peak_tflops.{prec}", val, key="gpu.peak_tflops") * TFLOP
+    name = v.display_name("gpu.name", data["name"])
     return GPUSpec(name=name, peak_flops_per_s=rates,
-                   memory_bytes=v.positive_float("gpu.memory_GiB", data["memory_GiB"]) * GiB,
-                   hbm_bandwidth_Bps=v.positive_float("gpu.hbm_bandwidth_GBps",
+                   memory_bytes=v.float_in_range("gpu.memory_GiB", data["memory_GiB"]) * GiB,
+                   hbm_bandwidth_Bps=v.float_in_range("gpu.hbm_bandwidth_GBps",
                                                       data["hbm_bandwidth_GBps"]) * GB,
-                   num_sms=v.positive_int("gpu.num_sms", data["num_sms"]),
+                   num_sms=v.int_in_range("gpu.num_sms", data["num_sms"]),
                    efficiency=efficiency_from_config(data["efficiency"], "fp8" in rates))

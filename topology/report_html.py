@@ -11,12 +11,12 @@ from __future__ import annotations
 import base64
 import html
 import io
-import json
 import math
 import os
 import statistics
 from pathlib import Path
 
+from configurator.core import jsonout
 from configurator.core.errors import InputError
 from configurator.core.units import GB
 from topology.audit import AuditReport, class_label, measurement_classes
@@ -98,11 +98,12 @@ def heatmap_png(report: AuditReport, topo: Topology) -> bytes:
                 for (i, j) in ((idx[s], idx[d]), (idx[d], idx[s])):
                     ax.add_patch(Rectangle((j - .5, i - .5), 1, 1, fill=False,
                                            edgecolor="red", linewidth=1.6))
-        ax.set_xticks(range(len(hosts)), hosts, rotation=90, fontsize=7)
-        ax.set_yticks(range(len(hosts)), hosts, fontsize=7)
+        # host names and labels come from input files: never parse them as mathtext ($…$)
+        ax.set_xticks(range(len(hosts)), hosts, rotation=90, fontsize=7, parse_math=False)
+        ax.set_yticks(range(len(hosts)), hosts, fontsize=7, parse_math=False)
         ax.set_xlabel("dst host")
         ax.set_ylabel("src host")
-        ax.set_title(label, fontsize=8)
+        ax.set_title(label, fontsize=8, parse_math=False)
         cb = fig.colorbar(im, ax=ax, fraction=0.046, pad=0.02)
         cb.set_label("bandwidth (GB/s)")
     fig.suptitle("Inter-node bandwidth (hatched: not measured; red box: flagged)", fontsize=10)
@@ -212,7 +213,7 @@ def write_audit_html(report: AuditReport, topo: Topology, out_dir: str | os.Path
         out.mkdir(parents=True, exist_ok=True)
         png = heatmap_png(report, topo)
         (out / "heatmap.png").write_bytes(png)
-        (out / "audit.json").write_text(json.dumps(report.to_dict(), indent=2) + "\n",
+        (out / "audit.json").write_text(jsonout.dumps(report.to_dict(), indent=2) + "\n",
                                         encoding="utf-8")
         page = out / "index.html"
         page.write_text(render_html(report, png), encoding="utf-8")

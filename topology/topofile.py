@@ -168,9 +168,10 @@ class Topology:
 # -- merging -------------------------------------------------------------------------------
 
 def host_sort_key(name: str) -> tuple:
-    """Natural order for host names (``node2`` before ``node10``)."""
-    return tuple((0, int(t), "") if t.isdigit() else (1, 0, t)
-                 for t in re.split(r"(\d+)", name) if t)
+    """Natural order for host names (``node2`` before ``node10``). Only ASCII digits count
+    as numbers (``'²'.isdigit()`` is true but ``int('²')`` fails)."""
+    return tuple((0, int(t), "") if t.isascii() and t.isdigit() else (1, 0, t)
+                 for t in re.split(r"([0-9]+)", name) if t)
 
 
 def check_policy(policy: str) -> str:
@@ -178,7 +179,7 @@ def check_policy(policy: str) -> str:
     if isinstance(policy, str):
         if policy in ("min", "median"):
             return policy
-        m = re.fullmatch(r"p(\d{1,3}(?:\.\d+)?)", policy)
+        m = re.fullmatch(r"p([0-9]{1,3}(?:\.[0-9]+)?)", policy)
         if m and 0 <= float(m.group(1)) <= 100:
             return policy
     raise InputError("merge", policy, "must be min, median or pNN with 0 <= NN <= 100 "

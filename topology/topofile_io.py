@@ -6,11 +6,11 @@ Units at the edge: bandwidths in GB/s (1e9 B/s), latencies in µs; SI inside.
 from __future__ import annotations
 
 import datetime
-import json
 import math
 import os
 from typing import Any, Mapping
 
+from configurator.core import jsonout
 from configurator.core import validate as v
 from configurator.core.errors import InputError
 from configurator.core.units import GB, US
@@ -181,8 +181,6 @@ def topology_from_dict(data: Mapping[str, Any], where: str = "topology") -> Topo
                     warnings=warnings)
 
 
-MAX_FILE_BYTES = 256 * 2**20
-
 
 def load_topology(path: str | os.PathLike) -> Topology:
     """Read a topology file (JSON when it starts with ``{``, else YAML).
@@ -190,28 +188,9 @@ def load_topology(path: str | os.PathLike) -> Topology:
     Raises InputError (field ``topology`` or the offending key) when the file cannot be read,
     is not UTF-8 text, is malformed or nested too deeply, or breaks the schema.
     """
-    import yaml
-
     path = os.fspath(path)
-    try:
-        if os.path.getsize(path) > MAX_FILE_BYTES:
-            raise InputError("topology", path, f"larger than {MAX_FILE_BYTES >> 20} MiB")
-        with open(path, "rb") as fh:
-            text = fh.read().decode("utf-8")
-    except OSError as err:
-        raise InputError("topology", path, f"cannot read file ({err.strerror})") from None
-    except UnicodeDecodeError:
-        raise InputError("topology", path, "not UTF-8 text") from None
-    try:
-        if text.lstrip().startswith("{"):
-            data = json.loads(text)
-        else:
-            data = yaml.safe_load(text)
-    except (yaml.YAMLError, ValueError, RecursionError) as err:
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise InputError("topology", path, f"malformed YAML/JSON ({first})") from None
-    if not isinstance(data, Mapping):
-        raise InputError("topology", path, "file must hold a mapping of keys to values")
+    text = v.read_text_file("topology", path)
+    data = v.parse_mapping_text("topology", path, text, as_json=text.lstrip().startswith("{"))
     return topology_from_dict(data)
 
 
@@ -219,7 +198,7 @@ def dumps_topology(topo: Topology, fmt: str = "json") -> str:
     """The file text: ``fmt`` ``json`` (indented) or ``yaml``."""
     data = topology_to_dict(topo)
     if fmt == "json":
-        return json.dumps(data, indent=1) + "\n"
+        return jsonout.dumps(data, indent=1) + "\n"
     import yaml
 
     return yaml.safe_dump(data, sort_keys=False, width=100)

@@ -53,7 +53,7 @@ def resolve(inputs: JobInputs, *, exclude_flagged: bool | None = None) -> tuple[
     if inputs.seq_length is not None:
         model = model.with_seq_length(inputs.seq_length)
     if inputs.nodes is not None:
-        v.positive_int("nodes", inputs.nodes)
+        v.int_in_range("nodes", inputs.nodes)
     if not inputs.topology:
         if exclude:
             raise InputError("exclude_flagged", True, "needs --topology FILE")

@@ -7,10 +7,10 @@ input.
 
 from __future__ import annotations
 
-import json
 import sys
 
 from configurator.app.topology_jobs import audit_cluster
+from configurator.core import jsonout
 from configurator.core.units import GB
 
 MAX_WARNINGS_SHOWN = 5
@@ -31,8 +31,7 @@ def run_audit(args) -> int:
     out = audit_cluster(topology=args.topology, paths=args.paths, out=args.out,
                         force=args.force)
     if args.json:
-        json.dump(out.report.to_dict(), sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        print(jsonout.dumps(out.report.to_dict(), indent=2))
     else:
         print(format_text(out.report))
     if out.html_path is not None:

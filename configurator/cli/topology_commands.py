@@ -11,10 +11,10 @@ Sub-commands are listed in :data:`configurator.cli.commands.TOPOLOGY_COMMANDS`.
 
 from __future__ import annotations
 
-import json
 import sys
 
 from configurator.app.topology_jobs import import_topology
+from configurator.core import jsonout
 
 
 def add_import_arguments(p) -> None:
@@ -35,7 +35,7 @@ def run_import(args) -> int:
         for w in topo.warnings:
             print(f"warning: {w}", file=sys.stderr)
     if args.json:
-        print(json.dumps(s, indent=2))
+        print(jsonout.dumps(s, indent=2))
     else:
         print(f"wrote {args.output}: {s['hosts']} hosts, {s['links']} links "
               f"({s['measured_pairs']} host pairs), {s['collectives']} collectives, "

@@ -97,15 +97,12 @@ def read_plan_document(doc: Any, where: str = "plan") -> PlanDocument:
     cluster = _get(doc, "cluster", where)
     if not isinstance(cluster, Mapping):
         raise InputError(f"{where}.cluster", type(cluster).__name__, "must be a mapping")
-    nodes = v.positive_int(f"{where}.cluster.nodes", _get(cluster, "nodes", f"{where}.cluster"))
-    gpn = v.positive_int(f"{where}.cluster.gpus_per_node",
-                         _get(cluster, "gpus_per_node", f"{where}.cluster"))
-    names = {}
-    for key in ("name", "gpu"):
-        val = cluster.get(key, "unknown")
-        if not isinstance(val, str):
-            raise InputError(f"{where}.cluster.{key}", val, "must be a string")
-        names[key] = val
+    nodes = v.int_in_range(f"{where}.cluster.nodes", _get(cluster, "nodes", f"{where}.cluster"),
+                           key="nodes")
+    gpn = v.int_in_range(f"{where}.cluster.gpus_per_node",
+                         _get(cluster, "gpus_per_node", f"{where}.cluster"), key="gpus_per_node")
+    names = {key: v.display_name(f"{where}.cluster.{key}", cluster.get(key, "unknown"))
+             for key in ("name", "gpu")}
     check_plan(model, plan, nodes * gpn)
     return PlanDocument(schema_version=version, model=model, plan=plan,
                         cluster_name=names["name"], gpu=names["gpu"], nodes=nodes,

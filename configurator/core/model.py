@@ -56,7 +56,7 @@ class ModelSpec:
         return self.hidden_size // self.num_attention_heads
 
     def with_seq_length(self, seq_length: int) -> "ModelSpec":
-        return dataclasses.replace(self, seq_length=v.positive_int("seq_length", seq_length))
+        return dataclasses.replace(self, seq_length=v.int_in_range("seq_length", seq_length))
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -79,18 +79,18 @@ def make_model(**kw: Any) -> ModelSpec:
     normalization.
     """
     v.exact_keys("model", kw, MODEL_KEYS_REQUIRED, MODEL_KEYS_OPTIONAL)
-    n = {k: v.positive_int(k, kw[k]) for k in MODEL_KEYS_REQUIRED}
+    n = {k: v.int_in_range(k, kw[k]) for k in MODEL_KEYS_REQUIRED}
     heads, hidden = n["num_attention_heads"], n["hidden_size"]
     if hidden % heads:
         raise InputError("num_attention_heads", heads,
                          f"must divide hidden_size ({hidden}) to give the head dimension")
-    groups = v.positive_int("num_query_groups", kw.get("num_query_groups", heads))
+    groups = v.int_in_range("num_query_groups", kw.get("num_query_groups", heads))
     if heads % groups:
         raise InputError("num_query_groups", groups,
                          f"must divide num_attention_heads ({heads})")
     swiglu = v.boolean("swiglu", kw.get("swiglu", False))
     ffn_default = swiglu_ffn_hidden_size(hidden) if swiglu else 4 * hidden
-    ffn = v.positive_int("ffn_hidden_size", kw.get("ffn_hidden_size", ffn_default))
+    ffn = v.int_in_range("ffn_hidden_size", kw.get("ffn_hidden_size", ffn_default))
     untie = v.boolean("untie_embeddings_and_output_weights",
                       kw.get("untie_embeddings_and_output_weights", False))
     norm = v.choice("normalization", kw.get("normalization", "LayerNorm"),
@@ -105,9 +105,7 @@ def make_model(**kw: Any) -> ModelSpec:
                                                       "learned_absolute"),
                    ("learned_absolute", "rope", "none"))
     bias = v.boolean("add_bias_linear", kw.get("add_bias_linear", True))
-    name = kw.get("name", "custom")
-    if not isinstance(name, str) or not name:
-        raise InputError("name", name, "must be a non-empty string")
+    name = v.display_name("name", kw.get("name", "custom"))
     return ModelSpec(name=name, num_query_groups=groups, ffn_hidden_size=ffn, swiglu=swiglu,
                      untie_embeddings_and_output_weights=untie, normalization=norm,
                      position_embedding_type=pos, add_bias_linear=bias, **drops, **n)
@@ -176,10 +174,12 @@ def from_hf_config(cfg: Mapping[str, Any], name: str = "hf-model") -> ModelSpec:
             num_attention_heads=need("n_head"),
             ffn_hidden_size=cfg.get("n_inner") or 4 * hidden, vocab_size=need("vocab_size"),
             seq_length=need("n_positions", "n_ctx"),
-            hidden_dropout=float(cfg.get("resid_pdrop", 0.1)),
-            attention_dropout=float(cfg.get("attn_pdrop", 0.1)))
+            hidden_dropout=cfg.get("resid_pdrop", 0.1),
+            attention_dropout=cfg.get("attn_pdrop", 0.1))
     heads = need("num_attention_heads")
     act = cfg.get("hidden_act", "silu")
+    flag = {k: v.boolean(f"config.json.{k}", cfg.get(k, False) or False)
+            for k in ("tie_word_embeddings", "attention_bias", "mlp_bias")}
     return make_model(
         name=name, num_layers=need("num_hidden_layers"), hidden_size=need("hidden_size"),
         num_attention_heads=heads,
@@ -187,11 +187,11 @@ def from_hf_config(cfg: Mapping[str, Any], name: str = "hf-model") -> ModelSpec:
         ffn_hidden_size=need("intermediate_size"), vocab_size=need("vocab_size"),
         seq_length=need("max_position_embeddings"),
         swiglu=act in ("silu", "swiglu"),
-        untie_embeddings_and_output_weights=not cfg.get("tie_word_embeddings", False),
+        untie_embeddings_and_output_weights=not flag["tie_word_embeddings"],
         normalization="RMSNorm" if "rms_norm_eps" in cfg else "LayerNorm",
-        add_bias_linear=bool(cfg.get("attention_bias", False) or cfg.get("mlp_bias", False)),
-        hidden_dropout=float(cfg.get("hidden_dropout", 0.0) or 0.0),
-        attention_dropout=float(cfg.get("attention_dropout", 0.0) or 0.0),
+        add_bias_linear=flag["attention_bias"] or flag["mlp_bias"],
+        hidden_dropout=cfg.get("hidden_dropout", 0.0) or 0.0,
+        attention_dropout=cfg.get("attention_dropout", 0.0) or 0.0,
         position_embedding_type="rope" if "rope_theta" in cfg or mtype in (
             "llama", "mistral", "qwen2", "qwen3") else "learned_absolute")
 
@@ -210,6 +210,8 @@ def load_model(ref: str) -> ModelSpec:
                          + ", ".join(MODEL_PRESETS) + ") nor an existing file")
     data = v.load_mapping_file("model", ref)
     if any(k in data for k in ("model_type", "num_hidden_layers", "n_layer")):
-        base = os.path.basename(os.path.dirname(os.path.abspath(ref))) or "hf-model"
+        base = os.path.basename(os.path.dirname(os.path.abspath(ref)))
+        # the folder's name, made displayable: printable characters, at most 64
+        base = "".join(c for c in base if c.isprintable())[:64] or "hf-model"
         return from_hf_config(data, name=base)
     return make_model(**dict(data))

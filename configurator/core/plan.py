@@ -217,12 +217,12 @@ def describe_plan(plan: ParallelPlan) -> list[str]:
 def check_field(f: PlanField, value: Any, where: str = "") -> Any:
     """Validate one value against its field's type and choices; return it.
 
-    Integers must be positive (bools rejected); booleans must be real booleans; strings must
-    be one of ``choices``. Raises :class:`InputError` naming ``where + name``.
+    Integers must lie in their documented range (:data:`configurator.core.limits.INT_RANGES`;
+    bools rejected); booleans must be real booleans; strings must be one of ``choices``. Raises :class:`InputError` naming ``where + name``.
     """
     name = where + f.name
     if f.type is int:
-        return v.positive_int(name, value)
+        return v.int_in_range(name, value, key=f.name)
     if f.type is bool:
         return v.boolean(name, value)
     if f.choices is not None:

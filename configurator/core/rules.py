@@ -162,8 +162,8 @@ def plan_for_world(fields: Mapping[str, Any], world_size: int) -> ParallelPlan:
     f = dict(fields)
     for spec in PLAN_FIELDS:
         if spec.type is int and spec.name != "dp":
-            v.positive_int((spec.cli_flag or spec.short).lstrip("-").replace("-", "_"),
-                           f[spec.name])
+            v.int_in_range((spec.cli_flag or spec.short).lstrip("-").replace("-", "_"),
+                           f[spec.name], key=spec.name)
     divides = RULES[0]
     if not divides.ok(None, f, world_size):
         raise divides.error(None, f, world_size)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
+import os
 from typing import Any, Iterable, Mapping
 
 from configurator.core.errors import InputError
-from configurator.core.limits import FLOAT_RANGES, INT_RANGES
+from configurator.core.limits import FLOAT_RANGES, INT_RANGES, MAX_FILE_BYTES
 
 
 def positive_int(field: str, value: Any) -> int:
@@ -66,6 +67,23 @@ def boolean(field: str, value: Any) -> bool:
     return value
 
 
+#: Longest display name (model, cluster, GPU), characters.
+MAX_NAME_CHARS = 128
+
+
+def display_name(field: str, value: Any) -> str:
+    """A name shown in tables, plots, reports and script comments: a non-empty string of at
+    most :data:`MAX_NAME_CHARS` printable characters (no control characters or line
+    separators)."""
+    if not isinstance(value, str) or not value or len(value) > MAX_NAME_CHARS:
+        raise InputError(field, value, f"must be a non-empty string of at most "
+                                       f"{MAX_NAME_CHARS} characters")
+    if not value.isprintable():
+        raise InputError(field, value, "must hold printable characters only (no control "
+                                       "characters or line breaks)")
+    return value
+
+
 def choice(field: str, value: Any, allowed: Iterable[str]) -> str:
     allowed = tuple(allowed)
     if value not in allowed:
@@ -89,27 +107,70 @@ def exact_keys(where: str, data: Any, required: Iterable[str], optional: Iterabl
     return data
 
 
-def load_mapping_file(field: str, path: str) -> Mapping:
-    """Read a YAML or JSON file into a mapping (JSON is YAML 1.2's subset; both parse here)."""
+def read_text_file(field: str, path: str) -> str:
+    """The UTF-8 text of ``path``; InputError (field ``field``) if it cannot be read, is not
+    UTF-8, or is larger than :data:`~configurator.core.limits.MAX_FILE_BYTES`."""
+    try:
+        if os.path.getsize(path) > MAX_FILE_BYTES:
+            raise InputError(field, path, f"larger than {MAX_FILE_BYTES >> 20} MiB")
+        with open(path, "rb") as fh:
+            return fh.read(MAX_FILE_BYTES + 1).decode("utf-8")
+    except OSError as err:
+        raise InputError(field, path, f"cannot read file ({err.strerror})") from None
+    except UnicodeDecodeError:
+        raise InputError(field, path, "not a UTF-8 text file") from None
+
+
+def _yaml_loader():
+    import yaml
+
+    class NoAliasLoader(yaml.SafeLoader):
+        """Safe YAML without aliases: ``*name`` can expand a few bytes into gigabytes."""
+
+        def compose_node(self, parent, index):
+            if self.check_event(yaml.AliasEvent):
+                mark = self.peek_event().start_mark
+                raise yaml.composer.ComposerError(
+                    None, None, f"aliases (*name) are not allowed (line {mark.line + 1})")
+            return super().compose_node(parent, index)
+
+    return NoAliasLoader
+
+
+def parse_mapping_text(field: str, path: str, text: str, as_json: bool) -> Mapping:
+    """Parse ``text`` (JSON when ``as_json``, else YAML without aliases) into a mapping whose
+    keys, at every depth, are strings. InputError (field ``field``, value ``path``) for
+    malformed text, nesting too deep, a non-string key or a top level that is not a
+    mapping."""
     import json
 
     import yaml
 
     try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError as err:
-        raise InputError(field, path, f"cannot read file ({err.strerror})") from None
-    except UnicodeDecodeError:
-        raise InputError(field, path, "not a UTF-8 text file") from None
-    try:
-        if path.endswith(".json"):
-            data = json.loads(text)
+        if as_json:
+            data = json.loads(text)   # NaN/Infinity parse; the field validators refuse them
         else:
-            data = yaml.safe_load(text)
+            data = yaml.load(text, Loader=_yaml_loader())  # noqa: S506 - a SafeLoader
     except (yaml.YAMLError, ValueError, RecursionError) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
         raise InputError(field, path, f"malformed YAML/JSON ({first})") from None
     if not isinstance(data, Mapping):
         raise InputError(field, path, "file must hold a mapping of keys to values")
+    stack = [(data, field)]
+    while stack:
+        node, where = stack.pop()
+        if isinstance(node, Mapping):
+            for key, val in node.items():
+                if not isinstance(key, str):
+                    raise InputError(where, key, "keys must be strings")
+                stack.append((val, f"{where}.{key}"))
+        elif isinstance(node, list):
+            stack.extend((val, f"{where}[{i}]") for i, val in enumerate(node))
     return data
+
+
+def load_mapping_file(field: str, path: str) -> Mapping:
+    """Read a YAML or JSON file (by its ``.json`` suffix) into a mapping; see
+    :func:`read_text_file` and :func:`parse_mapping_text` for what is refused."""
+    return parse_mapping_text(field, path, read_text_file(field, path),
+                              as_json=str(path).endswith(".json"))

@@ -30,7 +30,7 @@ def plot_search(path: str, *, peak_memory_bytes: np.ndarray, iteration_time_s: n
     ax.set_xlabel("peak memory of the worst pipeline stage (GiB)")
     ax.set_ylabel("predicted iteration time (s)")
     ax.set_yscale("log")
-    ax.set_title(title, fontsize=10)
+    ax.set_title(title, fontsize=10, parse_math=False)   # model names may hold "$"
     ax.legend(fontsize=8)
     ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()

@@ -24,11 +24,12 @@ from configurator.core.errors import InputError
 from configurator.core.units import MiB
 from topology.importers.nccl_tests import looks_like_nccl_tests, parse_nccl_tests
 from topology.importers.nvidia_smi import looks_like_topo_matrix, parse_topo_matrix
-from topology.topofile import MissingMeasurement, Topology, check_policy, host_sort_key, merge_topologies
+from configurator.core.limits import MAX_FILE_BYTES
+from topology.topofile import (MissingMeasurement, Topology, check_policy, host_sort_key,
+                               merge_topologies)
 from topology.topofile_io import load_topology
 
 FORMATS = ("nccl-tests", "nvidia-smi", "topology")
-MAX_FILE_BYTES = 64 * MiB
 PROGRESS_MIN_FILES = 20
 _TOPO_FORMAT = re.compile(r"[\"']?format[\"']?\s*:\s*[\"']?configurator-topology")
 
