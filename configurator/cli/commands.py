@@ -8,8 +8,13 @@ from dataclasses import dataclass
 from typing import Callable
 
 from configurator.cli import audit_command, plan_commands, probe_command, topology_commands
+from configurator.core.limits import describe_ranges
 
 EXIT_OK, EXIT_INPUT, EXIT_INFEASIBLE = 0, 2, 3
+#: What ``search``, ``estimate`` and ``launch`` accept (configurator/core/limits.py).
+RANGES_EPILOG = ("Accepted integer ranges (inclusive): " + describe_ranges()
+                 + "; at most 262,144 GPUs in all. Exit codes: 0 ok, 2 bad input, 3 no plan "
+                   "fits.")
 
 
 class Parser(argparse.ArgumentParser):
@@ -26,12 +31,14 @@ class Command:
     description: str
     add_arguments: Callable
     run: Callable | None      # None: a group whose sub-commands run
+    epilog: str | None = None
 
 
 def add_commands(sub, table) -> None:
     """Add every :class:`Command` of ``table`` to the sub-parsers ``sub``."""
     for cmd in table:
-        p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.description)
+        p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.description,
+                           epilog=cmd.epilog)
         cmd.add_arguments(p)
         if cmd.run is not None:
             p.set_defaults(func=cmd.run)
@@ -58,15 +65,15 @@ COMMANDS: tuple[Command, ...] = (
             "Enumerate every plan Megatron-LM accepts (tp, pp, dp, cp, vp, micro batch size, "
             "recompute, sequence parallel, distributed optimizer), drop those that do not "
             "fit, rank the rest by predicted iteration time.",
-            plan_commands.add_search_arguments, plan_commands.run_search),
+            plan_commands.add_search_arguments, plan_commands.run_search, RANGES_EPILOG),
     Command("estimate", "predict memory and iteration time of one plan",
             "Predict per-stage memory and iteration time of one plan (dp is derived from the "
             "GPU count). Estimates also plans that do not fit (then fits is false).",
-            plan_commands.add_estimate_arguments, plan_commands.run_estimate),
+            plan_commands.add_estimate_arguments, plan_commands.run_estimate, RANGES_EPILOG),
     Command("launch", "write launch scripts from a saved plan JSON",
             "Write the torchrun and SLURM launch scripts of a plan saved by "
             "'configurator search --out' (plan.json).",
-            plan_commands.add_launch_arguments, plan_commands.run_launch),
+            plan_commands.add_launch_arguments, plan_commands.run_launch, RANGES_EPILOG),
     Command("topology", "import and inspect measured cluster topologies",
             "Measured topology files: import nccl-tests logs, nvidia-smi topo -m output and "
             "probe results.",
