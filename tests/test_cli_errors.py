@@ -91,3 +91,43 @@ def test_no_feasible_plan_exit_3():
     res = run_cli("search", "--model", "gpt-1t", "--cluster", "dgx-a100-80gb", "--nodes", "1",
                   "--gbs", "8")
     check_error(res, "smallest peak memory", "GiB > capacity", code=3)
+
+
+def test_internal_error_is_one_line_and_debug_shows_it(monkeypatch, capsys):
+    import configurator.cli.plan_commands as pc
+    from configurator.cli import main
+
+    def boom(req):
+        raise KeyError("a\nb")
+
+    monkeypatch.setattr(pc, "estimate_job", boom)
+    argv = ["estimate", "--model", "gpt-1.7b", "--cluster", "dgx-a100-80gb", "--nodes", "1",
+            "--gbs", "8", "--tp", "1", "--pp", "1", "--mbs", "1"]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "internal error: KeyError" in err, err
+    monkeypatch.setenv("CONFIGURATOR_DEBUG", "1")
+    with pytest.raises(KeyError):
+        main(argv)
+
+
+def test_yaml_alias_bomb_is_refused_fast(tmp_path):
+    f = tmp_path / "bomb.yaml"
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [*a{i-1}, *a{i-1}, *a{i-1}, *a{i-1}, *a{i-1}, *a{i-1}, *a{i-1}, "
+              f"*a{i-1}, *a{i-1}, *a{i-1}]" for i in range(1, 9)]
+    f.write_text("\n".join(lines) + "\n")
+    check_error(run_cli("search", "--model", f, "--cluster", "dgx-a100-80gb", "--gbs", "8",
+                        timeout=20), "aliases", "not allowed")
+
+
+def test_non_string_keys_and_long_values(tmp_path):
+    f = tmp_path / "m.yaml"
+    f.write_text("1: 2\nnum_layers: 2\n")
+    check_error(run_cli(*BASE, "--model", f, "--tp", "1", "--pp", "1"), "keys must be strings")
+    g = tmp_path / "n.yaml"
+    g.write_text("name: " + "x" * 5000 + "\nnum_layers: 2\nhidden_size: 64\n"
+                 "num_attention_heads: 4\nvocab_size: 128\nseq_length: 32\n")
+    res = run_cli(*BASE, "--model", g, "--tp", "1", "--pp", "1")
+    check_error(res, "name=")
+    assert len(res.stderr) < 400, res.stderr

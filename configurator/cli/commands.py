@@ -10,7 +10,7 @@ from typing import Callable
 from configurator.cli import audit_command, plan_commands, probe_command, topology_commands
 from configurator.core.limits import describe_ranges
 
-EXIT_OK, EXIT_INPUT, EXIT_INFEASIBLE = 0, 2, 3
+EXIT_OK, EXIT_BUG, EXIT_INPUT, EXIT_INFEASIBLE = 0, 1, 2, 3
 #: What ``search``, ``estimate`` and ``launch`` accept (configurator/core/limits.py).
 RANGES_EPILOG = ("Accepted integer ranges (inclusive): " + describe_ranges()
                  + "; at most 262,144 GPUs in all. Exit codes: 0 ok, 2 bad input, 3 no plan "
