@@ -9,6 +9,12 @@ are added as direct edges ``gpu→gpu``, ``nic→nic`` (same rail, two hosts) or
 
 Which GPU a rank runs on is :attr:`Cluster.placement` (:mod:`topology.placement`, which owns
 Megatron's rank order ``tp-cp-ep-dp-pp`` and the rank → (host, GPU) map).
+
+Scale: the graph is built on first access of :attr:`Cluster.graph` (measured links are added
+to it); a cluster nobody asked the graph of answers :meth:`Cluster.link` from its nominal
+:attr:`Cluster.spec`. On a uniform cluster with the identity placement, the worst group
+figures come from the groups' shape (:func:`uniform_group_shape`), in time independent of
+the GPU count and bit for bit what walking every hop gives (``tests/test_scale.py``).
 """
 
 from __future__ import annotations
@@ -18,12 +24,13 @@ import math
 from typing import Any, Iterable, Mapping
 
 import networkx as nx
+import numpy as np
 
 from configurator.core import validate as v
 from configurator.core.errors import InputError
 from configurator.core.units import GB, US
 from topology.gpus import GPUSpec, gpu_from_config
-from topology.placement import Placement, rank_groups
+from topology.placement import Placement
 
 # Attained fraction of the nominal per-direction link rate for large NCCL transfers.
 # NVLink/NVSwitch: nccl-tests all_reduce busbw ≈ 230 GB/s of 300 GB/s on DGX A100 and
@@ -60,19 +67,180 @@ CLUSTER_PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+#: Edge roles of :func:`build_cluster`'s graph, by the kinds of their end nodes, and which
+#: of the two nominal edges (``intra`` NVLink, ``inter`` network) each carries.
+_ROLES = {("gpu", "switch"): "intra", ("switch", "gpu"): "intra", ("gpu", "nic"): "inter",
+          ("nic", "gpu"): "inter", ("nic", "fabric"): "inter", ("fabric", "nic"): "inter"}
+_SPEC_KEYS = ("intra_bandwidth_Bps", "inter_bandwidth_Bps", "intra_latency_s",
+              "inter_latency_s", "intra_efficiency", "inter_efficiency")
+
+
+def _nominal_edges(spec: Mapping[str, float]) -> dict[str, dict]:
+    """The attributes of :func:`build_cluster`'s two kinds of edge, from its arguments."""
+    return {"intra": dict(bandwidth_Bps=spec["intra_bandwidth_Bps"] * spec["intra_efficiency"],
+                          nominal_bandwidth_Bps=spec["intra_bandwidth_Bps"],
+                          latency_s=spec["intra_latency_s"] / 2, link_class="nvlink",
+                          measured=False),
+            "inter": dict(bandwidth_Bps=spec["inter_bandwidth_Bps"] * spec["inter_efficiency"],
+                          nominal_bandwidth_Bps=spec["inter_bandwidth_Bps"],
+                          latency_s=spec["inter_latency_s"] / 4, link_class="network",
+                          measured=False)}
+
+
+def _path_value(path: Iterable[Mapping]) -> tuple[float, float]:
+    """(bandwidth, latency) of a path of edges: its slowest edge, its summed latency."""
+    path = list(path)
+    return min(p["bandwidth_Bps"] for p in path), sum(p["latency_s"] for p in path)
+
+
+def _build_graph(hosts: list[str], gpus_per_node: int, spec: Mapping[str, float]) -> nx.DiGraph:
+    """The per-GPU link graph of a homogeneous cluster (see :func:`build_cluster`)."""
+    e = _nominal_edges(spec)
+    intra, inter = e["intra"], e["inter"]
+    g = nx.DiGraph()
+    g.add_node("fabric", kind="fabric")
+    for host in hosts:
+        sw = f"{host}/nvswitch"
+        g.add_node(host, kind="host")
+        g.add_node(sw, kind="switch", host=host)
+        gids = [f"{host}/gpu{k}" for k in range(gpus_per_node)]
+        nics = [f"{host}/nic{k}" for k in range(gpus_per_node)]
+        g.add_nodes_from((gid, dict(kind="gpu", host=host, local_rank=k))
+                         for k, gid in enumerate(gids))
+        g.add_nodes_from((nic, dict(kind="nic", host=host, rail=k))
+                         for k, nic in enumerate(nics))
+        # add_edges_from copies the attribute dict into each edge's own dict
+        for gid, nic in zip(gids, nics):
+            g.add_edges_from(((gid, sw), (sw, gid)), **intra)
+            g.add_edges_from(((gid, nic), (nic, gid), (nic, "fabric"), ("fabric", nic)),
+                             **inter)
+    return g
+
+
+def _ceil_div(a, b):
+    return -(-a // b)
+
+
+def uniform_group_shape(stride: int, size: int, world: int,
+                        gpus_per_node: int) -> tuple[bool, bool, int]:
+    """What the ring groups of ``size`` ranks spaced ``stride`` apart among ``world`` ranks
+    (:func:`topology.placement.rank_groups`, every group, identity placement) look like on
+    hosts of ``gpus_per_node`` GPUs: ``(intra, inter, k)`` with ``intra`` true when some
+    group has two members on one host (a hop over NVSwitch), ``inter`` true when some group
+    spans hosts, and ``k`` the fewest members one host holds over the groups that span
+    hosts (the rails of their slowest host-to-host hop; 0 if none). Needs ``size >= 2``.
+
+    Computed without listing the groups: a group's per-host counts depend only on where its
+    first rank falls within a host (``s mod G``); those residues come from the block starts
+    ``j·stride·size`` (periodic in ``j``) plus offsets ``0 … stride-1``. Within one group the
+    hosts strictly between the first and the last have counts periodic in the host number
+    with period ``stride / gcd(stride, G)``.
+    """
+    G, d, n = gpus_per_node, stride, size
+    if d >= G:  # consecutive members are a host or more apart: one member per host
+        return False, True, 1
+    block = d * n
+    starts = min(_ceil_div(world, block), G // math.gcd(block, G))
+    a = (np.arange(starts, dtype=np.int64) * block) % G
+    rho = np.unique((a[:, None] + np.arange(d, dtype=np.int64)[None, :]) % G)
+    last = (rho + (n - 1) * d) // G             # host of the last member (the first on host 0)
+    intra = bool(np.any(last == 0))             # a whole group on one host (n >= 2 members)
+    span = last > 0
+    if not span.any():
+        return intra, False, 0
+    rho, last = rho[span], last[span]
+
+    c_first = _ceil_div(G - rho, d)               # members on host 0
+    c_last = n - _ceil_div(last * G - rho, d)     # members on the last host
+    lo, hi = np.minimum(c_first, c_last), np.maximum(c_first, c_last)
+    m = min(d // math.gcd(d, G), int(last.max()) - 1)   # one period of the hosts between
+    if m >= 1:
+        h = np.arange(1, m + 1, dtype=np.int64)[None, :]
+        r = rho[:, None]
+        cnt = _ceil_div((h + 1) * G - r, d) - _ceil_div(h * G - r, d)
+        mid = h <= (last - 1)[:, None]
+        lo = np.minimum(lo, np.where(mid, cnt, n).min(axis=1))
+        hi = np.maximum(hi, np.where(mid, cnt, 0).max(axis=1))
+    return intra or bool(np.any(hi >= 2)), True, int(lo.min())
+
+
+class _GraphFacts:
+    """One pass over a built graph: is it still uniform, has it measured edges, and which
+    hosts have any link other than the nominal ones (``special``)."""
+
+    __slots__ = ("measured", "uniform", "special", "all_special")
+
+    def __init__(self, cluster: "Cluster"):
+        g = cluster._graph
+        nodes = g.nodes
+        ref = ({r: (e["bandwidth_Bps"], e["latency_s"])
+                for r, e in _nominal_edges(cluster.spec).items()}
+               if all(k in cluster.spec for k in _SPEC_KEYS) else {})
+        host_index = {h: i for i, h in enumerate(cluster.hosts)}
+        special = np.zeros(cluster.num_nodes, dtype=bool)
+        values: dict[tuple, set] = {r: set() for r in _ROLES}
+        measured = all_special = other = False
+        role_edges = 0
+
+        def host_of(x, kx):  # index into hosts, -1 for the fabric, None if unknown
+            if kx == "fabric":
+                return -1
+            return host_index.get(x if kx == "host" else nodes[x].get("host"))
+
+        for u, nbrs in g.adjacency():
+            ku = nodes[u].get("kind")
+            hu = host_of(u, ku)
+            for w, d in nbrs.items():
+                if d.get("measured"):
+                    measured = True
+                kw = nodes[w].get("kind")
+                role = _ROLES.get((ku, kw))
+                val = (d.get("bandwidth_Bps"), d.get("latency_s"))
+                if role is not None:
+                    role_edges += 1
+                    values[(ku, kw)].add(val)
+                    if val == ref.get(role):
+                        continue
+                else:
+                    other = True
+                for h in (hu, host_of(w, kw)):
+                    if h is None:
+                        all_special = True
+                    elif h >= 0:
+                        special[h] = True
+        complete = role_edges == 6 * cluster.num_gpus
+        self.measured = measured
+        self.uniform = (complete and not measured and not other
+                        and all(len(v) <= 1 for v in values.values()))
+        self.special = special
+        self.all_special = all_special or not complete or not ref
+
+
 class Cluster:
     """A GPU cluster: ``gpu`` (:class:`GPUSpec`), ``hosts`` × ``gpus_per_node`` GPUs and the
-    link graph ``graph`` (:class:`networkx.DiGraph`). Built by :func:`build_cluster`."""
+    link graph ``graph`` (:class:`networkx.DiGraph`). Built by :func:`build_cluster`.
+
+    The graph of a cluster built from its nominal :attr:`spec` is made on first access of
+    :attr:`graph` (a 131,072-GPU cluster has ~800k edges); until then :meth:`link` answers
+    from the spec with the numbers those edges would give. While the cluster is uniform (no
+    graph yet, or a graph whose edges of each kind all agree and none measured) and ranks
+    sit on GPUs by the identity placement, :meth:`group_busbw` and :meth:`p2p_worst` come
+    from the groups' shape (:func:`uniform_group_shape`); otherwise every hop of every group
+    is looked at (vectorised; :meth:`link` per hop only on hosts with non-nominal links).
+    """
 
     def __init__(self, *, name: str, gpu: GPUSpec, gpus_per_node: int, hosts: list[str],
-                 graph: nx.DiGraph, spec: dict | None = None):
+                 graph: nx.DiGraph | None = None, spec: dict | None = None):
         self.name = name
         #: The nominal arguments :func:`build_cluster` was called with (bytes/s, seconds).
         self.spec = dict(spec or {})
         self.gpu = gpu
         self.gpus_per_node = gpus_per_node
         self.hosts = list(hosts)
-        self.graph = graph
+        if graph is None and not all(k in self.spec for k in _SPEC_KEYS):
+            raise ValueError("Cluster needs a graph or a complete build spec "
+                             f"({', '.join(_SPEC_KEYS)})")
+        self._graph = graph
         #: Global rank -> physical GPU (torchrun's default order).
         self.placement = Placement(gpus_per_node)
         self._cache: dict = {}
@@ -92,11 +260,43 @@ class Cluster:
         return f"{self.hosts[host]}/gpu{local}"
 
     @property
+    def graph(self) -> nx.DiGraph:
+        """The link graph, built from :attr:`spec` on first access. Call :meth:`invalidate`
+        after editing it."""
+        if self._graph is None:
+            self._graph = _build_graph(self.hosts, self.gpus_per_node, self.spec)
+            self.invalidate()  # from here on the (editable) graph is the source
+        return self._graph
+
+    @graph.setter
+    def graph(self, graph: nx.DiGraph) -> None:
+        self._graph = graph
+        self.invalidate()
+
+    @property
+    def graph_built(self) -> bool:
+        """Whether :attr:`graph` has been made (accessing it builds it)."""
+        return self._graph is not None
+
+    def _facts(self) -> _GraphFacts | None:
+        """Facts of the built graph (None while there is none), cached until invalidate."""
+        if self._graph is None:
+            return None
+        if "facts" not in self._cache:
+            self._cache["facts"] = _GraphFacts(self)
+        return self._cache["facts"]
+
+    @property
     def has_measured_links(self) -> bool:
-        if "measured" not in self._cache:
-            self._cache["measured"] = any(d.get("measured")
-                                          for _, _, d in self.graph.edges(data=True))
-        return self._cache["measured"]
+        facts = self._facts()
+        return facts is not None and facts.measured
+
+    @property
+    def is_uniform(self) -> bool:
+        """Every host identical and no measured link: a link's figures depend only on
+        whether its two GPUs share a host."""
+        facts = self._facts()
+        return facts is None or facts.uniform
 
     def invalidate(self) -> None:
         """Drop cached link/group figures (call after editing ``graph``)."""
@@ -105,7 +305,15 @@ class Cluster:
 
     # -- links ---------------------------------------------------------------------------
     def _edge(self, u: str, w: str):
-        return self.graph.edges[u, w] if self.graph.has_edge(u, w) else None
+        return self._graph.edges[u, w] if self._graph.has_edge(u, w) else None
+
+    def _nominal_link(self, same_host: bool) -> tuple[float, float]:
+        """:meth:`link` of two GPUs of one host / of two hosts, from the nominal edges."""
+        key = ("nominal", same_host)
+        if key not in self._cache:
+            e = _nominal_edges(self.spec)
+            self._cache[key] = _path_value([e["intra"]] * 2 if same_host else [e["inter"]] * 4)
+        return self._cache[key]
 
     @functools.lru_cache(maxsize=1 << 16)
     def link(self, a: int, b: int) -> tuple[float, float]:
@@ -113,8 +321,15 @@ class Cluster:
 
         A measured direct edge wins; otherwise the slowest edge on the path
         GPU→NVSwitch→GPU (same host) or GPU→NIC→fabric→NIC→GPU (same rail, other host),
-        with a measured NIC↔NIC or host↔host edge replacing the fabric hop.
+        with a measured NIC↔NIC or host↔host edge replacing the fabric hop. Before the graph
+        is built: the same figures from :attr:`spec`.
         """
+        if self._graph is None:
+            n = self.num_gpus
+            if not (0 <= a < n and 0 <= b < n):
+                raise IndexError(f"GPU index out of range 0..{n - 1}: {a}, {b}")
+            return self._nominal_link(a // self.gpus_per_node == b // self.gpus_per_node)
+        g = self._graph
         ga, gb = self.gpu_id(a), self.gpu_id(b)
         e = self._edge(ga, gb)
         if e is not None:
@@ -123,14 +338,37 @@ class Cluster:
         hb, lb = divmod(b, self.gpus_per_node)
         if ha == hb:
             sw = f"{self.hosts[ha]}/nvswitch"
-            path = [self.graph.edges[ga, sw], self.graph.edges[sw, gb]]
+            path = [g.edges[ga, sw], g.edges[sw, gb]]
         else:
             na, nb = f"{self.hosts[ha]}/nic{la}", f"{self.hosts[hb]}/nic{lb}"
             mid = self._edge(na, nb) or self._edge(self.hosts[ha], self.hosts[hb])
-            hops = [mid] if mid is not None else [self.graph.edges[na, "fabric"],
-                                                   self.graph.edges["fabric", nb]]
-            path = [self.graph.edges[ga, na], *hops, self.graph.edges[nb, gb]]
-        return min(p["bandwidth_Bps"] for p in path), sum(p["latency_s"] for p in path)
+            hops = [mid] if mid is not None else [g.edges[na, "fabric"], g.edges["fabric", nb]]
+            path = [g.edges[ga, na], *hops, g.edges[nb, gb]]
+        return _path_value(path)
+
+    def links(self, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`link` of every pair ``(a[i], b[i])`` (arrays of GPU indices): the nominal
+        figures where both hosts have only nominal links, :meth:`link` (once per distinct
+        pair) elsewhere. Returns (bandwidth_Bps, latency_s) float arrays."""
+        a, b = np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)
+        n, G = self.num_gpus, self.gpus_per_node
+        if a.size and (min(a.min(), b.min()) < 0 or max(a.max(), b.max()) >= n):
+            raise IndexError(f"GPU index out of range 0..{n - 1}")
+        ha, hb = a // G, b // G
+        same = ha == hb
+        (bi, li), (be, le) = self._nominal_link(True), self._nominal_link(False)
+        bw, lat = np.where(same, bi, be), np.where(same, li, le)
+        facts = self._facts()
+        if facts is not None:
+            slow = (np.ones(a.shape, dtype=bool) if facts.all_special
+                    else facts.special[ha] | facts.special[hb])
+            idx = np.flatnonzero(slow)
+            if idx.size:
+                keys, inv = np.unique(a[idx] * n + b[idx], return_inverse=True)
+                vals = np.array([self.link(int(k // n), int(k % n)) for k in keys.tolist()],
+                                dtype=float).reshape(-1, 2)
+                bw[idx], lat[idx] = vals[inv.reshape(-1), 0], vals[inv.reshape(-1), 1]
+        return bw, lat
 
     def ring_busbw(self, gpus: Iterable[int]) -> tuple[float, float]:
         """(bus bandwidth B/s, per-step latency s) of an NCCL ring over ``gpus``.
@@ -138,6 +376,7 @@ class Cluster:
         Within a host the ring runs over NVLink; across hosts NCCL runs one ring per rail
         (``k`` group GPUs per host use ``k`` NICs in parallel), so a host-to-host hop carries
         the sum of its ``k`` rail bandwidths. The bus bandwidth is the slowest hop.
+        (One group, hop by hop; :meth:`group_busbw` applies the same rules to every group.)
         """
         gpus = list(gpus)
         if len(gpus) < 2:
@@ -163,57 +402,140 @@ class Cluster:
                 bw, lat = min(bw, hop_bw), max(lat, hop_lat)
         return bw, lat
 
-    def _groups(self, stride: int, size: int, world: int):
-        """Physical GPU indices of the rank groups of ``size`` ranks spaced ``stride`` apart
-        (:func:`topology.placement.rank_groups`) under :attr:`placement`.
+    # -- groups --------------------------------------------------------------------------
+    @property
+    def _shape_shortcut(self) -> bool:
+        """Whether group figures may come from the groups' shape: a uniform cluster and the
+        identity placement (the shortcut counts members per host on rank numbers)."""
+        return self.placement.is_identity and self.is_uniform
 
-        With measured links, every group. Without, the groups of one period
-        ``lcm(stride·size, gpus_per_node)`` ranks and, within a block, the first
-        ``gpus_per_node`` offsets: the others are translates that see identical links.
-        """
-        if self.has_measured_links:
-            groups = rank_groups(stride, size, world)
-        else:
-            block = stride * size
-            limit = min(world, math.lcm(block, self.gpus_per_node))
-            # Shifting a group by gpus_per_node ranks moves every member one host on with
-            # the same local GPU: on a uniform cluster an identical group.
-            offsets = min(stride, self.gpus_per_node)
-            groups = ([start + off + i * stride for i in range(size)]
-                      for start in range(0, limit, block) for off in range(offsets))
-        for g in groups:
-            yield [self.placement.gpu_index(r) for r in g]
+    def _group_gpus(self, stride: int, size: int, world: int) -> np.ndarray:
+        """Physical GPU indices (one row per group) of every group of
+        :func:`topology.placement.rank_groups` under :attr:`placement`."""
+        block = stride * size
+        first = (np.arange(0, world, block, dtype=np.int64)[:, None]
+                 + np.arange(stride, dtype=np.int64)[None, :]).reshape(-1)
+        ranks = first[:, None] + stride * np.arange(size, dtype=np.int64)[None, :]
+        gpus = self.placement.gpu_indices(ranks)
+        if gpus.size and (gpus.min() < 0 or gpus.max() >= self.num_gpus):
+            raise IndexError(f"group ranks beyond the cluster's {self.num_gpus} GPUs "
+                             f"(stride {stride}, size {size}, world {world})")
+        return gpus
+
+    def _check_extent(self, stride: int, size: int, world: int) -> None:
+        """The shortcut's counterpart of :meth:`_group_gpus`'s range check."""
+        if _ceil_div(world, stride * size) * stride * size > self.num_gpus:
+            raise IndexError(f"group ranks beyond the cluster's {self.num_gpus} GPUs "
+                             f"(stride {stride}, size {size}, world {world})")
+
+    def _hop_group_busbw(self, gpus: np.ndarray) -> tuple[float, float]:
+        """:meth:`ring_busbw`'s rules over every row of ``gpus`` at once; the worst row."""
+        G = self.gpus_per_node
+        rows, n = gpus.shape
+        hosts = gpus // G
+        if not np.all(hosts[:, 1:] >= hosts[:, :-1]):
+            # order each row host by host, hosts by first appearance, members as they come
+            pos = np.arange(n, dtype=np.int64)
+            srt = np.argsort(hosts, axis=1, kind="stable")
+            hs = np.take_along_axis(hosts, srt, 1)
+            new = np.ones((rows, n), dtype=bool)
+            new[:, 1:] = hs[:, 1:] != hs[:, :-1]
+            seg = np.maximum.accumulate(np.where(new, pos, 0), axis=1)
+            first = np.empty_like(srt)
+            np.put_along_axis(first, srt, np.take_along_axis(srt, seg, 1), 1)
+            order = np.argsort(first * n + pos, axis=1)
+            gpus = np.take_along_axis(gpus, order, 1)
+            hosts = np.take_along_axis(hosts, order, 1)
+        same = hosts[:, 1:] == hosts[:, :-1]
+        single = same.all(axis=1)
+        # NVLink hops: neighbours on one host; one-host rows close their ring
+        a = np.concatenate([gpus[:, :-1][same], gpus[single, -1]])
+        b = np.concatenate([gpus[:, 1:][same], gpus[single, 0]])
+        bw_i, lat_i = self.links(a, b)
+        bw = float(bw_i.min()) if bw_i.size else float("inf")
+        lat = float(lat_i.max()) if lat_i.size else 0.0
+        multi = ~single
+        if multi.any():
+            # host-to-host hops: segment (host) s of a row to the row's next, cyclically,
+            # rail j < k pairing the j-th members, k the row's smallest segment
+            gm = gpus[multi]
+            start = np.ones(gm.shape, dtype=bool)
+            start[:, 1:] = ~same[multi]
+            r, c = np.nonzero(start)                 # segments, row by row, in order
+            nseg = len(r)
+            row_first = np.flatnonzero(np.r_[True, r[1:] != r[:-1]])
+            per_row = np.diff(np.r_[row_first, nseg])
+            row_last = row_first + per_row - 1
+            nxt = np.arange(1, nseg + 1)
+            nxt[row_last] = row_first
+            end = np.r_[c[1:], n]
+            end[row_last] = n
+            k = np.repeat(np.minimum.reduceat(end - c, row_first), per_row)
+            hop_bw = np.zeros(nseg)
+            hop_lat = np.zeros(nseg)
+            for j in range(int(k.max())):
+                act = np.flatnonzero(k > j)
+                b_, l_ = self.links(gm[r[act], c[act] + j], gm[r[act], c[nxt[act]] + j])
+                hop_bw[act] += b_
+                hop_lat[act] = np.maximum(hop_lat[act], l_)
+            bw, lat = min(bw, float(hop_bw.min())), max(lat, float(hop_lat.max()))
+        return bw, lat
 
     def group_busbw(self, stride: int, size: int, world: int) -> tuple[float, float]:
         """Worst (bus bandwidth B/s, latency s) over every ring group of this shape.
 
         Groups that straddle node boundaries (e.g. tp=6 on 8-GPU nodes) are slower than
         aligned ones; the slowest group sets the pace (collectives of all groups run in
-        lock-step within an iteration).
+        lock-step within an iteration). Uniform cluster, identity placement: from the
+        groups' shape (:func:`uniform_group_shape`); otherwise hop by hop.
         """
         key = ("group", stride, size, world)
         if key not in self._cache:
             if size < 2:
                 res = (float("inf"), 0.0)
+            elif self._shape_shortcut:
+                self._check_extent(stride, size, world)
+                intra, inter, k = uniform_group_shape(stride, size, world, self.gpus_per_node)
+                bw, lat = float("inf"), 0.0
+                if intra:
+                    b, l = self.link(0, 1)
+                    bw, lat = min(bw, b), max(lat, l)
+                if inter:
+                    b, l = self.link(0, self.gpus_per_node)
+                    hop_bw = 0.0
+                    for _ in range(k):  # k rails, summed as ring_busbw sums them
+                        hop_bw += b
+                    bw, lat = min(bw, hop_bw), max(lat, l)
+                res = (bw, lat)
             else:
-                res = (float("inf"), 0.0)
-                for g in self._groups(stride, size, world):
-                    b, l = self.ring_busbw(g)
-                    res = (min(res[0], b), max(res[1], l))
+                res = self._hop_group_busbw(self._group_gpus(stride, size, world))
             self._cache[key] = res
         return self._cache[key]
 
     def p2p_worst(self, stride: int, size: int, world: int) -> tuple[float, float]:
-        """Worst (bandwidth B/s, latency s) between pipeline neighbours ``r → r + stride``."""
+        """Worst (bandwidth B/s, latency s) between pipeline neighbours ``r → r + stride``
+        (both directions)."""
         key = ("p2p", stride, size, world)
         if key not in self._cache:
             res = (float("inf"), 0.0)
-            if size >= 2:
-                for g in self._groups(stride, size, world):
-                    for a, b in zip(g, g[1:]):
-                        for x, y in ((a, b), (b, a)):
-                            bw, l = self.link(x, y)
-                            res = (min(res[0], bw), max(res[1], l))
+            if size < 2:
+                pass
+            elif self._shape_shortcut:
+                self._check_extent(stride, size, world)
+                intra, inter, _ = uniform_group_shape(stride, size, world, self.gpus_per_node)
+                bw, lat = float("inf"), 0.0
+                for on, b in ((intra, 1), (inter, self.gpus_per_node)):
+                    if on:
+                        for x, y in ((0, b), (b, 0)):
+                            bw_, l_ = self.link(x, y)
+                            bw, lat = min(bw, bw_), max(lat, l_)
+                res = (bw, lat)
+            else:
+                g = self._group_gpus(stride, size, world)
+                a, b = g[:, :-1].reshape(-1), g[:, 1:].reshape(-1)
+                bw1, l1 = self.links(a, b)
+                bw2, l2 = self.links(b, a)
+                res = (float(min(bw1.min(), bw2.min())), float(max(l1.max(), l2.max())))
             self._cache[key] = res
         return self._cache[key]
 
@@ -233,36 +555,16 @@ def build_cluster(*, name: str, gpu: GPUSpec, gpus_per_node: int, hosts: list[st
                   intra_latency_s: float, inter_latency_s: float,
                   intra_efficiency: float = DEFAULT_INTRA_EFFICIENCY,
                   inter_efficiency: float = DEFAULT_INTER_EFFICIENCY) -> Cluster:
-    """Build the graph of a homogeneous cluster: NVSwitch per host, one NIC rail per GPU.
+    """A homogeneous cluster: NVSwitch per host, one NIC rail per GPU.
 
     Bandwidths are nominal per GPU per direction (bytes/s); edges carry
     ``bandwidth_Bps = nominal × efficiency``. Latencies are split evenly over a path's hops.
+    The graph itself is built on first access of :attr:`Cluster.graph`.
     """
-    g = nx.DiGraph()
-    g.add_node("fabric", kind="fabric")
-    intra = dict(bandwidth_Bps=intra_bandwidth_Bps * intra_efficiency,
-                 nominal_bandwidth_Bps=intra_bandwidth_Bps, latency_s=intra_latency_s / 2,
-                 link_class="nvlink", measured=False)
-    inter = dict(bandwidth_Bps=inter_bandwidth_Bps * inter_efficiency,
-                 nominal_bandwidth_Bps=inter_bandwidth_Bps, latency_s=inter_latency_s / 4,
-                 link_class="network", measured=False)
-    for host in hosts:
-        sw = f"{host}/nvswitch"
-        g.add_node(host, kind="host")
-        g.add_node(sw, kind="switch", host=host)
-        for k in range(gpus_per_node):
-            gid, nic = f"{host}/gpu{k}", f"{host}/nic{k}"
-            g.add_node(gid, kind="gpu", host=host, local_rank=k)
-            g.add_node(nic, kind="nic", host=host, rail=k)
-            g.add_edge(gid, sw, **intra)
-            g.add_edge(sw, gid, **intra)
-            for u, w in ((gid, nic), (nic, gid), (nic, "fabric"), ("fabric", nic)):
-                g.add_edge(u, w, **inter)
     spec = dict(intra_bandwidth_Bps=intra_bandwidth_Bps, inter_bandwidth_Bps=inter_bandwidth_Bps,
                 intra_latency_s=intra_latency_s, inter_latency_s=inter_latency_s,
                 intra_efficiency=intra_efficiency, inter_efficiency=inter_efficiency)
-    return Cluster(name=name, gpu=gpu, gpus_per_node=gpus_per_node, hosts=hosts, graph=g,
-                   spec=spec)
+    return Cluster(name=name, gpu=gpu, gpus_per_node=gpus_per_node, hosts=hosts, spec=spec)
 
 
 def cluster_from_config(data: Mapping[str, Any], nodes: int | None = None) -> Cluster:

@@ -9,13 +9,18 @@ product of the sizes of the dimensions before it (its *stride*).
 Physical placement: torchrun gives node ``node_rank`` the global ranks
 ``node_rank·G … node_rank·G + G - 1`` (``G`` GPUs per node), local rank ``k`` on device
 ``k``; :class:`Placement` is that map, rank ``r`` → (host index ``r // G``, local GPU
-``r % G``), the one every plan uses today.
+``r % G``), the one every plan uses today. It is the *identity* map of ranks onto host-major
+GPU indices (:attr:`Placement.is_identity`); :class:`topology.cluster.Cluster`'s closed-form
+link figures for uniform clusters rely on that and fall back to walking every group under
+any other placement.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Iterator, Mapping
+
+import numpy as np
 
 #: Megatron's default order, fastest-varying first.
 RANK_ORDER = ("tp", "cp", "ep", "dp", "pp")
@@ -66,3 +71,20 @@ class Placement:
         """Host-major physical GPU index of ``rank`` (``host·G + local``)."""
         host, local = self.gpu_of_rank(rank)
         return host * self.gpus_per_node + local
+
+    @property
+    def is_identity(self) -> bool:
+        """True when rank ``r`` runs on host-major GPU ``r`` (torchrun's default, this class
+        exactly). A subclass (another map) reports False unless it overrides this, so code
+        that assumes the identity (the uniform-cluster shortcuts) cannot silently apply."""
+        return type(self) is Placement
+
+    def gpu_indices(self, ranks: np.ndarray) -> np.ndarray:
+        """:meth:`gpu_index` of every element of the integer array ``ranks`` (same shape)."""
+        ranks = np.asarray(ranks, dtype=np.int64)
+        if self.is_identity:
+            host, local = np.divmod(ranks, self.gpus_per_node)
+            return host * self.gpus_per_node + local
+        flat = np.fromiter((self.gpu_index(int(r)) for r in ranks.ravel()), dtype=np.int64,
+                           count=ranks.size)
+        return flat.reshape(ranks.shape)

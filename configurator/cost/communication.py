@@ -2,8 +2,10 @@
 
 The collective formulas themselves (ring all-reduce, all-gather, reduce-scatter, p2p) are in
 :mod:`topology.collectives`; this module picks, for every plan, the groups its ranks form
-(tensor, context, data·context parallel, pipeline neighbours) and asks the cluster graph for
-their slowest hop.
+(tensor, context, data·context parallel, pipeline neighbours) and asks the cluster for
+their slowest hop (:meth:`topology.cluster.Cluster.group_busbw`, ``p2p_worst``: from the
+groups' shape on a uniform cluster, so the cost does not grow with the GPU count; hop by hop
+where links were measured). Each distinct group shape is asked once.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ def comm_figures(cluster, c: Candidates) -> dict[str, np.ndarray]:
     table = np.empty((len(uniq), 8))
     for i, (tp, cp, dp, pp) in enumerate(uniq.tolist()):
         sizes = {"tp": tp, "cp": cp, "dp": dp, "pp": pp}
+        # the cluster caches each (stride, size, world): layouts share most group shapes
         table[i, 0:2] = cluster.group_busbw(*group_shape(("tp",), sizes), world)
         table[i, 2:4] = cluster.group_busbw(*group_shape(("cp",), sizes), world)
         table[i, 4:6] = cluster.group_busbw(*group_shape(("cp", "ep", "dp"), sizes), world)
