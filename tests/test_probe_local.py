@@ -1,5 +1,6 @@
 """The bandwidth probe on localhost with gloo: a full run of 2 "nodes" under torchrun, a node
-that never joins, a link that hangs, and its argument errors and `configurator probe`."""
+that never joins, a link that hangs, a store that stops answering, node 0 killed mid-run, and
+its argument errors (one line each) and `configurator probe`."""
 
 import os
 import shlex
@@ -138,7 +139,8 @@ def test_node_that_never_joins_is_named_and_file_kept(tmp_path):
     assert str(out) in lines[0]
     topo = load_topology(out)
     assert topo.hosts == ("alpha", "beta") and topo.links == ()
-    assert [(m.src, m.dst, m.reason) for m in topo.missing] == [("alpha", "beta", "did not join")]
+    assert [(m.src, m.dst, m.reason) for m in topo.missing] == [
+        ("alpha", "beta", "did not join"), ("beta", "alpha", "did not join")]   # both ways
 
 
 HANG = textwrap.dedent("""
@@ -213,7 +215,7 @@ def test_configurator_probe_prints_torchrun_line(monkeypatch, capsys):
     assert main(["probe", "--nnodes", "2", "--nproc-per-node", "1", "--slurm"]) == 0
     slurm = shlex.split(capsys.readouterr().out.strip())
     assert slurm[:4] == ["srun", "--ntasks-per-node", "1", "bash"]
-    assert "--node-rank $SLURM_NODEID" in slurm[-1]
+    assert '--node-rank "$SLURM_NODEID" --master-addr "$MASTER_ADDR"' in slurm[-1]
     assert main(["probe", "--nproc-per-node", "8"]) == 2
     assert "nnodes=None" in capsys.readouterr().err
 
@@ -275,3 +277,167 @@ def psutil_alive(pid: int) -> bool:
             return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+# -- node 0 killed mid-run -------------------------------------------------------------------
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def _subreaper(on: bool) -> None:
+    """Make this process adopt orphaned descendants (a killed agent's workers), so that their
+    exit status can be read with waitpid."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) == 0, ctypes.get_errno()
+
+
+def _worker_logs(log_dir: Path) -> dict[int, str]:
+    """stderr of every local rank that torchrun redirected under ``log_dir``."""
+    return {int(p.parent.name): p.read_text()
+            for p in sorted(log_dir.glob("*/attempt_*/*/stderr.log"))}
+
+
+def _local_rank(pid: int) -> int:
+    with open(f"/proc/{pid}/environ", "rb") as fh:
+        env = dict(v.split(b"=", 1) for v in fh.read().split(b"\0") if b"=" in v)
+    return int(env[b"LOCAL_RANK"])
+
+
+def _assert_every_measurement_accounted(topo, G: int) -> None:
+    """Each measurement the plan expects is in the file, or its host pair is in ``missing``."""
+    from topology.probe_plan import plan_steps
+
+    hosts, miss = topo.hosts, {(m.src, m.dst) for m in topo.missing}
+    links = {(l.src, l.dst, l.src_gpu, l.dst_gpu) for l in topo.links}
+    colls = {c.hosts for c in topo.collectives}
+    lacking = []
+    for step in plan_steps(len(hosts), G, intra_p2p=False):
+        for s, d in step.transfers:
+            a, b = hosts[s // G], hosts[d // G]
+            key = (a, b, None, None) if step.kind == "host" else (a, b, s % G, d % G)
+            if key not in links and (a, b) not in miss:
+                lacking.append((step.name, a, b))
+        for g in step.groups:
+            h = hosts[g[0] // G]
+            if (h,) not in colls and (h, h) not in miss:
+                lacking.append((step.name, h, h))
+    assert lacking == [], (lacking, topo.missing)
+
+
+@pytest.mark.parametrize("victim,sig", [("agent", signal.SIGKILL), ("agent", signal.SIGINT),
+                                        ("agent", signal.SIGTERM), ("rank0", signal.SIGKILL)],
+                         ids=["agent-SIGKILL", "agent-SIGINT", "agent-SIGTERM", "rank0-SIGKILL"])
+def test_node0_killed_mid_run(tmp_path, victim, sig):
+    """Kill node 0 (its torchrun agent, which hosts the store, or its rank-0 process, which
+    coordinates and writes the file) once the first host-level direction is measured, while
+    the backward one is under way: no process of the probe prints a traceback, each node's
+    probe processes end with one line naming what happened and a non-zero status, and the
+    partial file, where one is written, lists as missing every measurement it lacks."""
+    hang = tmp_path / "hang.py"
+    hang.write_text(HANG)                 # node 1's sends hang
+    out = tmp_path / "partial.json"
+    G, port, procs, logs = 2, free_port(), [], [tmp_path / "logs0", tmp_path / "logs1"]
+    _subreaper(True)
+    try:
+        for r in range(2):
+            argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
+                    "--nproc-per-node", str(G), "--node-rank", str(r), "--master-addr",
+                    "127.0.0.1", "--master-port", str(port), "--log-dir", str(logs[r]),
+                    "--redirects", "3", *(["-m", "topology.probe"] if r == 0 else [str(hang)]),
+                    "--out", str(out), "--size-mb", "1", "--iters", "2", "--warmup", "1",
+                    "--timeout-s", "30", "--backend", "gloo"]
+            procs.append(subprocess.Popen(argv, env=base_env(CONFIGURATOR_PROBE_HOSTNAME=f"h{r}"),
+                                          cwd=REPO, stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, text=True,
+                                          start_new_session=True))
+        store = dist.TCPStore("127.0.0.1", port, None, False, timedelta(seconds=60),
+                              wait_for_workers=False)
+        deadline = time.monotonic() + 90
+        while not store.check(["configurator-probe/0/done/1"]):   # all-reduce, h0 -> h1 done
+            assert time.monotonic() < deadline, "the probe did not measure h0 -> h1"
+            assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]
+            time.sleep(0.1)
+        del store
+        workers = {r: descendants(p.pid) for r, p in enumerate(procs)}
+        assert [len(w) for w in workers.values()] == [G, G], workers
+        node0 = sorted(workers[0], key=_local_rank)
+        os.kill(procs[0].pid if victim == "agent" else node0[0], sig)
+        res = [(p.communicate(timeout=60), p.returncode) for p in procs]
+        # the workers a killed agent leaves behind are ours now: their status
+        orphans = {}
+        if victim == "agent" and sig == signal.SIGKILL:
+            for w in node0:
+                t0 = time.monotonic()
+                while time.monotonic() - t0 < 60:
+                    pid, status = os.waitpid(w, os.WNOHANG)
+                    if pid:
+                        orphans[w] = os.waitstatus_to_exitcode(status)
+                        break
+                    time.sleep(0.1)
+    finally:
+        for p in procs:
+            kill_tree(p)
+        for w in [w for ws in locals().get("workers", {}).values() for w in ws]:
+            try:
+                os.kill(w, signal.SIGKILL)
+                os.waitpid(w, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+        _subreaper(False)
+    assert all(rc != 0 for _, rc in res), res
+    assert all(code == 1 for code in orphans.values()), orphans
+    for r in range(2):
+        got = _worker_logs(logs[r])
+        assert sorted(got) == list(range(G)), (r, got)
+        for local, text in got.items():
+            lines = [l for l in text.splitlines() if l.strip()]
+            assert not any(w in text for w in ("Traceback", "frame #", "Exception raised")), \
+                (r, local, text[-3000:])
+            if (r, local) == (0, 0) and victim == "rank0":
+                assert lines == []                        # SIGKILLed: nothing to say
+            elif local == 0:                              # one line per node, from local rank 0
+                assert len(lines) == 1 and lines[0].startswith("probe: "), (r, text[-3000:])
+            else:
+                assert lines == [], (r, local, text[-3000:])
+    line0 = _worker_logs(logs[0])[0].strip()
+    line1 = _worker_logs(logs[1])[0].strip()
+    if victim == "rank0":                                 # no one left to write a file
+        assert not out.exists()
+        assert "lost the coordination store" in line1, line1
+        return
+    topo = load_topology(out)
+    if sig == signal.SIGKILL:
+        assert line0.startswith(f"probe: error: lost the coordination store at 127.0.0.1:{port}")
+        assert "lost the coordination store" in line1, line1
+    else:
+        name = signal.Signals(sig).name
+        assert line0.startswith(f"probe: error: stopped by {name} on h0; partial topology "
+                                f"written to {out}"), line0
+        assert line1.startswith(f"probe: stopped by rank 0: stopped by {name} on h0"), line1
+    assert "partial topology written" in line0 and f"{len(topo.missing)} missing" in line0
+    assert [(l.src, l.dst, l.src_gpu) for l in topo.links] == [("h0", "h1", None)]
+    assert sorted(c.hosts for c in topo.collectives) == [("h0",), ("h1",)]
+    assert {(m.src, m.dst) for m in topo.missing} == {("h1", "h0"), ("h0", "h1")}
+    _assert_every_measurement_accounted(topo, G)
+
+
+@pytest.mark.parametrize("argv,env", [
+    (["--out", "OUT"], {"CONFIGURATOR_PROBE_HOSTNAME": "node\nprobe: error: forged"}),
+    (["--out", "OUT"], {"MASTER_ADDR": "127.0.0.1\nforged"}),
+    (["--out", "OUT", "extra\nforged"], {}),
+    (["--out", "OUT\nforged.json"], {}),
+    (["--out", "OUT", "--expected-hosts", "h0,h\x1b[2Kforged"], {}),
+])
+def test_every_error_is_one_line(tmp_path, argv, env):
+    """Values echoed in an error (or written to the file) never span lines."""
+    full = base_env(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
+                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    full.update(env)
+    argv = [a.replace("OUT", str(tmp_path / "t.json")) for a in argv]
+    [(rc, out, err)] = run_all([([sys.executable, "-m", "topology.probe", *argv], full)])
+    assert rc == 2, (rc, out, err)
+    assert err.count("\n") == 1 and err.startswith("probe: error: ") and \
+        err.strip().isprintable(), err
+    assert not list(tmp_path.iterdir())

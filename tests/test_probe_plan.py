@@ -1,11 +1,18 @@
-"""The probe's schedule (circle method), step plan and result → Topology conversion (no torch)."""
+"""The probe's schedule (circle method), step plan, result → Topology conversion and the
+printed torchrun command (no torch)."""
 
+import argparse
+import shlex
+import shutil
+import subprocess
 from itertools import combinations
 
 import pytest
 
-from topology.probe_plan import (INTER_LINK_CLASS, INTRA_LINK_CLASS, Step, build_topology,
-                                 circle_rounds, describe_transfer, missing_for, plan_steps)
+from configurator.core.errors import InputError
+from topology.probe_plan import (INTER_LINK_CLASS, INTRA_LINK_CLASS, Step, add_probe_options,
+                                 build_topology, check_probe_options, circle_rounds,
+                                 describe_transfer, missing_for, plan_steps, torchrun_command)
 
 
 @pytest.mark.parametrize("n", range(2, 18))
@@ -135,3 +142,95 @@ def test_missing_and_description():
     assert [(m.src, m.dst, m.reason) for m in miss] == [(hosts[s0 // G], hosts[d0 // G], "why")]
     ar = Step("ar", "all_reduce", groups=((0, 1), (2, 3)))
     assert [(m.src, m.dst) for m in missing_for(ar, {0}, hosts, G, "r")] == [("b", "b")]
+
+
+# -- the printed torchrun command: quoting ---------------------------------------------------
+
+#: Values a user (or a script) might pass; none may run anything where the command runs.
+HOSTILE = ["$(touch PWNED)", "`touch PWNED`", "n001; touch PWNED", "'; touch PWNED; '",
+           "$X; touch PWNED", "${IFS}touch${IFS}PWNED", "a b", "$HOME/x", '"$(touch PWNED)"',
+           "n001 && touch PWNED #", "$MASTER_ADDR$(touch PWNED)", "~root", "*"]
+
+
+def _cmd_args(**kw) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    add_probe_options(p, out_required=False)
+    args = p.parse_args([])
+    base = dict(nnodes=2, nproc_per_node=4, master_addr="$MASTER_ADDR", master_port=29500,
+                slurm=False)
+    for k, v in {**base, **kw}.items():
+        setattr(args, k, v)
+    return args
+
+
+STUBS = r'''
+torchrun() { printf '%s\n' "$@" > "$ARGS_OUT"; }
+srun() { shift 2; "$@"; }          # drop --ntasks-per-node 1, run the rest "on the node"
+export -f torchrun
+'''
+
+
+def _run_in_bash(line: str, tmp_path, **env) -> list[str]:
+    """Run the printed ``line`` in bash with ``torchrun`` (and ``srun``) stubbed: the words
+    torchrun receives."""
+    args_out = tmp_path / "args.txt"
+    full = {"PATH": "/usr/bin:/bin", "ARGS_OUT": str(args_out), "HOME": str(tmp_path), **env}
+    res = subprocess.run(["bash", "-c", STUBS + line], cwd=tmp_path, env=full,
+                         capture_output=True, text=True, timeout=30)
+    assert res.returncode == 0, res.stderr
+    return args_out.read_text().split("\n")[:-1]
+
+
+def _master_addr(words: list[str]) -> str:
+    return words[words.index("--master-addr") + 1]
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+@pytest.mark.parametrize("slurm", [False, True])
+def test_master_addr_variable_expands_to_one_word_on_the_node(tmp_path, slurm):
+    for given, want in (("$MASTER_ADDR", "10.0.0.1 weird"), ("${MASTER_ADDR}", "10.0.0.1 weird"),
+                        ("$HEAD_NODE", "n-007")):
+        line = torchrun_command(_cmd_args(master_addr=given, slurm=slurm))
+        var = given.strip("${}")
+        assert f'--master-addr "{given}"' in line
+        words = _run_in_bash(line, tmp_path, **{var: want, "NODE_RANK": "1",
+                                                "SLURM_NODEID": "1"})
+        assert _master_addr(words) == want                     # one word, expanded there
+        assert words[words.index("--node-rank") + 1] == "1"
+        if not slurm:   # what a shell-unaware reader sees: the variable, as one word
+            assert _master_addr(shlex.split(line)) == given
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+@pytest.mark.parametrize("slurm", [False, True])
+@pytest.mark.parametrize("value", HOSTILE)
+def test_hostile_master_addr_is_one_literal_word(tmp_path, slurm, value):
+    line = torchrun_command(_cmd_args(master_addr=value, slurm=slurm, out="o'; touch PWNED",
+                                      expected_hosts="$(touch PWNED),b"))
+    words = _run_in_bash(line, tmp_path, MASTER_ADDR="m", X="x", NODE_RANK="0",
+                         SLURM_NODEID="0")
+    assert not (tmp_path / "PWNED").exists(), line
+    assert _master_addr(words) == value, line                  # passed on literally
+    assert words[words.index("--out") + 1] == "o'; touch PWNED"
+    assert words[words.index("--expected-hosts") + 1] == "$(touch PWNED),b"
+    if slurm:
+        inner = shlex.split(line)
+        assert inner[:5] == ["srun", "--ntasks-per-node", "1", "bash", "-c"] and len(inner) == 6
+        assert _master_addr(shlex.split(inner[5])) == value
+    else:
+        assert _master_addr(shlex.split(line)) == value
+
+
+@pytest.mark.parametrize("field,value", [("master_addr", "n001\ntouch PWNED"),
+                                         ("master_addr", ""), ("master_addr", "a\rb"),
+                                         ("out", "topo.json\nrm -rf x"),
+                                         ("expected_hosts", "h0,h1\u2028x"),
+                                         ("expected_hosts", "h0,\x1b[31mh1")])
+def test_multi_line_values_are_refused_on_one_line(field, value):
+    with pytest.raises(InputError) as exc:
+        torchrun_command(_cmd_args(**{field: value}))
+    text = str(exc.value)
+    assert text.startswith(field) and text.isprintable(), text
+    if field != "master_addr":
+        with pytest.raises(InputError):
+            check_probe_options(_cmd_args(**{field: value}))

@@ -20,12 +20,13 @@ node (torchrun static rendezvous). The steps, in order:
 from __future__ import annotations
 
 import math
+import re
 import shlex
 import statistics
 from dataclasses import dataclass
 
 from configurator.core import validate as v
-from configurator.core.errors import InputError
+from configurator.core.errors import InputError, one_line
 
 from topology.topofile import (CollectiveMeasurement, LinkMeasurement, MissingMeasurement,
                                Topology)
@@ -208,6 +209,15 @@ def add_probe_options(p, *, out_required: bool) -> None:
     p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
 
 
+def _one_line_text(field: str, value: str) -> str:
+    """A non-empty string without control characters or line breaks (it is echoed in one-line
+    messages and written into the file), else InputError."""
+    if not isinstance(value, str) or not value or not value.isprintable():
+        raise InputError(field, value, "must be a non-empty string of printable characters "
+                                       "(no control characters or line breaks)")
+    return value
+
+
 def check_probe_options(args) -> None:
     """Raise InputError naming the first bad probe option."""
     v.positive_float("size_mb", args.size_mb)
@@ -215,6 +225,38 @@ def check_probe_options(args) -> None:
     if args.warmup < 0:
         raise InputError("warmup", args.warmup, "must be an integer >= 0")
     v.positive_float("timeout_s", args.timeout_s)
+    _one_line_text("out", args.out)
+    if args.expected_hosts:
+        for i, name in enumerate(args.expected_hosts.split(",")):
+            if name:
+                v.display_name(f"expected_hosts[{i}]", name)
+
+
+class TorchMissing(ImportError):
+    """torch cannot be imported where the probe runs; the message says how to install it."""
+
+
+def torch_needed(err: BaseException) -> str:
+    """One line: torch is needed (``err``: why importing it failed) and how to install it."""
+    how = "install it with: pip install 'configurator[probe]' (or pip install torch)"
+    name = getattr(err, "name", None) or ""
+    if isinstance(err, ModuleNotFoundError) and (name == "torch" or name.startswith("torch.")):
+        return f"the bandwidth probe needs torch, which is not installed; {how}"
+    why = " ".join(one_line(f"{type(err).__name__}: {err}").split())[:200]
+    return f"the bandwidth probe needs torch, which cannot be imported ({why}); {how}"
+
+
+#: ``$NAME`` or ``${NAME}``: a shell variable that expands on each node.
+_SHELL_VAR = re.compile(r"\$(?:[A-Za-z_][A-Za-z0-9_]*|\{[A-Za-z_][A-Za-z0-9_]*\})")
+
+
+def shell_word(value: str) -> str:
+    """``value`` as one shell word: a lone variable reference (``$MASTER_ADDR``) in double
+    quotes, so that it still expands (to one word) where the command runs; anything else
+    single-quoted as needed (:func:`shlex.quote`), so that nothing in it is interpreted."""
+    if _SHELL_VAR.fullmatch(value):
+        return f'"{value}"'
+    return shlex.quote(value)
 
 
 def probe_argv(args) -> list[str]:
@@ -229,17 +271,20 @@ def probe_argv(args) -> list[str]:
 
 def torchrun_command(args) -> str:
     """The shell command for every node. torchrun's static rendezvous waits ``timeout_s`` for
-    all nodes (``--rdzv-conf timeout``) before any probe process starts."""
+    all nodes (``--rdzv-conf timeout``) before any probe process starts. ``master_addr`` is a
+    host, an address or a ``$VARIABLE`` (double-quoted: it expands on each node, also inside
+    the ``--slurm`` form's ``bash -c '...'``); every value is one shell word (no injection)."""
     for field in ("nnodes", "nproc_per_node"):
         if getattr(args, field) is None:
             raise InputError(field, None, "required to print the torchrun command")
         v.positive_int(field, getattr(args, field))
     v.positive_int("master_port", args.master_port)
     check_probe_options(args)
-    rank = "$SLURM_NODEID" if args.slurm else "$NODE_RANK"
-    addr = args.master_addr if args.master_addr.startswith("$") else shlex.quote(args.master_addr)
+    _one_line_text("master_addr", args.master_addr)
+    rank = shell_word("$SLURM_NODEID" if args.slurm else "$NODE_RANK")
     words = ["torchrun", "--nnodes", str(args.nnodes), "--nproc-per-node",
-             str(args.nproc_per_node), "--node-rank", rank, "--master-addr", addr,
+             str(args.nproc_per_node), "--node-rank", rank, "--master-addr",
+             shell_word(args.master_addr),
              "--master-port", str(args.master_port), "--rdzv-conf",
              f"timeout={math.ceil(args.timeout_s)}", "-m", "topology.probe"]
     words += [shlex.quote(w) for w in probe_argv(args)]

@@ -4,16 +4,21 @@ Outside torchrun it prints the command to run on every node (node_rank from ``$N
 or from ``$SLURM_NODEID`` inside ``srun bash -c '...'`` with ``--slurm``, so that it expands
 on each node). Started by torchrun itself (``torchrun ... --no-python configurator probe
 --out ...``: ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE`` set) it runs the probe,
-:mod:`topology.probe` (torch is imported only then).
+:mod:`topology.probe` (torch is imported only then; without torch: one line saying how to
+install it, exit 2, from local rank 0 only).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 
-from topology.probe_plan import add_probe_options, probe_argv, torchrun_command
+from configurator.core.errors import one_line
+from topology.probe_plan import (TorchMissing, add_probe_options, probe_argv, shell_word,
+                                 torchrun_command)
 
 UNDER_TORCHRUN = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
+EXIT_INPUT = 2
 
 
 def add_probe_arguments(p) -> None:
@@ -29,12 +34,16 @@ def add_probe_arguments(p) -> None:
 
 def run_probe(args) -> int:
     if all(k in os.environ for k in UNDER_TORCHRUN):
-        from topology import probe
-
+        try:
+            from topology import probe
+        except TorchMissing as err:
+            if os.environ.get("LOCAL_RANK", "0") == "0":
+                print(f"configurator: error: {one_line(str(err))}", file=sys.stderr)
+            return EXIT_INPUT
         return probe.main(probe_argv(args))
     line = torchrun_command(args)
     if not args.slurm:
         print(f"# on every node, NODE_RANK = 0..{args.nnodes - 1} "
-              f"(node_rank 0 at {args.master_addr}):")
+              f"(node_rank 0 at {one_line(shell_word(args.master_addr))}):")
     print(line)
     return 0
