@@ -571,8 +571,9 @@ def cluster_from_config(data: Mapping[str, Any], nodes: int | None = None) -> Cl
     """Build a cluster from the YAML schema (see :data:`CLUSTER_PRESETS`); ``nodes`` overrides."""
     v.exact_keys("cluster", data, CLUSTER_KEYS_REQUIRED, CLUSTER_KEYS_OPTIONAL)
     gpu = gpu_from_config(data["gpu"])
-    gpn = v.positive_int("gpus_per_node", data["gpus_per_node"])
-    n = v.positive_int("nodes", data["nodes"] if nodes is None else nodes)
+    gpn = v.int_in_range("gpus_per_node", data["gpus_per_node"])
+    n = v.int_in_range("nodes", data["nodes"] if nodes is None else nodes)
+    v.int_in_range("nodes*gpus_per_node", n * gpn, key="num_gpus")
     eff = {}
     for key, default in (("intra_node_efficiency", DEFAULT_INTRA_EFFICIENCY),
                          ("inter_node_efficiency", DEFAULT_INTER_EFFICIENCY)):
@@ -580,17 +581,15 @@ def cluster_from_config(data: Mapping[str, Any], nodes: int | None = None) -> Cl
         if val > 1:
             raise InputError(key, val, "must be a fraction in (0, 1]")
         eff[key] = val
-    name = data.get("name", "custom-cluster")
+    name = v.display_name("name", data.get("name", "custom-cluster"))
+    figure = {key: v.float_in_range(key, data[key]) for key in CLUSTER_KEYS_REQUIRED
+              if key.endswith(("_GBps", "_us"))}
     return build_cluster(
-        name=str(name), gpu=gpu, gpus_per_node=gpn, hosts=[f"node{i:04d}" for i in range(n)],
-        intra_bandwidth_Bps=v.positive_float("intra_node_bandwidth_GBps",
-                                             data["intra_node_bandwidth_GBps"]) * GB,
-        inter_bandwidth_Bps=v.positive_float("inter_node_bandwidth_GBps",
-                                             data["inter_node_bandwidth_GBps"]) * GB,
-        intra_latency_s=v.positive_float("intra_node_latency_us",
-                                         data["intra_node_latency_us"]) * US,
-        inter_latency_s=v.positive_float("inter_node_latency_us",
-                                         data["inter_node_latency_us"]) * US,
+        name=name, gpu=gpu, gpus_per_node=gpn, hosts=[f"node{i:04d}" for i in range(n)],
+        intra_bandwidth_Bps=figure["intra_node_bandwidth_GBps"] * GB,
+        inter_bandwidth_Bps=figure["inter_node_bandwidth_GBps"] * GB,
+        intra_latency_s=figure["intra_node_latency_us"] * US,
+        inter_latency_s=figure["inter_node_latency_us"] * US,
         intra_efficiency=eff["intra_node_efficiency"],
         inter_efficiency=eff["inter_node_efficiency"])
 
@@ -603,7 +602,7 @@ def load_cluster(ref: str, nodes: int | None = None) -> Cluster:
     import os
 
     if nodes is not None:
-        v.positive_int("nodes", nodes)
+        v.int_in_range("nodes", nodes)
     if ref in CLUSTER_PRESETS:
         return cluster_from_config(CLUSTER_PRESETS[ref], nodes)
     if not os.path.exists(ref):
