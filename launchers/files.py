@@ -1,10 +1,20 @@
-"""Write the launch scripts of one plan to a directory, never overwriting without ``force``."""
+"""Write the launch scripts of one plan to a directory, never overwriting without ``force``
+and never writing through a symbolic link.
+
+:func:`check_out_dir` refuses an output directory or file that is a symbolic link (also with
+``force``); :func:`write_files` then writes without following a link made after that check:
+the directory is opened with ``O_NOFOLLOW`` and every file is created relative to it, with
+``O_CREAT | O_EXCL | O_NOFOLLOW`` (without ``force``), or as a fresh temporary file in the
+same directory renamed over the old name (with ``force``; a rename replaces a link itself,
+never its target).
+"""
 
 from __future__ import annotations
 
+import errno
 import os
-import stat
-from typing import Any
+import secrets
+from typing import Any, Iterable, Mapping
 
 from configurator.core.errors import InputError
 from configurator.core.model import ModelSpec
@@ -14,6 +24,111 @@ from launchers.torchrun import render_torchrun_script
 
 TORCHRUN_FILE = "launch_torchrun.sh"
 SLURM_FILE = "launch_slurm.sbatch"
+#: Creation modes (before the umask): the torchrun script is executable.
+FILE_MODE, SCRIPT_MODE = 0o666, 0o777
+
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+def _plain(out_dir: str) -> str:
+    """``out_dir`` without trailing slashes (``link/`` would follow the link ``link``)."""
+    return out_dir.rstrip("/") or "/"
+
+
+def _link_error(path: str) -> InputError:
+    return InputError("out", path, f"{os.path.basename(path)} is a symbolic link; refusing to "
+                                   "write through it (also with --force)")
+
+
+def check_out_dir(out_dir: str, names: Iterable[str], force: bool) -> None:
+    """Raise :class:`InputError` (field ``out``, naming the path) if ``out_dir`` or one of
+    ``names`` in it is a symbolic link (with or without ``force``), if ``out_dir`` exists and
+    is not a directory, or if one of ``names`` exists and ``force`` is false."""
+    out_dir = _plain(out_dir)
+    if os.path.islink(out_dir):
+        raise InputError("out", out_dir, "the output directory is a symbolic link; refusing to "
+                                         "write through it (give the directory itself)")
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise InputError("out", out_dir, "exists and is not a directory")
+    for name in names:
+        path = os.path.join(out_dir, name)
+        if os.path.islink(path):
+            raise _link_error(path)
+        if not force and os.path.lexists(path):
+            raise InputError("out", path, "exists; pass --force to overwrite")
+
+
+def _write_one(dir_fd: int, out_dir: str, name: str, data: bytes, mode: int,
+               force: bool) -> None:
+    path = os.path.join(out_dir, name)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _O_CLOEXEC
+    target = f".{name}.{secrets.token_hex(8)}.tmp" if force else name
+    try:
+        fd = os.open(target, flags, mode, dir_fd=dir_fd)
+    except FileExistsError:
+        if os.path.islink(path):
+            raise _link_error(path) from None
+        raise InputError("out", path, "exists; pass --force to overwrite") from None
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        if force:
+            os.replace(target, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        try:
+            os.unlink(target, dir_fd=dir_fd)
+        except OSError:
+            pass
+        raise
+
+
+def write_files(out_dir: str, files: Mapping[str, tuple[bytes, int]], *,
+                force: bool = False) -> list[str]:
+    """Write ``files`` (``{name: (content, creation mode)}``) into ``out_dir`` (created if
+    needed); returns their paths.
+
+    Never follows a symbolic link: not ``out_dir`` itself (its parents may be links) and not
+    a file name, even if the link appears after :func:`check_out_dir`. Without ``force`` an
+    existing file is refused; with ``force`` it is replaced by a new file (a link by that
+    name is replaced, its target left alone). Raises :class:`InputError` (field ``out``).
+    """
+    out_dir = _plain(out_dir)
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+        dir_fd = os.open(out_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _O_CLOEXEC)
+    except OSError as err:
+        if err.errno == errno.ELOOP or os.path.islink(out_dir):
+            raise InputError("out", out_dir, "the output directory is a symbolic link; "
+                                             "refusing to write through it (give the directory "
+                                             "itself)") from None
+        if err.errno in (errno.ENOTDIR, errno.EEXIST):
+            raise InputError("out", out_dir, "exists and is not a directory") from None
+        raise InputError("out", out_dir, f"cannot write ({err.strerror})") from None
+    paths = []
+    try:
+        for name, (data, mode) in files.items():
+            if os.sep in name or name in ("", ".", ".."):
+                raise InputError("out", name, "must be a plain file name")
+            try:
+                _write_one(dir_fd, out_dir, name, data, mode, force)
+            except OSError as err:
+                raise InputError("out", os.path.join(out_dir, name),
+                                 f"cannot write ({err.strerror})") from None
+            paths.append(os.path.join(out_dir, name))
+    finally:
+        os.close(dir_fd)
+    return paths
+
+
+def launch_files(model: ModelSpec, plan: ParallelPlan,
+                 **kwargs: Any) -> dict[str, tuple[bytes, int]]:
+    """Render both scripts: ``{file name: (UTF-8 text, creation mode)}`` for
+    :func:`write_files`; ``kwargs`` as :func:`write_launch_files`."""
+    job_name = kwargs.pop("job_name", None)
+    return {TORCHRUN_FILE: (render_torchrun_script(model, plan, **kwargs).encode(),
+                            SCRIPT_MODE),
+            SLURM_FILE: (render_slurm_script(model, plan, job_name=job_name,
+                                             **kwargs).encode(), FILE_MODE)}
 
 
 def write_launch_files(out_dir: str, model: ModelSpec, plan: ParallelPlan, *,
@@ -21,30 +136,14 @@ def write_launch_files(out_dir: str, model: ModelSpec, plan: ParallelPlan, *,
     """Render and write ``launch_torchrun.sh`` (executable) and ``launch_slurm.sbatch``.
 
     ``kwargs`` are the renderers' keyword arguments (``nodes``, ``gpus_per_node``, ``hosts``,
-    ``cuda_visible_devices``, ``data_path``, ``summary``...; ``job_name`` goes to SLURM only).
-    Creates ``out_dir`` if needed. Both scripts are rendered before anything is written.
-    Returns ``{"torchrun": path, "slurm": path}``. Raises :class:`InputError` (field
-    ``out``) if a file exists and ``force`` is false, or if ``out_dir`` is not a directory;
+    ``cuda_visible_devices``, ``data_path``, ``tokenizer_model``, ``summary``...;
+    ``job_name`` goes to SLURM only). Creates ``out_dir`` if needed. Both scripts are
+    rendered before anything is written. Returns ``{"torchrun": path, "slurm": path}``.
+    Raises :class:`InputError` (field ``out``) if a file exists and ``force`` is false, if
+    ``out_dir`` or a file is a symbolic link, or if ``out_dir`` is not a directory;
     renderer errors as those functions.
     """
-    job_name = kwargs.pop("job_name", None)
-    texts = {"torchrun": render_torchrun_script(model, plan, **kwargs),
-             "slurm": render_slurm_script(model, plan, job_name=job_name, **kwargs)}
-    paths = {"torchrun": os.path.join(out_dir, TORCHRUN_FILE),
-             "slurm": os.path.join(out_dir, SLURM_FILE)}
-    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-        raise InputError("out", out_dir, "is not a directory")
-    if not force:
-        for path in paths.values():
-            if os.path.lexists(path):
-                raise InputError("out", path, "exists; pass --force to overwrite")
-    try:
-        os.makedirs(out_dir, exist_ok=True)
-        for key, path in paths.items():
-            with open(path, "w", encoding="utf-8") as fh:
-                fh.write(texts[key])
-    except OSError as err:
-        raise InputError("out", out_dir, f"cannot write ({err.strerror})") from None
-    mode = os.stat(paths["torchrun"]).st_mode
-    os.chmod(paths["torchrun"], mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-    return paths
+    files = launch_files(model, plan, **kwargs)
+    check_out_dir(out_dir, files, force)
+    tr, sl = write_files(out_dir, files, force=force)
+    return {"torchrun": tr, "slurm": sl}

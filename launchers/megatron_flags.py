@@ -29,15 +29,15 @@ from there; the model and training rows are this module's. ``--disable-bias-line
 ``model.add_bias_linear``, the field the parameter count (memory_model/params.py) uses.
 
 Values in the table are ``None`` (flag left out), ``True`` (a bare switch), a number or a
-string (``--flag value``), or a :class:`ShellVar` (``--flag "$NAME"``, resolved by bash when
-the script runs).
+string (``--flag value``), or a :class:`ShellVar` (``--flag "$NAME"``, or ``"${NAME[@]}"`` for
+an array, resolved by bash when the script runs).
 """
 
 from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
-from typing import Callable, Iterable, Union
+from typing import Callable, Iterable, Mapping, Sequence, Union
 
 from configurator.core import validate as v
 from configurator.core.errors import InputError
@@ -51,9 +51,11 @@ MEGATRON_COMMIT = "55ac7082517c3878ae653c07c09c534b8aed49f6"
 
 @dataclass(frozen=True)
 class ShellVar:
-    """A reference to a bash variable set at the top of the script (rendered ``"$name"``)."""
+    """A reference to a bash variable set at the top of the script: rendered ``"$name"``, or
+    ``"${name[@]}"`` (every element, each one word) for an ``array``."""
 
     name: str
+    array: bool = False
 
 
 Value = Union[None, bool, int, float, str, ShellVar]
@@ -187,27 +189,32 @@ FLAG_TABLE: tuple[FlagRule, ...] = tuple(
 #: Megatron-LM's examples/gpt3/train_gpt3_175b_distributed.sh passes).
 DATA_SPLIT = "949,50,1"
 DEFAULT_TOKENIZER_TYPE = "HuggingFaceTokenizer"
+#: The bash array holding the words of ``--data-path`` (one path, or weights and paths).
+DATA_PATHS_VAR = "DATA_PATHS"
 
 
-def data_flags(model: ModelSpec, data_path: str | None) -> list[tuple[str, Value]]:
+def data_flags(model: ModelSpec,
+               data_path: str | Sequence[str] | None) -> list[tuple[str, Value]]:
     """Data and tokenizer flags.
 
     No ``data_path``: ``--mock-data --tokenizer-type NullTokenizer --vocab-size V-1`` (see the
-    module docstring for the -1). With one: ``--data-path "$DATA_PATH"``, ``--split``,
-    ``--tokenizer-type "$TOKENIZER_TYPE"`` and ``--tokenizer-model "$TOKENIZER_MODEL"``, the
-    three variables being set (overridable from the environment) at the top of the script.
+    module docstring for the -1). With one (a path, or several words of a blend such as
+    ``0.3 /a 0.7 /b``): ``--data-path "${DATA_PATHS[@]}"``, ``--split``, ``--tokenizer-type
+    "$TOKENIZER_TYPE"`` and ``--tokenizer-model "$TOKENIZER_MODEL"``, the array and the two
+    variables being set (overridable from the environment) at the top of the script.
     """
     if data_path is None:
         return [("--mock-data", True), ("--tokenizer-type", "NullTokenizer"),
                 ("--vocab-size", model.vocab_size - 1)]
-    return [("--data-path", ShellVar("DATA_PATH")), ("--split", DATA_SPLIT),
+    return [("--data-path", ShellVar(DATA_PATHS_VAR, array=True)), ("--split", DATA_SPLIT),
             ("--tokenizer-type", ShellVar("TOKENIZER_TYPE")),
             ("--tokenizer-model", ShellVar("TOKENIZER_MODEL"))]
 
 
 def megatron_flags(model: ModelSpec, plan: ParallelPlan, *,
                    training: TrainingArgs | None = None,
-                   data_path: str | None = None) -> list[tuple[str, list[tuple[str, Value]]]]:
+                   data_path: str | Sequence[str] | None = None
+                   ) -> list[tuple[str, list[tuple[str, Value]]]]:
     """The flags for ``pretrain_gpt.py``, grouped: ``[(group, [(flag, value), ...]), ...]``.
 
     Entries whose value is ``None`` are left out; ``True`` is a bare switch. Does not check
@@ -226,21 +233,32 @@ def megatron_flags(model: ModelSpec, plan: ParallelPlan, *,
 
 
 def format_value(val: Value) -> str:
-    """One shell word for ``val``: ``"$NAME"`` for a ShellVar, else shlex-quoted text."""
+    """One shell word for ``val``: ``"$NAME"`` (``"${NAME[@]}"`` for an array) for a
+    ShellVar, else shlex-quoted text."""
     if isinstance(val, ShellVar):
-        return f'"${val.name}"'
+        return f'"${{{val.name}[@]}}"' if val.array else f'"${val.name}"'
     if isinstance(val, float):
         return shlex.quote(repr(val))
     return shlex.quote(str(val))
 
 
-def flag_argv(groups: Iterable[tuple[str, list[tuple[str, Value]]]]) -> list[str]:
-    """Flatten grouped flags to argv words as Megatron receives them (ShellVars as ``$NAME``)."""
+def flag_argv(groups: Iterable[tuple[str, list[tuple[str, Value]]]],
+              shell_values: Mapping[str, str | Sequence[str]] | None = None) -> list[str]:
+    """Flatten grouped flags to argv words as Megatron receives them.
+
+    A ShellVar becomes its value from ``shell_values`` (a string: one word; a sequence: one
+    word per element), else the placeholder ``$NAME``.
+    """
+    values = shell_values or {}
     out: list[str] = []
     for _group, flags in groups:
         for flag, val in flags:
             out.append(flag)
-            if val is not True:
-                out.append(f"${val.name}" if isinstance(val, ShellVar)
-                           else repr(val) if isinstance(val, float) else str(val))
+            if val is True:
+                continue
+            if isinstance(val, ShellVar):
+                got = values.get(val.name, f"${val.name}")
+                out += [got] if isinstance(got, str) else list(got)
+            else:
+                out.append(repr(val) if isinstance(val, float) else str(val))
     return out

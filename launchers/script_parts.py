@@ -1,15 +1,30 @@
 """Pieces shared by the torchrun and SLURM renderers: input checks, header, bash snippets.
 
-Every value written into a script is either shell-quoted with :func:`shlex.quote`, a checked
-integer, or a host name restricted to ``[A-Za-z0-9._-]`` (RFC 1123 letters, digits, hyphen,
-plus dots and underscores), so no value can change the script's meaning.
+Every value written into a script is one of:
+
+- shell-quoted with :func:`shlex.quote` (paths, tokenizer, master address, extra arguments,
+  flag values): one word, never expanded; such strings may not hold NUL, control or
+  line-separator characters or surrogates where they must reach Megatron intact
+  (:func:`check_inputs`);
+- a checked integer (nodes, GPUs, ports, ranks, device indices);
+- a host name matching ``[A-Za-z0-9][A-Za-z0-9._-]*`` in full (RFC 1123 letters, digits,
+  hyphen, plus dots and underscores; no glob or quote character, so it is safe unquoted in a
+  ``case`` pattern and inside the single-quoted ``srun bash -c`` body);
+- text in a ``#`` comment passed through :func:`comment_text`, which keeps printable
+  characters only, so no line break (``\\n``, ``\\r``, U+2028/2029, U+0085), escape sequence
+  (``\\x1b``) or bidirectional control can end the comment or mislead a reader;
+- the SLURM job name, reduced to ``[A-Za-z0-9._-]``.
+
+So no input can change the script's meaning.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 import textwrap
+import unicodedata
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -18,14 +33,19 @@ from configurator.core.errors import InputError
 from configurator.core.model import ModelSpec
 from configurator.core.plan import ParallelPlan, describe_plan
 from configurator.core.rules import check_plan
-from launchers.megatron_flags import (DEFAULT_TOKENIZER_TYPE, MEGATRON_TAG, TrainingArgs,
-                                      Value, format_value, megatron_flags)
+from launchers.megatron_flags import (DATA_PATHS_VAR, DEFAULT_TOKENIZER_TYPE, MEGATRON_TAG,
+                                      TrainingArgs, Value, format_value, megatron_flags)
 
 #: The ``master_addr`` default: ``$MASTER_ADDR`` from the environment, else the first host of
 #: the placement, else localhost.
 DEFAULT_MASTER_ADDR = "${MASTER_ADDR:-localhost}"
 
-_HOST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+#: A host name (matched in full: ``re.fullmatch``; ``$`` would let a trailing newline through).
+_HOST_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_MAX_HOST_CHARS = 253
+#: Unicode categories refused in a path or tokenizer (control, format such as bidirectional
+#: overrides, line and paragraph separators, surrogates that UTF-8 cannot encode).
+_BAD_CATEGORIES = ("Cc", "Cf", "Zl", "Zp", "Cs")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,7 +60,7 @@ class LaunchInputs:
     master_port: int
     hosts: tuple[str, ...] | None    # in node_rank order
     cuda_visible_devices: tuple[tuple[int, ...], ...] | None   # per node_rank
-    data_path: str | None
+    data_path: tuple[str, ...] | None   # the words of --data-path: a path, or weights and paths
     tokenizer_model: str | None
     extra_args: tuple[str, ...]
     training: TrainingArgs
@@ -51,7 +71,8 @@ def check_inputs(model: ModelSpec, plan: ParallelPlan, *, nodes: Any, gpus_per_n
                  master_addr: Any = DEFAULT_MASTER_ADDR, master_port: Any = 29500,
                  hosts: Sequence[str] | None = None,
                  cuda_visible_devices: Sequence[Sequence[int]] | None = None,
-                 data_path: str | None = None, tokenizer_model: str | None = None,
+                 data_path: str | Sequence[str] | None = None,
+                 tokenizer_model: str | None = None,
                  extra_args: Sequence[str] = (), training: TrainingArgs | None = None,
                  summary: Mapping[str, Any] | None = None) -> LaunchInputs:
     """Validate the renderers' arguments; raise :class:`InputError` naming the bad field.
@@ -59,7 +80,9 @@ def check_inputs(model: ModelSpec, plan: ParallelPlan, *, nodes: Any, gpus_per_n
     ``plan`` must satisfy :func:`configurator.core.plan.check_plan` for ``nodes * gpus_per_node``
     GPUs. ``hosts``: ``nodes`` distinct host names in node_rank order.
     ``cuda_visible_devices``: one list per node of ``gpus_per_node`` distinct device indices
-    (physical, PCI bus order).
+    (physical, PCI bus order). ``data_path``: one path, or the words of a Megatron blend
+    (``["0.3", "/a", "0.7", "/b"]``: weights and paths alternating, or several paths);
+    it needs ``tokenizer_model`` (the script's HuggingFaceTokenizer cannot run without one).
     """
     nodes = v.positive_int("nodes", nodes)
     gpus = v.positive_int("gpus_per_node", gpus_per_node)
@@ -69,8 +92,10 @@ def check_inputs(model: ModelSpec, plan: ParallelPlan, *, nodes: Any, gpus_per_n
         raise InputError("master_port", port, "must be a TCP port in 1..65535")
     if master_addr == DEFAULT_MASTER_ADDR or master_addr is None:
         addr = None
-    elif not isinstance(master_addr, str) or not master_addr.strip():
-        raise InputError("master_addr", master_addr, "must be a non-empty host name or address")
+    elif (not isinstance(master_addr, str) or not master_addr or not master_addr.isprintable()
+          or any(c.isspace() for c in master_addr) or master_addr.startswith("-")):
+        raise InputError("master_addr", master_addr, "must be a host name or address (printable, "
+                         "no white space, not starting with '-')")
     else:
         addr = master_addr
     host_t = None
@@ -79,7 +104,8 @@ def check_inputs(model: ModelSpec, plan: ParallelPlan, *, nodes: Any, gpus_per_n
         if len(host_t) != nodes:
             raise InputError("hosts", list(host_t), f"must name exactly nodes={nodes} hosts")
         for h in host_t:
-            if not isinstance(h, str) or not _HOST_RE.match(h):
+            if (not isinstance(h, str) or len(h) > _MAX_HOST_CHARS
+                    or not _HOST_RE.fullmatch(h)):
                 raise InputError("hosts", h, "must be a host name of letters, digits, '.', "
                                  "'-' and '_'")
         if len(set(host_t)) != nodes:
@@ -96,26 +122,86 @@ def check_inputs(model: ModelSpec, plan: ParallelPlan, *, nodes: Any, gpus_per_n
                            for d in perm)):
                 raise InputError("cuda_visible_devices", list(perm),
                                  f"must list {gpus} distinct non-negative device indices")
-    for name, val in (("data_path", data_path), ("tokenizer_model", tokenizer_model)):
-        if val is not None and (not isinstance(val, str) or not val):
-            raise InputError(name, val, "must be a non-empty string")
-    if tokenizer_model is not None and data_path is None:
-        raise InputError("tokenizer_model", tokenizer_model,
-                         "needs data_path (mock data uses NullTokenizer)")
+    data = check_data_path(data_path)
+    if tokenizer_model is not None:
+        check_word("tokenizer_model", tokenizer_model)
+        if data is None:
+            raise InputError("tokenizer_model", tokenizer_model,
+                             "needs data_path (mock data uses NullTokenizer)")
+    elif data is not None:
+        raise InputError("tokenizer_model", None,
+                         f"required with data_path: the script's {DEFAULT_TOKENIZER_TYPE} needs "
+                         "--tokenizer-model (a Hugging Face tokenizer name or path)")
     extra = tuple(extra_args)
     for word in extra:
-        if not isinstance(word, str):
-            raise InputError("extra_args", word, "must be strings")
+        if not isinstance(word, str) or "\0" in word or any(
+                unicodedata.category(c) == "Cs" for c in word):
+            raise InputError("extra_args", word, "must be strings without NUL characters or "
+                             "surrogates")
     return LaunchInputs(model=model, plan=plan, nodes=nodes, gpus_per_node=gpus,
                         master_addr=addr, master_port=port, hosts=host_t,
-                        cuda_visible_devices=cvd, data_path=data_path,
+                        cuda_visible_devices=cvd, data_path=data,
                         tokenizer_model=tokenizer_model, extra_args=extra,
                         training=(training or TrainingArgs()).checked(),
                         summary=dict(summary or {}))
 
 
-def _one_line(text: Any) -> str:
-    return " ".join(str(text).split())
+def check_word(field: str, value: Any) -> str:
+    """A path or name passed to Megatron as one argument: a non-empty string without
+    control, format, line-separator or surrogate characters, without white space at either
+    end (Megatron strips the data paths) and not starting with ``-`` (argparse would read
+    a flag). Returns it; raises :class:`InputError` naming ``field``."""
+    if not isinstance(value, str) or not value:
+        raise InputError(field, value, "must be a non-empty string")
+    if any(unicodedata.category(c) in _BAD_CATEGORIES for c in value):
+        raise InputError(field, value, "must not hold line breaks, control or format "
+                                       "characters")
+    if value != value.strip():
+        raise InputError(field, value, "must not begin or end with white space")
+    if value.startswith("-"):
+        raise InputError(field, value, "must not begin with '-' (Megatron would read a flag; "
+                                       "write ./-name)")
+    return value
+
+
+def _is_number(word: str) -> bool:
+    try:
+        float(word)
+    except ValueError:
+        return False
+    return True
+
+
+def check_data_path(data_path: str | Sequence[str] | None) -> tuple[str, ...] | None:
+    """The words of ``--data-path``: ``None`` (mock data), one path, or a blend as Megatron's
+    ``get_blend_from_list`` reads it: several paths, or weight and path alternating
+    (``0.3 /a 0.7 /b``; a word is a weight when ``float()`` parses it, as there). Each word
+    passes :func:`check_word`; weights must be finite and > 0."""
+    if data_path is None:
+        return None
+    words = (data_path,) if isinstance(data_path, str) else tuple(data_path)
+    if not words:
+        raise InputError("data_path", [], "must name at least one path")
+    for w in words:
+        check_word("data_path", w)
+    numeric = [_is_number(w) for w in words]
+    if any(numeric):
+        if len(words) % 2 or not all(numeric[0::2]) or any(numeric[1::2]):
+            raise InputError("data_path", list(words), "a blend alternates weights and paths "
+                             "(WEIGHT PATH [WEIGHT PATH ...]); a path must not be a number")
+        for w in words[0::2]:
+            if not (math.isfinite(float(w)) and float(w) > 0):
+                raise InputError("data_path", w, "a blend weight must be a finite number > 0")
+    return words
+
+
+def comment_text(text: Any) -> str:
+    """``text`` fit for one ``#`` comment line: every character that is not printable (line
+    breaks ``\\n`` ``\\r`` U+0085 U+2028 U+2029, ESC and other controls, bidirectional and
+    other format characters, surrogates) becomes a space, then every run of white space one
+    space. The result holds printable characters only, so it cannot end the comment."""
+    printable = "".join(c if c.isprintable() else " " for c in str(text))
+    return " ".join(printable.split())
 
 
 def header(inp: LaunchInputs, title: str, usage: Sequence[str]) -> list[str]:
@@ -125,11 +211,12 @@ def header(inp: LaunchInputs, title: str, usage: Sequence[str]) -> list[str]:
         "#!/usr/bin/env bash",
         f"# {title}: Megatron-LM pretrain_gpt.py ({MEGATRON_TAG} flags), rendered by "
         "configurator.",
-        f"# model: {_one_line(m.name)}: layers={m.num_layers} hidden={m.hidden_size} "
+        f"# model: {comment_text(m.name)}: layers={m.num_layers} hidden={m.hidden_size} "
         f"ffn={m.ffn_hidden_size} heads={m.num_attention_heads} "
         f"query_groups={m.num_query_groups} seq={m.seq_length} vocab={m.vocab_size}",
-        *textwrap.wrap(" ".join(describe_plan(p)), 92, initial_indent="# plan: ",
-                       subsequent_indent="#       ", break_long_words=False),
+        *textwrap.wrap(comment_text(" ".join(describe_plan(p))), 92,
+                       initial_indent="# plan: ", subsequent_indent="#       ",
+                       break_long_words=False),
         f"# cluster: nodes={inp.nodes} gpus_per_node={inp.gpus_per_node} "
         f"world_size={inp.nodes * inp.gpus_per_node}",
     ]
@@ -141,21 +228,36 @@ def header(inp: LaunchInputs, title: str, usage: Sequence[str]) -> list[str]:
             f"{r}=" + ",".join(map(str, perm)) for r, perm in enumerate(inp.cuda_visible_devices)))
     if inp.summary:
         lines.append("# predicted:")
-        lines += [f"#   {_one_line(k)}: {_one_line(val)}" for k, val in inp.summary.items()]
-    lines += ["#"] + [f"# {_one_line(u)}" for u in usage]
+        lines += [f"#   {comment_text(k)}: {comment_text(val)}"
+                  for k, val in inp.summary.items()]
+    lines += ["#"] + [f"# {comment_text(u)}" for u in usage]
+    assert all(line.startswith("#") and line.isprintable() for line in lines), \
+        "header lines must be printable comments"
     return lines
+
+
+def literal_codes(values: Sequence[str]) -> list[str]:
+    """The shellcheck warnings that :func:`shlex.quote`-d literal ``values`` raise: SC2016
+    for ``$`` or a backquote (no expansion in single quotes is meant), SC1003 for a
+    backslash (``'\\'`` ends the quotes as meant)."""
+    return [code for code, chars in (("SC2016", "$`"), ("SC1003", "\\"))
+            if any(c in v for v in values for c in chars)]
+
+
+def literal_directive(values: Sequence[str]) -> list[str]:
+    """The shellcheck directive line for quoted literal ``values``, if one is needed
+    (:func:`literal_codes`); else nothing."""
+    codes = literal_codes(values)
+    return [f"# shellcheck disable={','.join(codes)}  # literal values"] if codes else []
 
 
 def env_default(name: str, value: str) -> str:
     """``NAME=${NAME:-'value'}``: the environment wins, else the quoted literal ``value``.
 
-    A value with ``$`` or a backquote is preceded by a shellcheck directive (SC2016: it is
-    meant literally).
+    A value with ``$``, a backquote or a backslash is preceded by a shellcheck directive
+    (:func:`literal_directive`: it is meant literally).
     """
-    line = f"{name}=${{{name}:-{shlex.quote(value)}}}"
-    if "$" in value or "`" in value:
-        return "# shellcheck disable=SC2016  # a literal value\n" + line
-    return line
+    return "\n".join(literal_directive([value]) + [f"{name}=${{{name}:-{shlex.quote(value)}}}"])
 
 
 def environment_block() -> list[str]:
@@ -182,29 +284,41 @@ def megatron_dir_check() -> list[str]:
     ]
 
 
+def quoted_array(name: str, words: Sequence[str]) -> list[str]:
+    """``NAME=(...)``: a bash array of ``words``, one :func:`shlex.quote`-d word per line.
+
+    Preceded by a shellcheck directive (:func:`literal_directive`) when a word holds ``$``,
+    a backquote or a backslash (they are meant literally).
+    """
+    return literal_directive(words) + [f"{name}=(", *(f"    {shlex.quote(w)}" for w in words),
+                                       ")"]
+
+
 def data_block(inp: LaunchInputs) -> list[str]:
-    """Data variables (environment overrides them) when a real data path is used."""
+    """Data variables when a real data path is used: the ``--data-path`` words in a bash
+    array (``$DATA_PATH`` from the environment replaces them by one path), the tokenizer type
+    and model (overridable from the environment)."""
     if inp.data_path is None:
         return []
-    out = ["# data and tokenizer (override from the environment)",
-           env_default("DATA_PATH", inp.data_path),
-           env_default("TOKENIZER_TYPE", DEFAULT_TOKENIZER_TYPE)]
-    if inp.tokenizer_model is not None:
-        out.append(env_default("TOKENIZER_MODEL", inp.tokenizer_model))
-    else:
-        out += ['if [[ -z "${TOKENIZER_MODEL:-}" ]]; then',
-                '    echo "error: set TOKENIZER_MODEL (a Hugging Face tokenizer name or path) '
-                'for --data-path" >&2',
-                "    exit 2",
-                "fi"]
-    return out
+    assert inp.tokenizer_model is not None, "check_inputs requires tokenizer_model"
+    return ["# data and tokenizer; from the environment, DATA_PATH (one path) replaces "
+            f"{DATA_PATHS_VAR},",
+            "# TOKENIZER_TYPE and TOKENIZER_MODEL replace theirs",
+            *quoted_array(DATA_PATHS_VAR, inp.data_path),
+            'if [[ -n "${DATA_PATH:-}" ]]; then',
+            f'    {DATA_PATHS_VAR}=("$DATA_PATH")',
+            "fi",
+            env_default("TOKENIZER_TYPE", DEFAULT_TOKENIZER_TYPE),
+            env_default("TOKENIZER_MODEL", inp.tokenizer_model)]
 
 
 def megatron_array(inp: LaunchInputs, name: str = "MEGATRON_ARGS") -> list[str]:
     """A bash array holding every ``pretrain_gpt.py`` flag, one per line, grouped."""
     groups = megatron_flags(inp.model, inp.plan, training=inp.training,
                             data_path=inp.data_path)
-    out = ["# shellcheck disable=SC2054  # commas belong to values (--split 949,50,1)",
+    literal = literal_codes(inp.extra_args)          # extra arguments meant literally
+    out = [f"# shellcheck disable={','.join(['SC2054', *literal])}  # commas belong to values "
+           f"(--split 949,50,1){'; literal values' if literal else ''}",
            f"{name}=("]
     for group, flags in groups:
         out.append(f"    # {group}")
@@ -276,6 +390,9 @@ def torchrun_array(inp: LaunchInputs, node_rank_expr: str = '"$NODE_RANK"') -> l
             ")"]
 
 
-__all__ = ["DEFAULT_MASTER_ADDR", "LaunchInputs", "check_inputs", "header", "env_default",
+__all__ = ["DEFAULT_MASTER_ADDR", "LaunchInputs", "check_inputs", "check_word",
+           "check_data_path", "comment_text", "header", "literal_codes", "literal_directive",
+           "env_default",
+           "quoted_array",
            "environment_block", "megatron_dir_check", "data_block", "megatron_array",
            "host_lookup", "device_pinning", "node_rank_check", "torchrun_array", "Value"]

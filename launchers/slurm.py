@@ -5,10 +5,12 @@ so that ``$SLURM_NODEID`` (or ``hostname``) expands on each node, and every quot
 (flags, paths) reaches it as positional arguments expanded once on the batch host, so no
 value is ever re-parsed by a shell. Without a host placement, node_rank is
 ``$SLURM_NODEID`` and the master is the first host of ``scontrol show hostnames
-"$SLURM_JOB_NODELIST"`` (the node with SLURM_NODEID 0). With a placement, the job asks for
-exactly those hosts (``--nodelist``), node_rank comes from the host → node_rank table, and the
-master is the placement's node_rank 0, because SLURM numbers nodes in its own order, not the
-placement's.
+"$SLURM_JOB_NODELIST"`` (the node with SLURM_NODEID 0), taken from the whole list captured in
+a variable (``scontrol ... | head -n1`` would end scontrol with SIGPIPE on a long host list,
+and ``set -o pipefail`` would stop the job with status 141 before torchrun starts). With a
+placement, the job asks for exactly those hosts (``--nodelist``), node_rank comes from the
+host → node_rank table, and the master is the placement's node_rank 0, because SLURM numbers
+nodes in its own order, not the placement's.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ def render_slurm_script(model: ModelSpec, plan: ParallelPlan, *, nodes: int,
                         gpus_per_node: int, master_addr: str = DEFAULT_MASTER_ADDR,
                         master_port: int = 29500, hosts: Sequence[str] | None = None,
                         cuda_visible_devices: Sequence[Sequence[int]] | None = None,
-                        data_path: str | None = None, tokenizer_model: str | None = None,
+                        data_path: str | Sequence[str] | None = None,
+                        tokenizer_model: str | None = None,
                         extra_args: Sequence[str] = (), training: TrainingArgs | None = None,
                         summary: Mapping[str, Any] | None = None,
                         job_name: str | None = None) -> str:
@@ -60,7 +63,13 @@ def _master_addr_lines(inp: LaunchInputs) -> list[str]:
             'sbatch" >&2',
             "        exit 2",
             "    fi",
-            '    MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)',
+            "    # the whole list, no pipe (head -n1 would kill scontrol with SIGPIPE: exit 141)",
+            '    SLURM_HOSTS=$(scontrol show hostnames "$SLURM_JOB_NODELIST")',
+            "    MASTER_ADDR=${SLURM_HOSTS%%$'\\n'*}",
+            '    if [[ -z "$MASTER_ADDR" ]]; then',
+            '        echo "error: scontrol show hostnames listed no host" >&2',
+            "        exit 2",
+            "    fi",
             "fi"]
 
 

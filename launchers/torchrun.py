@@ -25,7 +25,8 @@ def render_torchrun_script(model: ModelSpec, plan: ParallelPlan, *, nodes: int,
                            gpus_per_node: int, master_addr: str = DEFAULT_MASTER_ADDR,
                            master_port: int = 29500, hosts: Sequence[str] | None = None,
                            cuda_visible_devices: Sequence[Sequence[int]] | None = None,
-                           data_path: str | None = None, tokenizer_model: str | None = None,
+                           data_path: str | Sequence[str] | None = None,
+                           tokenizer_model: str | None = None,
                            extra_args: Sequence[str] = (),
                            training: TrainingArgs | None = None,
                            summary: Mapping[str, Any] | None = None) -> str:
@@ -35,8 +36,9 @@ def render_torchrun_script(model: ModelSpec, plan: ParallelPlan, *, nodes: int,
     ``$MASTER_ADDR``, else ``hosts[0]`` (node_rank 0), else ``localhost``. ``hosts``: host
     names in node_rank order. ``cuda_visible_devices``: per node_rank, the physical GPU
     indices (PCI bus order) for local ranks 0..G-1; none leaves CUDA_VISIBLE_DEVICES alone.
-    ``data_path``/``tokenizer_model``: real data (else mock data). ``extra_args``: appended
-    to the Megatron flags (argparse keeps the last of a repeated flag). ``summary``: figures
+    ``data_path``/``tokenizer_model``: real data (else mock data): one path or the words of
+    a blend (``["0.3", "/a", "0.7", "/b"]``), and the tokenizer it requires. ``extra_args``:
+    appended to the Megatron flags (argparse keeps the last of a repeated flag). ``summary``: figures
     shown in the header (e.g. predicted iteration time).
 
     Usage of the script: ``MEGATRON_LM_DIR=... bash launch_torchrun.sh [NODE_RANK]

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import io
+import json
+import os
 import shlex
 import shutil
 import stat
@@ -13,6 +18,7 @@ import pytest
 from configurator.core.errors import InputError
 from launchers import (SLURM_FILE, TORCHRUN_FILE, render_slurm_script, render_torchrun_script,
                        write_launch_files)
+from launchers import files as launcher_files
 from launchers.megatron_flags import flag_argv, megatron_flags
 from tests.megatron_argv import (GPT3, GPT3_PLAN, SMALL, SMALL_PLAN,
                                  assert_validate_args_rules, parse_argv)
@@ -30,7 +36,9 @@ def bash_syntax_ok(text: str, tmp_path: Path, name: str) -> None:
     {"hosts": ["node-a", "node-b"]},
     {"hosts": ["n1", "n2"], "cuda_visible_devices": [[3, 2, 1, 0], [0, 1, 2, 3]]},
     {"data_path": "/data/my corpus/$x", "tokenizer_model": "meta-llama/Llama-3 'x'"},
-    {"data_path": "/data/x", "master_addr": "10.0.0.1", "master_port": 1234,
+    {"data_path": ["0.3", "/data/a b", "0.7", "/data/$(c)"], "tokenizer_model": "gpt2"},
+    {"data_path": "/data/x", "tokenizer_model": "gpt2", "master_addr": "10.0.0.1",
+     "master_port": 1234,
      "extra_args": ["--log-throughput", "--exit-duration-in-mins", "5"],
      "summary": {"iteration_time_s": 1.5, "note": "multi\nline $(id)"}},
 ])
@@ -64,6 +72,21 @@ def test_header_summary_is_comment_only(tmp_path):
     ({"master_port": 70000}, "master_port"),
     ({"tokenizer_model": "gpt2"}, "tokenizer_model"),
     ({"data_path": ""}, "data_path"),
+    ({"hosts": ["a\n", "b"]}, "hosts"),                  # re's $ would accept the newline
+    ({"data_path": "/d"}, "tokenizer_model"),            # HuggingFaceTokenizer needs a model
+    ({"data_path": "/a\nb", "tokenizer_model": "t"}, "data_path"),
+    ({"data_path": "/a\u2028b", "tokenizer_model": "t"}, "data_path"),
+    ({"data_path": "/a\x1bb", "tokenizer_model": "t"}, "data_path"),
+    ({"data_path": " /a", "tokenizer_model": "t"}, "data_path"),
+    ({"data_path": "-a", "tokenizer_model": "t"}, "data_path"),
+    ({"data_path": [], "tokenizer_model": "t"}, "data_path"),
+    ({"data_path": ["0.3", "/a", "/b"], "tokenizer_model": "t"}, "data_path"),
+    ({"data_path": ["/a", "0.3", "/b", "0.7"], "tokenizer_model": "t"}, "data_path"),
+    ({"data_path": ["-1", "/a"], "tokenizer_model": "t"}, "data_path"),
+    ({"data_path": ["nan", "/a"], "tokenizer_model": "t"}, "data_path"),
+    ({"data_path": "/a", "tokenizer_model": "t\nx"}, "tokenizer_model"),
+    ({"master_addr": "a b"}, "master_addr"),
+    ({"extra_args": ["a\0b"]}, "extra_args"),
 ])
 def test_bad_inputs_raise_input_error(kw, field):
     args = {"nodes": 2, "gpus_per_node": 4, **kw}
@@ -126,7 +149,8 @@ def fake(tmp_path):
             script = tmp_path / "script.sh"
             script.write_text(text)
             return subprocess.run(["bash", str(script), *args], capture_output=True,
-                                  text=True, env={**env, **extra_env}, timeout=30)
+                                  text=True, env={**env, **extra_env}, timeout=30,
+                                  cwd=tmp_path)
 
         def argv(self, rank):
             raw = (out / f"argv.{rank}").read_bytes().split(b"\0")[:-1]
@@ -219,13 +243,83 @@ def test_fake_torchrun_quotes_data_path(fake):
     assert fake.argv(0)[fake.argv(0).index("--data-path") + 1] == "/other"
 
 
-def test_fake_torchrun_requires_tokenizer_model_at_run_time(fake):
+def test_data_path_requires_tokenizer_model_at_render_time():
+    """The script's HuggingFaceTokenizer cannot start without --tokenizer-model: refused when
+    the script is rendered, not when Megatron starts."""
+    for render in (render_torchrun_script, render_slurm_script):
+        with pytest.raises(InputError) as err:
+            render(SMALL, SMALL_PLAN, nodes=2, gpus_per_node=4, data_path="/d/x")
+        assert err.value.field == "tokenizer_model" and "\n" not in str(err.value)
+        assert "HuggingFaceTokenizer" in str(err.value)
+
+
+HOSTILE_PATHS = ["/data/my corpus/it's \"quoted\"", "/d/$(touch PWNED)", "/d/`touch PWNED`",
+                 "/d/x; touch PWNED", "/d/$HOME * ?", "/d/a\\nb", "/d/${IFS}x|y&z>w"]
+
+
+def test_fake_runs_pass_blended_hostile_data_paths(fake):
+    """Several --data-path words (Megatron blend: weight, path, ...) reach torchrun as
+    exactly those words, whatever quotes, $(...), backquotes, ';' or globs they hold."""
+    blend = [w for i, p in enumerate(HOSTILE_PATHS) for w in (f"0.{i + 1}", p)]
+    tok = "/tok/$(touch PWNED) `x`"
+    for data in (blend, HOSTILE_PATHS, HOSTILE_PATHS[1:2]):
+        for render, args, env, ranks in (
+                (render_torchrun_script, ["1"], {}, ["1"]),
+                (render_slurm_script, [], {"SLURM_JOB_NODELIST": "n0,n1",
+                                           "FAKE_NODES": "n0 n1"}, ["0", "1"])):
+            text = render(SMALL, SMALL_PLAN, nodes=2, gpus_per_node=4, data_path=data,
+                          tokenizer_model=tok)
+            res = fake.run(text, args, **env)
+            assert res.returncode == 0 and res.stderr == "", res.stderr
+            for rank in ranks:
+                a = fake.argv(rank)
+                i = a.index("--data-path")
+                assert a[i + 1:i + 1 + len(data)] == list(data)
+                assert a[i + 1 + len(data)] == "--split"
+                assert a[a.index("--tokenizer-model") + 1] == tok
+            assert not list(fake.dir.rglob("PWNED"))
+
+
+def test_data_path_from_the_environment_is_one_word(fake):
     text = render_torchrun_script(SMALL, SMALL_PLAN, nodes=2, gpus_per_node=4,
-                                  data_path="/d/x")
-    res = fake.run(text, ["0"])
-    assert res.returncode == 2 and "TOKENIZER_MODEL" in res.stderr
-    res = fake.run(text, ["0"], TOKENIZER_MODEL="gpt2")
-    assert res.returncode == 0 and fake.argv(0)[-1] == "gpt2"
+                                  data_path=["0.5", "/a", "0.5", "/b"], tokenizer_model="t")
+    res = fake.run(text, ["0"], DATA_PATH="/other path/$(x)")
+    assert res.returncode == 0, res.stderr
+    a = fake.argv(0)
+    assert a[a.index("--data-path") + 1:a.index("--split")] == ["/other path/$(x)"]
+
+
+def test_cli_launch_data_path_words_and_tokenizer_required(tmp_path, fake):
+    plan = _plan_json(tmp_path)
+    code, err = _cli(["launch", "--plan", plan, "--out", str(tmp_path / "o"),
+                      "--data-path", "/d"])
+    assert code == 2 and err.count("\n") == 1 and "tokenizer_model" in err, err
+    assert not (tmp_path / "o").exists()
+    code, err = _cli(["launch", "--plan", plan, "--out", str(tmp_path / "o"),
+                      "--data-path", "0.3", "/a b", "0.7", "/c;d", "--tokenizer-model", "t"])
+    assert code == 0, err
+    res = fake.run((tmp_path / "o" / TORCHRUN_FILE).read_text(), ["0"])
+    assert res.returncode == 0, res.stderr
+    a = fake.argv(0)
+    assert a[a.index("--data-path") + 1:a.index("--split")] == ["0.3", "/a b", "0.7", "/c;d"]
+
+
+def test_header_comments_hold_no_line_break_or_escape(tmp_path, fake):
+    """Header text from any input (model name, summary) is printable: it cannot end the
+    comment, even for a ModelSpec built without make_model's checks."""
+    name = "m\n$(touch PWNED)\r\u2028touch PWNED\u2029\x85\x1b[31m\u202e`touch PWNED`;x"
+    model = dataclasses.replace(SMALL, name=name)
+    for render in (render_torchrun_script, render_slurm_script):
+        text = render(model, SMALL_PLAN, nodes=2, gpus_per_node=4, hosts=["h0", "h1"],
+                      summary={"k\ney": "v\u2028touch PWNED\x1b"})
+        head = text[:text.index("set -euo pipefail")]
+        for line in head.splitlines():
+            assert line.startswith("#") and line.isprintable(), repr(line)
+        assert "\r" not in head and "\x1b" not in head and "\u2028" not in head
+        res = fake.run(text, ["0"], SLURM_JOB_NODELIST="h0,h1", FAKE_NODES="h0 h1")
+        assert res.returncode == 0 and res.stderr == "", res.stderr
+        assert not list(fake.dir.rglob("PWNED"))
+    assert "#SBATCH --job-name=megatron-m-touch-PWNED-touch-PWNED-31m-touch-PWNED-x" in text
 
 
 def test_fake_slurm_nodeid_and_scontrol_master(fake):
@@ -250,6 +344,65 @@ def test_fake_slurm_nodeid_and_scontrol_master(fake):
     assert "--nodes=2 --ntasks-per-node=1" in (fake.dir / "out" / "srun_cmdline").read_text()
     res = fake.run(text)                                       # not under SLURM
     assert res.returncode == 2 and "sbatch" in res.stderr
+
+
+def test_every_library_input_is_quoted_or_checked(fake):
+    """Item by item, every renderer input that reaches the script text: free text (model
+    name, summary, plan strings) only in comments, made printable; words (data paths,
+    tokenizer, master address, extra arguments) quoted; job name reduced; hosts checked."""
+    evil = "$(touch PWNED)`touch PWNED`;touch PWNED|x>PWNED'\"\\"
+    model = dataclasses.replace(SMALL, name=evil + "\n" + evil + "\u2028\x1b")
+    data = ["0.5", "/d/" + evil, "0.5", "/e/" + evil]
+    extra = ["--note", evil, "--multi", "line1\nline2 " + evil]
+    kw = dict(nodes=2, gpus_per_node=4, data_path=data, tokenizer_model="/t/" + evil,
+              master_addr="m" + evil.replace(" ", ""), extra_args=extra,
+              summary={evil: evil + "\n" + evil})
+    want = flag_argv(megatron_flags(SMALL, SMALL_PLAN, data_path=data),
+                     {"DATA_PATHS": data, "TOKENIZER_TYPE": "HuggingFaceTokenizer",
+                      "TOKENIZER_MODEL": "/t/" + evil}) + extra
+    for render, args, env, ranks in (
+            (render_torchrun_script, ["1"], {}, [1]),
+            (render_slurm_script, [], {"SLURM_JOB_NODELIST": "a,b", "FAKE_NODES": "a b"},
+             [0, 1])):
+        extra_kw = {"job_name": evil} if render is render_slurm_script else {}
+        text = render(model, SMALL_PLAN, **kw, **extra_kw)
+        res = fake.run(text, args, **env)
+        assert res.returncode == 0 and res.stderr == "", res.stderr
+        for rank in ranks:
+            margs = check_torchrun_argv(fake.argv(rank), nodes=2, gpus=4, rank=rank,
+                                        addr=kw["master_addr"], port=29500,
+                                        mdir=fake.megatron_dir)
+            assert margs == want
+        assert not list(fake.dir.rglob("PWNED")) and not list(fake.dir.rglob("x"))
+    assert "#SBATCH --job-name=touch-PWNED-touch-PWNED-touch-PWNED-x-PWNED\n" in text
+
+
+FAKE_SCONTROL_MANY = """#!/usr/bin/env bash
+# fake scontrol: 'show hostnames ...' prints 100,000 host names (far more than a pipe buffer)
+[[ "$1 $2" == "show hostnames" ]] || exit 9
+seq -f 'node%06g' 0 99999
+"""
+
+
+def test_fake_slurm_long_host_list_reaches_torchrun(fake):
+    """SIGPIPE regression: 'scontrol show hostnames | head -n1' under 'set -o pipefail' ended
+    the job with status 141 on a long host list before torchrun started."""
+    (fake.dir / "bin" / "scontrol").write_text(FAKE_SCONTROL_MANY)
+    env = {"SLURM_JOB_NODELIST": "node[000000-099999]", "FAKE_NODES": "node000000 node000001"}
+    old = fake.run('set -euo pipefail\nX=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | '
+                   'head -n1)\necho "$X"\n', **env)
+    assert old.returncode == 141          # the stand-in does trigger SIGPIPE with a pipe
+    text = render_slurm_script(SMALL, SMALL_PLAN, nodes=2, gpus_per_node=4)
+    res = fake.run(text, **env)
+    assert res.returncode == 0 and res.stderr == "", (res.returncode, res.stderr)
+    for rank in (0, 1):
+        check_torchrun_argv(fake.argv(rank), nodes=2, gpus=4, rank=rank, addr="node000000",
+                            port=29500, mdir=fake.megatron_dir)
+    (fake.dir / "bin" / "scontrol").write_text("#!/usr/bin/env bash\nexit 0\n")
+    res = fake.run(text, **env)                   # no host listed: a clear error
+    assert res.returncode == 2 and "listed no host" in res.stderr
+    (fake.dir / "bin" / "scontrol").write_text("#!/usr/bin/env bash\nexit 7\n")
+    assert fake.run(text, **env).returncode == 7  # scontrol's failure stops the job
 
 
 def test_fake_slurm_host_placement(fake):
@@ -295,12 +448,135 @@ def test_write_launch_files_bad_plan_writes_nothing(tmp_path):
     assert not (tmp_path / "o").exists()
 
 
+# ----------------------------------------------------------------- symbolic links -------
+
+def _cli(argv):
+    from configurator.cli import main
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            code = main(argv)
+        except SystemExit as exc:
+            code = exc.code
+    return code, err.getvalue()
+
+
+def _plan_json(tmp_path) -> str:
+    """A plan.json of SMALL on 2 x 4 GPUs, as search --out writes it."""
+    from configurator.core.document import plan_document
+    estimate = {"iteration_time_s": 1.0, "model_tflops_per_gpu": 100.0, "mfu": 0.5,
+                "peak_memory_bytes": 2**30}
+    doc = plan_document(model=SMALL, cluster={"name": "c", "gpu": "g", "gpus_per_node": 4,
+                                              "nodes": 2, "num_gpus": 8},
+                        plan=SMALL_PLAN, estimate=estimate)
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_out_symlinks_refused(tmp_path, monkeypatch, force):
+    """An output directory or file that is a symbolic link is refused (also with --force):
+    one line naming the path, exit 2, the link's target untouched."""
+    monkeypatch.chdir(tmp_path)
+    tmp_path = Path(".")                  # short paths: the error echoes at most 80 characters
+    plan = _plan_json(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    victim = elsewhere / "victim"
+    victim.write_text("keep")
+    flag = ["--force"] if force else []
+    link_dir = tmp_path / "link_dir"
+    link_dir.symlink_to(elsewhere)
+    for out in (str(link_dir), str(link_dir) + "/"):
+        code, err = _cli(["launch", "--plan", plan, "--out", out, *flag])
+        assert code == 2 and err.count("\n") == 1, err
+        assert "symbolic link" in err and str(link_dir) in err
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["victim"]
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / TORCHRUN_FILE).symlink_to(victim)
+    code, err = _cli(["launch", "--plan", plan, "--out", str(out), *flag])
+    assert code == 2 and err.count("\n") == 1, err
+    assert "symbolic link" in err and str(out / TORCHRUN_FILE) in err
+    assert victim.read_text() == "keep" and not (out / SLURM_FILE).exists()
+    with pytest.raises(InputError) as exc:
+        write_launch_files(str(out), SMALL, SMALL_PLAN, nodes=2, gpus_per_node=4, force=force)
+    assert exc.value.field == "out" and "symbolic link" in exc.value.rule
+    assert victim.read_text() == "keep"
+
+
+@pytest.mark.parametrize("name", ["plan.json", "plans.png", "launch_slurm.sbatch"])
+def test_search_out_symlinks_refused(tmp_path, monkeypatch, name):
+    monkeypatch.chdir(tmp_path)
+    tmp_path = Path(".")
+    elsewhere = tmp_path / "victim"
+    elsewhere.write_text("keep")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / name).symlink_to(elsewhere)
+    argv = ["search", "--model", "gpt-1.7b", "--cluster", "dgx-a100-80gb", "--nodes", "1",
+            "--gbs", "8", "--top", "1", "--out", str(out), "--force"]
+    code, err = _cli(argv)
+    assert code == 2 and err.count("\n") == 1 and "symbolic link" in err, err
+    assert str(out / name) in err and elsewhere.read_text() == "keep"
+    link = tmp_path / "link"
+    link.symlink_to(out)
+    code, err = _cli(argv[:-2] + [str(link), "--force"])
+    assert code == 2 and "symbolic link" in err and str(link) in err
+    assert sorted(p.name for p in out.iterdir()) == [name]
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_link_made_after_the_check_is_not_followed(tmp_path, monkeypatch, force):
+    """A symbolic link that appears between the check and the write (simulated by skipping
+    the check) is never written through: refused without --force, replaced with --force."""
+    from configurator.app import outputs
+    monkeypatch.setattr(launcher_files, "check_out_dir", lambda *a, **k: None, raising=False)
+    monkeypatch.setattr(outputs, "check_out", lambda *a, **k: None)
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in (TORCHRUN_FILE, SLURM_FILE):
+        (out / name).symlink_to(victim)
+    if force:
+        write_launch_files(str(out), SMALL, SMALL_PLAN, nodes=2, gpus_per_node=4, force=True)
+        for name in (TORCHRUN_FILE, SLURM_FILE):
+            assert not (out / name).is_symlink()
+            assert (out / name).read_text().startswith("#!/usr/bin/env bash")
+        assert os.access(out / TORCHRUN_FILE, os.X_OK)
+    else:
+        with pytest.raises(InputError) as exc:
+            write_launch_files(str(out), SMALL, SMALL_PLAN, nodes=2, gpus_per_node=4)
+        assert "symbolic link" in exc.value.rule
+    assert victim.read_text() == "keep"
+    assert sorted(p.name for p in out.iterdir()) == [SLURM_FILE, TORCHRUN_FILE]  # no temp
+    link_dir = tmp_path / "link_dir"                       # the directory itself
+    link_dir.symlink_to(out)
+    with pytest.raises(InputError) as exc:
+        launcher_files.write_files(str(link_dir), {"x": (b"", 0o666)}, force=force)
+    assert "symbolic link" in exc.value.rule and not (out / "x").exists()
+    # search's files (plan.json ...) go through the same writer
+    (out / "extra").symlink_to(victim)
+    with pytest.raises(InputError):
+        launcher_files.write_files(str(out), {"extra": (b"x", 0o666)}, force=False)
+    launcher_files.write_files(str(out), {"extra": (b"x", 0o666)}, force=True)
+    assert victim.read_text() == "keep" and (out / "extra").read_bytes() == b"x"
+
+
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck not installed")
 def test_shellcheck_clean(tmp_path):
     kw = {"hosts": ["n1", "n2"], "cuda_visible_devices": [[1, 0, 3, 2], [0, 1, 2, 3]],
-          "data_path": "/data/a b/$x", "extra_args": ["--x", "a,b"]}
+          "data_path": "/data/a b/$x", "tokenizer_model": "gpt2", "extra_args": ["--x", "a,b"]}
+    blend = {"data_path": ["0.3", "/a b/$x", "0.7", "/c`d`"], "tokenizer_model": "/t/$y"}
+    evil = "$(touch PWNED)`touch PWNED`;'\"\\"
+    hostile = {"data_path": ["1", "/a" + evil], "tokenizer_model": "/t" + evil,
+               "extra_args": ["--x", evil, "a\nb"], "master_addr": "m" + evil.replace(" ", ""),
+               "summary": {evil: evil}}
     for render, name in ((render_torchrun_script, "t.sh"), (render_slurm_script, "s.sbatch")):
-        for extra in ({}, kw):
+        for extra in ({}, kw, blend, hostile):
             path = tmp_path / name
             path.write_text(render(SMALL, SMALL_PLAN, nodes=2, gpus_per_node=4, **extra))
             res = subprocess.run(["shellcheck", str(path)], capture_output=True, text=True)

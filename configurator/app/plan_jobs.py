@@ -3,7 +3,6 @@ request dataclass and returning the result the CLI prints."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 from configurator.app.inputs import JobInputs, resolve
@@ -129,18 +128,24 @@ def run_estimate(req: EstimateRequest) -> EstimateOutcome:
 
 @dataclass(frozen=True, kw_only=True)
 class LaunchRequest:
-    """``configurator launch``: a plan document, where to write, data and tokenizer."""
+    """``configurator launch``: a plan document, where to write, data and tokenizer.
+
+    ``data_path``: the words of Megatron's ``--data-path``: one path, or a blend (several
+    paths, or weights and paths alternating: ``("0.3", "/a", "0.7", "/b")``); it requires
+    ``tokenizer_model``. None: mock data."""
 
     plan_path: str
     out: str
     nodes: int | None = None
-    data_path: str | None = None
+    data_path: str | tuple[str, ...] | None = None
     tokenizer_model: str | None = None
     force: bool = False
 
 
 def run_launch(req: LaunchRequest) -> list[str]:
-    """Write the torchrun and SLURM scripts of a saved plan document; returns their paths."""
+    """Write the torchrun and SLURM scripts of a saved plan document; returns their paths.
+    Nothing is written when an input is refused (the scripts are rendered first); the
+    output directory and files must not be symbolic links."""
     from launchers import write_launch_files
 
     doc = read_plan_document(v.load_mapping_file("plan", req.plan_path))
@@ -151,7 +156,6 @@ def run_launch(req: LaunchRequest) -> list[str]:
         raise InputError("nodes", nodes, f"nodes * gpus_per_node ({nodes * gpn}) must equal "
                          f"the plan's world size tp*pp*dp*cp ({plan.world_size})")
     check_out(req.out, LAUNCH_FILES, req.force)
-    os.makedirs(req.out, exist_ok=True)
     paths = write_launch_files(req.out, doc.model, plan, nodes=nodes, gpus_per_node=gpn,
                                force=req.force, data_path=req.data_path,
                                tokenizer_model=req.tokenizer_model,

@@ -125,16 +125,23 @@ def run_search(args) -> int:
 
 def add_launch_arguments(p) -> None:
     p.add_argument("--plan", required=True, help="plan.json written by search --out")
-    p.add_argument("--out", required=True, metavar="DIR", help="directory for the scripts")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="directory for the scripts (not a symbolic link)")
     p.add_argument("--nodes", type=int, help="override the node count")
-    p.add_argument("--data-path", help="Megatron --data-path (default: --mock-data)")
-    p.add_argument("--tokenizer-model", help="tokenizer model file for --data-path runs")
-    p.add_argument("--force", action="store_true", help="overwrite existing scripts")
+    p.add_argument("--data-path", nargs="+", metavar="WORD",
+                   help="Megatron --data-path: one dataset prefix, or a blend of several "
+                        "(--data-path 0.3 /a 0.7 /b: weights and prefixes alternating); "
+                        "needs --tokenizer-model (default: --mock-data)")
+    p.add_argument("--tokenizer-model",
+                   help="Hugging Face tokenizer name or path (required with --data-path)")
+    p.add_argument("--force", action="store_true",
+                   help="overwrite existing scripts (never through a symbolic link)")
 
 
 def run_launch(args) -> int:
+    data = tuple(args.data_path) if args.data_path else None
     paths = launch_job(LaunchRequest(plan_path=args.plan, out=args.out, nodes=args.nodes,
-                                     data_path=args.data_path,
-                                     tokenizer_model=args.tokenizer_model, force=args.force))
+                                     data_path=data, tokenizer_model=args.tokenizer_model,
+                                     force=args.force))
     print("wrote " + " and ".join(paths))
     return 0

@@ -46,8 +46,14 @@ if ! [[ "$NODE_RANK" =~ ^[0-9]+$ ]] || (( 10#$NODE_RANK >= 128 )); then
 fi
 NODE_RANK=$(( 10#$NODE_RANK ))
 
-# data and tokenizer (override from the environment)
-DATA_PATH=${DATA_PATH:-'/data/my corpus_text_document'}
+# data and tokenizer; from the environment, DATA_PATH (one path) replaces DATA_PATHS,
+# TOKENIZER_TYPE and TOKENIZER_MODEL replace theirs
+DATA_PATHS=(
+    '/data/my corpus_text_document'
+)
+if [[ -n "${DATA_PATH:-}" ]]; then
+    DATA_PATHS=("$DATA_PATH")
+fi
 TOKENIZER_TYPE=${TOKENIZER_TYPE:-HuggingFaceTokenizer}
 TOKENIZER_MODEL=${TOKENIZER_MODEL:-/models/tok.model}
 
@@ -100,7 +106,7 @@ MEGATRON_ARGS=(
     --eval-iters 0
     --seed 1234
     # data
-    --data-path "$DATA_PATH"
+    --data-path "${DATA_PATHS[@]}"
     --split 949,50,1
     --tokenizer-type "$TOKENIZER_TYPE"
     --tokenizer-model "$TOKENIZER_MODEL"
