@@ -3,11 +3,11 @@ never writing through a symbolic link (:mod:`launchers.files`)."""
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from typing import Iterable
 
+from configurator.core import jsonout
 from configurator.core.document import plan_document
 from configurator.search.rank import SearchResult, candidate_memory
 
@@ -50,8 +50,8 @@ def write_search_outputs(out: str, model, cluster, res: SearchResult, header: st
                          gpus_per_node=cluster.gpus_per_node, summary=script_summary(estimate))
     doc = plan_document(model=model, cluster=cluster.to_dict(), plan=best.plan,
                         estimate=estimate)
-    files["plan.json"] = (json.dumps(doc, indent=2).encode(), FILE_MODE)
-    files["plans.json"] = (json.dumps(res.to_dict(), indent=2).encode(), FILE_MODE)
+    files["plan.json"] = (jsonout.dumps(doc, indent=2).encode(), FILE_MODE)
+    files["plans.json"] = (jsonout.dumps(res.to_dict(), indent=2).encode(), FILE_MODE)
     files["table.txt"] = ((header + "\n" + format_table(res.plans, wide=True) + "\n").encode(),
                           FILE_MODE)
     with tempfile.TemporaryDirectory() as private:      # mode 0700, a fresh name

@@ -50,8 +50,8 @@ def run_search(req: SearchRequest) -> SearchOutcome:
     """Rank every legal plan that fits; with ``req.out`` write the outputs there.
     Raises :class:`InputError` (bad input) or :class:`NoFeasiblePlanError`."""
     model, cluster = resolve(req.inputs)
-    v.positive_int("gbs", req.global_batch_size)
-    v.positive_int("top", req.top)
+    v.int_in_range("gbs", req.global_batch_size)
+    v.int_in_range("top", req.top)
     if not 0 < req.max_memory_fraction <= 1:
         raise InputError("max_memory_fraction", req.max_memory_fraction, "must be in (0, 1]")
     if req.out:
@@ -150,7 +150,7 @@ def run_launch(req: LaunchRequest) -> list[str]:
 
     doc = read_plan_document(v.load_mapping_file("plan", req.plan_path))
     plan = doc.plan
-    nodes = v.positive_int("nodes", req.nodes if req.nodes else doc.nodes)
+    nodes = v.int_in_range("nodes", req.nodes if req.nodes else doc.nodes)
     gpn = doc.gpus_per_node
     if nodes * gpn != plan.world_size:
         raise InputError("nodes", nodes, f"nodes * gpus_per_node ({nodes * gpn}) must equal "

@@ -7,12 +7,12 @@ generated from the plan schema (:data:`configurator.core.plan.PLAN_FIELDS`).
 from __future__ import annotations
 
 import argparse
-import json
 
 from configurator.app.inputs import JobInputs
 from configurator.app.plan_jobs import (EstimateRequest, LaunchRequest, SearchRequest,
                                         run_estimate as estimate_job, run_launch as launch_job,
                                         run_search as search_job)
+from configurator.core import jsonout
 from configurator.core.plan import PLAN_FIELD, PLAN_FIELDS, RECOMPUTE
 
 #: Plan options that ``search`` takes too (one value for the whole search).
@@ -77,7 +77,7 @@ def run_estimate(args) -> int:
                   global_batch_size=args.gbs)
     out = estimate_job(EstimateRequest(inputs=_inputs(args), fields=fields))
     if args.json:
-        print(json.dumps(out.evaluation.to_dict(), indent=2))
+        print(jsonout.dumps(out.evaluation.to_dict(), indent=2))
     else:
         print(out.title)
         print(format_estimate(out.evaluation))
@@ -111,7 +111,7 @@ def run_search(args) -> int:
                         out=args.out, force=args.force)
     out = search_job(req)
     if args.json:
-        print(json.dumps(out.document, indent=2))
+        print(jsonout.dumps(out.document, indent=2))
     else:
         from configurator.report.table import format_table
 
