@@ -274,10 +274,10 @@ def torchrun_command(args) -> str:
     all nodes (``--rdzv-conf timeout``) before any probe process starts. ``master_addr`` is a
     host, an address or a ``$VARIABLE`` (double-quoted: it expands on each node, also inside
     the ``--slurm`` form's ``bash -c '...'``); every value is one shell word (no injection)."""
-    for field in ("nnodes", "nproc_per_node"):
+    for field, key in (("nnodes", "nodes"), ("nproc_per_node", "gpus_per_node")):
         if getattr(args, field) is None:
             raise InputError(field, None, "required to print the torchrun command")
-        v.positive_int(field, getattr(args, field))
+        v.int_in_range(field, getattr(args, field), key=key)
     v.positive_int("master_port", args.master_port)
     check_probe_options(args)
     _one_line_text("master_addr", args.master_addr)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from configurator.cli import audit_command, plan_commands, probe_command, topology_commands
+from configurator.core.errors import one_line
 from configurator.core.limits import describe_ranges
 
 EXIT_OK, EXIT_BUG, EXIT_INPUT, EXIT_INFEASIBLE = 0, 1, 2, 3
@@ -21,7 +22,7 @@ class Parser(argparse.ArgumentParser):
     """argparse exits with 2 on usage errors already; keep its message to one line."""
 
     def error(self, message: str):  # noqa: D401 - argparse API
-        self.exit(EXIT_INPUT, f"{self.prog}: error: {message}\n")
+        self.exit(EXIT_INPUT, f"{self.prog}: error: {one_line(message)}\n")
 
 
 @dataclass(frozen=True)

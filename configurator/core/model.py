@@ -168,7 +168,7 @@ def from_hf_config(cfg: Mapping[str, Any], name: str = "hf-model") -> ModelSpec:
 
     mtype = cfg.get("model_type", "")
     if mtype == "gpt2" or "n_embd" in cfg:
-        hidden = need("n_embd")
+        hidden = v.int_in_range("config.json.n_embd", need("n_embd"), key="hidden_size")
         return make_model(
             name=name, num_layers=need("n_layer"), hidden_size=hidden,
             num_attention_heads=need("n_head"),

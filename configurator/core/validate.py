@@ -151,7 +151,10 @@ def parse_mapping_text(field: str, path: str, text: str, as_json: bool) -> Mappi
             data = json.loads(text)   # NaN/Infinity parse; the field validators refuse them
         else:
             data = yaml.load(text, Loader=_yaml_loader())  # noqa: S506 - a SafeLoader
-    except (yaml.YAMLError, ValueError, RecursionError) as err:
+    except RecursionError:
+        raise InputError(field, path, "malformed YAML/JSON (nested too deeply)") from None
+    except Exception as err:  # noqa: BLE001 - PyYAML's constructors raise many kinds
+        # (e.g. ``!!timestamp 1`` an AttributeError): every one means the text is malformed
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]
         raise InputError(field, path, f"malformed YAML/JSON ({first})") from None
     if not isinstance(data, Mapping):
