@@ -131,3 +131,19 @@ def test_non_string_keys_and_long_values(tmp_path):
     res = run_cli(*BASE, "--model", g, "--tp", "1", "--pp", "1")
     check_error(res, "name=")
     assert len(res.stderr) < 400, res.stderr
+
+
+def test_undecodable_out_path_is_printed_escaped(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    src = tmp_path / "s"
+    assert run_cli("search", "--model", "llama3-8b", "--cluster", "dgx-h100-80gb", "--nodes", "1",
+                   "--gbs", "16", "--out", src).returncode == 0
+    out = os.fsencode(tmp_path) + b"/x\xff"
+    res = subprocess.run([sys.executable, "-m", "configurator", "launch", "--plan",
+                          os.fsencode(src / "plan.json"), "--out", out],
+                         capture_output=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert b"Traceback" not in res.stderr and b"\\udcff" in res.stdout
