@@ -10,7 +10,7 @@ Every value written into a script is one of:
 - a host name matching ``[A-Za-z0-9][A-Za-z0-9._-]*`` in full (RFC 1123 letters, digits,
   hyphen, plus dots and underscores; no glob or quote character, so it is safe unquoted in a
   ``case`` pattern and inside the single-quoted ``srun bash -c`` body);
-- text in a ``#`` comment passed through :func:`comment_text`, which keeps printable
+- text in a ``#`` comment passed through :func:`configurator.core.errors.flat`, which keeps printable
   characters only, so no line break (``\\n``, ``\\r``, U+2028/2029, U+0085), escape sequence
   (``\\x1b``) or bidirectional control can end the comment or mislead a reader;
 - the SLURM job name, reduced to ``[A-Za-z0-9._-]``.
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from configurator.core import validate as v
-from configurator.core.errors import InputError
+from configurator.core.errors import InputError, flat
 from configurator.core.model import ModelSpec
 from configurator.core.plan import ParallelPlan, describe_plan
 from configurator.core.rules import check_plan
@@ -92,12 +92,11 @@ def check_inputs(model: ModelSpec, plan: ParallelPlan, *, nodes: Any, gpus_per_n
         raise InputError("master_port", port, "must be a TCP port in 1..65535")
     if master_addr == DEFAULT_MASTER_ADDR or master_addr is None:
         addr = None
-    elif (not isinstance(master_addr, str) or not master_addr or not master_addr.isprintable()
-          or any(c.isspace() for c in master_addr) or master_addr.startswith("-")):
-        raise InputError("master_addr", master_addr, "must be a host name or address (printable, "
-                         "no white space, not starting with '-')")
     else:
-        addr = master_addr
+        addr = v.printable_text("master_addr", master_addr)
+        if any(c.isspace() for c in addr) or addr.startswith("-"):
+            raise InputError("master_addr", addr, "must be a host name or address (printable, "
+                             "no white space, not starting with '-')")
     host_t = None
     if hosts is not None:
         host_t = tuple(hosts)
@@ -195,15 +194,6 @@ def check_data_path(data_path: str | Sequence[str] | None) -> tuple[str, ...] | 
     return words
 
 
-def comment_text(text: Any) -> str:
-    """``text`` fit for one ``#`` comment line: every character that is not printable (line
-    breaks ``\\n`` ``\\r`` U+0085 U+2028 U+2029, ESC and other controls, bidirectional and
-    other format characters, surrogates) becomes a space, then every run of white space one
-    space. The result holds printable characters only, so it cannot end the comment."""
-    printable = "".join(c if c.isprintable() else " " for c in str(text))
-    return " ".join(printable.split())
-
-
 def header(inp: LaunchInputs, title: str, usage: Sequence[str]) -> list[str]:
     """Comment lines summarising the model, plan, cluster and predicted figures."""
     p, m = inp.plan, inp.model
@@ -211,10 +201,10 @@ def header(inp: LaunchInputs, title: str, usage: Sequence[str]) -> list[str]:
         "#!/usr/bin/env bash",
         f"# {title}: Megatron-LM pretrain_gpt.py ({MEGATRON_TAG} flags), rendered by "
         "configurator.",
-        f"# model: {comment_text(m.name)}: layers={m.num_layers} hidden={m.hidden_size} "
+        f"# model: {flat(m.name)}: layers={m.num_layers} hidden={m.hidden_size} "
         f"ffn={m.ffn_hidden_size} heads={m.num_attention_heads} "
         f"query_groups={m.num_query_groups} seq={m.seq_length} vocab={m.vocab_size}",
-        *textwrap.wrap(comment_text(" ".join(describe_plan(p))), 92,
+        *textwrap.wrap(flat(" ".join(describe_plan(p))), 92,
                        initial_indent="# plan: ", subsequent_indent="#       ",
                        break_long_words=False),
         f"# cluster: nodes={inp.nodes} gpus_per_node={inp.gpus_per_node} "
@@ -228,9 +218,9 @@ def header(inp: LaunchInputs, title: str, usage: Sequence[str]) -> list[str]:
             f"{r}=" + ",".join(map(str, perm)) for r, perm in enumerate(inp.cuda_visible_devices)))
     if inp.summary:
         lines.append("# predicted:")
-        lines += [f"#   {comment_text(k)}: {comment_text(val)}"
+        lines += [f"#   {flat(k)}: {flat(val)}"
                   for k, val in inp.summary.items()]
-    lines += ["#"] + [f"# {comment_text(u)}" for u in usage]
+    lines += ["#"] + [f"# {flat(u)}" for u in usage]
     assert all(line.startswith("#") and line.isprintable() for line in lines), \
         "header lines must be printable comments"
     return lines
@@ -391,7 +381,7 @@ def torchrun_array(inp: LaunchInputs, node_rank_expr: str = '"$NODE_RANK"') -> l
 
 
 __all__ = ["DEFAULT_MASTER_ADDR", "LaunchInputs", "check_inputs", "check_word",
-           "check_data_path", "comment_text", "header", "literal_codes", "literal_directive",
+           "check_data_path", "header", "literal_codes", "literal_directive",
            "env_default",
            "quoted_array",
            "environment_block", "megatron_dir_check", "data_block", "megatron_array",

@@ -25,8 +25,7 @@ import sys
 import threading
 import time
 
-from configurator.core.errors import InputError
-from configurator.core.errors import one_line as _no_controls
+from configurator.core.errors import InputError, flat
 from configurator.core.units import GB
 from topology import probe_plan as pp
 from topology.topofile import MissingMeasurement
@@ -37,12 +36,6 @@ POLL_S = 0.01
 HOSTNAME_ENV = "CONFIGURATOR_PROBE_HOSTNAME"
 #: Signals that stop the probe with one line (torchrun forwards the one it gets to workers).
 STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT")
-
-
-def flat(text: object) -> str:
-    """``text`` on one line: control characters and line separators become spaces, runs of
-    white space one space."""
-    return " ".join(_no_controls(str(text)).split())
 
 
 def one_line(err: BaseException) -> str:

@@ -209,15 +209,6 @@ def add_probe_options(p, *, out_required: bool) -> None:
     p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
 
 
-def _one_line_text(field: str, value: str) -> str:
-    """A non-empty string without control characters or line breaks (it is echoed in one-line
-    messages and written into the file), else InputError."""
-    if not isinstance(value, str) or not value or not value.isprintable():
-        raise InputError(field, value, "must be a non-empty string of printable characters "
-                                       "(no control characters or line breaks)")
-    return value
-
-
 def check_probe_options(args) -> None:
     """Raise InputError naming the first bad probe option."""
     v.positive_float("size_mb", args.size_mb)
@@ -225,7 +216,7 @@ def check_probe_options(args) -> None:
     if args.warmup < 0:
         raise InputError("warmup", args.warmup, "must be an integer >= 0")
     v.positive_float("timeout_s", args.timeout_s)
-    _one_line_text("out", args.out)
+    v.printable_text("out", args.out)
     if args.expected_hosts:
         for i, name in enumerate(args.expected_hosts.split(",")):
             if name:
@@ -280,7 +271,7 @@ def torchrun_command(args) -> str:
         v.int_in_range(field, getattr(args, field), key=key)
     v.positive_int("master_port", args.master_port)
     check_probe_options(args)
-    _one_line_text("master_addr", args.master_addr)
+    v.printable_text("master_addr", args.master_addr)
     rank = shell_word("$SLURM_NODEID" if args.slurm else "$NODE_RANK")
     words = ["torchrun", "--nnodes", str(args.nnodes), "--nproc-per-node",
              str(args.nproc_per_node), "--node-rank", rank, "--master-addr",

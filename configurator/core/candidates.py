@@ -12,7 +12,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from configurator.core.plan import PLAN_FIELDS, ParallelPlan, SCORE_STORING_BACKENDS
+from configurator.core.plan import (PLAN_FIELDS, SCORE_STORING_BACKENDS, ParallelPlan,
+                                    param_gather_overlap)
 
 COLUMN_FIELDS = tuple(f for f in PLAN_FIELDS if f.per_candidate)
 SHARED_FIELDS = tuple(f for f in PLAN_FIELDS if not f.per_candidate)
@@ -75,8 +76,8 @@ class Candidates:
         for f in COLUMN_FIELDS:
             val = self.columns[f.name][i]
             kw[f.name] = f.choices[int(val)] if f.choices else f.type(val)
-        kw["overlap_param_gather"] = bool(kw["overlap_param_gather"]
-                                          and kw["distributed_optimizer"])
+        kw["overlap_param_gather"] = bool(param_gather_overlap(kw["overlap_param_gather"],
+                                                               kw["distributed_optimizer"]))
         return ParallelPlan(**kw)
 
     @classmethod

@@ -37,9 +37,16 @@ def echo(value: object, repr_: bool = False) -> str:
 
 
 def one_line(text: str) -> str:
-    """``text`` with every control character (newline, carriage return, escape …) and every
-    Unicode line or paragraph separator replaced by a space."""
-    return "".join(" " if (ord(c) < 32 or c in "\x7f\u2028\u2029\x85") else c for c in text)
+    """``text`` with every character that is not printable (line breaks ``\\n`` ``\\r`` U+0085
+    U+2028 U+2029, escape and other controls, bidirectional and other format characters,
+    surrogates) replaced by a space."""
+    return "".join(c if c.isprintable() else " " for c in text)
+
+
+def flat(text: object) -> str:
+    """``str(text)`` through :func:`one_line`, then every run of white space one space: fit
+    for one line of a message, a file or a ``#`` comment (it cannot end the comment)."""
+    return " ".join(one_line(str(text)).split())
 
 
 class NoFeasiblePlanError(RuntimeError):

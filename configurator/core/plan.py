@@ -207,6 +207,13 @@ PLAN_FIELD = {f.name: f for f in PLAN_FIELDS}
 DERIVED_KEYS = ("num_microbatches",) + tuple(f.alias for f in PLAN_FIELDS if f.alias)
 
 
+def param_gather_overlap(requested, distributed_optimizer):
+    """Whether the parameter all-gather is overlapped: only where it was requested and the
+    plan has the distributed optimizer (Megatron's ``--overlap-param-gather`` needs
+    ``--use-distributed-optimizer``). Broadcasts over numpy boolean arrays."""
+    return requested & distributed_optimizer
+
+
 def describe_plan(plan: ParallelPlan) -> list[str]:
     """``name=value`` words of every field (aliases where declared) in schema order, then
     ``microbatches=m``: the plan as the estimate text and the script header show it."""

@@ -21,7 +21,7 @@ from configurator.core import validate as v
 from configurator.core.errors import InputError
 from configurator.core.model import ModelSpec
 from configurator.core.plan import (PLAN_FIELDS, SCORE_STORING_BACKENDS, ParallelPlan,
-                                    check_field)
+                                    check_field, param_gather_overlap)
 
 Fields = Mapping[str, Any]   # plan field name -> scalar or numpy array
 
@@ -174,5 +174,6 @@ def plan_for_world(fields: Mapping[str, Any], world_size: int) -> ParallelPlan:
         f["distributed_optimizer"] = f["dp"] * f["cp"] > 1
     if f.get("overlap_grad_reduce") is None:
         f["overlap_grad_reduce"] = True
-    f["overlap_param_gather"] = f["overlap_grad_reduce"] and f["distributed_optimizer"]
+    f["overlap_param_gather"] = param_gather_overlap(f["overlap_grad_reduce"],
+                                                     f["distributed_optimizer"])
     return ParallelPlan(**f)

@@ -71,17 +71,22 @@ def boolean(field: str, value: Any) -> bool:
 MAX_NAME_CHARS = 128
 
 
+def printable_text(field: str, value: Any) -> str:
+    """A non-empty string of printable characters only (no control characters or line
+    breaks): text echoed in one-line messages or written into files and scripts."""
+    if not isinstance(value, str) or not value or not value.isprintable():
+        raise InputError(field, value, "must be a non-empty string of printable characters "
+                                       "(no control characters or line breaks)")
+    return value
+
+
 def display_name(field: str, value: Any) -> str:
-    """A name shown in tables, plots, reports and script comments: a non-empty string of at
-    most :data:`MAX_NAME_CHARS` printable characters (no control characters or line
-    separators)."""
-    if not isinstance(value, str) or not value or len(value) > MAX_NAME_CHARS:
+    """A name shown in tables, plots, reports and script comments: :func:`printable_text` of
+    at most :data:`MAX_NAME_CHARS` characters."""
+    if isinstance(value, str) and len(value) > MAX_NAME_CHARS:
         raise InputError(field, value, f"must be a non-empty string of at most "
                                        f"{MAX_NAME_CHARS} characters")
-    if not value.isprintable():
-        raise InputError(field, value, "must hold printable characters only (no control "
-                                       "characters or line breaks)")
-    return value
+    return printable_text(field, value)
 
 
 def choice(field: str, value: Any, allowed: Iterable[str]) -> str:

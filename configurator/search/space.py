@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from configurator.core.model import ModelSpec
+from configurator.core.plan import param_gather_overlap
 from configurator.core.rules import rules_for, rules_mask
 from configurator.core.candidates import COLUMN_FIELDS, Candidates
 
@@ -93,10 +94,10 @@ def enumerate_plans(model: ModelSpec, world_size: int, global_batch_size: int, *
     multi = tuple(r for r in stage[3] if len(r.needs & grid_names) != 1)
 
     def with_derived(fields: dict) -> dict:
-        # overlap_param_gather holds only with the distributed optimizer (Candidates.plan)
+        # overlap_param_gather is decided per plan, as Candidates.plan decides it
         if "distributed_optimizer" in fields:
-            fields["overlap_param_gather"] = (overlap_param_gather
-                                              & fields["distributed_optimizer"])
+            fields["overlap_param_gather"] = param_gather_overlap(
+                overlap_param_gather, fields["distributed_optimizer"])
         return fields
 
     # (field, pp, values of the layout fields its rules read) -> its legal values
