@@ -16,6 +16,7 @@ import os
 import secrets
 from typing import Any, Iterable, Mapping
 
+from configurator.core.document import PlacementRecord, as_placement
 from configurator.core.errors import InputError
 from configurator.core.model import ModelSpec
 from configurator.core.plan import ParallelPlan
@@ -120,11 +121,40 @@ def write_files(out_dir: str, files: Mapping[str, tuple[bytes, int]], *,
     return paths
 
 
+#: The renderers' arguments a ``placement`` stands for.
+PLACEMENT_ARGS = ("hosts", "cuda_visible_devices", "excluded_hosts")
+
+
+def placement_kwargs(placement: PlacementRecord | Mapping[str, Any] | None, *,
+                     nodes: int | None = None,
+                     gpus_per_node: int | None = None) -> dict[str, Any]:
+    """The renderers' ``hosts``, ``cuda_visible_devices`` (from ``gpu_order``) and
+    ``excluded_hosts`` from a placement: a :class:`PlacementRecord` or a plan.json
+    ``placement`` object (:func:`configurator.core.document.placement_record`), validated
+    (:func:`configurator.core.document.read_placement`, against ``nodes`` and
+    ``gpus_per_node`` when given); ``{}`` for None. Raises :class:`InputError`
+    (field ``placement...``)."""
+    if placement is None:
+        return {}
+    rec = as_placement(placement, nodes=nodes, gpus_per_node=gpus_per_node)
+    return {"hosts": list(rec.hosts), "cuda_visible_devices": [list(o) for o in rec.gpu_order],
+            "excluded_hosts": list(rec.excluded_hosts)}
+
+
 def launch_files(model: ModelSpec, plan: ParallelPlan,
                  **kwargs: Any) -> dict[str, tuple[bytes, int]]:
     """Render both scripts: ``{file name: (UTF-8 text, creation mode)}`` for
     :func:`write_files`; ``kwargs`` as :func:`write_launch_files`."""
     job_name = kwargs.pop("job_name", None)
+    placement = kwargs.pop("placement", None)
+    if placement is not None:
+        given = [k for k in PLACEMENT_ARGS if kwargs.get(k) not in (None, (), [])]
+        if given:
+            raise InputError("placement", given[0], "give placement or hosts, "
+                             "cuda_visible_devices and excluded_hosts, not both")
+        shape = {k: kwargs[k] for k in ("nodes", "gpus_per_node")
+                 if isinstance(kwargs.get(k), int) and not isinstance(kwargs[k], bool)}
+        kwargs.update(placement_kwargs(placement, **shape))
     return {TORCHRUN_FILE: (render_torchrun_script(model, plan, **kwargs).encode(),
                             SCRIPT_MODE),
             SLURM_FILE: (render_slurm_script(model, plan, job_name=job_name,
@@ -136,8 +166,12 @@ def write_launch_files(out_dir: str, model: ModelSpec, plan: ParallelPlan, *,
     """Render and write ``launch_torchrun.sh`` (executable) and ``launch_slurm.sbatch``.
 
     ``kwargs`` are the renderers' keyword arguments (``nodes``, ``gpus_per_node``, ``hosts``,
-    ``cuda_visible_devices``, ``data_path``, ``tokenizer_model``, ``summary``...;
-    ``job_name`` goes to SLURM only). Creates ``out_dir`` if needed. Both scripts are
+    ``cuda_visible_devices``, ``excluded_hosts``, ``data_path``, ``tokenizer_model``,
+    ``summary``...; ``job_name`` goes to SLURM only). ``placement``: a
+    :class:`~configurator.core.document.PlacementRecord` or a plan.json ``placement``
+    object (:func:`configurator.core.document.placement_record`) standing for ``hosts``,
+    ``cuda_visible_devices`` (its ``gpu_order``) and ``excluded_hosts`` (give one or the
+    other; :func:`placement_kwargs`). Creates ``out_dir`` if needed. Both scripts are
     rendered before anything is written. Returns ``{"torchrun": path, "slurm": path}``.
     Raises :class:`InputError` (field ``out``) if a file exists and ``force`` is false, if
     ``out_dir`` or a file is a symbolic link, or if ``out_dir`` is not a directory;

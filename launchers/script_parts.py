@@ -21,7 +21,6 @@ So no input can change the script's meaning.
 from __future__ import annotations
 
 import math
-import re
 import shlex
 import textwrap
 import unicodedata
@@ -29,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from configurator.core import validate as v
+from configurator.core.document import check_host_name
 from configurator.core.errors import InputError, flat
 from configurator.core.model import ModelSpec
 from configurator.core.plan import ParallelPlan, describe_plan
@@ -37,12 +37,14 @@ from launchers.megatron_flags import (DATA_PATHS_VAR, DEFAULT_TOKENIZER_TYPE, ME
                                       TrainingArgs, Value, format_value, megatron_flags)
 
 #: The ``master_addr`` default: ``$MASTER_ADDR`` from the environment, else the first host of
-#: the placement, else localhost.
+#: the placement, else localhost on one node; on several nodes without a placement the
+#: torchrun script requires ``$MASTER_ADDR`` (never localhost).
 DEFAULT_MASTER_ADDR = "${MASTER_ADDR:-localhost}"
 
-#: A host name (matched in full: ``re.fullmatch``; ``$`` would let a trailing newline through).
-_HOST_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-_MAX_HOST_CHARS = 253
+#: Addresses that reach only the machine itself (lower case), as a bash ``case`` pattern:
+#: localhost (and ``localhost.<domain>``), 127.0.0.0/8, ::1 and the unspecified 0.0.0.0.
+LOOPBACK_PATTERN = r"localhost|localhost.*|127.*|::1|\[::1\]|0:0:0:0:0:0:0:1|0.0.0.0"
+
 #: Unicode categories refused in a path or tokenizer (control, format such as bidirectional
 #: overrides, line and paragraph separators, surrogates that UTF-8 cannot encode).
 _BAD_CATEGORIES = ("Cc", "Cf", "Zl", "Zp", "Cs")
@@ -59,6 +61,7 @@ class LaunchInputs:
     master_addr: str | None          # None: environment, else hosts[0], else localhost
     master_port: int
     hosts: tuple[str, ...] | None    # in node_rank order
+    excluded_hosts: tuple[str, ...]  # hosts the job must not get (sbatch --exclude)
     cuda_visible_devices: tuple[tuple[int, ...], ...] | None   # per node_rank
     data_path: tuple[str, ...] | None   # the words of --data-path: a path, or weights and paths
     tokenizer_model: str | None
@@ -71,6 +74,7 @@ def check_inputs(model: ModelSpec, plan: ParallelPlan, *, nodes: Any, gpus_per_n
                  master_addr: Any = DEFAULT_MASTER_ADDR, master_port: Any = 29500,
                  hosts: Sequence[str] | None = None,
                  cuda_visible_devices: Sequence[Sequence[int]] | None = None,
+                 excluded_hosts: Sequence[str] = (),
                  data_path: str | Sequence[str] | None = None,
                  tokenizer_model: str | None = None,
                  extra_args: Sequence[str] = (), training: TrainingArgs | None = None,
@@ -80,7 +84,8 @@ def check_inputs(model: ModelSpec, plan: ParallelPlan, *, nodes: Any, gpus_per_n
     ``plan`` must satisfy :func:`configurator.core.plan.check_plan` for ``nodes * gpus_per_node``
     GPUs. ``hosts``: ``nodes`` distinct host names in node_rank order.
     ``cuda_visible_devices``: one list per node of ``gpus_per_node`` distinct device indices
-    (physical, PCI bus order). ``data_path``: one path, or the words of a Megatron blend
+    (physical, PCI bus order). ``excluded_hosts``: distinct host names not in ``hosts``
+    (the SLURM job excludes them). ``data_path``: one path, or the words of a Megatron blend
     (``["0.3", "/a", "0.7", "/b"]``: weights and paths alternating, or several paths);
     it needs ``tokenizer_model`` (the script's HuggingFaceTokenizer cannot run without one).
     """
@@ -97,18 +102,25 @@ def check_inputs(model: ModelSpec, plan: ParallelPlan, *, nodes: Any, gpus_per_n
         if any(c.isspace() for c in addr) or addr.startswith("-"):
             raise InputError("master_addr", addr, "must be a host name or address (printable, "
                              "no white space, not starting with '-')")
+        if nodes > 1 and is_loopback(addr):
+            raise InputError("master_addr", addr, f"a {nodes}-node run needs node_rank 0's "
+                             "address as every node reaches it, not a loopback address")
     host_t = None
     if hosts is not None:
         host_t = tuple(hosts)
         if len(host_t) != nodes:
             raise InputError("hosts", list(host_t), f"must name exactly nodes={nodes} hosts")
         for h in host_t:
-            if (not isinstance(h, str) or len(h) > _MAX_HOST_CHARS
-                    or not _HOST_RE.fullmatch(h)):
-                raise InputError("hosts", h, "must be a host name of letters, digits, '.', "
-                                 "'-' and '_'")
+            check_host_name("hosts", h)
         if len(set(host_t)) != nodes:
             raise InputError("hosts", list(host_t), "must not repeat a host")
+    excluded = tuple(excluded_hosts)
+    for h in excluded:
+        check_host_name("excluded_hosts", h)
+        if host_t and h in host_t:
+            raise InputError("excluded_hosts", h, "is one of the hosts that run ranks")
+    if len(set(excluded)) != len(excluded):
+        raise InputError("excluded_hosts", list(excluded), "must not repeat a host")
     cvd = None
     if cuda_visible_devices is not None:
         cvd = tuple(tuple(perm) for perm in cuda_visible_devices)
@@ -139,10 +151,17 @@ def check_inputs(model: ModelSpec, plan: ParallelPlan, *, nodes: Any, gpus_per_n
                              "surrogates")
     return LaunchInputs(model=model, plan=plan, nodes=nodes, gpus_per_node=gpus,
                         master_addr=addr, master_port=port, hosts=host_t,
-                        cuda_visible_devices=cvd, data_path=data,
+                        excluded_hosts=excluded, cuda_visible_devices=cvd, data_path=data,
                         tokenizer_model=tokenizer_model, extra_args=extra,
                         training=(training or TrainingArgs()).checked(),
                         summary=dict(summary or {}))
+
+
+def is_loopback(addr: str) -> bool:
+    """Whether ``addr`` reaches only this machine (:data:`LOOPBACK_PATTERN`, any case)."""
+    a = addr.lower()
+    return (a in ("localhost", "::1", "[::1]", "0:0:0:0:0:0:0:1", "0.0.0.0")
+            or a.startswith(("localhost.", "127.")))
 
 
 def check_word(field: str, value: Any) -> str:
@@ -213,6 +232,8 @@ def header(inp: LaunchInputs, title: str, usage: Sequence[str]) -> list[str]:
     if inp.hosts:
         lines.append("# node_rank -> host: " + " ".join(
             f"{r}={h}" for r, h in enumerate(inp.hosts)))
+    if inp.excluded_hosts:
+        lines.append("# excluded hosts: " + " ".join(inp.excluded_hosts))
     if inp.cuda_visible_devices:
         lines.append("# node_rank -> CUDA_VISIBLE_DEVICES: " + " ".join(
             f"{r}=" + ",".join(map(str, perm)) for r, perm in enumerate(inp.cuda_visible_devices)))
@@ -324,15 +345,20 @@ def megatron_array(inp: LaunchInputs, name: str = "MEGATRON_ARGS") -> list[str]:
 def host_lookup(inp: LaunchInputs, indent: str = "") -> list[str]:
     """Bash setting an empty NODE_RANK from ``hostname`` via the placement table.
 
-    A host matches by its full name or by its short name followed by a domain. Uses only
-    checked host names and integers (no single quote), so it can sit inside a single-quoted
-    ``bash -c`` body. Empty when no hosts are given.
+    A host matches by its full name or by its short name followed by a domain; an excluded
+    host and any other host stop the script (exit 2). Uses only checked host names and
+    integers (no single quote), so it can sit inside a single-quoted ``bash -c`` body. Empty
+    when no hosts are given.
     """
     if not inp.hosts:
         return []
     out = [f'{indent}if [[ -z "$NODE_RANK" ]]; then',
            f'{indent}    case "$(hostname)" in']
     out += [f"{indent}        {h}|{h}.*) NODE_RANK={r} ;;" for r, h in enumerate(inp.hosts)]
+    if inp.excluded_hosts:
+        out.append(f"{indent}        " + "|".join(f"{h}|{h}.*" for h in inp.excluded_hosts)
+                   + ') echo "error: host $(hostname) is excluded by the placement; run on '
+                   f'{" ".join(inp.hosts)}" >&2; exit 2 ;;')
     out += [f'{indent}        *) echo "error: host $(hostname) is not in the placement '
             f'({" ".join(inp.hosts)}); pass the node rank" >&2; exit 2 ;;',
             f"{indent}    esac",
@@ -380,7 +406,7 @@ def torchrun_array(inp: LaunchInputs, node_rank_expr: str = '"$NODE_RANK"') -> l
             ")"]
 
 
-__all__ = ["DEFAULT_MASTER_ADDR", "LaunchInputs", "check_inputs", "check_word",
+__all__ = ["DEFAULT_MASTER_ADDR", "LOOPBACK_PATTERN", "is_loopback", "LaunchInputs", "check_inputs", "check_word",
            "check_data_path", "header", "literal_codes", "literal_directive",
            "env_default",
            "quoted_array",

@@ -8,7 +8,8 @@ value is ever re-parsed by a shell. Without a host placement, node_rank is
 "$SLURM_JOB_NODELIST"`` (the node with SLURM_NODEID 0), taken from the whole list captured in
 a variable (``scontrol ... | head -n1`` would end scontrol with SIGPIPE on a long host list,
 and ``set -o pipefail`` would stop the job with status 141 before torchrun starts). With a
-placement, the job asks for exactly those hosts (``--nodelist``), node_rank comes from the
+placement, the job asks for exactly those hosts (``--nodelist``) and never the hosts the
+placement left out (``--exclude``), node_rank comes from the
 host → node_rank table, and the master is the placement's node_rank 0, because SLURM numbers
 nodes in its own order, not the placement's.
 """
@@ -31,6 +32,7 @@ def render_slurm_script(model: ModelSpec, plan: ParallelPlan, *, nodes: int,
                         gpus_per_node: int, master_addr: str = DEFAULT_MASTER_ADDR,
                         master_port: int = 29500, hosts: Sequence[str] | None = None,
                         cuda_visible_devices: Sequence[Sequence[int]] | None = None,
+                        excluded_hosts: Sequence[str] = (),
                         data_path: str | Sequence[str] | None = None,
                         tokenizer_model: str | None = None,
                         extra_args: Sequence[str] = (), training: TrainingArgs | None = None,
@@ -47,7 +49,8 @@ def render_slurm_script(model: ModelSpec, plan: ParallelPlan, *, nodes: int,
     """
     inp = check_inputs(model, plan, nodes=nodes, gpus_per_node=gpus_per_node,
                        master_addr=master_addr, master_port=master_port, hosts=hosts,
-                       cuda_visible_devices=cuda_visible_devices, data_path=data_path,
+                       cuda_visible_devices=cuda_visible_devices,
+                       excluded_hosts=excluded_hosts, data_path=data_path,
                        tokenizer_model=tokenizer_model, extra_args=extra_args,
                        training=training, summary=summary)
     name = re.sub(r"[^A-Za-z0-9._-]+", "-", job_name or f"megatron-{model.name}").strip("-")
@@ -96,6 +99,8 @@ def _render(inp: LaunchInputs, job_name: str) -> list[str]:
               "#SBATCH --exclusive"]
     if inp.hosts:
         sbatch.append(f"#SBATCH --nodelist={','.join(inp.hosts)}")
+    if inp.excluded_hosts:
+        sbatch.append(f"#SBATCH --exclude={','.join(inp.excluded_hosts)}")
     usage = ["Submit: MEGATRON_LM_DIR=/path/to/Megatron-LM sbatch launch_slurm.sbatch "
              "[extra pretrain_gpt.py flags...]",
              "node_rank: " + ("from hostname via the placement above." if inp.hosts

@@ -15,16 +15,17 @@ from typing import Any, Mapping, Sequence
 from configurator.core.model import ModelSpec
 from configurator.core.plan import ParallelPlan
 from launchers.megatron_flags import TrainingArgs
-from launchers.script_parts import (DEFAULT_MASTER_ADDR, LaunchInputs, check_inputs,
-                                    data_block, env_default, environment_block, header,
-                                    megatron_array, megatron_dir_check, node_rank_check,
-                                    host_lookup, device_pinning, torchrun_array)
+from launchers.script_parts import (DEFAULT_MASTER_ADDR, LOOPBACK_PATTERN, LaunchInputs,
+                                    check_inputs, data_block, device_pinning, env_default,
+                                    environment_block, header, host_lookup, megatron_array,
+                                    megatron_dir_check, node_rank_check, torchrun_array)
 
 
 def render_torchrun_script(model: ModelSpec, plan: ParallelPlan, *, nodes: int,
                            gpus_per_node: int, master_addr: str = DEFAULT_MASTER_ADDR,
                            master_port: int = 29500, hosts: Sequence[str] | None = None,
                            cuda_visible_devices: Sequence[Sequence[int]] | None = None,
+                           excluded_hosts: Sequence[str] = (),
                            data_path: str | Sequence[str] | None = None,
                            tokenizer_model: str | None = None,
                            extra_args: Sequence[str] = (),
@@ -32,10 +33,15 @@ def render_torchrun_script(model: ModelSpec, plan: ParallelPlan, *, nodes: int,
                            summary: Mapping[str, Any] | None = None) -> str:
     """Return the text of ``launch_torchrun.sh`` for ``plan`` on ``nodes × gpus_per_node``.
 
-    ``master_addr``: an address (overridable by ``$MASTER_ADDR``); the default takes
-    ``$MASTER_ADDR``, else ``hosts[0]`` (node_rank 0), else ``localhost``. ``hosts``: host
-    names in node_rank order. ``cuda_visible_devices``: per node_rank, the physical GPU
-    indices (PCI bus order) for local ranks 0..G-1; none leaves CUDA_VISIBLE_DEVICES alone.
+    ``master_addr``: an address (overridable by ``$MASTER_ADDR``; on several nodes not a
+    loopback address); the default takes ``$MASTER_ADDR``, else ``hosts[0]`` (node_rank 0),
+    else, on one node, ``localhost``; on several nodes without hosts the script refuses to
+    start (exit 2) unless ``$MASTER_ADDR`` is set to an address other than
+    localhost/127.x/::1. ``hosts``: host names in node_rank order (the script looks its
+    node_rank up from ``hostname``). ``cuda_visible_devices``: per node_rank, the physical
+    GPU indices (PCI bus order) for local ranks 0..G-1; none leaves CUDA_VISIBLE_DEVICES
+    alone. ``excluded_hosts``: hosts the placement leaves out (the script refuses to run on
+    them; SLURM excludes them).
     ``data_path``/``tokenizer_model``: real data (else mock data): one path or the words of
     a blend (``["0.3", "/a", "0.7", "/b"]``), and the tokenizer it requires. ``extra_args``:
     appended to the Megatron flags (argparse keeps the last of a repeated flag). ``summary``: figures
@@ -47,16 +53,48 @@ def render_torchrun_script(model: ModelSpec, plan: ParallelPlan, *, nodes: int,
     """
     inp = check_inputs(model, plan, nodes=nodes, gpus_per_node=gpus_per_node,
                        master_addr=master_addr, master_port=master_port, hosts=hosts,
-                       cuda_visible_devices=cuda_visible_devices, data_path=data_path,
+                       cuda_visible_devices=cuda_visible_devices,
+                       excluded_hosts=excluded_hosts, data_path=data_path,
                        tokenizer_model=tokenizer_model, extra_args=extra_args,
                        training=training, summary=summary)
     return "\n".join(_render(inp)) + "\n"
 
 
 def _master_addr_default(inp: LaunchInputs) -> str:
+    """The given address, else node_rank 0's host, else (one node only) localhost."""
     if inp.master_addr is not None:
         return inp.master_addr
     return inp.hosts[0] if inp.hosts else "localhost"
+
+
+def _master_addr_lines(inp: LaunchInputs) -> list[str]:
+    """``MASTER_ADDR``: the environment's, else the default (:func:`_master_addr_default`).
+
+    On several nodes without a placement there is no default: the script stops (exit 2)
+    unless ``$MASTER_ADDR`` is set, and, whatever its source, unless it is an address other
+    than localhost/127.x/::1 (:data:`LOOPBACK_PATTERN`), which would leave every other node
+    waiting for a master on itself. With a placement the environment's address is used as
+    given (stand-in hosts on one machine use 127.0.0.1).
+    """
+    if inp.nodes == 1 or inp.hosts:
+        return [env_default("MASTER_ADDR", _master_addr_default(inp))]
+    if inp.master_addr is not None:
+        lines = [env_default("MASTER_ADDR", inp.master_addr)]
+    else:
+        lines = ['MASTER_ADDR="${MASTER_ADDR:-}"',
+                 'if [[ -z "$MASTER_ADDR" ]]; then',
+                 f'    echo "error: a {inp.nodes}-node run needs MASTER_ADDR, the address of '
+                 'node_rank 0 that every node reaches (this script has no host placement to '
+                 'take it from); it is not set" >&2',
+                 "    exit 2",
+                 "fi"]
+    return lines + ['case "${MASTER_ADDR,,}" in',
+                    f"    {LOOPBACK_PATTERN})",
+                    f'        echo "error: a {inp.nodes}-node run needs MASTER_ADDR, the '
+                    'address of node_rank 0 that every node reaches, not $MASTER_ADDR (this '
+                    'machine only)" >&2',
+                    "        exit 2 ;;",
+                    "esac"]
 
 
 def _render(inp: LaunchInputs) -> list[str]:
@@ -70,15 +108,18 @@ def _render(inp: LaunchInputs) -> list[str]:
         "Usage on every node: MEGATRON_LM_DIR=/path/to/Megatron-LM bash launch_torchrun.sh "
         "[NODE_RANK] [extra pretrain_gpt.py flags...]",
         rank_help,
-        "Environment: MASTER_ADDR, MASTER_PORT" + (", DATA_PATH, TOKENIZER_TYPE, "
-                                                    "TOKENIZER_MODEL" if inp.data_path else ""),
+        "Environment: MASTER_ADDR" + (" (required: node_rank 0's address)"
+                                      if inp.nodes > 1 and not inp.hosts
+                                      and inp.master_addr is None else "")
+        + ", MASTER_PORT" + (", DATA_PATH, TOKENIZER_TYPE, TOKENIZER_MODEL" if inp.data_path
+                             else ""),
     ]
     lines = header(inp, "torchrun launch", usage)
     lines += ["set -euo pipefail", ""]
     lines += environment_block() + [""]
     lines += megatron_dir_check() + [""]
-    lines += [env_default("MASTER_ADDR", _master_addr_default(inp)),
-              env_default("MASTER_PORT", str(inp.master_port)), ""]
+    lines += _master_addr_lines(inp)
+    lines += [env_default("MASTER_PORT", str(inp.master_port)), ""]
     lines += ['NODE_RANK="${NODE_RANK:-}"',
               'if [[ $# -gt 0 && "$1" != -* ]]; then',
               '    NODE_RANK="$1"',

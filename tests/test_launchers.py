@@ -86,6 +86,13 @@ def test_header_summary_is_comment_only(tmp_path):
     ({"data_path": ["nan", "/a"], "tokenizer_model": "t"}, "data_path"),
     ({"data_path": "/a", "tokenizer_model": "t\nx"}, "tokenizer_model"),
     ({"master_addr": "a b"}, "master_addr"),
+    ({"master_addr": "localhost"}, "master_addr"),       # 2 nodes: never a loopback default
+    ({"master_addr": "127.0.1.1"}, "master_addr"),
+    ({"master_addr": "LOCALHOST"}, "master_addr"),
+    ({"excluded_hosts": ["c d"]}, "excluded_hosts"),
+    ({"excluded_hosts": ["-c"]}, "excluded_hosts"),
+    ({"excluded_hosts": ["c", "c"]}, "excluded_hosts"),
+    ({"hosts": ["a", "b"], "excluded_hosts": ["b"]}, "excluded_hosts"),
     ({"extra_args": ["a\0b"]}, "extra_args"),
 ])
 def test_bad_inputs_raise_input_error(kw, field):
@@ -193,16 +200,27 @@ def test_fake_torchrun_two_nodes(fake):
 
 def test_fake_torchrun_rank_sources_and_errors(fake):
     text = render_torchrun_script(SMALL, SMALL_PLAN, nodes=2, gpus_per_node=4)
-    res = fake.run(text, NODE_RANK="1")                      # from the environment
+    res = fake.run(text, NODE_RANK="1", MASTER_ADDR="10.0.0.7")   # from the environment
     assert res.returncode == 0, res.stderr
-    check_torchrun_argv(fake.argv(1), nodes=2, gpus=4, rank=1, addr="localhost", port=29500,
+    check_torchrun_argv(fake.argv(1), nodes=2, gpus=4, rank=1, addr="10.0.0.7", port=29500,
                         mdir=fake.megatron_dir)
-    res = fake.run(text, ["0", "--train-iters", "5"])        # trailing flags pass through
+    res = fake.run(text, ["0", "--train-iters", "5"], MASTER_ADDR="node-0")   # flags pass
     assert res.returncode == 0, res.stderr
     assert fake.argv(0)[-2:] == ["--train-iters", "5"]
-    for args, env, msg in (([], {}, "pass the node rank"),
-                           (["2"], {}, "node rank must be an integer in 0..1"),
-                           (["x1"], {}, "node rank must be an integer"),
+    # several nodes, no placement: never localhost, the environment must say
+    for addr in ({"MASTER_ADDR": ""}, {"MASTER_ADDR": "localhost"},
+                 {"MASTER_ADDR": "127.0.1.1"}):
+        res = fake.run(text, ["0"], **addr)
+        assert res.returncode == 2 and "needs MASTER_ADDR" in res.stderr, res.stderr
+    one = render_torchrun_script(SMALL, SMALL_PLAN.__class__(
+        **{**SMALL_PLAN.__dict__, "dp": SMALL_PLAN.dp // 2}), nodes=1, gpus_per_node=4)
+    res = fake.run(one, [], MASTER_ADDR="")                  # one node: localhost is right
+    assert res.returncode == 0, res.stderr
+    check_torchrun_argv(fake.argv(0), nodes=1, gpus=4, rank=0, addr="localhost", port=29500,
+                        mdir=fake.megatron_dir)
+    for args, env, msg in (([], {"MASTER_ADDR": "n0"}, "pass the node rank"),
+                           (["2"], {"MASTER_ADDR": "n0"}, "node rank must be an integer in 0..1"),
+                           (["x1"], {"MASTER_ADDR": "n0"}, "node rank must be an integer"),
                            (["0"], {"MEGATRON_LM_DIR": ""}, "MEGATRON_LM_DIR is not set"),
                            (["0"], {"MEGATRON_LM_DIR": str(fake.dir)}, "pretrain_gpt.py not "
                                                                         "found")):
@@ -220,10 +238,53 @@ def test_fake_torchrun_host_table_and_device_pinning(fake):
         check_torchrun_argv(fake.argv(rank), nodes=2, gpus=4, rank=rank, addr="gpu-b",
                             port=29500, mdir=fake.megatron_dir)
         assert fake.env(rank)["CUDA_VISIBLE_DEVICES"] == devices
+        assert fake.env(rank)["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
     res = fake.run(text, FAKE_HOSTNAME="gpu-c")
     assert res.returncode == 2 and "not in the placement" in res.stderr
     res = fake.run(text, ["1"], FAKE_HOSTNAME="gpu-c")        # explicit rank wins
     assert res.returncode == 0 and fake.env(1)["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
+
+
+def test_fake_torchrun_placement_excluded_hosts_and_master(fake):
+    """With a placement: the header lists it, an excluded host is refused by name, the
+    master defaults to node_rank 0's host and the environment's address is used as given
+    (stand-in hosts on one machine use 127.0.0.1)."""
+    text = render_torchrun_script(SMALL, SMALL_PLAN, nodes=2, gpus_per_node=4,
+                                  hosts=["gpu-b", "gpu-a"], excluded_hosts=["gpu-c", "gpu-d"],
+                                  cuda_visible_devices=[[3, 1, 2, 0], [0, 1, 2, 3]])
+    assert "# node_rank -> host: 0=gpu-b 1=gpu-a\n# excluded hosts: gpu-c gpu-d\n" in text
+    for host in ("gpu-d", "gpu-c.cluster.local"):
+        res = fake.run(text, FAKE_HOSTNAME=host)
+        assert res.returncode == 2 and f"host {host} is excluded by the placement" in \
+            res.stderr, res.stderr
+        assert not fake.ranks()
+    res = fake.run(text, FAKE_HOSTNAME="gpu-a", MASTER_ADDR="127.0.0.1")
+    assert res.returncode == 0 and res.stderr == "", res.stderr
+    check_torchrun_argv(fake.argv(1), nodes=2, gpus=4, rank=1, addr="127.0.0.1", port=29500,
+                        mdir=fake.megatron_dir)
+
+
+def test_fake_torchrun_multi_node_master_addr(fake):
+    """Several nodes, no placement: a given address is the default (the environment may
+    replace it, but not by a loopback address); without one the environment must say."""
+    text = render_torchrun_script(SMALL, SMALL_PLAN, nodes=2, gpus_per_node=4,
+                                  master_addr="node-0.lab")
+    res = fake.run(text, ["1"])
+    assert res.returncode == 0 and res.stderr == "", res.stderr
+    check_torchrun_argv(fake.argv(1), nodes=2, gpus=4, rank=1, addr="node-0.lab", port=29500,
+                        mdir=fake.megatron_dir)
+    for addr in ("127.0.0.1", "localhost", "Localhost", "0.0.0.0", "[::1]"):
+        res = fake.run(text, ["1"], MASTER_ADDR=addr)
+        assert res.returncode == 2 and f"not {addr} (this machine only)" in res.stderr, \
+            (addr, res.stderr)
+    text = render_torchrun_script(SMALL, SMALL_PLAN, nodes=2, gpus_per_node=4)
+    assert "# Environment: MASTER_ADDR (required: node_rank 0's address)" in text
+    res = fake.run(text, ["1"], MASTER_ADDR="10.1.2.3")
+    assert res.returncode == 0 and fake.argv(1)[fake.argv(1).index("--master-addr") + 1] \
+        == "10.1.2.3"
+    res = fake.run(text, ["1"])
+    assert res.returncode == 2 and "needs MASTER_ADDR" in res.stderr and "not set" in \
+        res.stderr
 
 
 def test_fake_torchrun_quotes_data_path(fake):
@@ -232,14 +293,14 @@ def test_fake_torchrun_quotes_data_path(fake):
     text = render_torchrun_script(SMALL, SMALL_PLAN, nodes=2, gpus_per_node=4, data_path=data,
                                   tokenizer_model=tok, extra_args=["--note", "a b; $(id)"])
     assert shlex.quote(data) in text
-    res = fake.run(text, ["0"])
+    res = fake.run(text, ["0"], MASTER_ADDR="n0")
     assert res.returncode == 0, res.stderr
     a = fake.argv(0)
     assert a[a.index("--data-path") + 1] == data
     assert a[a.index("--tokenizer-model") + 1] == tok
     assert a[a.index("--tokenizer-type") + 1] == "HuggingFaceTokenizer"
     assert a[-2:] == ["--note", "a b; $(id)"] and "--mock-data" not in a
-    res = fake.run(text, ["0"], DATA_PATH="/other")           # environment overrides
+    res = fake.run(text, ["0"], DATA_PATH="/other", MASTER_ADDR="n0")   # env overrides
     assert fake.argv(0)[fake.argv(0).index("--data-path") + 1] == "/other"
 
 
@@ -269,7 +330,7 @@ def test_fake_runs_pass_blended_hostile_data_paths(fake):
                                            "FAKE_NODES": "n0 n1"}, ["0", "1"])):
             text = render(SMALL, SMALL_PLAN, nodes=2, gpus_per_node=4, data_path=data,
                           tokenizer_model=tok)
-            res = fake.run(text, args, **env)
+            res = fake.run(text, args, **{"MASTER_ADDR": "n0", **env})
             assert res.returncode == 0 and res.stderr == "", res.stderr
             for rank in ranks:
                 a = fake.argv(rank)
@@ -283,7 +344,7 @@ def test_fake_runs_pass_blended_hostile_data_paths(fake):
 def test_data_path_from_the_environment_is_one_word(fake):
     text = render_torchrun_script(SMALL, SMALL_PLAN, nodes=2, gpus_per_node=4,
                                   data_path=["0.5", "/a", "0.5", "/b"], tokenizer_model="t")
-    res = fake.run(text, ["0"], DATA_PATH="/other path/$(x)")
+    res = fake.run(text, ["0"], DATA_PATH="/other path/$(x)", MASTER_ADDR="n0")
     assert res.returncode == 0, res.stderr
     a = fake.argv(0)
     assert a[a.index("--data-path") + 1:a.index("--split")] == ["/other path/$(x)"]
@@ -298,7 +359,7 @@ def test_cli_launch_data_path_words_and_tokenizer_required(tmp_path, fake):
     code, err = _cli(["launch", "--plan", plan, "--out", str(tmp_path / "o"),
                       "--data-path", "0.3", "/a b", "0.7", "/c;d", "--tokenizer-model", "t"])
     assert code == 0, err
-    res = fake.run((tmp_path / "o" / TORCHRUN_FILE).read_text(), ["0"])
+    res = fake.run((tmp_path / "o" / TORCHRUN_FILE).read_text(), ["0"], MASTER_ADDR="n0")
     assert res.returncode == 0, res.stderr
     a = fake.argv(0)
     assert a[a.index("--data-path") + 1:a.index("--split")] == ["0.3", "/a b", "0.7", "/c;d"]
@@ -417,6 +478,48 @@ def test_fake_slurm_host_placement(fake):
                             port=29500, mdir=fake.megatron_dir)
         env = fake.env(rank)
         assert env["CUDA_VISIBLE_DEVICES"] == devices and env["SLURM_NODEID"] == str(1 - rank)
+        assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert "#SBATCH --exclude" not in text
+    text = render_slurm_script(SMALL, SMALL_PLAN, nodes=2, gpus_per_node=4, hosts=hosts,
+                               excluded_hosts=["nodeZ", "nodeW"])
+    assert "#SBATCH --nodelist=nodeY,nodeX\n#SBATCH --exclude=nodeZ,nodeW\n" in text
+    res = fake.run(text, SLURM_JOB_NODELIST="nodeX,nodeY", FAKE_NODES="nodeX nodeY")
+    assert res.returncode == 0 and res.stderr == "", res.stderr
+    res = fake.run(text, SLURM_JOB_NODELIST="nodeX,nodeZ", FAKE_NODES="nodeX nodeZ")
+    assert res.returncode == 2 and "nodeZ is excluded by the placement" in res.stderr
+    text = render_slurm_script(SMALL, SMALL_PLAN, nodes=2, gpus_per_node=4,
+                               excluded_hosts=["bad-node"])     # without a host table
+    assert "#SBATCH --exclude=bad-node\n" in text and "--nodelist" not in text
+
+
+def test_write_launch_files_with_a_placement(tmp_path):
+    """``placement=`` (a plan.json placement object or a PlacementRecord) stands for hosts,
+    cuda_visible_devices and excluded_hosts; it is checked against the node shape."""
+    from configurator.core.document import PlacementRecord, placement_record, read_placement
+    from launchers import launch_files, placement_kwargs
+
+    rec = placement_record(["gpu-b", "gpu-a"], [[3, 1, 2, 0], [0, 1, 2, 3]], ["gpu-c"],
+                           "optimized", iteration_time_s=1.0)
+    kw = dict(nodes=2, gpus_per_node=4)
+    want = launch_files(SMALL, SMALL_PLAN, hosts=["gpu-b", "gpu-a"], excluded_hosts=["gpu-c"],
+                        cuda_visible_devices=[[3, 1, 2, 0], [0, 1, 2, 3]], **kw)
+    assert launch_files(SMALL, SMALL_PLAN, placement=rec, **kw) == want
+    assert launch_files(SMALL, SMALL_PLAN, placement=read_placement(rec), **kw) == want
+    assert isinstance(read_placement(rec), PlacementRecord)
+    assert placement_kwargs(None) == {}
+    paths = write_launch_files(str(tmp_path / "o"), SMALL, SMALL_PLAN, placement=rec, **kw)
+    assert "#SBATCH --exclude=gpu-c" in Path(paths["slurm"]).read_text()
+    with pytest.raises(InputError) as err:
+        launch_files(SMALL, SMALL_PLAN, placement=rec, hosts=["x", "y"], **kw)
+    assert err.value.field == "placement"
+    with pytest.raises(InputError) as err:                  # a 2-node placement on 1 node
+        launch_files(SMALL, SMALL_PLAN.__class__(**{**SMALL_PLAN.__dict__, "dp": 1}),
+                     placement=rec, nodes=1, gpus_per_node=4)
+    assert err.value.field == "placement.hosts"
+    with pytest.raises(InputError) as err:                  # 4 GPUs listed, 8 per node
+        launch_files(SMALL, SMALL_PLAN.__class__(**{**SMALL_PLAN.__dict__, "dp": 4}),
+                     placement=rec, nodes=2, gpus_per_node=8)
+    assert err.value.field == "placement.gpu_order[0]"
 
 
 # ------------------------------------------------------------------------- files ----------
@@ -569,7 +672,7 @@ def test_link_made_after_the_check_is_not_followed(tmp_path, monkeypatch, force)
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck not installed")
 def test_shellcheck_clean(tmp_path):
     kw = {"hosts": ["n1", "n2"], "cuda_visible_devices": [[1, 0, 3, 2], [0, 1, 2, 3]],
-          "data_path": "/data/a b/$x", "tokenizer_model": "gpt2", "extra_args": ["--x", "a,b"]}
+          "excluded_hosts": ["n3", "n4"], "data_path": "/data/a b/$x", "tokenizer_model": "gpt2", "extra_args": ["--x", "a,b"]}
     blend = {"data_path": ["0.3", "/a b/$x", "0.7", "/c`d`"], "tokenizer_model": "/t/$y"}
     evil = "$(touch PWNED)`touch PWNED`;'\"\\"
     hostile = {"data_path": ["1", "/a" + evil], "tokenizer_model": "/t" + evil,

@@ -141,7 +141,10 @@ def test_vectorised_rules_equal_scalar_check():
 @pytest.mark.parametrize("pp,vp,m", [(1, 1, 8), (4, 1, 8), (4, 2, 8), (8, 4, 64)])
 def test_schedule_closed_forms(pp, vp, m):
     assert float(bubble_stage_times(pp, vp)) == pytest.approx((pp - 1) / vp)
-    assert float(p2p_transfers(pp, vp, m)) == (0 if pp == 1 else 2 * (m * vp + pp - 1))
+    # 1F1B: every send of the bottleneck end stage plus fill and drain; interleaved: only
+    # the first microbatch's round trip (steady-state sends overlap compute)
+    expected = 0 if pp == 1 else (m + 2 * (pp - 1) if vp == 1 else 2 * (pp * vp - 1))
+    assert float(p2p_transfers(pp, vp, m)) == expected
 
 
 @pytest.mark.parametrize("tp,cp,dp,pp", [(2, 2, 2, 2), (8, 1, 4, 2), (1, 4, 2, 3),
@@ -220,6 +223,158 @@ def test_launch_rejects_edited_documents_naming_the_field(tmp_path, edit, needle
     res = run_cli("launch", "--plan", tmp_path / "edited.json", "--out", tmp_path / "x")
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
     assert needle in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
+# -- placement in the plan document -------------------------------------------------------
+
+def _placed_doc(**placement_args):
+    """A plan.json of SMALL_PLAN (tp2 pp2 dp2) on 2 nodes x 4 GPUs with a placement."""
+    from configurator.core.document import placement_record, plan_document
+    from tests.megatron_argv import SMALL as SMALL4, SMALL_PLAN
+
+    args = dict(hosts=["cn-2", "cn-1"], gpu_order=[[3, 1, 2, 0], [0, 1, 2, 3]],
+                excluded_hosts=["cn-3"], method="optimized", iteration_time_s=1.25,
+                default_iteration_time_s=1.5, random_median_iteration_time_s=1.75)
+    args.update(placement_args)
+    estimate = {"iteration_time_s": 1.25, "model_tflops_per_gpu": 10.0, "mfu": 0.1,
+                "peak_memory_bytes": 2**30}
+    return json.loads(json.dumps(plan_document(
+        model=SMALL4, cluster={"name": "c", "gpu": "h100-80gb", "gpus_per_node": 4,
+                               "nodes": 2, "num_gpus": 8},
+        plan=SMALL_PLAN, estimate=estimate, placement=placement_record(**args))))
+
+
+def test_plan_document_placement_round_trip():
+    from configurator.core.document import PlacementRecord
+
+    doc = _placed_doc()
+    assert doc["schema_version"] == SCHEMA_VERSION == 1
+    assert doc["placement"] == {"hosts": ["cn-2", "cn-1"],
+                                "gpu_order": [[3, 1, 2, 0], [0, 1, 2, 3]],
+                                "excluded_hosts": ["cn-3"], "iteration_time_s": 1.25,
+                                "default_iteration_time_s": 1.5,
+                                "random_median_iteration_time_s": 1.75,
+                                "method": "optimized"}
+    pl = read_plan_document(doc).placement
+    assert pl == PlacementRecord(hosts=("cn-2", "cn-1"),
+                                 gpu_order=((3, 1, 2, 0), (0, 1, 2, 3)),
+                                 excluded_hosts=("cn-3",), iteration_time_s=1.25,
+                                 default_iteration_time_s=1.5,
+                                 random_median_iteration_time_s=1.75, method="optimized")
+    assert [pl.rank_location(r) for r in (0, 3, 4, 5)] == [("cn-2", 3), ("cn-2", 0),
+                                                           ("cn-1", 0), ("cn-1", 1)]
+    assert pl.describe() == ("optimized, 2 hosts, excluded cn-3; predicted 1.250 s per "
+                             "iteration (default placement 1.500 s, random median 1.750 s)")
+    minimal = dict(doc, placement={"hosts": ["a", "b"], "gpu_order": [[0, 1, 2, 3]] * 2})
+    pl = read_plan_document(minimal).placement
+    assert (pl.excluded_hosts, pl.method, pl.iteration_time_s) == ((), "default", None)
+    assert pl.describe() == "default, 2 hosts, no host excluded"
+    for absent in (dict(doc, placement=None), {k: v for k, v in doc.items() if k != "placement"}):
+        assert read_plan_document(absent).placement is None
+
+
+def _set(path, value):
+    def edit(d):
+        obj = d["placement"]
+        for k in path[:-1]:
+            obj = obj[k]
+        obj[path[-1]] = value
+    return edit
+
+
+@pytest.mark.parametrize("edit,needle", [
+    (_set(["hosts", 1], "cn-2"), "plan.placement.hosts[1]='cn-2': repeats"),
+    (_set(["hosts", 0], "a b"), "plan.placement.hosts[0]='a b': must be a host name"),
+    (_set(["hosts", 0], "$(touch x)"), "plan.placement.hosts[0]="),
+    (_set(["hosts", 0], "-n"), "plan.placement.hosts[0]='-n'"),
+    (_set(["hosts", 0], "a\nb"), "plan.placement.hosts[0]="),
+    (_set(["hosts", 0], 7), "plan.placement.hosts[0]=7"),
+    (_set(["hosts"], ["cn-1"]), "must name exactly nodes=2 hosts"),
+    (_set(["hosts"], "cn-1,cn-2"), "plan.placement.hosts='cn-1,cn-2': must be a list"),
+    (_set(["gpu_order", 1], [0, 1, 2, 2]), "plan.placement.gpu_order[1]=[0, 1, 2, 2]: must be "
+                                          "a permutation of 0..3"),
+    (_set(["gpu_order", 1], [1, 2, 3, 4]), "plan.placement.gpu_order[1]"),
+    (_set(["gpu_order", 0], [0, 1]), "plan.placement.gpu_order[0]=[0, 1]"),
+    (_set(["gpu_order", 0, 1], True), "plan.placement.gpu_order[0][1]=True"),
+    (_set(["gpu_order", 0, 1], 1.0), "plan.placement.gpu_order[0][1]=1.0"),
+    (_set(["gpu_order"], [[0, 1, 2, 3]]), "plan.placement.gpu_order"),
+    (_set(["excluded_hosts"], ["cn-1"]), "plan.placement.excluded_hosts[0]='cn-1': is "
+                                         "hosts[1]"),
+    (_set(["excluded_hosts"], ["x", "x"]), "plan.placement.excluded_hosts[1]='x': repeats"),
+    (_set(["excluded_hosts", 0], "x;y"), "plan.placement.excluded_hosts[0]='x;y'"),
+    (_set(["iteration_time_s"], -1), "plan.placement.iteration_time_s=-1: must be a finite"),
+    (_set(["default_iteration_time_s"], "fast"), "plan.placement.default_iteration_time_s"),
+    (_set(["random_median_iteration_time_s"], True),
+     "plan.placement.random_median_iteration_time_s=True"),
+    (_set(["method"], "best"), "plan.placement.method='best': must be one of default, "
+                               "optimized, file"),
+    (_set(["speedup"], 2), "plan.placement.speedup=2: unknown key"),
+    (lambda d: d["placement"].pop("gpu_order"), "plan.placement.gpu_order=None: missing"),
+    (lambda d: d.update(placement=["cn-1", "cn-2"]), "plan.placement='list': must be a mapping"),
+])
+def test_placement_errors_name_the_field(edit, needle):
+    doc = _placed_doc()
+    edit(doc)
+    with pytest.raises(InputError) as err:
+        read_plan_document(doc)
+    assert needle in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
+def test_placement_nan_figure_and_builders_refuse_bad_input():
+    from configurator.core.document import placement_record, plan_document
+    from tests.megatron_argv import SMALL as SMALL4, SMALL_PLAN
+
+    doc = _placed_doc()
+    doc["placement"]["iteration_time_s"] = float("nan")
+    with pytest.raises(InputError, match=r"plan\.placement\.iteration_time_s=nan"):
+        read_plan_document(json.loads(json.dumps(doc)))
+    with pytest.raises(InputError, match=r"placement\.hosts\[1\]"):
+        placement_record(["a", "a"], [[0], [0]])
+    with pytest.raises(InputError, match=r"placement\.gpu_order"):
+        placement_record(["a", "b"], [[0, 1], [0]])
+    with pytest.raises(InputError, match=r"placement\.method"):
+        placement_record(["a"], [[0]], method="random")
+    record = placement_record(["a"], [[1, 0]])
+    with pytest.raises(InputError, match=r"placement\.hosts.*nodes=2"):   # 1 host, 2 nodes
+        plan_document(model=SMALL4, cluster={"nodes": 2, "gpus_per_node": 4}, plan=SMALL_PLAN,
+                      estimate={}, placement=record)
+
+
+def test_launch_enforces_and_reports_the_placement(tmp_path):
+    doc = _placed_doc()
+    (tmp_path / "plan.json").write_text(json.dumps(doc))
+    res = run_cli("launch", "--plan", tmp_path / "plan.json", "--out", tmp_path / "o",
+                  "--nodes", "2")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines()[-1] == (
+        "placement: optimized, 2 hosts, excluded cn-3; predicted 1.250 s per iteration "
+        "(default placement 1.500 s, random median 1.750 s)")
+    tr = (tmp_path / "o" / "launch_torchrun.sh").read_text()
+    sb = (tmp_path / "o" / "launch_slurm.sbatch").read_text()
+    assert "cn-2|cn-2.*) NODE_RANK=0 ;;" in tr and "0) export CUDA_VISIBLE_DEVICES=3,1,2,0" in tr
+    assert "MASTER_ADDR=${MASTER_ADDR:-cn-2}" in tr
+    assert "#SBATCH --nodelist=cn-2,cn-1\n#SBATCH --exclude=cn-3\n" in sb
+    res = run_cli("launch", "--plan", tmp_path / "plan.json", "--out", tmp_path / "o3",
+                  "--nodes", "3")
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert "made for 2 nodes" in res.stderr and "configurator search --nodes 3" in res.stderr
+    assert not (tmp_path / "o3").exists()
+    doc["placement"]["hosts"][1] = "cn-2"
+    (tmp_path / "bad.json").write_text(json.dumps(doc))
+    res = run_cli("launch", "--plan", tmp_path / "bad.json", "--out", tmp_path / "o2")
+    assert res.returncode == 2 and "plan.placement.hosts[1]='cn-2'" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and not (tmp_path / "o2").exists()
+    del doc["placement"]
+    (tmp_path / "plain.json").write_text(json.dumps(doc))
+    res = run_cli("launch", "--plan", tmp_path / "plain.json", "--out", tmp_path / "o4")
+    assert res.returncode == 0 and res.stdout.splitlines()[-1].startswith(
+        "placement: none recorded"), res.stdout
+
+
+def test_launch_help_documents_nodes():
+    res = run_cli("launch", "--help")
+    assert res.returncode == 0
+    assert "another plan" in res.stdout and "search --nodes" in res.stdout
 
 
 def test_version_flag():

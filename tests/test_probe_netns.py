@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -32,7 +33,13 @@ SIZE_MB = 25              # 0.5 s per message on a fast link, 2 s on the slow on
 SUBNET = "10.123.45"      # only inside the test's own namespaces
 IFACE = "cfg0"            # the host end of each veth (same name in every host namespace)
 PORT = 29400              # the namespaces are new and empty, so no port can clash
-TOLERANCE = 0.20
+# A shaped link is a hard cap: a reading above it (beyond timer noise) is a probe error. Below
+# it, a loaded 2-core machine running four torchrun agents and their workers reads 5-25 %
+# low (TCP/Ethernet headers alone cost 4.5 %); a wrong unit, direction or pairing is off by a
+# factor of 2 or more, so these bounds still catch every such bug.
+ABOVE_CAP = 0.05
+BELOW_CAP = 0.40
+SLOW_RATIO_TOLERANCE = 0.30   # median fast / median slow vs FAST_MBIT / SLOW_MBIT
 RUN_TIMEOUT_S = 150
 FAIL_GRACE_S = 20
 STALE_AFTER_S = 900
@@ -177,8 +184,12 @@ def test_probe_finds_the_shaped_link(cluster, tmp_path):
     assert set(sorted(measured, key=measured.get)[:2]) == slow, report
     for key, bw in measured.items():
         rate_Bps = (SLOW_MBIT if key in slow else FAST_MBIT) * 1e6 / 8
-        assert abs(bw / rate_Bps - 1) <= TOLERANCE, (key, bw, rate_Bps)
+        assert 1 - BELOW_CAP <= bw / rate_Bps <= 1 + ABOVE_CAP, (key, bw, rate_Bps, report)
         assert len(links[key].samples_Bps) == 3
+    fast_med = statistics.median(bw for k, bw in measured.items() if k not in slow)
+    slow_med = statistics.median(bw for k, bw in measured.items() if k in slow)
+    ratio = (fast_med / slow_med) / (FAST_MBIT / SLOW_MBIT)
+    assert abs(ratio - 1) <= SLOW_RATIO_TOLERANCE, (fast_med, slow_med, report)
 
     audit = pytest.importorskip("topology.audit")
     rep = audit.audit(topo)

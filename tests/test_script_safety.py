@@ -2,13 +2,14 @@
 that carry shell-injection payloads.
 
 Every field of a plan document (model name and sizes, plan fields, cluster name and GPU,
-estimate figures, tool fields, and extra keys) and every ``--data-path`` /
-``--tokenizer-model`` word gets each payload of :data:`PAYLOADS` in turn. Each case is either
+estimate figures, tool fields, the placement's hosts, GPU order, excluded hosts, figures and
+method, and extra keys) and every ``--data-path`` / ``--tokenizer-model`` word (of a plan with
+and without a placement) gets each payload of :data:`PAYLOADS` in turn. Each case is either
 
 (a) refused: exit code 2, exactly one line on stderr (no control character, escape or Unicode
     line separator), nothing written; or
 (b) rendered: the torchrun and SLURM scripts are then run with stand-in ``torchrun``,
-    ``srun`` and ``scontrol`` (and logging shims for ``touch``, ``id``, ``rm``, ``sh``…) in a
+    ``srun``, ``scontrol`` and ``hostname`` (and logging shims for ``touch``, ``id``, ``rm``, ``sh``…) in a
     fresh directory, and must exit 0 with empty stderr, create no file ``PWNED`` (every
     payload creates one if any part of it runs), call nothing but the stand-ins, and hand
     torchrun exactly the intended argv (:func:`launchers.megatron_flags.flag_argv` of the
@@ -37,11 +38,11 @@ from pathlib import Path
 
 import pytest
 
-from configurator.core.document import read_plan_document
+from configurator.core.document import placement_record, read_plan_document
 from launchers import SLURM_FILE, TORCHRUN_FILE
 from launchers.megatron_flags import (DATA_PATHS_VAR, DEFAULT_TOKENIZER_TYPE, flag_argv,
                                       megatron_flags)
-from tests.test_launchers import FAKE_SCONTROL, FAKE_SRUN, FAKE_TORCHRUN
+from tests.test_launchers import FAKE_HOSTNAME, FAKE_SCONTROL, FAKE_SRUN, FAKE_TORCHRUN
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -109,6 +110,7 @@ class Case:
     code: int | None = None
     stderr: str = ""
     out: Path | None = None
+    placed: bool = False                  # the plan document carries a placement
     runs: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
@@ -159,7 +161,7 @@ class Harness:
             d.mkdir()
         (self.mdir / "pretrain_gpt.py").write_text("")
         for name, text in (("torchrun", FAKE_TORCHRUN), ("srun", FAKE_SRUN),
-                           ("scontrol", FAKE_SCONTROL)):
+                           ("scontrol", FAKE_SCONTROL), ("hostname", FAKE_HOSTNAME)):
             (self.bin / name).write_text(_stand_in(name, text))
         for name in SHIMS:
             (self.bin / name).write_text(SHIM)
@@ -174,6 +176,12 @@ class Harness:
         self.model, self.plan = base.model, base.plan
         self.nodes, self.gpus = base.nodes, base.gpus_per_node
         assert self.nodes == 2
+        # node_rank 0 on n1 (not SLURM's first node), GPUs reversed on it, n2 left out
+        g = self.gpus
+        self.placed_doc = dict(self.doc, placement=placement_record(
+            ["n1", "n0"], [list(range(g))[::-1], list(range(g))], ["n2"], "optimized",
+            iteration_time_s=1.0, default_iteration_time_s=1.5,
+            random_median_iteration_time_s=2.0))
 
     def flags(self, data, tok) -> list[str]:
         groups = megatron_flags(self.model, self.plan, data_path=data)
@@ -196,9 +204,26 @@ class Harness:
             d = new_dir()
             (d / "plan.json").write_text(json.dumps(doc))
             out.append(Case(where, payload, ["launch", "--plan", str(d / "plan.json"),
-                                             "--out", str(d / "out")], out=d / "out"))
+                                             "--out", str(d / "out")], out=d / "out",
+                            placed="placement" in doc))
 
         for payload in PAYLOADS:
+            placement = self.placed_doc["placement"]
+            for path in _leaves(placement, ("placement",)):
+                doc = copy.deepcopy(self.placed_doc)
+                _get(doc, path[:-1])[path[-1]] = payload
+                plan_case(".".join(map(str, path)), doc, payload)
+            for key in ("hosts", "gpu_order", "excluded_hosts"):  # a whole list replaced
+                doc = copy.deepcopy(self.placed_doc)
+                doc["placement"][key] = payload
+                plan_case(f"placement.{key}", doc, payload)
+            doc = copy.deepcopy(self.placed_doc)                  # an unknown key
+            doc["placement"][payload] = "x"
+            plan_case("placement.<key>", doc, payload)
+            for host_list in ("hosts", "excluded_hosts"):  # an extra hostile host
+                doc = copy.deepcopy(self.placed_doc)
+                doc["placement"][host_list].append(payload)
+                plan_case(f"placement.{host_list}.<extra>", doc, payload)
             for path in _leaves(self.doc):
                 doc = copy.deepcopy(self.doc)
                 _get(doc, path[:-1])[path[-1]] = payload
@@ -217,6 +242,13 @@ class Harness:
                                 ["launch", "--plan", str(d / "plan.json"), "--out",
                                  str(d / "out"), "--data-path", *data, "--tokenizer-model",
                                  tok], data=data, tokenizer=tok, out=d / "out"))
+            d = new_dir()                          # data words with a placement too
+            (d / "plan.json").write_text(json.dumps(self.placed_doc))
+            out.append(Case("placed data_path", payload,
+                            ["launch", "--plan", str(d / "plan.json"), "--out", str(d / "out"),
+                             "--data-path", "0.5", payload, "0.5", "/b", "--tokenizer-model",
+                             payload], data=["0.5", payload, "0.5", "/b"], tokenizer=payload,
+                            out=d / "out", placed=True))
         return out
 
     def run(self, case: Case, script: str, args: list[str], extra_env: dict) -> None:
@@ -233,18 +265,23 @@ class Harness:
             return
         calls = (fake_out / "calls").read_text().splitlines()
         slurm = script == SLURM_FILE
-        want = ["scontrol", "srun", "torchrun", "torchrun"] if slurm else ["torchrun"]
+        if case.placed:       # node ranks from hostname; the master is node_rank 0's host
+            want = (["srun"] + ["hostname", "torchrun"] * 2 if slurm
+                    else ["hostname", "torchrun"])
+        else:
+            want = ["scontrol", "srun", "torchrun", "torchrun"] if slurm else ["torchrun"]
         if calls != want:
             case.problems.append(f"{script}: commands run {calls}, expected {want}")
         flags = self.flags(case.data, case.tokenizer)
         main = ["--nnodes", str(self.nodes), "--nproc-per-node", str(self.gpus)]
-        ranks = ["0", "1"] if slurm else ["0"]
+        ranks = ["0", "1"] if slurm else (["1"] if case.placed else ["0"])
+        master = "n1" if case.placed else "n0"
         for rank in ranks:
             if slurm:
-                want_argv = ["--node-rank", rank, *main, "--master-addr", "n0",
+                want_argv = ["--node-rank", rank, *main, "--master-addr", master,
                              "--master-port", "29500"]
             else:
-                want_argv = [*main, "--node-rank", rank, "--master-addr", "localhost",
+                want_argv = [*main, "--node-rank", rank, "--master-addr", master,
                              "--master-port", "29500"]
             want_argv += [f"{self.mdir}/pretrain_gpt.py", *flags]
             got_file = fake_out / f"argv.{rank}"
@@ -280,7 +317,10 @@ def outcome(tmp_path_factory):
 
     def run_both(group: list[Case]) -> None:
         case = group[0]
-        h.run(case, TORCHRUN_FILE, ["0"], {})
+        if case.placed:                  # this "node" is n0: node_rank 1 by the table
+            h.run(case, TORCHRUN_FILE, [], {"FAKE_HOSTNAME": "n0"})
+        else:
+            h.run(case, TORCHRUN_FILE, ["0"], {"MASTER_ADDR": "n0"})
         h.run(case, SLURM_FILE, [], {"SLURM_JOB_NODELIST": "n0,n1", "FAKE_NODES": "n0 n1"})
         for other in group[1:]:                  # byte-identical scripts, same data words
             other.problems = case.problems
@@ -311,6 +351,14 @@ def test_payload_cases_cover_every_field(outcome):
                  "data_path", "data_path blend", "tokenizer_model"):
         assert must in places
     assert len(cases) >= 2000
+    placement_leaves = {".".join(map(str, p))
+                        for p in _leaves(h.placed_doc["placement"], ("placement",))}
+    assert placement_leaves <= places and "placement.hosts.1" in places
+    assert "placement.gpu_order.0.0" in places and "placement.method" in places
+    # no payload is a host name, GPU index, figure or method: every one is refused
+    assert all(c.code == 2 for c in cases if c.where.startswith("placement"))
+    placed = [c for c in outcome["accepted"] if c.placed]
+    assert placed and all(c.where == "placed data_path" for c in placed)
     # both outcomes are exercised: printable names and data paths are accepted
     assert {c.where for c in outcome["accepted"]} >= {"model.name", "cluster.name",
                                                         "data_path", "data_path blend",

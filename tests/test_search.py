@@ -55,7 +55,11 @@ def test_vectorised_time_and_memory_equal_single_plan_estimates():
     rng = np.random.default_rng(0)
     for i in rng.choice(len(cand), 25, replace=False):
         e = evaluate_plan(SMALL, cluster, cand.plan(int(i)))
-        assert e.iteration_time_s == pytest.approx(times[i], rel=1e-9)
+        assert e.closed_form_iteration_time_s == pytest.approx(times[i], rel=1e-9)
+        # the simulated schedule the single-plan estimate reports: the closed form takes
+        # every stage as slow as the slowest, so it is an upper bound (to 1 %); on this
+        # small model (24 ms iterations) the end stages' extras weigh most
+        assert 0.85 * times[i] <= e.iteration_time_s <= 1.01 * times[i]
         assert e.peak_memory_bytes == pytest.approx(mem[i], rel=1e-9)
 
 

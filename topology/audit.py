@@ -29,15 +29,43 @@ the host's own GPU pairs (or its single-host collective), so no minimum applies.
 classes should cover every host pair: each uncovered pair is a missing link; failed runs the
 topology lists in ``missing`` are reported as well.
 
+Bimodal classes. A robust baseline assumes one mode; a class whose values fall into two
+well-separated groups (e.g. half the all-to-all pairs of the 17-node H100 sweep at 8 GPUs per
+node near 23.6 GB/s, the other half spread over 12–20 GB/s) has no single healthy figure, and
+a large scaled MAD there hides slow links. Every class (links and collectives alike) is split
+in two by the optimal 1-D two-means split of ``y = ln(bandwidth)`` (Fisher 1958 / Jenks
+natural breaks for two classes: the split point minimising the within-group sum of squares,
+exact by scanning the sorted values). With per-group medians ``m_lo < m_hi`` and scaled MADs
+``s_lo, s_hi`` of ``y`` (floored at ``bimodal_mad_floor``, 1 %), the class is *bimodal* when
+all of
+
+* each group holds ``≥ bimodal_min_share`` of the members (10 %) and
+  ``≥ bimodal_min_members`` (2): a handful of slow links is a slow-link finding, not a mode;
+* ``exp(m_hi − m_lo) ≥ bimodal_median_ratio`` (1.25): the modes differ in a way that matters;
+* Ashman's separation ``D = √2·(m_hi − m_lo) / √(s_lo² + s_hi²) ≥ bimodal_min_separation``
+  (3; Ashman, Bird & Zepf, AJ 108, 1994: a two-component mixture separates cleanly for
+  ``D > 2``), with robust location and scale in place of mean and σ;
+* the empty interval between the groups is ``≥ bimodal_gap_mads`` (1.5) pooled scaled MADs
+  ``√((s_lo² + s_hi²) / 2)``: the groups do not touch.
+
+A unimodal class never passes: ±3 % noise gives a median ratio near 1.03, and even a broad
+normal (σ ≥ 17 % in log, enough for the ratio) has ``D ≈ 2.3`` and no gap. The report lists
+the two medians and counts, the pairs in the slow mode, and the hosts whose partners are
+mostly (``≥ node_slow_fraction``, with ``≥ min_partners`` partners for inter-node classes) in
+the slow mode. Detection only reports; slow-link and slow-node flags are unchanged.
+
 Sources: links that are not data-sheet rates, and collectives over one or two hosts (see
 :func:`measurement_classes`); a two-host nccl-tests ``alltoall_perf`` is a pair measurement too.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 from itertools import combinations
+
+import numpy as np
 
 from configurator.core.units import GB
 from topology.topofile import Topology, host_sort_key
@@ -50,13 +78,28 @@ MAD_TO_SIGMA = 1.4826
 
 @dataclass(frozen=True, kw_only=True)
 class AuditThresholds:
-    """Flagging rules (dimensionless); see the module docstring for the reasoning."""
+    """Flagging rules (dimensionless); see the module docstring for the reasoning.
+
+    Slow links: ``slow_ratio``, ``slow_z``, ``mad_floor_fraction``; asymmetry:
+    ``asymmetry_fraction``; slow nodes: ``node_slow_fraction``, ``min_partners``. Bimodal
+    classes (two-means split of log bandwidth): each group ``≥ bimodal_min_share`` of the
+    class and ``≥ bimodal_min_members`` members; group medians ``≥ bimodal_median_ratio``
+    apart; robust Ashman separation ``≥ bimodal_min_separation``; empty gap between the groups
+    ``≥ bimodal_gap_mads`` pooled scaled MADs; scaled MADs floored at ``bimodal_mad_floor``
+    (log units, i.e. 1 %).
+    """
     slow_ratio: float = 0.8
     slow_z: float = -4.0
     mad_floor_fraction: float = 0.01
     asymmetry_fraction: float = 0.2
     node_slow_fraction: float = 0.5
     min_partners: int = 3
+    bimodal_min_share: float = 0.1
+    bimodal_min_members: int = 2
+    bimodal_median_ratio: float = 1.25
+    bimodal_min_separation: float = 3.0
+    bimodal_gap_mads: float = 1.5
+    bimodal_mad_floor: float = 0.01
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -117,6 +160,30 @@ class FlaggedNode:
 
 
 @dataclass(frozen=True, kw_only=True)
+class BimodalClass:
+    """A class whose values split into a slow and a fast mode (bytes/s; see the module
+    docstring). ``slow_pairs`` endpoint-name pairs (``host`` or ``host/gpuN``) with a value in
+    the slow mode; ``slow_hosts`` hosts mostly in the slow mode; ``separation`` Ashman's D."""
+    label: str
+    scope: str
+    link_class: str
+    method: str
+    gpus_per_host: int | None
+    members: int
+    slow_count: int
+    fast_count: int
+    slow_median_Bps: float
+    fast_median_Bps: float
+    slow_max_Bps: float
+    fast_min_Bps: float
+    ratio: float                    # fast median / slow median
+    separation: float
+    slow_pairs: tuple[tuple[str, str], ...]
+    slow_hosts: tuple[str, ...]
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class MissingLink:
     """A host pair without a measurement; ``link_class`` None = from the topology's list."""
     src: str
@@ -139,6 +206,7 @@ class AuditReport:
     report_links: tuple[tuple[str, str], ...]   # host pairs for the network team
     recommendation: str
     warnings: tuple[str, ...] = ()
+    bimodal_classes: tuple[BimodalClass, ...] = ()
 
     def to_dict(self) -> dict:
         """JSON-able summary; bandwidths in GB/s (1e9 B/s)."""
@@ -171,6 +239,18 @@ class AuditReport:
                 for s in self.node_stats],
             "missing_links": [{"src": m.src, "dst": m.dst, "class": m.link_class,
                                "reason": m.reason} for m in self.missing_links],
+            "bimodal_classes": [{
+                "class": b.label, "scope": b.scope, "link_class": b.link_class,
+                "method": b.method, "gpus_per_host": b.gpus_per_host, "members": b.members,
+                "slow_count": b.slow_count, "fast_count": b.fast_count,
+                "slow_median_GBps": r3(b.slow_median_Bps / GB),
+                "fast_median_GBps": r3(b.fast_median_Bps / GB),
+                "slow_max_GBps": r3(b.slow_max_Bps / GB),
+                "fast_min_GBps": r3(b.fast_min_Bps / GB), "ratio": r3(b.ratio),
+                "separation": round(b.separation, 1),
+                "slow_pairs": [list(p) for p in b.slow_pairs],
+                "slow_hosts": list(b.slow_hosts), "reason": b.reason}
+                for b in self.bimodal_classes],
             "recommendation": {
                 "drain_hosts": list(self.drain_hosts),
                 "report_links": [list(p) for p in self.report_links],
@@ -234,6 +314,120 @@ def _ep_name(host: str, gpu: int | None) -> str:
     return host if gpu is None else f"{host}/gpu{gpu}"
 
 
+@dataclass(frozen=True, kw_only=True)
+class TwoModeSplit:
+    """Optimal two-means split of log bandwidth (see :func:`two_mode_split`). Bandwidths in
+    bytes/s (group medians, the slow group's largest and the fast group's smallest value);
+    ``slow_mad``/``fast_mad`` floored scaled MADs of ``ln(bandwidth)``."""
+    slow_count: int
+    fast_count: int
+    slow_median_Bps: float
+    fast_median_Bps: float
+    slow_max_Bps: float
+    fast_min_Bps: float
+    slow_mad: float
+    fast_mad: float
+
+    @property
+    def ratio(self) -> float:
+        return self.fast_median_Bps / self.slow_median_Bps
+
+    @property
+    def separation(self) -> float:
+        """Ashman's D with medians and scaled MADs of the log values."""
+        return (math.sqrt(2) * math.log(self.ratio)
+                / math.hypot(self.slow_mad, self.fast_mad))
+
+    @property
+    def gap_mads(self) -> float:
+        """Empty interval between the groups, in pooled scaled MADs of the log values."""
+        pooled = math.sqrt((self.slow_mad ** 2 + self.fast_mad ** 2) / 2)
+        return math.log(self.fast_min_Bps / self.slow_max_Bps) / pooled
+
+
+def two_mode_split(values_Bps, mad_floor: float = 0.01) -> TwoModeSplit | None:
+    """Split positive bandwidths (bytes/s, any iterable, ≥ 2 values) into the two groups
+    that minimise the within-group sum of squares of ``ln(value)`` (optimal 1-D two-means,
+    i.e. Jenks natural breaks with two classes; exact: every split of the sorted values is
+    scored with prefix sums, O(m log m)). Ties go to the first minimum. Returns None for
+    fewer than two values or when all values are equal; non-positive or non-finite values
+    are ignored."""
+    x = np.sort(np.asarray([v for v in values_Bps if v > 0 and math.isfinite(v)],
+                           dtype=float))
+    if x.size < 2 or x[0] == x[-1]:
+        return None
+    y = np.log(x)
+    m = y.size
+    c1 = np.cumsum(y)
+    c2 = np.cumsum(y * y)
+    k = np.arange(1, m)                                  # size of the slow group
+    left = c2[:-1] - c1[:-1] ** 2 / k
+    right = (c2[-1] - c2[:-1]) - (c1[-1] - c1[:-1]) ** 2 / (m - k)
+    cut = int(np.argmin(left + right)) + 1
+    lo, hi = y[:cut], y[cut:]
+
+    def smad(v):
+        return max(MAD_TO_SIGMA * float(np.median(np.abs(v - np.median(v)))), mad_floor)
+
+    return TwoModeSplit(slow_count=int(lo.size), fast_count=int(hi.size),
+                        slow_median_Bps=float(np.median(x[:cut])),
+                        fast_median_Bps=float(np.median(x[cut:])),
+                        slow_max_Bps=float(x[cut - 1]), fast_min_Bps=float(x[cut]),
+                        slow_mad=smad(lo), fast_mad=smad(hi))
+
+
+def is_bimodal(split: TwoModeSplit | None, th: AuditThresholds) -> bool:
+    """Whether a :func:`two_mode_split` passes every rule of the module docstring."""
+    if split is None:
+        return False
+    m = split.slow_count + split.fast_count
+    need = max(th.bimodal_min_members, math.ceil(th.bimodal_min_share * m - 1e-9))
+    return (min(split.slow_count, split.fast_count) >= need
+            and split.ratio >= th.bimodal_median_ratio
+            and split.separation >= th.bimodal_min_separation
+            and split.gap_mads >= th.bimodal_gap_mads)
+
+
+def _bimodal_class(key: tuple, label: str, directed: dict, th: AuditThresholds
+                   ) -> BimodalClass | None:
+    split = two_mode_split(directed.values(), th.bimodal_mad_floor)
+    if not is_bimodal(split, th):
+        return None
+    cut = math.sqrt(split.slow_max_Bps * split.fast_min_Bps)      # inside the empty gap
+    slow_dirs = [(a, b) for (a, b), bw in directed.items() if bw < cut]
+    pairs = {tuple(sorted((a, b), key=_endpoint_key)) for a, b in directed}
+    slow = {tuple(sorted(d, key=_endpoint_key)) for d in slow_dirs}
+    slow_hosts = []
+    hosts = sorted({ep[0] for p in pairs for ep in p}, key=host_sort_key)
+    for h in hosts:
+        if key[0] == "inter-node":
+            part = {(p[0] if p[0] != h else q[0]) for p, q in pairs if h in (p[0], q[0])}
+            bad = {(p[0] if p[0] != h else q[0]) for p, q in slow if h in (p[0], q[0])}
+            enough = len(part) >= th.min_partners
+        else:
+            part = {pq for pq in pairs if pq[0][0] == h}
+            bad = {pq for pq in slow if pq[0][0] == h}
+            enough = bool(part)
+        if enough and len(bad) >= th.node_slow_fraction * len(part):
+            slow_hosts.append(h)
+    slow_pairs = tuple((_ep_name(*a), _ep_name(*b)) for a, b in sorted(
+        slow, key=lambda p: (_endpoint_key(p[0]), _endpoint_key(p[1]))))
+    m = split.slow_count + split.fast_count
+    reason = (f"{split.slow_count} of {m} values in a slow mode (median "
+              f"{split.slow_median_Bps / GB:.2f} GB/s, up to {split.slow_max_Bps / GB:.2f}) and "
+              f"{split.fast_count} in a fast mode (median {split.fast_median_Bps / GB:.2f} GB/s, "
+              f"from {split.fast_min_Bps / GB:.2f}): {split.ratio:.2f}x apart, separation "
+              f"D = {split.separation:.1f}; one baseline does not describe this class"
+              + (f"; mostly slow: {', '.join(slow_hosts)}" if slow_hosts else ""))
+    return BimodalClass(
+        label=label, scope=key[0], link_class=key[1], method=key[2], gpus_per_host=key[3],
+        members=m, slow_count=split.slow_count, fast_count=split.fast_count,
+        slow_median_Bps=split.slow_median_Bps, fast_median_Bps=split.fast_median_Bps,
+        slow_max_Bps=split.slow_max_Bps, fast_min_Bps=split.fast_min_Bps, ratio=split.ratio,
+        separation=split.separation, slow_pairs=slow_pairs, slow_hosts=tuple(slow_hosts),
+        reason=reason)
+
+
 def audit(topo: Topology, thresholds: AuditThresholds | None = None) -> AuditReport:
     """Audit a measured topology (see the module docstring for the rules).
 
@@ -248,7 +442,7 @@ def audit(topo: Topology, thresholds: AuditThresholds | None = None) -> AuditRep
     # Inter-node first; within a scope, links before collectives; then by GPUs per host.
     order = lambda k: (k[0] != "inter-node", k[1].endswith(" collective"), k[1], k[2],  # noqa
                        _gpu_key(k[3]))
-    baselines, flagged, stats, missing = [], [], [], []
+    baselines, flagged, stats, missing, bimodal = [], [], [], [], []
     node_flags: dict[str, list[tuple[str, float, str]]] = {}
     reportable: list[FlaggedLink] = []
     for key in sorted(classes, key=order):
@@ -263,10 +457,14 @@ def audit(topo: Topology, thresholds: AuditThresholds | None = None) -> AuditRep
             label=label, scope=key[0], link_class=key[1], method=key[2], gpus_per_host=key[3],
             links=len(values), median_Bps=med, scaled_mad_Bps=smad,
             min_Bps=min(values), max_Bps=max(values)))
+        bim = _bimodal_class(key, label, directed, th)
+        if bim is not None:
+            bimodal.append(bim)
         if smad > WIDE_SPREAD_FRACTION * med:
             warnings.append(f"[{label}]: spread too wide for a reliable baseline (scaled MAD "
-                            f"{100 * smad / med:.0f} % of the median); slow links in it may go "
-                            "unflagged")
+                            f"{100 * smad / med:.0f} % of the median"
+                            + ("; bimodal, see bimodal_classes" if bim else "")
+                            + "); slow links in it may go unflagged")
         z_of = lambda x: (x - med) / scale  # noqa: E731
         is_slow = lambda x: x / med < th.slow_ratio and z_of(x) < th.slow_z  # noqa: E731
 
@@ -361,7 +559,8 @@ def audit(topo: Topology, thresholds: AuditThresholds | None = None) -> AuditRep
         thresholds=th, baselines=tuple(baselines), flagged_links=tuple(flagged),
         flagged_nodes=flagged_nodes, node_stats=tuple(stats), missing_links=tuple(missing),
         drain_hosts=drain, report_links=report,
-        recommendation=_recommend(drain, report, missing), warnings=tuple(warnings))
+        recommendation=_recommend(drain, report, missing), warnings=tuple(warnings),
+        bimodal_classes=tuple(bimodal))
 
 
 def _pairs_sorted(pairs) -> tuple[tuple[str, str], ...]:

@@ -164,6 +164,189 @@ def uniform_group_shape(stride: int, size: int, world: int,
     return intra or bool(np.any(hi >= 2)), True, int(lo.min())
 
 
+def ring_figures(gpus: np.ndarray, links, gpus_per_node: int) -> tuple[np.ndarray, np.ndarray]:
+    """(bus bandwidth B/s, per-step latency s) of the NCCL ring over each row of ``gpus``
+    (``[rows, n]`` physical GPU indices, host-major), by :meth:`Cluster.ring_busbw`'s rules:
+    NVLink hops between neighbours on one host (a one-host row closes its ring), and between
+    consecutive hosts of a row ``k`` rails in parallel (``k`` the fewest members a host of
+    the row holds), their bandwidths summed; the slowest hop sets the row's figure.
+    ``links(a, b)`` gives (bandwidth_Bps, latency_s) arrays for GPU index arrays. Rows of
+    one member get (inf, 0). Returns two ``[rows]`` float arrays."""
+    G = gpus_per_node
+    gpus = np.asarray(gpus, dtype=np.int64)
+    rows, n = gpus.shape
+    out_bw = np.full(rows, np.inf)
+    out_lat = np.zeros(rows)
+    if n < 2 or rows == 0:
+        return out_bw, out_lat
+    hosts = gpus // G
+    if not np.all(hosts[:, 1:] >= hosts[:, :-1]):
+        # order each row host by host, hosts by first appearance, members as they come
+        pos = np.arange(n, dtype=np.int64)
+        srt = np.argsort(hosts, axis=1, kind="stable")
+        hs = np.take_along_axis(hosts, srt, 1)
+        new = np.ones((rows, n), dtype=bool)
+        new[:, 1:] = hs[:, 1:] != hs[:, :-1]
+        seg = np.maximum.accumulate(np.where(new, pos, 0), axis=1)
+        first = np.empty_like(srt)
+        np.put_along_axis(first, srt, np.take_along_axis(srt, seg, 1), 1)
+        order = np.argsort(first * n + pos, axis=1)
+        gpus = np.take_along_axis(gpus, order, 1)
+        hosts = np.take_along_axis(hosts, order, 1)
+    same = hosts[:, 1:] == hosts[:, :-1]
+    single = same.all(axis=1)
+    # NVLink hops: neighbours on one host; one-host rows close their ring
+    rr, cc = np.nonzero(same)
+    ss = np.flatnonzero(single)
+    a = np.concatenate([gpus[rr, cc], gpus[ss, -1]])
+    b = np.concatenate([gpus[rr, cc + 1], gpus[ss, 0]])
+    row = np.concatenate([rr, ss])
+    if row.size:
+        bw_i, lat_i = links(a, b)
+        np.minimum.at(out_bw, row, bw_i)
+        np.maximum.at(out_lat, row, lat_i)
+    multi = np.flatnonzero(~single)
+    if multi.size:
+        # host-to-host hops: segment (host) s of a row to the row's next, cyclically,
+        # rail j < k pairing the j-th members, k the row's smallest segment
+        gm = gpus[multi]
+        start = np.ones(gm.shape, dtype=bool)
+        start[:, 1:] = ~same[multi]
+        r, c = np.nonzero(start)                 # segments, row by row, in order
+        nseg = len(r)
+        row_first = np.flatnonzero(np.r_[True, r[1:] != r[:-1]])
+        per_row = np.diff(np.r_[row_first, nseg])
+        row_last = row_first + per_row - 1
+        nxt = np.arange(1, nseg + 1)
+        nxt[row_last] = row_first
+        end = np.r_[c[1:], n]
+        end[row_last] = n
+        k = np.repeat(np.minimum.reduceat(end - c, row_first), per_row)
+        hop_bw = np.zeros(nseg)
+        hop_lat = np.zeros(nseg)
+        for j in range(int(k.max())):
+            act = np.flatnonzero(k > j)
+            b_, l_ = links(gm[r[act], c[act] + j], gm[r[act], c[nxt[act]] + j])
+            hop_bw[act] += b_
+            hop_lat[act] = np.maximum(hop_lat[act], l_)
+        np.minimum.at(out_bw, multi[r], hop_bw)
+        np.maximum.at(out_lat, multi[r], hop_lat)
+    return out_bw, out_lat
+
+
+class LinkTable:
+    """Every GPU→GPU link of a :class:`Cluster` as arrays: :meth:`Cluster.link`'s figures for
+    whole index arrays at once, for placement search (which asks millions of pairs).
+
+    A link inside a host comes from ``intra_bw[h, i, j]`` (``[H, G, G]``); one across hosts
+    from its path GPU→NIC→(NIC↔NIC or host↔host measured edge, else NIC→fabric→NIC)→GPU
+    (per-host ``[H, G]`` edge arrays and the measured host-edges, sparse), the slowest edge
+    and the summed latency, exactly :meth:`Cluster.link`'s rule (``tests/test_placement.py``
+    compares them). Memory ``O(H·G² + measured edges)``.
+    """
+
+    def __init__(self, cluster: "Cluster"):
+        H, G = cluster.num_nodes, cluster.gpus_per_node
+        self.gpus_per_node = G
+        self.num_gpus = H * G
+        bi, li = cluster._nominal_link(True)
+        self.intra_bw = np.full((H, G, G), bi)
+        self.intra_lat = np.full((H, G, G), li)
+        e = _nominal_edges(cluster.spec) if all(k in cluster.spec for k in _SPEC_KEYS) else None
+        shape = (H, G)
+        if e is not None:
+            hop_bw, hop_lat = e["inter"]["bandwidth_Bps"], e["inter"]["latency_s"]
+        else:
+            hop_bw, hop_lat = np.nan, np.nan
+        # four edge kinds of the inter-host path: gpu→nic, nic→fabric, fabric→nic, nic→gpu
+        self.edge_bw = {k: np.full(shape, hop_bw) for k in ("gn", "nf", "fn", "ng")}
+        self.edge_lat = {k: np.full(shape, hop_lat) for k in ("gn", "nf", "fn", "ng")}
+        # measured host→host edges, sparse: sorted keys ha·H + hb and their figures
+        self.host_keys = np.zeros(0, dtype=np.int64)
+        self.host_bw = np.zeros(0)
+        self.host_lat = np.zeros(0)
+        self.num_hosts = H
+        self.overrides: dict[int, tuple[float, float]] = {}   # a*n+b -> figures
+        facts = cluster._facts()
+        if facts is None:
+            return
+        g = cluster._graph
+        hidx = {h: i for i, h in enumerate(cluster.hosts)}
+        special = (np.ones(H, dtype=bool) if facts.all_special else facts.special)
+        for h in np.flatnonzero(special).tolist():
+            host = cluster.hosts[h]
+            for i in range(G):
+                for j in range(G):
+                    if i != j:
+                        self.intra_bw[h, i, j], self.intra_lat[h, i, j] = cluster.link(
+                            h * G + i, h * G + j)
+                gid, nic = f"{host}/gpu{i}", f"{host}/nic{i}"
+                for key, (u, w) in (("gn", (gid, nic)), ("nf", (nic, "fabric")),
+                                    ("fn", ("fabric", nic)), ("ng", (nic, gid))):
+                    d = cluster._edge(u, w)
+                    val = (d["bandwidth_Bps"], d["latency_s"]) if d else (np.nan, np.nan)
+                    self.edge_bw[key][h, i], self.edge_lat[key][h, i] = val
+        n = self.num_gpus
+        host_edges = {}
+        for u, w, d in g.edges(data=True):
+            ku, kw = g.nodes[u].get("kind"), g.nodes[w].get("kind")
+            if ku == kw == "host" and u in hidx and w in hidx:
+                host_edges[hidx[u] * H + hidx[w]] = (d["bandwidth_Bps"], d["latency_s"])
+            elif ku == kw and ku in ("nic", "gpu"):
+                hu, hw = g.nodes[u].get("host"), g.nodes[w].get("host")
+                if hu == hw or hu not in hidx or hw not in hidx:
+                    continue
+                a = hidx[hu] * G + int(u.rsplit(ku, 1)[1])
+                b = hidx[hw] * G + int(w.rsplit(kw, 1)[1])
+                self.overrides[a * n + b] = (ku, d["bandwidth_Bps"], d["latency_s"])
+        # a direct GPU→GPU edge beats a NIC→NIC one (Cluster.link's order)
+        self.overrides = {k: cluster.link(k // n, k % n) for k in self.overrides}
+        if host_edges:
+            keys = sorted(host_edges)
+            self.host_keys = np.array(keys, dtype=np.int64)
+            self.host_bw = np.array([host_edges[k][0] for k in keys])
+            self.host_lat = np.array([host_edges[k][1] for k in keys])
+
+    def _host_edge(self, A: np.ndarray, B: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Measured host→host figures of the pairs ``(A[i], B[i])``, NaN where none."""
+        bw = np.full(A.shape, np.nan)
+        lat = np.full(A.shape, np.nan)
+        if self.host_keys.size:
+            keys = A * self.num_hosts + B
+            pos = np.minimum(np.searchsorted(self.host_keys, keys), self.host_keys.size - 1)
+            hit = self.host_keys[pos] == keys
+            bw[hit], lat[hit] = self.host_bw[pos[hit]], self.host_lat[pos[hit]]
+        return bw, lat
+
+    def links(self, a, b) -> tuple[np.ndarray, np.ndarray]:
+        """(bandwidth_Bps, latency_s) arrays of the transfers ``a[i] → b[i]`` (GPU index
+        arrays, host-major), as :meth:`Cluster.link` gives them."""
+        a, b = np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)
+        G = self.gpus_per_node
+        ha, la = np.divmod(a, G)
+        hb, lb = np.divmod(b, G)
+        same = ha == hb
+        bw = self.intra_bw[ha, la, lb]
+        lat = self.intra_lat[ha, la, lb]
+        x = np.flatnonzero(~same)
+        if x.size:
+            A, LA, B, LB = ha[x], la[x], hb[x], lb[x]
+            hbw, hlat = self._host_edge(A, B)
+            fab_bw = np.minimum(self.edge_bw["nf"][A, LA], self.edge_bw["fn"][B, LB])
+            fab_lat = self.edge_lat["nf"][A, LA] + self.edge_lat["fn"][B, LB]
+            has = ~np.isnan(hbw)
+            mid_bw, mid_lat = np.where(has, hbw, fab_bw), np.where(has, hlat, fab_lat)
+            bw[x] = np.minimum(np.minimum(self.edge_bw["gn"][A, LA], mid_bw),
+                               self.edge_bw["ng"][B, LB])
+            lat[x] = self.edge_lat["gn"][A, LA] + mid_lat + self.edge_lat["ng"][B, LB]
+            if self.overrides:
+                keys = a[x] * self.num_gpus + b[x]
+                hit = np.flatnonzero(np.isin(keys, np.fromiter(self.overrides, np.int64)))
+                for i in hit.tolist():
+                    bw[x[i]], lat[x[i]] = self.overrides[int(keys[i])]
+        return bw, lat
+
+
 class _GraphFacts:
     """One pass over a built graph: is it still uniform, has it measured edges, and which
     hosts have any link other than the nominal ones (``special``)."""
@@ -370,6 +553,12 @@ class Cluster:
                 bw[idx], lat[idx] = vals[inv.reshape(-1), 0], vals[inv.reshape(-1), 1]
         return bw, lat
 
+    def link_table(self) -> LinkTable:
+        """:class:`LinkTable` of this cluster (cached until :meth:`invalidate`)."""
+        if "table" not in self._cache:
+            self._cache["table"] = LinkTable(self)
+        return self._cache["table"]
+
     def ring_busbw(self, gpus: Iterable[int]) -> tuple[float, float]:
         """(bus bandwidth B/s, per-step latency s) of an NCCL ring over ``gpus``.
 
@@ -430,56 +619,8 @@ class Cluster:
 
     def _hop_group_busbw(self, gpus: np.ndarray) -> tuple[float, float]:
         """:meth:`ring_busbw`'s rules over every row of ``gpus`` at once; the worst row."""
-        G = self.gpus_per_node
-        rows, n = gpus.shape
-        hosts = gpus // G
-        if not np.all(hosts[:, 1:] >= hosts[:, :-1]):
-            # order each row host by host, hosts by first appearance, members as they come
-            pos = np.arange(n, dtype=np.int64)
-            srt = np.argsort(hosts, axis=1, kind="stable")
-            hs = np.take_along_axis(hosts, srt, 1)
-            new = np.ones((rows, n), dtype=bool)
-            new[:, 1:] = hs[:, 1:] != hs[:, :-1]
-            seg = np.maximum.accumulate(np.where(new, pos, 0), axis=1)
-            first = np.empty_like(srt)
-            np.put_along_axis(first, srt, np.take_along_axis(srt, seg, 1), 1)
-            order = np.argsort(first * n + pos, axis=1)
-            gpus = np.take_along_axis(gpus, order, 1)
-            hosts = np.take_along_axis(hosts, order, 1)
-        same = hosts[:, 1:] == hosts[:, :-1]
-        single = same.all(axis=1)
-        # NVLink hops: neighbours on one host; one-host rows close their ring
-        a = np.concatenate([gpus[:, :-1][same], gpus[single, -1]])
-        b = np.concatenate([gpus[:, 1:][same], gpus[single, 0]])
-        bw_i, lat_i = self.links(a, b)
-        bw = float(bw_i.min()) if bw_i.size else float("inf")
-        lat = float(lat_i.max()) if lat_i.size else 0.0
-        multi = ~single
-        if multi.any():
-            # host-to-host hops: segment (host) s of a row to the row's next, cyclically,
-            # rail j < k pairing the j-th members, k the row's smallest segment
-            gm = gpus[multi]
-            start = np.ones(gm.shape, dtype=bool)
-            start[:, 1:] = ~same[multi]
-            r, c = np.nonzero(start)                 # segments, row by row, in order
-            nseg = len(r)
-            row_first = np.flatnonzero(np.r_[True, r[1:] != r[:-1]])
-            per_row = np.diff(np.r_[row_first, nseg])
-            row_last = row_first + per_row - 1
-            nxt = np.arange(1, nseg + 1)
-            nxt[row_last] = row_first
-            end = np.r_[c[1:], n]
-            end[row_last] = n
-            k = np.repeat(np.minimum.reduceat(end - c, row_first), per_row)
-            hop_bw = np.zeros(nseg)
-            hop_lat = np.zeros(nseg)
-            for j in range(int(k.max())):
-                act = np.flatnonzero(k > j)
-                b_, l_ = self.links(gm[r[act], c[act] + j], gm[r[act], c[nxt[act]] + j])
-                hop_bw[act] += b_
-                hop_lat[act] = np.maximum(hop_lat[act], l_)
-            bw, lat = min(bw, float(hop_bw.min())), max(lat, float(hop_lat.max()))
-        return bw, lat
+        bw, lat = ring_figures(gpus, self.links, self.gpus_per_node)
+        return float(bw.min()), float(lat.max())
 
     def group_busbw(self, stride: int, size: int, world: int) -> tuple[float, float]:
         """Worst (bus bandwidth B/s, latency s) over every ring group of this shape.
@@ -544,6 +685,22 @@ class Cluster:
 
     def __eq__(self, other) -> bool:
         return self is other
+
+    def subset(self, hosts: Iterable[int]) -> "Cluster":
+        """A cluster of the hosts with indices ``hosts`` (in that order), their GPUs, links
+        and measured edges (the fabric kept); GPU indices renumber host-major."""
+        idx = [int(h) for h in hosts]
+        names = [self.hosts[i] for i in idx]
+        sub = Cluster(name=self.name, gpu=self.gpu, gpus_per_node=self.gpus_per_node,
+                      hosts=names, spec=self.spec,
+                      graph=None if self._graph is None else nx.DiGraph())
+        if self._graph is not None:
+            keep = set(names)
+            g = self._graph
+            nodes = [x for x, d in g.nodes(data=True)
+                     if x == "fabric" or x in keep or d.get("host") in keep]
+            sub.graph = g.subgraph(nodes).copy()
+        return sub
 
     def to_dict(self) -> dict:
         return {"name": self.name, "gpu": self.gpu.name, "gpus_per_node": self.gpus_per_node,

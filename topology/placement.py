@@ -17,8 +17,11 @@ any other placement.
 
 from __future__ import annotations
 
+import itertools
+import math
+import time
 from dataclasses import dataclass
-from typing import Iterator, Mapping
+from typing import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -88,3 +91,180 @@ class Placement:
         flat = np.fromiter((self.gpu_index(int(r)) for r in ranks.ravel()), dtype=np.int64,
                            count=ranks.size)
         return flat.reshape(ranks.shape)
+
+
+@dataclass(frozen=True)
+class MappedPlacement(Placement):
+    """Any node-granular placement: node rank ``n`` (global ranks ``n·G … n·G+G-1``) on host
+    index ``node_hosts[n]``, its local rank ``k`` on GPU ``gpu_order[n][k]`` of that host
+    (torchrun with a host → node_rank table and a per-node ``CUDA_VISIBLE_DEVICES``)."""
+
+    node_hosts: tuple[int, ...] = ()
+    gpu_order: tuple[tuple[int, ...], ...] = ()
+
+    def gpu_of_rank(self, rank: int) -> tuple[int, int]:
+        n, k = divmod(rank, self.gpus_per_node)
+        return self.node_hosts[n], self.gpu_order[n][k]
+
+    @property
+    def is_identity(self) -> bool:
+        G = self.gpus_per_node
+        return (tuple(self.node_hosts) == tuple(range(len(self.node_hosts)))
+                and all(tuple(o) == tuple(range(G)) for o in self.gpu_order))
+
+    def gpu_indices(self, ranks: np.ndarray) -> np.ndarray:
+        ranks = np.asarray(ranks, dtype=np.int64)
+        n, k = np.divmod(ranks, self.gpus_per_node)
+        nh = np.asarray(self.node_hosts, dtype=np.int64)
+        go = np.asarray(self.gpu_order, dtype=np.int64).reshape(len(nh), self.gpus_per_node)
+        return nh[n] * self.gpus_per_node + go[n, k]
+
+
+# -- choosing a placement -------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PlacementChoice:
+    """A placement found by :func:`search_placement`: ``node_hosts[n]`` the host index of
+    node rank ``n``, ``gpu_order[n][k]`` the GPU index of local rank ``k`` there;
+    ``objective`` its value (seconds when the objective is a time), ``evaluations`` how many
+    distinct placements were priced, ``wall_time_s``, ``exhaustive`` whether every placement was."""
+
+    node_hosts: tuple[int, ...]
+    gpu_order: tuple[tuple[int, ...], ...]
+    objective: float
+    evaluations: int
+    wall_time_s: float
+    exhaustive: bool
+
+
+def placement_count(num_hosts: int, num_nodes: int, gpus_per_node: int,
+                    move_gpus: bool) -> int:
+    """How many distinct placements there are: ordered choices of ``num_nodes`` of
+    ``num_hosts`` hosts, times ``(G!)^num_nodes`` GPU orders when GPUs move."""
+    n = math.perm(num_hosts, num_nodes)
+    return n * math.factorial(gpus_per_node) ** num_nodes if move_gpus else n
+
+
+def search_placement(objective: Callable[[np.ndarray, np.ndarray], float], *,
+                     num_hosts: int, num_nodes: int, gpus_per_node: int,
+                     host_preference: Sequence[int] | None = None, move_gpus: bool = True,
+                     seed: int = 0, time_budget_s: float = 5.0, max_evaluations: int = 20_000,
+                     exhaustive_limit: int = 20_000, patience: int = 30) -> PlacementChoice:
+    """Minimise ``objective(node_hosts [N], gpu_order [N, G])`` over placements of
+    ``num_nodes`` node ranks on ``num_hosts`` hosts of ``gpus_per_node`` GPUs.
+
+    Every placement is priced when there are at most ``exhaustive_limit``
+    (:func:`placement_count`). Otherwise an iterated local search: start from the better of
+    Megatron's sequential mapping on the first N hosts and the N hosts listed first in
+    ``host_preference`` (e.g. healthiest first); moves are swapping two node ranks' hosts,
+    replacing a node rank's host by an idle one, and (``move_gpus``) swapping two local
+    ranks' GPUs; the first improving move is taken (moves in a seeded random order); at a
+    local optimum the best placement is kicked by a few random swaps and the search goes on,
+    until ``patience`` kicks in a row found nothing better, or ``max_evaluations``, or
+    ``time_budget_s``. Deterministic for a ``seed`` when the
+    evaluation budget, not the time, ends the search. Never worse than the sequential
+    mapping (it is priced first). Raises ValueError for impossible sizes.
+    """
+    t0 = time.perf_counter()
+    M, N, G = int(num_hosts), int(num_nodes), int(gpus_per_node)
+    if not (1 <= N <= M) or G < 1:
+        raise ValueError(f"cannot place {N} node ranks on {M} hosts of {G} GPUs")
+    rng = np.random.default_rng(seed)
+    ident = np.arange(G, dtype=np.int64)
+    evals = 0
+
+    seen: dict[int, float] = {}     # placements priced, by hash (64-bit: no collision in
+                                    # any budget this search runs)
+
+    def price(nh, go) -> float:
+        nonlocal evals
+        key = hash(nh.tobytes() + go.tobytes())
+        if key not in seen:
+            evals += 1
+            seen[key] = float(objective(nh, go))
+        return seen[key]
+
+    def done() -> bool:
+        return evals >= max_evaluations or time.perf_counter() - t0 > time_budget_s
+
+    def result(nh, go, val, exhaustive) -> PlacementChoice:
+        return PlacementChoice(tuple(int(h) for h in nh), tuple(tuple(int(x) for x in row)
+                                                                for row in go),
+                               float(val), evals, time.perf_counter() - t0, exhaustive)
+
+    if placement_count(M, N, G, move_gpus) <= exhaustive_limit:
+        best = None
+        gpu_perms = (list(itertools.permutations(range(G))) if move_gpus
+                     else [tuple(range(G))])
+        for hosts in itertools.permutations(range(M), N):
+            nh = np.array(hosts, dtype=np.int64)
+            for orders in itertools.product(gpu_perms, repeat=N if move_gpus else 1):
+                go = (np.array(orders, dtype=np.int64) if move_gpus
+                      else np.tile(ident, (N, 1)))
+                val = price(nh, go)
+                if best is None or val < best[2] - 1e-15:
+                    best = (nh, go, val)
+        return result(*best, True)
+
+    go0 = np.tile(ident, (N, 1))
+    nh0 = np.arange(N, dtype=np.int64)
+    best = (nh0, go0, price(nh0, go0))
+    if host_preference is not None:
+        pref = np.array([int(h) for h in host_preference][:N], dtype=np.int64)
+        if len(pref) == N and not np.array_equal(np.sort(pref), nh0):
+            nh1 = np.sort(pref)
+            val = price(nh1, go0)
+            if val < best[2]:
+                best = (nh1, go0, val)
+    cur = [best[0].copy(), best[1].copy(), best[2]]
+    best_seen = best[2]
+
+    def moves(nh):
+        out = [("swap", i, j) for i in range(N) for j in range(i + 1, N)]
+        idle = sorted(set(range(M)) - set(nh.tolist()))
+        out += [("idle", i, u) for i in range(N) for u in idle]
+        if move_gpus and G > 1:
+            out += [("gpu", n, (a, b)) for n in range(N) for a in range(G)
+                    for b in range(a + 1, G)]
+        return out
+
+    def apply(nh, go, mv):
+        nh, go = nh.copy(), go.copy()
+        kind, i, j = mv
+        if kind == "swap":
+            nh[i], nh[j] = nh[j], nh[i]
+        elif kind == "idle":
+            nh[i] = j
+        else:
+            a, b = j
+            go[i, a], go[i, b] = go[i, b], go[i, a]
+        return nh, go
+
+    stale = 0
+    while not done() and stale < patience:
+        improved = False
+        cand = moves(cur[0])
+        for k in rng.permutation(len(cand)):
+            if done():
+                break
+            nh, go = apply(cur[0], cur[1], cand[k])
+            val = price(nh, go)
+            if val < cur[2] * (1 - 1e-12):
+                cur = [nh, go, val]
+                improved = True
+                break
+        if cur[2] < best[2]:
+            best = (cur[0].copy(), cur[1].copy(), cur[2])
+        if not improved and not done():
+            # local optimum: kick the best by a few random swaps (or idle swaps)
+            stale += 1
+            nh, go = best[0].copy(), best[1].copy()
+            for _ in range(max(2, N // 8)):
+                cand = moves(nh)
+                nh, go = apply(nh, go, cand[int(rng.integers(len(cand)))])
+            cur = [nh, go, price(nh, go)]
+            if cur[2] < best[2]:
+                best = (cur[0].copy(), cur[1].copy(), cur[2])
+        if best[2] < best_seen:
+            best_seen, stale = best[2], 0
+    return result(*best, False)

@@ -1,6 +1,11 @@
 """Self-contained HTML report of a cluster audit: host×host bandwidth heatmaps (one panel per
 inter-node link class, GB/s colour bar, unmeasured pairs hatched, flagged links outlined in
-red), the flagged links/nodes, per-node statistics, baselines and the recommendation.
+red, bimodal classes marked in the panel title), the flagged links/nodes, bimodal classes,
+per-node statistics, baselines and the recommendation.
+
+Legibility: tick labels are ``tick_font_pt(n)`` points (10 pt up to 32 hosts, 9 pt up to 64,
+then 7 pt), titles and colour-bar labels 12 pt, and each heatmap cell is 2.6 tick-label
+heights, so the figure grows with the host count instead of shrinking its text.
 
 ``write_audit_html`` writes ``index.html`` (the heatmap embedded as a base64 PNG),
 ``heatmap.png`` and ``audit.json`` into one directory.
@@ -14,6 +19,7 @@ import io
 import math
 import os
 import statistics
+import textwrap
 from pathlib import Path
 
 from configurator.core import jsonout
@@ -23,6 +29,14 @@ from topology.audit import AuditReport, class_label, measurement_classes
 from topology.topofile import Topology, host_sort_key
 
 FILES = ("index.html", "heatmap.png", "audit.json")
+TITLE_FONT_PT = 12
+LABEL_FONT_PT = 11
+
+
+def tick_font_pt(hosts: int) -> float:
+    """Tick-label size (points) for a heatmap of ``hosts`` hosts: 10 up to 32, 9 up to 64,
+    else 7."""
+    return 10.0 if hosts <= 32 else 9.0 if hosts <= 64 else 7.0
 
 
 def pair_matrices(topo: Topology) -> dict[str, tuple[list[str], list[list[float]]]]:
@@ -66,13 +80,20 @@ def heatmap_png(report: AuditReport, topo: Topology) -> bytes:
     mats = pair_matrices(topo)
     order = [b.label for b in report.baselines if b.label in mats]
     slow = {(f.link_class, f.src, f.dst) for f in report.flagged_links}
+    bimodal = {b.label: b for b in report.bimodal_classes}
     n = max(1, len(order))
     cols = min(n, 2)
     rows = math.ceil(n / cols)
     size = max(len(topo.hosts), 2)
-    cell = 0.36 if size > 8 else 0.6
+    tick_pt = tick_font_pt(size)
+    cell = max(0.6 if size <= 8 else 0.0, tick_pt * 2.6 / 72)       # inches per host
+    longest = max((len(h) for h in topo.hosts), default=4)
+    margin = longest * tick_pt * 0.62 / 72                          # rotated tick labels
+    panel_w = size * cell + margin + 2.4
+    panel_h = size * cell + margin + 1.9
     fig, axes = plt.subplots(rows, cols, squeeze=False, layout="constrained",
-                             figsize=(cols * (size * cell + 3.2), rows * (size * cell + 2.6)))
+                             figsize=(cols * panel_w, rows * panel_h + 0.6))
+    wrap = max(30, int(panel_w * 72 / (TITLE_FONT_PT * 0.6)))      # characters per line
     for ax in axes.flat[len(order):]:
         ax.axis("off")
     if not order:
@@ -99,14 +120,23 @@ def heatmap_png(report: AuditReport, topo: Topology) -> bytes:
                     ax.add_patch(Rectangle((j - .5, i - .5), 1, 1, fill=False,
                                            edgecolor="red", linewidth=1.6))
         # host names and labels come from input files: never parse them as mathtext ($…$)
-        ax.set_xticks(range(len(hosts)), hosts, rotation=90, fontsize=7, parse_math=False)
-        ax.set_yticks(range(len(hosts)), hosts, fontsize=7, parse_math=False)
-        ax.set_xlabel("dst host")
-        ax.set_ylabel("src host")
-        ax.set_title(label, fontsize=8, parse_math=False)
+        ax.set_xticks(range(len(hosts)), hosts, rotation=90, fontsize=tick_pt,
+                      parse_math=False)
+        ax.set_yticks(range(len(hosts)), hosts, fontsize=tick_pt, parse_math=False)
+        ax.set_xlabel("dst host", fontsize=LABEL_FONT_PT)
+        ax.set_ylabel("src host", fontsize=LABEL_FONT_PT)
+        title = label
+        if label in bimodal:
+            b = bimodal[label]
+            title += (f" — bimodal: {b.slow_median_Bps / GB:.1f} / "
+                      f"{b.fast_median_Bps / GB:.1f} GB/s")
+        ax.set_title("\n".join(textwrap.wrap(title, wrap)), fontsize=TITLE_FONT_PT,
+                     parse_math=False)
         cb = fig.colorbar(im, ax=ax, fraction=0.046, pad=0.02)
-        cb.set_label("bandwidth (GB/s)")
-    fig.suptitle("Inter-node bandwidth (hatched: not measured; red box: flagged)", fontsize=10)
+        cb.set_label("bandwidth (GB/s)", fontsize=LABEL_FONT_PT)
+        cb.ax.tick_params(labelsize=tick_pt)
+    fig.suptitle("Inter-node bandwidth (hatched: not measured; red box: flagged)",
+                 fontsize=TITLE_FONT_PT + 1)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
@@ -140,6 +170,7 @@ def render_html(report: AuditReport, png: bytes) -> str:
         "<h1>Cluster audit</h1>",
         f"<p>{len(d['hosts'])} hosts, {d['links_measured']} measured links, "
         f"{len(d['flagged_links'])} flagged links, {len(d['flagged_nodes'])} flagged nodes, "
+        f"{len(d['bimodal_classes'])} bimodal classes, "
         f"{len(d['missing_links'])} missing measurements.</p>",
         "<h2>Recommendation</h2>",
         _recommendation(rec),
@@ -155,6 +186,15 @@ def render_html(report: AuditReport, png: bytes) -> str:
                [[_ep(f["src"], f["src_gpu"]), _ep(f["dst"], f["dst_gpu"]), f["kind"],
                  f["measured_GBps"], f["expected_GBps"], f["ratio"], f["class"], f["reason"]]
                 for f in d["flagged_links"]]),
+        "<h2>Bimodal classes</h2>",
+        _table(["class", "members", "slow mode (count, median GB/s)",
+                "fast mode (count, median GB/s)", "ratio", "separation", "mostly slow hosts",
+                "slow pairs", "reason"],
+               [[b["class"], b["members"], f"{b['slow_count']} at {b['slow_median_GBps']}",
+                 f"{b['fast_count']} at {b['fast_median_GBps']}", b["ratio"], b["separation"],
+                 ", ".join(b["slow_hosts"]) or "-",
+                 ", ".join(f"{x} \u2194 {y}" for x, y in b["slow_pairs"]), b["reason"]]
+                for b in d["bimodal_classes"]]),
         "<h2>Missing measurements</h2>",
         _table(["src", "dst", "class", "reason"],
                [[m["src"], m["dst"], m["class"] or "-", m["reason"]]

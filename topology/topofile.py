@@ -16,23 +16,29 @@ in ``.json``) carries units at the edge: GB/s (1e9 B/s) and microseconds::
         bandwidth_GBps: 13.59          # > 0
         latency_us: null               # > 0 or null
         link_class: network            # nvlink | pcie | network | ...
-        message_bytes: 17179869184     # message size of the figure, or null
-        method: nccl-tests sendrecv_perf busbw out-of-place
+        message_bytes: 17179869184     # largest message size behind the figure, or null
+        method: nccl-tests sendrecv_perf busbw alpha-beta fit over 10 sizes
         timestamp: null                # ISO-8601 string, or null
-        samples_GBps: [13.59, 13.61]   # optional: repeated measurements (spread)
+        samples_GBps: [13.35, 13.40]   # optional: the individual measurements (spread): e.g.
+                                       #   busbw of every size, out-of-place and in-place
         gpus_per_host: 1               # optional: GPUs per host the measurement used
         rails_used: 1                  # optional: NICs per host carrying traffic at once
     collectives:                       # optional: collective bus bandwidths
       - hosts: [cnode2-001, cnode2-002]
         gpus_per_host: 8
         op: alltoall                   # all_reduce | all_gather | alltoall | sendrecv | ...
-        busbw_GBps: 23.1
-        message_bytes: 17179869184
-        method: nccl-tests alltoall_perf busbw out-of-place
+        busbw_GBps: 23.1               # bus bandwidth (nccl-tests definition), > 0
+        latency_us: 35.0               # optional: latency (alpha of the fit), > 0 or null
+        message_bytes: 17179869184     # largest message size behind the figure, or null
+        method: nccl-tests alltoall_perf busbw alpha-beta fit over 10 sizes
         timestamp: null
     missing:                           # optional: measurements that were expected, not found
       - {src: cnode2-002, dst: cnode2-008, reason: "..."}
     warnings: ["..."]                  # optional
+
+Figures from a message-size sweep (nccl-tests logs) are an α–β fit, ``time(n) = α + n / β``
+(:mod:`topology.linkfit`): the bandwidth is the fitted β (bus bandwidth), ``latency_us`` the
+fitted α when the sweep resolves it, ``message_bytes`` the largest size the fit kept.
 
 Conventions: a ``method`` ending in ``"(nominal)"`` marks a data-sheet rate, not a measurement
 (e.g. ``nvidia-smi topo -m (nominal)``). A host-level inter-node record measured with
@@ -62,9 +68,8 @@ VERSION = 1
 NOMINAL_SUFFIX = "(nominal)"
 
 __all__ = ["LinkMeasurement", "CollectiveMeasurement", "MissingMeasurement", "Topology",
-           "load_topology", "save_topology", "merge_topologies", "apply_topology",
-           "topology_to_dict", "topology_from_dict", "dumps_topology", "check_policy",
-           "combine", "host_sort_key", "FORMAT", "VERSION", "NOMINAL_SUFFIX"]
+           "merge_topologies", "apply_topology", "check_policy", "combine", "host_sort_key",
+           "FORMAT", "VERSION", "NOMINAL_SUFFIX"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,8 +77,9 @@ class LinkMeasurement:
     """Attained bandwidth of one direction ``src → dst`` (hosts; GPUs when ``*_gpu`` set).
 
     ``bandwidth_Bps`` bytes/s per direction (nccl-tests sendrecv between two ranks: busbw, which
-    equals algbw); ``latency_s`` seconds or None; ``message_bytes`` the size the figure was
-    taken at; ``samples_Bps`` repeated measurements; ``gpus_per_host`` GPUs per host the
+    equals algbw; from a size sweep, the β of its α–β fit); ``latency_s`` seconds or None (the
+    fit's α); ``message_bytes`` the (largest) size the figure was taken at; ``samples_Bps`` the
+    individual measurements (repeats, or every size of a sweep); ``gpus_per_host`` GPUs per host the
     measurement used (N2_G4 → 4); ``rails_used`` NICs per host carrying traffic at once
     (None: ``gpus_per_host``, see the module docstring).
     """
@@ -116,7 +122,9 @@ class LinkMeasurement:
 @dataclass(frozen=True, kw_only=True)
 class CollectiveMeasurement:
     """Bus bandwidth (``busbw_Bps``, bytes/s, nccl-tests definition) of collective ``op`` over
-    ``gpus_per_host`` GPUs on each of ``hosts``, at ``message_bytes``."""
+    ``gpus_per_host`` GPUs on each of ``hosts``; ``message_bytes`` the largest size behind it;
+    ``latency_s`` seconds or None (for an nccl-tests sweep: the α of the α–β fit whose β is
+    ``busbw_Bps``, see :mod:`topology.linkfit`)."""
 
     hosts: tuple[str, ...]
     gpus_per_host: int
@@ -125,6 +133,7 @@ class CollectiveMeasurement:
     message_bytes: int | None
     method: str
     timestamp: str | None
+    latency_s: float | None = None
 
     @property
     def key(self) -> tuple:
@@ -256,8 +265,10 @@ def merge_topologies(topos: Iterable[Topology], policy: str = "min") -> Topology
     for group in colls.values():
         sizes = [c.message_bytes for c in group if c.message_bytes is not None]
         stamps = sorted(c.timestamp for c in group if c.timestamp)
+        lats = [c.latency_s for c in group if c.latency_s is not None]
         merged_colls.append(replace(group[0],
                                     busbw_Bps=combine([c.busbw_Bps for c in group], policy),
+                                    latency_s=combine(lats, _opposite(policy)) if lats else None,
                                     message_bytes=max(sizes) if sizes else None,
                                     timestamp=stamps[-1] if stamps else None))
     return Topology(hosts=tuple(hosts), gpus_per_host=max(gpus) if gpus else None,

@@ -45,7 +45,8 @@ def topology_to_dict(topo: Topology) -> dict[str, Any]:
         format=FORMAT, version=VERSION, hosts=list(topo.hosts),
         gpus_per_host=topo.gpus_per_host, merge_policy=topo.merge_policy, links=links,
         collectives=[dict(hosts=list(c.hosts), gpus_per_host=c.gpus_per_host, op=c.op,
-                          busbw_GBps=_gbps(c.busbw_Bps), message_bytes=c.message_bytes,
+                          busbw_GBps=_gbps(c.busbw_Bps), latency_us=_opt(c.latency_s, US),
+                          message_bytes=c.message_bytes,
                           method=c.method, timestamp=c.timestamp) for c in topo.collectives],
         missing=[dict(src=m.src, dst=m.dst, reason=m.reason) for m in topo.missing],
         warnings=list(topo.warnings))
@@ -105,6 +106,7 @@ LINK_KEYS = ("src", "dst", "src_gpu", "dst_gpu", "bandwidth_GBps", "latency_us",
 LINK_OPTIONAL = ("samples_GBps", "gpus_per_host", "rails_used")
 COLL_KEYS = ("hosts", "gpus_per_host", "op", "busbw_GBps", "message_bytes", "method",
              "timestamp")
+COLL_OPTIONAL = ("latency_us",)
 TOPO_KEYS = ("hosts", "links")
 TOPO_OPTIONAL = ("format", "version", "gpus_per_host", "merge_policy", "collectives",
                  "missing", "warnings")
@@ -155,13 +157,14 @@ def topology_from_dict(data: Mapping[str, Any], where: str = "topology") -> Topo
     colls = []
     for i, d in enumerate(_list(f"{where}.collectives", data.get("collectives"))):
         f = f"{where}.collectives[{i}]"
-        v.exact_keys(f, d, COLL_KEYS, ())
+        v.exact_keys(f, d, COLL_KEYS, COLL_OPTIONAL)
         colls.append(CollectiveMeasurement(
             hosts=tuple(host(f"{f}.hosts[{j}]", h)
                         for j, h in enumerate(_list(f"{f}.hosts", d["hosts"]))),
             gpus_per_host=_pos_int(f"{f}.gpus_per_host", d["gpus_per_host"]),
             op=_str(f"{f}.op", d["op"]),
             busbw_Bps=_pos_float(f"{f}.busbw_GBps", d["busbw_GBps"]) * GB,
+            latency_s=_opt_pos(f"{f}.latency_us", d.get("latency_us"), US),
             message_bytes=_opt_int(f"{f}.message_bytes", d["message_bytes"]),
             method=_str(f"{f}.method", d["method"]),
             timestamp=_str(f"{f}.timestamp", d["timestamp"], optional=True)))

@@ -4,7 +4,6 @@ into core objects: a :class:`~configurator.core.model.ModelSpec` and a
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 from configurator.core import validate as v
@@ -18,9 +17,10 @@ class JobInputs:
     """What a plan is made for, as named by the user (references, not yet loaded).
 
     ``model``: preset, YAML/JSON file or HF ``config.json``; ``cluster``: preset or file;
-    ``nodes``: node count (default the cluster's own, or the topology's hosts);
-    ``topology``: a measured topology file; ``exclude_flagged``: plan only on the hosts the
-    topology's audit does not recommend draining.
+    ``nodes``: node count (default the cluster's own; with a topology, how many of its hosts
+    the plan uses, at most all of them: the placement chooses which); ``topology``: a
+    measured topology file; ``exclude_flagged``: never use the hosts the topology's audit
+    recommends draining.
     """
 
     model: str
@@ -31,23 +31,13 @@ class JobInputs:
     exclude_flagged: bool = False
 
 
-def healthy_topology(topo):
-    """``topo`` without the hosts its audit recommends draining (and their links)."""
-    from topology.audit import audit
-
-    drop = set(audit(topo).drain_hosts)
-    return dataclasses.replace(
-        topo, hosts=tuple(h for h in topo.hosts if h not in drop),
-        links=tuple(lk for lk in topo.links if lk.src not in drop and lk.dst not in drop),
-        collectives=tuple(c for c in topo.collectives if not drop & set(c.hosts)),
-        missing=tuple(m for m in topo.missing if m.src not in drop and m.dst not in drop))
-
-
 def resolve(inputs: JobInputs, *, exclude_flagged: bool | None = None) -> tuple[ModelSpec,
                                                                                  Cluster]:
-    """Load the model and build the cluster. With ``exclude_flagged`` (default
-    ``inputs.exclude_flagged``) the cluster keeps only the hosts the audit of the topology
-    does not flag (the world size shrinks). Raises :class:`InputError`."""
+    """Load the model and build the cluster. Without a topology: ``inputs.nodes`` nodes of
+    the cluster (default its own count). With one: every host of the topology, its links
+    measured; :func:`host_pool` then says which hosts a plan may use and how many.
+    ``exclude_flagged`` (default ``inputs.exclude_flagged``) needs a topology.
+    Raises :class:`InputError`."""
     exclude = inputs.exclude_flagged if exclude_flagged is None else exclude_flagged
     model = load_model(inputs.model)
     if inputs.seq_length is not None:
@@ -62,8 +52,30 @@ def resolve(inputs: JobInputs, *, exclude_flagged: bool | None = None) -> tuple[
     from topology.topofile_io import load_topology
 
     topo = load_topology(inputs.topology)
-    nodes = inputs.nodes
-    if exclude:
-        topo = healthy_topology(topo)
-        nodes = len(topo.hosts)
-    return model, apply_topology(load_cluster(inputs.cluster, nodes), topo)
+    if inputs.nodes is not None and inputs.nodes > len(topo.hosts):
+        raise InputError("nodes", inputs.nodes, f"must be at most the {len(topo.hosts)} hosts "
+                         f"of the topology {inputs.topology}")
+    return model, apply_topology(load_cluster(inputs.cluster, len(topo.hosts)), topo)
+
+
+def host_pool(inputs: JobInputs, cluster: Cluster, *,
+              exclude_flagged: bool | None = None) -> tuple[list[int], int, list[str]]:
+    """``(pool, nodes, flagged)``: the host indices a plan may use (all, or with
+    ``exclude_flagged`` those the topology's audit does not recommend draining), how many
+    it uses (``inputs.nodes``, default the whole pool) and the hosts left out as flagged.
+    Raises :class:`InputError` when ``nodes`` exceeds the pool."""
+    exclude = inputs.exclude_flagged if exclude_flagged is None else exclude_flagged
+    pool = list(range(cluster.num_nodes))
+    flagged: list[str] = []
+    if inputs.topology and exclude:
+        from topology.audit import audit
+        from topology.topofile_io import load_topology
+
+        drop = set(audit(load_topology(inputs.topology)).drain_hosts)
+        flagged = [h for h in cluster.hosts if h in drop]
+        pool = [i for i, h in enumerate(cluster.hosts) if h not in drop]
+    nodes = len(pool) if inputs.nodes is None else inputs.nodes
+    if nodes > len(pool):
+        raise InputError("nodes", nodes, f"must be at most the {len(pool)} hosts the audit "
+                         f"does not flag (flagged: {', '.join(flagged)})")
+    return pool, nodes, flagged

@@ -11,8 +11,8 @@ from configurator.core import jsonout
 from configurator.core.document import plan_document
 from configurator.search.rank import SearchResult, candidate_memory
 
-SEARCH_FILES = ("plan.json", "plans.json", "table.txt", "plans.png", "launch_torchrun.sh",
-                "launch_slurm.sbatch")
+SEARCH_FILES = ("plan.json", "plans.json", "table.txt", "plans.png", "report.html",
+                "launch_torchrun.sh", "launch_slurm.sbatch")
 LAUNCH_FILES = ("launch_torchrun.sh", "launch_slurm.sbatch")
 
 
@@ -34,26 +34,55 @@ def script_summary(estimate: dict) -> dict:
 
 
 def write_search_outputs(out: str, model, cluster, res: SearchResult, header: str,
-                         force: bool) -> list[str]:
-    """Write the best plan's launch scripts, ``plan.json`` (the plan document),
-    ``plans.json`` (every ranked plan shown), ``table.txt`` (``header`` and the wide table)
-    and ``plans.png`` (iteration time against peak memory of every feasible plan; needs
-    ``res.ranked``). Every file is rendered first, then all are written without following a
-    symbolic link (:func:`launchers.write_files`). Returns the names."""
+                         force: bool, *, placed_on=None) -> list[str]:
+    """Write the best plan's launch scripts, ``plan.json`` (the plan document, with the
+    placement when the plans were placed), ``plans.json`` (every ranked plan shown),
+    ``table.txt`` (``header`` and the wide table), ``plans.png`` (iteration time against
+    peak memory of every feasible plan; needs ``res.ranked``) and ``report.html`` (Gantt
+    chart of the best plan's simulated schedule, its placement). ``cluster``: the cluster
+    searched (the plan's nodes); ``placed_on``: the whole cluster the placement's host
+    names refer to (None: ``cluster``). Every file is rendered first, then all are written
+    without following a symbolic link (:func:`launchers.write_files`). Returns the names."""
+    from configurator.cost.placed import PlacedPlan
+    from configurator.core.document import placement_record
+    from configurator.report.gantt import gantt_png
+    from configurator.report.plan_html import render_plan_html
     from configurator.report.plot import plot_search
     from configurator.report.table import format_table
     from launchers import FILE_MODE, check_out_dir, launch_files, write_files
 
     best = res.plans[0]
     estimate = best.to_dict()
+    placed_on = placed_on or cluster
+    record = None
+    if best.placement is not None:
+        pl = best.placement
+        record = placement_record(
+            pl["hosts"], pl["gpu_order"], pl["excluded_hosts"], pl["method"],
+            **{k: pl.get(k) for k in ("iteration_time_s", "default_iteration_time_s",
+                                      "random_median_iteration_time_s")})
     files = launch_files(model, best.plan, nodes=cluster.num_nodes,
-                         gpus_per_node=cluster.gpus_per_node, summary=script_summary(estimate))
+                         gpus_per_node=cluster.gpus_per_node, summary=script_summary(estimate),
+                         placement=record)
     doc = plan_document(model=model, cluster=cluster.to_dict(), plan=best.plan,
-                        estimate=estimate)
+                        estimate=estimate, placement=record)
     files["plan.json"] = (jsonout.dumps(doc, indent=2).encode(), FILE_MODE)
     files["plans.json"] = (jsonout.dumps(res.to_dict(), indent=2).encode(), FILE_MODE)
-    files["table.txt"] = ((header + "\n" + format_table(res.plans, wide=True) + "\n").encode(),
-                          FILE_MODE)
+    table = format_table(res.plans, wide=True)
+    files["table.txt"] = ((header + "\n" + table + "\n").encode(), FILE_MODE)
+    priced = PlacedPlan(model, placed_on, best.plan)
+    if record is not None:
+        index = {h: i for i, h in enumerate(placed_on.hosts)}
+        node_hosts = [index[h] for h in record["hosts"]]
+        gpu_order = record["gpu_order"]
+    else:
+        node_hosts, gpu_order = priced.default_placement()
+    timed = priced.time(node_hosts, gpu_order, record=True)
+    gantt = gantt_png(timed.sim, title=f"{model.name}: simulated schedule of the slowest "
+                                      f"data-parallel replica ({timed.critical_replica})")
+    files["report.html"] = (render_plan_html(
+        title=f"{model.name} on {cluster.num_gpus} x {cluster.gpu.name}", header=header,
+        table=table, placement=record, gantt_png=gantt).encode(), FILE_MODE)
     with tempfile.TemporaryDirectory() as private:      # mode 0700, a fresh name
         png = os.path.join(private, "plans.png")
         plot_search(png, peak_memory_bytes=candidate_memory(model, res.ranked),

@@ -3,9 +3,10 @@ request dataclass and returning the result the CLI prints."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
-from configurator.app.inputs import JobInputs, resolve
+from configurator.app.inputs import JobInputs, host_pool, resolve
 from configurator.app.outputs import (LAUNCH_FILES, SEARCH_FILES, check_out, script_summary,
                                       write_search_outputs)
 from configurator.core import validate as v
@@ -14,6 +15,8 @@ from configurator.core.errors import InputError, NoFeasiblePlanError
 from configurator.core.plan import RECOMPUTE
 from configurator.core.rules import plan_for_world
 from configurator.search.evaluate import Evaluation, evaluate_plan
+from configurator.search.placement import (host_health_order, place_plan,
+                                           place_search_result, placement_on_cluster)
 from configurator.search.rank import SearchResult, search
 from configurator.search.space import SearchSpace
 
@@ -32,6 +35,9 @@ class SearchRequest:
     max_memory_fraction: float = 1.0
     out: str | None = None
     force: bool = False
+    placement_time_s: float = 10.0
+    placement_evaluations: int = 100
+    seed: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,56 +53,90 @@ class SearchOutcome:
 
 
 def run_search(req: SearchRequest) -> SearchOutcome:
-    """Rank every legal plan that fits; with ``req.out`` write the outputs there.
+    """Rank every legal plan that fits; with ``req.out`` write the outputs there. With a
+    topology, the plan uses ``nodes`` of its hosts (the healthiest for the ranking), then
+    every ranked plan is placed on the measured links (hosts and GPU order chosen,
+    :func:`configurator.search.placement.place_plan`) and re-ranked by its placed time.
     Raises :class:`InputError` (bad input) or :class:`NoFeasiblePlanError`."""
     model, cluster = resolve(req.inputs)
     v.int_in_range("gbs", req.global_batch_size)
     v.int_in_range("top", req.top)
     if not 0 < req.max_memory_fraction <= 1:
         raise InputError("max_memory_fraction", req.max_memory_fraction, "must be in (0, 1]")
+    v.float_in_range("placement_time_s", req.placement_time_s)
+    v.int_in_range("placement_evaluations", req.placement_evaluations)
+    v.int_in_range("seed", req.seed)
     if req.out:
         check_out(req.out, SEARCH_FILES, req.force)
     space = SearchSpace(recompute=tuple(req.recompute))
-    res = search(model, cluster, req.global_batch_size, precision=req.precision,
-                 attention_backend=req.attention_backend, top_k=req.top, space=space,
-                 keep_ranking=bool(req.out), max_memory_fraction=req.max_memory_fraction)
-    header = (f"{model.name} on {cluster.num_nodes}x{cluster.gpus_per_node} "
-              f"{cluster.gpu.name}, gbs {req.global_batch_size}, seq {model.seq_length}, "
+    res, used = _ranked(req, model, cluster, space, req.top, keep_ranking=bool(req.out))
+    header = (f"{model.name} on {used.num_nodes}x{used.gpus_per_node} "
+              f"{used.gpu.name}, gbs {req.global_batch_size}, seq {model.seq_length}, "
               f"{req.precision}: {res.candidates_evaluated} plans evaluated, "
               f"{res.feasible} fit, {res.search_time_s:.2f} s")
+    best = res.plans[0]
+    if best.placement:
+        pl = best.placement
+        gain = 100 * (pl["iteration_time_s"] / pl["default_iteration_time_s"] - 1)
+        header += (f"\nplaced on {len(pl['hosts'])} of {cluster.num_nodes} hosts (idle: "
+                   f"{', '.join(pl['excluded_hosts']) or 'none'}): "
+                   f"{pl['iteration_time_s']:.3f} s vs {pl['default_iteration_time_s']:.3f} s "
+                   f"Megatron's order on the first hosts ({gain:+.1f} %), random median "
+                   f"{pl['random_median_iteration_time_s']:.3f} s")
     doc = res.to_dict()
     if req.inputs.exclude_flagged:
         doc["exclusion"] = exclusion_effect(req, model, cluster, res, space)
         header += "\n" + doc["exclusion"]["summary"]
     written = []
     if req.out:
-        written = write_search_outputs(req.out, model, cluster, res, header, req.force)
+        written = write_search_outputs(req.out, model, used, res, header, req.force,
+                                       placed_on=cluster)
     return SearchOutcome(result=res, header=header, document=doc,
                          written=written)
 
 
-def exclusion_effect(req: SearchRequest, model, healthy, res: SearchResult,
+def _ranked(req: SearchRequest, model, cluster, space: SearchSpace, top: int, *,
+            keep_ranking: bool = False, exclude_flagged: bool | None = None,
+            nodes: int | None = None):
+    """The search of ``req`` on ``cluster``: ``(result, cluster searched)``. With a topology
+    the result's plans carry their placement (``exclude_flagged`` and ``nodes`` override the
+    request's)."""
+    kw = dict(precision=req.precision, attention_backend=req.attention_backend, top_k=top,
+              space=space, keep_ranking=keep_ranking,
+              max_memory_fraction=req.max_memory_fraction)
+    if not req.inputs.topology:
+        return search(model, cluster, req.global_batch_size, **kw), cluster
+    inputs = req.inputs if nodes is None else dataclasses.replace(req.inputs, nodes=nodes)
+    pool, n, _ = host_pool(inputs, cluster, exclude_flagged=exclude_flagged)
+    used = cluster.subset(sorted(host_health_order(cluster, pool)[:n]))
+    res = search(model, used, req.global_batch_size, **kw)
+    return place_search_result(model, cluster, res, pool=pool,
+                               time_budget_s=req.placement_time_s,
+                               max_evaluations=req.placement_evaluations, seed=req.seed), used
+
+
+def exclusion_effect(req: SearchRequest, model, cluster, res: SearchResult,
                      space: SearchSpace) -> dict:
-    """Compare the best plan on the healthy hosts with the best on every host."""
-    _, full = resolve(req.inputs, exclude_flagged=False)
-    kept = set(healthy.hosts)
-    excluded = [h for h in full.hosts if h not in kept]
+    """Compare the best plan without the flagged hosts with the best on every host."""
+    pool, _, flagged = host_pool(req.inputs, cluster)
     best = res.plans[0]
-    out = {"excluded_hosts": excluded, "gpus_kept": healthy.num_gpus,
-           "gpus_all": full.num_gpus, "iteration_time_s": best.iteration_time_s,
-           "tokens_per_s": best.tokens_per_s_per_gpu * healthy.num_gpus}
+    kept = best.plan.world_size
+    out = {"excluded_hosts": flagged, "gpus_kept": kept, "gpus_all": cluster.num_gpus,
+           "iteration_time_s": best.iteration_time_s,
+           "tokens_per_s": best.tokens_per_s_per_gpu * kept}
     try:
-        alls = search(model, full, req.global_batch_size, precision=req.precision,
-                      attention_backend=req.attention_backend, top_k=1, space=space).plans[0]
-        out["all_hosts_iteration_time_s"] = alls.iteration_time_s
-        out["all_hosts_tokens_per_s"] = alls.tokens_per_s_per_gpu * full.num_gpus
-        change = 100 * (best.iteration_time_s / alls.iteration_time_s - 1)
-        out["summary"] = (f"excluding {', '.join(excluded) or 'no host'}: best iteration "
-                          f"{best.iteration_time_s:.3f} s on {healthy.num_gpus} GPUs vs "
-                          f"{alls.iteration_time_s:.3f} s on all {full.num_gpus} GPUs "
+        alls, _ = _ranked(req, model, cluster, space, 1, exclude_flagged=False,
+                          nodes=cluster.num_nodes)
+        a = alls.plans[0]
+        out["all_hosts_iteration_time_s"] = a.iteration_time_s
+        out["all_hosts_tokens_per_s"] = a.tokens_per_s_per_gpu * cluster.num_gpus
+        change = 100 * (best.iteration_time_s / a.iteration_time_s - 1)
+        out["summary"] = (f"excluding {', '.join(flagged) or 'no host'}: best iteration "
+                          f"{best.iteration_time_s:.3f} s on {kept} GPUs vs "
+                          f"{a.iteration_time_s:.3f} s on all {cluster.num_gpus} GPUs "
                           f"({change:+.1f} %)")
     except (InputError, NoFeasiblePlanError) as err:
-        out["summary"] = (f"excluding {', '.join(excluded) or 'no host'}; with all hosts no "
+        out["summary"] = (f"excluding {', '.join(flagged) or 'no host'}; with all hosts no "
                           f"plan: {err}")
     return out
 
@@ -108,6 +148,10 @@ class EstimateRequest:
 
     inputs: JobInputs
     fields: dict
+    placement: str = "default"
+    placement_time_s: float = 60.0
+    placement_evaluations: int = 1000
+    seed: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -117,12 +161,43 @@ class EstimateOutcome:
 
 
 def run_estimate(req: EstimateRequest) -> EstimateOutcome:
-    """Memory per stage and iteration time of one plan (also one that does not fit)."""
+    """Memory per stage and iteration time of one plan (also one that does not fit).
+
+    With a topology the plan runs on ``nodes`` of its hosts placed by ``req.placement``:
+    ``default`` (Megatron's order on the first hosts), ``optimized`` (the placement search,
+    ``placement_time_s``, ``seed``) or a file (a plan.json with a ``placement``, or a
+    mapping with ``hosts`` and ``gpu_order``); the result carries the placement record."""
     model, cluster = resolve(req.inputs)
-    plan = plan_for_world(req.fields, cluster.num_gpus)
-    e = evaluate_plan(model, cluster, plan)
-    title = (f"{model.name} on {cluster.num_nodes} x {cluster.gpus_per_node} "
-             f"{cluster.gpu.name} ({cluster.name})")
+    if not req.inputs.topology:
+        if req.placement != "default":
+            raise InputError("placement", req.placement, "needs --topology FILE")
+        plan = plan_for_world(req.fields, cluster.num_gpus)
+        e = evaluate_plan(model, cluster, plan)
+        title = (f"{model.name} on {cluster.num_nodes} x {cluster.gpus_per_node} "
+                 f"{cluster.gpu.name} ({cluster.name})")
+        return EstimateOutcome(evaluation=e, title=title)
+    v.float_in_range("placement_time_s", req.placement_time_s)
+    v.int_in_range("placement_evaluations", req.placement_evaluations)
+    v.int_in_range("seed", req.seed)
+    pool, nodes, _ = host_pool(req.inputs, cluster)
+    plan = plan_for_world(req.fields, nodes * cluster.gpus_per_node)
+    method, hosts, order = req.placement, None, None
+    if method not in ("default", "optimized"):
+        hosts, order = placement_on_cluster(v.load_mapping_file("placement", method), cluster, nodes)
+        method = "file"
+    try:
+        out = place_plan(model, cluster, plan, pool=pool, method=method, node_hosts=hosts,
+                         gpu_order=order, time_budget_s=req.placement_time_s,
+                         max_evaluations=req.placement_evaluations, seed=req.seed)
+    except ValueError as err:
+        raise InputError("placement", req.placement, str(err)) from None
+    e = evaluate_plan(model, cluster, plan, node_hosts=list(out.node_hosts),
+                      gpu_order=out.gpu_order)
+    e = dataclasses.replace(e, placement=out.to_dict())
+    title = (f"{model.name} on {nodes} of {cluster.num_nodes} x {cluster.gpus_per_node} "
+             f"{cluster.gpu.name} ({cluster.name}), placement {out.method}: "
+             f"{out.iteration_time_s:.3f} s vs {out.default_iteration_time_s:.3f} s default, "
+             f"random median {out.random_median_iteration_time_s:.3f} s")
     return EstimateOutcome(evaluation=e, title=title)
 
 
@@ -130,9 +205,10 @@ def run_estimate(req: EstimateRequest) -> EstimateOutcome:
 class LaunchRequest:
     """``configurator launch``: a plan document, where to write, data and tokenizer.
 
-    ``data_path``: the words of Megatron's ``--data-path``: one path, or a blend (several
-    paths, or weights and paths alternating: ``("0.3", "/a", "0.7", "/b")``); it requires
-    ``tokenizer_model``. None: mock data."""
+    ``nodes``: if given, must equal the plan's node count (a plan for another count is
+    another plan: re-plan with ``search --nodes``). ``data_path``: the words of Megatron's
+    ``--data-path``: one path, or a blend (several paths, or weights and paths alternating:
+    ``("0.3", "/a", "0.7", "/b")``); it requires ``tokenizer_model``. None: mock data."""
 
     plan_path: str
     out: str
@@ -142,22 +218,134 @@ class LaunchRequest:
     force: bool = False
 
 
-def run_launch(req: LaunchRequest) -> list[str]:
-    """Write the torchrun and SLURM scripts of a saved plan document; returns their paths.
-    Nothing is written when an input is refused (the scripts are rendered first); the
-    output directory and files must not be symbolic links."""
+@dataclass(frozen=True, kw_only=True)
+class LaunchOutcome:
+    """The scripts written and a line saying which placement they enforce."""
+
+    paths: list[str]
+    placement: str
+
+
+def run_launch(req: LaunchRequest) -> LaunchOutcome:
+    """Write the torchrun and SLURM scripts of a saved plan document, enforcing its placement
+    when it has one (host → node_rank table, per-node GPU order, hosts left out); returns
+    the paths. Nothing is written when an input is refused (the scripts are rendered
+    first); the output directory and files must not be symbolic links."""
     from launchers import write_launch_files
 
     doc = read_plan_document(v.load_mapping_file("plan", req.plan_path))
     plan = doc.plan
-    nodes = v.int_in_range("nodes", req.nodes if req.nodes else doc.nodes)
-    gpn = doc.gpus_per_node
-    if nodes * gpn != plan.world_size:
-        raise InputError("nodes", nodes, f"nodes * gpus_per_node ({nodes * gpn}) must equal "
-                         f"the plan's world size tp*pp*dp*cp ({plan.world_size})")
+    if req.nodes is not None:
+        v.int_in_range("nodes", req.nodes)
+        if req.nodes != doc.nodes:
+            raise InputError("nodes", req.nodes, f"the plan was made for {doc.nodes} nodes "
+                             f"of {doc.gpus_per_node} GPUs; a plan for {req.nodes} nodes is "
+                             f"another plan: run configurator search --nodes {req.nodes}")
     check_out(req.out, LAUNCH_FILES, req.force)
-    paths = write_launch_files(req.out, doc.model, plan, nodes=nodes, gpus_per_node=gpn,
-                               force=req.force, data_path=req.data_path,
-                               tokenizer_model=req.tokenizer_model,
-                               summary=script_summary(doc.estimate))
-    return list(paths.values())
+    paths = write_launch_files(req.out, doc.model, plan, nodes=doc.nodes,
+                               gpus_per_node=doc.gpus_per_node, force=req.force,
+                               data_path=req.data_path, tokenizer_model=req.tokenizer_model,
+                               summary=script_summary(doc.estimate), placement=doc.placement)
+    if doc.placement:
+        line = "placement: " + doc.placement.describe()
+    elif doc.nodes == 1:
+        line = "placement: none recorded (one node; GPUs in CUDA_VISIBLE_DEVICES order)"
+    else:
+        line = ("placement: none recorded (each node passes its node rank; MASTER_ADDR must "
+                "name node_rank 0)")
+    return LaunchOutcome(paths=list(paths.values()), placement=line)
+
+
+#: Most node counts one ``--nodes-range`` may ask for.
+MAX_SCALING_POINTS = 256
+
+
+def parse_nodes_range(text: str) -> tuple[int, int]:
+    """``"A:B"`` → ``(A, B)`` with ``1 <= A <= B``, at most :data:`MAX_SCALING_POINTS`
+    counts. Raises :class:`InputError` (field ``nodes_range``)."""
+    parts = str(text).split(":")
+    try:
+        lo, hi = (int(x) for x in parts)
+    except ValueError:
+        raise InputError("nodes_range", text, "must be A:B, two node counts") from None
+    v.int_in_range("nodes_range", lo, key="nodes")
+    v.int_in_range("nodes_range", hi, key="nodes")
+    if lo > hi or hi - lo + 1 > MAX_SCALING_POINTS:
+        raise InputError("nodes_range", text, f"must have A <= B and at most "
+                         f"{MAX_SCALING_POINTS} node counts")
+    return lo, hi
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScalingOutcome:
+    """Best plan per node count: ``rows`` (one dict per count), the header, the JSON
+    document and the files written."""
+
+    rows: list[dict]
+    header: str
+    document: dict
+    written: list[str] = field(default_factory=list)
+
+
+SCALING_FILES = ("scaling.png", "scaling.json")
+
+
+def run_scaling(req: SearchRequest, lo: int, hi: int) -> ScalingOutcome:
+    """The best plan of ``req`` for every node count ``lo..hi`` (placed, with a topology):
+    iteration time, tokens/s and tokens/s per GPU, so a user sees where more nodes stop
+    paying. A count with no plan gets a row saying why. With ``req.out``: ``scaling.png``
+    (tokens/s and per-GPU tokens/s against nodes) and ``scaling.json``."""
+    from tqdm import tqdm
+
+    model, cluster = resolve(dataclasses.replace(req.inputs, nodes=None))
+    v.int_in_range("gbs", req.global_batch_size)
+    v.float_in_range("placement_time_s", req.placement_time_s)
+    v.int_in_range("placement_evaluations", req.placement_evaluations)
+    v.int_in_range("seed", req.seed)
+    if not 0 < req.max_memory_fraction <= 1:
+        raise InputError("max_memory_fraction", req.max_memory_fraction, "must be in (0, 1]")
+    if req.inputs.topology:
+        pool, _, _ = host_pool(dataclasses.replace(req.inputs, nodes=None), cluster)
+        if hi > len(pool):
+            raise InputError("nodes_range", f"{lo}:{hi}", f"must end at most at the "
+                             f"{len(pool)} hosts the topology offers")
+    if req.out:
+        check_out(req.out, SCALING_FILES, req.force)
+    space = SearchSpace(recompute=tuple(req.recompute))
+    rows = []
+    for n in tqdm(range(lo, hi + 1), desc="nodes", unit="count", disable=None, leave=False):
+        row = {"nodes": n}
+        try:
+            if req.inputs.topology:
+                res, used = _ranked(req, model, cluster, space, 1, nodes=n)
+            else:
+                _, cl = resolve(dataclasses.replace(req.inputs, nodes=n))
+                res, used = _ranked(req, model, cl, space, 1)
+        except (InputError, NoFeasiblePlanError) as err:
+            row.update(num_gpus=None, plan=None, iteration_time_s=None, tokens_per_s=None,
+                       tokens_per_s_per_gpu=None, excluded_hosts=None, reason=str(err))
+            rows.append(row)
+            continue
+        e = res.plans[0]
+        gpus = e.plan.world_size
+        row.update(num_gpus=gpus, plan=e.plan.to_dict(), iteration_time_s=e.iteration_time_s,
+                   tokens_per_s=e.tokens_per_s_per_gpu * gpus,
+                   tokens_per_s_per_gpu=e.tokens_per_s_per_gpu,
+                   excluded_hosts=(e.placement or {}).get("excluded_hosts"), reason=None)
+        rows.append(row)
+    header = (f"{model.name} on {lo}..{hi} nodes of {cluster.gpus_per_node} "
+              f"{cluster.gpu.name}, gbs {req.global_batch_size}, seq {model.seq_length}, "
+              f"{req.precision}: best plan per node count")
+    doc = {"scaling": rows}
+    written = []
+    if req.out:
+        from configurator.report.plot import scaling_png
+        from launchers import FILE_MODE, write_files
+
+        from configurator.core import jsonout
+
+        files = {"scaling.json": (jsonout.dumps(doc, indent=2).encode(), FILE_MODE),
+                 "scaling.png": (scaling_png(rows, title=header), FILE_MODE)}
+        write_files(req.out, files, force=req.force)
+        written = list(files)
+    return ScalingOutcome(rows=rows, header=header, document=doc, written=written)

@@ -1,4 +1,5 @@
-"""``configurator audit``: report slow/asymmetric links, slow nodes and unmeasured pairs.
+"""``configurator audit``: report slow/asymmetric links, slow nodes, bimodal classes and
+unmeasured pairs.
 
 Input is a topology file (``--topology topo.json``) or nccl-tests logs / directories of them.
 Exit 0 whenever the report was made (problems found are the report, not an error); 2 on bad
@@ -14,6 +15,7 @@ from configurator.core import jsonout
 from configurator.core.units import GB
 
 MAX_WARNINGS_SHOWN = 5
+MAX_PAIRS_SHOWN = 12
 
 
 def add_audit_arguments(p) -> None:
@@ -44,7 +46,8 @@ def _ep(host, gpu):
 
 
 def format_text(report) -> str:
-    """Readable summary: baselines, flagged nodes and links, missing pairs, recommendation."""
+    """Readable summary: baselines, flagged nodes and links, bimodal classes, missing pairs,
+    recommendation."""
     out = [f"Audit of {len(report.hosts)} hosts, {report.links_measured} measured links."]
     out.append("Class baselines (median / scaled MAD, GB/s):")
     for b in report.baselines:
@@ -59,6 +62,18 @@ def format_text(report) -> str:
         out.append(f"  [{f.kind}] {_ep(f.src, f.src_gpu)}{arrow}{_ep(f.dst, f.dst_gpu)} "
                    f"{f.measured_Bps / GB:.2f} GB/s, expected {f.expected_Bps / GB:.2f} "
                    f"(ratio {f.ratio:.2f}) in [{f.link_class}]")
+    bimodal = report.bimodal_classes
+    out.append(f"Bimodal classes ({len(bimodal)}):")
+    for b in bimodal:
+        shown = ", ".join(f"{x}<->{y}" for x, y in b.slow_pairs[:MAX_PAIRS_SHOWN])
+        more = len(b.slow_pairs) - MAX_PAIRS_SHOWN
+        out.append(f"  [{b.label}] slow mode {b.slow_count} at {b.slow_median_Bps / GB:.2f} "
+                   f"GB/s, fast mode {b.fast_count} at {b.fast_median_Bps / GB:.2f} GB/s "
+                   f"(ratio {b.ratio:.2f}, separation {b.separation:.1f})"
+                   + (f"; mostly slow hosts: {', '.join(b.slow_hosts)}" if b.slow_hosts
+                      else ""))
+        out.append(f"    slow pairs ({len(b.slow_pairs)}): {shown}"
+                   + (f" and {more} more (see --json)" if more > 0 else ""))
     by_class: dict[str, list[str]] = {}
     failures = []
     for m in report.missing_links:

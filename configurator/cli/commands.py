@@ -75,6 +75,11 @@ COMMANDS: tuple[Command, ...] = (
             "Write the torchrun and SLURM launch scripts of a plan saved by "
             "'configurator search --out' (plan.json).",
             plan_commands.add_launch_arguments, plan_commands.run_launch, RANGES_EPILOG),
+    Command("explain", "show where two saved plans differ in time and memory",
+            "Compare two plan.json files (search --out): iteration time and each term of its "
+            "breakdown (compute, recompute, bubble, tp/cp/pp/dp communication, optimizer, "
+            "schedule and placement), throughput, and memory per pipeline stage, with B - A.",
+            plan_commands.add_explain_arguments, plan_commands.run_explain),
     Command("topology", "import and inspect measured cluster topologies",
             "Measured topology files: import nccl-tests logs, nvidia-smi topo -m output and "
             "probe results.",

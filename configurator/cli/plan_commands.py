@@ -13,6 +13,7 @@ from configurator.app.plan_jobs import (EstimateRequest, LaunchRequest, SearchRe
                                         run_estimate as estimate_job, run_launch as launch_job,
                                         run_search as search_job)
 from configurator.core import jsonout
+from configurator.core.errors import InputError
 from configurator.core.plan import PLAN_FIELD, PLAN_FIELDS, RECOMPUTE
 
 #: Plan options that ``search`` takes too (one value for the whole search).
@@ -46,7 +47,9 @@ def _common(p: argparse.ArgumentParser) -> None:
                         "Megatron keys, or a Hugging Face config.json")
     p.add_argument("--cluster", required=True,
                    help="preset (dgx-a100-80gb, dgx-h100-80gb, dgx-h200-141gb) or YAML/JSON file")
-    p.add_argument("--nodes", type=int, help="number of nodes (default: the cluster's own)")
+    p.add_argument("--nodes", type=int,
+                   help="number of nodes (default: the cluster's own; with --topology, how "
+                        "many of its hosts to use, at most all: the placement picks which)")
     p.add_argument("--gbs", type=int, required=True, help="global batch size (sequences)")
     p.add_argument("--seq-length", type=int, help="override the model's sequence length")
     for name in SHARED_OPTIONS:
@@ -63,10 +66,27 @@ def _inputs(args, exclude_flagged: bool = False) -> JobInputs:
                      exclude_flagged=exclude_flagged)
 
 
+def _placement_options(p, budget_s: float, evaluations: int) -> None:
+    p.add_argument("--placement-evaluations", type=int, default=evaluations, metavar="N",
+                   help=f"with --topology: placements the search prices per plan (default "
+                        f"{evaluations}; the same result on every run for a seed)")
+    p.add_argument("--placement-time-s", type=float, default=budget_s, metavar="S",
+                   help=f"with --topology: time cap of the placement search per plan "
+                        f"(default {budget_s:g} s; when it binds, results may vary)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the placement search and of the random placements "
+                        "(default 0)")
+
+
 def add_estimate_arguments(p) -> None:
     _common(p)
     for name in ESTIMATE_FIELDS:
         add_plan_option(p, name, required=name in ESTIMATE_REQUIRED)
+    p.add_argument("--placement", default="default", metavar="default|optimized|FILE",
+                   help="with --topology: where the ranks run: 'default' (Megatron's order "
+                        "on the first hosts), 'optimized' (searched on the measured links), "
+                        "or a plan.json / YAML with hosts and gpu_order (default: default)")
+    _placement_options(p, 60.0, 2000)
 
 
 def run_estimate(args) -> int:
@@ -75,7 +95,11 @@ def run_estimate(args) -> int:
     fields = {name: getattr(args, name) for name in ESTIMATE_FIELDS}
     fields.update({name: getattr(args, name) for name in SHARED_OPTIONS},
                   global_batch_size=args.gbs)
-    out = estimate_job(EstimateRequest(inputs=_inputs(args), fields=fields))
+    out = estimate_job(EstimateRequest(inputs=_inputs(args), fields=fields,
+                                       placement=args.placement,
+                                       placement_time_s=args.placement_time_s,
+                                       placement_evaluations=args.placement_evaluations,
+                                       seed=args.seed))
     if args.json:
         print(jsonout.dumps(out.evaluation.to_dict(), indent=2))
     else:
@@ -101,6 +125,10 @@ def add_search_arguments(p) -> None:
     p.add_argument("--exclude-flagged", action="store_true",
                    help="with --topology: plan on the hosts the audit does not flag, and "
                         "report what the exclusion costs or saves")
+    p.add_argument("--nodes-range", metavar="A:B",
+                   help="best plan for every node count from A to B (iteration time, "
+                        "tokens/s, tokens/s per GPU; --out adds scaling.png)")
+    _placement_options(p, 10.0, 100)
 
 
 def run_search(args) -> int:
@@ -108,7 +136,11 @@ def run_search(args) -> int:
                         precision=args.precision, attention_backend=args.attention_backend,
                         recompute=tuple(args.recompute) if args.recompute else RECOMPUTE,
                         top=args.top, max_memory_fraction=args.max_memory_fraction,
-                        out=args.out, force=args.force)
+                        out=args.out, force=args.force,
+                        placement_time_s=args.placement_time_s,
+                        placement_evaluations=args.placement_evaluations, seed=args.seed)
+    if args.nodes_range is not None:
+        return _run_scaling(args, req)
     out = search_job(req)
     if args.json:
         print(jsonout.dumps(out.document, indent=2))
@@ -123,11 +155,32 @@ def run_search(args) -> int:
     return 0
 
 
+def _run_scaling(args, req) -> int:
+    from configurator.app.plan_jobs import parse_nodes_range, run_scaling
+    from configurator.report.table import format_scaling
+
+    if args.nodes is not None:
+        raise InputError("nodes_range", args.nodes_range, "give --nodes or --nodes-range, "
+                         "not both")
+    lo, hi = parse_nodes_range(args.nodes_range)
+    out = run_scaling(req, lo, hi)
+    if args.json:
+        print(jsonout.dumps(out.document, indent=2))
+    else:
+        print(out.header)
+        print(format_scaling(out.rows))
+        if out.written:
+            print(f"wrote {args.out}/" + ", ".join(out.written))
+    return 0
+
+
 def add_launch_arguments(p) -> None:
     p.add_argument("--plan", required=True, help="plan.json written by search --out")
     p.add_argument("--out", required=True, metavar="DIR",
                    help="directory for the scripts (not a symbolic link)")
-    p.add_argument("--nodes", type=int, help="override the node count")
+    p.add_argument("--nodes", type=int,
+                   help="the plan's node count (checked; a plan for another count is "
+                        "another plan: re-plan with configurator search --nodes N)")
     p.add_argument("--data-path", nargs="+", metavar="WORD",
                    help="Megatron --data-path: one dataset prefix, or a blend of several "
                         "(--data-path 0.3 /a 0.7 /b: weights and prefixes alternating); "
@@ -140,8 +193,24 @@ def add_launch_arguments(p) -> None:
 
 def run_launch(args) -> int:
     data = tuple(args.data_path) if args.data_path else None
-    paths = launch_job(LaunchRequest(plan_path=args.plan, out=args.out, nodes=args.nodes,
-                                     data_path=data, tokenizer_model=args.tokenizer_model,
-                                     force=args.force))
-    print("wrote " + " and ".join(paths))
+    out = launch_job(LaunchRequest(plan_path=args.plan, out=args.out, nodes=args.nodes,
+                                   data_path=data, tokenizer_model=args.tokenizer_model,
+                                   force=args.force))
+    print("wrote " + " and ".join(out.paths))
+    print(out.placement)
+    return 0
+
+
+def add_explain_arguments(p) -> None:
+    p.add_argument("plan_a", metavar="PLAN_A", help="plan.json written by search --out")
+    p.add_argument("plan_b", metavar="PLAN_B", help="another plan.json")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def run_explain(args) -> int:
+    from configurator.app.explain import explain_plans
+    from configurator.report.table import format_explanation
+
+    ex = explain_plans(args.plan_a, args.plan_b)
+    print(jsonout.dumps(ex.to_dict(), indent=2) if args.json else format_explanation(ex))
     return 0

@@ -30,6 +30,8 @@ INT_RANGES: dict[str, tuple[int, int]] = {
     "vp": (1, 2048),
     "dp": (1, 262_144),
     "top": (1, 100_000),
+    "seed": (0, 2**32 - 1),
+    "placement_evaluations": (1, 10_000_000),
     # cluster
     "nodes": (1, 32_768),
     "gpus_per_node": (1, 128),
@@ -46,6 +48,8 @@ FLOAT_RANGES: dict[str, tuple[float, float]] = {
     "gpu.memory_GiB": (1e-3, 1e6),
     "gpu.hbm_bandwidth_GBps": (1e-3, 1e7),
     "gpu.peak_tflops": (1e-3, 1e7),
+    # placement search budget per plan, seconds
+    "placement_time_s": (1e-3, 3600.0),
 }
 
 #: Longest text of a value echoed in an error message (characters).

@@ -21,11 +21,22 @@ def bubble_stage_times(pp, vp):
 
 
 def p2p_transfers(pp, vp, m):
-    """Activation/gradient sends on the critical path per iteration: forward and backward
-    of every chunk-microbatch plus the fill and drain, ``2·(m·vp + pp - 1)``; 0 when
-    ``pp == 1``."""
+    """Activation/gradient sends on the critical path per iteration; 0 when ``pp == 1``.
+
+    1F1B: ``m + 2·(pp - 1)``. Megatron batches each send with the next receive and waits
+    for both (``overlap_p2p_comm`` is forced off without interleaving,
+    megatron/training/arguments.py), so a send occupies its sender; the pace is set by the
+    slowest stage, an end stage (it carries the embedding or the loss), which sends once
+    per microbatch, plus the fill and drain through every boundary. (A middle stage sends
+    twice; it sets the pace when the end stages' extra work is shorter than one send: the
+    time model adds that difference, :func:`configurator.cost.iteration.iteration_time`.) Interleaved:
+    ``2·(pp·vp - 1)``, the first microbatch's way through every virtual stage and back;
+    steady-state sends overlap compute (``overlap_p2p_comm``, on by default with
+    interleaving). Both are what the schedule simulator
+    (:mod:`configurator.cost.schedule_sim`, :mod:`configurator.cost.placed`) finds."""
     pp, vp, m = (np.asarray(x, dtype=float) for x in (pp, vp, m))
-    return np.where(pp > 1, 2 * (m * vp + pp - 1), 0.0)
+    n = np.where(vp > 1, 2 * (pp * vp - 1), m + 2 * (pp - 1))
+    return np.where(pp > 1, n, 0.0)
 
 
 def inflight_microbatches_1f1b(pp, m, stage):

@@ -36,3 +36,41 @@ def plot_search(path: str, *, peak_memory_bytes: np.ndarray, iteration_time_s: n
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def scaling_png(rows: list[dict], *, title: str) -> bytes:
+    """PNG of a node-count sweep (rows of ``run_scaling``): tokens/s (left axis) and
+    tokens/s per GPU (right axis) against nodes; counts without a plan are left out."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = [r for r in rows if r.get("tokens_per_s")]
+    fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
+    nodes = [r["nodes"] for r in ok]
+    ax.plot(nodes, [r["tokens_per_s"] for r in ok], "o-", color="tab:blue",
+            label="tokens/s (all GPUs)")
+    ax.set_xlabel("nodes")
+    ax.set_ylabel("tokens/s", color="tab:blue")
+    ax2 = ax.twinx()
+    ax2.plot(nodes, [r["tokens_per_s_per_gpu"] for r in ok], "s--", color="tab:orange",
+             label="tokens/s per GPU")
+    ax2.set_ylabel("tokens/s per GPU", color="tab:orange")
+    if ok:
+        best = max(ok, key=lambda r: r["tokens_per_s"])
+        ax.scatter([best["nodes"]], [best["tokens_per_s"]], marker="*", s=250, color="black",
+                   zorder=3, label="highest tokens/s")
+    ax.set_title(title, fontsize=10, parse_math=False)
+    ax.grid(True, alpha=0.3)
+    handles = ax.get_legend_handles_labels()
+    handles2 = ax2.get_legend_handles_labels()
+    ax.legend(handles[0] + handles2[0], handles[1] + handles2[1], fontsize=9,
+              loc="lower right")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue()

@@ -154,3 +154,52 @@ def format_estimate(e: Evaluation) -> str:
                    f" {m.optimizer_bytes / GiB:9.2f} {m.activations_bytes / GiB:11.2f}"
                    f" {m.other_bytes / GiB:6.2f} {m.total_bytes / GiB:6.2f}")
     return "\n".join(out)
+
+
+def format_scaling(rows: list[dict]) -> str:
+    """The node-count sweep as a table (one row per count; a count without a plan says
+    why)."""
+    head = (f"{'nodes':>5}  {'GPUs':>5}  {'tp':>3} {'pp':>3} {'dp':>4} {'cp':>3} {'vp':>3} "
+            f"{'mbs':>3}  {'iter (s)':>9}  {'tokens/s':>10}  {'tok/s/GPU':>9}  idle hosts")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        if r.get("plan") is None:
+            lines.append(f"{r['nodes']:>5}  no plan: {r.get('reason', '')}"[:160])
+            continue
+        p = r["plan"]
+        idle = ", ".join(r.get("excluded_hosts") or []) or "-"
+        lines.append(f"{r['nodes']:>5}  {r['num_gpus']:>5}  {p['tp']:>3} {p['pp']:>3} "
+                     f"{p['dp']:>4} {p['cp']:>3} {p['vp']:>3} {p['mbs']:>3}  "
+                     f"{r['iteration_time_s']:>9.3f}  {r['tokens_per_s']:>10.0f}  "
+                     f"{r['tokens_per_s_per_gpu']:>9.0f}  {idle}")
+    return "\n".join(lines)
+
+
+def format_explanation(ex) -> str:
+    """:class:`configurator.app.explain.Explanation` as text: the plans, the fields that
+    differ, then time (s), throughput and memory (GiB) side by side with B − A."""
+    def val(kind, x):
+        if x is None:
+            return "-"
+        if kind == "memory":
+            return f"{x / GiB:.2f}"
+        if kind == "throughput":
+            return f"{x:.3g}"
+        return f"{x:.3f}"
+
+    lines = [f"A: {ex.plan_a}", f"B: {ex.plan_b}"]
+    if ex.field_changes:
+        lines.append("fields that differ: " + ", ".join(f"{f} {a} -> {b}"
+                                                        for f, a, b in ex.field_changes))
+    unit = {"time": "s", "throughput": "", "memory": "GiB"}
+    kind = None
+    for r in ex.rows:
+        if r.kind != kind:
+            kind = r.kind
+            lines += ["", f"{kind + (f' ({unit[kind]})' if unit[kind] else ''):<34}"
+                          f"{'A':>12}{'B':>12}{'B - A':>12}"]
+        d = r.delta
+        dtxt = "-" if d is None else (f"{d / GiB:+.2f}" if kind == "memory" else
+                                      f"{d:+.3g}" if kind == "throughput" else f"{d:+.3f}")
+        lines.append(f"  {r.name:<32}{val(kind, r.a):>12}{val(kind, r.b):>12}{dtxt:>12}")
+    return "\n".join(lines)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -12,7 +13,13 @@ from configurator.core.model import ModelSpec
 from configurator.core.plan import ParallelPlan
 from configurator.core.rules import check_plan
 from configurator.cost.iteration import BREAKDOWN_KEYS, iteration_time
+from configurator.cost.placed import PlacedPlan
 from memory_model import MemoryBreakdown, estimate_memory
+
+
+#: Breakdown entry for what the simulated schedule on the placed ranks' links adds to (or
+#: takes from) the closed form.
+SCHEDULE_KEY = "schedule_and_placement"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -29,6 +36,8 @@ class Evaluation:
     memory_capacity_bytes: float
     memory_per_stage: list[MemoryBreakdown] = field(default_factory=list)
     infeasible_reasons: tuple[str, ...] = ()
+    closed_form_iteration_time_s: float | None = None
+    placement: dict | None = None
 
     @property
     def fits(self) -> bool:
@@ -47,6 +56,8 @@ class Evaluation:
             "memory_per_stage": [m.to_dict() for m in self.memory_per_stage],
             "time_breakdown_s": dict(self.time_breakdown_s),
             "infeasible_reasons": list(self.infeasible_reasons),
+            "closed_form_iteration_time_s": self.closed_form_iteration_time_s,
+            **({"placement": dict(self.placement)} if self.placement is not None else {}),
         }
 
 
@@ -59,16 +70,31 @@ def throughput(model: ModelSpec, global_batch_size: int, world_size, iteration_t
     return per_gpu / 1e12, per_gpu / peak_flops_per_s, tokens
 
 
-def evaluate_plan(model: ModelSpec, cluster, plan: ParallelPlan) -> Evaluation:
+def evaluate_plan(model: ModelSpec, cluster, plan: ParallelPlan, *,
+                  node_hosts=None, gpu_order=None) -> Evaluation:
     """Estimate one plan on ``cluster`` (it need not fit). Raises InputError if Megatron
-    would reject the plan (see :func:`configurator.core.plan.check_plan`)."""
+    would reject the plan (see :func:`configurator.core.plan.check_plan`).
+
+    The iteration time is the exact schedule simulated on the ranks' own links
+    (:class:`configurator.cost.placed.PlacedPlan`) under the placement ``node_hosts`` /
+    ``gpu_order`` (default: Megatron's sequential mapping on the cluster's first hosts).
+    ``time_breakdown_s`` is the closed form's (:func:`iteration_time`) plus
+    ``schedule_and_placement``: what the exact schedule and the ranks' own links change
+    against it, so the breakdown sums to the iteration time.
+    """
     check_plan(model, plan, plan.world_size)
     peak = cluster.gpu.peak("fp16" if plan.precision == "fp16" else "bf16")
     cluster.gpu.peak(plan.precision)  # raises for fp8 on a GPU without it
     t = iteration_time(model, cluster, Candidates.from_plan(plan))
     stages = estimate_memory(model, plan)
     peak_mem = max(s.total_bytes for s in stages)
-    it = float(t["iteration_time_s"][0])
+    closed = float(t["iteration_time_s"][0])
+    priced = PlacedPlan(model, cluster, plan)
+    if node_hosts is None:
+        node_hosts, gpu_order = priced.default_placement()
+    it = priced.time(node_hosts, gpu_order).iteration_time_s
+    breakdown = {k: float(t[k][0]) for k in BREAKDOWN_KEYS}
+    breakdown[SCHEDULE_KEY] = it - closed
     tflops, mfu, tokens = throughput(model, plan.global_batch_size, plan.world_size, it, peak)
     reasons = []
     if peak_mem > cluster.gpu.memory_bytes:
@@ -76,8 +102,24 @@ def evaluate_plan(model: ModelSpec, cluster, plan: ParallelPlan) -> Evaluation:
         reasons.append(f"stage {worst.stage} needs {peak_mem / 2**30:.1f} GiB > "
                        f"{cluster.gpu.memory_bytes / 2**30:.1f} GiB")
     return Evaluation(plan=plan, iteration_time_s=it,
-                      time_breakdown_s={k: float(t[k][0]) for k in BREAKDOWN_KEYS},
+                      time_breakdown_s=breakdown,
                       model_tflops_per_gpu=float(tflops), mfu=float(mfu),
                       tokens_per_s_per_gpu=float(tokens), peak_memory_bytes=peak_mem,
                       memory_capacity_bytes=cluster.gpu.memory_bytes,
-                      memory_per_stage=stages, infeasible_reasons=tuple(reasons))
+                      memory_per_stage=stages, infeasible_reasons=tuple(reasons),
+                      closed_form_iteration_time_s=closed)
+
+
+def with_placement(model: ModelSpec, e: Evaluation, placement: dict, iteration_time_s: float,
+                   peak_flops_per_s: float) -> Evaluation:
+    """``e`` re-timed under a placement: its iteration time, throughput and breakdown
+    (``schedule_and_placement`` absorbs the change) and the ``placement`` record."""
+    tflops, mfu, tokens = throughput(model, e.plan.global_batch_size, e.plan.world_size,
+                                     iteration_time_s, peak_flops_per_s)
+    breakdown = dict(e.time_breakdown_s)
+    breakdown[SCHEDULE_KEY] = breakdown.get(SCHEDULE_KEY, 0.0) + (iteration_time_s
+                                                                  - e.iteration_time_s)
+    return dataclasses.replace(e, iteration_time_s=float(iteration_time_s),
+                               time_breakdown_s=breakdown, model_tflops_per_gpu=float(tflops),
+                               mfu=float(mfu), tokens_per_s_per_gpu=float(tokens),
+                               placement=dict(placement))

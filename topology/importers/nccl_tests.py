@@ -12,9 +12,22 @@ start with ``# nccl-tests version`` and ``# Collective test starting: <name>``).
 * data rows (size in bytes, times in µs, bandwidths in GB/s = 1e9 B/s), then
   ``# Avg bus bandwidth : X``. A failed run prints ``<host>: Test NCCL failure ...`` instead.
 
-The figure taken is the bus bandwidth at the largest message size of the section (a warning
-when that is below 32 MiB, where latency still matters), out-of-place and in-place both kept
-as ``samples_Bps``; ``bandwidth_Bps`` is their minimum. What becomes what:
+The figure is a robust α–β fit over every data row of the section
+(:func:`topology.linkfit.fit_alpha_beta`; Hockney's model ``time(n) = α + n / β``): each row
+gives two samples (out-of-place and in-place ``time``, µs), and β is expressed as BUS
+bandwidth, algbw × the test's factor over its ``k`` ranks (sendrecv 1, all_reduce
+``2(k−1)/k``, all_gather/reduce_scatter/alltoall ``(k−1)/k``; doc/PERFORMANCE.md). Timings off
+the fit (e.g. a sweep that collapses at its largest sizes, 0.97 GB/s at 16 GiB after
+6.6–8.4 GB/s up to 512 MiB) are left out as outliers, with a warning that names their sizes.
+What a record carries: ``bandwidth_Bps``/``busbw_Bps`` the fitted β; ``latency_s`` the fitted
+α when the sweep resolves it (:attr:`topology.linkfit.LinkFit.latency_resolved`), else None;
+``message_bytes`` the largest size the fit kept; ``samples_Bps`` (links) every busbw value of
+the section, sizes ascending, out-of-place then in-place; ``method``
+``"nccl-tests <test> busbw alpha-beta fit over <N> sizes"`` (N distinct sizes of the sweep).
+Warnings also for ``#wrong``/``error`` values, for a largest fitted size below 32 MiB (the
+bandwidth then rests on latency-affected sizes) and for every edge case of the fit. A section
+whose rows carry busbw but no usable time falls back to the bus bandwidth at the largest size
+(method ending ``"at the largest size"``). What becomes what:
 
 * ``sendrecv_perf`` over exactly two hosts → host-level :class:`LinkMeasurement` both ways
   (2 ranks exchange both directions at once; with G GPUs per host the ranks form a ring, so
@@ -34,12 +47,12 @@ import re
 from dataclasses import dataclass, field
 from itertools import pairwise
 
-from configurator.core.units import GB, MiB
+from configurator.core.units import GB, US, MiB
+from topology.linkfit import bus_factor, fit_alpha_beta
 from topology.topofile import (CollectiveMeasurement, LinkMeasurement, MissingMeasurement,
                                Topology, host_sort_key)
 
 MIN_GOOD_MESSAGE_BYTES = 32 * MiB
-PEAK_DROP_FRACTION = 0.5   # warn when the figure taken is below this share of the peak
 METHOD = "nccl-tests {test} busbw"
 
 _RANK = re.compile(r"^#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+"
@@ -149,41 +162,105 @@ def _number(tok: str) -> float | None:
     return x if x == x and abs(x) != float("inf") else None
 
 
-def _figure(sec: _Section, where: str, warnings: list[str]):
-    """(size_bytes, [busbw_Bps out-of-place, in-place]) at the largest usable size, or None."""
+@dataclass
+class _Figure:
+    """What one section yields: bus bandwidth (bytes/s), latency (s or None), largest size
+    behind the figure (bytes), the per-size busbw values (bytes/s) and a method suffix."""
+    bandwidth_Bps: float
+    latency_s: float | None
+    message_bytes: int
+    samples_Bps: tuple[float, ...]
+    how: str
+
+
+def _gb(x: float) -> str:
+    return f"{x / GB:.3g} GB/s"
+
+
+def _size(n: int) -> str:
+    """Bytes as the sweeps print them: 512 MiB, 16 GiB, 1000 B."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale} {unit}"
+    return f"{n} B"
+
+
+def _figure(sec: _Section, where: str, warnings: list[str], op: str,
+            ranks: int) -> _Figure | None:
+    """The section's figure: an α–β fit over every row (out-of-place and in-place times),
+    β as bus bandwidth; when no row has a usable time, the bus bandwidth at the largest size
+    with one. None when no row has a usable figure at all."""
     cols = sec.columns
     busbw = [i for i, c in enumerate(cols) if c == "busbw"]
+    times = [i for i, c in enumerate(cols) if c == "time"]
     wrong = [i for i, c in enumerate(cols) if c in ("#wrong", "error")]
-    best, peak = None, (0.0, 0)
-    for row in sec.rows:
+    rows = sorted(sec.rows, key=lambda r: int(r[0]))
+    samples: list[float] = []
+    sizes_bw: dict[int, list[float]] = {}
+    n_b: list[int] = []
+    t_s: list[float] = []
+    bad: list[tuple[int, str, str]] = []   # (size, column, value)
+    for row in rows:
         size = int(row[0])
         vals = [_number(row[i]) for i in busbw]
         vals = [x * GB for x in vals if x is not None and x > 0]
-        if not vals:
-            continue
-        peak = max(peak, (max(vals), size))
-        if best is None or size > best[0]:
-            best = (size, vals, row)
-    if best is None:
+        samples.extend(vals)
+        if vals:
+            sizes_bw.setdefault(size, []).extend(vals)
+        for i in times:
+            x = _number(row[i])
+            if x is not None and x > 0 and size > 0:
+                n_b.append(size)
+                t_s.append(x * US)
+        for i in wrong:
+            w = _number(row[i])
+            if w is not None and ((cols[i] == "#wrong" and w > 0)
+                                  or (cols[i] == "error" and w > 1e-3)):
+                bad.append((size, cols[i], row[i]))
+                break
+    if not n_b and not sizes_bw:
         return None
-    size, vals, row = best
-    if min(vals) < PEAK_DROP_FRACTION * peak[0]:
-        warnings.append(f"{where}: busbw {min(vals) / GB:.3g} GB/s at the largest size {size} B "
-                        f"is below half its peak {peak[0] / GB:.3g} GB/s at {peak[1]} B")
-    for i in wrong:
-        w = _number(row[i])
-        if w is not None and ((cols[i] == "#wrong" and w > 0) or (cols[i] == "error" and w > 1e-3)):
-            warnings.append(f"{where}: {cols[i]} = {row[i]} at {size} B; figure kept, "
-                            "but the data did not validate")
-            break
-    largest = max(int(r[0]) for r in sec.rows)
-    if size < largest:
-        warnings.append(f"{where}: no usable busbw at the largest size {largest} B; "
-                        f"took {size} B")
-    if size < MIN_GOOD_MESSAGE_BYTES:
-        warnings.append(f"{where}: largest message {size} B is below 32 MiB; busbw may be "
-                        "latency-bound")
-    return size, vals
+    largest = int(rows[-1][0])
+    if bad:
+        size, col, val = bad[-1]
+        more = f" and {len(bad) - 1} more size(s)" if len(bad) > 1 else ""
+        warnings.append(f"{where}: {col} = {val} at {size} B{more}; figure kept, but the data "
+                        "did not validate")
+    if not n_b:
+        size = max(sizes_bw)
+        vals = sizes_bw[size]
+        warnings.append(f"{where}: no usable time column; took the busbw at {_size(size)} "
+                        "instead of an alpha-beta fit")
+        if size < largest:
+            warnings.append(f"{where}: no usable busbw at the largest size {largest} B; "
+                            f"took {size} B")
+        return _Figure(bandwidth_Bps=min(vals), latency_s=None, message_bytes=size,
+                       samples_Bps=tuple(vals), how="at the largest size")
+    fit = fit_alpha_beta(n_b, t_s, bus_factor=bus_factor(op, ranks))
+    for note in fit.notes:
+        warnings.append(f"{where}: {note}")
+    if fit.outliers:
+        top = max(n_b)
+        at_top = sizes_bw.get(top)
+        tail = ""
+        if top in fit.outlier_bytes and at_top:
+            tail = (f"; at the largest size {top} B busbw {_gb(min(at_top))} vs fitted "
+                    f"{_gb(fit.bandwidth_Bps)}")
+        out = fit.outlier_bytes
+        span = (_size(out[0]) if len(out) == 1
+                else f"{len(out)} sizes, {_size(out[0])} to {_size(out[-1])}")
+        warnings.append(f"{where}: {fit.outliers} of {fit.outliers + fit.samples} timings off "
+                        f"the alpha-beta fit ({span}) left out as outliers{tail}")
+    if max(n_b) < largest:
+        warnings.append(f"{where}: no usable time at the largest size {largest} B; fitted up "
+                        f"to {max(n_b)} B")
+    if fit.max_message_bytes < MIN_GOOD_MESSAGE_BYTES:
+        warnings.append(f"{where}: largest message fitted {fit.max_message_bytes} B is below "
+                        "32 MiB; the bandwidth rests on latency-affected sizes")
+    lat = fit.latency_s if fit.latency_resolved else None
+    how = f"alpha-beta fit over {len(set(n_b))} sizes"
+    return _Figure(bandwidth_Bps=fit.bandwidth_Bps, latency_s=lat,
+                   message_bytes=fit.max_message_bytes, samples_Bps=tuple(samples), how=how)
 
 
 def parse_nccl_tests(text: str, name: str = "<log>") -> Topology:
@@ -219,7 +296,10 @@ def parse_nccl_tests(text: str, name: str = "<log>") -> Topology:
         if gpus:
             gpus_seen.append(gpus)
         g_txt = f"G={gpus}" if gpus else "G=?"
-        fig = _figure(sec, where, warnings) if sec.columns and sec.rows else None
+        base = test.removesuffix("_perf")
+        ranks = len(order) or len(hosts) * (gpus or 1)
+        fig = (_figure(sec, where, warnings, base, ranks) if sec.columns and sec.rows
+               else None)
         if fig is None:
             if sec.failures:
                 reason = f"failed: {sec.failures[0]}"
@@ -239,28 +319,27 @@ def parse_nccl_tests(text: str, name: str = "<log>") -> Topology:
             warnings.append(f"{where}: skipped {sec.bad_rows} malformed line(s)")
         if sec.failures:
             warnings.append(f"{where}: failure after some rows: {sec.failures[0]}")
-        size, vals = fig
-        method = METHOD.format(test=test)
-        base = test.removesuffix("_perf")
+        method = f"{METHOD.format(test=test)} {fig.how}"
+        bw, lat, size, vals = fig.bandwidth_Bps, fig.latency_s, fig.message_bytes, fig.samples_Bps
         if base == "sendrecv" and len(hosts) == 2 and gpus:
             a, b = hosts
             for s, d in ((a, b), (b, a)):
                 links.append(LinkMeasurement(
-                    src=s, dst=d, src_gpu=None, dst_gpu=None, bandwidth_Bps=min(vals),
-                    latency_s=None, link_class="network", message_bytes=size, method=method,
-                    timestamp=None, samples_Bps=tuple(vals), gpus_per_host=gpus,
+                    src=s, dst=d, src_gpu=None, dst_gpu=None, bandwidth_Bps=bw,
+                    latency_s=lat, link_class="network", message_bytes=size, method=method,
+                    timestamp=None, samples_Bps=vals, gpus_per_host=gpus,
                     rails_used=1))
         elif base == "sendrecv" and len(hosts) == 1 and len(order) == 2:
             (h, g0), (_, g1) = order
             for s, d in ((g0, g1), (g1, g0)):
                 links.append(LinkMeasurement(
-                    src=h, dst=h, src_gpu=s, dst_gpu=d, bandwidth_Bps=min(vals),
-                    latency_s=None, link_class="intra-node", message_bytes=size,
-                    method=method, timestamp=None, samples_Bps=tuple(vals), gpus_per_host=2))
+                    src=h, dst=h, src_gpu=s, dst_gpu=d, bandwidth_Bps=bw,
+                    latency_s=lat, link_class="intra-node", message_bytes=size,
+                    method=method, timestamp=None, samples_Bps=vals, gpus_per_host=2))
         elif hosts and gpus:
             colls.append(CollectiveMeasurement(
-                hosts=tuple(hosts), gpus_per_host=gpus, op=base, busbw_Bps=min(vals),
-                message_bytes=size, method=method, timestamp=None))
+                hosts=tuple(hosts), gpus_per_host=gpus, op=base, busbw_Bps=bw,
+                latency_s=lat, message_bytes=size, method=method, timestamp=None))
         else:
             warnings.append(f"{where}: busbw found but no host names; figure dropped")
     return Topology(hosts=tuple(sorted(hosts_seen, key=host_sort_key)),

@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
 # torchrun launch: Megatron-LM pretrain_gpt.py (core_v0.16.1 flags), rendered by configurator.
 # model: custom-gpt-13b: layers=40 hidden=5120 ffn=20480 heads=40 query_groups=40 seq=2048 vocab=50257
-# plan: tp=4 pp=1 dp=8 cp=1 vp=1 mbs=8 gbs=256 recompute=none sequence_parallel=True
+# plan: tp=2 pp=2 dp=8 cp=1 vp=5 mbs=4 gbs=256 recompute=none sequence_parallel=True
 #       distributed_optimizer=True precision=bf16 attention_backend=auto
-#       overlap_grad_reduce=True overlap_param_gather=True microbatches=4
+#       overlap_grad_reduce=True overlap_param_gather=True microbatches=8
 # cluster: nodes=4 gpus_per_node=8 world_size=32
 # predicted:
-#   iteration_time_s: 2.335
-#   model_tflops_per_gpu: 558.3
-#   mfu: 0.564
-#   peak_memory_GiB: 54.71
+#   iteration_time_s: 2.32
+#   model_tflops_per_gpu: 561.9
+#   mfu: 0.568
+#   peak_memory_GiB: 57.17
 #
 # Usage on every node: MEGATRON_LM_DIR=/path/to/Megatron-LM bash launch_torchrun.sh [NODE_RANK] [extra pretrain_gpt.py flags...]
 # NODE_RANK: first argument, else $NODE_RANK (required).
-# Environment: MASTER_ADDR, MASTER_PORT
+# Environment: MASTER_ADDR (required: node_rank 0's address), MASTER_PORT
 set -euo pipefail
 
 export CUDA_DEVICE_MAX_CONNECTIONS=1
@@ -28,7 +28,16 @@ if [[ ! -f "$MEGATRON_LM_DIR/pretrain_gpt.py" ]]; then
     exit 2
 fi
 
-MASTER_ADDR=${MASTER_ADDR:-localhost}
+MASTER_ADDR="${MASTER_ADDR:-}"
+if [[ -z "$MASTER_ADDR" ]]; then
+    echo "error: a 4-node run needs MASTER_ADDR, the address of node_rank 0 that every node reaches (this script has no host placement to take it from); it is not set" >&2
+    exit 2
+fi
+case "${MASTER_ADDR,,}" in
+    localhost|localhost.*|127.*|::1|\[::1\]|0:0:0:0:0:0:0:1|0.0.0.0)
+        echo "error: a 4-node run needs MASTER_ADDR, the address of node_rank 0 that every node reaches, not $MASTER_ADDR (this machine only)" >&2
+        exit 2 ;;
+esac
 MASTER_PORT=${MASTER_PORT:-29500}
 
 NODE_RANK="${NODE_RANK:-}"
@@ -57,15 +66,16 @@ TORCHRUN_ARGS=(
 # shellcheck disable=SC2054  # commas belong to values (--split 949,50,1)
 MEGATRON_ARGS=(
     # parallelism
-    --tensor-model-parallel-size 4
-    --pipeline-model-parallel-size 1
+    --tensor-model-parallel-size 2
+    --pipeline-model-parallel-size 2
     --context-parallel-size 1
+    --num-layers-per-virtual-pipeline-stage 4
     --sequence-parallel
     --use-distributed-optimizer
     --overlap-grad-reduce
     --overlap-param-gather
     # batch
-    --micro-batch-size 8
+    --micro-batch-size 4
     --global-batch-size 256
     # model
     --num-layers 40

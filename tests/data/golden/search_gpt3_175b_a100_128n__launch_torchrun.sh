@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
 # torchrun launch: Megatron-LM pretrain_gpt.py (core_v0.16.1 flags), rendered by configurator.
 # model: gpt3-175b: layers=96 hidden=12288 ffn=49152 heads=96 query_groups=96 seq=2048 vocab=51200
-# plan: tp=8 pp=4 dp=32 cp=1 vp=12 mbs=4 gbs=1536 recompute=none sequence_parallel=True
+# plan: tp=4 pp=8 dp=16 cp=2 vp=12 mbs=3 gbs=1536 recompute=none sequence_parallel=True
 #       distributed_optimizer=True precision=bf16 attention_backend=auto
-#       overlap_grad_reduce=True overlap_param_gather=True microbatches=12
+#       overlap_grad_reduce=True overlap_param_gather=True microbatches=32
 # cluster: nodes=128 gpus_per_node=8 world_size=1024
 # predicted:
-#   iteration_time_s: 17.857
-#   model_tflops_per_gpu: 182.7
-#   mfu: 0.586
-#   peak_memory_GiB: 79.7
+#   iteration_time_s: 17.414
+#   model_tflops_per_gpu: 187.3
+#   mfu: 0.6
+#   peak_memory_GiB: 69.33
 #
 # Usage on every node: MEGATRON_LM_DIR=/path/to/Megatron-LM bash launch_torchrun.sh [NODE_RANK] [extra pretrain_gpt.py flags...]
 # NODE_RANK: first argument, else $NODE_RANK (required).
-# Environment: MASTER_ADDR, MASTER_PORT
+# Environment: MASTER_ADDR (required: node_rank 0's address), MASTER_PORT
 set -euo pipefail
 
 export CUDA_DEVICE_MAX_CONNECTIONS=1
@@ -28,7 +28,16 @@ if [[ ! -f "$MEGATRON_LM_DIR/pretrain_gpt.py" ]]; then
     exit 2
 fi
 
-MASTER_ADDR=${MASTER_ADDR:-localhost}
+MASTER_ADDR="${MASTER_ADDR:-}"
+if [[ -z "$MASTER_ADDR" ]]; then
+    echo "error: a 128-node run needs MASTER_ADDR, the address of node_rank 0 that every node reaches (this script has no host placement to take it from); it is not set" >&2
+    exit 2
+fi
+case "${MASTER_ADDR,,}" in
+    localhost|localhost.*|127.*|::1|\[::1\]|0:0:0:0:0:0:0:1|0.0.0.0)
+        echo "error: a 128-node run needs MASTER_ADDR, the address of node_rank 0 that every node reaches, not $MASTER_ADDR (this machine only)" >&2
+        exit 2 ;;
+esac
 MASTER_PORT=${MASTER_PORT:-29500}
 
 NODE_RANK="${NODE_RANK:-}"
@@ -57,16 +66,16 @@ TORCHRUN_ARGS=(
 # shellcheck disable=SC2054  # commas belong to values (--split 949,50,1)
 MEGATRON_ARGS=(
     # parallelism
-    --tensor-model-parallel-size 8
-    --pipeline-model-parallel-size 4
-    --context-parallel-size 1
-    --num-layers-per-virtual-pipeline-stage 2
+    --tensor-model-parallel-size 4
+    --pipeline-model-parallel-size 8
+    --context-parallel-size 2
+    --num-layers-per-virtual-pipeline-stage 1
     --sequence-parallel
     --use-distributed-optimizer
     --overlap-grad-reduce
     --overlap-param-gather
     # batch
-    --micro-batch-size 4
+    --micro-batch-size 3
     --global-batch-size 1536
     # model
     --num-layers 96

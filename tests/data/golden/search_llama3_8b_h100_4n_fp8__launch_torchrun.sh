@@ -13,7 +13,7 @@
 #
 # Usage on every node: MEGATRON_LM_DIR=/path/to/Megatron-LM bash launch_torchrun.sh [NODE_RANK] [extra pretrain_gpt.py flags...]
 # NODE_RANK: first argument, else $NODE_RANK (required).
-# Environment: MASTER_ADDR, MASTER_PORT
+# Environment: MASTER_ADDR (required: node_rank 0's address), MASTER_PORT
 set -euo pipefail
 
 export CUDA_DEVICE_MAX_CONNECTIONS=1
@@ -28,7 +28,16 @@ if [[ ! -f "$MEGATRON_LM_DIR/pretrain_gpt.py" ]]; then
     exit 2
 fi
 
-MASTER_ADDR=${MASTER_ADDR:-localhost}
+MASTER_ADDR="${MASTER_ADDR:-}"
+if [[ -z "$MASTER_ADDR" ]]; then
+    echo "error: a 4-node run needs MASTER_ADDR, the address of node_rank 0 that every node reaches (this script has no host placement to take it from); it is not set" >&2
+    exit 2
+fi
+case "${MASTER_ADDR,,}" in
+    localhost|localhost.*|127.*|::1|\[::1\]|0:0:0:0:0:0:0:1|0.0.0.0)
+        echo "error: a 4-node run needs MASTER_ADDR, the address of node_rank 0 that every node reaches, not $MASTER_ADDR (this machine only)" >&2
+        exit 2 ;;
+esac
 MASTER_PORT=${MASTER_PORT:-29500}
 
 NODE_RANK="${NODE_RANK:-}"

@@ -1,0 +1,76 @@
+"""Speed of the schedule simulator and of one placed-plan evaluation (the placement
+search's objective). Run: ``python bench/simulator.py``; prints a markdown table (best of 5
+repeats of a timed loop), then the simulator's targets (pp 8, m 64: vp 1 one replica
+≤ 2 ms, 16 replicas ≤ 6 ms; vp 4 one replica ≤ 6 ms) with the record=True time and the
+cold compile time of the schedule order."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from configurator.core.model import load_model  # noqa: E402
+from configurator.core.rules import plan_for_world  # noqa: E402
+from configurator.cost.placed import PlacedPlan  # noqa: E402
+from configurator.cost.schedule_sim import schedule_order, simulate  # noqa: E402
+from tests.placement_cases import measured_cluster  # noqa: E402
+
+
+def best_of(fn, n: int) -> float:
+    times = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        times.append((time.perf_counter() - t0) / n)
+    return min(times)
+
+
+def main() -> None:
+    print("| case | ops | replicas | time per call (ms) |")
+    print("|---|---|---|---|")
+    rng = np.random.default_rng(0)
+    for pp, vp, m, d in ((8, 1, 64, 1), (8, 1, 64, 16), (8, 4, 64, 1), (16, 2, 128, 64)):
+        f, b = rng.uniform(1, 2, (d, pp, vp)), rng.uniform(2, 4, (d, pp, vp))
+        pf, pb = rng.uniform(0, .1, (d, pp)), rng.uniform(0, .1, (d, pp))
+        schedule_order(pp, vp, m)
+        t = best_of(lambda: simulate(f, b, pf, pb, m), 20)
+        print(f"| simulate pp {pp}, vp {vp}, m {m} | {2 * pp * vp * m:,} | {d} | "
+              f"{t * 1e3:.2f} |")
+    cl = measured_cluster(128, 8, seed=1, slow_links=0.05)
+    for name, fields in (("gpt3-175b", dict(tp=8, pp=8, global_batch_size=1536)),
+                         ("llama3-70b", dict(tp=8, pp=4, vp=2, global_batch_size=1024))):
+        plan = plan_for_world(dict(dict(cp=1, vp=1, micro_batch_size=1, recompute="full",
+                                        precision="bf16", attention_backend="auto"),
+                                   **fields), 1024)
+        priced = PlacedPlan(load_model(name), cl, plan)
+        nh, go = priced.default_placement()
+        t = best_of(lambda: priced.objective(nh, go), 10)
+        print(f"| placed {name} tp{plan.tp} pp{plan.pp} vp{plan.vp} dp{plan.dp}, 128 measured "
+              f"hosts | {2 * plan.pp * plan.vp * plan.num_microbatches:,} | {plan.dp} | "
+              f"{t * 1e3:.2f} |")
+    print()
+    print("| target case | replicas | limit (ms) | simulate (ms) | record=True (ms) | "
+          "compile order, cold (ms) |")
+    print("|---|---|---|---|---|---|")
+    for pp, vp, m, d, limit in ((8, 1, 64, 1, 2.0), (8, 1, 64, 16, 6.0), (8, 4, 64, 1, 6.0)):
+        f, b = rng.uniform(1, 2, (d, pp, vp)), rng.uniform(2, 4, (d, pp, vp))
+        pf, pb = rng.uniform(0, .1, (d, pp)), rng.uniform(0, .1, (d, pp))
+        schedule_order.cache_clear()
+        t0 = time.perf_counter()
+        schedule_order(pp, vp, m)
+        t_compile = time.perf_counter() - t0
+        t = best_of(lambda: simulate(f, b, pf, pb, m), 20)
+        t_rec = best_of(lambda: simulate(f, b, pf, pb, m, record=True), 5)
+        verdict = "ok" if t * 1e3 <= limit else "OVER"
+        print(f"| pp {pp}, vp {vp}, m {m} | {d} | {limit:g} | {t * 1e3:.2f} ({verdict}) | "
+              f"{t_rec * 1e3:.2f} | {t_compile * 1e3:.1f} |")
+
+
+if __name__ == "__main__":
+    main()

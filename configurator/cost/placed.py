@@ -1,0 +1,225 @@
+"""One plan on placed ranks: every group's own links, every stage's own time, the exact
+pipeline schedule.
+
+Where :func:`configurator.cost.iteration.iteration_time` prices every plan in closed form
+(every stage as slow as the slowest, every group as slow as its slowest hop), this module
+prices ONE plan under a given placement (node rank → host, local rank → GPU index) on the
+cluster's measured links:
+
+* each data-parallel replica ``d`` is a pipeline; its stage ``s`` runs its layers'
+  compute plus the tensor- and context-parallel collectives of *its* groups (the slowest
+  of its cp tensor groups, the slowest of its tp context rings: they run in lock-step);
+* the sends between stages ``s → s+1`` of replica ``d`` go over the links its ranks sit on
+  (tp·cp parallel sends, the slowest pair sets the time), forward and backward directions
+  each with their own link figures. Interleaved schedules overlap them with compute
+  (Megatron's ``overlap_p2p_comm``, on by default with interleaving): a send delays only
+  its receiver. 1F1B batches each send with the next receive and waits (the option is
+  forced off without interleaving, ``megatron/training/arguments.py``): the sender is busy
+  for the send;
+* every replica's schedule is simulated (:func:`configurator.cost.schedule_sim.simulate`,
+  1F1B or interleaved in Megatron's order), the first stage carrying the embedding and the
+  last the logits and loss;
+* after its last backward a stage reduces its gradients over its own dp·cp rings (the
+  slowest of its tp rings), exposed as the plan's overlap flags say, then all ranks take
+  the optimizer step.
+
+The terms themselves (collective counts, overlap windows, extras, optimizer bytes) are the
+closed form's (:mod:`configurator.cost.iteration`), so on a uniform cluster the two agree
+(``tests/test_placed.py``: within 1 % over a grid of pp, m and vp).
+
+Rank order: Megatron's ``tp-cp-ep-dp-pp`` (:mod:`topology.placement`), ``ep = 1``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from configurator.core.candidates import Candidates
+from configurator.core.model import ModelSpec
+from configurator.core.plan import ParallelPlan
+from configurator.cost.compute import layer_costs
+from configurator.cost.iteration import (cp_layer_s, dp_exposed_s, optimizer_s,
+                                         p2p_message_s, stage_extras_s, tied_embedding_s,
+                                         tp_layer_s)
+from configurator.cost.schedule_sim import SimResult, simulate
+from memory_model.params import stage_parameters
+from topology.cluster import ring_figures
+
+
+@dataclass(frozen=True)
+class PlacedTime:
+    """The simulated iteration of one plan under one placement (seconds).
+
+    ``iteration_time_s`` = slowest (stage finish + exposed data-parallel time) + optimizer.
+    ``stage_fwd_s``/``stage_bwd_s``: ``[dp, pp, vp]`` one microbatch's chunk times;
+    ``p2p_fwd_s``/``p2p_bwd_s``: ``[dp, pp]`` send times per boundary (index ``s``: between
+    rank ``s`` and ``(s+1) % pp``); ``dp_tail_s``: ``[pp]`` exposed gradient reduction per
+    stage; ``optimizer_s``; ``critical_replica``: the replica that sets the pace;
+    ``sim``: the schedule simulation (recorded when asked)."""
+
+    iteration_time_s: float
+    stage_fwd_s: np.ndarray
+    stage_bwd_s: np.ndarray
+    p2p_fwd_s: np.ndarray
+    p2p_bwd_s: np.ndarray
+    dp_tail_s: np.ndarray
+    optimizer_s: float
+    critical_replica: int
+    sim: SimResult
+
+
+class PlacedPlan:
+    """Prices ``plan`` for ``model`` on ``cluster`` under any placement.
+
+    Everything that does not depend on where ranks sit (layer compute, extras, message
+    sizes, rank grid) is computed once here; :meth:`time` then only looks up the links of
+    the given placement (:meth:`topology.cluster.Cluster.link_table`) and simulates.
+    Raises ValueError if the plan needs more GPUs than ``cluster`` has.
+    """
+
+    def __init__(self, model: ModelSpec, cluster, plan: ParallelPlan):
+        self.model, self.cluster, self.plan = model, cluster, plan
+        G = cluster.gpus_per_node
+        world = plan.world_size
+        if world % G or world > cluster.num_gpus:
+            raise ValueError(f"plan of {world} GPUs does not fill whole hosts of {G} GPUs "
+                             f"among the cluster's {cluster.num_gpus}")
+        self.num_nodes = world // G
+        self.table = cluster.link_table()
+        c = Candidates.from_plan(plan)
+        self.c = c
+        self.lc = layer_costs(model, c, cluster.gpu)
+        self.act_bytes = 2.0 * self.lc["tokens"] * model.hidden_size
+        pp, dp, cp, tp, vp = plan.pp, plan.dp, plan.cp, plan.tp, plan.vp
+        # global rank grid [pp, dp, cp, tp] (rank = t + tp·(c + cp·(d + dp·s)))
+        self.ranks = np.arange(world, dtype=np.int64).reshape(pp, dp, cp, tp)
+        self.layers_per_chunk = model.num_layers / (pp * vp)
+        self.stage_params = np.array([float(np.asarray(
+            stage_parameters(model, tp, pp, s))) for s in range(pp)])
+
+    # -- placement → physical GPUs ------------------------------------------------------
+    def rank_gpus(self, node_hosts, gpu_order) -> np.ndarray:
+        """Physical GPU index (host-major over the cluster's hosts) of every global rank:
+        rank ``r`` on node rank ``n = r // G`` runs on host ``node_hosts[n]``, GPU
+        ``gpu_order[n][r % G]``. Shapes ``[N]`` and ``[N, G]``; returns ``[pp, dp, cp, tp]``."""
+        G = self.cluster.gpus_per_node
+        nh = np.asarray(node_hosts, dtype=np.int64)
+        go = np.asarray(gpu_order, dtype=np.int64)
+        node, local = np.divmod(self.ranks, G)
+        return nh[node] * G + go[node, local]
+
+    # -- the time -------------------------------------------------------------------------
+    def terms(self, gpus: np.ndarray) -> dict:
+        """Stage and boundary times for the rank → GPU map ``gpus`` (``[pp, dp, cp, tp]``)."""
+        plan, c, lc, model = self.plan, self.c, self.lc, self.model
+        pp, dp, cp, tp, vp = plan.pp, plan.dp, plan.cp, plan.tp, plan.vp
+        G = self.cluster.gpus_per_node
+        links = self.table.links
+
+        def rings(rows):
+            return ring_figures(rows, links, G)
+
+        # tensor groups: [pp, dp, cp] rows of tp; the stage waits for its slowest
+        tbw, tlat = rings(gpus.reshape(-1, tp))
+        tp_bw = tbw.reshape(pp, dp, cp).min(axis=2).T            # [dp, pp]
+        tp_lat = tlat.reshape(pp, dp, cp).max(axis=2).T
+        # context rings: [pp, dp, tp] rows of cp
+        cbw, clat = rings(gpus.transpose(0, 1, 3, 2).reshape(-1, cp))
+        cp_bw = cbw.reshape(pp, dp, tp).min(axis=2).T
+        cp_lat = clat.reshape(pp, dp, tp).max(axis=2).T
+        # data-parallel (dp·cp) rings of each stage: [pp, tp] rows
+        dbw, dlat = rings(gpus.transpose(0, 3, 1, 2).reshape(-1, dp * cp))
+        dp_bw = dbw.reshape(pp, tp).min(axis=1)                  # [pp]
+        dp_lat = dlat.reshape(pp, tp).max(axis=1)
+
+        tp_f, tp_b = tp_layer_s(lc, c, self.act_bytes, tp_bw, tp_lat)
+        cp_f, cp_b = cp_layer_s(model, lc, c, cp_bw, cp_lat)
+        x = {k: np.broadcast_to(v, (dp, pp))
+             for k, v in stage_extras_s(model, c, self.cluster.gpu, lc, tp_bw, tp_lat).items()}
+        L = self.layers_per_chunk
+        f_layer = lc["fwd"] + tp_f + cp_f                          # [dp, pp]
+        b_layer = lc["bwd"] + lc["recompute"] + tp_b + cp_b
+        fwd = np.repeat((L * f_layer)[:, :, None], vp, axis=2)     # [dp, pp, vp]
+        bwd = np.repeat((L * b_layer)[:, :, None], vp, axis=2)
+        fwd[:, 0, 0] += x["emb_fwd"][:, 0]
+        bwd[:, 0, 0] += x["emb_bwd"][:, 0]
+        fwd[:, pp - 1, vp - 1] += x["logits_fwd"][:, pp - 1]
+        bwd[:, pp - 1, vp - 1] += x["logits_bwd"][:, pp - 1]
+
+        # pipeline sends s → s+1 (and pp-1 → 0 when interleaved), tp·cp pairs in parallel
+        p2p_f = np.zeros((dp, pp))
+        p2p_b = np.zeros((dp, pp))
+        if pp > 1:
+            src = gpus
+            dst = np.roll(gpus, -1, axis=0)
+            fbw, flat = links(src.reshape(-1), dst.reshape(-1))
+            bbw, blat = links(dst.reshape(-1), src.reshape(-1))
+            shape = (pp, dp, cp * tp)
+            pf_bw = fbw.reshape(shape).min(axis=2).T
+            pf_lat = flat.reshape(shape).max(axis=2).T
+            pb_bw = bbw.reshape(shape).min(axis=2).T
+            pb_lat = blat.reshape(shape).max(axis=2).T
+            p2p_f = p2p_message_s(model, c, lc, pf_bw, pf_lat, tp_bw, tp_lat)
+            p2p_b = p2p_message_s(model, c, lc, pb_bw, pb_lat, tp_bw, tp_lat)
+            p2p_f = np.broadcast_to(p2p_f, (dp, pp)).copy()
+            p2p_b = np.broadcast_to(p2p_b, (dp, pp)).copy()
+
+        # data-parallel reduction per stage, windows as in the closed form (per rank)
+        layers = model.num_layers / pp
+        tail = dp_exposed_s(c, self.stage_params, dp_bw, dp_lat,
+                            bwd_window_s=layers * (lc["bwd"] + lc["recompute"]
+                                                   + (tp_f + tp_b).max(axis=0)),
+                            fwd_window_s=layers * lc["fwd"])
+        tail = np.broadcast_to(tail, (pp,)).astype(float).copy()
+        if pp > 1:
+            t_emb = tied_embedding_s(model, c, pf_bw[:, pp - 1].min(), pf_lat[:, pp - 1].max())
+            tail[0] += float(np.asarray(t_emb).reshape(-1)[0])
+            tail[pp - 1] += float(np.asarray(t_emb).reshape(-1)[0])
+        opt = float(np.max(optimizer_s(c, self.cluster.gpu, self.stage_params)))
+        return dict(fwd=fwd, bwd=bwd, p2p_f=p2p_f, p2p_b=p2p_b, tail=tail, opt=opt)
+
+    def time(self, node_hosts, gpu_order, *, record: bool = False) -> PlacedTime:
+        """Simulated iteration time under the placement ``node_hosts`` (``[N]`` host
+        indices of node ranks 0..N-1) and ``gpu_order`` (``[N, G]`` GPU index of each
+        local rank). Replicas with identical stage and link times are simulated once.
+        ``record`` keeps the slowest replica's op times and critical path (``sim`` then
+        holds that one replica)."""
+        t = self.terms(self.rank_gpus(node_hosts, gpu_order))
+        dp, pp = t["p2p_f"].shape
+        if self.plan.vp == 1 and pp > 1:
+            # 1F1B: Megatron batches each send with the next receive and waits for both
+            # (overlap_p2p_comm is forced off without interleaving, megatron/training/
+            # arguments.py): the sending rank is busy for the send
+            t["fwd"][:, :pp - 1, 0] += t["p2p_f"][:, :pp - 1]
+            t["bwd"][:, 1:, 0] += t["p2p_b"][:, :pp - 1]
+            t["p2p_f"], t["p2p_b"] = np.zeros_like(t["p2p_f"]), np.zeros_like(t["p2p_b"])
+        rows = np.concatenate([t["fwd"].reshape(dp, -1), t["bwd"].reshape(dp, -1),
+                               t["p2p_f"], t["p2p_b"]], axis=1)
+        uniq, first, inv = np.unique(rows, axis=0, return_index=True, return_inverse=True)
+        first = np.asarray(first)
+        sim = simulate(t["fwd"][first], t["bwd"][first], t["p2p_f"][first],
+                       t["p2p_b"][first], self.plan.num_microbatches,
+                       tail_s=np.broadcast_to(t["tail"], (len(first), pp)))
+        per_replica = sim.iteration_time_s[np.asarray(inv).reshape(-1)]
+        worst = int(np.argmax(per_replica))
+        if record:
+            sim = simulate(t["fwd"][worst], t["bwd"][worst], t["p2p_f"][worst],
+                           t["p2p_b"][worst], self.plan.num_microbatches,
+                           tail_s=t["tail"], record=True)
+        return PlacedTime(iteration_time_s=float(per_replica[worst]) + t["opt"],
+                          stage_fwd_s=t["fwd"], stage_bwd_s=t["bwd"], p2p_fwd_s=t["p2p_f"],
+                          p2p_bwd_s=t["p2p_b"], dp_tail_s=t["tail"], optimizer_s=t["opt"],
+                          critical_replica=worst, sim=sim)
+
+    def default_placement(self) -> tuple[np.ndarray, np.ndarray]:
+        """Megatron's sequential mapping on the first N hosts: node rank ``n`` on host
+        ``n``, local rank ``k`` on GPU ``k``."""
+        G = self.cluster.gpus_per_node
+        return (np.arange(self.num_nodes, dtype=np.int64),
+                np.tile(np.arange(G, dtype=np.int64), (self.num_nodes, 1)))
+
+    def objective(self, node_hosts, gpu_order) -> float:
+        """:meth:`time`'s iteration time (the placement search minimises it)."""
+        return self.time(node_hosts, gpu_order).iteration_time_s

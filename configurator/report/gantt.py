@@ -1,0 +1,118 @@
+"""Gantt chart of a simulated pipeline schedule (:mod:`configurator.cost.schedule_sim`): one
+row per pipeline rank, forward and backward chunks as bars, the critical path outlined."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+
+from configurator.cost.schedule_sim import SimResult
+
+#: Text size (pt) of every label, tick and legend entry.
+FONT_PT = 10
+#: Pixels a bar needs to carry its microbatch number.
+_LABEL_MIN_PX = 20
+
+
+def _shades(cmap, n: int) -> list:
+    """``n`` colours of ``cmap`` from mid to dark (chunk 0 the lightest)."""
+    if n == 1:
+        return [cmap(0.6)]
+    return [cmap(0.35 + 0.5 * c / (n - 1)) for c in range(n)]
+
+
+def gantt_png(result: SimResult, replica: int = 0, *, title: str = "") -> bytes:
+    """PNG bytes of the schedule of replica ``replica`` of ``result``.
+
+    Rows are pipeline ranks (rank 0 on top); forward bars blue, backward orange, darker for
+    later model chunks; ops on the critical path have a thick black outline; each rank's
+    tail (work after its last backward) is a grey hatched bar; the x axis is in ms when the
+    makespan is under 1 s, else in s. Fonts are :data:`FONT_PT` pt; the title is plain text.
+
+    ``result`` must come from ``simulate(..., record=True)``; ValueError otherwise, or when
+    ``replica`` is outside ``[0, D)``.
+    """
+    if result.start_s is None or result.end_s is None or result.critical_path is None:
+        raise ValueError("gantt_png needs a result of simulate(..., record=True)")
+    n_rep = result.start_s.shape[0]
+    if not 0 <= replica < n_rep:
+        raise ValueError(f"replica must be in [0, {n_rep}), got {replica}")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    order = result.order
+    pp, vp = order.pp, order.vp
+    start = result.start_s[replica]
+    end = result.end_s[replica]
+    makespan = float(result.iteration_time_s[replica])
+    tail = (np.zeros(pp) if result.tail_s is None else result.tail_s[replica])
+    scale, unit = (1e3, "ms") if makespan < 1.0 else (1.0, "s")
+    on_path = np.zeros(order.n_ops, dtype=bool)
+    on_path[result.critical_path[replica]] = True
+
+    rc = {"text.usetex": False, "text.parse_math": False, "font.size": FONT_PT,
+          "axes.titlesize": FONT_PT + 1, "axes.labelsize": FONT_PT,
+          "xtick.labelsize": FONT_PT, "ytick.labelsize": FONT_PT,
+          "legend.fontsize": FONT_PT}
+    with matplotlib.rc_context(rc):
+        width_in = 12.0
+        fig, ax = plt.subplots(figsize=(width_in, 1.6 + 0.55 * pp), dpi=120)
+        fwd_c = _shades(plt.get_cmap("Blues"), vp)
+        bwd_c = _shades(plt.get_cmap("Oranges"), vp)
+        is_f = order.kind == "F"
+        height = 0.8
+        for r in range(pp):
+            ops = order.rank_ops[r]
+            x0 = start[ops] * scale
+            w = (end[ops] - start[ops]) * scale
+            face = [(fwd_c if is_f[i] else bwd_c)[order.chunk[i]] for i in ops]
+            edge = ["black" if on_path[i] else "white" for i in ops]
+            lw = [2.0 if on_path[i] else 0.5 for i in ops]
+            ax.broken_barh(list(zip(x0, w)), (r - height / 2, height), facecolors=face,
+                           edgecolors=edge, linewidths=lw, zorder=2)
+            if tail[r] > 0:
+                t0 = end[order.last_op[r]] * scale
+                ax.broken_barh([(t0, tail[r] * scale)], (r - height / 2, height),
+                               facecolors="0.85", edgecolors="0.4", hatch="//",
+                               linewidths=0.5, zorder=2)
+        # Microbatch numbers where a bar is wide enough to hold them.
+        px_per_unit = 0.85 * width_in * fig.dpi / max(makespan * scale, 1e-300)
+        for i in range(order.n_ops):
+            w = (end[i] - start[i]) * scale
+            if w * px_per_unit >= _LABEL_MIN_PX:
+                ax.text((start[i] + end[i]) / 2 * scale, order.rank[i], str(order.microbatch[i]),
+                        ha="center", va="center", fontsize=FONT_PT, zorder=3,
+                        color="black" if order.chunk[i] < (vp + 1) // 2 else "white")
+        ax.set_ylim(pp - 0.5, -0.5)
+        ax.set_yticks(range(pp))
+        ax.set_yticklabels([f"rank {r}" for r in range(pp)])
+        ax.set_xlim(0, makespan * scale * 1.01 if makespan > 0 else 1.0)
+        ax.set_xlabel(f"time ({unit})")
+        ax.set_ylabel("pipeline rank")
+        head = title or (f"pipeline schedule: pp={pp}, vp={vp}, "
+                         f"{order.num_microbatches} microbatches")
+        ax.set_title(f"{head} (iteration {makespan * scale:.4g} {unit})")
+        ax.grid(True, axis="x", alpha=0.3, zorder=0)
+        handles = []
+        for c in range(vp):
+            suffix = f", chunk {c}" if vp > 1 else ""
+            handles.append(Patch(facecolor=fwd_c[c], label=f"forward{suffix}"))
+        for c in range(vp):
+            suffix = f", chunk {c}" if vp > 1 else ""
+            handles.append(Patch(facecolor=bwd_c[c], label=f"backward{suffix}"))
+        handles.append(Patch(facecolor="white", edgecolor="black", linewidth=2.0,
+                             label="critical path"))
+        if (tail > 0).any():
+            handles.append(Patch(facecolor="0.85", edgecolor="0.4", hatch="//",
+                                 label="tail (after last backward)"))
+        ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.18 - 0.3 / pp),
+                  ncol=min(len(handles), 4), frameon=False)
+        fig.tight_layout()
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png")
+        plt.close(fig)
+    return buf.getvalue()

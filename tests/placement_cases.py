@@ -1,0 +1,58 @@
+"""Heterogeneous clusters with measured links, for placement tests and ``bench/placement.py``.
+
+Built like :func:`topology.topofile.apply_topology` builds a measured cluster: a DGX H100
+preset whose host→host edges (per direction, per rail) carry measured rates, and optionally
+direct GPU→GPU NVLink edges with their own rates.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from topology.cluster import load_cluster
+
+
+def measured_cluster(hosts: int, gpus: int, seed: int, *, slow_links: float = 0.1,
+                     slow_hosts: int = 1, gpu_spread: float = 0.0, preset: str = "dgx-h100-80gb"):
+    """``hosts`` hosts of ``gpus`` GPUs; every ordered host pair measured: lognormal (σ 5 %)
+    around the preset's attained per-rail rate, a fraction ``slow_links`` of the pairs (both
+    directions independently) at 25–50 % of it, and ``slow_hosts`` random hosts at 40 % on
+    every link. ``gpu_spread`` > 0: every ordered NVLink pair measured, lognormal with that
+    σ around the attained NVLink rate. Deterministic for ``seed``."""
+    rng = np.random.default_rng(seed)
+    cl = load_cluster(preset, hosts)
+    if gpus != cl.gpus_per_node:
+        from topology.cluster import build_cluster
+
+        cl = build_cluster(name=cl.name, gpu=cl.gpu, gpus_per_node=gpus,
+                           hosts=[f"node{i:04d}" for i in range(hosts)], **cl.spec)
+    g = cl.graph
+    spec = cl.spec
+    inter = spec["inter_bandwidth_Bps"] * spec["inter_efficiency"]
+    intra = spec["intra_bandwidth_Bps"] * spec["intra_efficiency"]
+    lat = spec["inter_latency_s"] / 2
+    slow = set(rng.choice(hosts, size=min(slow_hosts, hosts), replace=False).tolist())
+    for a in range(hosts):
+        for b in range(hosts):
+            if a == b:
+                continue
+            bw = inter * float(np.exp(rng.normal(0.0, 0.05)))
+            if rng.random() < slow_links:
+                bw *= float(rng.uniform(0.25, 0.5))
+            if a in slow or b in slow:
+                bw *= 0.4
+            g.add_edge(cl.hosts[a], cl.hosts[b], bandwidth_Bps=min(bw, inter),
+                       nominal_bandwidth_Bps=spec["inter_bandwidth_Bps"], latency_s=lat,
+                       link_class="network", measured=True)
+    if gpu_spread > 0:
+        for h in cl.hosts:
+            for i in range(gpus):
+                for j in range(gpus):
+                    if i != j:
+                        g.add_edge(f"{h}/gpu{i}", f"{h}/gpu{j}",
+                                   bandwidth_Bps=intra * float(np.exp(rng.normal(0, gpu_spread))),
+                                   nominal_bandwidth_Bps=spec["intra_bandwidth_Bps"],
+                                   latency_s=spec["intra_latency_s"], link_class="nvlink",
+                                   measured=True)
+    cl.invalidate()
+    return cl
