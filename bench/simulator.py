@@ -2,7 +2,8 @@
 search's objective). Run: ``python bench/simulator.py``; prints a markdown table (best of 5
 repeats of a timed loop), then the simulator's targets (pp 8, m 64: vp 1 one replica
 ≤ 2 ms, 16 replicas ≤ 6 ms; vp 4 one replica ≤ 6 ms) with the record=True time and the
-cold compile time of the schedule order."""
+cold compile time of the schedule order; last, the simulated schedule against the closed form
+on uniform clusters over a grid of pp, vp and microbatch counts (worst gap per model)."""
 
 from __future__ import annotations
 
@@ -54,6 +55,11 @@ def main() -> None:
         print(f"| placed {name} tp{plan.tp} pp{plan.pp} vp{plan.vp} dp{plan.dp}, 128 measured "
               f"hosts | {2 * plan.pp * plan.vp * plan.num_microbatches:,} | {plan.dp} | "
               f"{t * 1e3:.2f} |")
+        draws = [(rng.permutation(128), go) for _ in range(64)]
+        t = best_of(lambda: priced.times(draws), 1) / len(draws)
+        print(f"| the same, 64 placements priced in one batch (per placement) | "
+              f"{2 * plan.pp * plan.vp * plan.num_microbatches:,} | {64 * plan.dp} | "
+              f"{t * 1e3:.2f} |")
     print()
     print("| target case | replicas | limit (ms) | simulate (ms) | record=True (ms) | "
           "compile order, cold (ms) |")
@@ -70,6 +76,44 @@ def main() -> None:
         verdict = "ok" if t * 1e3 <= limit else "OVER"
         print(f"| pp {pp}, vp {vp}, m {m} | {d} | {limit:g} | {t * 1e3:.2f} ({verdict}) | "
               f"{t_rec * 1e3:.2f} | {t_compile * 1e3:.1f} |")
+
+    agreement()
+
+
+def agreement() -> None:
+    """Simulated schedule (default placement, uniform cluster) vs the closed form over pp,
+    vp and microbatch counts: the worst relative gap per model."""
+    from configurator.core.candidates import Candidates
+    from configurator.cost.iteration import iteration_time
+    from topology.cluster import load_cluster
+
+    print()
+    print("| model | cluster | plans (pp × vp × m) | worst gap | at |")
+    print("|---|---|---|---|---|")
+    for name, cluster, nodes, tp in (("gpt3-175b", "dgx-a100-80gb", 64, 8),
+                                     ("llama3-70b", "dgx-h100-80gb", 32, 4),
+                                     ("llama3-8b", "dgx-h100-80gb", 8, 1)):
+        model = load_model(name)
+        cl = load_cluster(cluster, nodes)
+        worst, at, n = 0.0, "", 0
+        for pp in (1, 2, 4, 8, 16):
+            for vp in (1, 2, 4):
+                if (vp > 1 and pp == 1) or model.num_layers % (pp * vp):
+                    continue
+                dp = nodes * 8 // (tp * pp)
+                for mult in (1, 4, 16):
+                    plan = plan_for_world(dict(tp=tp, pp=pp, cp=1, vp=vp, micro_batch_size=1,
+                                               global_batch_size=mult * pp * dp,
+                                               recompute="full", precision="bf16",
+                                               attention_backend="auto"), nodes * 8)
+                    closed = float(iteration_time(model, cl, Candidates.from_plan(plan))
+                                   ["iteration_time_s"][0])
+                    priced = PlacedPlan(model, cl, plan)
+                    sim = priced.time(*priced.default_placement()).iteration_time_s
+                    n += 1
+                    if abs(sim / closed - 1) > worst:
+                        worst, at = abs(sim / closed - 1), f"pp {pp}, vp {vp}, m {mult * pp}"
+        print(f"| {name} | {nodes} × {cluster} | {n} | {100 * worst:.2f} % | {at} |")
 
 
 if __name__ == "__main__":

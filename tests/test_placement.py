@@ -69,15 +69,18 @@ def test_subset_keeps_measured_links():
 
 # -- the placed schedule ------------------------------------------------------------------
 
-GRID_MODELS = [("gpt3-175b", "dgx-a100-80gb", 64, 8), ("llama3-70b", "dgx-h100-80gb", 32, 4)]
+GRID_MODELS = [("gpt3-175b", "dgx-a100-80gb", 64, 8), ("llama3-70b", "dgx-h100-80gb", 32, 4),
+               ("llama3-8b", "dgx-h100-80gb", 8, 1)]
 
 
 @pytest.mark.parametrize("name,cluster,nodes,tp", GRID_MODELS)
 def test_simulated_schedule_agrees_with_closed_form_on_uniform_cluster(name, cluster, nodes,
                                                                         tp):
     """Over a grid of pp, vp and microbatch counts, the simulated iteration (every replica,
-    every stage, every boundary) is within 1 % of the closed form; measured worst gaps:
-    0.12 % (gpt3-175b), 0.44 % (llama3-70b)."""
+    every stage, every boundary) is within 0.5 % of the closed form; measured worst gaps
+    (``python bench/simulator.py``): 0.16 % (gpt3-175b), 0.15 % (llama3-70b), 0.11 %
+    (llama3-8b at tp 1: 2 to 16 layers per stage, the logits as heavy as a layer, and
+    pipeline boundaries inside a host for some stages and across hosts for others)."""
     model = load_model(name)
     cl = load_cluster(cluster, nodes)
     worst = 0.0
@@ -97,7 +100,7 @@ def test_simulated_schedule_agrees_with_closed_form_on_uniform_cluster(name, clu
                 worst = max(worst, abs(sim / closed - 1))
                 checked += 1
     assert checked >= 20
-    assert worst <= 0.01
+    assert worst <= 0.005
 
 
 def test_placed_time_sees_a_slow_pipeline_link():
@@ -222,3 +225,61 @@ def test_placement_on_cluster_validates_names_and_permutations():
         with pytest.raises(InputError) as err:
             placement_on_cluster(bad, cl, 2)
         assert err.value.field == field
+
+
+def test_batched_pricing_gives_the_same_floats_as_one_at_a_time():
+    """PlacedPlan.times (every replica of every placement in one simulation, walked level
+    by level) equals PlacedPlan.time placement by placement, bit for bit, for 1F1B and
+    interleaved plans with GPU orders that matter."""
+    cl = measured_cluster(5, 2, seed=31, slow_links=0.3, gpu_spread=0.2)
+    rng = np.random.default_rng(5)
+    for fields in (dict(pp=4, global_batch_size=16), dict(pp=2, vp=2, global_batch_size=16),
+                   dict(tp=2, pp=2, global_batch_size=8)):
+        priced = PlacedPlan(TINY, cl, _plan(8, **fields))
+        draws = [(rng.permutation(5)[:4], np.array([rng.permutation(2) for _ in range(4)]))
+                 for _ in range(12)]
+        one = [priced.time(nh, go).iteration_time_s for nh, go in draws]
+        assert priced.times(draws).tolist() == one
+        assert len(set(one)) > 3          # the draws do differ
+
+
+def test_batched_search_takes_the_same_path_as_one_at_a_time():
+    """With objective_many, each neighbourhood is priced in growing batches but the first
+    improving move in the same seeded order is taken: same placement, same value."""
+    cl = measured_cluster(8, 2, seed=23, slow_links=0.3, slow_hosts=1, gpu_spread=0.1)
+    priced = PlacedPlan(TINY, cl, _plan(14, pp=7, global_batch_size=28))
+    kw = dict(num_hosts=8, num_nodes=7, gpus_per_node=2, exhaustive_limit=0,
+              max_evaluations=100_000, time_budget_s=600, seed=4, patience=5)
+    one = search_placement(priced.objective, **kw)
+    many = search_placement(priced.objective, objective_many=priced.times, **kw)
+    assert (many.node_hosts, many.gpu_order, many.objective) == (one.node_hosts,
+                                                                  one.gpu_order, one.objective)
+    assert many.evaluations >= one.evaluations
+
+
+def test_pipeline_boundaries_inside_and_across_hosts():
+    """tp·cp·dp = 2 ranks per stage on 8-GPU hosts: 4 stages per host, so boundaries 3, 7, …
+    cross hosts and the rest stay on NVLink; the closed form's path figure is the harmonic
+    mean of those hops, its end figure the first/last boundary's (both inside a host)."""
+    from configurator.cost.communication import pipeline_figures
+
+    cl = load_cluster("dgx-h100-80gb", 2)
+    fb, fl, bb, bl = cl.p2p_boundaries(2, 8, 16)
+    (nv, nv_lat), (ib, ib_lat) = cl.link(0, 1), cl.link(0, 8)
+    assert ib < nv
+    want = np.where(np.arange(8) % 4 == 3, ib, nv)        # boundary 7 is the wrap 7 → 0
+    np.testing.assert_array_equal(fb, want)
+    np.testing.assert_array_equal(bb, want)
+    path_bw, path_lat, ring_bw, _, end_bw, end_lat = pipeline_figures(cl, 2, 8, 16)
+    assert path_bw == pytest.approx(14 / (12 / nv + 2 / ib))
+    assert path_lat == pytest.approx((12 * nv_lat + 2 * ib_lat) / 14)
+    assert ring_bw == pytest.approx(16 / (12 / nv + 4 / ib))
+    assert (end_bw, end_lat) == (nv, nv_lat)
+    # measured links (one stage per host): a slow host pair slows its own boundary, in its
+    # own direction only
+    mc = measured_cluster(4, 2, seed=3, slow_links=0.0, slow_hosts=0)
+    mc.graph.edges[mc.hosts[1], mc.hosts[2]]["bandwidth_Bps"] *= 0.1
+    mc.invalidate()
+    fb, _, bb, _ = mc.p2p_boundaries(2, 4, 8)
+    assert fb.argmin() == 1 and fb[1] < 0.2 * np.delete(fb, 1).min()
+    assert bb.min() > 0.5 * np.delete(fb, 1).min()

@@ -288,7 +288,7 @@ def test_python_and_numpy_level_paths_agree_bit_for_bit(pp, vp, m):
     dur = rng.uniform(0.5, 2.0, (3, o.n_ops))
     lat = np.where(o.link >= 0, rng.uniform(0.0, 0.3, (3, o.n_ops)), 0.0)
     s1, e1 = _run_scalar(o, dur, lat)
-    s2, e2 = _run_levels(o, dur, lat)
+    s2, e2 = _run_levels(o, np.ascontiguousarray(dur.T), np.ascontiguousarray(lat.T))
     assert np.array_equal(s1, s2) and np.array_equal(e1, e2)
     # topological and levelled: every predecessor sits in an earlier level
     lvl = np.searchsorted(o.level_bounds, np.arange(o.n_ops), side="right") - 1

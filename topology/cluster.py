@@ -680,6 +680,34 @@ class Cluster:
             self._cache[key] = res
         return self._cache[key]
 
+    def p2p_boundaries(self, stride: int, size: int,
+                       world: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Pipeline boundary by boundary: ``(fwd_bw, fwd_lat, bwd_bw, bwd_lat)``, each
+        ``[size]``, index ``s`` the transfers from pipeline rank ``s`` to ``(s + 1) % size``
+        (forward) and back (backward); index ``size - 1`` is the wrap-around ``size-1 → 0``
+        that interleaved schedules use. Each boundary's figure is its slowest pair (its
+        ``stride`` pairs send at once): min bandwidth (B/s), max latency (s). On a uniform
+        cluster a boundary is an NVLink hop when every pair stays on one host, else a
+        network hop; elsewhere every pair is looked up. ``size >= 2``."""
+        key = ("p2p_boundaries", stride, size, world)
+        if key not in self._cache:
+            G = self.gpus_per_node
+            if self._shape_shortcut and stride >= G:   # every pair a host or more apart
+                self._check_extent(stride, size, world)
+                b, l = self.link(0, G)
+                full = (np.full(size, b), np.full(size, l))
+                res = full + full
+            else:        # fewer than G ranks per stage on a uniform cluster: a small world
+                src = self._group_gpus(stride, size, world).T       # [size, groups]
+                dst = np.roll(src, -1, axis=0)
+                fb, fl = self.links(src.reshape(-1), dst.reshape(-1))
+                bb, bl = self.links(dst.reshape(-1), src.reshape(-1))
+                shape = (size, -1)
+                res = (fb.reshape(shape).min(axis=1), fl.reshape(shape).max(axis=1),
+                       bb.reshape(shape).min(axis=1), bl.reshape(shape).max(axis=1))
+            self._cache[key] = res
+        return self._cache[key]
+
     def __hash__(self) -> int:  # lru_cache on methods needs a hashable self
         return id(self)
 

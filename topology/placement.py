@@ -149,9 +149,17 @@ def search_placement(objective: Callable[[np.ndarray, np.ndarray], float], *,
                      num_hosts: int, num_nodes: int, gpus_per_node: int,
                      host_preference: Sequence[int] | None = None, move_gpus: bool = True,
                      seed: int = 0, time_budget_s: float = 5.0, max_evaluations: int = 20_000,
-                     exhaustive_limit: int = 20_000, patience: int = 30) -> PlacementChoice:
+                     exhaustive_limit: int = 20_000, patience: int = 30,
+                     objective_many: Callable[[list], Sequence[float]] | None = None
+                     ) -> PlacementChoice:
     """Minimise ``objective(node_hosts [N], gpu_order [N, G])`` over placements of
     ``num_nodes`` node ranks on ``num_hosts`` hosts of ``gpus_per_node`` GPUs.
+    ``objective_many(list of (node_hosts, gpu_order))``, when given, prices several
+    placements at once (the same values as ``objective``, e.g.
+    :meth:`configurator.cost.placed.PlacedPlan.times`): the exhaustive pass and each
+    neighbourhood scan then price in batches (of 1, 2, 4, … up to 64 moves within one
+    scan), taking the first improving move in the same order as one at a time, so the
+    search path is the same and only extra moves of the last batch are priced.
 
     Every placement is priced when there are at most ``exhaustive_limit``
     (:func:`placement_count`). Otherwise an iterated local search: start from the better of
@@ -184,6 +192,23 @@ def search_placement(objective: Callable[[np.ndarray, np.ndarray], float], *,
             seen[key] = float(objective(nh, go))
         return seen[key]
 
+    def price_many(cands: list) -> list[float]:
+        """Values of ``cands`` (``(nh, go)`` pairs), new ones priced in one batch."""
+        nonlocal evals
+        keys = [hash(nh.tobytes() + go.tobytes()) for nh, go in cands]
+        new = {}
+        for key, c in zip(keys, cands):
+            if key not in seen and key not in new:
+                new[key] = c
+        if new:
+            if objective_many is None:
+                vals = [float(objective(nh, go)) for nh, go in new.values()]
+            else:
+                vals = [float(x) for x in objective_many(list(new.values()))]
+            seen.update(zip(new.keys(), vals))
+            evals += len(new)
+        return [seen[key] for key in keys]
+
     def done() -> bool:
         return evals >= max_evaluations or time.perf_counter() - t0 > time_budget_s
 
@@ -196,12 +221,12 @@ def search_placement(objective: Callable[[np.ndarray, np.ndarray], float], *,
         best = None
         gpu_perms = (list(itertools.permutations(range(G))) if move_gpus
                      else [tuple(range(G))])
-        for hosts in itertools.permutations(range(M), N):
-            nh = np.array(hosts, dtype=np.int64)
-            for orders in itertools.product(gpu_perms, repeat=N if move_gpus else 1):
-                go = (np.array(orders, dtype=np.int64) if move_gpus
-                      else np.tile(ident, (N, 1)))
-                val = price(nh, go)
+        every = ((np.array(hosts, dtype=np.int64),
+                  np.array(orders, dtype=np.int64) if move_gpus else np.tile(ident, (N, 1)))
+                 for hosts in itertools.permutations(range(M), N)
+                 for orders in itertools.product(gpu_perms, repeat=N if move_gpus else 1))
+        while chunk := list(itertools.islice(every, 256)):
+            for (nh, go), val in zip(chunk, price_many(chunk)):
                 if best is None or val < best[2] - 1e-15:
                     best = (nh, go, val)
         return result(*best, True)
@@ -244,15 +269,18 @@ def search_placement(objective: Callable[[np.ndarray, np.ndarray], float], *,
     while not done() and stale < patience:
         improved = False
         cand = moves(cur[0])
-        for k in rng.permutation(len(cand)):
-            if done():
-                break
-            nh, go = apply(cur[0], cur[1], cand[k])
-            val = price(nh, go)
-            if val < cur[2] * (1 - 1e-12):
-                cur = [nh, go, val]
-                improved = True
-                break
+        order = rng.permutation(len(cand)).tolist()
+        pos, size = 0, 1
+        while pos < len(order) and not improved and not done():
+            room = max(1, max_evaluations - evals)
+            batch = [apply(cur[0], cur[1], cand[k]) for k in order[pos:pos + min(size, room)]]
+            pos += len(batch)
+            size = size if objective_many is None else min(2 * size, 64)
+            for (nh, go), val in zip(batch, price_many(batch)):
+                if val < cur[2] * (1 - 1e-12):
+                    cur = [nh, go, val]
+                    improved = True
+                    break
         if cur[2] < best[2]:
             best = (cur[0].copy(), cur[1].copy(), cur[2])
         if not improved and not done():

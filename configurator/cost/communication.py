@@ -20,7 +20,8 @@ def comm_figures(cluster, c: Candidates) -> dict[str, np.ndarray]:
     """Worst ring bus bandwidth (B/s) and latency (s) of each plan's tp, cp, dp·cp groups and
     pipeline neighbours on ``cluster``, the groups laid out by Megatron's rank order
     (:func:`topology.placement.group_shape`) and placed on GPUs by ``cluster.placement``.
-    Returns arrays (one value per plan) keyed ``{tp,cp,dp,pp}_{bw,lat}``."""
+    Returns arrays (one value per plan) keyed ``{tp,cp,dp,pp}_{bw,lat}`` and the pipeline's
+    ``pp_{path,ring,end}_{bw,lat}`` (:func:`pipeline_figures`): :data:`NAMES`."""
     world = int(c.tp[0] * c.pp[0] * c.dp[0] * c.cp[0])
     if c.group is not None:
         uniq, inv = c.group_keys, c.group
@@ -28,7 +29,7 @@ def comm_figures(cluster, c: Candidates) -> dict[str, np.ndarray]:
         keys = np.stack([c.tp, c.cp, c.dp, c.pp], axis=1)
         uniq, inv = np.unique(keys, axis=0, return_inverse=True)
         inv = inv.reshape(-1)
-    table = np.empty((len(uniq), 8))
+    table = np.empty((len(uniq), len(NAMES)))
     for i, (tp, cp, dp, pp) in enumerate(uniq.tolist()):
         sizes = {"tp": tp, "cp": cp, "dp": dp, "pp": pp}
         # the cluster caches each (stride, size, world): layouts share most group shapes
@@ -36,5 +37,39 @@ def comm_figures(cluster, c: Candidates) -> dict[str, np.ndarray]:
         table[i, 2:4] = cluster.group_busbw(*group_shape(("cp",), sizes), world)
         table[i, 4:6] = cluster.group_busbw(*group_shape(("cp", "ep", "dp"), sizes), world)
         table[i, 6:8] = cluster.p2p_worst(*group_shape(("pp",), sizes), world)
-    names = ("tp_bw", "tp_lat", "cp_bw", "cp_lat", "dp_bw", "dp_lat", "pp_bw", "pp_lat")
-    return {n: table[inv, j] for j, n in enumerate(names)}
+        table[i, 8:14] = pipeline_figures(cluster, *group_shape(("pp",), sizes), world)
+    return {n: table[inv, j] for j, n in enumerate(NAMES)}
+
+
+#: Keys of :func:`comm_figures`: the worst figures of each group kind, then the pipeline's
+#: path, ring and end-boundary figures (:func:`pipeline_figures`).
+NAMES = ("tp_bw", "tp_lat", "cp_bw", "cp_lat", "dp_bw", "dp_lat", "pp_bw", "pp_lat",
+         "pp_path_bw", "pp_path_lat", "pp_ring_bw", "pp_ring_lat", "pp_end_bw", "pp_end_lat")
+
+
+def pipeline_figures(cluster, stride: int, size: int, world: int) -> tuple[float, ...]:
+    """The pipeline's boundaries (:meth:`topology.cluster.Cluster.p2p_boundaries`) as the
+    schedule meets them, ``(bw B/s, lat s)`` three times:
+
+    * *path*: the ``size - 1`` boundaries forward and back (1F1B's fill and drain cross each
+      once each way): harmonic-mean bandwidth and mean latency, so that ``n`` hops of
+      ``x`` bytes cost ``n·(lat + x/bw)``, the sum of the hops' own times;
+    * *ring*: the same over all ``size`` boundaries with the wrap-around ``size-1 → 0``
+      (interleaved schedules go round it);
+    * *end*: the slower of the first and the last boundary, both directions (1F1B's
+      steady state is paced by an end stage, which sends over one of them).
+
+    A single stage has no boundary: infinite bandwidth, zero latency."""
+    if size < 2:
+        return (float("inf"), 0.0) * 3
+    fb, fl, bb, bl = cluster.p2p_boundaries(stride, size, world)
+
+    def mean_hop(bw, lat):
+        return float(len(bw) / np.sum(1.0 / bw)), float(np.mean(lat))
+
+    path = mean_hop(np.concatenate((fb[:-1], bb[:-1])), np.concatenate((fl[:-1], bl[:-1])))
+    ring = mean_hop(np.concatenate((fb, bb)), np.concatenate((fl, bl)))
+    ends = [0, size - 2]
+    end = (float(min(fb[ends].min(), bb[ends].min())), float(max(fl[ends].max(),
+                                                                 bl[ends].max())))
+    return path + ring + end

@@ -12,7 +12,8 @@ and pipeline-schedule facts (bubble, p2p count) from :mod:`configurator.core.sch
   hidden behind attention compute where it is shorter (Megatron-LM context parallelism).
 
 Pipeline (Narayanan et al. SC'21 §2.2): ``m`` microbatches at the slowest stage's pace plus
-the schedule's bubble (``(pp-1)/vp`` average stage times); p2p of ``T·h`` values (÷t: scatter/gather
+the schedule's bubble (``(pp-1)/vp`` core stage times plus the lighter end stage's extra
+work, once for 1F1B and ``pp`` times interleaved); p2p of ``T·h`` values (÷t: scatter/gather
 optimisation, SC'21 §4.1, or the sequence-parallel shard) twice per chunk-microbatch.
 Data parallel: gradient all-reduce (or reduce-scatter + parameter all-gather with the
 distributed optimizer) over the dp·cp group, overlapped with the last microbatch's backward
@@ -169,30 +170,46 @@ def iteration_time(model: ModelSpec, cluster, c: Candidates,
 
     layers = model.num_layers / pp
     comp_layer = lc["fwd"] + lc["bwd"]
-    first = layers * (comp_layer + lc["recompute"] + tp_layer + cp_layer) + emb
-    last = layers * (comp_layer + lc["recompute"] + tp_layer + cp_layer) + logits
+    core = layers * (comp_layer + lc["recompute"] + tp_layer + cp_layer)
     single = pp == 1
-    first = np.where(single, first + logits, first)
-    last = np.where(single, first, last)
-    slow_is_last = last > first
+    slow_is_last = logits > emb
     extra = np.where(single, emb + logits, np.where(slow_is_last, logits, emb))
-    stage_avg = layers * (comp_layer + lc["recompute"] + tp_layer + cp_layer) + np.where(
-        single, emb + logits, (emb + logits) / pp)
 
+    # Bubble: (pp-1)/vp core stage times (SC'21 §2.2) plus the lighter end stage's extra
+    # (embedding, or logits and loss), once in 1F1B (the flow-shop makespan
+    # sum_s t_s + (m-1)·max_s t_s: every stage but the pacing one adds its time once while
+    # the pipeline fills and drains) and pp times when interleaved (the first stage's chunk 0
+    # runs the whole first group of pp microbatches forward, and the last group backward,
+    # while the pacing last stage waits). Both exact against the simulated schedule
+    # (configurator.cost.schedule_sim) for any m, vp and core/extra split, without sends,
+    # when the last stage is the heavier end (the logits outweigh the embedding lookup).
+    lighter_end = np.where(single, 0.0, np.minimum(emb, logits))
     out = {
         "compute": m * (layers * comp_layer + extra),
         "recompute": m * layers * lc["recompute"],
         "tp_comm": m * layers * tp_layer,
         "cp_comm": m * layers * cp_layer,
-        "bubble": bubble_stage_times(pp, vp) * stage_avg,
+        "bubble": bubble_stage_times(pp, vp) * core
+        + np.where(vp == 1, 1.0, pp) * lighter_end,
     }
-    # Pipeline p2p: forward and backward sends per chunk-microbatch, exposed.
-    t_p2p = p2p_message_s(model, c, lc, comm["pp_bw"], comm["pp_lat"], comm["tp_bw"],
-                          comm["tp_lat"])
-    # 1F1B with pp > 2: a middle stage sends twice per microbatch, an end stage once but
-    # carries its extra; the middle one sets the pace when the extra is below one send
-    middle = np.where((vp == 1) & (pp > 2), m * np.maximum(t_p2p - extra, 0.0), 0.0)
-    out["pp_comm"] = p2p_transfers(pp, vp, m) * t_p2p + middle
+    # Pipeline p2p, each send at the figures of the boundaries it crosses: the fill and
+    # drain cross every boundary (1F1B: once each way; interleaved: round the ring, the
+    # first microbatch through all pp·vp virtual stages and back); 1F1B's steady state adds
+    # one send per microbatch at the pacing end stage's boundary.
+    def send_s(kind):
+        return p2p_message_s(model, c, lc, comm[f"pp{kind}_bw"], comm[f"pp{kind}_lat"],
+                             comm["tp_bw"], comm["tp_lat"])
+
+    t_worst, t_end = send_s(""), send_s("_end")
+    fill = p2p_transfers(pp, vp, np.zeros_like(m))
+    steady = p2p_transfers(pp, vp, m) - fill
+    pp_comm = fill * np.where(vp > 1, send_s("_ring"), send_s("_path")) + steady * t_end
+    # 1F1B with pp > 2: a middle stage sends twice per microbatch (at most the slowest
+    # boundary's time each), an end stage once but carries its extra; the middle one sets
+    # the pace when that is longer
+    middle = np.where((vp == 1) & (pp > 2),
+                      m * np.maximum(2 * t_worst - t_end - extra, 0.0), 0.0)
+    out["pp_comm"] = np.where(pp > 1, pp_comm + middle, 0.0)
 
     # Data-parallel gradient reduction over the dp·cp group, for the larger end stage.
     stage_params = np.maximum(stage_parameters(model, c.tp, c.pp, 0),

@@ -180,12 +180,8 @@ class PlacedPlan:
         opt = float(np.max(optimizer_s(c, self.cluster.gpu, self.stage_params)))
         return dict(fwd=fwd, bwd=bwd, p2p_f=p2p_f, p2p_b=p2p_b, tail=tail, opt=opt)
 
-    def time(self, node_hosts, gpu_order, *, record: bool = False) -> PlacedTime:
-        """Simulated iteration time under the placement ``node_hosts`` (``[N]`` host
-        indices of node ranks 0..N-1) and ``gpu_order`` (``[N, G]`` GPU index of each
-        local rank). Replicas with identical stage and link times are simulated once.
-        ``record`` keeps the slowest replica's op times and critical path (``sim`` then
-        holds that one replica)."""
+    def _scheduled_terms(self, node_hosts, gpu_order) -> dict:
+        """:meth:`terms` of a placement with 1F1B's sends folded into their senders."""
         t = self.terms(self.rank_gpus(node_hosts, gpu_order))
         dp, pp = t["p2p_f"].shape
         if self.plan.vp == 1 and pp > 1:
@@ -195,6 +191,47 @@ class PlacedPlan:
             t["fwd"][:, :pp - 1, 0] += t["p2p_f"][:, :pp - 1]
             t["bwd"][:, 1:, 0] += t["p2p_b"][:, :pp - 1]
             t["p2p_f"], t["p2p_b"] = np.zeros_like(t["p2p_f"]), np.zeros_like(t["p2p_b"])
+        return t
+
+    def times(self, placements) -> np.ndarray:
+        """Simulated iteration times ``[K]`` (seconds) of ``K`` placements, each a
+        ``(node_hosts, gpu_order)`` pair as :meth:`time` takes; the same floats as
+        :meth:`time`, but every distinct replica of every placement is simulated in one
+        batched call (:func:`simulate` walks the schedule level by level over all of them),
+        which is what makes pricing a placement neighbourhood or 100 random placements
+        cheap."""
+        placements = list(placements)
+        if not placements:
+            return np.zeros(0)
+        pp, vp = self.plan.pp, self.plan.vp
+        rows, owner, opt = [], [], []
+        for k, (nh, go) in enumerate(placements):
+            t = self._scheduled_terms(nh, go)
+            dp = t["p2p_f"].shape[0]
+            rows.append(np.concatenate([t["fwd"].reshape(dp, -1), t["bwd"].reshape(dp, -1),
+                                        t["p2p_f"], t["p2p_b"],
+                                        np.broadcast_to(t["tail"], (dp, pp))], axis=1))
+            owner.append(np.full(dp, k))
+            opt.append(t["opt"])
+        allrows = np.concatenate(rows)
+        uniq, inv = np.unique(allrows, axis=0, return_inverse=True)
+        n = pp * vp
+        sim = simulate(uniq[:, :n].reshape(-1, pp, vp), uniq[:, n:2 * n].reshape(-1, pp, vp),
+                       uniq[:, 2 * n:2 * n + pp], uniq[:, 2 * n + pp:2 * n + 2 * pp],
+                       self.plan.num_microbatches, tail_s=uniq[:, 2 * n + 2 * pp:])
+        per_replica = sim.iteration_time_s[np.asarray(inv).reshape(-1)]
+        worst = np.full(len(placements), -np.inf)
+        np.maximum.at(worst, np.concatenate(owner), per_replica)
+        return worst + np.asarray(opt)
+
+    def time(self, node_hosts, gpu_order, *, record: bool = False) -> PlacedTime:
+        """Simulated iteration time under the placement ``node_hosts`` (``[N]`` host
+        indices of node ranks 0..N-1) and ``gpu_order`` (``[N, G]`` GPU index of each
+        local rank). Replicas with identical stage and link times are simulated once.
+        ``record`` keeps the slowest replica's op times and critical path (``sim`` then
+        holds that one replica)."""
+        t = self._scheduled_terms(node_hosts, gpu_order)
+        dp, pp = t["p2p_f"].shape
         rows = np.concatenate([t["fwd"].reshape(dp, -1), t["bwd"].reshape(dp, -1),
                                t["p2p_f"], t["p2p_b"]], axis=1)
         uniq, first, inv = np.unique(rows, axis=0, return_index=True, return_inverse=True)

@@ -346,21 +346,20 @@ def _run_scalar(order: ScheduleOrder, dur: np.ndarray, lat: np.ndarray):
     return np.array(starts), np.array(ends)
 
 
-def _run_levels(order: ScheduleOrder, dur: np.ndarray, lat: np.ndarray):
-    """Level-by-level numpy evaluation over ``[ops, D]``; same results as
-    :func:`_run_scalar`. Returns ``(start, end)`` ``[D, n_ops]``."""
+def _run_levels(order: ScheduleOrder, dur_t: np.ndarray, lat_t: np.ndarray):
+    """Level-by-level numpy evaluation over ``[ops, D]`` (``dur_t``, ``lat_t`` are
+    ``[n_ops, D]``, C-contiguous); same results as :func:`_run_scalar`. Returns
+    ``(start, end)`` ``[D, n_ops]`` (transposed views)."""
     n = order.n_ops
-    D = dur.shape[0]
-    dur_t = np.ascontiguousarray(dur.T)
-    lat_t = np.ascontiguousarray(lat.T)
+    D = dur_t.shape[1]
     end = np.zeros((n + 1, D))          # row n (index -1): the sentinel, always 0
     start = np.empty((n, D))
-    take = np.take
+    take = end.take                     # the bound method: no dispatch wrapper per call
     maximum = np.maximum
     add = np.add
     for a, b, rp, dp in order._levels:
         s = start[a:b]
-        maximum(take(end, rp, axis=0), add(take(end, dp, axis=0), lat_t[a:b]), out=s)
+        maximum(take(rp, axis=0), add(take(dp, axis=0), lat_t[a:b]), out=s)
         add(s, dur_t[a:b], out=end[a:b])
     return start.T, end[:n].T
 
@@ -424,15 +423,20 @@ def simulate(fwd_s, bwd_s, p2p_fwd_s, p2p_bwd_s, num_microbatches: int, *, tail_
 
     fb = np.broadcast_arrays(f.reshape(f.shape[0], -1), b.reshape(b.shape[0], -1))
     dur_src = np.concatenate(fb, axis=1)
-    dur = np.broadcast_to(dur_src[:, order.dur_index], (D, order.n_ops))
     pf_, pb_ = np.broadcast_arrays(pf, pb)
     lat_src = np.concatenate((pf_, pb_, np.zeros((pf_.shape[0], 1))), axis=1)
-    lat = np.broadcast_to(lat_src[:, order.link], (D, order.n_ops))
     # Plain Python costs ~0.3 µs per op and replica; a numpy level ~8 µs whatever D.
     if D * order.n_ops <= 25 * order.n_levels:
+        dur = np.broadcast_to(dur_src[:, order.dur_index], (D, order.n_ops))
+        lat = np.broadcast_to(lat_src[:, order.link], (D, order.n_ops))
         start, end = _run_scalar(order, dur, lat)
-    else:
-        start, end = _run_levels(order, dur, lat)
+    else:                                # built as [n_ops, D] directly: no transposed copy
+        dur_t = np.ascontiguousarray(np.broadcast_to(
+            np.ascontiguousarray(dur_src.T)[order.dur_index], (order.n_ops, D)))
+        lat_t = np.ascontiguousarray(np.broadcast_to(
+            np.ascontiguousarray(lat_src.T)[order.link], (order.n_ops, D)))
+        start, end = _run_levels(order, dur_t, lat_t)
+        lat = lat_t.T
     tail = np.broadcast_to(tl, (D, pp))
     finish = end[:, order.last_op] + tail
     makespan = finish.max(axis=1)

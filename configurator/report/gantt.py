@@ -1,5 +1,6 @@
 """Gantt chart of a simulated pipeline schedule (:mod:`configurator.cost.schedule_sim`): one
-row per pipeline rank, forward and backward chunks as bars, the critical path outlined."""
+row per pipeline rank, forward and backward chunks as bars, the critical path drawn through
+them."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from configurator.cost.schedule_sim import SimResult
 FONT_PT = 10
 #: Pixels a bar needs to carry its microbatch number.
 _LABEL_MIN_PX = 20
+#: Pixels a bar needs to get a white outline separating it from its neighbours.
+_EDGE_MIN_PX = 4
 
 
 def _shades(cmap, n: int) -> list:
@@ -26,7 +29,8 @@ def gantt_png(result: SimResult, replica: int = 0, *, title: str = "") -> bytes:
     """PNG bytes of the schedule of replica ``replica`` of ``result``.
 
     Rows are pipeline ranks (rank 0 on top); forward bars blue, backward orange, darker for
-    later model chunks; ops on the critical path have a thick black outline; each rank's
+    later model chunks; a black line runs through the ops of the critical path (jumping
+    between ranks along the pipeline sends it waits for); each rank's
     tail (work after its last backward) is a grey hatched bar; the x axis is in ms when the
     makespan is under 1 s, else in s. Fonts are :data:`FONT_PT` pt; the title is plain text.
 
@@ -42,6 +46,7 @@ def gantt_png(result: SimResult, replica: int = 0, *, title: str = "") -> bytes:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
     order = result.order
@@ -65,22 +70,29 @@ def gantt_png(result: SimResult, replica: int = 0, *, title: str = "") -> bytes:
         bwd_c = _shades(plt.get_cmap("Oranges"), vp)
         is_f = order.kind == "F"
         height = 0.8
+        px_per_unit = 0.85 * width_in * fig.dpi / max(makespan * scale, 1e-300)
         for r in range(pp):
             ops = order.rank_ops[r]
             x0 = start[ops] * scale
             w = (end[ops] - start[ops]) * scale
             face = [(fwd_c if is_f[i] else bwd_c)[order.chunk[i]] for i in ops]
-            edge = ["black" if on_path[i] else "white" for i in ops]
-            lw = [2.0 if on_path[i] else 0.5 for i in ops]
+            # a white gap between bars only where a bar is wide enough to keep its colour
+            lw = np.where(w * px_per_unit >= _EDGE_MIN_PX, 0.5, 0.0)
             ax.broken_barh(list(zip(x0, w)), (r - height / 2, height), facecolors=face,
-                           edgecolors=edge, linewidths=lw, zorder=2)
+                           edgecolors="white", linewidths=lw, zorder=2)
             if tail[r] > 0:
                 t0 = end[order.last_op[r]] * scale
                 ax.broken_barh([(t0, tail[r] * scale)], (r - height / 2, height),
                                facecolors="0.85", edgecolors="0.4", hatch="//",
                                linewidths=0.5, zorder=2)
+        # The critical path: a line through its ops, crossing between ranks where it
+        # follows a pipeline send (legible however many microbatches there are).
+        xs, ys = [], []
+        for i in result.critical_path[replica]:
+            xs += [start[i] * scale, end[i] * scale]
+            ys += [order.rank[i], order.rank[i]]
+        ax.plot(xs, ys, color="black", linewidth=1.6, zorder=4)
         # Microbatch numbers where a bar is wide enough to hold them.
-        px_per_unit = 0.85 * width_in * fig.dpi / max(makespan * scale, 1e-300)
         for i in range(order.n_ops):
             w = (end[i] - start[i]) * scale
             if w * px_per_unit >= _LABEL_MIN_PX:
@@ -104,8 +116,7 @@ def gantt_png(result: SimResult, replica: int = 0, *, title: str = "") -> bytes:
         for c in range(vp):
             suffix = f", chunk {c}" if vp > 1 else ""
             handles.append(Patch(facecolor=bwd_c[c], label=f"backward{suffix}"))
-        handles.append(Patch(facecolor="white", edgecolor="black", linewidth=2.0,
-                             label="critical path"))
+        handles.append(Line2D([], [], color="black", linewidth=1.6, label="critical path"))
         if (tail > 0).any():
             handles.append(Patch(facecolor="0.85", edgecolor="0.4", hatch="//",
                                  label="tail (after last backward)"))

@@ -34,7 +34,7 @@ def render_plan_html(*, title: str, header: str, table: str, placement: dict | N
         f"<pre>{html.escape(header)}</pre>",
         "<h2>Simulated schedule of the best plan</h2>",
         "<p>One row per pipeline rank of the slowest data-parallel replica; forward and "
-        "backward chunks; outlined: the critical path; after the last backward: the exposed "
+        "backward chunks; the black line: the critical path; after the last backward: the exposed "
         "data-parallel reduction.</p>",
         f"<img alt='Gantt chart of the simulated pipeline schedule' "
         f"src='data:image/png;base64,{b64}'>",

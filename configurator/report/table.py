@@ -164,7 +164,9 @@ def format_scaling(rows: list[dict]) -> str:
     lines = [head, "-" * len(head)]
     for r in rows:
         if r.get("plan") is None:
-            lines.append(f"{r['nodes']:>5}  no plan: {r.get('reason', '')}"[:160])
+            lines.extend(textwrap.wrap(f"no plan: {r.get('reason', '')}", width=NARROW_WIDTH,
+                                       initial_indent=f"{r['nodes']:>5}  ",
+                                       subsequent_indent=" " * 16))
             continue
         p = r["plan"]
         idle = ", ".join(r.get("excluded_hosts") or []) or "-"

@@ -109,12 +109,18 @@ def place_plan(model: ModelSpec, cluster, plan: ParallelPlan, *,
     priced = PlacedPlan(model, cluster, plan)
     memo: dict[int, float] = {}
 
-    def objective(nh, go) -> float:      # a placement priced once (random draws repeat)
-        nh, go = np.asarray(nh, dtype=np.int64), np.asarray(go, dtype=np.int64)
-        key = hash(nh.tobytes() + go.tobytes())
-        if key not in memo:
-            memo[key] = priced.objective(nh, go)
-        return memo[key]
+    def objective_many(placements) -> list[float]:
+        """Placements priced once each (random draws repeat), new ones in one batch."""
+        arrs = [(np.asarray(nh, dtype=np.int64), np.asarray(go, dtype=np.int64))
+                for nh, go in placements]
+        keys = [hash(nh.tobytes() + go.tobytes()) for nh, go in arrs]
+        new = {k: a for k, a in zip(keys, arrs) if k not in memo}
+        if new:
+            memo.update(zip(new.keys(), priced.times(list(new.values())).tolist()))
+        return [memo[k] for k in keys]
+
+    def objective(nh, go) -> float:
+        return objective_many([(nh, go)])[0]
 
     N, G = priced.num_nodes, cluster.gpus_per_node
     if N > len(pool):
@@ -125,11 +131,12 @@ def place_plan(model: ModelSpec, cluster, plan: ParallelPlan, *,
     pool_arr = np.array(pool, dtype=np.int64)
     move_gpus = gpu_links_vary(cluster)
     rng = np.random.default_rng(seed)
-    rand = []
+    draws = []
     for _ in range(random_samples):
         nh = rng.permutation(pool_arr)[:N]
         go = (np.array([rng.permutation(G) for _ in range(N)]) if move_gpus else ident)
-        rand.append(objective(nh, go))
+        draws.append((nh, go))
+    rand = objective_many(draws) if draws else []
     rand_med = float(statistics.median(rand)) if rand else None
 
     evals, wall, exhaustive = 0, 0.0, False
@@ -145,7 +152,9 @@ def place_plan(model: ModelSpec, cluster, plan: ParallelPlan, *,
             lambda a, b: objective(pool_arr[a], b), num_hosts=len(pool),
             num_nodes=N, gpus_per_node=G, move_gpus=move_gpus, seed=seed,
             host_preference=[pool.index(h) for h in pref], time_budget_s=time_budget_s,
-            max_evaluations=max_evaluations)
+            max_evaluations=max_evaluations,
+            objective_many=lambda cands: objective_many([(pool_arr[a], b)
+                                                         for a, b in cands]))
         nh = pool_arr[np.asarray(choice.node_hosts, dtype=np.int64)]
         go = np.asarray(choice.gpu_order, dtype=np.int64)
         t, evals, wall, exhaustive = (choice.objective, choice.evaluations,
