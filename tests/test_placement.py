@@ -283,3 +283,20 @@ def test_pipeline_boundaries_inside_and_across_hosts():
     fb, _, bb, _ = mc.p2p_boundaries(2, 4, 8)
     assert fb.argmin() == 1 and fb[1] < 0.2 * np.delete(fb, 1).min()
     assert bb.min() > 0.5 * np.delete(fb, 1).min()
+
+
+def test_stage_times_add_up_to_the_iteration():
+    """Per stage of the pacing replica: forward + backward + exposed reduction + idle is the
+    iteration before the optimizer step; busy time is what the simulator counts (m times
+    the stage's chunks) and the last stage, carrying the logits and loss, idles least."""
+    cl = measured_cluster(4, 2, seed=8, slow_links=0.2)
+    plan = _plan(8, pp=4, global_batch_size=16)
+    t = PlacedPlan(TINY, cl, plan).time(np.arange(4), np.tile(np.arange(2), (4, 1)),
+                                        record=True)
+    rows = t.stage_times()
+    assert [r["stage"] for r in rows] == [0, 1, 2, 3]
+    for r in rows:
+        assert r["forward_s"] + r["backward_s"] + r["dp_exposed_s"] + r["idle_s"] == \
+            pytest.approx(t.iteration_time_s - t.optimizer_s)
+    np.testing.assert_allclose([r["busy_s"] for r in rows], t.sim.busy_s[0])
+    assert min(rows, key=lambda r: r["idle_s"])["stage"] == 3

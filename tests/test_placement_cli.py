@@ -116,6 +116,19 @@ def test_explain_two_plans(tmp_path):
         b["iteration_time_s"] - a["iteration_time_s"])
     assert rows["recompute"]["b"] > 0 and rows["recompute"]["a"] == 0
     assert any(c["field"] == "recompute" for c in ex["field_changes"])
+    # per stage: the simulated time of each stage, parts summing to the iteration
+    pps = [json.loads(p.read_text())["plan"]["pp"] for p in docs]
+    for s in range(max(pps)):
+        row = rows[f"stage {s} busy_s"]
+        assert row["kind"] == "time per stage"
+        for est, pp, got in ((a, pps[0], row["a"]), (b, pps[1], row["b"])):
+            if s >= pp:
+                assert got is None
+                continue
+            t = est["time_per_stage"][s]
+            assert got == t["busy_s"] == pytest.approx(t["forward_s"] + t["backward_s"])
+            assert t["busy_s"] + t["dp_exposed_s"] + t["idle_s"] <= est["iteration_time_s"]
+            assert t["busy_s"] > 0.5 * est["iteration_time_s"]
     text = run_cli("explain", *docs)
     assert text.returncode == 0 and "B - A" in text.stdout
     missing = run_cli("explain", docs[0], tmp_path / "nope.json")

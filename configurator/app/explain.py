@@ -13,7 +13,8 @@ from configurator.core.plan import PLAN_FIELDS
 
 @dataclass(frozen=True)
 class ExplainRow:
-    """One compared figure: ``kind`` ``time`` (seconds) or ``memory`` (bytes), ``name``,
+    """One compared figure: ``kind`` ``time`` or ``time per stage`` (seconds),
+    ``throughput`` or ``memory`` (bytes), ``name``,
     the two values (None where a plan lacks the figure) and their difference."""
 
     kind: str
@@ -49,11 +50,28 @@ def _number(x) -> float | None:
         math.isfinite(x) else None
 
 
+def _per_stage(kind: str, sa, sb, suffix: str) -> list[ExplainRow]:
+    """Rows ``stage s <key>`` for every key ending in ``suffix`` of the per-stage lists
+    ``sa``/``sb`` (missing or malformed entries compare as absent)."""
+    sa = sa if isinstance(sa, list) else []
+    sb = sb if isinstance(sb, list) else []
+    rows = []
+    for s in range(max(len(sa), len(sb))):
+        a = sa[s] if s < len(sa) and isinstance(sa[s], dict) else {}
+        b = sb[s] if s < len(sb) and isinstance(sb[s], dict) else {}
+        for key in dict.fromkeys([*a, *b]):
+            if isinstance(key, str) and key.endswith(suffix):
+                rows.append(ExplainRow(kind, f"stage {s} {key}", _number(a.get(key)),
+                                       _number(b.get(key))))
+    return rows
+
+
 def explain_plans(path_a: str, path_b: str) -> Explanation:
     """Compare two plan documents (``plan.json`` of ``search --out``): iteration time and
     each term of its breakdown (compute, recompute, bubble, tp/cp/pp/dp communication,
-    optimizer, schedule and placement), throughput, and memory per pipeline stage
-    (total and its parts). Raises :class:`InputError` naming the file's bad field."""
+    optimizer, schedule and placement), time per pipeline stage of the simulated schedule
+    (forward, backward, busy, exposed data-parallel reduction, idle), throughput, and memory
+    per pipeline stage (total and its parts). Raises :class:`InputError` naming the file's bad field."""
     docs = []
     for field, path in (("plan_a", path_a), ("plan_b", path_b)):
         data = v.load_mapping_file(field, path)
@@ -71,18 +89,14 @@ def explain_plans(path_a: str, path_b: str) -> Explanation:
              for k in dict.fromkeys([*ba, *bb])]
     terms.sort(key=lambda r: -abs(r.delta or 0.0))
     rows += terms
+    rows += _per_stage("time per stage", ea.get("time_per_stage"), eb.get("time_per_stage"),
+                       "_s")
     for key in ("tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu"):
         rows.append(ExplainRow("throughput", key, _number(ea.get(key)), _number(eb.get(key))))
     rows.append(ExplainRow("memory", "peak_memory_bytes", _number(ea.get("peak_memory_bytes")),
                            _number(eb.get("peak_memory_bytes"))))
-    sa, sb = ea.get("memory_per_stage") or [], eb.get("memory_per_stage") or []
-    for s in range(max(len(sa), len(sb))):
-        a = sa[s] if s < len(sa) and isinstance(sa[s], dict) else {}
-        b = sb[s] if s < len(sb) and isinstance(sb[s], dict) else {}
-        for key in dict.fromkeys([*a, *b]):
-            if key.endswith("_bytes"):
-                rows.append(ExplainRow("memory", f"stage {s} {key}", _number(a.get(key)),
-                                       _number(b.get(key))))
+    rows += _per_stage("memory", ea.get("memory_per_stage"), eb.get("memory_per_stage"),
+                       "_bytes")
     desc = [" ".join(f"{k}={d.plan.to_dict()[k]}" for k in ("tp", "pp", "dp", "cp", "vp",
                                                             "mbs", "recompute"))
             for d in docs]

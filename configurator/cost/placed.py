@@ -68,6 +68,24 @@ class PlacedTime:
     optimizer_s: float
     critical_replica: int
     sim: SimResult
+    num_microbatches: int = 1
+
+    def stage_times(self) -> list[dict]:
+        """Per pipeline stage of the replica that sets the pace, seconds per iteration:
+        ``forward_s`` and ``backward_s`` (every microbatch through all of the stage's
+        chunks, sends a 1F1B sender waits for included), ``busy_s`` their sum,
+        ``dp_exposed_s`` the gradient reduction after its last backward, and ``idle_s``
+        the rest of the iteration before the optimizer step (waiting for other stages)."""
+        w, m = self.critical_replica, self.num_microbatches
+        makespan = self.iteration_time_s - self.optimizer_s
+        out = []
+        for s in range(self.stage_fwd_s.shape[1]):
+            f = m * float(self.stage_fwd_s[w, s].sum())
+            b = m * float(self.stage_bwd_s[w, s].sum())
+            tail = float(self.dp_tail_s[s])
+            out.append({"stage": s, "forward_s": f, "backward_s": b, "busy_s": f + b,
+                        "dp_exposed_s": tail, "idle_s": max(makespan - f - b - tail, 0.0)})
+        return out
 
 
 class PlacedPlan:
@@ -248,7 +266,8 @@ class PlacedPlan:
         return PlacedTime(iteration_time_s=float(per_replica[worst]) + t["opt"],
                           stage_fwd_s=t["fwd"], stage_bwd_s=t["bwd"], p2p_fwd_s=t["p2p_f"],
                           p2p_bwd_s=t["p2p_b"], dp_tail_s=t["tail"], optimizer_s=t["opt"],
-                          critical_replica=worst, sim=sim)
+                          critical_replica=worst, sim=sim,
+                          num_microbatches=self.plan.num_microbatches)
 
     def default_placement(self) -> tuple[np.ndarray, np.ndarray]:
         """Megatron's sequential mapping on the first N hosts: node rank ``n`` on host

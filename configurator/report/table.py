@@ -153,6 +153,14 @@ def format_estimate(e: Evaluation) -> str:
         out.append(f"  {m.stage:4d} {m.parameters_bytes / GiB:7.2f} {m.gradients_bytes / GiB:6.2f}"
                    f" {m.optimizer_bytes / GiB:9.2f} {m.activations_bytes / GiB:11.2f}"
                    f" {m.other_bytes / GiB:6.2f} {m.total_bytes / GiB:6.2f}")
+    if e.time_per_stage:
+        out.append("time per stage (s, simulated, pacing replica): stage forward backward "
+                   "dp_exposed idle")
+        times = e.time_per_stage if len(e.time_per_stage) <= 8 else (
+            e.time_per_stage[:4] + e.time_per_stage[-2:])
+        for t in times:
+            out.append(f"  {t['stage']:4d} {t['forward_s']:7.3f} {t['backward_s']:8.3f}"
+                       f" {t['dp_exposed_s']:10.3f} {t['idle_s']:6.3f}")
     return "\n".join(out)
 
 
@@ -193,7 +201,7 @@ def format_explanation(ex) -> str:
     if ex.field_changes:
         lines.append("fields that differ: " + ", ".join(f"{f} {a} -> {b}"
                                                         for f, a, b in ex.field_changes))
-    unit = {"time": "s", "throughput": "", "memory": "GiB"}
+    unit = {"time": "s", "time per stage": "s", "throughput": "", "memory": "GiB"}
     kind = None
     for r in ex.rows:
         if r.kind != kind:

@@ -38,6 +38,7 @@ class Evaluation:
     infeasible_reasons: tuple[str, ...] = ()
     closed_form_iteration_time_s: float | None = None
     placement: dict | None = None
+    time_per_stage: list[dict] = field(default_factory=list)
 
     @property
     def fits(self) -> bool:
@@ -55,6 +56,7 @@ class Evaluation:
             "fits": self.fits,
             "memory_per_stage": [m.to_dict() for m in self.memory_per_stage],
             "time_breakdown_s": dict(self.time_breakdown_s),
+            "time_per_stage": [dict(t) for t in self.time_per_stage],
             "infeasible_reasons": list(self.infeasible_reasons),
             "closed_form_iteration_time_s": self.closed_form_iteration_time_s,
             **({"placement": dict(self.placement)} if self.placement is not None else {}),
@@ -92,7 +94,8 @@ def evaluate_plan(model: ModelSpec, cluster, plan: ParallelPlan, *,
     priced = PlacedPlan(model, cluster, plan)
     if node_hosts is None:
         node_hosts, gpu_order = priced.default_placement()
-    it = priced.time(node_hosts, gpu_order).iteration_time_s
+    timed = priced.time(node_hosts, gpu_order)
+    it = timed.iteration_time_s
     breakdown = {k: float(t[k][0]) for k in BREAKDOWN_KEYS}
     breakdown[SCHEDULE_KEY] = it - closed
     tflops, mfu, tokens = throughput(model, plan.global_batch_size, plan.world_size, it, peak)
@@ -107,13 +110,14 @@ def evaluate_plan(model: ModelSpec, cluster, plan: ParallelPlan, *,
                       tokens_per_s_per_gpu=float(tokens), peak_memory_bytes=peak_mem,
                       memory_capacity_bytes=cluster.gpu.memory_bytes,
                       memory_per_stage=stages, infeasible_reasons=tuple(reasons),
-                      closed_form_iteration_time_s=closed)
+                      closed_form_iteration_time_s=closed, time_per_stage=timed.stage_times())
 
 
 def with_placement(model: ModelSpec, e: Evaluation, placement: dict, iteration_time_s: float,
-                   peak_flops_per_s: float) -> Evaluation:
-    """``e`` re-timed under a placement: its iteration time, throughput and breakdown
-    (``schedule_and_placement`` absorbs the change) and the ``placement`` record."""
+                   peak_flops_per_s: float, time_per_stage: list[dict]) -> Evaluation:
+    """``e`` re-timed under a placement: its iteration time, throughput, breakdown
+    (``schedule_and_placement`` absorbs the change), per-stage times and the ``placement``
+    record."""
     tflops, mfu, tokens = throughput(model, e.plan.global_batch_size, e.plan.world_size,
                                      iteration_time_s, peak_flops_per_s)
     breakdown = dict(e.time_breakdown_s)
@@ -122,4 +126,5 @@ def with_placement(model: ModelSpec, e: Evaluation, placement: dict, iteration_t
     return dataclasses.replace(e, iteration_time_s=float(iteration_time_s),
                                time_breakdown_s=breakdown, model_tflops_per_gpu=float(tflops),
                                mfu=float(mfu), tokens_per_s_per_gpu=float(tokens),
-                               placement=dict(placement))
+                               placement=dict(placement),
+                               time_per_stage=[dict(t) for t in time_per_stage])

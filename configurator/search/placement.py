@@ -48,6 +48,7 @@ class PlacementOutcome:
     wall_time_s: float = 0.0
     exhaustive: bool = False
     node_hosts: tuple[int, ...] = field(default=(), repr=False)
+    time_per_stage: list[dict] = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict:
         return {"hosts": list(self.hosts), "gpu_order": [list(o) for o in self.gpu_order],
@@ -164,12 +165,14 @@ def place_plan(model: ModelSpec, cluster, plan: ParallelPlan, *,
     else:
         raise ValueError(f"unknown placement method {method!r}")
     used = set(nh.tolist())
+    stage_times = priced.time(nh, go).stage_times()
     return PlacementOutcome(
         hosts=[cluster.hosts[h] for h in nh.tolist()], gpu_order=go.tolist(),
         excluded_hosts=[h for i, h in enumerate(cluster.hosts) if i not in used],
         iteration_time_s=float(t), default_iteration_time_s=float(default_t),
         random_median_iteration_time_s=rand_med, method=method, evaluations=evals,
-        wall_time_s=wall, exhaustive=exhaustive, node_hosts=tuple(nh.tolist()))
+        wall_time_s=wall, exhaustive=exhaustive, node_hosts=tuple(nh.tolist()),
+        time_per_stage=stage_times)
 
 
 def place_search_result(model: ModelSpec, cluster, res, *, pool: Sequence[int],
@@ -191,7 +194,8 @@ def place_search_result(model: ModelSpec, cluster, res, *, pool: Sequence[int],
         out = place_plan(model, cluster, e.plan, pool=pool, time_budget_s=time_budget_s,
                          max_evaluations=max_evaluations, seed=seed)
         peak = cluster.gpu.peak("fp16" if e.plan.precision == "fp16" else "bf16")
-        placed.append(with_placement(model, e, out.to_dict(), out.iteration_time_s, peak))
+        placed.append(with_placement(model, e, out.to_dict(), out.iteration_time_s, peak,
+                                     out.time_per_stage))
     placed.sort(key=lambda e: e.iteration_time_s)
     return dataclasses.replace(res, plans=placed)
 
