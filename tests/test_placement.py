@@ -300,3 +300,33 @@ def test_stage_times_add_up_to_the_iteration():
             pytest.approx(t.iteration_time_s - t.optimizer_s)
     np.testing.assert_allclose([r["busy_s"] for r in rows], t.sim.busy_s[0])
     assert min(rows, key=lambda r: r["idle_s"])["stage"] == 3
+
+
+@pytest.mark.parametrize("gpn,fields", [
+    (8, dict(tp=2, pp=4, cp=2, global_batch_size=32)),
+    (8, dict(tp=1, pp=4, vp=7, global_batch_size=48)),
+    (6, dict(tp=4, pp=3, cp=1, global_batch_size=24)),       # groups straddle hosts
+    (6, dict(tp=1, pp=4, cp=4, global_batch_size=12)),
+    (8, dict(tp=8, pp=2, global_batch_size=16))])
+def test_uniform_cluster_shortcut_equals_walking_every_group(gpn, fields):
+    """On a uniform cluster PlacedPlan prices each group once per position within a host;
+    the result equals walking every group and every send, bit for bit, for Megatron's order
+    and for any node permutation (which a uniform cluster cannot tell apart)."""
+    from topology.cluster import build_cluster
+
+    base = load_cluster("dgx-h100-80gb", 1)
+    world = 48
+    cl = build_cluster(name="u", gpu=base.gpu, gpus_per_node=gpn,
+                       hosts=[f"h{i}" for i in range(world // gpn)], **base.spec)
+    assert cl.is_uniform
+    plan = _plan(world, **fields)
+    fast = PlacedPlan(TINY, cl, plan)
+    slow = PlacedPlan(TINY, cl, plan)
+    slow.uniform = False
+    N = world // gpn
+    rng = np.random.default_rng(0)
+    for nh, go in [fast.default_placement(),
+                   (rng.permutation(N), np.array([rng.permutation(gpn) for _ in range(N)]))]:
+        assert fast.time(nh, go).iteration_time_s == slow.time(nh, go).iteration_time_s
+        assert fast.time(nh, go).iteration_time_s == slow.time(*slow.default_placement()) \
+            .iteration_time_s

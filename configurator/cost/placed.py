@@ -116,6 +116,12 @@ class PlacedPlan:
         self.layers_per_chunk = model.num_layers / (pp * vp)
         self.stage_params = np.array([float(np.asarray(
             stage_parameters(model, tp, pp, s))) for s in range(pp)])
+        # On a uniform cluster a link's figures depend only on whether its GPUs share a
+        # host, which no node-granular placement changes: every placement prices as
+        # Megatron's order, and a group's (or send's) figures depend only on where its
+        # first rank sits within a host, so each is priced once per residue (the cost no
+        # longer grows with the world size).
+        self.uniform = cluster.is_uniform
 
     # -- placement → physical GPUs ------------------------------------------------------
     def rank_gpus(self, node_hosts, gpu_order) -> np.ndarray:
@@ -134,10 +140,39 @@ class PlacedPlan:
         plan, c, lc, model = self.plan, self.c, self.lc, self.model
         pp, dp, cp, tp, vp = plan.pp, plan.dp, plan.cp, plan.tp, plan.vp
         G = self.cluster.gpus_per_node
-        links = self.table.links
+        table_links = self.table.links
+        if self.uniform:
+            gpus = self.ranks
+
+        def by_residue(first: np.ndarray, backward: np.ndarray | None = None):
+            """Representatives and inverse of the rows (uniform clusters; else None):
+            rows alike when their first GPU index ``first`` sits at the same place within
+            a host (the rings of one call share their offsets, rank-grid rows being evenly
+            spaced) and, for pairs, they point the same way (``backward``: the sends of
+            one call go one stage on, or round the wrap the other way). O(rows), no sort."""
+            if not self.uniform or first.size <= G:
+                return None, None
+            key = first % G if backward is None else first % G + G * backward
+            lowest = np.full(2 * G, first.size)
+            np.minimum.at(lowest, key, np.arange(first.size))
+            present = np.flatnonzero(lowest < first.size)
+            code = np.zeros(2 * G, dtype=np.int64)
+            code[present] = np.arange(present.size)
+            return lowest[present], code[key]
 
         def rings(rows):
-            return ring_figures(rows, links, G)
+            rep, inv = by_residue(rows[:, 0])
+            if rep is None:
+                return ring_figures(rows, table_links, G)
+            bw, lat = ring_figures(rows[rep], table_links, G)
+            return bw[inv], lat[inv]
+
+        def links(a, b):
+            rep, inv = by_residue(a, b < a)
+            if rep is None:
+                return table_links(a, b)
+            bw, lat = table_links(a[rep], b[rep])
+            return bw[inv], lat[inv]
 
         # tensor groups: [pp, dp, cp] rows of tp; the stage waits for its slowest
         tbw, tlat = rings(gpus.reshape(-1, tp))
@@ -200,7 +235,7 @@ class PlacedPlan:
 
     def _scheduled_terms(self, node_hosts, gpu_order) -> dict:
         """:meth:`terms` of a placement with 1F1B's sends folded into their senders."""
-        t = self.terms(self.rank_gpus(node_hosts, gpu_order))
+        t = self.terms(self.ranks if self.uniform else self.rank_gpus(node_hosts, gpu_order))
         dp, pp = t["p2p_f"].shape
         if self.plan.vp == 1 and pp > 1:
             # 1F1B: Megatron batches each send with the next receive and waits for both
