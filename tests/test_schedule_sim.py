@@ -340,3 +340,74 @@ def test_gantt_refuses_a_replica_out_of_range():
     assert gantt_png(res, 1)[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(ValueError, match="replica"):
         gantt_png(res, 2)
+
+
+# --- long schedules: extrapolation and bounded memory -----------------------------------
+
+def test_long_schedule_is_extrapolated_exactly_for_uniform_stages():
+    """16 million microbatches (far beyond MAX_OPS): the result still equals the bubble
+    closed form (m + (pp-1)/vp)·(f + b), and says it was extrapolated."""
+    import configurator.cost.schedule_sim as ss
+
+    for pp, vp in ((8, 1), (4, 2)):
+        m = 1 << 24
+        f, b = _uniform(pp, vp)
+        res = simulate(f, b, 0.0, 0.0, m)
+        assert 2 * pp * vp * m > ss.MAX_OPS and res.extrapolated_to == m
+        want = (m + float(bubble_stage_times(pp, vp))) * 3.0
+        assert res.iteration_time_s[0] == pytest.approx(want, rel=1e-12)
+
+
+def test_extrapolation_matches_the_full_simulation_on_uneven_stages(monkeypatch):
+    """Random uneven stages, sends and tails (steady states that alternate between groups):
+    with a small op budget, the extrapolated iteration equals the full simulation."""
+    import configurator.cost.schedule_sim as ss
+
+    rng = np.random.default_rng(1)
+    worst, extrapolated = 0.0, 0
+    for _ in range(60):
+        pp = int(rng.choice([2, 3, 4, 8]))
+        vp = int(rng.choice([1, 2, 3]))
+        m = pp * int(rng.integers(60, 150))
+        f, b = rng.uniform(0.5, 2, (3, pp, vp)), rng.uniform(1, 4, (3, pp, vp))
+        pf, pb = rng.uniform(0, 0.5, (3, pp)), rng.uniform(0, 0.5, (3, pp))
+        tl = rng.uniform(0, 3, (3, pp))
+        full = simulate(f, b, pf, pb, m, tail_s=tl).iteration_time_s
+        monkeypatch.setattr(ss, "MAX_OPS", 2 * pp * vp * 30 * pp)
+        res = simulate(f, b, pf, pb, m, tail_s=tl)
+        monkeypatch.undo()
+        extrapolated += res.extrapolated_to == m
+        worst = max(worst, float(np.max(np.abs(res.iteration_time_s / full - 1))))
+    assert extrapolated == 60 and worst <= 1e-9
+
+
+def test_recorded_long_schedule_holds_its_first_microbatches(monkeypatch):
+    import configurator.cost.schedule_sim as ss
+
+    monkeypatch.setattr(ss, "MAX_OPS", 2 * 4 * 1 * 40 * 4)
+    f, b = _uniform(4, 1)
+    res = simulate(f, b, 0.01, 0.01, 4000, record=True)
+    assert res.extrapolated_to == 4000 and res.order.num_microbatches < 4000
+    assert res.critical_path and res.start_s.shape[1] == res.order.n_ops
+
+
+def test_many_replicas_are_walked_in_bounded_passes(monkeypatch):
+    """A batch larger than MAX_CELLS allows is split into passes: same floats."""
+    import configurator.cost.schedule_sim as ss
+
+    rng = np.random.default_rng(3)
+    f, b = rng.uniform(1, 2, (40, 4, 2)), rng.uniform(2, 4, (40, 4, 2))
+    pf, pb = rng.uniform(0, .1, (40, 4)), rng.uniform(0, .1, (40, 4))
+    whole = simulate(f, b, pf, pb, 16).iteration_time_s
+    monkeypatch.setattr(ss, "MAX_CELLS", 3 * 2 * 4 * 2 * 16)
+    parts = simulate(f, b, pf, pb, 16).iteration_time_s
+    assert parts.shape == (40,) and np.array_equal(parts, whole)
+
+
+def test_gantt_of_a_long_schedule_renders(monkeypatch):
+    import configurator.cost.schedule_sim as ss
+
+    monkeypatch.setattr(ss, "MAX_OPS", 2 * 4 * 2 * 40 * 4)
+    f, b = _uniform(4, 2)
+    res = simulate(f, b, 0.01, 0.01, 4000, record=True)
+    assert gantt_png(res)[:8] == b"\x89PNG\r\n\x1a\n"

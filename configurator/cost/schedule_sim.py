@@ -177,7 +177,7 @@ class ScheduleOrder:
         return int(self.level_bounds.shape[0] - 1)
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=32)    # a search re-ranks 16 plans; an order is ~200 B per op
 def schedule_order(pp: int, vp: int, num_microbatches: int) -> ScheduleOrder:
     """Compile (and cache) the schedule DAG of ``pp`` ranks, ``vp`` chunks per rank and
     ``num_microbatches`` microbatches; see :class:`ScheduleOrder`.
@@ -294,6 +294,9 @@ class SimResult:
     indices from the first op (start 0) to the last op of the rank that finishes last, each
     op starting exactly when its binding predecessor (same-rank previous op, or data
     predecessor + p2p) ends; that last op's end plus its rank's tail is the makespan.
+    ``extrapolated_to``: set when the schedule was too long to simulate op by op: the
+    real microbatch count, ``order`` then being the schedule of the first microbatches
+    (see :func:`simulate`).
     """
 
     iteration_time_s: np.ndarray
@@ -304,6 +307,7 @@ class SimResult:
     critical_path: list[list[int]] | None
     order: ScheduleOrder
     tail_s: np.ndarray | None = None
+    extrapolated_to: int | None = None
 
 
 def _as_times(name: str, x, trailing: tuple[int, ...]) -> np.ndarray:
@@ -384,8 +388,37 @@ def _critical_path(order: ScheduleOrder, start: list[float], end: list[float],
     return path
 
 
+#: Ops of one replica's schedule simulated op by op at most (the compiled order takes about
+#: 500 bytes per op while it is built): beyond, the iteration is extrapolated from the
+#: first microbatches (:func:`_extrapolation_base`).
+MAX_OPS = 1 << 17
+#: Replicas × ops walked in one pass at most (four float64 arrays of this size).
+MAX_CELLS = 1 << 22
+#: Microbatch groups (of pp) the extrapolation steps by: 12, so that a steady state
+#: repeating every 1, 2, 3, 4, 6 or 12 groups (uneven stages make the per-group increment
+#: alternate) extrapolates exactly, any other period within a fraction of one group's spread.
+EXTRAPOLATION_GROUPS = 12
+
+
+def _extrapolation_base(pp: int, vp: int, m: int) -> tuple[int, int] | None:
+    """``(m1, k)`` when ``m`` microbatches make a long schedule (more than :data:`MAX_OPS`
+    ops per replica, or ``m1 + 5k`` microbatches and more): the schedule is simulated for
+    ``m1`` and ``m1 + k`` microbatches (``k`` = :data:`EXTRAPOLATION_GROUPS` microbatch
+    groups of ``pp``; ``m1 = 2k + (m mod k)``, past the warm-up's transient) and the
+    iteration extrapolated linearly,
+    ``T(m) = T(m1) + (m - m1)/k · (T(m1 + k) - T(m1))``: exact once the steady state
+    repeats with a period dividing ``k`` (max-plus linear systems become periodic after a
+    transient), which ``tests/test_schedule_sim.py`` checks against the full simulation.
+    None when ``m`` is small enough to simulate, or no smaller base exists."""
+    k = EXTRAPOLATION_GROUPS * pp
+    m1 = 2 * k + m % k
+    if m < m1 + 5 * k and 2 * pp * vp * m <= MAX_OPS:
+        return None
+    return (m1, k) if m1 < m else None
+
+
 def simulate(fwd_s, bwd_s, p2p_fwd_s, p2p_bwd_s, num_microbatches: int, *, tail_s=None,
-             record: bool = False) -> SimResult:
+             record: bool = False, _exact: bool = False) -> SimResult:
     """Simulate the pipeline schedule of ``D`` independent data-parallel replicas.
 
     ``fwd_s``, ``bwd_s``: ``[pp, vp]`` or ``[D, pp, vp]`` seconds, forward / backward time of
@@ -400,8 +433,12 @@ def simulate(fwd_s, bwd_s, p2p_fwd_s, p2p_bwd_s, num_microbatches: int, *, tail_
     replicas, batched ones must agree on ``D``.
 
     Returns a :class:`SimResult`; ``record=True`` also fills per-op times, per-rank busy and
-    idle time and the critical path (slower). Raises ValueError on bad shapes, negative or
-    non-finite times, or a schedule Megatron-LM refuses (``vp > 1`` needs ``pp > 1`` and
+    idle time and the critical path (slower). Beyond :data:`MAX_OPS` ops per replica the
+    iteration time is extrapolated from the first microbatches (:func:`_extrapolation_base`)
+    and ``record=True`` records those first microbatches only (``extrapolated_to`` then
+    holds the real count); many replicas are walked :data:`MAX_CELLS` cells at a time, so
+    memory stays bounded whatever the batch size. Raises ValueError on bad shapes, negative
+    or non-finite times, or a schedule Megatron-LM refuses (``vp > 1`` needs ``pp > 1`` and
     ``num_microbatches`` divisible by ``pp``).
     """
     f = np.asarray(fwd_s, dtype=np.float64)
@@ -419,6 +456,30 @@ def simulate(fwd_s, bwd_s, p2p_fwd_s, p2p_bwd_s, num_microbatches: int, *, tail_
         raise ValueError(f"batched inputs disagree on the number of replicas D: "
                          f"{sorted(sizes)}")
     D = sizes.pop() if sizes else 1
+    m = _check_schedule(pp, vp, num_microbatches)[2]
+    base = None if _exact else _extrapolation_base(pp, vp, m)
+    if base is not None:
+        m1, k = base
+        if record:       # the first m1 microbatches, recorded; labelled as such
+            res = simulate(f, b, pf, pb, m1, tail_s=tl, record=True, _exact=True)
+            res.extrapolated_to = m
+            return res
+        t1 = simulate(f, b, pf, pb, m1, tail_s=tl, _exact=True).iteration_time_s
+        t2 = simulate(f, b, pf, pb, m1 + k, tail_s=tl, _exact=True).iteration_time_s
+        return SimResult(t1 + (m - m1) // k * (t2 - t1), None, None, None, None, None,
+                         schedule_order(pp, vp, m1), extrapolated_to=m)
+    if not record and D * 2 * pp * vp * m > MAX_CELLS and D > 1:
+        step = max(1, MAX_CELLS // (2 * pp * vp * m))     # replicas per pass: bounded memory
+        parts = [simulate(f[i:i + step] if f.shape[0] > 1 else f,
+                          b[i:i + step] if b.shape[0] > 1 else b,
+                          pf[i:i + step] if pf.shape[0] > 1 else pf,
+                          pb[i:i + step] if pb.shape[0] > 1 else pb, m,
+                          tail_s=tl[i:i + step] if tl.shape[0] > 1 else tl, _exact=True)
+                 for i in range(0, D, step)]
+        return SimResult(np.concatenate([np.broadcast_to(r.iteration_time_s,
+                                                         (min(step, D - i),))
+                                         for r, i in zip(parts, range(0, D, step))]),
+                         None, None, None, None, None, parts[0].order)
     order = schedule_order(pp, vp, num_microbatches)
 
     fb = np.broadcast_arrays(f.reshape(f.shape[0], -1), b.reshape(b.shape[0], -1))

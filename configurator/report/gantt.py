@@ -107,7 +107,12 @@ def gantt_png(result: SimResult, replica: int = 0, *, title: str = "") -> bytes:
         ax.set_ylabel("pipeline rank")
         head = title or (f"pipeline schedule: pp={pp}, vp={vp}, "
                          f"{order.num_microbatches} microbatches")
-        ax.set_title(f"{head} (iteration {makespan * scale:.4g} {unit})")
+        if result.extrapolated_to:     # a long schedule: its first microbatches are drawn
+            ax.set_title(f"{head} (first {order.num_microbatches} of "
+                         f"{result.extrapolated_to} microbatches: "
+                         f"{makespan * scale:.4g} {unit})")
+        else:
+            ax.set_title(f"{head} (iteration {makespan * scale:.4g} {unit})")
         ax.grid(True, axis="x", alpha=0.3, zorder=0)
         handles = []
         for c in range(vp):
