@@ -685,7 +685,40 @@ def topofile_cases(draw, out_p: int = 25) -> Case:
     else:
         argv = draw(plan_command(model="gpt-1.7b", cluster=draw(st.sampled_from(
             CLUSTER_PRESETS)), topology=name, out_p=out_p))
-    return Case("topofile", tuple(argv), ((name, content),))
+    files = [(name, content)]
+    if kind == "plan":
+        argv += draw(placement_flags(argv[0], base.get("hosts") or [], files))
+    return Case("topofile", tuple(argv), tuple(files))
+
+
+@st.composite
+def placement_flags(draw, command: str, hosts: list, files: list) -> list[str]:
+    """The placement options of search/estimate on a topology, sane or hostile; an
+    ``estimate --placement FILE`` adds its (mutated) placement file to ``files``."""
+    argv: list[str] = []
+    if draw(chance(25)):
+        argv += _opt(draw, "--placement-evaluations", st.sampled_from(["1", "10", "100"]))
+    if draw(chance(20)):
+        argv += _opt(draw, "--placement-time-s", st.sampled_from(["0.01", "0.5", "2.0"]))
+    if draw(chance(20)):
+        argv += _opt(draw, "--seed", st.sampled_from(["0", "1", "7"]))
+    if command == "search" and draw(chance(20)):
+        argv += _opt(draw, "--nodes-range", st.sampled_from(["1:2", "1:1", "2:4", "3:1",
+                                                             "1:", ":2", "a:b", "1:2:3"]))
+    if command == "estimate" and draw(chance(50)):
+        kind = draw(st.sampled_from(["default", "optimized", "file", "file", "file"]))
+        if kind != "file":
+            return argv + ["--placement", kind]
+        n = draw(st.sampled_from([1, 1, 2]))
+        names = [h for h in hosts if isinstance(h, str)][:n] or ["h0"]
+        doc = {"hosts": names, "gpu_order": [list(range(8)) for _ in names]}
+        if draw(st.booleans()):
+            doc = {"placement": doc}          # a plan document's placement
+        ext, content = draw(document_file(doc, ext=draw(st.sampled_from([".json", ".yaml"])),
+                                          key="hosts"))
+        files.append(("placement" + ext, content))
+        argv += ["--placement", "placement" + ext]
+    return argv
 
 
 NCCL_TESTS = ("sendrecv", "all_reduce", "alltoall", "all_gather", "reduce_scatter")
@@ -907,7 +940,7 @@ def _plan_focus(path: tuple) -> bool:
     if not path:
         return True
     if path[0] != "estimate":
-        return True
+        return True          # (the placement, when there is one, included)
     return len(path) == 1 or path[1] in ("iteration_time_s", "model_tflops_per_gpu", "mfu",
                                          "peak_memory_bytes", "config")
 
@@ -918,6 +951,12 @@ def plan_cases(draw, out_p: int = 0) -> Case:
     if draw(chance(17)):                      # schema version 0
         base.pop("schema_version")
         base.pop("plan")
+    elif draw(chance(40)):                    # a placement to enforce (2 nodes of 8 GPUs)
+        hosts = _host_names(draw, 3)
+        base["placement"] = dict(
+            hosts=hosts[:2], gpu_order=[list(range(8)), list(range(7, -1, -1))],
+            excluded_hosts=hosts[2:], method="optimized", iteration_time_s=1.0,
+            default_iteration_time_s=1.1, random_median_iteration_time_s=1.05)
     if draw(chance(33)):
         base["model"]["name"] = _safe_text(draw(st.sampled_from(ODD_NAMES)))
     if draw(chance(20)):
@@ -926,6 +965,11 @@ def plan_cases(draw, out_p: int = 0) -> Case:
     ext, content = draw(document_file(base, ext=draw(st.sampled_from([".json"] * 4 + [".yaml"])),
                                       key="schema_version", focus=_plan_focus))
     name = "plan" + ext
+    if draw(chance(20)):                      # explain: the mutated plan against the valid one
+        files = ((name, content), ("valid.json", base_plan_text().encode()))
+        pair = [name, "valid.json"] if draw(st.booleans()) else ["valid.json", name]
+        return Case("plan", tuple(["explain", *pair] + draw(st.sampled_from([[], ["--json"]]))),
+                    files)
     argv = ["launch", "--plan", name, "--out", "scripts"]
     if draw(chance(25)):
         argv += ["--nodes", draw(int_arg([1, 2, 4]))]
@@ -1174,6 +1218,32 @@ def regression_cases() -> dict[str, list[Case]]:
     topo(_yaml_doc(tb, links=[dict(tb["links"][0], bandwidth_GBps=1e308, message_bytes=10**30,
                                    latency_us=float("nan"))]))
     topo(f"hosts: {bomb}\nlinks: []\n".encode())
+    # placements and the placement options on a measured topology
+    est = ("estimate", "--model", "gpt-1.7b", "--cluster", "dgx-a100-80gb", "--gbs", "64",
+           "--tp", "8", "--pp", "2", "--mbs", "1", "--nodes", "2", "--topology", "topo.yaml",
+           "--json")
+    ab = _yaml_doc(tb, hosts=["hostA", "hostB"], links=[
+        dict(tb["links"][0], src="hostA", dst="hostB")])
+    for place in ({"hosts": ["hostA", "hostA"]}, {"hosts": ["hostA", "nope"]},
+                  {"hosts": ["hostA"]}, {"hosts": ["²", "hostB"]},
+                  {"hosts": ["hostA", "hostB"], "gpu_order": [[0] * 8, list(range(8))]},
+                  {"hosts": ["hostA", "hostB"], "gpu_order": [list(range(9))] * 2},
+                  {"hosts": ["hostA", "hostB"], "gpu_order": [[2**63] * 8] * 2},
+                  {"hosts": ["hostA", "hostB"], "gpu_order": [list(range(8))]},
+                  {"placement": {"hosts": "hostA"}}, {"hosts": {"a": 1}}, [1, 2],
+                  {"hosts": None}, {"hosts": ["hostB", "hostA"], "extra": 1}):
+        out["topofile"].append(Case("topofile", (*est, "--placement", "p.yaml"),
+                                    (("topo.yaml", ab),
+                                     ("p.yaml", _encode(dump_yaml(place) or "")))))
+    out["topofile"].append(Case("topofile", (*est, "--placement", "p.yaml"),
+                                (("topo.yaml", ab), ("p.yaml", f"hosts: {bomb}\n".encode()))))
+    for flags in (("--nodes-range", "1:99999"), ("--nodes-range", "2:1"),
+                  ("--nodes-range", "\u0663:\u0664"), ("--nodes", "3"),
+                  ("--placement-evaluations", "0"), ("--placement-evaluations", str(2**63)),
+                  ("--placement-time-s", "nan"), ("--placement-time-s", "1e309"),
+                  ("--seed", "-1"), ("--seed", "9" * 400)):
+        topo(_yaml_doc(tb), "search", "--model", "gpt-1.7b", "--cluster", "dgx-a100-80gb",
+             "--gbs", "64", "--topology", "topo.yaml", "--json", *flags)
     nccl = lambda files, *argv: out["nccl"].append(  # noqa: E731
         Case("nccl", argv or ("topology", "import", "logs", "-o", "t.json", "--json"),
              tuple(files)))
