@@ -261,10 +261,12 @@ class PlacedPlan:
         for k, (nh, go) in enumerate(placements):
             t = self._scheduled_terms(nh, go)
             dp = t["p2p_f"].shape[0]
-            rows.append(np.concatenate([t["fwd"].reshape(dp, -1), t["bwd"].reshape(dp, -1),
-                                        t["p2p_f"], t["p2p_b"],
-                                        np.broadcast_to(t["tail"], (dp, pp))], axis=1))
-            owner.append(np.full(dp, k))
+            r = np.unique(np.concatenate([t["fwd"].reshape(dp, -1), t["bwd"].reshape(dp, -1),
+                                          t["p2p_f"], t["p2p_b"],
+                                          np.broadcast_to(t["tail"], (dp, pp))], axis=1),
+                          axis=0)       # the slowest of a placement's distinct replicas
+            rows.append(r)
+            owner.append(np.full(len(r), k))
             opt.append(t["opt"])
         allrows = np.concatenate(rows)
         uniq, inv = np.unique(allrows, axis=0, return_inverse=True)
