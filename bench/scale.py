@@ -12,7 +12,6 @@ the per-GPU link graph. Run: ``python bench/scale.py`` (``--repeat N``, ``--node
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import time

@@ -82,39 +82,16 @@ def main() -> None:
 
 def agreement() -> None:
     """Simulated schedule (default placement, uniform cluster) vs the closed form over pp,
-    vp and microbatch counts: the worst relative gap per model."""
-    from configurator.core.candidates import Candidates
-    from configurator.cost.iteration import iteration_time
-    from topology.cluster import load_cluster
+    vp and microbatch counts: the worst relative gap per model
+    (:func:`tests.placement_cases.closed_form_agreement`)."""
+    from tests.placement_cases import AGREEMENT_MODELS, closed_form_agreement
 
     print()
     print("| model | cluster | plans (pp × vp × m) | worst gap | at |")
     print("|---|---|---|---|---|")
-    for name, cluster, nodes, tp in (("gpt3-175b", "dgx-a100-80gb", 64, 8),
-                                     ("llama3-70b", "dgx-h100-80gb", 32, 4),
-                                     ("llama3-8b", "dgx-h100-80gb", 8, 1)):
-        model = load_model(name)
-        cl = load_cluster(cluster, nodes)
-        worst, at, n = 0.0, "", 0
-        for pp in (1, 2, 4, 8, 16):
-            for vp in (1, 2, 4):
-                if (vp > 1 and pp == 1) or model.num_layers % (pp * vp):
-                    continue
-                dp = nodes * 8 // (tp * pp)
-                for mult in (1, 4, 16):
-                    plan = plan_for_world(dict(tp=tp, pp=pp, cp=1, vp=vp, micro_batch_size=1,
-                                               global_batch_size=mult * pp * dp,
-                                               recompute="full", precision="bf16",
-                                               attention_backend="auto"), nodes * 8)
-                    closed = float(iteration_time(model, cl, Candidates.from_plan(plan))
-                                   ["iteration_time_s"][0])
-                    priced = PlacedPlan(model, cl, plan)
-                    sim = priced.time(*priced.default_placement()).iteration_time_s
-                    n += 1
-                    if abs(sim / closed - 1) > worst:
-                        worst, at = abs(sim / closed - 1), f"pp {pp}, vp {vp}, m {mult * pp}"
+    for name, cluster, nodes, tp in AGREEMENT_MODELS:
+        worst, at, n = closed_form_agreement(name, cluster, nodes, tp)
         print(f"| {name} | {nodes} × {cluster} | {n} | {100 * worst:.2f} % | {at} |")
-
 
 if __name__ == "__main__":
     main()

@@ -56,3 +56,41 @@ def measured_cluster(hosts: int, gpus: int, seed: int, *, slow_links: float = 0.
                                    measured=True)
     cl.invalidate()
     return cl
+
+
+#: (model, cluster preset, nodes, tp) of the closed-form agreement grid.
+AGREEMENT_MODELS = (("gpt3-175b", "dgx-a100-80gb", 64, 8), ("llama3-70b", "dgx-h100-80gb", 32, 4),
+                    ("llama3-8b", "dgx-h100-80gb", 8, 1))
+
+
+def closed_form_agreement(name: str, cluster: str, nodes: int, tp: int):
+    """The simulated schedule (Megatron's order on the uniform preset cluster) against the
+    closed form over pp ∈ {1, 2, 4, 8, 16}, vp ∈ {1, 2, 4} and m ∈ {1, 4, 16}·pp (every legal
+    combination, full recompute): ``(worst relative gap, where, plans checked)``."""
+    from configurator.core.candidates import Candidates
+    from configurator.core.model import load_model
+    from configurator.core.rules import plan_for_world
+    from configurator.cost.iteration import iteration_time
+    from configurator.cost.placed import PlacedPlan
+
+    model = load_model(name)
+    cl = load_cluster(cluster, nodes)
+    world = nodes * cl.gpus_per_node
+    worst, at, checked = 0.0, "", 0
+    for pp in (1, 2, 4, 8, 16):
+        for vp in (1, 2, 4):
+            if (vp > 1 and pp == 1) or model.num_layers % (pp * vp):
+                continue
+            dp = world // (tp * pp)
+            for mult in (1, 4, 16):
+                plan = plan_for_world(dict(tp=tp, pp=pp, cp=1, vp=vp, micro_batch_size=1,
+                                           global_batch_size=mult * pp * dp, recompute="full",
+                                           precision="bf16", attention_backend="auto"), world)
+                closed = float(iteration_time(model, cl, Candidates.from_plan(plan))
+                               ["iteration_time_s"][0])
+                priced = PlacedPlan(model, cl, plan)
+                gap = abs(priced.time(*priced.default_placement()).iteration_time_s / closed - 1)
+                checked += 1
+                if gap > worst:
+                    worst, at = gap, f"pp {pp}, vp {vp}, m {mult * pp}"
+    return worst, at, checked

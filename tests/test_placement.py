@@ -6,14 +6,13 @@ uniform cluster, exhaustive enumeration vs local search), never from fitted cons
 import numpy as np
 import pytest
 
-from configurator.core.candidates import Candidates
-from configurator.core.model import load_model, make_model
+from configurator.core.model import make_model
 from configurator.core.rules import plan_for_world
-from configurator.cost.iteration import iteration_time
 from configurator.cost.placed import PlacedPlan
 from configurator.search.placement import (gpu_links_vary, host_health_order, place_plan,
                                            placement_on_cluster)
-from tests.placement_cases import measured_cluster
+from tests.placement_cases import (AGREEMENT_MODELS, closed_form_agreement,
+                                    measured_cluster)
 from topology.cluster import load_cluster, ring_figures
 from topology.placement import MappedPlacement, placement_count, search_placement
 
@@ -69,11 +68,7 @@ def test_subset_keeps_measured_links():
 
 # -- the placed schedule ------------------------------------------------------------------
 
-GRID_MODELS = [("gpt3-175b", "dgx-a100-80gb", 64, 8), ("llama3-70b", "dgx-h100-80gb", 32, 4),
-               ("llama3-8b", "dgx-h100-80gb", 8, 1)]
-
-
-@pytest.mark.parametrize("name,cluster,nodes,tp", GRID_MODELS)
+@pytest.mark.parametrize("name,cluster,nodes,tp", AGREEMENT_MODELS)
 def test_simulated_schedule_agrees_with_closed_form_on_uniform_cluster(name, cluster, nodes,
                                                                         tp):
     """Over a grid of pp, vp and microbatch counts, the simulated iteration (every replica,
@@ -81,24 +76,7 @@ def test_simulated_schedule_agrees_with_closed_form_on_uniform_cluster(name, clu
     (``python bench/simulator.py``): 0.16 % (gpt3-175b), 0.15 % (llama3-70b), 0.11 %
     (llama3-8b at tp 1: 2 to 16 layers per stage, the logits as heavy as a layer, and
     pipeline boundaries inside a host for some stages and across hosts for others)."""
-    model = load_model(name)
-    cl = load_cluster(cluster, nodes)
-    worst = 0.0
-    checked = 0
-    for pp in (1, 2, 4, 8, 16):
-        for vp in (1, 2, 4):
-            if (vp > 1 and pp == 1) or model.num_layers % (pp * vp):
-                continue
-            dp = nodes * 8 // (tp * pp)
-            for mult in (1, 4, 16):
-                plan = _plan(nodes * 8, tp=tp, pp=pp, vp=vp, global_batch_size=mult * pp * dp,
-                             recompute="full")
-                closed = float(iteration_time(model, cl, Candidates.from_plan(plan))
-                               ["iteration_time_s"][0])
-                priced = PlacedPlan(model, cl, plan)
-                sim = priced.time(*priced.default_placement()).iteration_time_s
-                worst = max(worst, abs(sim / closed - 1))
-                checked += 1
+    worst, _, checked = closed_form_agreement(name, cluster, nodes, tp)
     assert checked >= 20
     assert worst <= 0.005
 

@@ -161,26 +161,29 @@ class FlaggedNode:
 
 @dataclass(frozen=True, kw_only=True)
 class BimodalClass:
-    """A class whose values split into a slow and a fast mode (bytes/s; see the module
-    docstring). ``slow_pairs`` endpoint-name pairs (``host`` or ``host/gpuN``) with a value in
-    the slow mode; ``slow_hosts`` hosts mostly in the slow mode; ``separation`` Ashman's D."""
+    """A class whose values split into a slow and a fast mode (see the module docstring):
+    ``split`` the two modes (:class:`TwoModeSplit`, bytes/s), whose figures it also offers
+    by name (``slow_count``, ``slow_median_Bps``, ``ratio``, ``separation`` …). ``slow_pairs``
+    endpoint-name pairs (``host`` or ``host/gpuN``) with a value in the slow mode;
+    ``slow_hosts`` hosts mostly in the slow mode."""
     label: str
     scope: str
     link_class: str
     method: str
     gpus_per_host: int | None
-    members: int
-    slow_count: int
-    fast_count: int
-    slow_median_Bps: float
-    fast_median_Bps: float
-    slow_max_Bps: float
-    fast_min_Bps: float
-    ratio: float                    # fast median / slow median
-    separation: float
+    split: "TwoModeSplit"
     slow_pairs: tuple[tuple[str, str], ...]
     slow_hosts: tuple[str, ...]
     reason: str
+
+    @property
+    def members(self) -> int:
+        return self.split.slow_count + self.split.fast_count
+
+    def __getattr__(self, name: str):
+        if name in _SPLIT_FIGURES:          # the split's figures, by their own names
+            return getattr(self.split, name)
+        raise AttributeError(name)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -345,6 +348,11 @@ class TwoModeSplit:
         return math.log(self.fast_min_Bps / self.slow_max_Bps) / pooled
 
 
+#: :class:`TwoModeSplit` figures a :class:`BimodalClass` answers for its split.
+_SPLIT_FIGURES = frozenset({"slow_count", "fast_count", "slow_median_Bps", "fast_median_Bps",
+                            "slow_max_Bps", "fast_min_Bps", "ratio", "separation"})
+
+
 def two_mode_split(values_Bps, mad_floor: float = 0.01) -> TwoModeSplit | None:
     """Split positive bandwidths (bytes/s, any iterable, ≥ 2 values) into the two groups
     that minimise the within-group sum of squares of ``ln(value)`` (optimal 1-D two-means,
@@ -421,11 +429,7 @@ def _bimodal_class(key: tuple, label: str, directed: dict, th: AuditThresholds
               + (f"; mostly slow: {', '.join(slow_hosts)}" if slow_hosts else ""))
     return BimodalClass(
         label=label, scope=key[0], link_class=key[1], method=key[2], gpus_per_host=key[3],
-        members=m, slow_count=split.slow_count, fast_count=split.fast_count,
-        slow_median_Bps=split.slow_median_Bps, fast_median_Bps=split.fast_median_Bps,
-        slow_max_Bps=split.slow_max_Bps, fast_min_Bps=split.fast_min_Bps, ratio=split.ratio,
-        separation=split.separation, slow_pairs=slow_pairs, slow_hosts=tuple(slow_hosts),
-        reason=reason)
+        split=split, slow_pairs=slow_pairs, slow_hosts=tuple(slow_hosts), reason=reason)
 
 
 def audit(topo: Topology, thresholds: AuditThresholds | None = None) -> AuditReport:

@@ -671,12 +671,10 @@ class Cluster:
                             bw_, l_ = self.link(x, y)
                             bw, lat = min(bw, bw_), max(lat, l_)
                 res = (bw, lat)
-            else:
-                g = self._group_gpus(stride, size, world)
-                a, b = g[:, :-1].reshape(-1), g[:, 1:].reshape(-1)
-                bw1, l1 = self.links(a, b)
-                bw2, l2 = self.links(b, a)
-                res = (float(min(bw1.min(), bw2.min())), float(max(l1.max(), l2.max())))
+            else:        # every boundary but the wrap-around, both ways
+                fb, fl, bb, bl = self.p2p_boundaries(stride, size, world)
+                res = (float(min(fb[:-1].min(), bb[:-1].min())),
+                       float(max(fl[:-1].max(), bl[:-1].max())))
             self._cache[key] = res
         return self._cache[key]
 

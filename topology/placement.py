@@ -185,12 +185,7 @@ def search_placement(objective: Callable[[np.ndarray, np.ndarray], float], *,
                                     # any budget this search runs)
 
     def price(nh, go) -> float:
-        nonlocal evals
-        key = hash(nh.tobytes() + go.tobytes())
-        if key not in seen:
-            evals += 1
-            seen[key] = float(objective(nh, go))
-        return seen[key]
+        return price_many([(nh, go)])[0]
 
     def price_many(cands: list) -> list[float]:
         """Values of ``cands`` (``(nh, go)`` pairs), new ones priced in one batch."""

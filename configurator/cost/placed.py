@@ -57,7 +57,8 @@ class PlacedTime:
     ``p2p_fwd_s``/``p2p_bwd_s``: ``[dp, pp]`` send times per boundary (index ``s``: between
     rank ``s`` and ``(s+1) % pp``); ``dp_tail_s``: ``[pp]`` exposed gradient reduction per
     stage; ``optimizer_s``; ``critical_replica``: the replica that sets the pace;
-    ``sim``: the schedule simulation (recorded when asked)."""
+    ``sim``: the recorded simulation of that replica with ``record=True``, else None;
+    ``num_microbatches``: the plan's microbatches per iteration."""
 
     iteration_time_s: float
     stage_fwd_s: np.ndarray
@@ -67,8 +68,8 @@ class PlacedTime:
     dp_tail_s: np.ndarray
     optimizer_s: float
     critical_replica: int
-    sim: SimResult
-    num_microbatches: int = 1
+    sim: SimResult | None
+    num_microbatches: int
 
     def stage_times(self) -> list[dict]:
         """Per pipeline stage of the replica that sets the pace, seconds per iteration:
@@ -246,6 +247,25 @@ class PlacedPlan:
             t["p2p_f"], t["p2p_b"] = np.zeros_like(t["p2p_f"]), np.zeros_like(t["p2p_b"])
         return t
 
+    def _replica_rows(self, t: dict) -> np.ndarray:
+        """One row per data-parallel replica ``[dp, 2·pp·vp + 3·pp]``: its forward and
+        backward chunk times, sends both ways and the stages' tails (what it simulates)."""
+        dp, pp = t["p2p_f"].shape
+        return np.concatenate([t["fwd"].reshape(dp, -1), t["bwd"].reshape(dp, -1),
+                               t["p2p_f"], t["p2p_b"], np.broadcast_to(t["tail"], (dp, pp))],
+                              axis=1)
+
+    def _makespans(self, rows: np.ndarray) -> np.ndarray:
+        """Simulated makespan (before the optimizer step) of every row of
+        :meth:`_replica_rows` output, each distinct row simulated once, all in one call."""
+        pp, vp = self.plan.pp, self.plan.vp
+        n = pp * vp
+        uniq, inv = np.unique(rows, axis=0, return_inverse=True)
+        sim = simulate(uniq[:, :n].reshape(-1, pp, vp), uniq[:, n:2 * n].reshape(-1, pp, vp),
+                       uniq[:, 2 * n:2 * n + pp], uniq[:, 2 * n + pp:2 * n + 2 * pp],
+                       self.plan.num_microbatches, tail_s=uniq[:, 2 * n + 2 * pp:])
+        return sim.iteration_time_s[np.asarray(inv).reshape(-1)]
+
     def times(self, placements) -> np.ndarray:
         """Simulated iteration times ``[K]`` (seconds) of ``K`` placements, each a
         ``(node_hosts, gpu_order)`` pair as :meth:`time` takes; the same floats as
@@ -256,27 +276,15 @@ class PlacedPlan:
         placements = list(placements)
         if not placements:
             return np.zeros(0)
-        pp, vp = self.plan.pp, self.plan.vp
         rows, owner, opt = [], [], []
         for k, (nh, go) in enumerate(placements):
             t = self._scheduled_terms(nh, go)
-            dp = t["p2p_f"].shape[0]
-            r = np.unique(np.concatenate([t["fwd"].reshape(dp, -1), t["bwd"].reshape(dp, -1),
-                                          t["p2p_f"], t["p2p_b"],
-                                          np.broadcast_to(t["tail"], (dp, pp))], axis=1),
-                          axis=0)       # the slowest of a placement's distinct replicas
+            r = np.unique(self._replica_rows(t), axis=0)    # a placement's distinct replicas
             rows.append(r)
             owner.append(np.full(len(r), k))
             opt.append(t["opt"])
-        allrows = np.concatenate(rows)
-        uniq, inv = np.unique(allrows, axis=0, return_inverse=True)
-        n = pp * vp
-        sim = simulate(uniq[:, :n].reshape(-1, pp, vp), uniq[:, n:2 * n].reshape(-1, pp, vp),
-                       uniq[:, 2 * n:2 * n + pp], uniq[:, 2 * n + pp:2 * n + 2 * pp],
-                       self.plan.num_microbatches, tail_s=uniq[:, 2 * n + 2 * pp:])
-        per_replica = sim.iteration_time_s[np.asarray(inv).reshape(-1)]
         worst = np.full(len(placements), -np.inf)
-        np.maximum.at(worst, np.concatenate(owner), per_replica)
+        np.maximum.at(worst, np.concatenate(owner), self._makespans(np.concatenate(rows)))
         return worst + np.asarray(opt)
 
     def time(self, node_hosts, gpu_order, *, record: bool = False) -> PlacedTime:
@@ -286,20 +294,11 @@ class PlacedPlan:
         ``record`` keeps the slowest replica's op times and critical path (``sim`` then
         holds that one replica)."""
         t = self._scheduled_terms(node_hosts, gpu_order)
-        dp, pp = t["p2p_f"].shape
-        rows = np.concatenate([t["fwd"].reshape(dp, -1), t["bwd"].reshape(dp, -1),
-                               t["p2p_f"], t["p2p_b"]], axis=1)
-        uniq, first, inv = np.unique(rows, axis=0, return_index=True, return_inverse=True)
-        first = np.asarray(first)
-        sim = simulate(t["fwd"][first], t["bwd"][first], t["p2p_f"][first],
-                       t["p2p_b"][first], self.plan.num_microbatches,
-                       tail_s=np.broadcast_to(t["tail"], (len(first), pp)))
-        per_replica = sim.iteration_time_s[np.asarray(inv).reshape(-1)]
+        per_replica = self._makespans(self._replica_rows(t))
         worst = int(np.argmax(per_replica))
-        if record:
-            sim = simulate(t["fwd"][worst], t["bwd"][worst], t["p2p_f"][worst],
-                           t["p2p_b"][worst], self.plan.num_microbatches,
-                           tail_s=t["tail"], record=True)
+        sim = (simulate(t["fwd"][worst], t["bwd"][worst], t["p2p_f"][worst],
+                        t["p2p_b"][worst], self.plan.num_microbatches, tail_s=t["tail"],
+                        record=True) if record else None)
         return PlacedTime(iteration_time_s=float(per_replica[worst]) + t["opt"],
                           stage_fwd_s=t["fwd"], stage_bwd_s=t["bwd"], p2p_fwd_s=t["p2p_f"],
                           p2p_bwd_s=t["p2p_b"], dp_tail_s=t["tail"], optimizer_s=t["opt"],
