@@ -1,14 +1,29 @@
-"""Parameter counts per GPU, per pipeline stage (Megatron-LM GPT layer layout).
+"""Parameter counts per GPU, per pipeline stage (Megatron-LM GPT layer layout, dense and MoE).
 
 Layer layout (megatron/core/models/gpt/gpt_layer_specs.py, local and TE specs):
-input norm; QKV ColumnParallelLinear ``h → (a + 2g)·d``; output RowParallelLinear
-``a·d → h``; pre-MLP norm; fc1 ``h → f`` (``2f`` with SwiGLU); fc2 ``f → h``.
+input norm; attention; pre-MLP norm; MLP (dense) or MoE layer.
+
+* attention: QKV ColumnParallelLinear ``h → (a + 2g)·d`` (bias with ``add_bias_linear`` or
+  ``add_qkv_bias``), output RowParallelLinear ``a·d → h``; ``qk_layernorm`` adds a norm over
+  the head dimension for queries and keys. Multi-latent attention
+  (megatron/core/transformer/multi_latent_attention.py, ``MLASelfAttention``): the down
+  projections ``h → q_lora`` and ``h → kv_lora + qk_pos`` and their norms are replicated
+  over tp; the up projections ``q_lora → a·(qk + qk_pos)`` (or ``h →`` that without
+  ``q_lora_rank``) and ``kv_lora → a·(qk + v)`` are column-parallel, ``a·v → h`` row-parallel.
+* dense MLP: fc1 ``h → f`` (``2f`` with SwiGLU), fc2 ``f → h``, split over tp.
+* MoE layer (megatron/core/transformer/moe: ``TopKRouter``, ``GroupedMLP``/``SequentialMLP``,
+  ``SharedExpertMLP``): router weight ``E × h`` replicated; ``E`` experts of
+  ``moe_ffn_hidden_size`` each, ``E/ep`` per rank, each split over ``etp``; a shared expert
+  of ``moe_shared_expert_intermediate_size``, split over tp.
+
 Column-parallel weights and biases are split over tp; row-parallel biases and norms are
 replicated. LayerNorm has weight and bias (2h), RMSNorm a weight (h).
 Embedding: ``V_pad·h/tp`` (VocabParallelEmbedding) plus ``s·h`` learned positions on the first
 stage; the last stage holds the final norm and the output layer ``V_pad·h/tp`` (untied), or,
 when tied and pp > 1, a copy of the word embedding (Megatron keeps one on the last stage).
-Shared REFERENCE §3 gives the attention ``2h²(1+g/n)`` and MLP ``2·h·ffn`` terms.
+Multi-token prediction (``mtp_num_layers``, megatron/core/transformer/multi_token_prediction.py):
+per module two norms, a ``2h → h`` projection and one more transformer layer, on the last
+stage. Shared REFERENCE §3 gives the attention ``2h²(1+g/n)`` and MLP ``2·h·ffn`` terms.
 """
 
 from __future__ import annotations
@@ -28,23 +43,74 @@ def padded_vocab_size(vocab_size: int, tp):
     return -(-vocab_size // mult) * mult
 
 
-def _norm_params(model: ModelSpec) -> int:
-    return (2 if model.normalization == "LayerNorm" else 1) * model.hidden_size
+def _norm_params(model: ModelSpec, width: int | None = None) -> int:
+    return (2 if model.normalization == "LayerNorm" else 1) * (width or model.hidden_size)
+
+
+def attention_parameters(model: ModelSpec, tp=1):
+    """``(split over tp, replicated)`` parameters of one layer's attention block, its input
+    norm included, on one tensor-parallel rank (counts; ``tp`` broadcasts)."""
+    h, a, g = model.hidden_size, model.num_attention_heads, model.num_query_groups
+    tp = np.asarray(tp, dtype=float)
+    replicated = _norm_params(model)
+    if model.multi_latent_attention:
+        qk, pos, vd = model.qk_head_dim, model.qk_pos_emb_head_dim, model.v_head_dim
+        q_in = model.q_lora_rank or h
+        sharded = q_in * a * (qk + pos) + model.kv_lora_rank * a * (qk + vd) + a * vd * h
+        replicated += h * (model.kv_lora_rank + pos) + _norm_params(model, model.kv_lora_rank)
+        if model.q_lora_rank:
+            replicated += h * model.q_lora_rank + _norm_params(model, model.q_lora_rank)
+        out_bias = h
+    else:
+        d = model.kv_channels
+        qkv_out = (a + 2 * g) * d
+        sharded = h * qkv_out + a * d * h
+        if model.add_bias_linear or model.add_qkv_bias:
+            sharded = sharded + qkv_out
+        out_bias = h
+    if model.add_bias_linear:
+        replicated += out_bias
+    if model.qk_layernorm:
+        replicated += 2 * _norm_params(model, model.attention_heads_dims[0])
+    return sharded / tp, replicated
+
+
+def mlp_parameters(model: ModelSpec, ffn: int, split=1):
+    """Parameters of one (dense or expert) MLP of FFN size ``ffn`` split over ``split`` ranks:
+    fc1 ``h → ffn`` (×2 with SwiGLU) and fc2 ``ffn → h``, biases with ``add_bias_linear``
+    (fc2's bias is not split)."""
+    h = model.hidden_size
+    fc1 = ffn * (2 if model.swiglu else 1)
+    n = (h * fc1 + ffn * h) / np.asarray(split, dtype=float)
+    if model.add_bias_linear:
+        n = n + fc1 / np.asarray(split, dtype=float) + h
+    return n
+
+
+def dense_layer_parameters(model: ModelSpec, tp=1):
+    """Parameters of one dense transformer layer on one tensor-parallel rank (count)."""
+    sharded, replicated = attention_parameters(model, tp)
+    return sharded + replicated + mlp_parameters(model, model.ffn_hidden_size, tp) + \
+        _norm_params(model)
+
+
+def moe_layer_parameters(model: ModelSpec, tp=1, ep=1, etp=1):
+    """``(non-expert, expert)`` parameters of one MoE layer on one rank: attention, norms,
+    router (``E·h``, replicated) and shared expert (split over tp); the ``E/ep`` local
+    experts, each split over ``etp``."""
+    sharded, replicated = attention_parameters(model, tp)
+    router = model.num_experts * model.hidden_size
+    shared = (mlp_parameters(model, model.moe_shared_expert_intermediate_size, tp)
+              if model.moe_shared_expert_intermediate_size else 0.0)
+    non_expert = sharded + replicated + _norm_params(model) + router + shared
+    expert = (model.num_experts / np.asarray(ep, dtype=float)) * mlp_parameters(
+        model, model.moe_ffn_hidden_size, etp)
+    return non_expert, expert
 
 
 def layer_parameters(model: ModelSpec, tp=1):
-    """Parameters of one transformer layer held by one tensor-parallel rank (count)."""
-    h, a, g, f, d = (model.hidden_size, model.num_attention_heads, model.num_query_groups,
-                     model.ffn_hidden_size, model.kv_channels)
-    tp = np.asarray(tp, dtype=float)
-    fc1_out = f * (2 if model.swiglu else 1)
-    qkv_out = (a + 2 * g) * d
-    sharded = h * qkv_out + a * d * h + h * fc1_out + f * h
-    replicated = 2 * _norm_params(model)
-    if model.add_bias_linear:
-        sharded = sharded + qkv_out + fc1_out
-        replicated = replicated + 2 * h
-    return sharded / tp + replicated
+    """Parameters of one *dense* transformer layer held by one tensor-parallel rank (count)."""
+    return dense_layer_parameters(model, tp)
 
 
 def embedding_parameters(model: ModelSpec, tp=1):
@@ -61,20 +127,82 @@ def output_parameters(model: ModelSpec, tp=1, pp=1):
     return _norm_params(model) + np.where(has_out, out, 0.0)
 
 
-def stage_parameters(model: ModelSpec, tp, pp, stage):
-    """Parameters held by one GPU of pipeline ``stage`` (0-based; arrays broadcast).
+def mtp_parameters(model: ModelSpec, tp=1, ep=1, etp=1):
+    """``(non-expert, expert)`` parameters of the multi-token-prediction modules on the last
+    stage: per module two norms, the ``2h → h`` projection (split over tp) and one layer
+    (MoE when the model has experts)."""
+    if not model.mtp_num_layers:
+        return 0.0, 0.0
+    h = model.hidden_size
+    if model.is_moe:
+        non_expert, expert = moe_layer_parameters(model, tp, ep, etp)
+    else:
+        non_expert, expert = dense_layer_parameters(model, tp), 0.0
+    k = model.mtp_num_layers
+    return k * (non_expert + 2 * _norm_params(model) + 2 * h * h / np.asarray(tp, float)), \
+        k * expert
 
-    With the interleaved schedule a rank holds ``vp`` chunks but the same ``L/pp`` layers;
-    the embedding sits on rank 0 and the output layer on rank ``pp-1`` either way.
+
+def stage_parameter_split(model: ModelSpec, tp, pp, stage, *, layers=None, moe_layers=None,
+                          ep=1, etp=1):
+    """``(non-expert, expert)`` parameters held by one GPU of pipeline ``stage`` (0-based;
+    arrays broadcast). ``layers``/``moe_layers``: decoder and MoE layers the rank builds
+    (:func:`configurator.core.layers.rank_layer_counts`; default: an even split of the
+    model's layers and MoE layers). Non-expert parameters are replicated over the
+    ``dp·cp`` group, expert ones over the expert-data-parallel group ``tp·cp·dp/(ep·etp)``.
+
+    With the interleaved schedule a rank holds ``vp`` chunks; the embedding sits on rank 0
+    and the output layer (and MTP modules) on rank ``pp-1`` either way.
     """
     tp, pp, stage = (np.asarray(x) for x in (tp, pp, stage))
-    n = layer_parameters(model, tp) * (model.num_layers / pp)
-    n = n + np.where(stage == 0, embedding_parameters(model, tp), 0.0)
-    return n + np.where(stage == pp - 1, output_parameters(model, tp, pp), 0.0)
+    if layers is None:
+        layers = model.num_layers / pp
+    if moe_layers is None:
+        moe_layers = model.num_moe_layers / pp
+    layers, moe_layers = np.asarray(layers, dtype=float), np.asarray(moe_layers, dtype=float)
+    non_expert = dense_layer_parameters(model, tp) * (layers - moe_layers)
+    expert = 0.0
+    if model.is_moe:
+        ne, ex = moe_layer_parameters(model, tp, ep, etp)
+        non_expert = non_expert + ne * moe_layers
+        expert = ex * moe_layers
+    non_expert = non_expert + np.where(stage == 0, embedding_parameters(model, tp), 0.0)
+    last = stage == pp - 1
+    mtp_ne, mtp_ex = mtp_parameters(model, tp, ep, etp)
+    # MTP needs the word embedding on the last stage too (a copy when pp > 1)
+    mtp_emb = np.where(pp > 1, embedding_parameters(model, tp), 0.0) if (
+        model.mtp_num_layers and model.untie_embeddings_and_output_weights) else 0.0
+    non_expert = non_expert + np.where(last, output_parameters(model, tp, pp) + mtp_ne
+                                       + mtp_emb, 0.0)
+    expert = expert + np.where(last, mtp_ex, 0.0)
+    return non_expert, expert
+
+
+def stage_parameters(model: ModelSpec, tp, pp, stage, **kw):
+    """All parameters held by one GPU of pipeline ``stage`` (count; see
+    :func:`stage_parameter_split` for the keyword arguments)."""
+    non_expert, expert = stage_parameter_split(model, tp, pp, stage, **kw)
+    return non_expert + expert
 
 
 def total_parameters(model: ModelSpec) -> int:
-    """All parameters of the model (no padding beyond 128, tied embeddings counted once)."""
-    n = (layer_parameters(model, 1) * model.num_layers + embedding_parameters(model, 1)
-         + output_parameters(model, 1, 1))
+    """All parameters of the model (no padding beyond 128, tied embeddings counted once,
+    multi-token-prediction modules left out, as model cards count)."""
+    n_moe = model.num_moe_layers
+    n = dense_layer_parameters(model, 1) * (model.num_layers - n_moe)
+    if model.is_moe:
+        ne, ex = moe_layer_parameters(model)
+        n = n + (ne + ex) * n_moe
+    n = n + embedding_parameters(model, 1) + output_parameters(model, 1, 1)
     return int(round(float(n)))
+
+
+def active_parameters(model: ModelSpec) -> int:
+    """Parameters one token passes through: :func:`total_parameters` with each MoE layer's
+    routed experts counted ``moe_router_topk`` times instead of ``num_experts`` (the
+    figure MoE model cards give as "active")."""
+    if not model.is_moe:
+        return total_parameters(model)
+    ne, ex = moe_layer_parameters(model)
+    unused = float(ex) * (1 - model.moe_router_topk / model.num_experts)
+    return int(round(total_parameters(model) - unused * model.num_moe_layers))
