@@ -160,7 +160,58 @@ _MODEL_ROWS = _rows(
     ("--disable-bias-linear", "not model.add_bias_linear",
      lambda m, p, t: not m.add_bias_linear or None),
     ("--hidden-dropout", "model.hidden_dropout", lambda m, p, t: m.hidden_dropout),
-    ("--attention-dropout", "model.attention_dropout", lambda m, p, t: m.attention_dropout))
+    ("--attention-dropout", "model.attention_dropout", lambda m, p, t: m.attention_dropout),
+    ("--kv-channels", "model.kv_channels",
+     lambda m, p, t: m.kv_channels
+     if m.kv_channels * m.num_attention_heads != m.hidden_size else None),
+    ("--add-qkv-bias", "model.add_qkv_bias",
+     lambda m, p, t: (m.add_qkv_bias and not m.add_bias_linear) or None),
+    ("--qk-layernorm", "model.qk_layernorm", lambda m, p, t: m.qk_layernorm or None),
+    ("--rotary-base", "model.rotary_base",
+     lambda m, p, t: m.rotary_base
+     if m.position_embedding_type == "rope" and m.rotary_base != 10000 else None),
+    ("--norm-epsilon", "model.norm_epsilon",
+     lambda m, p, t: m.norm_epsilon if m.norm_epsilon != 1e-5 else None),
+    ("--num-experts", "model.num_experts", lambda m, p, t: m.num_experts),
+    ("--moe-router-topk", "model.moe_router_topk",
+     lambda m, p, t: m.moe_router_topk if m.is_moe else None),
+    ("--moe-ffn-hidden-size", "model.moe_ffn_hidden_size",
+     lambda m, p, t: m.moe_ffn_hidden_size if m.is_moe else None),
+    ("--moe-shared-expert-intermediate-size", "model.moe_shared_expert_intermediate_size",
+     lambda m, p, t: m.moe_shared_expert_intermediate_size),
+    ("--moe-layer-freq", "model.moe_layer_freq",
+     lambda m, p, t: moe_layer_freq_value(m) if m.is_moe else None),
+    ("--moe-token-dispatcher-type", "model.num_experts",
+     lambda m, p, t: "alltoall" if m.is_moe else None),
+    ("--moe-grouped-gemm", "model.num_experts", lambda m, p, t: m.is_moe or None),
+    ("--multi-latent-attention", "model.multi_latent_attention",
+     lambda m, p, t: m.multi_latent_attention or None),
+    ("--q-lora-rank", "model.q_lora_rank",
+     lambda m, p, t: m.q_lora_rank if m.multi_latent_attention else None),
+    ("--kv-lora-rank", "model.kv_lora_rank",
+     lambda m, p, t: m.kv_lora_rank if m.multi_latent_attention else None),
+    ("--qk-head-dim", "model.qk_head_dim",
+     lambda m, p, t: m.qk_head_dim if m.multi_latent_attention else None),
+    ("--qk-pos-emb-head-dim", "model.qk_pos_emb_head_dim",
+     lambda m, p, t: m.qk_pos_emb_head_dim if m.multi_latent_attention else None),
+    ("--v-head-dim", "model.v_head_dim",
+     lambda m, p, t: m.v_head_dim if m.multi_latent_attention else None),
+    ("--mtp-num-layers", "model.mtp_num_layers", lambda m, p, t: m.mtp_num_layers))
+
+
+def moe_layer_freq_value(model: ModelSpec) -> int | str:
+    """``--moe-layer-freq``: the int, or the 0/1 pattern as Megatron's list expression in
+    runs (``([0]*3+[1]*58)``; ``moe_freq_type`` evaluates only digits, brackets, commas,
+    ``+`` and ``*``)."""
+    if isinstance(model.moe_layer_freq, int):
+        return model.moe_layer_freq
+    runs: list[list[int]] = []
+    for x in model.moe_layer_freq:
+        if runs and runs[-1][0] == x:
+            runs[-1][1] += 1
+        else:
+            runs.append([x, 1])
+    return "(" + "+".join(f"[{x}]*{n}" for x, n in runs) + ")"
 
 _TRAINING_ROWS = _rows(
     "training",

@@ -133,6 +133,38 @@ def layer_activation_bytes(model: ModelSpec, *, mbs, seq, tp, sp, recompute,
     return (replicated + attention + out + mlp) * (bytes_per_value / 2)
 
 
+def moe_mlp_activation_delta(model: ModelSpec, *, mbs, seq, tp, etp):
+    """Bytes an MoE layer keeps for one microbatch *beyond* a dense layer's, per rank
+    (arrays broadcast; 0 for a dense model): the dense MLP's terms (fc1 output, fc2 input)
+    replaced by the routed experts', plus the router's and the shared expert's.
+
+    Tokens per rank entering the MoE layer: ``X = s·b/t`` (each tensor/sequence-parallel
+    rank routes its own slice; Megatron's ``MoELayer.forward`` requires sequence parallelism
+    when tp > 1). With the all-to-all dispatcher
+    (megatron/core/transformer/moe/token_dispatcher.py ``MoEAlltoAllTokenDispatcher``) each
+    rank's local experts receive ``R = k·X·etp`` token copies on average under balanced
+    routing (``k`` = ``moe_router_topk``; the expert-tensor-parallel group gathers its ranks'
+    tokens). Kept (megatron-core 0.16.1, measured on CPU): the permuted expert input
+    (fc1's input, ``2Rh``), fc1's output (``2R·f_e/etp``, ×2 with SwiGLU) and fc2's input
+    (``2R·f_e/etp``); the router's fp32 softmax scores of the auxiliary loss (``4·X·E``),
+    the transposed routing map and probabilities (``X·E`` bool + ``2·X·E``) and two int64
+    index arrays (``2·8·X·k``); a shared expert as a dense MLP of its size.
+    """
+    if not model.is_moe:
+        return 0.0
+    s, b, tp, etp = (np.asarray(x, dtype=float) for x in (seq, mbs, tp, etp))
+    h, fe = model.hidden_size, model.moe_ffn_hidden_size
+    gate = 2 if model.swiglu else 1
+    X = s * b / tp
+    R = model.moe_router_topk * X * etp
+    k = model.moe_router_topk
+    routed = 2 * R * h + 2 * R * fe * (gate + 1) / etp + 7 * X * model.num_experts + 16 * X * k
+    fs = model.moe_shared_expert_intermediate_size or 0
+    shared = 2 * s * b * fs * (gate + 1) / tp
+    dense = 2 * s * b * model.ffn_hidden_size * (gate + 1) / tp
+    return routed + shared - dense
+
+
 def checkpoint_bytes(model: ModelSpec, *, mbs, seq, tp, sp):
     """Bytes full recompute keeps per layer and microbatch: the layer input ``2·s·b·h``
     (÷tp with sequence parallelism), saved by ``CheckpointFunction.forward``
@@ -167,7 +199,8 @@ def recompute_working_bytes(model: ModelSpec, *, mbs, seq, tp, sp, recompute,
 
 
 def stage_activation_phases(model: ModelSpec, *, mbs, seq, tp, pp, vp, sp, recompute,
-                            num_microbatches, stage, stores_scores: bool):
+                            num_microbatches, stage, stores_scores: bool, rank_layers=None,
+                            rank_moe_layers=None, etp=1):
     """Activation bytes on one GPU of ``stage`` at the two candidate peaks (arrays broadcast).
 
     Returns ``(forward_end, recompute)``: at the end of the forward of the last microbatch in
@@ -176,7 +209,9 @@ def stage_activation_phases(model: ModelSpec, *, mbs, seq, tp, pp, vp, sp, recom
     recomputed in its backward (output-layer terms freed, that layer down to what its
     recomputation needs: the checkpoint for full recompute; norm input, QKV input and the
     checkpointed Q, K, V for selective; plus :func:`recompute_working_bytes`). The second
-    is 0 without recompute.
+    is 0 without recompute. ``rank_layers``/``rank_moe_layers``: the decoder and MoE
+    layers the rank builds (default: an even split); an MoE layer keeps
+    :func:`moe_mlp_activation_delta` more than a dense one.
     """
     s, b, tp = (np.asarray(x, dtype=float) for x in (seq, mbs, tp))
     pp, stage = np.asarray(pp), np.asarray(stage)
@@ -184,10 +219,17 @@ def stage_activation_phases(model: ModelSpec, *, mbs, seq, tp, pp, vp, sp, recom
     h = model.hidden_size
     xh = s * b * h
     rep_div = np.where(sp, tp, 1.0)
+    if rank_layers is None:
+        rank_layers = model.num_layers / pp
+    if rank_moe_layers is None:
+        rank_moe_layers = model.num_moe_layers / pp
+    rank_layers = np.asarray(rank_layers, dtype=float)
+    moe_share = np.asarray(rank_moe_layers, dtype=float) / np.maximum(rank_layers, 1.0)
     n = inflight_layers(model.num_layers, pp=pp, vp=vp, num_microbatches=num_microbatches,
-                        stage=stage)
+                        stage=stage, rank_layers=rank_layers)
     per_layer = layer_activation_bytes(model, mbs=b, seq=s, tp=tp, sp=sp, recompute=rc,
-                                       stores_scores=stores_scores)
+                                       stores_scores=stores_scores) + moe_share * \
+        moe_mlp_activation_delta(model, mbs=b, seq=s, tp=tp, etp=etp)
     ckpt = checkpoint_bytes(model, mbs=b, seq=s, tp=tp, sp=sp)
     kept = np.where(rc == 2, ckpt, per_layer)
     mb_first = inflight_microbatches_1f1b(pp, num_microbatches, stage)
@@ -206,10 +248,11 @@ def stage_activation_phases(model: ModelSpec, *, mbs, seq, tp, pp, vp, sp, recom
 
 
 def stage_activation_bytes(model: ModelSpec, *, mbs, seq, tp, pp, vp, sp, recompute,
-                           num_microbatches, stage, stores_scores: bool):
+                           num_microbatches, stage, stores_scores: bool, **layers):
     """Peak activation bytes on one GPU of pipeline ``stage`` (arrays broadcast): the larger
-    of the two phases of :func:`stage_activation_phases`."""
+    of the two phases of :func:`stage_activation_phases` (``layers``: its rank_layers,
+    rank_moe_layers and etp keywords)."""
     fwd, rec = stage_activation_phases(
         model, mbs=mbs, seq=seq, tp=tp, pp=pp, vp=vp, sp=sp, recompute=recompute,
-        num_microbatches=num_microbatches, stage=stage, stores_scores=stores_scores)
+        num_microbatches=num_microbatches, stage=stage, stores_scores=stores_scores, **layers)
     return np.maximum(fwd, rec)

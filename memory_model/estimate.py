@@ -20,11 +20,12 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from configurator.core.layers import rank_layer_counts, stage_class_arrays
 from configurator.core.model import ModelSpec
 from configurator.core.plan import RECOMPUTE_CODES, ParallelPlan
 from configurator.core.units import GiB
 from memory_model.activations import stage_activation_bytes
-from memory_model.params import stage_parameters
+from memory_model.params import stage_parameter_split
 
 FIXED_OVERHEAD_BYTES = 2 * GiB
 FRAGMENTATION_FRACTION = 0.10
@@ -48,20 +49,32 @@ class MemoryBreakdown:
 
 def memory_arrays(model: ModelSpec, *, tp, pp, dp, cp, vp, mbs, num_microbatches,
                   recompute, sp, distributed_optimizer, stage, precision: str,
-                  stores_scores: bool) -> dict[str, np.ndarray]:
-    """Memory per GPU of ``stage`` for arrays of plans (bytes; keys as MemoryBreakdown)."""
-    params = stage_parameters(model, tp, pp, stage)
+                  stores_scores: bool, ep=1, etp=1, rank_layers=None,
+                  rank_moe_layers=None) -> dict[str, np.ndarray]:
+    """Memory per GPU of ``stage`` for arrays of plans (bytes; keys as MemoryBreakdown).
+
+    ``rank_layers``/``rank_moe_layers``: decoder and MoE layers the rank builds (default: an
+    even split). Expert parameters' optimizer state is sharded over the expert-data-parallel
+    group ``tp·cp·dp/(ep·etp)`` (Megatron's expert grid, ``parallel_state``), the others'
+    over ``dp·cp``."""
+    non_expert, expert = stage_parameter_split(model, tp, pp, stage, layers=rank_layers,
+                                               moe_layers=rank_moe_layers, ep=ep, etp=etp)
+    params = non_expert + expert
     weight_bytes = 2 + (precision == "fp8")
     grad_bytes = 2 if precision == "fp16" else 4
-    shard = np.where(distributed_optimizer, np.asarray(dp) * np.asarray(cp), 1)
+    dp_cp = np.asarray(dp) * np.asarray(cp)
+    shard = np.where(distributed_optimizer, dp_cp, 1)
+    expert_shard = np.where(distributed_optimizer,
+                            np.asarray(tp) * dp_cp / (np.asarray(ep) * np.asarray(etp)), 1)
     act = stage_activation_bytes(model, mbs=mbs, seq=model.seq_length / np.asarray(cp), tp=tp,
                                  pp=pp, vp=vp, sp=sp, recompute=recompute,
                                  num_microbatches=num_microbatches, stage=stage,
-                                 stores_scores=stores_scores)
+                                 stores_scores=stores_scores, rank_layers=rank_layers,
+                                 rank_moe_layers=rank_moe_layers, etp=etp)
     out = {
         "parameters_bytes": params * weight_bytes,
         "gradients_bytes": params * grad_bytes,
-        "optimizer_bytes": params * 12.0 / shard,
+        "optimizer_bytes": non_expert * 12.0 / shard + expert * 12.0 / expert_shard,
         "activations_bytes": act,
         "other_bytes": FIXED_OVERHEAD_BYTES + FRAGMENTATION_FRACTION * act,
     }
@@ -69,23 +82,35 @@ def memory_arrays(model: ModelSpec, *, tp, pp, dp, cp, vp, mbs, num_microbatches
     return out
 
 
-def peak_memory_arrays(model: ModelSpec, **kw) -> np.ndarray:
-    """Worst stage's total bytes: the first stage (most microbatches in flight, embedding)
-    or the last (output layer, logits); middle stages never exceed the first."""
-    first = memory_arrays(model, stage=0, **kw)["total_bytes"]
-    last = memory_arrays(model, stage=np.asarray(kw["pp"]) - 1, **kw)["total_bytes"]
-    return np.maximum(first, last)
+def peak_memory_arrays(model: ModelSpec, *, first=0, last=0, account_embedding=False,
+                       account_loss=False, **kw) -> np.ndarray:
+    """Worst stage's total bytes. Ranks are grouped by what they hold
+    (:func:`configurator.core.layers.stage_class_arrays`); within a group the lowest rank
+    holds the most microbatches in flight, so only it is evaluated. ``first``, ``last``,
+    ``account_*``: the plan's layer-split fields (default: even)."""
+    classes = stage_class_arrays(model, pp=kw["pp"], vp=kw["vp"], first=first, last=last,
+                                 account_embedding=account_embedding, account_loss=account_loss)
+    peak = None
+    for k in range(classes["stage"].shape[1]):
+        tot = memory_arrays(model, stage=classes["stage"][:, k],
+                            rank_layers=classes["layers"][:, k],
+                            rank_moe_layers=classes["moe_layers"][:, k], **kw)["total_bytes"]
+        tot = np.where(classes["count"][:, k] > 0, tot, 0.0)
+        peak = tot if peak is None else np.maximum(peak, tot)
+    return peak if np.ndim(kw["pp"]) or np.size(peak) != 1 else peak.reshape(())
 
 
 def estimate_memory(model: ModelSpec, plan: ParallelPlan) -> list[MemoryBreakdown]:
     """Memory of every pipeline stage of ``plan`` (one :class:`MemoryBreakdown` each)."""
     stages = np.arange(plan.pp)
+    counts = rank_layer_counts(model, *plan.layer_split)
     arrays = memory_arrays(
         model, tp=plan.tp, pp=plan.pp, dp=plan.dp, cp=plan.cp, vp=plan.vp,
         mbs=plan.micro_batch_size, num_microbatches=plan.num_microbatches,
         recompute=RECOMPUTE_CODES[plan.recompute], sp=plan.sequence_parallel,
         distributed_optimizer=plan.distributed_optimizer, stage=stages,
-        precision=plan.precision, stores_scores=plan.stores_attention_scores)
+        precision=plan.precision, stores_scores=plan.stores_attention_scores,
+        ep=plan.ep, etp=plan.etp, rank_layers=counts[:, 0], rank_moe_layers=counts[:, 1])
     return [MemoryBreakdown(stage=int(i), **{k: float(np.broadcast_to(v, stages.shape)[i])
                                              for k, v in arrays.items()})
             for i in stages]

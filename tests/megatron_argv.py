@@ -60,7 +60,43 @@ def plan_spread():
     return out
 
 
-SPREAD = plan_spread()
+#: Mixture-of-experts, multi-latent-attention and uneven-pipeline models: a Qwen3-MoE-like
+#: model (kv_channels != h/a, qk_layernorm, RoPE base, norm epsilon, dense first layer) and
+#: a DeepSeek-V3-like one (MLA, shared expert, MTP), 10 layers each.
+MOE = make_model(name="tiny-moe", num_layers=10, hidden_size=256, num_attention_heads=8,
+                 num_query_groups=4, kv_channels=64, vocab_size=1000, seq_length=512,
+                 swiglu=True, normalization="RMSNorm", untie_embeddings_and_output_weights=True,
+                 position_embedding_type="rope", rotary_base=1000000, norm_epsilon=1e-6,
+                 hidden_dropout=0.0, attention_dropout=0.0, add_bias_linear=False,
+                 qk_layernorm=True, add_qkv_bias=True, num_experts=8, moe_router_topk=2,
+                 moe_ffn_hidden_size=128, moe_layer_freq=[0] + [1] * 9)
+MLA = make_model(name="tiny-mla", num_layers=10, hidden_size=256, num_attention_heads=8,
+                 vocab_size=1000, seq_length=512, swiglu=True, normalization="RMSNorm",
+                 untie_embeddings_and_output_weights=True, position_embedding_type="rope",
+                 hidden_dropout=0.0, attention_dropout=0.0, add_bias_linear=False,
+                 num_experts=8, moe_router_topk=2, moe_ffn_hidden_size=128,
+                 moe_shared_expert_intermediate_size=128, multi_latent_attention=True,
+                 q_lora_rank=96, kv_lora_rank=64, qk_head_dim=32, qk_pos_emb_head_dim=16,
+                 v_head_dim=32, mtp_num_layers=1)
+MODERN_PLANS = [
+    (MOE, ParallelPlan(tp=2, pp=2, dp=2, ep=4, etp=1, micro_batch_size=1,
+                       global_batch_size=8, recompute="selective", sequence_parallel=True,
+                       distributed_optimizer=True)),
+    (MOE, ParallelPlan(tp=1, pp=3, dp=2, ep=2, etp=1, micro_batch_size=1,
+                       global_batch_size=6, decoder_first_pipeline_num_layers=3,
+                       decoder_last_pipeline_num_layers=3, distributed_optimizer=True)),
+    (MLA, ParallelPlan(tp=2, pp=2, dp=2, ep=2, etp=2, vp=2, micro_batch_size=1,
+                       global_batch_size=8, recompute="full", sequence_parallel=True,
+                       account_for_embedding_in_pipeline_split=True,
+                       account_for_loss_in_pipeline_split=True)),
+    (LLAMA8, ParallelPlan(tp=8, pp=3, dp=1, micro_batch_size=1, global_batch_size=3,
+                          decoder_first_pipeline_num_layers=10,
+                          decoder_last_pipeline_num_layers=10, sequence_parallel=True)),
+]
+for _m, _p in MODERN_PLANS:
+    check_plan(_m, _p, _p.world_size)
+
+SPREAD = plan_spread() + MODERN_PLANS
 
 
 def parse_argv(argv: list[str]) -> dict[str, str | bool]:
@@ -89,7 +125,35 @@ def assert_validate_args_rules(a: dict, world_size: int) -> None:
     seq = int(a["--seq-length"])
     assert world_size % (tp * pp * cp) == 0
     dp = world_size // (tp * pp * cp)
-    assert layers % pp == 0 and heads % tp == 0
+    first = int(a.get("--decoder-first-pipeline-num-layers", 0))
+    last = int(a.get("--decoder-last-pipeline-num-layers", 0))
+    accounted = ("--account-for-embedding-in-pipeline-split" in a) + (
+        "--account-for-loss-in-pipeline-split" in a)
+    vp = int(a.get("--num-virtual-stages-per-pipeline-rank", 1))
+    if first or last:        # uneven: TransformerConfig.__post_init__
+        assert not accounted and "--num-layers-per-virtual-pipeline-stage" not in a
+        mid_ranks = pp - (first > 0) - (last > 0)
+        mid = layers - first - last
+        assert first % vp == 0 and last % vp == 0
+        assert (mid == 0) == (mid_ranks == 0)
+        if mid_ranks:
+            assert mid % mid_ranks == 0 and (mid // mid_ranks) % vp == 0
+    else:
+        assert (layers + accounted) % pp == 0
+    assert heads % tp == 0
+    if "--num-experts" in a:      # validate_args, TransformerConfig, parallel_state
+        ep = int(a.get("--expert-model-parallel-size", 1))
+        etp = int(a.get("--expert-tensor-parallel-size", tp))
+        assert int(a["--num-experts"]) % ep == 0 and world_size % (etp * ep * pp) == 0
+        if tp > 1:
+            assert "--sequence-parallel" in a        # MoELayer.forward in training
+        if "--disable-bias-linear" not in a:
+            assert etp == 1
+        assert int(a["--moe-router-topk"]) <= int(a["--num-experts"])
+    else:
+        assert "--expert-model-parallel-size" not in a
+    if "--multi-latent-attention" in a:
+        assert "--group-query-attention" not in a
     mbs, gbs = int(a["--micro-batch-size"]), int(a["--global-batch-size"])
     assert gbs % (mbs * dp) == 0
     if "--overlap-param-gather" in a:
@@ -99,7 +163,7 @@ def assert_validate_args_rules(a: dict, world_size: int) -> None:
     gran = a.get("--recompute-granularity")
     if gran == "full":
         assert a["--recompute-method"] in ("uniform", "block")
-        assert 1 <= int(a["--recompute-num-layers"]) <= layers // pp
+        assert 1 <= int(a["--recompute-num-layers"])
     else:
         assert "--recompute-method" not in a and "--recompute-num-layers" not in a
     vp_flags = [f for f in ("--num-layers-per-virtual-pipeline-stage",

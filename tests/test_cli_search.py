@@ -27,7 +27,8 @@ def test_estimate_json_contract():
                                               "optimizer_bytes", "activations_bytes",
                                               "other_bytes", "total_bytes"}
     assert set(d["time_breakdown_s"]) == {"compute", "recompute", "bubble", "tp_comm",
-                                          "cp_comm", "pp_comm", "dp_comm", "optimizer",
+                                          "cp_comm", "ep_comm", "pp_comm", "dp_comm",
+                                          "optimizer",
                                           "schedule_and_placement"}
     assert sum(d["time_breakdown_s"].values()) == pytest.approx(d["iteration_time_s"])
     assert d["fits"] is True

@@ -13,7 +13,8 @@ from configurator.core.plan import ParallelPlan
 from launchers import TrainingArgs
 from launchers.megatron_flags import flag_argv, megatron_flags
 from launchers.megatron_flags import FLAG_TABLE
-from tests.megatron_argv import (GPT3, GPT3_PLAN, LLAMA8, SMALL, SMALL_PLAN, SPREAD,
+from tests.megatron_argv import (GPT3, GPT3_PLAN, LLAMA8, MODERN_PLANS, SMALL, SMALL_PLAN,
+                                 SPREAD,
                                  assert_validate_args_rules, megatron_flag_names, parse_argv)
 
 
@@ -44,7 +45,10 @@ def test_validate_args_rules_hold_for_the_spread():
         a = parse_argv(flag_argv(megatron_flags(model, plan)))
         assert_validate_args_rules(a, plan.world_size)
         assert int(a["--tensor-model-parallel-size"]) == plan.tp
-        if plan.vp > 1:
+        if plan.vp > 1 and plan.custom_layer_split:
+            assert int(a["--num-virtual-stages-per-pipeline-rank"]) == plan.vp
+            assert "--num-layers-per-virtual-pipeline-stage" not in a
+        elif plan.vp > 1:
             per_rank = model.num_layers // plan.pp
             assert per_rank // int(a["--num-layers-per-virtual-pipeline-stage"]) == plan.vp
         else:
@@ -125,7 +129,8 @@ def test_megatron_own_validate_args(tmp_path):
     import json
     import sys
     cases = []
-    for model, plan in SPREAD[:: max(1, len(SPREAD) // 40)] + [(GPT3, GPT3_PLAN)]:
+    for model, plan in (SPREAD[:: max(1, len(SPREAD) // 40)] + [(GPT3, GPT3_PLAN)]
+                        + MODERN_PLANS):
         argv = flag_argv(megatron_flags(model, plan))
         if model.position_embedding_type == "rope":
             argv.append("--no-rope-fusion")      # rope fusion needs Transformer Engine
@@ -150,6 +155,8 @@ def test_megatron_own_validate_args(tmp_path):
                 setattr(pkg, k, getattr(gv, k))
         import megatron.training.arguments as A
         A.get_device_arch_version = lambda: 9        # no GPU here: check as on Hopper
+        import torch
+        torch.cuda.get_device_capability = lambda *a: (9, 0)   # --moe-grouped-gemm asks
         for case in json.load(open({str(tmp_path / "cases.json")!r})):
             os.environ.update(WORLD_SIZE=str(case["world"]), RANK="0",
                               CUDA_DEVICE_MAX_CONNECTIONS="1")

@@ -283,7 +283,9 @@ def test_stage_times_add_up_to_the_iteration():
 @pytest.mark.parametrize("gpn,fields", [
     (8, dict(tp=2, pp=4, cp=2, global_batch_size=32)),
     (8, dict(tp=1, pp=4, vp=7, global_batch_size=48)),
-    (6, dict(tp=4, pp=3, cp=1, global_batch_size=24)),       # groups straddle hosts
+    # groups straddle hosts; 28 layers on 3 ranks: an uneven split (9, 10, 9)
+    (6, dict(tp=4, pp=3, cp=1, global_batch_size=24, decoder_first_pipeline_num_layers=9,
+             decoder_last_pipeline_num_layers=9)),
     (6, dict(tp=1, pp=4, cp=4, global_batch_size=12)),
     (8, dict(tp=8, pp=2, global_batch_size=16))])
 def test_uniform_cluster_shortcut_equals_walking_every_group(gpn, fields):

@@ -13,7 +13,8 @@ from configurator.core.candidates import COLUMN_FIELDS, Candidates
 from configurator.core.document import SCHEMA_VERSION, read_plan_document
 from configurator.core.errors import InputError
 from configurator.core.model import MODEL_PRESETS, make_model
-from configurator.core.plan import (DERIVED_KEYS, PLAN_FIELDS, ParallelPlan, plan_from_dict)
+from configurator.core.plan import (DERIVED_KEYS, OPTIONAL_PLAN_KEYS, PLAN_FIELDS, ParallelPlan,
+                                    plan_from_dict)
 from configurator.core.rules import RULES, check_plan, rules_mask
 from configurator.core.schedule import bubble_stage_times, p2p_transfers
 from configurator.core.version import __version__
@@ -80,7 +81,9 @@ def test_plan_from_dict_round_trip_and_errors():
     with pytest.raises(InputError, match=r"plan\.recompute"):
         plan_from_dict(dict(p.to_dict(), recompute="some"))
     with pytest.raises(InputError, match=r"unknown key"):
-        plan_from_dict(dict(p.to_dict(), ep=2))
+        plan_from_dict(dict(p.to_dict(), expert_parallel=2))
+    older = {k: v for k, v in p.to_dict().items() if k not in OPTIONAL_PLAN_KEYS}
+    assert plan_from_dict(older) == p      # documents from before expert/uneven fields
     missing = p.to_dict()
     del missing["precision"]
     with pytest.raises(InputError, match=r"plan\.precision.*missing"):
@@ -93,8 +96,10 @@ def test_plan_from_dict_round_trip_and_errors():
 BASE = dict(tp=2, pp=2, dp=2, cp=2, vp=2, micro_batch_size=1, global_batch_size=16,
             sequence_parallel=True, distributed_optimizer=True)
 BREAKS = [dict(tp=3), dict(dp=3), dict(tp=8, cp=1, pp=1, vp=1),
-          dict(tp=4, cp=1, pp=1, dp=4, vp=1), dict(pp=8, tp=1, dp=1, vp=1),
-          dict(pp=1, dp=4), dict(vp=4), dict(cp=8, tp=1, dp=1),
+          dict(tp=4, cp=1, pp=1, dp=4, vp=1), dict(pp=1, dp=4),
+          dict(pp=8, tp=1, dp=1, vp=1), dict(vp=4), dict(ep=2), dict(ep=2), dict(etp=3),
+          dict(etp=2), dict(moe=True, sequence_parallel=False), dict(moe=True, etp=2),
+          dict(cp=8, tp=1, dp=1),
           dict(attention_backend="local"), dict(global_batch_size=15),
           dict(global_batch_size=6), dict(tp=1, dp=4), dict(overlap_grad_reduce=False)]
 
@@ -102,14 +107,20 @@ BREAKS = [dict(tp=3), dict(dp=3), dict(tp=8, cp=1, pp=1, vp=1),
 def test_base_plan_is_legal_and_each_rule_can_fail():
     model = make_model(name="m", num_layers=12, hidden_size=768, num_attention_heads=12,
                        num_query_groups=6, vocab_size=1024, seq_length=1028)
+    moe = make_model(name="moe", num_layers=12, hidden_size=768, num_attention_heads=12,
+                     num_query_groups=6, vocab_size=1024, seq_length=1028, num_experts=4,
+                     moe_ffn_hidden_size=512)
     check_plan(model, ParallelPlan(**BASE), 16)
+    check_plan(moe, ParallelPlan(**BASE), 16)
     assert len(BREAKS) == len(RULES)
     for rule, change in zip(RULES, BREAKS):
+        change = dict(change)
+        m = moe if change.pop("moe", False) else model
         plan = ParallelPlan(**(BASE | change))
         values = {f.name: getattr(plan, f.name) for f in PLAN_FIELDS}
-        assert not bool(rule.ok(model, values, 16)), (rule.name, change)
+        assert not bool(rule.ok(m, values, 16)), (rule.name, change)
         with pytest.raises(InputError):
-            check_plan(model, plan, 16)
+            check_plan(m, plan, 16)
 
 
 def test_vectorised_rules_equal_scalar_check():

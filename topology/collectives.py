@@ -35,3 +35,16 @@ reduce_scatter_time_s = all_gather_time_s
 def p2p_time_s(size_bytes, bandwidth_Bps, latency_s):
     """One send/recv of ``size_bytes`` over a link of ``bandwidth_Bps``."""
     return latency_s + np.asarray(size_bytes, dtype=float) / bandwidth_Bps
+
+
+def all_to_all_time_s(size_bytes, n, on_node, intra_bw_Bps, intra_lat_s, inter_bw_Bps,
+                      inter_lat_s):
+    """All-to-all of ``size_bytes`` per GPU (``size_bytes/n`` to each of ``n`` peers) in a
+    group with ``on_node`` members per host: ``(on_node-1)/n`` of the buffer crosses NVLink
+    and ``(n-on_node)/n`` the network, concurrently; one latency of the slower path (NCCL
+    runs the sends and receives as one grouped call). 0 where ``n == 1``."""
+    n, g = np.asarray(n, dtype=float), np.asarray(on_node, dtype=float)
+    intra = (g - 1) / n * size_bytes / intra_bw_Bps
+    inter = (n - g) / n * size_bytes / inter_bw_Bps
+    lat = np.where(n > g, inter_lat_s, intra_lat_s)
+    return np.where(n > 1, lat + np.maximum(intra, inter), 0.0)

@@ -17,7 +17,7 @@ from configurator.core.rules import plan_for_world
 from configurator.search.evaluate import Evaluation, evaluate_plan
 from configurator.search.placement import (host_health_order, place_plan,
                                            place_search_result, placement_on_cluster)
-from configurator.search.rank import SearchResult, search
+from configurator.search.rank import SearchResult, best_layer_split, search
 from configurator.search.space import SearchSpace
 
 
@@ -160,6 +160,22 @@ class EstimateOutcome:
     title: str
 
 
+def split_note(fields: dict, plan) -> str:
+    """``; layer split chosen: …`` when the split was chosen for the user, else empty."""
+    given = any(fields.get(k) for k in ("decoder_first_pipeline_num_layers",
+                                        "decoder_last_pipeline_num_layers",
+                                        "account_for_embedding_in_pipeline_split",
+                                        "account_for_loss_in_pipeline_split"))
+    if given or not plan.custom_layer_split:
+        return ""
+    words = [f"first={plan.decoder_first_pipeline_num_layers}",
+             f"last={plan.decoder_last_pipeline_num_layers}"] if (
+        plan.decoder_first_pipeline_num_layers or plan.decoder_last_pipeline_num_layers) else [
+        w for w, on in (("account_for_embedding", plan.account_for_embedding_in_pipeline_split),
+                        ("account_for_loss", plan.account_for_loss_in_pipeline_split)) if on]
+    return "; layer split chosen: " + " ".join(words)
+
+
 def run_estimate(req: EstimateRequest) -> EstimateOutcome:
     """Memory per stage and iteration time of one plan (also one that does not fit).
 
@@ -171,16 +187,17 @@ def run_estimate(req: EstimateRequest) -> EstimateOutcome:
     if not req.inputs.topology:
         if req.placement != "default":
             raise InputError("placement", req.placement, "needs --topology FILE")
-        plan = plan_for_world(req.fields, cluster.num_gpus)
+        plan = best_layer_split(model, cluster, plan_for_world(req.fields, cluster.num_gpus))
         e = evaluate_plan(model, cluster, plan)
         title = (f"{model.name} on {cluster.num_nodes} x {cluster.gpus_per_node} "
-                 f"{cluster.gpu.name} ({cluster.name})")
+                 f"{cluster.gpu.name} ({cluster.name})" + split_note(req.fields, plan))
         return EstimateOutcome(evaluation=e, title=title)
     v.float_in_range("placement_time_s", req.placement_time_s)
     v.int_in_range("placement_evaluations", req.placement_evaluations)
     v.int_in_range("seed", req.seed)
     pool, nodes, _ = host_pool(req.inputs, cluster)
-    plan = plan_for_world(req.fields, nodes * cluster.gpus_per_node)
+    plan = best_layer_split(model, cluster,
+                            plan_for_world(req.fields, nodes * cluster.gpus_per_node))
     method, hosts, order = req.placement, None, None
     if method not in ("default", "optimized"):
         hosts, order = placement_on_cluster(v.load_mapping_file("placement", method), cluster, nodes)

@@ -81,6 +81,14 @@ class Candidates:
         return ParallelPlan(**kw)
 
     @classmethod
+    def from_plans(cls, plans: list[ParallelPlan]) -> "Candidates":
+        """Plans that share their non-candidate fields, as one column store."""
+        parts = [cls.from_plan(p) for p in plans]
+        cols = {f.name: np.concatenate([c.columns[f.name] for c in parts])
+                for f in COLUMN_FIELDS}
+        return cls(cols, parts[0].shared)
+
+    @classmethod
     def from_plan(cls, plan: ParallelPlan) -> "Candidates":
         cols = {}
         for f in COLUMN_FIELDS:

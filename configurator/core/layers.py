@@ -38,7 +38,7 @@ def split_ok(num_layers: int, *, pp, vp, first, last, account_embedding, account
     uneven = (first > 0) | (last > 0)
     accounted = (ae + al) > 0
     total = num_layers + ae + al
-    even_ok = (total % (pp * vp) == 0) & (total // np.maximum(pp * vp, 1) >= 1 + (ae | al))
+    even_ok = ((vp == 1) | (pp > 1)) & (total % (pp * vp) == 0) & (total // np.maximum(pp * vp, 1) >= 1 + (ae | al))
     mid = num_layers - first - last
     mid_ranks = pp - (first > 0) - (last > 0)
     mid_div = np.maximum(mid_ranks, 1) * vp
@@ -111,3 +111,26 @@ def stage_classes(model: ModelSpec, pp: int, vp: int, first: int = 0, last: int 
         else:
             seen[key] = [r, 1, key[0], key[1]]
     return [tuple(x) for x in seen.values()]
+
+
+def stage_class_arrays(model: ModelSpec, *, pp, vp, first, last, account_embedding,
+                       account_loss) -> dict[str, np.ndarray]:
+    """:func:`stage_classes` for arrays of plans, padded to the largest class count ``K``:
+    ``{"stage", "count", "layers", "moe_layers"}`` each of shape ``[N, K]`` (padding repeats
+    class 0 with ``count`` 0). Computed once per distinct split."""
+    cols = [np.atleast_1d(np.asarray(x, dtype=np.int64)) for x in (
+        pp, vp, first, last, account_embedding, account_loss)]
+    n = max(len(c) for c in cols)
+    keys = np.stack([np.broadcast_to(c, (n,)) for c in cols], axis=1)
+    uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
+    per = [stage_classes(model, int(k[0]), int(k[1]), int(k[2]), int(k[3]), bool(k[4]),
+                         bool(k[5])) for k in uniq]
+    K = max(len(c) for c in per)
+    table = np.zeros((len(uniq), K, 4), dtype=np.int64)
+    for i, classes in enumerate(per):
+        for j in range(K):
+            stage, count, layers, moe = classes[j] if j < len(classes) else classes[0]
+            table[i, j] = (stage, count if j < len(classes) else 0, layers, moe)
+    rows = table[np.asarray(inverse).reshape(-1)]
+    return {"stage": rows[:, :, 0], "count": rows[:, :, 1], "layers": rows[:, :, 2],
+            "moe_layers": rows[:, :, 3]}

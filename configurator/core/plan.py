@@ -100,7 +100,11 @@ class ParallelPlan:
                      help="virtual stages per pipeline rank (1 = no interleaving)",
                      flag_group="parallelism",
                      flags=(("--num-layers-per-virtual-pipeline-stage",
-                             lambda m, p: m.num_layers // p.pp // p.vp if p.vp > 1 else None),))
+                             lambda m, p: m.num_layers // p.pp // p.vp
+                             if p.vp > 1 and not p.custom_layer_split else None),
+                            ("--num-virtual-stages-per-pipeline-rank",
+                             lambda m, p: p.vp if p.vp > 1 and p.custom_layer_split
+                             else None)))
     micro_batch_size: int = _field(1, megatron_name="micro_batch_size", cli_flag="--mbs",
                                    alias="mbs", column="mbs", help="micro_batch_size",
                                    flag_group="batch",
@@ -111,6 +115,42 @@ class ParallelPlan:
                                     help="global batch size (sequences)", flag_group="batch",
                                     flags=(("--global-batch-size",
                                             lambda m, p: p.global_batch_size),))
+    ep: int = _field(1, megatron_name="expert_model_parallel_size", cli_flag="--ep",
+                     column="ep", help="expert_model_parallel_size (MoE models; default 1)",
+                     flag_group="parallelism",
+                     flags=(("--expert-model-parallel-size",
+                             lambda m, p: p.ep if m.is_moe else None),))
+    etp: int = _field(1, megatron_name="expert_tensor_parallel_size", cli_flag="--etp",
+                      column="etp", help="expert_tensor_parallel_size (MoE models; default 1)",
+                      flag_group="parallelism",
+                      flags=(("--expert-tensor-parallel-size",
+                              lambda m, p: p.etp if m.is_moe else None),))
+    decoder_first_pipeline_num_layers: int = _field(
+        0, megatron_name="decoder_first_pipeline_num_layers",
+        cli_flag="--decoder-first-pipeline-num-layers", alias="first", column="first",
+        help="layers on the first pipeline rank (0 = even split)", flag_group="parallelism",
+        flags=(("--decoder-first-pipeline-num-layers",
+                lambda m, p: p.decoder_first_pipeline_num_layers or None),))
+    decoder_last_pipeline_num_layers: int = _field(
+        0, megatron_name="decoder_last_pipeline_num_layers",
+        cli_flag="--decoder-last-pipeline-num-layers", alias="last", column="last",
+        help="layers on the last pipeline rank (0 = even split)", flag_group="parallelism",
+        flags=(("--decoder-last-pipeline-num-layers",
+                lambda m, p: p.decoder_last_pipeline_num_layers or None),))
+    account_for_embedding_in_pipeline_split: bool = _field(
+        False, megatron_name="account_for_embedding_in_pipeline_split",
+        cli_flag="--account-for-embedding-in-pipeline-split", alias="acct_emb",
+        help="count the embedding as one layer when splitting the pipeline",
+        flag_group="parallelism",
+        flags=(("--account-for-embedding-in-pipeline-split",
+                lambda m, p: p.account_for_embedding_in_pipeline_split or None),))
+    account_for_loss_in_pipeline_split: bool = _field(
+        False, megatron_name="account_for_loss_in_pipeline_split",
+        cli_flag="--account-for-loss-in-pipeline-split", alias="acct_loss",
+        help="count the loss (output layer) as one layer when splitting the pipeline",
+        flag_group="parallelism",
+        flags=(("--account-for-loss-in-pipeline-split",
+                lambda m, p: p.account_for_loss_in_pipeline_split or None),))
     recompute: str = _field("none", megatron_name="recompute_granularity",
                             cli_flag="--recompute", column="recompute", choices=RECOMPUTE,
                             help="activation recompute: none, selective (core attention) or "
@@ -178,6 +218,23 @@ class ParallelPlan:
         return self.global_batch_size // (self.micro_batch_size * self.dp)
 
     @property
+    def custom_layer_split(self) -> bool:
+        """An uneven or embedding/loss-aware pipeline split (not ``L/pp`` per rank)."""
+        return bool(self.decoder_first_pipeline_num_layers
+                    or self.decoder_last_pipeline_num_layers
+                    or self.account_for_embedding_in_pipeline_split
+                    or self.account_for_loss_in_pipeline_split)
+
+    @property
+    def layer_split(self) -> tuple:
+        """``(pp, vp, first, last, account_embedding, account_loss)``: the arguments of
+        :func:`configurator.core.layers.rank_layer_counts`."""
+        return (self.pp, self.vp, self.decoder_first_pipeline_num_layers,
+                self.decoder_last_pipeline_num_layers,
+                self.account_for_embedding_in_pipeline_split,
+                self.account_for_loss_in_pipeline_split)
+
+    @property
     def stores_attention_scores(self) -> bool:
         return self.attention_backend in SCORE_STORING_BACKENDS
 
@@ -203,6 +260,12 @@ def _collect() -> tuple[PlanField, ...]:
 #: THE plan schema, in field order.
 PLAN_FIELDS: tuple[PlanField, ...] = _collect()
 PLAN_FIELD = {f.name: f for f in PLAN_FIELDS}
+#: Fields a plan document may leave out (their defaults: no expert parallelism, an even
+#: layer split), so documents written before these fields existed still read.
+OPTIONAL_PLAN_KEYS = ("ep", "etp", "decoder_first_pipeline_num_layers",
+                      "decoder_last_pipeline_num_layers",
+                      "account_for_embedding_in_pipeline_split",
+                      "account_for_loss_in_pipeline_split")
 #: Keys :meth:`ParallelPlan.to_dict` adds that are not fields (ignored on reading).
 DERIVED_KEYS = ("num_microbatches",) + tuple(f.alias for f in PLAN_FIELDS if f.alias)
 
@@ -242,11 +305,14 @@ def check_field(f: PlanField, value: Any, where: str = "") -> Any:
 def plan_from_dict(data: Mapping[str, Any], where: str = "plan.") -> ParallelPlan:
     """Rebuild a plan from :meth:`ParallelPlan.to_dict` output, validating every field.
 
-    Every field is required; derived keys are ignored; any other key is an error. Raises
+    Every field is required but those of :data:`OPTIONAL_PLAN_KEYS`; derived keys are
+    ignored; any other key is an error. Raises
     :class:`InputError` naming ``where + field``. Megatron's cross-field rules are checked
     separately (:func:`configurator.core.rules.check_plan`).
     """
     if not isinstance(data, Mapping):
         raise InputError(where.rstrip("."), type(data).__name__, "must be a mapping")
-    v.exact_keys(where.rstrip("."), data, [f.name for f in PLAN_FIELDS], DERIVED_KEYS)
-    return ParallelPlan(**{f.name: check_field(f, data[f.name], where) for f in PLAN_FIELDS})
+    required = [f.name for f in PLAN_FIELDS if f.name not in OPTIONAL_PLAN_KEYS]
+    v.exact_keys(where.rstrip("."), data, required, DERIVED_KEYS + OPTIONAL_PLAN_KEYS)
+    return ParallelPlan(**{f.name: check_field(f, data.get(f.name, f.default), where)
+                           for f in PLAN_FIELDS})

@@ -19,6 +19,7 @@ import numpy as np
 
 from configurator.core import validate as v
 from configurator.core.errors import InputError
+from configurator.core.layers import split_ok
 from configurator.core.model import ModelSpec
 from configurator.core.plan import (PLAN_FIELDS, SCORE_STORING_BACKENDS, ParallelPlan,
                                     check_field, param_gather_overlap)
@@ -53,6 +54,50 @@ def _rule(name: str, needs: Iterable[str], ok, error) -> Rule:
     return Rule(name, frozenset(needs), ok, error)
 
 
+#: The plan fields that decide which layers each pipeline rank builds.
+SPLIT_FIELDS = ("pp", "vp", "decoder_first_pipeline_num_layers",
+                "decoder_last_pipeline_num_layers", "account_for_embedding_in_pipeline_split",
+                "account_for_loss_in_pipeline_split")
+
+
+def _custom_split(f: Fields):
+    return ((np.asarray(f["decoder_first_pipeline_num_layers"]) > 0)
+            | (np.asarray(f["decoder_last_pipeline_num_layers"]) > 0)
+            | np.asarray(f["account_for_embedding_in_pipeline_split"], dtype=bool)
+            | np.asarray(f["account_for_loss_in_pipeline_split"], dtype=bool))
+
+
+def _split_ok(m: ModelSpec, f: Fields):
+    return split_ok(m.num_layers, pp=f["pp"], vp=f["vp"],
+                    first=f["decoder_first_pipeline_num_layers"],
+                    last=f["decoder_last_pipeline_num_layers"],
+                    account_embedding=f["account_for_embedding_in_pipeline_split"],
+                    account_loss=f["account_for_loss_in_pipeline_split"])
+
+
+def _split_error(m: ModelSpec, f: Fields) -> InputError:
+    first, last = f["decoder_first_pipeline_num_layers"], f["decoder_last_pipeline_num_layers"]
+    pp, vp, L = f["pp"], f["vp"], m.num_layers
+    if not bool(_custom_split(f)):
+        return InputError("vp", vp, f"must divide layers per pipeline rank ({L // pp})")
+    if first or last:
+        if f["account_for_embedding_in_pipeline_split"] or \
+                f["account_for_loss_in_pipeline_split"]:
+            return InputError("decoder_first_pipeline_num_layers", first,
+                              "an uneven split does not combine with accounting for the "
+                              "embedding or loss")
+        mid_ranks = pp - (first > 0) - (last > 0)
+        return InputError("decoder_first_pipeline_num_layers", first,
+                          f"with decoder_last_pipeline_num_layers={last}, pp={pp} and vp={vp}:"
+                          f" first and last must be multiples of vp, and the other "
+                          f"{L - first - last} layers must split evenly (at least one each) "
+                          f"over {mid_ranks} ranks x {vp} virtual stages")
+    extra = int(f["account_for_embedding_in_pipeline_split"]) + int(
+        f["account_for_loss_in_pipeline_split"])
+    return InputError("pp", pp, f"num_layers + {extra} accounted ({L + extra}) must split "
+                                f"evenly over pp*vp = {pp * vp} virtual stages")
+
+
 #: Checked in this order; the first broken rule names the error.
 RULES: tuple[Rule, ...] = (
     _rule("model parallel divides the world", ("tp", "pp", "cp"),
@@ -73,17 +118,48 @@ RULES: tuple[Rule, ...] = (
                                         f["tp"] % m.num_query_groups == 0),
           lambda m, f, w: InputError("tp", f["tp"], f"num_query_groups ({m.num_query_groups})"
                                                     f" must be a multiple or divisor of tp")),
-    _rule("pp divides the layers", ("pp",),
-          lambda m, f, w: m.num_layers % f["pp"] == 0,
-          lambda m, f, w: InputError("pp", f["pp"], f"must divide num_layers "
-                                                    f"({m.num_layers})")),
     _rule("interleaving needs pp > 1", ("vp", "pp"),
           lambda m, f, w: np.logical_or(f["vp"] == 1, f["pp"] > 1),
           lambda m, f, w: InputError("vp", f["vp"], "interleaved schedule needs pp > 1")),
-    _rule("vp divides the layers per pipeline rank", ("vp", "pp"),
-          lambda m, f, w: (m.num_layers // f["pp"]) % f["vp"] == 0,
-          lambda m, f, w: InputError("vp", f["vp"], f"must divide layers per pipeline rank "
-                                                    f"({m.num_layers // f['pp']})")),
+    _rule("pp divides the layers", SPLIT_FIELDS,
+          lambda m, f, w: np.logical_or(_custom_split(f), m.num_layers % f["pp"] == 0),
+          lambda m, f, w: InputError("pp", f["pp"], f"must divide num_layers "
+                                                    f"({m.num_layers}); or give "
+                                                    f"--decoder-first/last-pipeline-num-layers "
+                                                    f"or account for the embedding/loss")),
+    _rule("the layer split is one Megatron builds", SPLIT_FIELDS,
+          lambda m, f, w: _split_ok(m, f),
+          lambda m, f, w: _split_error(m, f)),
+    _rule("ep needs experts", ("ep", "etp"),
+          lambda m, f, w: np.logical_or(m.is_moe, (f["ep"] == 1) & (f["etp"] == 1)),
+          lambda m, f, w: InputError("ep" if f["ep"] != 1 else "etp",
+                                     f["ep"] if f["ep"] != 1 else f["etp"],
+                                     "expert parallelism needs a model with num_experts")),
+    _rule("ep divides the experts", ("ep",),
+          lambda m, f, w: (m.num_experts or 1) % f["ep"] == 0,
+          lambda m, f, w: InputError("ep", f["ep"], f"must divide num_experts "
+                                                    f"({m.num_experts})")),
+    _rule("the expert grid etp*ep*pp divides the world", ("ep", "etp", "pp"),
+          lambda m, f, w: w % (f["ep"] * f["etp"] * f["pp"]) == 0,
+          lambda m, f, w: InputError(
+              "ep", f["ep"], f"etp({f['etp']}) * ep({f['ep']}) * pp({f['pp']}) = "
+              f"{f['ep'] * f['etp'] * f['pp']} does not divide {w} GPUs (expert-data-parallel "
+              f"size must be whole)")),
+    _rule("expert tp divides the expert FFN", ("etp",),
+          lambda m, f, w: (m.moe_ffn_hidden_size or 1) % f["etp"] == 0,
+          lambda m, f, w: InputError("etp", f["etp"], f"must divide moe_ffn_hidden_size "
+                                                      f"({m.moe_ffn_hidden_size})")),
+    _rule("MoE with tp needs sequence parallelism", ("tp", "sequence_parallel"),
+          lambda m, f, w: np.logical_or(np.logical_or(not m.is_moe, f["tp"] == 1),
+                                        f["sequence_parallel"]),
+          lambda m, f, w: InputError("sequence_parallel", False,
+                                     "an MoE model with tp > 1 needs sequence parallelism "
+                                     "(megatron/core/transformer/moe/moe_layer.py)")),
+    _rule("biased MoE experts need etp = 1", ("etp",),
+          lambda m, f, w: np.logical_or(not (m.is_moe and m.add_bias_linear), f["etp"] == 1),
+          lambda m, f, w: InputError("etp", f["etp"], "experts with biases (add_bias_linear) "
+                                                      "need expert_tensor_parallel_size 1 "
+                                                      "(TransformerConfig)")),
     _rule("cp splits the sequence in 2*cp chunks", ("cp",),
           lambda m, f, w: np.logical_or(f["cp"] == 1, m.seq_length % (2 * f["cp"]) == 0),
           lambda m, f, w: InputError("cp", f["cp"], f"seq_length ({m.seq_length}) must be "
@@ -161,7 +237,7 @@ def plan_for_world(fields: Mapping[str, Any], world_size: int) -> ParallelPlan:
     (:func:`check_plan`)."""
     f = dict(fields)
     for spec in PLAN_FIELDS:
-        if spec.type is int and spec.name != "dp":
+        if spec.type is int and spec.name != "dp" and f.get(spec.name) is not None:
             v.int_in_range((spec.cli_flag or spec.short).lstrip("-").replace("-", "_"),
                            f[spec.name], key=spec.name)
     divides = RULES[0]
@@ -176,4 +252,7 @@ def plan_for_world(fields: Mapping[str, Any], world_size: int) -> ParallelPlan:
         f["overlap_grad_reduce"] = True
     f["overlap_param_gather"] = param_gather_overlap(f["overlap_grad_reduce"],
                                                      f["distributed_optimizer"])
+    for spec in PLAN_FIELDS:   # any other field not given takes the schema's default
+        if f.get(spec.name) is None:
+            f[spec.name] = spec.default
     return ParallelPlan(**f)

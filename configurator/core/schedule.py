@@ -52,10 +52,12 @@ def inflight_chunks_interleaved(pp, vp, m, stage):
     return np.minimum(m * vp, 2 * (pp - r - 1) + (vp - 1) * pp + 1)
 
 
-def inflight_layers(num_layers: int, *, pp, vp, num_microbatches, stage):
+def inflight_layers(num_layers: int, *, pp, vp, num_microbatches, stage, rank_layers=None):
     """Layer-microbatches whose activations rank ``stage`` holds at its peak (count):
-    1F1B ``min(pp - r, m)·L/pp``; interleaved chunks × ``L/(pp·vp)``."""
+    1F1B ``min(pp - r, m)·n``; interleaved chunks × ``n/vp``, with ``n`` the layers the rank
+    builds (``rank_layers``; default ``L/pp``)."""
     pp, vp = np.asarray(pp), np.asarray(vp)
-    plain = inflight_microbatches_1f1b(pp, num_microbatches, stage) * (num_layers / pp)
+    n = num_layers / pp if rank_layers is None else np.asarray(rank_layers, dtype=float)
+    plain = inflight_microbatches_1f1b(pp, num_microbatches, stage) * n
     chunks = inflight_chunks_interleaved(pp, vp, num_microbatches, stage)
-    return np.where(vp > 1, chunks * (num_layers / (pp * vp)), plain)
+    return np.where(vp > 1, chunks * (n / vp), plain)

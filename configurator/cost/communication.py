@@ -73,3 +73,33 @@ def pipeline_figures(cluster, stride: int, size: int, world: int) -> tuple[float
     end = (float(min(fb[ends].min(), bb[ends].min())), float(max(fl[ends].max(),
                                                                  bl[ends].max())))
     return path + ring + end
+
+
+#: Keys of :func:`expert_comm_figures`.
+EXPERT_NAMES = ("ep_on_node", "ep_intra_bw", "ep_intra_lat", "ep_inter_bw", "ep_inter_lat",
+                "etp_bw", "etp_lat", "edp_bw", "edp_lat")
+
+
+def expert_comm_figures(cluster, c: Candidates) -> dict[str, np.ndarray]:
+    """Figures of each plan's expert groups, laid out by Megatron's expert grid
+    (``etp-ep-edp-pp``, megatron/core/parallel_state.py): the EP group (stride ``etp``,
+    size ``ep``) as members per host and NVLink / network (bandwidth B/s, latency s) for
+    its all-to-all; the ETP and expert-data-parallel (stride ``etp·ep``) rings' bus
+    bandwidth and latency. Arrays keyed :data:`EXPERT_NAMES`; dense plans get (1, inf, 0…)."""
+    n = len(c)
+    world = int(c.tp[0] * c.pp[0] * c.dp[0] * c.cp[0]) if n else 1
+    keys = np.stack([c.ep, c.etp, c.pp], axis=1) if n else np.zeros((0, 3), np.int64)
+    uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+    table = np.empty((len(uniq), len(EXPERT_NAMES)))
+    G = cluster.gpus_per_node
+    intra = cluster.link(0, 1) if G > 1 else (float("inf"), 0.0)
+    inter = cluster.link(0, G) if cluster.num_gpus > G else intra
+    for i, (ep, etp, pp) in enumerate(uniq.tolist()):
+        edp = world // (ep * etp * pp)
+        on_node = min(ep, max(G // etp, 1))
+        table[i, 0] = on_node
+        table[i, 1:3] = intra
+        table[i, 3:5] = inter
+        table[i, 5:7] = cluster.group_busbw(1, etp, world)
+        table[i, 7:9] = cluster.group_busbw(etp * ep, edp, world)
+    return {k: table[np.asarray(inv).reshape(-1), j] for j, k in enumerate(EXPERT_NAMES)}

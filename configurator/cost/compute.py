@@ -39,11 +39,81 @@ def gemm_time_s(M, N, K, *, batch, peak, gpu: GPUSpec, in_bytes, gemm_eff):
     return np.maximum(t_compute, t_memory) + eff.kernel_overhead_s
 
 
-def layer_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec) -> dict:
-    """Forward/backward/recompute times (s) of one layer for one microbatch, per plan."""
+def _attention_gemms_s(model: ModelSpec, T, tp, kw):
+    """Forward GEMM time of the attention projections ``(input side, output projection)``:
+    QKV (or MLA's down and up projections; the down ones are replicated over tp) and the
+    output projection."""
+    h, a = model.hidden_size, model.num_attention_heads
+    if model.multi_latent_attention:
+        qk, pos, vd = model.qk_head_dim, model.qk_pos_emb_head_dim, model.v_head_dim
+        if model.q_lora_rank:
+            q = (gemm_time_s(T, model.q_lora_rank, h, **kw)
+                 + gemm_time_s(T, a * (qk + pos) / tp, model.q_lora_rank, **kw))
+        else:
+            q = gemm_time_s(T, a * (qk + pos) / tp, h, **kw)
+        kv = (gemm_time_s(T, model.kv_lora_rank + pos, h, **kw)
+              + gemm_time_s(T, a * (qk + vd) / tp, model.kv_lora_rank, **kw))
+        return q + kv, gemm_time_s(T, h, a * vd / tp, **kw)
+    g, d = model.num_query_groups, model.kv_channels
+    return (gemm_time_s(T, (a + 2 * g) * d / tp, h, **kw),
+            gemm_time_s(T, h, a * d / tp, **kw))
+
+
+#: Load-imbalance factor of routed experts: the busiest rank's tokens over the mean. 1.0
+#: under force-balanced routing (Megatron ``--moe-router-force-load-balancing``, which the
+#: published Megatron-Bridge MoE benchmarks use); dropless training with an auxiliary loss
+#: runs above it, by an amount the routing decides, not the plan.
+MOE_IMBALANCE = 1.0
+#: Kernels an MoE layer launches beyond a dense MLP's, forward (router GEMM, top-k, softmax,
+#: auxiliary loss, token counts, permutations, dispatcher bookkeeping and its host sync):
+#: counted from megatron-core 0.16.1's ``MoELayer.forward`` with the all-to-all dispatcher.
+MOE_EXTRA_KERNELS = 30
+
+
+def moe_mlp_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec, T, kw):
+    """Forward time (s) of one MoE layer's MLP part for one microbatch on one rank and the
+    per-rank routed tokens: ``{"fwd", "tokens_routed", "tokens_in"}``.
+
+    Tokens per rank ``X = T/tp`` (sequence parallel), routed copies ``R = k·X·etp`` over
+    ``E/ep`` local experts (grouped GEMMs: ``E/ep`` GEMMs of ``R·ep/E`` rows, fc1 ``h →
+    f_e/etp`` (×2 SwiGLU), fc2 back), times :data:`MOE_IMBALANCE`; the router GEMM ``X×h×E``
+    (fp32 scores); a shared expert as a dense MLP over the ``T`` gathered tokens; memory-bound
+    passes: permute and unpermute (read and write ``R·h``), the activation over ``R·f_e``,
+    router softmax/top-k over ``X·E`` in fp32, plus :data:`MOE_EXTRA_KERNELS` launches."""
     eff = gpu.efficiency
-    h, a, g, f, d = (model.hidden_size, model.num_attention_heads, model.num_query_groups,
-                     model.ffn_hidden_size, model.kv_channels)
+    h, fe, E = model.hidden_size, model.moe_ffn_hidden_size, model.num_experts
+    tp, etp, ep = (x.astype(float) for x in (c.tp, c.etp, c.ep))
+    X = T / tp
+    R = model.moe_router_topk * X * etp * MOE_IMBALANCE
+    local = E / ep
+    rows = R / local
+    gate = 2 if model.swiglu else 1
+    grouped = dict(kw, batch=local)
+    experts = (gemm_time_s(rows, gate * fe / etp, h, **grouped)
+               + gemm_time_s(rows, h, fe / etp, **grouped))
+    router = gemm_time_s(X, E, h, **dict(kw, peak=gpu.peak("bf16"), gemm_eff=eff.gemm,
+                                         in_bytes=2.0))
+    shared = 0.0
+    fs = model.moe_shared_expert_intermediate_size
+    if fs:
+        shared = (gemm_time_s(T, gate * fs / tp, h, **kw) + gemm_time_s(T, h, fs / tp, **kw)
+                  + (2 * gate + 2) * T * fs / tp / (gpu.hbm_bandwidth_Bps * eff.hbm))
+    elem = (2 * 2 * (X * h + R * h) + (2 * gate + 2) * R * fe / etp + 3 * 4 * X * E)
+    fwd = (experts + router + shared + elem / (gpu.hbm_bandwidth_Bps * eff.hbm)
+           + MOE_EXTRA_KERNELS * eff.kernel_overhead_s)
+    return {"fwd": fwd, "tokens_routed": R, "tokens_in": X}
+
+
+def layer_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec) -> dict:
+    """Forward/backward/recompute times (s) of one layer for one microbatch, per plan.
+
+    ``fwd``, ``bwd``, ``recompute`` are a dense layer's; ``moe_fwd``, ``moe_bwd``,
+    ``moe_recompute`` an MoE layer's (equal to the dense ones for a dense model), its MLP
+    replaced by :func:`moe_mlp_costs` (backward 2× the forward)."""
+    eff = gpu.efficiency
+    h, a, g, f = (model.hidden_size, model.num_attention_heads, model.num_query_groups,
+                  model.ffn_hidden_size)
+    dqk, dv = model.attention_heads_dims
     tp = c.tp.astype(float)
     s_q = model.seq_length / c.cp
     s_k = float(model.seq_length)
@@ -56,32 +126,43 @@ def layer_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec) -> dict:
     kw = dict(batch=1.0, peak=gemm_peak, gpu=gpu, in_bytes=1.0 if fp8 else 2.0,
               gemm_eff=gemm_eff)
     fc1_n = f * (2 if model.swiglu else 1)
-    gemm_qkv = gemm_time_s(T, (a + 2 * g) * d / tp, h, **kw)
+    gemm_qkv, gemm_proj = _attention_gemms_s(model, T, tp, kw)
     gemm_fc1 = gemm_time_s(T, fc1_n / tp, h, **kw)
-    gemm_fwd = (gemm_qkv + gemm_time_s(T, h, a * d / tp, **kw) + gemm_fc1
-                + gemm_time_s(T, h, f / tp, **kw))
+    gemm_mlp = gemm_fc1 + gemm_time_s(T, h, f / tp, **kw)
+    gemm_fwd = gemm_qkv + gemm_proj + gemm_mlp
     rep = T * h / np.where(c.sequence_parallel, tp, 1.0)  # elements of replicated-or-SP activations
     drop = model.hidden_dropout > 0
-    elem = (2 * 4 * rep + 2 * (6 + drop) * rep
-            + (6 if model.swiglu else 4) * T * f / tp
-            + (4 * T * (a + g) * d / tp if model.position_embedding_type == "rope" else 0.0))
+    mlp_elem = (6 if model.swiglu else 4) * T * f / tp
+    elem = (2 * 4 * rep + 2 * (6 + drop) * rep + mlp_elem
+            + (4 * T * (a * dqk + g * dqk) / tp
+               if model.position_embedding_type == "rope" else 0.0))
     n_kernels = 10
     if c.stores_scores:
         heads = c.mbs * a / tp
         kw16 = dict(kw, peak=peak16, gemm_eff=eff.gemm, in_bytes=2.0, batch=heads)
         scores = s_q * s_k * heads
-        attn_fwd = (gemm_time_s(s_q, s_k, d, **kw16) + gemm_time_s(s_q, d, s_k, **kw16)
+        attn_fwd = (gemm_time_s(s_q, s_k, dqk, **kw16) + gemm_time_s(s_q, dv, s_k, **kw16)
                     + (4 + 5 * (model.attention_dropout > 0)) * scores / (hbm * eff.hbm)
-                    + 4 * T * h / tp / (hbm * eff.hbm) + 3 * eff.kernel_overhead_s)
+                    + 4 * T * a * dv / tp / (hbm * eff.hbm) + 3 * eff.kernel_overhead_s)
         attn_bwd = 2 * attn_fwd
     else:
-        flops = 4.0 * c.mbs * s_q * s_k * h / tp * 0.5  # causal
+        flops = 2.0 * c.mbs * s_q * s_k * a * (dqk + dv) / tp * 0.5  # causal
         attn_fwd = flops / (peak16 * eff.flash_attention) + eff.kernel_overhead_s
         attn_bwd = 2.5 * attn_fwd
     elem_fwd = elem / (hbm * eff.hbm) + n_kernels * eff.kernel_overhead_s
     fwd = gemm_fwd + attn_fwd + elem_fwd
     bwd = 2 * gemm_fwd + attn_bwd + 2 * elem_fwd
     recompute = np.select([c.recompute == 2, c.recompute == 1], [fwd, attn_fwd], 0.0)
-    return {"fwd": fwd, "bwd": bwd, "recompute": recompute, "attn": attn_fwd + attn_bwd,
-            "wgrad_overlap": gemm_qkv + gemm_fc1,
-            "tokens": T, "gemm_kw": kw}
+    out = {"fwd": fwd, "bwd": bwd, "recompute": recompute, "attn": attn_fwd + attn_bwd,
+           "wgrad_overlap": gemm_qkv + gemm_fc1,
+           "tokens": T, "gemm_kw": kw}
+    if model.is_moe:
+        moe = moe_mlp_costs(model, c, gpu, T, kw)
+        delta = moe["fwd"] - gemm_mlp - mlp_elem / (hbm * eff.hbm)
+        out.update(moe_fwd=fwd + delta, moe_bwd=bwd + 2 * delta,
+                   moe_recompute=np.where(c.recompute == 2, fwd + delta, recompute),
+                   tokens_routed=moe["tokens_routed"], tokens_in=moe["tokens_in"])
+    else:
+        out.update(moe_fwd=fwd, moe_bwd=bwd, moe_recompute=recompute,
+                   tokens_routed=0.0 * T, tokens_in=0.0 * T)
+    return out

@@ -28,14 +28,16 @@ import numpy as np
 from configurator.core.candidates import Candidates
 from configurator.core.model import ModelSpec
 from configurator.core.schedule import bubble_stage_times, p2p_transfers
-from configurator.cost.communication import comm_figures
+from configurator.core.layers import stage_class_arrays
+from configurator.cost.communication import comm_figures, expert_comm_figures
 from configurator.cost.compute import gemm_time_s, layer_costs
 from memory_model.params import (embedding_parameters, padded_vocab_size,
-                                 stage_parameters)
-from topology.collectives import all_gather_time_s, all_reduce_time_s, p2p_time_s
+                                 stage_parameter_split)
+from topology.collectives import (all_gather_time_s, all_reduce_time_s, all_to_all_time_s,
+                                  p2p_time_s)
 
-BREAKDOWN_KEYS = ("compute", "recompute", "bubble", "tp_comm", "cp_comm", "pp_comm",
-                  "dp_comm", "optimizer")
+BREAKDOWN_KEYS = ("compute", "recompute", "bubble", "tp_comm", "cp_comm", "ep_comm",
+                  "pp_comm", "dp_comm", "optimizer")
 #: Megatron DDP bucket: ``max(40M, 1M·dp)`` parameters (megatron/core/distributed
 #: distributed_data_parallel_config.py, ``bucket_size``).
 BUCKET_PARAMS = 40_000_000
@@ -103,15 +105,18 @@ def grad_bytes(c: Candidates) -> float:
     return 2.0 if c.precision == "fp16" else 4.0
 
 
-def dp_exposed_s(c: Candidates, stage_params, dp_bw, dp_lat, bwd_window_s, fwd_window_s):
+def dp_exposed_s(c: Candidates, stage_params, dp_bw, dp_lat, bwd_window_s, fwd_window_s,
+                 group=None):
     """Exposed data-parallel time of one pipeline rank per iteration (s): gradient
     all-reduce (reduce-scatter + parameter all-gather with the distributed optimizer) of
     ``stage_params`` parameters over the dp·cp group, the reduction overlapped with the
     last microbatch's backward (``bwd_window_s``) and the gather with the next forward
     (``fwd_window_s``) when the overlap flags are on, never below one bucket's time
-    (Megatron DDP bucket ``max(40M, 1M·dp)`` parameters)."""
+    (Megatron DDP bucket ``max(40M, 1M·dp)`` parameters). ``group``: the group size when
+    not ``dp·cp`` (experts: the expert-data-parallel group)."""
     gb = grad_bytes(c)
-    n_dp = (c.dp * c.cp).astype(float)
+    n_dp = (c.dp * c.cp).astype(float) if group is None else np.asarray(group, dtype=float)
+    stage_params = np.maximum(np.asarray(stage_params, dtype=float), 1.0)
     do = c.distributed_optimizer
     t_grad = np.where(do, all_gather_time_s(stage_params * gb, n_dp, dp_bw, dp_lat),
                       all_reduce_time_s(stage_params * gb, n_dp, dp_bw, dp_lat))
@@ -134,14 +139,57 @@ def tied_embedding_s(model: ModelSpec, c: Candidates, pp_bw, pp_lat):
     return np.where(tied, t, 0.0)
 
 
-def optimizer_s(c: Candidates, gpu, stage_params):
+def optimizer_s(c: Candidates, gpu, stage_params, expert_params=0.0):
     """Adam step over the local shard (s): fp32 master, m, v, grad read; master, m, v
     written; 16-bit copy written (≈ 30 bytes per parameter, sharded over dp·cp with the
-    distributed optimizer) plus a gradient-norm pass, at attained HBM bandwidth."""
+    distributed optimizer, expert parameters over the expert-data-parallel group) plus a
+    gradient-norm pass, at attained HBM bandwidth."""
     eff = gpu.efficiency
     shard = np.where(c.distributed_optimizer, (c.dp * c.cp).astype(float), 1.0)
-    opt_bytes = stage_params * (30.0 / shard + grad_bytes(c))
+    eshard = np.where(c.distributed_optimizer,
+                      (c.tp * c.dp * c.cp).astype(float) / (c.ep * c.etp), 1.0)
+    opt_bytes = (stage_params * (30.0 / shard + grad_bytes(c))
+                 + expert_params * (30.0 / eshard + grad_bytes(c)))
     return opt_bytes / (gpu.hbm_bandwidth_Bps * eff.hbm) + 20 * eff.kernel_overhead_s
+
+
+def ep_layer_s(model: ModelSpec, lc: dict, c: Candidates, x: dict):
+    """Expert-parallel communication of one MoE layer for one microbatch, ``(forward,
+    backward)`` seconds: the all-to-all dispatcher's token exchange over the EP group
+    (dispatch and combine forward, their gradients backward, again in a full recompute's
+    re-run forward) of the ``k·X`` routed token copies (16-bit), and with ``etp > 1`` the
+    all-gather / reduce-scatter of the ``k·X·etp`` copies over the ETP group
+    (megatron/core/transformer/moe/token_dispatcher.py ``MoEAlltoAllTokenDispatcher``).
+    Not overlapped (Megatron's ``--overlap-moe-expert-parallel-comm`` is off by default).
+    ``x``: :func:`configurator.cost.communication.expert_comm_figures`."""
+    h = model.hidden_size
+    per_rank = 2.0 * lc["tokens_routed"] / c.etp * h
+    a2a = all_to_all_time_s(per_rank, c.ep.astype(float), x["ep_on_node"], x["ep_intra_bw"],
+                            x["ep_intra_lat"], x["ep_inter_bw"], x["ep_inter_lat"])
+    etp_coll = all_gather_time_s(2.0 * lc["tokens_routed"] * h, c.etp.astype(float),
+                                 x["etp_bw"], x["etp_lat"])
+    one = 2 * (a2a + etp_coll)
+    return one, one + np.where(c.recompute == 2, one, 0.0)
+
+
+def layer_type_times(model: ModelSpec, c: Candidates, lc: dict, comm: dict) -> dict:
+    """Per-layer times (s, one microbatch) of a dense and of an MoE layer, by term:
+    ``{"dense"|"moe": {"fwd", "bwd", "recompute", "tp_f", "tp_b", "cp_f", "cp_b", "ep_f",
+    "ep_b"}}``. An MoE layer runs one tensor-parallel collective pair fewer (its routed
+    experts exchange tokens over EP instead; a shared expert keeps the pair)."""
+    act_bytes = 2.0 * lc["tokens"] * model.hidden_size
+    tp_f, tp_b = tp_layer_s(lc, c, act_bytes, comm["tp_bw"], comm["tp_lat"])
+    cp_f, cp_b = cp_layer_s(model, lc, c, comm["cp_bw"], comm["cp_lat"])
+    zero = 0.0 * tp_f
+    dense = dict(fwd=lc["fwd"], bwd=lc["bwd"], recompute=lc["recompute"], tp_f=tp_f,
+                 tp_b=tp_b, cp_f=cp_f, cp_b=cp_b, ep_f=zero, ep_b=zero)
+    if not model.is_moe:
+        return {"dense": dense, "moe": dense}
+    share = (1.0 + bool(model.moe_shared_expert_intermediate_size)) / 2.0
+    ep_f, ep_b = ep_layer_s(model, lc, c, comm)
+    moe = dict(fwd=lc["moe_fwd"], bwd=lc["moe_bwd"], recompute=lc["moe_recompute"],
+               tp_f=share * tp_f, tp_b=share * tp_b, cp_f=cp_f, cp_b=cp_b, ep_f=ep_f, ep_b=ep_b)
+    return {"dense": dense, "moe": moe}
 
 
 def iteration_time(model: ModelSpec, cluster, c: Candidates,
@@ -155,43 +203,60 @@ def iteration_time(model: ModelSpec, cluster, c: Candidates,
     """
     gpu = cluster.gpu
     comm = comm_figures(cluster, c) if comm is None else comm
+    if "ep_on_node" not in comm:
+        comm = dict(comm, **expert_comm_figures(cluster, c))
     lc = layer_costs(model, c, gpu)
     pp, vp = (x.astype(float) for x in (c.pp, c.vp))
     m = c.num_microbatches.astype(float)
-    act_bytes = 2.0 * lc["tokens"] * model.hidden_size
-
-    tp_f, tp_b = tp_layer_s(lc, c, act_bytes, comm["tp_bw"], comm["tp_lat"])
-    tp_layer = tp_f + tp_b
-    cp_f, cp_b = cp_layer_s(model, lc, c, comm["cp_bw"], comm["cp_lat"])
-    cp_layer = cp_f + cp_b
+    types = layer_type_times(model, c, lc, comm)
     x = stage_extras_s(model, c, gpu, lc, comm["tp_bw"], comm["tp_lat"])
     emb = x["emb_fwd"] + x["emb_bwd"]
     logits = x["logits_fwd"] + x["logits_bwd"]
-
-    layers = model.num_layers / pp
-    comp_layer = lc["fwd"] + lc["bwd"]
-    core = layers * (comp_layer + lc["recompute"] + tp_layer + cp_layer)
     single = pp == 1
     slow_is_last = logits > emb
     extra = np.where(single, emb + logits, np.where(slow_is_last, logits, emb))
 
-    # Bubble: (pp-1)/vp core stage times (SC'21 §2.2) plus the lighter end stage's extra
-    # (embedding, or logits and loss), once in 1F1B (the flow-shop makespan
-    # sum_s t_s + (m-1)·max_s t_s: every stage but the pacing one adds its time once while
-    # the pipeline fills and drains) and pp times when interleaved (the first stage's chunk 0
-    # runs the whole first group of pp microbatches forward, and the last group backward,
-    # while the pacing last stage waits). Both exact against the simulated schedule
-    # (configurator.cost.schedule_sim) for any m, vp and core/extra split, without sends,
-    # when the last stage is the heavier end (the logits outweigh the embedding lookup).
-    lighter_end = np.where(single, 0.0, np.minimum(emb, logits))
-    out = {
-        "compute": m * (layers * comp_layer + extra),
-        "recompute": m * layers * lc["recompute"],
-        "tp_comm": m * layers * tp_layer,
-        "cp_comm": m * layers * cp_layer,
-        "bubble": bubble_stage_times(pp, vp) * core
-        + np.where(vp == 1, 1.0, pp) * lighter_end,
+    # Stage classes (ranks alike in layers, MoE layers and end position) and each class's
+    # terms per microbatch; the slowest class sets the pace.
+    cls = stage_class_arrays(model, pp=c.pp, vp=c.vp, first=c.first, last=c.last,
+                             account_embedding=c.acct_emb, account_loss=c.acct_loss)
+    n_moe = cls["moe_layers"].astype(float)
+    n_dense = cls["layers"] - n_moe
+    d, e = types["dense"], types["moe"]
+
+    def per_class(key_d, key_e=None):
+        return (n_dense * np.asarray(d[key_d])[:, None]
+                + n_moe * np.asarray(e[key_e or key_d])[:, None])
+
+    is_first = cls["stage"] == 0
+    is_last = cls["stage"] == c.pp[:, None] - 1
+    stage_extra = is_first * emb[:, None] + is_last * logits[:, None]
+    terms = {
+        "compute": per_class("fwd") + per_class("bwd") + stage_extra,
+        "recompute": per_class("recompute"),
+        "tp_comm": per_class("tp_f") + per_class("tp_b"),
+        "cp_comm": per_class("cp_f") + per_class("cp_b"),
+        "ep_comm": per_class("ep_f") + per_class("ep_b"),
     }
+    stage_t = sum(terms.values())
+    live = cls["count"] > 0
+    pace_k = np.argmax(np.where(live, stage_t, -np.inf), axis=1)[:, None]
+    pace = np.take_along_axis(stage_t, pace_k, axis=1)[:, 0]
+    total = np.sum(np.where(live, cls["count"] * stage_t, 0.0), axis=1)
+
+    # Bubble (SC'21 §2.2 generalised): 1F1B is the flow-shop makespan
+    # sum_s t_s + (m-1)·max_s t_s, so the bubble is every stage but the pacing one once; the
+    # interleaved schedule divides the core stages' share by vp and runs the lighter end
+    # stage's extra (embedding, or logits and loss) pp times (the first stage's chunk 0 runs
+    # the whole first group of pp microbatches while the pacing last stage waits). With an
+    # even split this is (pp-1)/vp core stage times plus the lighter end's extra, once for
+    # 1F1B and pp times interleaved: exact against the simulated schedule
+    # (configurator.cost.schedule_sim) without sends.
+    lighter_end = np.where(single, 0.0, np.minimum(emb, logits))
+    others = total - pace
+    out = {k: m * np.take_along_axis(v, pace_k, axis=1)[:, 0] for k, v in terms.items()}
+    out["bubble"] = np.where(vp == 1, others, (others - lighter_end) / vp + pp * lighter_end)
+
     # Pipeline p2p, each send at the figures of the boundaries it crosses: the fill and
     # drain cross every boundary (1F1B: once each way; interleaved: round the ring, the
     # first microbatch through all pp·vp virtual stages and back); 1F1B's steady state adds
@@ -211,14 +276,27 @@ def iteration_time(model: ModelSpec, cluster, c: Candidates,
                       m * np.maximum(2 * t_worst - t_end - extra, 0.0), 0.0)
     out["pp_comm"] = np.where(pp > 1, pp_comm + middle, 0.0)
 
-    # Data-parallel gradient reduction over the dp·cp group, for the larger end stage.
-    stage_params = np.maximum(stage_parameters(model, c.tp, c.pp, 0),
-                              stage_parameters(model, c.tp, c.pp, c.pp - 1))
+    # Data-parallel gradient reduction: non-expert parameters over the dp·cp group, expert
+    # ones over the expert-data-parallel group, for the rank holding the most.
+    non_expert, expert = stage_parameter_split(
+        model, c.tp[:, None], c.pp[:, None], cls["stage"], layers=cls["layers"],
+        moe_layers=cls["moe_layers"], ep=c.ep[:, None], etp=c.etp[:, None])
+    big = np.argmax(np.where(live, non_expert + expert, -np.inf), axis=1)[:, None]
+    ne_params = np.take_along_axis(np.broadcast_to(non_expert, live.shape), big, axis=1)[:, 0]
+    ex_params = np.take_along_axis(np.broadcast_to(expert, live.shape) * 1.0, big, axis=1)[:, 0]
+    n_pace = np.take_along_axis(cls["layers"], pace_k, axis=1)[:, 0]
+    per_layer = lambda key: (np.asarray(d[key]) + np.asarray(e[key])) / 2.0  # noqa: E731
+    bwd_window = n_pace * (per_layer("bwd") + per_layer("recompute") + per_layer("tp_f")
+                           + per_layer("tp_b"))
+    fwd_window = n_pace * per_layer("fwd")
     out["dp_comm"] = dp_exposed_s(
-        c, stage_params, comm["dp_bw"], comm["dp_lat"],
-        bwd_window_s=layers * (lc["bwd"] + lc["recompute"] + tp_layer),
-        fwd_window_s=layers * lc["fwd"]) + tied_embedding_s(model, c, comm["pp_bw"],
-                                                             comm["pp_lat"])
-    out["optimizer"] = optimizer_s(c, gpu, stage_params)
+        c, ne_params, comm["dp_bw"], comm["dp_lat"], bwd_window_s=bwd_window,
+        fwd_window_s=fwd_window) + tied_embedding_s(model, c, comm["pp_bw"], comm["pp_lat"])
+    if model.is_moe:
+        edp = (c.tp * c.cp * c.dp / (c.ep * c.etp)).astype(float)
+        out["dp_comm"] = out["dp_comm"] + dp_exposed_s(
+            c, ex_params, comm["edp_bw"], comm["edp_lat"], bwd_window_s=0.0,
+            fwd_window_s=0.0, group=edp)
+    out["optimizer"] = optimizer_s(c, gpu, ne_params, ex_params)
     out["iteration_time_s"] = sum(out[k] for k in BREAKDOWN_KEYS)
     return out

@@ -40,11 +40,12 @@ from configurator.core.candidates import Candidates
 from configurator.core.model import ModelSpec
 from configurator.core.plan import ParallelPlan
 from configurator.cost.compute import layer_costs
-from configurator.cost.iteration import (cp_layer_s, dp_exposed_s, optimizer_s,
-                                         p2p_message_s, stage_extras_s, tied_embedding_s,
-                                         tp_layer_s)
+from configurator.core.layers import rank_layer_counts, virtual_stage_layers
+from configurator.cost.communication import expert_comm_figures
+from configurator.cost.iteration import (dp_exposed_s, layer_type_times, optimizer_s,
+                                         p2p_message_s, stage_extras_s, tied_embedding_s)
 from configurator.cost.schedule_sim import SimResult, simulate
-from memory_model.params import stage_parameters
+from memory_model.params import stage_parameter_split
 from topology.cluster import ring_figures
 
 
@@ -114,9 +115,21 @@ class PlacedPlan:
         pp, dp, cp, tp, vp = plan.pp, plan.dp, plan.cp, plan.tp, plan.vp
         # global rank grid [pp, dp, cp, tp] (rank = t + tp·(c + cp·(d + dp·s)))
         self.ranks = np.arange(world, dtype=np.int64).reshape(pp, dp, cp, tp)
-        self.layers_per_chunk = model.num_layers / (pp * vp)
-        self.stage_params = np.array([float(np.asarray(
-            stage_parameters(model, tp, pp, s))) for s in range(pp)])
+        # decoder and MoE layers of each virtual stage: [pp, vp] (chunk j of rank r is
+        # virtual stage j·pp + r)
+        split = virtual_stage_layers(model.num_layers, *plan.layer_split)
+        cum = np.concatenate([[0], np.cumsum(model.moe_layer_pattern)])
+        self.chunk_layers = np.array([[split[j * pp + r][1] for j in range(vp)]
+                                      for r in range(pp)], dtype=float)
+        self.chunk_moe = np.array([[cum[split[j * pp + r][0] + split[j * pp + r][1]]
+                                    - cum[split[j * pp + r][0]] for j in range(vp)]
+                                   for r in range(pp)], dtype=float)
+        counts = rank_layer_counts(model, *plan.layer_split)
+        ne, ex = stage_parameter_split(model, tp, pp, np.arange(pp), layers=counts[:, 0],
+                                       moe_layers=counts[:, 1], ep=plan.ep, etp=plan.etp)
+        self.stage_params = np.broadcast_to(np.asarray(ne, dtype=float), (pp,)).copy()
+        self.stage_expert_params = np.broadcast_to(np.asarray(ex, dtype=float), (pp,)).copy()
+        self.expert_comm = expert_comm_figures(cluster, c)
         # On a uniform cluster a link's figures depend only on whether its GPUs share a
         # host, which no node-granular placement changes: every placement prices as
         # Megatron's order, and a group's (or send's) figures depend only on where its
@@ -188,15 +201,23 @@ class PlacedPlan:
         dp_bw = dbw.reshape(pp, tp).min(axis=1)                  # [pp]
         dp_lat = dlat.reshape(pp, tp).max(axis=1)
 
-        tp_f, tp_b = tp_layer_s(lc, c, self.act_bytes, tp_bw, tp_lat)
-        cp_f, cp_b = cp_layer_s(model, lc, c, cp_bw, cp_lat)
+        types = layer_type_times(model, c, lc, dict(self.expert_comm, tp_bw=tp_bw,
+                                                   tp_lat=tp_lat, cp_bw=cp_bw, cp_lat=cp_lat))
+        tp_f, tp_b = types["dense"]["tp_f"], types["dense"]["tp_b"]
         x = {k: np.broadcast_to(v, (dp, pp))
              for k, v in stage_extras_s(model, c, self.cluster.gpu, lc, tp_bw, tp_lat).items()}
-        L = self.layers_per_chunk
-        f_layer = lc["fwd"] + tp_f + cp_f                          # [dp, pp]
-        b_layer = lc["bwd"] + lc["recompute"] + tp_b + cp_b
-        fwd = np.repeat((L * f_layer)[:, :, None], vp, axis=2)     # [dp, pp, vp]
-        bwd = np.repeat((L * b_layer)[:, :, None], vp, axis=2)
+
+        def layer_s(t, back):
+            if back:
+                return t["bwd"] + t["recompute"] + t["tp_b"] + t["cp_b"] + t["ep_b"]
+            return t["fwd"] + t["tp_f"] + t["cp_f"] + t["ep_f"]
+
+        dense_n = (self.chunk_layers - self.chunk_moe)[None]       # [1, pp, vp]
+        moe_n = self.chunk_moe[None]
+        fwd = (dense_n * np.broadcast_to(layer_s(types["dense"], False), (dp, pp))[:, :, None]
+               + moe_n * np.broadcast_to(layer_s(types["moe"], False), (dp, pp))[:, :, None])
+        bwd = (dense_n * np.broadcast_to(layer_s(types["dense"], True), (dp, pp))[:, :, None]
+               + moe_n * np.broadcast_to(layer_s(types["moe"], True), (dp, pp))[:, :, None])
         fwd[:, 0, 0] += x["emb_fwd"][:, 0]
         bwd[:, 0, 0] += x["emb_bwd"][:, 0]
         fwd[:, pp - 1, vp - 1] += x["logits_fwd"][:, pp - 1]
@@ -221,17 +242,23 @@ class PlacedPlan:
             p2p_b = np.broadcast_to(p2p_b, (dp, pp)).copy()
 
         # data-parallel reduction per stage, windows as in the closed form (per rank)
-        layers = model.num_layers / pp
+        layers = self.chunk_layers.sum(axis=1)                     # [pp]
         tail = dp_exposed_s(c, self.stage_params, dp_bw, dp_lat,
                             bwd_window_s=layers * (lc["bwd"] + lc["recompute"]
                                                    + (tp_f + tp_b).max(axis=0)),
                             fwd_window_s=layers * lc["fwd"])
         tail = np.broadcast_to(tail, (pp,)).astype(float).copy()
+        if model.is_moe:
+            xc = self.expert_comm
+            tail += np.broadcast_to(dp_exposed_s(
+                c, self.stage_expert_params, xc["edp_bw"], xc["edp_lat"], bwd_window_s=0.0,
+                fwd_window_s=0.0, group=(tp * cp * dp) / (plan.ep * plan.etp)), (pp,))
         if pp > 1:
             t_emb = tied_embedding_s(model, c, pf_bw[:, pp - 1].min(), pf_lat[:, pp - 1].max())
             tail[0] += float(np.asarray(t_emb).reshape(-1)[0])
             tail[pp - 1] += float(np.asarray(t_emb).reshape(-1)[0])
-        opt = float(np.max(optimizer_s(c, self.cluster.gpu, self.stage_params)))
+        opt = float(np.max(optimizer_s(c, self.cluster.gpu, self.stage_params,
+                                       self.stage_expert_params)))
         return dict(fwd=fwd, bwd=bwd, p2p_f=p2p_f, p2p_b=p2p_b, tail=tail, opt=opt)
 
     def _scheduled_terms(self, node_hosts, gpu_order) -> dict:

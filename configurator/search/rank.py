@@ -18,7 +18,7 @@ from configurator.core.candidates import Candidates
 from configurator.core.errors import InputError, NoFeasiblePlanError
 from configurator.search.evaluate import Evaluation, evaluate_plan
 from configurator.core.model import ModelSpec
-from configurator.search.space import SearchSpace, enumerate_plans
+from configurator.search.space import SearchSpace, enumerate_plans, layer_splits
 from configurator.cost.iteration import iteration_time
 from memory_model.estimate import peak_memory_arrays
 
@@ -48,7 +48,8 @@ def candidate_memory(model: ModelSpec, c: Candidates) -> np.ndarray:
         model, tp=c.tp, pp=c.pp, dp=c.dp, cp=c.cp, vp=c.vp, mbs=c.mbs,
         num_microbatches=c.num_microbatches, recompute=c.recompute, sp=c.sequence_parallel,
         distributed_optimizer=c.distributed_optimizer, precision=c.precision,
-        stores_scores=c.stores_scores)
+        stores_scores=c.stores_scores, ep=c.ep, etp=c.etp, first=c.first, last=c.last,
+        account_embedding=c.acct_emb, account_loss=c.acct_loss)
 
 
 def search(model: ModelSpec, cluster, global_batch_size: int, *, precision: str = "bf16",
@@ -100,3 +101,32 @@ def search(model: ModelSpec, cluster, global_batch_size: int, *, precision: str 
                         search_time_s=time.perf_counter() - t0,
                         ranked=feas.take(order) if keep_ranking else None,
                         ranked_time_s=times[order] if keep_ranking else None)
+
+
+def best_layer_split(model: ModelSpec, cluster, plan):
+    """``plan`` with the fastest legal layer split at its pp and vp (closed form), for a plan
+    whose pp does not divide the layers and which names no split itself; ``plan`` unchanged
+    when its split is already legal. Raises :class:`InputError` when no split Megatron builds
+    exists at that pp and vp (:func:`configurator.search.space.layer_splits`)."""
+    import dataclasses
+
+    from configurator.core.layers import split_ok
+    if plan.custom_layer_split or split_ok(
+            model.num_layers, pp=plan.pp, vp=plan.vp, first=0, last=0,
+            account_embedding=False, account_loss=False):
+        return plan
+    options = [x for x in layer_splits(model, plan.pp) if x[0] == plan.vp]
+    if not options:
+        raise InputError("pp", plan.pp, f"no layer split of {model.num_layers} layers over "
+                                        f"pp={plan.pp} with vp={plan.vp} (even, uneven or "
+                                        f"accounting for the embedding/loss)")
+    plans = [dataclasses.replace(
+        plan, decoder_first_pipeline_num_layers=first, decoder_last_pipeline_num_layers=last,
+        account_for_embedding_in_pipeline_split=ae, account_for_loss_in_pipeline_split=al)
+        for _vp, first, last, ae, al in options]
+    cand = Candidates.from_plans(plans)
+    times = iteration_time(model, cluster, cand)["iteration_time_s"]
+    mem = candidate_memory(model, cand)
+    fits = mem <= cluster.gpu.memory_bytes
+    best = int(np.argmin(np.where(fits, times, np.inf))) if fits.any() else int(np.argmin(mem))
+    return plans[best]

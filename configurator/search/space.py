@@ -16,7 +16,8 @@ import numpy as np
 
 from configurator.core.model import ModelSpec
 from configurator.core.plan import param_gather_overlap
-from configurator.core.rules import rules_for, rules_mask
+from configurator.core.layers import split_ok
+from configurator.core.rules import SPLIT_FIELDS, rules_for, rules_mask
 from configurator.core.candidates import COLUMN_FIELDS, Candidates
 
 
@@ -26,9 +27,61 @@ def divisors(n: int) -> list[int]:
 
 
 #: The layout dimensions, enumerated one level at a time (dp is derived); every other
-#: per-candidate plan field is varied in one numpy grid per layout, in schema order.
+#: per-candidate plan field is varied in one numpy grid per layout, in schema order, the
+#: layer-split fields (vp and how layers are spread over the pipeline) as one joint
+#: dimension of the splits Megatron builds (:func:`layer_splits`).
 LAYOUT = ("tp", "cp", "pp", "dp")
-GRID_FIELDS = tuple(f for f in COLUMN_FIELDS if f.name not in LAYOUT)
+JOINT = tuple(n for n in SPLIT_FIELDS if n != "pp")
+GRID_FIELDS = tuple(f for f in COLUMN_FIELDS if f.name not in LAYOUT and f.name not in JOINT)
+#: How much lighter than a middle rank an end rank of an uneven split may be (layers).
+UNEVEN_LIGHTER_MAX = 4
+
+
+def layer_splits(model: ModelSpec, pp: int) -> list[tuple[int, int, int, bool, bool]]:
+    """Layer splits the search tries on ``pp`` ranks: ``(vp, first, last, account_embedding,
+    account_loss)`` tuples Megatron accepts (:func:`configurator.core.layers.split_ok`).
+
+    Where ``pp`` divides the layers, the even split with every legal vp. Where it does not
+    (Llama-3.1 405B's 126 layers on pp 8): embedding/loss-aware splits (one or both counted
+    as a layer) with every legal vp, and uneven splits whose end ranks hold up to
+    :data:`UNEVEN_LIGHTER_MAX` layers fewer than a middle rank (they carry the embedding or
+    the output layer), at every vp that divides them.
+    """
+    L = model.num_layers
+    out = []
+    if L % pp == 0:
+        out += [(vp, 0, 0, False, False) for vp in divisors(L // pp)
+                if split_ok(L, pp=pp, vp=vp, first=0, last=0, account_embedding=False,
+                            account_loss=False)]
+        return out
+    if pp == 1:
+        return out
+    for ae, al in ((True, True), (True, False), (False, True)):
+        total = L + ae + al
+        if total % pp == 0:
+            out += [(vp, 0, 0, ae, al) for vp in divisors(total // pp)
+                    if split_ok(L, pp=pp, vp=vp, first=0, last=0, account_embedding=ae,
+                                account_loss=al)]
+    seen = set()
+    for first in range(1, L):
+        for last in range(1, L - first + 1):
+            mid_ranks = pp - 2
+            if mid_ranks == 0:
+                per_mid = max(first, last)
+            elif (L - first - last) % mid_ranks:
+                continue
+            else:
+                per_mid = (L - first - last) // mid_ranks
+            if not (0 <= per_mid - first <= UNEVEN_LIGHTER_MAX
+                    and 0 <= per_mid - last <= UNEVEN_LIGHTER_MAX):
+                continue
+            for vp in divisors(max(first, 1)):
+                key = (vp, first, last, False, False)
+                if key not in seen and split_ok(L, pp=pp, vp=vp, first=first, last=last,
+                                                account_embedding=False, account_loss=False):
+                    seen.add(key)
+                    out.append(key)
+    return out
 
 
 class SearchSpace:
@@ -61,8 +114,14 @@ def _grid_values(f, model: ModelSpec, global_batch_size: int, pp: int) -> np.nda
     if f.type is bool:
         return np.array([False, True])
     # the integers a rule could accept: divisors of what they must divide
-    bound = {"micro_batch_size": global_batch_size, "vp": model.num_layers // pp}[f.name]
-    return np.array(divisors(bound), dtype=np.int64)
+    if f.name == "micro_batch_size":
+        return np.array(divisors(global_batch_size), dtype=np.int64)
+    if f.name == "ep":
+        return np.array(divisors(model.num_experts) if model.is_moe else [1], dtype=np.int64)
+    if f.name == "etp":
+        return np.array(divisors(model.moe_ffn_hidden_size) if model.is_moe else [1],
+                        dtype=np.int64)
+    raise ValueError(f"no grid values for plan field {f.name}")
 
 
 def _restricted(f, values: np.ndarray, space: SearchSpace) -> np.ndarray:
@@ -84,11 +143,11 @@ def enumerate_plans(model: ModelSpec, world_size: int, global_batch_size: int, *
     # distributed optimizer), so rules reading it wait for the grid.
     base = set(shared) - {"overlap_param_gather"}
     levels = [base | {"tp"}, base | {"tp", "cp"}, base | set(LAYOUT),
-              set(shared) | set(LAYOUT) | {f.name for f in GRID_FIELDS}]
+              set(shared) | set(LAYOUT) | {f.name for f in GRID_FIELDS} | set(JOINT)]
     stage = [rules_for(levels[i], levels[i - 1] if i else ()) for i in range(4)]
     # Grid rules that read one grid field filter that field's values before the grid is
     # built (smaller grids); the others run on the grid.
-    grid_names = {f.name for f in GRID_FIELDS}
+    grid_names = {f.name for f in GRID_FIELDS} | set(JOINT)
     single = {f.name: tuple(r for r in stage[3] if r.needs & grid_names == {f.name})
               for f in GRID_FIELDS}
     multi = tuple(r for r in stage[3] if len(r.needs & grid_names) != 1)
@@ -102,6 +161,7 @@ def enumerate_plans(model: ModelSpec, world_size: int, global_batch_size: int, *
 
     # (field, pp, values of the layout fields its rules read) -> its legal values
     legal_values: dict[tuple, np.ndarray] = {}
+    splits: dict[int, np.ndarray] = {}   # pp -> its layer splits (rows of JOINT)
     reads = {name: sorted({n for r in rules for n in r.needs} & set(LAYOUT))
              for name, rules in single.items()}
     allow = space.allow
@@ -143,11 +203,22 @@ def enumerate_plans(model: ModelSpec, world_size: int, global_batch_size: int, *
                     vals = legal_values[key]
                     if f.name == "distributed_optimizer" and dp * cp == 1:
                         vals = vals[~vals]   # over one data-parallel rank: the plain optimizer
+                    if f.name == "etp":
+                        vals = vals[(vals == 1) | (vals == tp)]  # experts split as the rest, or not
                     values.append(vals)
+                if pp not in splits:
+                    splits[pp] = np.array([
+                        x for x in layer_splits(model, pp)
+                        if all(allow(n, [val]) for n, val in zip(JOINT, x))],
+                        dtype=np.int64).reshape(-1, len(JOINT))
+                values.append(np.arange(len(splits[pp])))
                 if not all(len(x) for x in values):
                     continue
-                grid = {f.name: a.ravel() for f, a in
-                        zip(GRID_FIELDS, np.meshgrid(*values, indexing="ij", copy=False))}
+                mesh = np.meshgrid(*values, indexing="ij", copy=False)
+                grid = {f.name: a.ravel() for f, a in zip(GRID_FIELDS, mesh)}
+                joint = splits[pp][mesh[-1].ravel()]
+                for j, name in enumerate(JOINT):
+                    grid[name] = joint[:, j]
                 ok = rules_mask(model, with_derived(dict(f3, **grid)), world, multi)
                 if np.ndim(ok) == 0:
                     ok = slice(None) if ok else slice(0)
