@@ -117,12 +117,13 @@ class PlacedPlan:
         self.layers_per_chunk = model.num_layers / (pp * vp)
         self.stage_params = np.array([float(np.asarray(
             stage_parameters(model, tp, pp, s))) for s in range(pp)])
-        # On a uniform cluster a link's figures depend only on whether its GPUs share a
-        # host, which no node-granular placement changes: every placement prices as
-        # Megatron's order, and a group's (or send's) figures depend only on where its
-        # first rank sits within a host, so each is priced once per residue (the cost no
-        # longer grows with the world size).
-        self.uniform = cluster.is_uniform
+        # On a uniform cluster a link's figures depend only on whether its GPUs share an
+        # NVLink domain, which no node-granular placement changes while domains are hosts
+        # (or one domain holds every host): every placement prices as Megatron's order, and
+        # a group's (or send's) figures depend only on where its first rank sits within a
+        # host, so each is priced once per residue (the cost no longer grows with the world
+        # size).
+        self.uniform = cluster.placement_invariant
 
     # -- placement → physical GPUs ------------------------------------------------------
     def rank_gpus(self, node_hosts, gpu_order) -> np.ndarray:
@@ -164,8 +165,8 @@ class PlacedPlan:
         def rings(rows):
             rep, inv = by_residue(rows[:, 0])
             if rep is None:
-                return ring_figures(rows, table_links, G)
-            bw, lat = ring_figures(rows[rep], table_links, G)
+                return ring_figures(rows, table_links, self.cluster.gpu_domains)
+            bw, lat = ring_figures(rows[rep], table_links, self.cluster.gpu_domains)
             return bw[inv], lat[inv]
 
         def links(a, b):
