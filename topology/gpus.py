@@ -149,7 +149,8 @@ _LITERATURE = "literature (see topology/gpus.py)"
 # Blackwell efficiencies (module docstring): sm_100 GEMM fractions from OpenXLA's measured
 # matmul table, GB300's BF16 one from a cuBLASLt burn-in; HBM from a streaming kernel on
 # B200; fused attention from FlashAttention-4's comparison with cuDNN 9.13.
-_BLACKWELL = "OpenXLA sm_100 matmul table, FlashAttention-4, fal.ai B200 streaming (see topology/gpus.py)"
+_BLACKWELL = ("OpenXLA sm_100 matmul table, FlashAttention-4, fal.ai B200 streaming "
+              "(see topology/gpus.py)")
 _BLACKWELL_ULTRA = ("brrr cuBLASLt BF16 burn-in on GB300; FP8 as sm_100 (OpenXLA); "
                     "FlashAttention-4; fal.ai B200 streaming (see topology/gpus.py)")
 
@@ -245,8 +246,9 @@ def gpu_from_config(data: Any) -> GPUSpec:
     """A GPU from a preset name or a mapping with every figure the cost model needs:
     ``name, peak_tflops: {bf16, fp16, fp8, mxfp8}, memory_GiB, hbm_bandwidth_GBps, num_sms,
     efficiency: {gemm, gemm_fp8, gemm_mxfp8, hbm, flash_attention, kernel_overhead_us,
-    source}`` (units at the edge: TFLOP/s, GiB, GB/s, µs). Raises :class:`InputError` naming the field; an
-    unknown preset name lists the known ones and says how to describe a new GPU."""
+    source}`` (units at the edge: TFLOP/s, GiB, GB/s, µs). Raises :class:`InputError`
+    naming the field; an unknown preset name lists the known ones and says how to describe
+    a new GPU."""
     if isinstance(data, str):
         if data not in GPU_PRESETS:
             raise InputError("gpu", data, "unknown GPU preset; known: " + ", ".join(GPU_PRESETS)
