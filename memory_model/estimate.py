@@ -6,7 +6,8 @@ main-grad buffer (4 in fp32 for bf16/fp8, since Megatron forces
 ``accumulate_allreduce_grads_in_fp32`` with bf16; 2 for fp16), fp32 master weights, Adam m
 and v (12). The distributed optimizer shards the 12 over the data-parallel group (dp·cp ranks:
 with context parallelism gradients are reduced over the combined dp-cp group). FP8
-(Transformer Engine) keeps an FP8 copy of the weights (+1 byte per parameter).
+(Transformer Engine; ``fp8`` and ``mxfp8``) keeps an FP8 copy of the weights (+1 byte per
+parameter).
 
 Allowance (``other_bytes``): CUDA context with cuBLAS/cuDNN workspaces (≈ 1 GiB) plus NCCL
 communicator buffers (≈ 1 GiB: NCCL_BUFFSIZE 4 MiB × channels × peers over a few groups),
@@ -22,7 +23,7 @@ import numpy as np
 
 from configurator.core.layers import rank_layer_counts, stage_class_arrays
 from configurator.core.model import ModelSpec
-from configurator.core.plan import RECOMPUTE_CODES, ParallelPlan
+from configurator.core.plan import RECOMPUTE_CODES, ParallelPlan, is_fp8
 from configurator.core.units import GiB
 from memory_model.activations import stage_activation_bytes
 from memory_model.params import stage_parameter_split
@@ -60,7 +61,7 @@ def memory_arrays(model: ModelSpec, *, tp, pp, dp, cp, vp, mbs, num_microbatches
     non_expert, expert = stage_parameter_split(model, tp, pp, stage, layers=rank_layers,
                                                moe_layers=rank_moe_layers, ep=ep, etp=etp)
     params = non_expert + expert
-    weight_bytes = 2 + (precision == "fp8")
+    weight_bytes = 2 + is_fp8(precision)
     grad_bytes = 2 if precision == "fp16" else 4
     dp_cp = np.asarray(dp) * np.asarray(cp)
     shard = np.where(distributed_optimizer, dp_cp, 1)

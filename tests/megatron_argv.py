@@ -42,9 +42,10 @@ def plan_spread():
     models = [GPT3, LLAMA8, MODEL_PRESETS["llama2-70b"], MODEL_PRESETS["gpt-1.7b"], SMALL]
     for model, tp, pp, cp, vp, rec, prec, att, sp, dopt, ogr, opg in itertools.product(
             models, (1, 2, 8), (1, 2, 4), (1, 2), (1, 2), ("none", "selective", "full"),
-            ("bf16", "fp16", "fp8"), ("auto", "flash", "local"), (False, True),
+            ("bf16", "fp16", "fp8", "mxfp8"), ("auto", "flash", "local"), (False, True),
             (False, True), (False, True), (False, True)):
-        if (prec, att) not in (("bf16", "auto"), ("fp16", "local"), ("fp8", "flash")):
+        if (prec, att) not in (("bf16", "auto"), ("fp16", "local"), ("fp8", "flash"),
+                               ("mxfp8", "auto")):
             continue                     # the kernels vary independently of the rest
         dp = 2
         plan = ParallelPlan(tp=tp, pp=pp, dp=dp, cp=cp, vp=vp, micro_batch_size=1,
@@ -183,6 +184,9 @@ def assert_validate_args_rules(a: dict, world_size: int) -> None:
     assert not ("--fp16" in a and "--bf16" in a)
     if "--fp8-format" in a:
         assert a["--fp8-format"] in ("e4m3", "hybrid") and "--bf16" in a
+    if "--fp8-recipe" in a:      # TransformerConfig.fp8_recipe's choices; needs --fp8-format
+        assert a["--fp8-recipe"] in ("tensorwise", "delayed", "mxfp8", "blockwise", "custom")
+        assert "--fp8-format" in a
     assert a.get("--attention-backend") != "local"   # asserts --spec local in validate_args
     assert float(a["--min-lr"]) <= float(a["--lr"])
     assert int("--mock-data" in a) + int("--data-path" in a) <= 1

@@ -21,7 +21,7 @@ from tests.megatron_argv import (GPT3, GPT3_PLAN, LLAMA8, MODERN_PLANS, SMALL, S
 def test_spread_covers_every_plan_value():
     assert len(SPREAD) > 100
     for field, values in (("recompute", {"none", "selective", "full"}),
-                          ("precision", {"bf16", "fp16", "fp8"}), ("vp", {1, 2}),
+                          ("precision", {"bf16", "fp16", "fp8", "mxfp8"}), ("vp", {1, 2}),
                           ("cp", {1, 2}), ("attention_backend", {"auto", "flash", "local"})):
         assert {getattr(p, field) for _, p in SPREAD} == values
 

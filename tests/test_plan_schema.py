@@ -442,6 +442,9 @@ def test_every_preset_gpu_has_efficiencies_with_sources():
 
     for gpu in GPU_PRESETS.values():
         eff = dataclasses.asdict(gpu.efficiency)
-        assert all(v is not None for k, v in eff.items() if k != "gemm_fp8"), gpu.name
-        assert (eff["gemm_fp8"] is None) == ("fp8" not in gpu.peak_flops_per_s), gpu.name
+        low = ("gemm_fp8", "gemm_mxfp8")
+        assert all(v is not None for k, v in eff.items() if k not in low), gpu.name
+        for key in low:
+            prec = key.removeprefix("gemm_")
+            assert (eff[key] is None) == (prec not in gpu.peak_flops_per_s), gpu.name
         assert gpu.efficiency.source and gpu.num_sms > 0

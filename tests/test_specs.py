@@ -70,8 +70,8 @@ def test_hf_gpt2_config(tmp_path):
 
 def test_cluster_presets_and_yaml(tmp_path):
     for name in CLUSTER_PRESETS:
-        c = load_cluster(name, nodes=2)
-        assert c.num_gpus == 16
+        c = load_cluster(name, nodes=2)      # nodes count hosts (4-GPU trays on NVL72)
+        assert c.num_gpus == 2 * CLUSTER_PRESETS[name]["gpus_per_node"]
     f = tmp_path / "c.yaml"
     f.write_text("gpu: {name: x, peak_tflops: {bf16: 100}, memory_GiB: 40, "
                  "hbm_bandwidth_GBps: 1000, num_sms: 64, "

@@ -1,7 +1,9 @@
 """The cluster as a directed networkx graph whose edges carry attained bandwidths.
 
-Nodes: ``"<host>/gpu<k>"`` (kind ``gpu``), ``"<host>/nvswitch"`` (``switch``),
-``"<host>/nic<k>"`` (``nic``, one rail per GPU as on DGX systems) and ``"fabric"``.
+Nodes: ``"<host>/gpu<k>"`` (kind ``gpu``), the NVLink switch of each NVLink domain
+(``switch``: ``"<host>/nvswitch"`` where a domain is one host, ``"domain<d>/nvswitch"`` where
+it spans several), ``"<host>/nic<k>"`` (``nic``, one rail per GPU as on DGX systems) and
+``"fabric"``.
 Edges are directional and carry ``bandwidth_Bps`` (what a transfer attains, bytes/s),
 ``nominal_bandwidth_Bps``, ``latency_s`` and ``link_class``. Measured links (a later import)
 are added as direct edges ``gpu→gpu``, ``nic→nic`` (same rail, two hosts) or ``host→host``
@@ -9,6 +11,16 @@ are added as direct edges ``gpu→gpu``, ``nic→nic`` (same rail, two hosts) or
 
 Which GPU a rank runs on is :attr:`Cluster.placement` (:mod:`topology.placement`, which owns
 Megatron's rank order ``tp-cp-ep-dp-pp`` and the rank → (host, GPU) map).
+
+Hosts and NVLink domains. A *host* is what torchrun and SLURM call a node (``gpus_per_node``
+processes, one ``--node-rank``); an *NVLink domain* is the set of GPUs that reach each other
+over NVLink at full speed through one NVLink switch fabric. On DGX systems a domain is one
+host; on GB200/GB300 NVL72 racks it is 18 compute trays of 4 GPUs (72 GPUs, one host per
+tray). ``nvlink_domain_gpus`` (a multiple of ``gpus_per_node``, default one host) groups the
+hosts in order into domains (the last one may be partial); every link-speed decision below
+asks "same domain?" (:meth:`Cluster.same_domain`), never "same host?", while launchers and
+placements keep counting hosts. Inside a domain a transfer goes GPU→switch→GPU; between
+domains over the GPUs' NICs; a ring crossing domains runs one rail per member a domain holds.
 
 Scale: the graph is built on first access of :attr:`Cluster.graph` (measured links are added
 to it); a cluster nobody asked the graph of answers :meth:`Cluster.link` from its nominal
@@ -42,9 +54,18 @@ DEFAULT_INTER_EFFICIENCY = 0.94
 CLUSTER_KEYS_REQUIRED = ("gpu", "gpus_per_node", "nodes", "intra_node_bandwidth_GBps",
                          "inter_node_bandwidth_GBps", "intra_node_latency_us",
                          "inter_node_latency_us")
-CLUSTER_KEYS_OPTIONAL = ("name", "intra_node_efficiency", "inter_node_efficiency")
+CLUSTER_KEYS_OPTIONAL = ("name", "intra_node_efficiency", "inter_node_efficiency",
+                         "nvlink_domain_gpus")
 
-#: Presets, in the YAML schema. Bandwidths are nominal, per GPU, per direction.
+#: Presets, in the YAML schema. Bandwidths are nominal, per GPU, per direction; the
+#: ``intra_node_*`` figures are those of the NVLink domain (a host unless
+#: ``nvlink_domain_gpus`` says otherwise), the ``inter_node_*`` ones those between domains.
+#: NVLink 5 (Blackwell): 18 links × 50 GB/s = 1.8 TB/s bidirectional per GPU, i.e. 900 GB/s
+#: per direction; attained ≈ 811 GB/s all-reduce bus bandwidth (nccl-tests all_reduce_perf
+#: over 8 GB200 GPUs of two compute trays through the NVLink switches, lixueduan.com,
+#: "GB200 MNNVL" test), efficiency 811/900. Scale-out NICs are per GPU; ConnectX-7
+#: 400 Gb/s = 50 GB/s attains 46.5 (NDR, as DGX H100), ConnectX-8 800 Gb/s = 100 GB/s taken
+#: at the same 0.93 (no XDR measurement at hand).
 CLUSTER_PRESETS: dict[str, dict[str, Any]] = {
     # DGX A100: NVLink3 12 links x 25 GB/s = 300 GB/s per direction through NVSwitch;
     # 8x HDR 200 Gb/s ConnectX-6 (one per GPU) = 25 GB/s (NVIDIA DGX A100 User Guide).
@@ -64,6 +85,36 @@ CLUSTER_PRESETS: dict[str, dict[str, Any]] = {
                            inter_node_bandwidth_GBps=50, intra_node_latency_us=3.0,
                            inter_node_latency_us=6.0, intra_node_efficiency=370 / 450,
                            inter_node_efficiency=46.5 / 50),
+    # DGX B200: 8 B200, two NVSwitch chips with 14.4 TB/s aggregate NVLink 5 bandwidth, i.e.
+    # 1.8 TB/s per GPU bidirectional = 900 GB/s per direction; "4x OSFP ports serving 8x
+    # single-port NVIDIA ConnectX-7 VPI, up to 400 Gb/s" = 50 GB/s per GPU (NVIDIA DGX B200
+    # data sheet and DGX B200 User Guide, hardware overview).
+    "dgx-b200-180gb": dict(name="dgx-b200-180gb", gpu="b200-180gb", gpus_per_node=8,
+                           nodes=16, intra_node_bandwidth_GBps=900,
+                           inter_node_bandwidth_GBps=50, intra_node_latency_us=3.0,
+                           inter_node_latency_us=6.0, intra_node_efficiency=811 / 900,
+                           inter_node_efficiency=46.5 / 50),
+    # GB200 NVL72: 18 compute trays of 2 Grace CPUs + 4 GB200 GPUs (one host each), 9 NVLink
+    # switch trays joining all 72 GPUs at 1.8 TB/s per GPU bidirectional (130 TB/s in all)
+    # = 900 GB/s per direction (NVIDIA GB200 NVL72 specifications); scale-out one ConnectX-7
+    # 400 Gb/s NIC per GPU, 4 per tray (NVIDIA DGX SuperPOD with DGX GB200 reference
+    # architecture) = 50 GB/s. --nodes counts trays (hosts of 4 GPUs); by default 16 of a
+    # rack's 18 (64 GPUs, the power-of-two job a rack usually runs, two trays spare).
+    "gb200-nvl72": dict(name="gb200-nvl72", gpu="gb200-186gb", gpus_per_node=4, nodes=16,
+                        nvlink_domain_gpus=72, intra_node_bandwidth_GBps=900,
+                        inter_node_bandwidth_GBps=50, intra_node_latency_us=3.0,
+                        inter_node_latency_us=6.0, intra_node_efficiency=811 / 900,
+                        inter_node_efficiency=46.5 / 50),
+    # GB300 NVL72: the same rack of 18 trays × 4 Blackwell Ultra GPUs in one NVLink 5 domain
+    # (9 NVSwitch trays, 130 TB/s; NVIDIA Enterprise Reference Architecture "NVL72 AI
+    # factory", system hardware and components: 4 GPUs and 2 Grace CPUs per tray, 4
+    # ConnectX-8 HCAs per tray); ConnectX-8 SuperNIC 800 Gb/s per GPU (NVIDIA GB300 NVL72
+    # specifications) = 100 GB/s.
+    "gb300-nvl72": dict(name="gb300-nvl72", gpu="gb300-288gb", gpus_per_node=4, nodes=16,
+                        nvlink_domain_gpus=72, intra_node_bandwidth_GBps=900,
+                        inter_node_bandwidth_GBps=100, intra_node_latency_us=3.0,
+                        inter_node_latency_us=6.0, intra_node_efficiency=811 / 900,
+                        inter_node_efficiency=46.5 / 50),
 }
 
 
@@ -93,16 +144,28 @@ def _path_value(path: Iterable[Mapping]) -> tuple[float, float]:
     return min(p["bandwidth_Bps"] for p in path), sum(p["latency_s"] for p in path)
 
 
-def _build_graph(hosts: list[str], gpus_per_node: int, spec: Mapping[str, float]) -> nx.DiGraph:
-    """The per-GPU link graph of a homogeneous cluster (see :func:`build_cluster`)."""
+def _switch_name(hosts: list[str], host_domain, h: int, one_host_domains: bool) -> str:
+    """Graph node of the NVLink switch that host index ``h`` hangs off (module docstring)."""
+    return f"{hosts[h]}/nvswitch" if one_host_domains else f"domain{host_domain[h]}/nvswitch"
+
+
+def _build_graph(hosts: list[str], gpus_per_node: int, spec: Mapping[str, float],
+                 host_domain, one_host_domains: bool) -> nx.DiGraph:
+    """The per-GPU link graph of a homogeneous cluster (see :func:`build_cluster`); host
+    ``h`` belongs to NVLink domain ``host_domain[h]``."""
     e = _nominal_edges(spec)
     intra, inter = e["intra"], e["inter"]
     g = nx.DiGraph()
     g.add_node("fabric", kind="fabric")
-    for host in hosts:
-        sw = f"{host}/nvswitch"
+    for h, host in enumerate(hosts):
+        sw = _switch_name(hosts, host_domain, h, one_host_domains)
         g.add_node(host, kind="host")
-        g.add_node(sw, kind="switch", host=host)
+        if one_host_domains:
+            g.add_node(sw, kind="switch", host=host)
+        elif sw in g:
+            g.nodes[sw]["hosts"] += (host,)
+        else:
+            g.add_node(sw, kind="switch", domain=int(host_domain[h]), hosts=(host,))
         gids = [f"{host}/gpu{k}" for k in range(gpus_per_node)]
         nics = [f"{host}/nic{k}" for k in range(gpus_per_node)]
         g.add_nodes_from((gid, dict(kind="gpu", host=host, local_rank=k))
@@ -121,39 +184,51 @@ def _ceil_div(a, b):
     return -(-a // b)
 
 
+def _by_first_appearance(labels: np.ndarray) -> np.ndarray:
+    """``labels`` renumbered 0, 1, … in order of first appearance."""
+    if labels.size == 0:
+        return labels
+    _, first, inv = np.unique(labels, return_index=True, return_inverse=True)
+    rank = np.empty(first.size, dtype=np.int64)
+    rank[np.argsort(first)] = np.arange(first.size)
+    return rank[inv.reshape(-1)]
+
+
 def uniform_group_shape(stride: int, size: int, world: int,
-                        gpus_per_node: int) -> tuple[bool, bool, int]:
+                        domain_gpus: int) -> tuple[bool, bool, int]:
     """What the ring groups of ``size`` ranks spaced ``stride`` apart among ``world`` ranks
     (:func:`topology.placement.rank_groups`, every group, identity placement) look like on
-    hosts of ``gpus_per_node`` GPUs: ``(intra, inter, k)`` with ``intra`` true when some
-    group has two members on one host (a hop over NVSwitch), ``inter`` true when some group
-    spans hosts, and ``k`` the fewest members one host holds over the groups that span
-    hosts (the rails of their slowest host-to-host hop; 0 if none). Needs ``size >= 2``.
+    NVLink domains of ``domain_gpus`` consecutive GPUs (a host each on DGX systems; a partial
+    last domain holds no group member past ``world``, so it changes nothing):
+    ``(intra, inter, k)`` with ``intra`` true when some group has two members in one domain
+    (a hop over its NVLink switch), ``inter`` true when some group spans domains, and ``k``
+    the fewest members one domain holds over the groups that span domains (the rails of
+    their slowest domain-to-domain hop; 0 if none). Needs ``size >= 2``.
 
-    Computed without listing the groups: a group's per-host counts depend only on where its
-    first rank falls within a host (``s mod G``); those residues come from the block starts
-    ``j·stride·size`` (periodic in ``j``) plus offsets ``0 … stride-1``. Within one group the
-    hosts strictly between the first and the last have counts periodic in the host number
-    with period ``stride / gcd(stride, G)``.
+    Computed without listing the groups: a group's per-domain counts depend only on where
+    its first rank falls within a domain (``s mod G``, ``G`` = ``domain_gpus``); those
+    residues come from the block starts ``j·stride·size`` (periodic in ``j``) plus offsets
+    ``0 … stride-1``. Within one group the domains strictly between the first and the last
+    have counts periodic in the domain number with period ``stride / gcd(stride, G)``.
     """
-    G, d, n = gpus_per_node, stride, size
-    if d >= G:  # consecutive members are a host or more apart: one member per host
+    G, d, n = domain_gpus, stride, size
+    if d >= G:  # consecutive members are a domain or more apart: one member per domain
         return False, True, 1
     block = d * n
     starts = min(_ceil_div(world, block), G // math.gcd(block, G))
     a = (np.arange(starts, dtype=np.int64) * block) % G
     rho = np.unique((a[:, None] + np.arange(d, dtype=np.int64)[None, :]) % G)
-    last = (rho + (n - 1) * d) // G             # host of the last member (the first on host 0)
-    intra = bool(np.any(last == 0))             # a whole group on one host (n >= 2 members)
+    last = (rho + (n - 1) * d) // G             # domain of the last member (the first in 0)
+    intra = bool(np.any(last == 0))             # a whole group in one domain (n >= 2 members)
     span = last > 0
     if not span.any():
         return intra, False, 0
     rho, last = rho[span], last[span]
 
-    c_first = _ceil_div(G - rho, d)               # members on host 0
-    c_last = n - _ceil_div(last * G - rho, d)     # members on the last host
+    c_first = _ceil_div(G - rho, d)               # members in domain 0
+    c_last = n - _ceil_div(last * G - rho, d)     # members in the last domain
     lo, hi = np.minimum(c_first, c_last), np.maximum(c_first, c_last)
-    m = min(d // math.gcd(d, G), int(last.max()) - 1)   # one period of the hosts between
+    m = min(d // math.gcd(d, G), int(last.max()) - 1)   # one period of the domains between
     if m >= 1:
         h = np.arange(1, m + 1, dtype=np.int64)[None, :]
         r = rho[:, None]
@@ -164,27 +239,29 @@ def uniform_group_shape(stride: int, size: int, world: int,
     return intra or bool(np.any(hi >= 2)), True, int(lo.min())
 
 
-def ring_figures(gpus: np.ndarray, links, gpus_per_node: int) -> tuple[np.ndarray, np.ndarray]:
+def ring_figures(gpus: np.ndarray, links, domains) -> tuple[np.ndarray, np.ndarray]:
     """(bus bandwidth B/s, per-step latency s) of the NCCL ring over each row of ``gpus``
     (``[rows, n]`` physical GPU indices, host-major), by :meth:`Cluster.ring_busbw`'s rules:
-    NVLink hops between neighbours on one host (a one-host row closes its ring), and between
-    consecutive hosts of a row ``k`` rails in parallel (``k`` the fewest members a host of
-    the row holds), their bandwidths summed; the slowest hop sets the row's figure.
+    NVLink hops between neighbours in one NVLink domain (a one-domain row closes its ring),
+    and between consecutive domains of a row ``k`` rails in parallel (``k`` the fewest
+    members a domain of the row holds), their bandwidths summed; the slowest hop sets the
+    row's figure. ``domains``: the NVLink domain of every GPU index (an integer array,
+    :attr:`Cluster.gpu_domains`), or an int, the GPUs of each of the consecutive domains.
     ``links(a, b)`` gives (bandwidth_Bps, latency_s) arrays for GPU index arrays. Rows of
     one member get (inf, 0). Returns two ``[rows]`` float arrays."""
-    G = gpus_per_node
     gpus = np.asarray(gpus, dtype=np.int64)
     rows, n = gpus.shape
     out_bw = np.full(rows, np.inf)
     out_lat = np.zeros(rows)
     if n < 2 or rows == 0:
         return out_bw, out_lat
-    hosts = gpus // G
-    if not np.all(hosts[:, 1:] >= hosts[:, :-1]):
-        # order each row host by host, hosts by first appearance, members as they come
+    dom = (gpus // domains if isinstance(domains, (int, np.integer))
+           else np.asarray(domains, dtype=np.int64)[gpus])
+    if not np.all(dom[:, 1:] >= dom[:, :-1]):
+        # order each row domain by domain, domains by first appearance, members as they come
         pos = np.arange(n, dtype=np.int64)
-        srt = np.argsort(hosts, axis=1, kind="stable")
-        hs = np.take_along_axis(hosts, srt, 1)
+        srt = np.argsort(dom, axis=1, kind="stable")
+        hs = np.take_along_axis(dom, srt, 1)
         new = np.ones((rows, n), dtype=bool)
         new[:, 1:] = hs[:, 1:] != hs[:, :-1]
         seg = np.maximum.accumulate(np.where(new, pos, 0), axis=1)
@@ -192,10 +269,10 @@ def ring_figures(gpus: np.ndarray, links, gpus_per_node: int) -> tuple[np.ndarra
         np.put_along_axis(first, srt, np.take_along_axis(srt, seg, 1), 1)
         order = np.argsort(first * n + pos, axis=1)
         gpus = np.take_along_axis(gpus, order, 1)
-        hosts = np.take_along_axis(hosts, order, 1)
-    same = hosts[:, 1:] == hosts[:, :-1]
+        dom = np.take_along_axis(dom, order, 1)
+    same = dom[:, 1:] == dom[:, :-1]
     single = same.all(axis=1)
-    # NVLink hops: neighbours on one host; one-host rows close their ring
+    # NVLink hops: neighbours in one domain; one-domain rows close their ring
     rr, cc = np.nonzero(same)
     ss = np.flatnonzero(single)
     a = np.concatenate([gpus[rr, cc], gpus[ss, -1]])
@@ -207,7 +284,7 @@ def ring_figures(gpus: np.ndarray, links, gpus_per_node: int) -> tuple[np.ndarra
         np.maximum.at(out_lat, row, lat_i)
     multi = np.flatnonzero(~single)
     if multi.size:
-        # host-to-host hops: segment (host) s of a row to the row's next, cyclically,
+        # domain-to-domain hops: segment (domain) s of a row to the row's next, cyclically,
         # rail j < k pairing the j-th members, k the row's smallest segment
         gm = gpus[multi]
         start = np.ones(gm.shape, dtype=bool)
@@ -238,17 +315,20 @@ class LinkTable:
     """Every GPU→GPU link of a :class:`Cluster` as arrays: :meth:`Cluster.link`'s figures for
     whole index arrays at once, for placement search (which asks millions of pairs).
 
-    A link inside a host comes from ``intra_bw[h, i, j]`` (``[H, G, G]``); one across hosts
-    from its path GPU→NIC→(NIC↔NIC or host↔host measured edge, else NIC→fabric→NIC)→GPU
-    (per-host ``[H, G]`` edge arrays and the measured host-edges, sparse), the slowest edge
-    and the summed latency, exactly :meth:`Cluster.link`'s rule (``tests/test_placement.py``
-    compares them). Memory ``O(H·G² + measured edges)``.
+    A link inside a host comes from ``intra_bw[h, i, j]`` (``[H, G, G]``); one between two
+    hosts of one NVLink domain from its path GPU→switch→GPU; one across domains from its
+    path GPU→NIC→(NIC↔NIC or host↔host measured edge, else NIC→fabric→NIC)→GPU (per-host
+    ``[H, G]`` edge arrays and the measured host-edges, sparse), the slowest edge and the
+    summed latency, exactly :meth:`Cluster.link`'s rule (``tests/test_placement.py``
+    compares them); a measured direct GPU→GPU edge between hosts wins. Memory
+    ``O(H·G² + measured edges)``.
     """
 
     def __init__(self, cluster: "Cluster"):
         H, G = cluster.num_nodes, cluster.gpus_per_node
         self.gpus_per_node = G
         self.num_gpus = H * G
+        self.host_domain = cluster.host_domain
         bi, li = cluster._nominal_link(True)
         self.intra_bw = np.full((H, G, G), bi)
         self.intra_lat = np.full((H, G, G), li)
@@ -256,11 +336,15 @@ class LinkTable:
         shape = (H, G)
         if e is not None:
             hop_bw, hop_lat = e["inter"]["bandwidth_Bps"], e["inter"]["latency_s"]
+            sw_bw, sw_lat = e["intra"]["bandwidth_Bps"], e["intra"]["latency_s"]
         else:
-            hop_bw, hop_lat = np.nan, np.nan
-        # four edge kinds of the inter-host path: gpu→nic, nic→fabric, fabric→nic, nic→gpu
+            hop_bw = hop_lat = sw_bw = sw_lat = np.nan
+        # four edge kinds of the inter-domain path: gpu→nic, nic→fabric, fabric→nic,
+        # nic→gpu; two of the path between hosts of one domain: gpu→switch, switch→gpu
         self.edge_bw = {k: np.full(shape, hop_bw) for k in ("gn", "nf", "fn", "ng")}
         self.edge_lat = {k: np.full(shape, hop_lat) for k in ("gn", "nf", "fn", "ng")}
+        for k in ("gs", "sg"):
+            self.edge_bw[k], self.edge_lat[k] = np.full(shape, sw_bw), np.full(shape, sw_lat)
         # measured host→host edges, sparse: sorted keys ha·H + hb and their figures
         self.host_keys = np.zeros(0, dtype=np.int64)
         self.host_bw = np.zeros(0)
@@ -280,9 +364,10 @@ class LinkTable:
                     if i != j:
                         self.intra_bw[h, i, j], self.intra_lat[h, i, j] = cluster.link(
                             h * G + i, h * G + j)
-                gid, nic = f"{host}/gpu{i}", f"{host}/nic{i}"
+                gid, nic, sw = f"{host}/gpu{i}", f"{host}/nic{i}", cluster.switch_of(h)
                 for key, (u, w) in (("gn", (gid, nic)), ("nf", (nic, "fabric")),
-                                    ("fn", ("fabric", nic)), ("ng", (nic, gid))):
+                                    ("fn", ("fabric", nic)), ("ng", (nic, gid)),
+                                    ("gs", (gid, sw)), ("sg", (sw, gid))):
                     d = cluster._edge(u, w)
                     val = (d["bandwidth_Bps"], d["latency_s"]) if d else (np.nan, np.nan)
                     self.edge_bw[key][h, i], self.edge_lat[key][h, i] = val
@@ -299,7 +384,7 @@ class LinkTable:
                 a = hidx[hu] * G + int(u.rsplit(ku, 1)[1])
                 b = hidx[hw] * G + int(w.rsplit(kw, 1)[1])
                 self.overrides[a * n + b] = (ku, d["bandwidth_Bps"], d["latency_s"])
-        # a direct GPU→GPU edge beats a NIC→NIC one (Cluster.link's order)
+        # a direct GPU→GPU edge beats a NIC→NIC one and the switch (Cluster.link's order)
         self.overrides = {k: cluster.link(k // n, k % n) for k in self.overrides}
         if host_edges:
             keys = sorted(host_edges)
@@ -328,7 +413,14 @@ class LinkTable:
         same = ha == hb
         bw = self.intra_bw[ha, la, lb]
         lat = self.intra_lat[ha, la, lb]
-        x = np.flatnonzero(~same)
+        cross = np.flatnonzero(~same)
+        one_domain = self.host_domain[ha[cross]] == self.host_domain[hb[cross]]
+        y = cross[one_domain]            # two hosts of one NVLink domain: via its switch
+        if y.size:
+            A, LA, B, LB = ha[y], la[y], hb[y], lb[y]
+            bw[y] = np.minimum(self.edge_bw["gs"][A, LA], self.edge_bw["sg"][B, LB])
+            lat[y] = self.edge_lat["gs"][A, LA] + self.edge_lat["sg"][B, LB]
+        x = cross[~one_domain]           # two domains: over the network
         if x.size:
             A, LA, B, LB = ha[x], la[x], hb[x], lb[x]
             hbw, hlat = self._host_edge(A, B)
@@ -339,11 +431,11 @@ class LinkTable:
             bw[x] = np.minimum(np.minimum(self.edge_bw["gn"][A, LA], mid_bw),
                                self.edge_bw["ng"][B, LB])
             lat[x] = self.edge_lat["gn"][A, LA] + mid_lat + self.edge_lat["ng"][B, LB]
-            if self.overrides:
-                keys = a[x] * self.num_gpus + b[x]
-                hit = np.flatnonzero(np.isin(keys, np.fromiter(self.overrides, np.int64)))
-                for i in hit.tolist():
-                    bw[x[i]], lat[x[i]] = self.overrides[int(keys[i])]
+        if self.overrides and cross.size:
+            keys = a[cross] * self.num_gpus + b[cross]
+            hit = np.flatnonzero(np.isin(keys, np.fromiter(self.overrides, np.int64)))
+            for i in hit.tolist():
+                bw[cross[i]], lat[cross[i]] = self.overrides[int(keys[i])]
         return bw, lat
 
 
@@ -365,9 +457,9 @@ class _GraphFacts:
         measured = all_special = other = False
         role_edges = 0
 
-        def host_of(x, kx):  # index into hosts, -1 for the fabric, None if unknown
-            if kx == "fabric":
-                return -1
+        def host_of(x, kx):  # index into hosts, -1 for shared nodes, None if unknown
+            if kx == "fabric" or (kx == "switch" and "domain" in nodes[x]):
+                return -1        # the fabric, a domain's switch: its GPUs' hosts are marked
             return host_index.get(x if kx == "host" else nodes[x].get("host"))
 
         for u, nbrs in g.adjacency():
@@ -410,10 +502,17 @@ class Cluster:
     sit on GPUs by the identity placement, :meth:`group_busbw` and :meth:`p2p_worst` come
     from the groups' shape (:func:`uniform_group_shape`); otherwise every hop of every group
     is looked at (vectorised; :meth:`link` per hop only on hosts with non-nominal links).
+
+    NVLink domains (module docstring): ``nvlink_domain_gpus`` (default ``gpus_per_node``, a
+    multiple of it) groups the hosts in order into domains, the last one possibly partial;
+    ``host_domains`` instead names the domain of every host (a :meth:`subset` keeps its
+    hosts' domains). :attr:`host_domain` holds the result.
     """
 
     def __init__(self, *, name: str, gpu: GPUSpec, gpus_per_node: int, hosts: list[str],
-                 graph: nx.DiGraph | None = None, spec: dict | None = None):
+                 graph: nx.DiGraph | None = None, spec: dict | None = None,
+                 nvlink_domain_gpus: int | None = None,
+                 host_domains: Iterable[int] | None = None):
         self.name = name
         #: The nominal arguments :func:`build_cluster` was called with (bytes/s, seconds).
         self.spec = dict(spec or {})
@@ -423,6 +522,23 @@ class Cluster:
         if graph is None and not all(k in self.spec for k in _SPEC_KEYS):
             raise ValueError("Cluster needs a graph or a complete build spec "
                              f"({', '.join(_SPEC_KEYS)})")
+        D = gpus_per_node if nvlink_domain_gpus is None else int(nvlink_domain_gpus)
+        if D < gpus_per_node or D % gpus_per_node:
+            raise ValueError(f"nvlink_domain_gpus {D} is not a multiple of gpus_per_node "
+                             f"{gpus_per_node}")
+        #: GPUs of one NVLink domain (the last one may hold fewer).
+        self.nvlink_domain_gpus = D
+        in_order = np.arange(len(self.hosts), dtype=np.int64) // (D // gpus_per_node)
+        #: NVLink domain of every host (index into :attr:`hosts`).
+        self.host_domain = (in_order if host_domains is None
+                            else np.array(list(host_domains), dtype=np.int64).reshape(-1))
+        if self.host_domain.shape != (len(self.hosts),):
+            raise ValueError(f"host_domains names {self.host_domain.size} domains for "
+                             f"{len(self.hosts)} hosts")
+        #: Whether the domains are the hosts in order, ``nvlink_domain_gpus`` GPUs each
+        #: (relabelled by first appearance): the shape shortcuts count on it.
+        self.domains_in_order = bool(np.array_equal(_by_first_appearance(self.host_domain),
+                                                    in_order))
         self._graph = graph
         #: Global rank -> physical GPU (torchrun's default order).
         self.placement = Placement(gpus_per_node)
@@ -443,11 +559,39 @@ class Cluster:
         return f"{self.hosts[host]}/gpu{local}"
 
     @property
+    def one_host_domains(self) -> bool:
+        """Whether every NVLink domain is one host (DGX systems)."""
+        return self.nvlink_domain_gpus == self.gpus_per_node
+
+    @functools.cached_property
+    def gpu_domains(self) -> np.ndarray:
+        """NVLink domain of every GPU index (host-major), ``[num_gpus]``."""
+        return np.repeat(self.host_domain, self.gpus_per_node)
+
+    def same_domain(self, a, b):
+        """Whether GPUs ``a`` and ``b`` (indices or index arrays) share an NVLink domain
+        (equal :attr:`host_domain` of their hosts: what every link-speed decision compares)."""
+        G = self.gpus_per_node
+        return self.host_domain[np.asarray(a) // G] == self.host_domain[np.asarray(b) // G]
+
+    def switch_of(self, host: int) -> str:
+        """Graph node of the NVLink switch of host index ``host``'s domain."""
+        return _switch_name(self.hosts, self.host_domain, host, self.one_host_domains)
+
+    @property
+    def placement_invariant(self) -> bool:
+        """Uniform, and no node-granular placement can change which GPU pairs share an
+        NVLink domain: each domain is one host, or one domain holds every host."""
+        return self.is_uniform and (self.one_host_domains
+                                    or bool(np.all(self.host_domain == self.host_domain[0])))
+
+    @property
     def graph(self) -> nx.DiGraph:
         """The link graph, built from :attr:`spec` on first access. Call :meth:`invalidate`
         after editing it."""
         if self._graph is None:
-            self._graph = _build_graph(self.hosts, self.gpus_per_node, self.spec)
+            self._graph = _build_graph(self.hosts, self.gpus_per_node, self.spec,
+                                       self.host_domain, self.one_host_domains)
             self.invalidate()  # from here on the (editable) graph is the source
         return self._graph
 
@@ -477,7 +621,7 @@ class Cluster:
     @property
     def is_uniform(self) -> bool:
         """Every host identical and no measured link: a link's figures depend only on
-        whether its two GPUs share a host."""
+        whether its two GPUs share an NVLink domain."""
         facts = self._facts()
         return facts is None or facts.uniform
 
@@ -490,12 +634,14 @@ class Cluster:
     def _edge(self, u: str, w: str):
         return self._graph.edges[u, w] if self._graph.has_edge(u, w) else None
 
-    def _nominal_link(self, same_host: bool) -> tuple[float, float]:
-        """:meth:`link` of two GPUs of one host / of two hosts, from the nominal edges."""
-        key = ("nominal", same_host)
+    def _nominal_link(self, same_domain: bool) -> tuple[float, float]:
+        """:meth:`link` of two GPUs of one NVLink domain / of two domains, from the nominal
+        edges."""
+        key = ("nominal", same_domain)
         if key not in self._cache:
             e = _nominal_edges(self.spec)
-            self._cache[key] = _path_value([e["intra"]] * 2 if same_host else [e["inter"]] * 4)
+            self._cache[key] = _path_value([e["intra"]] * 2 if same_domain
+                                           else [e["inter"]] * 4)
         return self._cache[key]
 
     @functools.lru_cache(maxsize=1 << 16)
@@ -503,15 +649,16 @@ class Cluster:
         """(bandwidth_Bps, latency_s) of a transfer from GPU ``a`` to GPU ``b`` (indices).
 
         A measured direct edge wins; otherwise the slowest edge on the path
-        GPU→NVSwitch→GPU (same host) or GPU→NIC→fabric→NIC→GPU (same rail, other host),
-        with a measured NIC↔NIC or host↔host edge replacing the fabric hop. Before the graph
-        is built: the same figures from :attr:`spec`.
+        GPU→NVLink switch→GPU (same NVLink domain: one host, or two hosts of one NVL72 rack)
+        or GPU→NIC→fabric→NIC→GPU (same rail, other domain), with a measured NIC↔NIC or
+        host↔host edge replacing the fabric hop. Before the graph is built: the same figures
+        from :attr:`spec`.
         """
         if self._graph is None:
             n = self.num_gpus
             if not (0 <= a < n and 0 <= b < n):
                 raise IndexError(f"GPU index out of range 0..{n - 1}: {a}, {b}")
-            return self._nominal_link(a // self.gpus_per_node == b // self.gpus_per_node)
+            return self._nominal_link(bool(self.same_domain(a, b)))
         g = self._graph
         ga, gb = self.gpu_id(a), self.gpu_id(b)
         e = self._edge(ga, gb)
@@ -519,8 +666,8 @@ class Cluster:
             return e["bandwidth_Bps"], e["latency_s"]
         ha, la = divmod(a, self.gpus_per_node)
         hb, lb = divmod(b, self.gpus_per_node)
-        if ha == hb:
-            sw = f"{self.hosts[ha]}/nvswitch"
+        if self.host_domain[ha] == self.host_domain[hb]:
+            sw = self.switch_of(ha)
             path = [g.edges[ga, sw], g.edges[sw, gb]]
         else:
             na, nb = f"{self.hosts[ha]}/nic{la}", f"{self.hosts[hb]}/nic{lb}"
@@ -538,7 +685,7 @@ class Cluster:
         if a.size and (min(a.min(), b.min()) < 0 or max(a.max(), b.max()) >= n):
             raise IndexError(f"GPU index out of range 0..{n - 1}")
         ha, hb = a // G, b // G
-        same = ha == hb
+        same = self.host_domain[ha] == self.host_domain[hb]
         (bi, li), (be, le) = self._nominal_link(True), self._nominal_link(False)
         bw, lat = np.where(same, bi, be), np.where(same, li, le)
         facts = self._facts()
@@ -562,17 +709,18 @@ class Cluster:
     def ring_busbw(self, gpus: Iterable[int]) -> tuple[float, float]:
         """(bus bandwidth B/s, per-step latency s) of an NCCL ring over ``gpus``.
 
-        Within a host the ring runs over NVLink; across hosts NCCL runs one ring per rail
-        (``k`` group GPUs per host use ``k`` NICs in parallel), so a host-to-host hop carries
-        the sum of its ``k`` rail bandwidths. The bus bandwidth is the slowest hop.
-        (One group, hop by hop; :meth:`group_busbw` applies the same rules to every group.)
+        Within an NVLink domain (a host, or a whole NVL72 rack) the ring runs over NVLink;
+        across domains NCCL runs one ring per rail (``k`` group GPUs per domain use ``k``
+        NICs in parallel), so a domain-to-domain hop carries the sum of its ``k`` rail
+        bandwidths. The bus bandwidth is the slowest hop. (One group, hop by hop;
+        :meth:`group_busbw` applies the same rules to every group.)
         """
         gpus = list(gpus)
         if len(gpus) < 2:
             return float("inf"), 0.0
-        by_host: dict[int, list[int]] = {}
+        by_host: dict[int, list[int]] = {}        # by NVLink domain, in order of appearance
         for g in gpus:
-            by_host.setdefault(g // self.gpus_per_node, []).append(g)
+            by_host.setdefault(int(self.gpu_domains[g]), []).append(g)
         bw, lat = float("inf"), 0.0
         for members in by_host.values():
             for i in range(len(members) if len(by_host) == 1 else len(members) - 1):
@@ -594,9 +742,10 @@ class Cluster:
     # -- groups --------------------------------------------------------------------------
     @property
     def _shape_shortcut(self) -> bool:
-        """Whether group figures may come from the groups' shape: a uniform cluster and the
-        identity placement (the shortcut counts members per host on rank numbers)."""
-        return self.placement.is_identity and self.is_uniform
+        """Whether group figures may come from the groups' shape: a uniform cluster, the
+        identity placement and the NVLink domains the hosts in order (the shortcut counts
+        members per domain of ``nvlink_domain_gpus`` consecutive rank numbers)."""
+        return self.placement.is_identity and self.is_uniform and self.domains_in_order
 
     def _group_gpus(self, stride: int, size: int, world: int) -> np.ndarray:
         """Physical GPU indices (one row per group) of every group of
@@ -619,15 +768,16 @@ class Cluster:
 
     def _hop_group_busbw(self, gpus: np.ndarray) -> tuple[float, float]:
         """:meth:`ring_busbw`'s rules over every row of ``gpus`` at once; the worst row."""
-        bw, lat = ring_figures(gpus, self.links, self.gpus_per_node)
+        bw, lat = ring_figures(gpus, self.links, self.gpu_domains)
         return float(bw.min()), float(lat.max())
 
     def group_busbw(self, stride: int, size: int, world: int) -> tuple[float, float]:
         """Worst (bus bandwidth B/s, latency s) over every ring group of this shape.
 
-        Groups that straddle node boundaries (e.g. tp=6 on 8-GPU nodes) are slower than
-        aligned ones; the slowest group sets the pace (collectives of all groups run in
-        lock-step within an iteration). Uniform cluster, identity placement: from the
+        Groups that straddle NVLink-domain boundaries (e.g. tp=6 on 8-GPU hosts, or 64
+        ranks of a 128-GPU job on 72-GPU NVL72 racks) are slower than aligned ones; the
+        slowest group sets the pace (collectives of all groups run in lock-step within an
+        iteration). Uniform cluster, identity placement, domains in order: from the
         groups' shape (:func:`uniform_group_shape`); otherwise hop by hop.
         """
         key = ("group", stride, size, world)
@@ -636,13 +786,14 @@ class Cluster:
                 res = (float("inf"), 0.0)
             elif self._shape_shortcut:
                 self._check_extent(stride, size, world)
-                intra, inter, k = uniform_group_shape(stride, size, world, self.gpus_per_node)
+                D = self.nvlink_domain_gpus
+                intra, inter, k = uniform_group_shape(stride, size, world, D)
                 bw, lat = float("inf"), 0.0
                 if intra:
                     b, l = self.link(0, 1)
                     bw, lat = min(bw, b), max(lat, l)
                 if inter:
-                    b, l = self.link(0, self.gpus_per_node)
+                    b, l = self.link(0, D)
                     hop_bw = 0.0
                     for _ in range(k):  # k rails, summed as ring_busbw sums them
                         hop_bw += b
@@ -663,9 +814,10 @@ class Cluster:
                 pass
             elif self._shape_shortcut:
                 self._check_extent(stride, size, world)
-                intra, inter, _ = uniform_group_shape(stride, size, world, self.gpus_per_node)
+                D = self.nvlink_domain_gpus
+                intra, inter, _ = uniform_group_shape(stride, size, world, D)
                 bw, lat = float("inf"), 0.0
-                for on, b in ((intra, 1), (inter, self.gpus_per_node)):
+                for on, b in ((intra, 1), (inter, D)):
                     if on:
                         for x, y in ((0, b), (b, 0)):
                             bw_, l_ = self.link(x, y)
@@ -685,17 +837,17 @@ class Cluster:
         (forward) and back (backward); index ``size - 1`` is the wrap-around ``size-1 → 0``
         that interleaved schedules use. Each boundary's figure is its slowest pair (its
         ``stride`` pairs send at once): min bandwidth (B/s), max latency (s). On a uniform
-        cluster a boundary is an NVLink hop when every pair stays on one host, else a
-        network hop; elsewhere every pair is looked up. ``size >= 2``."""
+        cluster a boundary is an NVLink hop when every pair stays in one NVLink domain,
+        else a network hop; elsewhere every pair is looked up. ``size >= 2``."""
         key = ("p2p_boundaries", stride, size, world)
         if key not in self._cache:
-            G = self.gpus_per_node
-            if self._shape_shortcut and stride >= G:   # every pair a host or more apart
+            D = self.nvlink_domain_gpus
+            if self._shape_shortcut and stride >= D:   # every pair a domain or more apart
                 self._check_extent(stride, size, world)
-                b, l = self.link(0, G)
+                b, l = self.link(0, D)
                 full = (np.full(size, b), np.full(size, l))
                 res = full + full
-            else:        # fewer than G ranks per stage on a uniform cluster: a small world
+            else:        # fewer than D ranks per stage on a uniform cluster: a small world
                 src = self._group_gpus(stride, size, world).T       # [size, groups]
                 dst = np.roll(src, -1, axis=0)
                 fb, fl = self.links(src.reshape(-1), dst.reshape(-1))
@@ -713,18 +865,22 @@ class Cluster:
         return self is other
 
     def subset(self, hosts: Iterable[int]) -> "Cluster":
-        """A cluster of the hosts with indices ``hosts`` (in that order), their GPUs, links
-        and measured edges (the fabric kept); GPU indices renumber host-major."""
+        """A cluster of the hosts with indices ``hosts`` (in that order), their GPUs, links,
+        NVLink domains and measured edges (the fabric and their domains' switches kept); GPU
+        indices renumber host-major."""
         idx = [int(h) for h in hosts]
         names = [self.hosts[i] for i in idx]
         sub = Cluster(name=self.name, gpu=self.gpu, gpus_per_node=self.gpus_per_node,
                       hosts=names, spec=self.spec,
-                      graph=None if self._graph is None else nx.DiGraph())
+                      graph=None if self._graph is None else nx.DiGraph(),
+                      nvlink_domain_gpus=self.nvlink_domain_gpus,
+                      host_domains=self.host_domain[idx] if idx else [])
         if self._graph is not None:
             keep = set(names)
             g = self._graph
             nodes = [x for x, d in g.nodes(data=True)
-                     if x == "fabric" or x in keep or d.get("host") in keep]
+                     if x == "fabric" or x in keep or d.get("host") in keep
+                     or keep.intersection(d.get("hosts", ()))]
             sub.graph = g.subgraph(nodes).copy()
         return sub
 
@@ -737,26 +893,41 @@ def build_cluster(*, name: str, gpu: GPUSpec, gpus_per_node: int, hosts: list[st
                   intra_bandwidth_Bps: float, inter_bandwidth_Bps: float,
                   intra_latency_s: float, inter_latency_s: float,
                   intra_efficiency: float = DEFAULT_INTRA_EFFICIENCY,
-                  inter_efficiency: float = DEFAULT_INTER_EFFICIENCY) -> Cluster:
-    """A homogeneous cluster: NVSwitch per host, one NIC rail per GPU.
+                  inter_efficiency: float = DEFAULT_INTER_EFFICIENCY,
+                  nvlink_domain_gpus: int | None = None) -> Cluster:
+    """A homogeneous cluster: one NVLink switch per NVLink domain (per host unless
+    ``nvlink_domain_gpus`` spans several hosts), one NIC rail per GPU.
 
-    Bandwidths are nominal per GPU per direction (bytes/s); edges carry
-    ``bandwidth_Bps = nominal × efficiency``. Latencies are split evenly over a path's hops.
-    The graph itself is built on first access of :attr:`Cluster.graph`.
+    Bandwidths are nominal per GPU per direction (bytes/s): ``intra`` inside a domain,
+    ``inter`` between domains; edges carry ``bandwidth_Bps = nominal × efficiency``.
+    Latencies are split evenly over a path's hops. The graph itself is built on first
+    access of :attr:`Cluster.graph`.
     """
     spec = dict(intra_bandwidth_Bps=intra_bandwidth_Bps, inter_bandwidth_Bps=inter_bandwidth_Bps,
                 intra_latency_s=intra_latency_s, inter_latency_s=inter_latency_s,
                 intra_efficiency=intra_efficiency, inter_efficiency=inter_efficiency)
-    return Cluster(name=name, gpu=gpu, gpus_per_node=gpus_per_node, hosts=hosts, spec=spec)
+    return Cluster(name=name, gpu=gpu, gpus_per_node=gpus_per_node, hosts=hosts, spec=spec,
+                   nvlink_domain_gpus=nvlink_domain_gpus)
 
 
 def cluster_from_config(data: Mapping[str, Any], nodes: int | None = None) -> Cluster:
-    """Build a cluster from the YAML schema (see :data:`CLUSTER_PRESETS`); ``nodes`` overrides."""
+    """Build a cluster from the YAML schema (see :data:`CLUSTER_PRESETS`); ``nodes`` overrides.
+
+    ``nodes`` counts hosts of ``gpus_per_node`` GPUs (torchrun/SLURM nodes; an NVL72 compute
+    tray). Optional ``nvlink_domain_gpus``: GPUs of one NVLink domain, a positive multiple
+    of ``gpus_per_node`` (default: one host); hosts are grouped into domains in order, the
+    last one possibly partial. The ``intra_node_*`` figures apply inside a domain."""
     v.exact_keys("cluster", data, CLUSTER_KEYS_REQUIRED, CLUSTER_KEYS_OPTIONAL)
     gpu = gpu_from_config(data["gpu"])
     gpn = v.int_in_range("gpus_per_node", data["gpus_per_node"])
     n = v.int_in_range("nodes", data["nodes"] if nodes is None else nodes)
     v.int_in_range("nodes*gpus_per_node", n * gpn, key="num_gpus")
+    domain = v.int_in_range("nvlink_domain_gpus", data.get("nvlink_domain_gpus", gpn),
+                            key="num_gpus")
+    if domain % gpn:
+        raise InputError("nvlink_domain_gpus", domain,
+                         f"must be a positive multiple of gpus_per_node ({gpn}): an NVLink "
+                         "domain is made of whole hosts")
     eff = {}
     for key, default in (("intra_node_efficiency", DEFAULT_INTRA_EFFICIENCY),
                          ("inter_node_efficiency", DEFAULT_INTER_EFFICIENCY)):
@@ -774,7 +945,7 @@ def cluster_from_config(data: Mapping[str, Any], nodes: int | None = None) -> Cl
         intra_latency_s=figure["intra_node_latency_us"] * US,
         inter_latency_s=figure["inter_node_latency_us"] * US,
         intra_efficiency=eff["intra_node_efficiency"],
-        inter_efficiency=eff["inter_node_efficiency"])
+        inter_efficiency=eff["inter_node_efficiency"], nvlink_domain_gpus=domain)
 
 
 def load_cluster(ref: str, nodes: int | None = None) -> Cluster:

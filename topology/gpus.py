@@ -10,6 +10,32 @@ sheet (same tensor cores as H100, 141 GB HBM3e at 4.8 TB/s).
 Usable memory is what ``nvidia-smi`` reports as total: 81920 MiB (A100 80GB), 81559 MiB
 (H100 80GB), 143771 MiB (H200). SMs: A100 108, H100/H200 SXM 132 (the data sheets).
 
+Blackwell. NVIDIA prints these peaks *with sparsity*; the figures below are those halved
+(the data sheets' footnote: "with sparsity"; dense is one-half):
+
+* B200 (DGX B200 / HGX B200, 1,000 W): "NVIDIA DGX B200" data sheet (72 PFLOPS FP8 and
+  1,440 GB HBM3e, 64 TB/s for 8 GPUs) and the HGX B200 column of NVIDIA's "GB200 NVL72"
+  specifications (per GPU: FP16/BF16 4.5 PFLOPS, FP8/FP6 9 PFLOPS, 180 GB HBM3e): dense
+  2.25 PFLOP/s BF16/FP16, 4.5 PFLOP/s FP8; 8 TB/s HBM3e (64 TB/s / 8; the HGX table
+  prints 7.7 TB/s). 148 SMs (CUDA ``multiProcessorCount``; Chips and Cheese, "Nvidia's
+  B200": 74 of 80 SMs enabled per die, two dies). Usable memory: ``nvidia-smi`` total
+  183359 MiB (the data sheet's "180 GB").
+* GB200 (in GB200 NVL72, up to 1,200 W): NVIDIA "GB200 NVL72" specifications, per GPU
+  FP16/BF16 5 PFLOPS and FP8/FP6 10 PFLOPS with sparsity, 186 GB HBM3e, 8 TB/s: dense
+  2.5 PFLOP/s BF16/FP16, 5 PFLOP/s FP8. 152 SMs (CUDA ``multiProcessorCount`` reported on
+  GB200). Usable memory: ``nvidia-smi`` total 189471 MiB (the data sheet's "186 GB").
+* GB300 (Blackwell Ultra in GB300 NVL72, up to 1,400 W): NVIDIA "GB300 NVL72"
+  specifications, 72 GPUs: FP8/FP6 720 PFLOPS and FP16/BF16 360 PFLOPS with sparsity, i.e.
+  per GPU dense 5 PFLOP/s FP8 and 2.5 PFLOP/s BF16/FP16; up to 288 GB HBM3e per GPU at
+  8 TB/s and 160 SMs (NVIDIA technical blog "Inside NVIDIA Blackwell Ultra: The Chip
+  Powering the AI Factory Era", 2025). Usable memory: ``nvidia-smi`` total 284208 MiB.
+* ``mxfp8``: MXFP8 (OCP microscaling, one E8M0 scale per 32 FP8 elements) is executed by
+  Blackwell's fifth-generation tensor cores at the FP8 rate (NVIDIA technical blog
+  "Boosting Matrix Multiplication Speed and Flexibility with NVIDIA cuBLAS 12.9":
+  block-scaled FP8 matmuls on Blackwell), so its peak equals the FP8 one; Hopper and Ampere
+  have no such rate (Megatron-LM core_v0.16.1 ``TransformerConfig.fp8_recipe``: "'mxfp8' for
+  Blackwell architecture only").
+
 Efficiencies (:class:`Efficiency`), one set per GPU type and precision, each with its source:
 
 * ``gemm``: fraction of dense 16-bit peak a large, well-shaped GEMM attains. A100:
@@ -17,16 +43,36 @@ Efficiencies (:class:`Efficiency`), one set per GPU type and precision, each wit
   (``bench/calibrate.py`` prints the fit; it is the only fitted number). H100/H200: cuBLAS
   BF16 GEMM at large square sizes reaches ≈ 700–750 of 989 TFLOP/s (NVIDIA "H100 Tensor Core
   GPU Architecture" whitepaper and Transformer Engine benchmarks), i.e. ≈ 0.72.
+  B200 and GB200 (sm_100): OpenXLA's measured matmul table for sm_100
+  (``xla/backends/gpu/cost_model/matmul_interpolator_data.h``, 2025) gives 1.417 PFLOP/s
+  for a 4096³ BF16 GEMM, 0.63 of 2.25 PFLOP/s; :func:`configurator.cost.compute.gemm_time_s`
+  applies wave quantisation on top (4096³: 512 tiles of 256×128 in 4 waves of 148 SMs,
+  0.865), so the fraction at full waves is 0.63 / 0.865 = 0.73. GB300 (sm_103): a cuBLASLt
+  BF16 burn-in (brrr, luccabb/brrr README, cuBLASLt 13.8 on 4 GB300) sustains
+  1716–1763 TFLOP/s, 0.69–0.71 of 2.5 PFLOP/s: 0.70.
 * ``gemm_fp8``: the same for FP8 GEMMs against the FP8 peak (≈ 0.60 on H100/H200, same
-  sources); ``None`` for a GPU without FP8 tensor cores (A100).
+  sources); ``None`` for a GPU without FP8 tensor cores (A100). B200/GB200: the same OpenXLA
+  sm_100 table, 4096³ E4M3×E4M3 (and mixed E4M3/E5M2) 2.765–2.785 PFLOP/s, 0.617 of
+  4.5 PFLOP/s, over 0.865 of wave quantisation: 0.71. GB300: no sm_103 FP8 measurement
+  found; B200's 0.71 (same fifth-generation tensor cores).
+* ``gemm_mxfp8``: the same for MXFP8 GEMMs against the MXFP8 peak; ``None`` for a GPU
+  without an MXFP8 rate. Blackwell: taken equal to ``gemm_fp8`` (block-scaled and
+  per-tensor-scaled FP8 run the same tensor-core instruction at the same rate, cuBLAS 12.9
+  blog above).
 * ``hbm``: fraction of HBM bandwidth that memory-bound element-wise kernels attain: A100
   80GB ≈ 1.7 of 2.04 TB/s, H100 ≈ 2.9 of 3.35 TB/s, H200 ≈ 4.1 of 4.8 TB/s (BabelStream
-  Triad results reported for these parts).
+  Triad results reported for these parts). Blackwell (8 TB/s HBM3e): a streaming MXFP8
+  quantiser (read BF16, write FP8 and scales) moves 6+ TB/s on B200 (fal.ai, "Chasing
+  6+ TB/s: an MXFP8 quantizer on Blackwell", 2026): 0.75.
 * ``flash_attention``: fraction of dense peak of fused attention kernels (forward;
   backward does 2.5× the forward FLOPs at the same rate): FlashAttention-2 on A100 reaches
   50–73 % (Dao 2023, §4.1); on H100, cuDNN/FA3-class kernels ≈ 50–75 % (Shah et al. 2024,
-  FlashAttention-3, Fig. 5), 0.55 taken.
-* ``kernel_overhead_s``: launch and tail per kernel (≈ 4 µs on CUDA 11/12, Nsight traces).
+  FlashAttention-3, Fig. 5), 0.55 taken. Blackwell: FlashAttention-4 reaches 1605 TFLOP/s
+  BF16 on B200, 71 % of peak, 1.3× cuDNN 9.13 (Zadouri, Dao et al. 2026,
+  "FlashAttention-4"), so cuDNN's fused attention (Transformer Engine's default) is
+  ≈ 0.71 / 1.3 = 0.55; the same fraction taken for GB200 and GB300.
+* ``kernel_overhead_s``: launch and tail per kernel (≈ 4 µs on CUDA 11/12, Nsight traces;
+  Blackwell kept at 4 µs, same launch path).
 
 A GPU not in :data:`GPU_PRESETS` is given in the cluster file with all of these figures
 (:func:`gpu_from_config`); there is no fallback to another GPU's numbers.
@@ -39,17 +85,23 @@ from typing import Any, Mapping
 
 from configurator.core import validate as v
 from configurator.core.errors import InputError
+from configurator.core.plan import PRECISION
 from configurator.core.units import GB, GiB, MiB, TFLOP, US
 
-PRECISIONS = ("bf16", "fp16", "fp8")
+#: Why a GPU may lack a precision's tensor-core rate (appended to :meth:`GPUSpec.peak`'s error).
+_RATE_NOTES = {"fp8": "FP8 tensor cores start with Hopper",
+               "mxfp8": "mxfp8 on Blackwell only (B200, GB200, GB300): MXFP8 block scaling "
+                        "runs on fifth-generation tensor cores"}
 
 
 @dataclass(frozen=True, kw_only=True)
 class Efficiency:
-    """Achieved fractions of a GPU's peaks (see the module docstring for each source)."""
+    """Achieved fractions of a GPU's peaks (see the module docstring for each source).
+    ``gemm_fp8`` / ``gemm_mxfp8``: None where the GPU has no such rate."""
 
     gemm: float
     gemm_fp8: float | None
+    gemm_mxfp8: float | None = None
     hbm: float
     flash_attention: float
     kernel_overhead_s: float
@@ -58,9 +110,9 @@ class Efficiency:
 
 @dataclass(frozen=True, kw_only=True)
 class GPUSpec:
-    """One GPU type. ``peak_flops_per_s`` maps precision → dense FLOP/s (``fp8`` may be absent);
-    ``memory_bytes`` usable HBM; ``hbm_bandwidth_Bps`` bytes/s; ``num_sms`` streaming
-    multiprocessors (GEMM wave quantisation)."""
+    """One GPU type. ``peak_flops_per_s`` maps precision → dense FLOP/s (``fp8``, ``mxfp8``
+    may be absent); ``memory_bytes`` usable HBM; ``hbm_bandwidth_Bps`` bytes/s; ``num_sms``
+    streaming multiprocessors (GEMM wave quantisation)."""
 
     name: str
     peak_flops_per_s: Mapping[str, float] = field(hash=False)
@@ -73,13 +125,34 @@ class GPUSpec:
         """Dense peak FLOP/s for ``precision``; InputError if the GPU has no such rate."""
         rate = self.peak_flops_per_s.get(precision)
         if not rate:
+            note = f"; {_RATE_NOTES[precision]}" if precision in _RATE_NOTES else ""
             raise InputError("precision", precision,
                              f"GPU {self.name} has no {precision} tensor-core rate "
-                             f"(has: {', '.join(k for k, r in self.peak_flops_per_s.items() if r)})")
+                             f"(has: {', '.join(k for k, r in self.peak_flops_per_s.items() if r)})"
+                             + note)
         return rate
+
+    def gemm_rate(self, precision: str) -> tuple[float, float]:
+        """``(peak FLOP/s, attained fraction)`` of a large GEMM of a plan in ``precision``:
+        fp8 and mxfp8 GEMMs run at their own peak and efficiency, bf16/fp16 at the 16-bit
+        ones. InputError (from :meth:`peak`) if the GPU has no such rate."""
+        peak = self.peak(precision)
+        eff = self.efficiency
+        fraction = {"fp8": eff.gemm_fp8, "mxfp8": eff.gemm_mxfp8}.get(precision, eff.gemm)
+        if fraction is None:
+            raise InputError(f"gpu.efficiency.gemm_{precision}", None,
+                             f"missing: GPU {self.name} has a {precision} peak")
+        return peak, fraction
 
 
 _LITERATURE = "literature (see topology/gpus.py)"
+# Blackwell efficiencies (module docstring): sm_100 GEMM fractions from OpenXLA's measured
+# matmul table, GB300's BF16 one from a cuBLASLt burn-in; HBM from a streaming kernel on
+# B200; fused attention from FlashAttention-4's comparison with cuDNN 9.13.
+_BLACKWELL = ("OpenXLA sm_100 matmul table, FlashAttention-4, fal.ai B200 streaming "
+              "(see topology/gpus.py)")
+_BLACKWELL_ULTRA = ("brrr cuBLASLt BF16 burn-in on GB300; FP8 as sm_100 (OpenXLA); "
+                    "FlashAttention-4; fal.ai B200 streaming (see topology/gpus.py)")
 
 GPU_PRESETS: dict[str, GPUSpec] = {
     "a100-80gb": GPUSpec(
@@ -100,12 +173,40 @@ GPU_PRESETS: dict[str, GPUSpec] = {
         memory_bytes=143771 * MiB, hbm_bandwidth_Bps=4800 * GB, num_sms=132,
         efficiency=Efficiency(gemm=0.72, gemm_fp8=0.60, hbm=0.85, flash_attention=0.55,
                               kernel_overhead_s=4e-6, source=_LITERATURE)),
+    # DGX B200 data sheet / HGX B200 table: 4.5 (BF16) and 9 (FP8) PFLOPS with sparsity,
+    # halved; 180 GB HBM3e at 64 TB/s per 8 GPUs; nvidia-smi 183359 MiB; 148 SMs.
+    "b200-180gb": GPUSpec(
+        name="b200-180gb", peak_flops_per_s={"bf16": 2250 * TFLOP, "fp16": 2250 * TFLOP,
+                                             "fp8": 4500 * TFLOP, "mxfp8": 4500 * TFLOP},
+        memory_bytes=183359 * MiB, hbm_bandwidth_Bps=8000 * GB, num_sms=148,
+        efficiency=Efficiency(gemm=0.73, gemm_fp8=0.71, gemm_mxfp8=0.71, hbm=0.75,
+                              flash_attention=0.55, kernel_overhead_s=4e-6,
+                              source=_BLACKWELL)),
+    # GB200 NVL72 specifications, per GPU: 5 (BF16) and 10 (FP8) PFLOPS with sparsity,
+    # halved; 186 GB HBM3e at 8 TB/s; nvidia-smi 189471 MiB; 152 SMs.
+    "gb200-186gb": GPUSpec(
+        name="gb200-186gb", peak_flops_per_s={"bf16": 2500 * TFLOP, "fp16": 2500 * TFLOP,
+                                              "fp8": 5000 * TFLOP, "mxfp8": 5000 * TFLOP},
+        memory_bytes=189471 * MiB, hbm_bandwidth_Bps=8000 * GB, num_sms=152,
+        efficiency=Efficiency(gemm=0.73, gemm_fp8=0.71, gemm_mxfp8=0.71, hbm=0.75,
+                              flash_attention=0.55, kernel_overhead_s=4e-6,
+                              source=_BLACKWELL)),
+    # GB300 NVL72 specifications: 360 (BF16) and 720 (FP8) PFLOPS with sparsity per 72 GPUs,
+    # halved; 288 GB HBM3e at 8 TB/s and 160 SMs ("Inside NVIDIA Blackwell Ultra");
+    # nvidia-smi 284208 MiB.
+    "gb300-288gb": GPUSpec(
+        name="gb300-288gb", peak_flops_per_s={"bf16": 2500 * TFLOP, "fp16": 2500 * TFLOP,
+                                              "fp8": 5000 * TFLOP, "mxfp8": 5000 * TFLOP},
+        memory_bytes=284208 * MiB, hbm_bandwidth_Bps=8000 * GB, num_sms=160,
+        efficiency=Efficiency(gemm=0.70, gemm_fp8=0.71, gemm_mxfp8=0.71, hbm=0.75,
+                              flash_attention=0.55, kernel_overhead_s=4e-6,
+                              source=_BLACKWELL_ULTRA)),
 }
 
 GPU_KEYS_REQUIRED = ("name", "peak_tflops", "memory_GiB", "hbm_bandwidth_GBps", "num_sms",
                      "efficiency")
 EFFICIENCY_KEYS_REQUIRED = ("gemm", "hbm", "flash_attention")
-EFFICIENCY_KEYS_OPTIONAL = ("gemm_fp8", "kernel_overhead_us", "source")
+EFFICIENCY_KEYS_OPTIONAL = ("gemm_fp8", "gemm_mxfp8", "kernel_overhead_us", "source")
 
 
 def _fraction(field_name: str, value: Any) -> float:
@@ -115,14 +216,19 @@ def _fraction(field_name: str, value: Any) -> float:
     return val
 
 
-def efficiency_from_config(data: Any, has_fp8: bool) -> Efficiency:
+def efficiency_from_config(data: Any, precisions: Any = ()) -> Efficiency:
     """Efficiencies of a GPU given in a cluster file: ``gemm, hbm, flash_attention`` (fractions
-    in (0, 1]), ``gemm_fp8`` (required when the GPU has an fp8 peak), optional
-    ``kernel_overhead_us`` (default 4) and ``source`` (where the figures come from)."""
+    in (0, 1]), ``gemm_fp8`` / ``gemm_mxfp8`` (required when ``precisions``, the GPU's peak
+    rates, include fp8 / mxfp8; ignored otherwise), optional ``kernel_overhead_us``
+    (default 4) and ``source`` (where the figures come from)."""
     v.exact_keys("gpu.efficiency", data, EFFICIENCY_KEYS_REQUIRED, EFFICIENCY_KEYS_OPTIONAL)
-    if has_fp8 and "gemm_fp8" not in data:
-        raise InputError("gpu.efficiency.gemm_fp8", None,
-                         "missing: required when peak_tflops has fp8")
+    low = {}
+    for prec in ("fp8", "mxfp8"):
+        key = f"gemm_{prec}"
+        if prec in precisions and key not in data:
+            raise InputError(f"gpu.efficiency.{key}", None,
+                             f"missing: required when peak_tflops has {prec}")
+        low[key] = _fraction(f"gpu.efficiency.{key}", data[key]) if prec in precisions else None
     source = v.display_name("gpu.efficiency.source", data.get("source", "cluster file"))
     overhead_us = data.get("kernel_overhead_us", 4.0)
     if isinstance(overhead_us, bool) or not isinstance(overhead_us, (int, float)) or not (
@@ -130,8 +236,7 @@ def efficiency_from_config(data: Any, has_fp8: bool) -> Efficiency:
         raise InputError("gpu.efficiency.kernel_overhead_us", overhead_us,
                          "must be a number of microseconds in [0, 1000]")
     return Efficiency(
-        gemm=_fraction("gpu.efficiency.gemm", data["gemm"]),
-        gemm_fp8=_fraction("gpu.efficiency.gemm_fp8", data["gemm_fp8"]) if has_fp8 else None,
+        gemm=_fraction("gpu.efficiency.gemm", data["gemm"]), **low,
         hbm=_fraction("gpu.efficiency.hbm", data["hbm"]),
         flash_attention=_fraction("gpu.efficiency.flash_attention", data["flash_attention"]),
         kernel_overhead_s=float(overhead_us) * US, source=source)
@@ -139,10 +244,11 @@ def efficiency_from_config(data: Any, has_fp8: bool) -> Efficiency:
 
 def gpu_from_config(data: Any) -> GPUSpec:
     """A GPU from a preset name or a mapping with every figure the cost model needs:
-    ``name, peak_tflops: {bf16, fp16, fp8}, memory_GiB, hbm_bandwidth_GBps, num_sms,
-    efficiency: {gemm, gemm_fp8, hbm, flash_attention, kernel_overhead_us, source}`` (units
-    at the edge: TFLOP/s, GiB, GB/s, µs). Raises :class:`InputError` naming the field; an
-    unknown preset name lists the known ones and says how to describe a new GPU."""
+    ``name, peak_tflops: {bf16, fp16, fp8, mxfp8}, memory_GiB, hbm_bandwidth_GBps, num_sms,
+    efficiency: {gemm, gemm_fp8, gemm_mxfp8, hbm, flash_attention, kernel_overhead_us,
+    source}`` (units at the edge: TFLOP/s, GiB, GB/s, µs). Raises :class:`InputError`
+    naming the field; an unknown preset name lists the known ones and says how to describe
+    a new GPU."""
     if isinstance(data, str):
         if data not in GPU_PRESETS:
             raise InputError("gpu", data, "unknown GPU preset; known: " + ", ".join(GPU_PRESETS)
@@ -152,12 +258,13 @@ def gpu_from_config(data: Any) -> GPUSpec:
     v.exact_keys("gpu", data, GPU_KEYS_REQUIRED, ())
     peaks = data["peak_tflops"]
     if not isinstance(peaks, Mapping) or not peaks:
-        raise InputError("gpu.peak_tflops", peaks, "must map precision (bf16, fp16, fp8) to TFLOP/s")
+        raise InputError("gpu.peak_tflops", peaks, "must map precision ("
+                         + ", ".join(PRECISION) + ") to TFLOP/s")
     rates = {}
     for prec, val in peaks.items():
-        if prec not in PRECISIONS:
+        if prec not in PRECISION:
             raise InputError(f"gpu.peak_tflops.{prec}", val,
-                             f"unknown precision; allowed: {', '.join(PRECISIONS)}")
+                             f"unknown precision; allowed: {', '.join(PRECISION)}")
         rates[prec] = v.float_in_range(f"gpu.peak_tflops.{prec}", val, key="gpu.peak_tflops") * TFLOP
     name = v.display_name("gpu.name", data["name"])
     return GPUSpec(name=name, peak_flops_per_s=rates,
@@ -165,4 +272,4 @@ def gpu_from_config(data: Any) -> GPUSpec:
                    hbm_bandwidth_Bps=v.float_in_range("gpu.hbm_bandwidth_GBps",
                                                       data["hbm_bandwidth_GBps"]) * GB,
                    num_sms=v.int_in_range("gpu.num_sms", data["num_sms"]),
-                   efficiency=efficiency_from_config(data["efficiency"], "fp8" in rates))
+                   efficiency=efficiency_from_config(data["efficiency"], rates))

@@ -289,7 +289,10 @@ def apply_topology(cluster, topo: Topology, policy: str | None = None):
 
     Hosts: the topology's names replace the cluster's (the cluster keeps its node count unless
     the topology names more hosts). Built afresh with build_cluster from the cluster's own
-    nominal spec, so earlier measured edges are dropped. Edges added (bandwidth per direction):
+    nominal spec and NVLink-domain size (hosts grouped into domains in this order), so
+    earlier measured edges are dropped. Between two hosts of one NVLink domain a transfer
+    takes the domain's switch, so inter-node records of such a pair do not change it (only
+    a direct GPU→GPU edge would). Edges added (bandwidth per direction):
 
     * host-level inter-node record → ``"<A>" → "<B>"``, per-rail bandwidth
       ``bandwidth / rails`` (see :attr:`LinkMeasurement.rails`);
@@ -316,7 +319,7 @@ def apply_topology(cluster, topo: Topology, policy: str | None = None):
             hosts.append(name)
         i += 1
     new = build_cluster(name=cluster.name, gpu=cluster.gpu, gpus_per_node=cluster.gpus_per_node,
-                        hosts=hosts, **spec)
+                        hosts=hosts, nvlink_domain_gpus=cluster.nvlink_domain_gpus, **spec)
     gpn = cluster.gpus_per_node
     hop_lat = spec["inter_latency_s"] / 4
     edges: dict[tuple[str, str], list[tuple[float, float | None, LinkMeasurement]]] = {}

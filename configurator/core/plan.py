@@ -26,7 +26,12 @@ from configurator.core.errors import InputError
 RECOMPUTE = ("none", "selective", "full")
 #: Integer code of each recompute choice in candidate arrays (its index in RECOMPUTE).
 RECOMPUTE_CODES = {name: i for i, name in enumerate(RECOMPUTE)}
-PRECISION = ("bf16", "fp16", "fp8")
+#: Training precisions; also the names of a GPU's tensor-core peak rates
+#: (:attr:`topology.gpus.GPUSpec.peak_flops_per_s`). ``fp8``: Transformer Engine FP8 GEMMs with
+#: Megatron's default delayed scaling; ``mxfp8``: MXFP8 block scaling (Blackwell only).
+PRECISION = ("bf16", "fp16", "fp8", "mxfp8")
+#: Precisions whose GEMMs run in FP8 (Transformer Engine keeps an FP8 copy of the weights).
+FP8_PRECISIONS = ("fp8", "mxfp8")
 ATTENTION_BACKENDS = ("auto", "flash", "fused", "unfused", "local")
 #: Backends that materialise and store the s×s score matrix (megatron-core's own
 #: DotProductAttention and the 2021–22 Megatron runs); the others are flash-style kernels.
@@ -71,6 +76,20 @@ def _field(default: Any, **meta: Any):
 
 def _full(p: "ParallelPlan") -> bool:
     return p.recompute == "full"
+
+
+def is_fp8(precision: str) -> bool:
+    """Whether GEMMs of ``precision`` run in FP8 (:data:`FP8_PRECISIONS`)."""
+    return precision in FP8_PRECISIONS
+
+
+#: ``--fp8-format`` / ``--fp8-recipe`` of each FP8 precision (Megatron-LM core_v0.16.1
+#: ``TransformerConfig.fp8`` choices e4m3/hybrid and ``fp8_recipe`` choices tensorwise,
+#: delayed, mxfp8, blockwise, custom; recipe default delayed). fp8: hybrid (E4M3 forward,
+#: E5M2 gradients) with the default recipe. mxfp8: E4M3 with the mxfp8 recipe, as
+#: megatron/core/transformer/moe/README.md ("MXFP8 on Blackwell": ``--fp8-format e4m3
+#: --fp8-recipe mxfp8``); both with ``--bf16`` (parameters and non-FP8 ops in BF16).
+_FP8_FLAGS = {"fp8": ("hybrid", None), "mxfp8": ("e4m3", "mxfp8")}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -176,13 +195,17 @@ class ParallelPlan:
         flags=(("--use-distributed-optimizer", lambda m, p: p.distributed_optimizer or None),))
     precision: str = _field("bf16", cli_flag="--precision", choices=PRECISION,
                             per_candidate=False,
-                            help="bf16 (default), fp16, or fp8 (Transformer Engine GEMMs)",
+                            help="bf16 (default), fp16, fp8 (Transformer Engine FP8 GEMMs, "
+                                 "delayed scaling) or mxfp8 (MXFP8 block-scaled FP8 GEMMs, "
+                                 "Blackwell GPUs only)",
                             flag_group="precision and kernels",
-                            flags=(("--bf16", lambda m, p: p.precision in ("bf16", "fp8")
-                                    or None),
+                            flags=(("--bf16", lambda m, p: (p.precision == "bf16"
+                                                            or is_fp8(p.precision)) or None),
                                    ("--fp16", lambda m, p: p.precision == "fp16" or None),
-                                   ("--fp8-format", lambda m, p: "hybrid"
-                                    if p.precision == "fp8" else None)))
+                                   ("--fp8-format", lambda m, p: _FP8_FLAGS.get(
+                                       p.precision, (None, None))[0]),
+                                   ("--fp8-recipe", lambda m, p: _FP8_FLAGS.get(
+                                       p.precision, (None, None))[1])))
     attention_backend: str = _field(
         "auto", megatron_name="attention_backend", cli_flag="--attention-backend",
         choices=ATTENTION_BACKENDS, per_candidate=False,

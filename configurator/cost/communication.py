@@ -83,7 +83,7 @@ EXPERT_NAMES = ("ep_on_node", "ep_intra_bw", "ep_intra_lat", "ep_inter_bw", "ep_
 def expert_comm_figures(cluster, c: Candidates) -> dict[str, np.ndarray]:
     """Figures of each plan's expert groups, laid out by Megatron's expert grid
     (``etp-ep-edp-pp``, megatron/core/parallel_state.py): the EP group (stride ``etp``,
-    size ``ep``) as members per host and NVLink / network (bandwidth B/s, latency s) for
+    size ``ep``) as members per NVLink domain and NVLink / network (bandwidth B/s, latency s) for
     its all-to-all; the ETP and expert-data-parallel (stride ``etp·ep``) rings' bus
     bandwidth and latency. Arrays keyed :data:`EXPERT_NAMES`; dense plans get (1, inf, 0…)."""
     n = len(c)
@@ -91,7 +91,7 @@ def expert_comm_figures(cluster, c: Candidates) -> dict[str, np.ndarray]:
     keys = np.stack([c.ep, c.etp, c.pp], axis=1) if n else np.zeros((0, 3), np.int64)
     uniq, inv = np.unique(keys, axis=0, return_inverse=True)
     table = np.empty((len(uniq), len(EXPERT_NAMES)))
-    G = cluster.gpus_per_node
+    G = cluster.nvlink_domain_gpus   # members per NVLink domain (a host, or an NVL72 rack)
     intra = cluster.link(0, 1) if G > 1 else (float("inf"), 0.0)
     inter = cluster.link(0, G) if cluster.num_gpus > G else intra
     for i, (ep, etp, pp) in enumerate(uniq.tolist()):

@@ -22,6 +22,7 @@ import numpy as np
 
 from configurator.core.candidates import Candidates
 from configurator.core.model import ModelSpec
+from configurator.core.plan import is_fp8
 from topology.gpus import GPUSpec
 
 
@@ -118,10 +119,9 @@ def layer_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec) -> dict:
     s_q = model.seq_length / c.cp
     s_k = float(model.seq_length)
     T = c.mbs * s_q
-    fp8 = c.precision == "fp8"
+    fp8 = is_fp8(c.precision)
     peak16 = gpu.peak("fp16" if c.precision == "fp16" else "bf16")
-    gemm_peak = gpu.peak("fp8") if fp8 else peak16
-    gemm_eff = eff.gemm_fp8 if fp8 else eff.gemm
+    gemm_peak, gemm_eff = gpu.gemm_rate(c.precision) if fp8 else (peak16, eff.gemm)
     hbm = gpu.hbm_bandwidth_Bps
     kw = dict(batch=1.0, peak=gemm_peak, gpu=gpu, in_bytes=1.0 if fp8 else 2.0,
               gemm_eff=gemm_eff)

@@ -130,12 +130,13 @@ class PlacedPlan:
         self.stage_params = np.broadcast_to(np.asarray(ne, dtype=float), (pp,)).copy()
         self.stage_expert_params = np.broadcast_to(np.asarray(ex, dtype=float), (pp,)).copy()
         self.expert_comm = expert_comm_figures(cluster, c)
-        # On a uniform cluster a link's figures depend only on whether its GPUs share a
-        # host, which no node-granular placement changes: every placement prices as
-        # Megatron's order, and a group's (or send's) figures depend only on where its
-        # first rank sits within a host, so each is priced once per residue (the cost no
-        # longer grows with the world size).
-        self.uniform = cluster.is_uniform
+        # On a uniform cluster a link's figures depend only on whether its GPUs share an
+        # NVLink domain, which no node-granular placement changes while domains are hosts
+        # (or one domain holds every host): every placement prices as Megatron's order, and
+        # a group's (or send's) figures depend only on where its first rank sits within a
+        # host, so each is priced once per residue (the cost no longer grows with the world
+        # size).
+        self.uniform = cluster.placement_invariant
 
     # -- placement → physical GPUs ------------------------------------------------------
     def rank_gpus(self, node_hosts, gpu_order) -> np.ndarray:
@@ -177,8 +178,8 @@ class PlacedPlan:
         def rings(rows):
             rep, inv = by_residue(rows[:, 0])
             if rep is None:
-                return ring_figures(rows, table_links, G)
-            bw, lat = ring_figures(rows[rep], table_links, G)
+                return ring_figures(rows, table_links, self.cluster.gpu_domains)
+            bw, lat = ring_figures(rows[rep], table_links, self.cluster.gpu_domains)
             return bw[inv], lat[inv]
 
         def links(a, b):
