@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # torchrun launch: Megatron-LM pretrain_gpt.py (core_v0.16.1 flags), rendered by configurator.
 # model: llama3-8b: layers=32 hidden=4096 ffn=14336 heads=32 query_groups=8 seq=8192 vocab=128256
-# plan: tp=1 pp=1 dp=16 cp=2 vp=1 mbs=1 gbs=256 recompute=none sequence_parallel=False
-#       distributed_optimizer=True precision=fp8 attention_backend=auto
-#       overlap_grad_reduce=True overlap_param_gather=True microbatches=16
+# plan: tp=1 pp=1 dp=16 cp=2 vp=1 mbs=1 gbs=256 ep=1 etp=1 first=0 last=0 acct_emb=False
+#       acct_loss=False recompute=none sequence_parallel=False distributed_optimizer=True
+#       precision=fp8 attention_backend=auto overlap_grad_reduce=True
+#       overlap_param_gather=True microbatches=16
 # cluster: nodes=4 gpus_per_node=8 world_size=32
 # predicted:
 #   iteration_time_s: 4.025
@@ -91,6 +92,7 @@ MEGATRON_ARGS=(
     --disable-bias-linear
     --hidden-dropout 0.0
     --attention-dropout 0.0
+    --rotary-base 500000
     # precision and kernels
     --bf16
     --fp8-format hybrid
