@@ -196,7 +196,11 @@ _MODEL_ROWS = _rows(
      lambda m, p, t: m.qk_pos_emb_head_dim if m.multi_latent_attention else None),
     ("--v-head-dim", "model.v_head_dim",
      lambda m, p, t: m.v_head_dim if m.multi_latent_attention else None),
-    ("--mtp-num-layers", "model.mtp_num_layers", lambda m, p, t: m.mtp_num_layers))
+    ("--mtp-num-layers", "model.mtp_num_layers", lambda m, p, t: m.mtp_num_layers),
+    ("--window-size", "model.window_size",
+     lambda m, p, t: f"({m.window_size},0)" if m.window_size else None),
+    ("--window-attn-skip-freq", "model.window_attn_skip_freq",
+     lambda m, p, t: m.window_attn_skip_freq))
 
 
 def moe_layer_freq_value(model: ModelSpec) -> int | str:

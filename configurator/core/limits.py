@@ -32,6 +32,8 @@ INT_RANGES: dict[str, tuple[int, int]] = {
     "qk_pos_emb_head_dim": (1, 65_536),
     "v_head_dim": (1, 65_536),
     "mtp_num_layers": (1, 64),
+    "window_size": (1, 16_777_216),
+    "window_attn_skip_freq": (1, 2048),
     # job and plan
     "gbs": (1, 16_777_216),
     "global_batch_size": (1, 16_777_216),

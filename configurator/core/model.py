@@ -46,6 +46,9 @@ class ModelSpec:
     no-position part of a query/key head), ``qk_pos_emb_head_dim`` (its RoPE part) and
     ``v_head_dim``. ``mtp_num_layers`` multi-token-prediction modules (each one more
     transformer layer, a 2h×h projection and two norms, on the last stage).
+    ``window_size``: sliding-window attention over that many past keys (Megatron
+    ``--window-size (w,0)``), on every layer or, with ``window_attn_skip_freq`` N, on all but
+    every N-th layer (``--window-attn-skip-freq``, GPT-OSS: 2).
     """
 
     name: str = "custom"
@@ -80,6 +83,8 @@ class ModelSpec:
     qk_pos_emb_head_dim: int = 64
     v_head_dim: int = 128
     mtp_num_layers: int | None = None
+    window_size: int | None = None
+    window_attn_skip_freq: int | None = None
 
     @property
     def is_moe(self) -> bool:
@@ -107,6 +112,29 @@ class ModelSpec:
             return self.qk_head_dim + self.qk_pos_emb_head_dim, self.v_head_dim
         return self.kv_channels, self.kv_channels
 
+    @property
+    def num_window_layers(self) -> int:
+        """Layers with sliding-window attention (Megatron's ``is_layer_window_attention``:
+        every layer, or all but every ``window_attn_skip_freq``-th, 1-based)."""
+        if not self.window_size:
+            return 0
+        if not self.window_attn_skip_freq:
+            return self.num_layers
+        return self.num_layers - self.num_layers // self.window_attn_skip_freq
+
+    @property
+    def attention_score_fraction(self) -> float:
+        """Mean fraction of the ``s × s`` query-key pairs a layer computes: ½ for causal
+        attention; ``w/s·(1 − w/(2s))`` for a causal window of ``w`` keys; averaged over
+        the layers (the cost model prices every layer alike)."""
+        s = self.seq_length
+        if not self.window_size or self.window_size >= s:
+            return 0.5
+        w = self.window_size
+        win = w / s * (1 - w / (2 * s))
+        n = self.num_window_layers
+        return (0.5 * (self.num_layers - n) + win * n) / self.num_layers
+
     def with_seq_length(self, seq_length: int) -> "ModelSpec":
         return dataclasses.replace(self, seq_length=v.int_in_range("seq_length", seq_length))
 
@@ -127,7 +155,8 @@ MODEL_KEYS_OPTIONAL = ("name", "num_query_groups", "ffn_hidden_size", "kv_channe
                        "num_experts", "moe_router_topk", "moe_ffn_hidden_size",
                        "moe_shared_expert_intermediate_size", "moe_layer_freq",
                        "multi_latent_attention", "q_lora_rank", "kv_lora_rank", "qk_head_dim",
-                       "qk_pos_emb_head_dim", "v_head_dim", "mtp_num_layers")
+                       "qk_pos_emb_head_dim", "v_head_dim", "mtp_num_layers", "window_size",
+                       "window_attn_skip_freq")
 MODEL_KEYS = MODEL_KEYS_REQUIRED + MODEL_KEYS_OPTIONAL
 
 
@@ -228,12 +257,16 @@ def make_model(**kw: Any) -> ModelSpec:
                                                        ("qk_pos_emb_head_dim", 64),
                                                        ("v_head_dim", 128))}}
     mtp = _optional_int(kw, "mtp_num_layers")
+    window = {k: _optional_int(kw, k) for k in ("window_size", "window_attn_skip_freq")}
+    if window["window_attn_skip_freq"] and not window["window_size"]:
+        raise InputError("window_attn_skip_freq", window["window_attn_skip_freq"],
+                         "needs window_size")
     name = v.display_name("name", kw.get("name", "custom"))
     return ModelSpec(name=name, num_query_groups=groups, ffn_hidden_size=ffn,
                      kv_channels=kv_channels, swiglu=swiglu, normalization=norm,
                      norm_epsilon=float(eps), position_embedding_type=pos,
                      rotary_base=rotary_base, num_experts=experts, mtp_num_layers=mtp,
-                     **flags, **drops, **moe, **mla, **n)
+                     **window, **flags, **drops, **moe, **mla, **n)
 
 
 def _gpt(name: str, layers: int, hidden: int, heads: int, seq: int = 2048) -> ModelSpec:
@@ -253,6 +286,41 @@ def _llama(name, layers, hidden, heads, groups, ffn, vocab, seq, rotary_base) ->
                       untie_embeddings_and_output_weights=True, normalization="RMSNorm",
                       hidden_dropout=0.0, attention_dropout=0.0, position_embedding_type="rope",
                       add_bias_linear=False, rotary_base=rotary_base)
+
+
+#: Mixture-of-experts presets at Megatron-Bridge's pre-training sequence length (4096), from
+#: each model's Hugging Face config.json (tests/data/hf_configs: Qwen/Qwen3-30B-A3B,
+#: mistralai/Mixtral-8x7B-v0.1, deepseek-ai/DeepSeek-V3, openai/gpt-oss-120b).
+_MOE_PRESETS: dict[str, dict[str, Any]] = {
+    "qwen3-30b-a3b": dict(num_layers=48, hidden_size=2048, num_attention_heads=32,
+                          num_query_groups=4, kv_channels=128, ffn_hidden_size=6144,
+                          vocab_size=151936, rotary_base=1000000, norm_epsilon=1e-6,
+                          qk_layernorm=True, num_experts=128, moe_router_topk=8,
+                          moe_ffn_hidden_size=768),
+    "mixtral-8x7b": dict(num_layers=32, hidden_size=4096, num_attention_heads=32,
+                         num_query_groups=8, ffn_hidden_size=14336, vocab_size=32000,
+                         rotary_base=1000000, num_experts=8, moe_router_topk=2),
+    "deepseek-v3": dict(num_layers=61, hidden_size=7168, num_attention_heads=128,
+                        ffn_hidden_size=18432, vocab_size=129280, norm_epsilon=1e-6,
+                        num_experts=256, moe_router_topk=8, moe_ffn_hidden_size=2048,
+                        moe_shared_expert_intermediate_size=2048,
+                        moe_layer_freq=[0] * 3 + [1] * 58, multi_latent_attention=True,
+                        q_lora_rank=1536, kv_lora_rank=512, qk_head_dim=128,
+                        qk_pos_emb_head_dim=64, v_head_dim=128, mtp_num_layers=1),
+    "gpt-oss-120b": dict(num_layers=36, hidden_size=2880, num_attention_heads=64,
+                         num_query_groups=8, kv_channels=64, ffn_hidden_size=2880,
+                         vocab_size=201088, rotary_base=150000, add_bias_linear=True,
+                         num_experts=128, moe_router_topk=4, window_size=128,
+                         window_attn_skip_freq=2),
+}
+
+
+def _moe(name: str, **kw: Any) -> ModelSpec:
+    # SwiGLU, RMSNorm, RoPE, untied output layer, no dropout, no biases unless given
+    base = dict(swiglu=True, untie_embeddings_and_output_weights=True, normalization="RMSNorm",
+                hidden_dropout=0.0, attention_dropout=0.0, position_embedding_type="rope",
+                add_bias_linear=False, seq_length=4096)
+    return make_model(name=name, **(base | kw))
 
 
 #: Presets. ``gpt-*``: the ten models of Narayanan et al. SC'21 Table 1 (heads, hidden,
@@ -275,6 +343,7 @@ MODEL_PRESETS: dict[str, ModelSpec] = {m.name: m for m in [
     _llama("llama3-8b", 32, 4096, 32, 8, 14336, 128256, 8192, 500000),
     _llama("llama3-70b", 80, 8192, 64, 8, 28672, 128256, 8192, 500000),
     _llama("llama3.1-405b", 126, 16384, 128, 8, 53248, 128256, 8192, 500000),
+    *(_moe(name, **kw) for name, kw in _MOE_PRESETS.items()),
 ]}
 
 
@@ -388,9 +457,8 @@ def from_hf_config(cfg: Mapping[str, Any], name: str = "hf-model") -> ModelSpec:
     if window is not None and (get("use_sliding_window", True) is not False) and (
             mtype not in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe")
             or cfg.get("use_sliding_window")) and window < kw["seq_length"]:
-        raise InputError("config.json.sliding_window", window,
-                         f"sliding-window attention shorter than the sequence "
-                         f"({kw['seq_length']}) is not supported")
+        kw.update(_hf_window(cfg, window, layers))
+        used.add("layer_types")
     for key in ("attn_logit_softcapping", "final_logit_softcapping"):
         if cfg.get(key):
             raise InputError(f"config.json.{key}", cfg[key], "soft-capping is not supported")
@@ -405,10 +473,9 @@ def from_hf_config(cfg: Mapping[str, Any], name: str = "hf-model") -> ModelSpec:
                   ffn_hidden_size=need("intermediate_size"))
         used.update(("experts_per_token",))
         if mtype == "gpt_oss":
-            # biases on q/k/v/o and on the experts (modeling_gpt_oss.py); alternate
-            # sliding-window layers are costed as full attention (an upper bound).
+            # biases on q/k/v/o and on the experts (modeling_gpt_oss.py); the per-head
+            # attention sinks (a·L parameters, < 1e-7 of the model) are not counted.
             kw["add_bias_linear"] = True
-            used.update(("layer_types",))
     elif mtype in ("qwen2_moe", "qwen3_moe"):
         dense = get("mlp_only_layers", []) or []
         step = v.int_in_range("config.json.decoder_sparse_step", get("decoder_sparse_step", 1),
@@ -461,6 +528,27 @@ def from_hf_config(cfg: Mapping[str, Any], name: str = "hf-model") -> ModelSpec:
     return spec
 
 
+def _hf_window(cfg: Mapping[str, Any], window: Any, layers: int) -> dict:
+    """``window_size`` and ``window_attn_skip_freq`` from ``sliding_window`` and, where
+    given, ``layer_types`` (every layer windowed, or a full-attention layer every N-th,
+    1-based, as Megatron's ``is_layer_window_attention``). Any other pattern is an error."""
+    w = v.int_in_range("config.json.sliding_window", window, key="window_size")
+    types = cfg.get("layer_types")
+    if not types:
+        return {"window_size": w}
+    if not isinstance(types, list) or len(types) != layers:
+        raise InputError("config.json.layer_types", types, f"must list {layers} layer types")
+    full = [i + 1 for i, t in enumerate(types) if t == "full_attention"]
+    if not full:
+        return {"window_size": w}
+    n = full[0]
+    if full != list(range(n, layers + 1, n)) or any(
+            t not in ("full_attention", "sliding_attention") for t in types):
+        raise InputError("config.json.layer_types", types,
+                         "only a full-attention layer every N-th layer is supported")
+    return {"window_size": w, "window_attn_skip_freq": n}
+
+
 def _refuse_unmapped(cfg: Mapping[str, Any], used: set[str]) -> None:
     for key, val in cfg.items():
         if key in used or key in HF_KEYS_NO_COST or val in (None, False, 0, [], {}):
@@ -475,7 +563,7 @@ def load_model(ref: str) -> ModelSpec:
     """Resolve ``ref``: a preset name, a Megatron-keyed YAML/JSON file, or an HF config.json.
 
     A JSON file with ``model_type`` or ``num_hidden_layers``/``n_layer`` is read as a Hugging
-    Face config; any other file must hold exactly :data:`MODEL_KEYS`.
+    Face config, named after its folder (``…/NAME/config.json``) or its file name; any other file must hold exactly :data:`MODEL_KEYS`.
     Raises :class:`InputError` (field ``model``) for an unknown preset or unreadable file.
     """
     if ref in MODEL_PRESETS:
@@ -485,7 +573,9 @@ def load_model(ref: str) -> ModelSpec:
                          + ", ".join(MODEL_PRESETS) + ") nor an existing file")
     data = v.load_mapping_file("model", ref)
     if any(k in data for k in ("model_type", "num_hidden_layers", "n_layer")):
-        base = os.path.basename(os.path.dirname(os.path.abspath(ref)))
+        path = os.path.abspath(ref)
+        base = (os.path.basename(os.path.dirname(path)) if os.path.basename(path) == "config.json"
+                else os.path.splitext(os.path.basename(path))[0])
         # the folder's name, made displayable: printable characters, at most 64
         base = "".join(c for c in base if c.isprintable())[:64] or "hf-model"
         return from_hf_config(data, name=base)

@@ -158,14 +158,14 @@ class ParallelPlan:
                 lambda m, p: p.decoder_last_pipeline_num_layers or None),))
     account_for_embedding_in_pipeline_split: bool = _field(
         False, megatron_name="account_for_embedding_in_pipeline_split",
-        cli_flag="--account-for-embedding-in-pipeline-split", alias="acct_emb",
+        cli_flag="--account-for-embedding-in-pipeline-split", alias="acct_emb", column="+emb",
         help="count the embedding as one layer when splitting the pipeline",
         flag_group="parallelism",
         flags=(("--account-for-embedding-in-pipeline-split",
                 lambda m, p: p.account_for_embedding_in_pipeline_split or None),))
     account_for_loss_in_pipeline_split: bool = _field(
         False, megatron_name="account_for_loss_in_pipeline_split",
-        cli_flag="--account-for-loss-in-pipeline-split", alias="acct_loss",
+        cli_flag="--account-for-loss-in-pipeline-split", alias="acct_loss", column="+loss",
         help="count the loss (output layer) as one layer when splitting the pipeline",
         flag_group="parallelism",
         flags=(("--account-for-loss-in-pipeline-split",

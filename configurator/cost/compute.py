@@ -9,7 +9,9 @@ Per layer and microbatch on one GPU (tokens per rank ``T = b·s/cp``):
   Background" user guide.)
 * core attention: score-storing backends (``local``/``unfused``) run two batched GEMMs per
   head plus softmax (and dropout) over ``a·s²`` scores from HBM; flash-style kernels do
-  ``4·b·s_q·s_k·h/t`` FLOPs, halved for the causal mask, at η_flash (backward 2.5×).
+  ``2·b·s_q·s_k·a·(d_qk + d_v)/t`` FLOPs times the fraction of query-key pairs computed
+  (½ causal; less with a sliding window, ``ModelSpec.attention_score_fraction``) at
+  η_flash (backward 2.5×).
 * memory-bound ops (norms, bias-dropout-add, GeLU/SwiGLU, RoPE, copies) from bytes moved
   and attained HBM bandwidth; backward moves ≈ 2× the forward bytes.
 * recompute: ``full`` repeats the layer's forward (and its tensor-parallel collectives);
@@ -146,7 +148,8 @@ def layer_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec) -> dict:
                     + 4 * T * a * dv / tp / (hbm * eff.hbm) + 3 * eff.kernel_overhead_s)
         attn_bwd = 2 * attn_fwd
     else:
-        flops = 2.0 * c.mbs * s_q * s_k * a * (dqk + dv) / tp * 0.5  # causal
+        flops = (2.0 * c.mbs * s_q * s_k * a * (dqk + dv) / tp
+                 * model.attention_score_fraction)    # causal (and windowed) pairs
         attn_fwd = flops / (peak16 * eff.flash_attention) + eff.kernel_overhead_s
         attn_bwd = 2.5 * attn_fwd
     elem_fwd = elem / (hbm * eff.hbm) + n_kernels * eff.kernel_overhead_s

@@ -62,3 +62,72 @@ def sc21_rows(path: Path | None = None) -> list[SC21Row]:
                             overlap_grad_reduce=False, overlap_param_gather=False)
         out.append(SC21Row(model, plan, n, float(r["achieved_tflops_per_gpu"])))
     return out
+
+
+#: Megatron-Bridge systems as cluster presets (DGX B300 has no preset: its rows are skipped).
+BRIDGE_SYSTEMS = {"DGX-H100": "dgx-h100-80gb", "DGX-B200": "dgx-b200-180gb",
+                  "DGX-GB200": "gb200-nvl72", "DGX-GB300": "gb300-nvl72"}
+BRIDGE_MODELS = {"LLAMA3_8B": "llama3-8b", "Qwen3_30B_a3B": "qwen3-30b-a3b",
+                 "GPT OSS 120B": "gpt-oss-120b"}
+
+
+def _bridge_precision(text: str) -> str:
+    """The row's precision as a plan precision: the first one named (FP8-CS and the
+    unstated 25.09 rows, FP8 implied by the page notes, are fp8 with current scaling)."""
+    head = text.split("(")[0].strip().upper()
+    if head.startswith(("MXFP8", "FP8-MX")):
+        return "mxfp8"
+    if head.startswith(("FP8", "UNSTATED")):
+        return "fp8"
+    return "bf16"
+
+
+@dataclass(frozen=True)
+class BridgeRow:
+    """One Megatron-Bridge pre-training row: the plan as published (etp 1, no recompute,
+    the distributed optimizer; an FSDP row as the distributed optimizer over its group),
+    the cluster preset and the published tokens/s/GPU (the first figure of the row)."""
+
+    release: str
+    model: ModelSpec
+    cluster: str
+    nodes: int
+    plan: ParallelPlan
+    tokens_per_s_per_gpu: float
+
+    @property
+    def published_iteration_time_s(self) -> float:
+        """``T = gbs·seq / (tokens/s/GPU · GPUs)``."""
+        return (self.plan.global_batch_size * self.model.seq_length
+                / (self.tokens_per_s_per_gpu * self.plan.world_size))
+
+
+def bridge_rows(path: Path | None = None) -> tuple[list[BridgeRow], list[str]]:
+    """Rows of ``megatron_bridge_perf_subset.csv`` we can price, and why the others are not
+    (a system without a preset, a token-dropping variant)."""
+    path = path or ground_truth_dir() / "megatron_bridge_perf_subset.csv"
+    with open(path, encoding="utf-8") as fh:
+        rows = list(csv.DictReader(line for line in fh if not line.startswith("#")))
+    out, skipped = [], []
+    for r in rows:
+        key = f"{r['release']} {r['model']} {r['system']} {r['precision'][:12]}"
+        if r["system"] not in BRIDGE_SYSTEMS:
+            skipped.append(f"{key}: no {r['system']} preset")
+            continue
+        if r["model"] not in BRIDGE_MODELS:
+            skipped.append(f"{key}: token-dropping routing (not dropless)")
+            continue
+        cluster = BRIDGE_SYSTEMS[r["system"]]
+        gpus_per_host = 4 if cluster.startswith("gb") else 8
+        model = MODEL_PRESETS[BRIDGE_MODELS[r["model"]]].with_seq_length(int(r["seq_len"]))
+        n = int(r["num_gpus"])
+        tp, pp, cp, ep = (int(r[k]) for k in ("tp", "pp", "cp", "ep"))
+        vp = 1 if r["vp"] in ("n/a", "") else int(r["vp"])
+        plan = ParallelPlan(tp=tp, pp=pp, cp=cp, dp=n // (tp * pp * cp), vp=vp,
+                            ep=ep if model.is_moe else 1, etp=1,
+                            micro_batch_size=int(r["mbs"]), global_batch_size=int(r["gbs"]),
+                            sequence_parallel=tp > 1, distributed_optimizer=True,
+                            precision=_bridge_precision(r["precision"]))
+        tokens = float(r["tokens_per_sec_per_gpu"].split("(")[0])
+        out.append(BridgeRow(r["release"], model, cluster, n // gpus_per_host, plan, tokens))
+    return out, skipped

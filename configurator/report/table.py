@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
-from configurator.core.plan import PLAN_FIELDS, PlanField, describe_plan
+from configurator.core.plan import OPTIONAL_PLAN_KEYS, PLAN_FIELDS, PlanField, describe_plan
 from configurator.core.units import GiB
 from configurator.search.evaluate import Evaluation
 
@@ -105,9 +105,18 @@ def _width(table: Table) -> int:
     return Measurement.get(console, console.options, table).maximum
 
 
+#: Plan columns shown only when some plan departs from the field's default (expert
+#: parallelism, custom layer splits): a dense model's table does not carry them.
+WHEN_USED = {f.column: f for f in PLAN_FIELDS if f.column is not None
+             and f.name in OPTIONAL_PLAN_KEYS}
+
+
 def select_columns(evals: list[Evaluation], wide: bool = False) -> list[Column]:
-    """The columns shown: all with ``wide``, else all that fit NARROW_WIDTH (DROP_ORDER)."""
-    columns = list(COLUMNS)
+    """The columns shown: all with ``wide``, else all that fit NARROW_WIDTH (DROP_ORDER);
+    either way the :data:`WHEN_USED` columns only where some plan uses them."""
+    columns = [c for c in COLUMNS if c.header not in WHEN_USED or any(
+        getattr(e.plan, WHEN_USED[c.header].name) != WHEN_USED[c.header].default
+        for e in evals)]
     if wide:
         return columns
     for header in DROP_ORDER:

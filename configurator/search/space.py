@@ -16,7 +16,7 @@ import numpy as np
 
 from configurator.core.model import ModelSpec
 from configurator.core.plan import param_gather_overlap
-from configurator.core.layers import split_ok
+from configurator.core.layers import split_ok, virtual_stage_layers
 from configurator.core.rules import SPLIT_FIELDS, rules_for, rules_mask
 from configurator.core.candidates import COLUMN_FIELDS, Candidates
 
@@ -62,7 +62,9 @@ def layer_splits(model: ModelSpec, pp: int) -> list[tuple[int, int, int, bool, b
             out += [(vp, 0, 0, ae, al) for vp in divisors(total // pp)
                     if split_ok(L, pp=pp, vp=vp, first=0, last=0, account_embedding=ae,
                                 account_loss=al)]
-    seen = set()
+    # an uneven split that builds exactly what an accounted one builds is the same plan
+    seen = set(out)
+    layouts = {(x[0], virtual_stage_layers(L, pp, *x)) for x in out}
     for first in range(1, L):
         for last in range(1, L - first + 1):
             mid_ranks = pp - 2
@@ -80,7 +82,10 @@ def layer_splits(model: ModelSpec, pp: int) -> list[tuple[int, int, int, bool, b
                 if key not in seen and split_ok(L, pp=pp, vp=vp, first=first, last=last,
                                                 account_embedding=False, account_loss=False):
                     seen.add(key)
-                    out.append(key)
+                    layout = (vp, virtual_stage_layers(L, pp, *key))
+                    if layout not in layouts:
+                        layouts.add(layout)
+                        out.append(key)
     return out
 
 
