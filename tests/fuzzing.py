@@ -452,7 +452,7 @@ def document_file(draw, base: Any, *, ext: str | None = None, key: str = "num_la
 # Argument pieces
 # ============================================================================================
 
-MODEL_PRESETS_SMALL = ("gpt-1.7b", "gpt-3.6b", "llama2-7b", "llama3-8b")
+MODEL_PRESETS_SMALL = ("gpt-1.7b", "gpt-3.6b", "llama2-7b", "llama3-8b", "qwen3-30b-a3b")
 CLUSTER_PRESETS = ("dgx-a100-80gb", "dgx-h100-80gb", "dgx-h200-141gb")
 #: Integer-ish argument values: mostly sane, sometimes hostile.
 ODD_INT_ARGS = ["0", "-1", "-8", "1000000", "262145", "32769", str(2**63), str(10**30),
@@ -488,7 +488,7 @@ def _plan_flags(draw, command: str, hostile: bool) -> list[str]:
     if draw(chance(17)):
         argv += ["--seq-length", pick([512, 1024, 2048, 4096])]
     if draw(chance(17)):
-        argv += ["--precision", draw(st.sampled_from(["bf16", "fp16", "fp8"]))]
+        argv += ["--precision", draw(st.sampled_from(["bf16", "fp16", "fp8", "mxfp8"]))]
     if command == "estimate":
         argv += ["--tp", pick([1, 2, 4, 8]), "--pp", pick([1, 2, 4]), "--mbs", pick([1, 2, 4])]
         if draw(chance(25)):
@@ -497,7 +497,16 @@ def _plan_flags(draw, command: str, hostile: bool) -> list[str]:
             argv += ["--cp", pick([1, 2])]
         if draw(chance(20)):
             argv += ["--vp", pick([1, 2])]
+        if draw(chance(20)):
+            argv += ["--ep", pick([1, 2, 8]), "--etp", pick([1, 2])]
+        if draw(chance(15)):
+            argv += ["--decoder-first-pipeline-num-layers", pick([0, 2, 7]),
+                     "--decoder-last-pipeline-num-layers", pick([0, 2, 7])]
+        if draw(chance(10)):
+            argv += ["--account-for-embedding-in-pipeline-split"]
     else:
+        if draw(chance(15)):
+            argv += ["--ep", pick([1, 2, 8, 16])]
         if draw(chance(20)):
             argv += ["--top", pick([1, 3, 10])]
         if draw(chance(17)):
@@ -595,6 +604,16 @@ HF_GPT2 = {"model_type": "gpt2", "n_embd": 768, "n_head": 12, "n_layer": 12, "n_
 HF_QWEN = dict(HF_LLAMA, model_type="qwen2", num_key_value_heads=4, attention_bias=True,
                hidden_act="swiglu", tie_word_embeddings=True, sliding_window=None,
                attention_dropout=0.0)
+HF_MIXTRAL = dict(HF_LLAMA, model_type="mixtral", num_local_experts=8, num_experts_per_tok=2,
+                  sliding_window=None, router_aux_loss_coef=0.02)
+HF_QWEN3_MOE = dict(HF_LLAMA, model_type="qwen3_moe", head_dim=128, num_experts=16,
+                    num_experts_per_tok=4, moe_intermediate_size=768, decoder_sparse_step=1,
+                    mlp_only_layers=[0], norm_topk_prob=True)
+HF_DEEPSEEK = dict(HF_LLAMA, model_type="deepseek_v3", n_routed_experts=16,
+                   num_experts_per_tok=4, moe_intermediate_size=512, n_shared_experts=1,
+                   first_k_dense_replace=1, moe_layer_freq=1, q_lora_rank=384,
+                   kv_lora_rank=256, qk_nope_head_dim=64, qk_rope_head_dim=32, v_head_dim=64,
+                   num_nextn_predict_layers=1, n_group=4, topk_group=2)
 ODD_DIRS = ["llama", "$x^2$", "$\\alpha$-7b", "$\\foo$", "$x^$", "a$\\frac{$b", "my model",
             "名前", "é" * 70, "m" * 200,
             "a$b$c", "\u2028", "tab\tdir", "model\x1b[31m", "100%", "{x}", "٣", "_", "-",
@@ -603,7 +622,8 @@ ODD_DIRS = ["llama", "$x^2$", "$\\alpha$-7b", "$\\foo$", "$x^$", "a$\\frac{$b", 
 
 @st.composite
 def hf_config_cases(draw, out_p: int = 25) -> Case:
-    base = _deepcopy(draw(st.sampled_from([HF_LLAMA, HF_GPT2, HF_QWEN])))
+    base = _deepcopy(draw(st.sampled_from([HF_LLAMA, HF_GPT2, HF_QWEN, HF_MIXTRAL,
+                                           HF_QWEN3_MOE, HF_DEEPSEEK])))
     if draw(chance(25)):   # strings where numbers go, HF-style
         k = draw(st.sampled_from(sorted(k for k, v in base.items()
                                         if isinstance(v, (int, float)) and
@@ -1035,6 +1055,9 @@ def argv_cases(draw, out_p: int = 10) -> Case:
             opts += [("--tp", ints(1, 2, 8, 3, 262144)), ("--pp", ints(1, 2, 2048, 4096)),
                      ("--mbs", ints(1, 4, 2**24)), ("--cp", ints(1, 2)), ("--vp", ints(1, 2, 3)),
                      ("--recompute", st.sampled_from(["none", "full"])),
+                     ("--ep", ints(1, 2, 8, 3, 65537)), ("--etp", ints(1, 2, 3)),
+                     ("--decoder-first-pipeline-num-layers", ints(0, 1, 3, 2049)),
+                     ("--account-for-loss-in-pipeline-split", None),
                      ("--sequence-parallel", None), ("--no-sequence-parallel", None),
                      ("--distributed-optimizer", None), ("--json", None)]
         required = {"--model", "--cluster", "--gbs"} | (

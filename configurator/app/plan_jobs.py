@@ -31,6 +31,8 @@ class SearchRequest:
     precision: str = "bf16"
     attention_backend: str = "auto"
     recompute: tuple[str, ...] = RECOMPUTE
+    #: other restrictions: plan field -> the values the search keeps (e.g. ``ep``)
+    restrict: dict = field(default_factory=dict)
     top: int = 10
     max_memory_fraction: float = 1.0
     out: str | None = None
@@ -68,7 +70,8 @@ def run_search(req: SearchRequest) -> SearchOutcome:
     v.int_in_range("seed", req.seed)
     if req.out:
         check_out(req.out, SEARCH_FILES, req.force)
-    space = SearchSpace(recompute=tuple(req.recompute))
+    space = SearchSpace(recompute=tuple(req.recompute), **{
+        k: tuple(v.int_in_range(k, x) for x in vals) for k, vals in req.restrict.items()})
     res, used = _ranked(req, model, cluster, space, req.top, keep_ranking=bool(req.out))
     header = (f"{model.name} on {used.num_nodes}x{used.gpus_per_node} "
               f"{used.gpu.name}, gbs {req.global_batch_size}, seq {model.seq_length}, "
@@ -328,7 +331,8 @@ def run_scaling(req: SearchRequest, lo: int, hi: int) -> ScalingOutcome:
                              f"{len(pool)} hosts the topology offers")
     if req.out:
         check_out(req.out, SCALING_FILES, req.force)
-    space = SearchSpace(recompute=tuple(req.recompute))
+    space = SearchSpace(recompute=tuple(req.recompute), **{
+        k: tuple(v.int_in_range(k, x) for x in vals) for k, vals in req.restrict.items()})
     rows = []
     for n in tqdm(range(lo, hi + 1), desc="nodes", unit="count", disable=None, leave=False):
         row = {"nodes": n}

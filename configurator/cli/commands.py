@@ -63,9 +63,9 @@ TOPOLOGY_COMMANDS: tuple[Command, ...] = (
 
 COMMANDS: tuple[Command, ...] = (
     Command("search", "rank every legal plan that fits in memory",
-            "Enumerate every plan Megatron-LM accepts (tp, pp, dp, cp, vp, micro batch size, "
-            "recompute, sequence parallel, distributed optimizer), drop those that do not "
-            "fit, rank the rest by predicted iteration time.",
+            "Enumerate every plan Megatron-LM accepts (tp, pp, dp, cp, vp, ep, etp, layer "
+            "split, micro batch size, recompute, sequence parallel, distributed optimizer), "
+            "drop those that do not fit, rank the rest by predicted iteration time.",
             plan_commands.add_search_arguments, plan_commands.run_search, RANGES_EPILOG),
     Command("estimate", "predict memory and iteration time of one plan",
             "Predict per-stage memory and iteration time of one plan (dp is derived from the "

@@ -14,13 +14,18 @@ from configurator.app.plan_jobs import (EstimateRequest, LaunchRequest, SearchRe
                                         run_search as search_job)
 from configurator.core import jsonout
 from configurator.core.errors import InputError
+from configurator.core.model import MODEL_PRESETS
 from configurator.core.plan import PLAN_FIELD, PLAN_FIELDS, RECOMPUTE
+from topology.cluster import CLUSTER_PRESETS
 
 #: Plan options that ``search`` takes too (one value for the whole search).
 SHARED_OPTIONS = ("precision", "attention_backend")
 #: Plan fields ``estimate`` takes as options (every field with a CLI flag; dp is derived).
 ESTIMATE_FIELDS = tuple(f.name for f in PLAN_FIELDS
                         if f.cli_flag and f.name not in SHARED_OPTIONS)
+#: Plan fields ``search`` can be restricted to given values (``--ep 8 16``).
+SEARCH_RESTRICTIONS = ("ep", "etp", "decoder_first_pipeline_num_layers",
+                       "decoder_last_pipeline_num_layers")
 #: Required options of ``estimate``: the layout and micro-batch size.
 ESTIMATE_REQUIRED = ("tp", "pp", "micro_batch_size")
 
@@ -37,16 +42,16 @@ def add_plan_option(p, name: str, *, required: bool = False, default=None) -> No
                        default=f.default if default is None else default, help=f.help)
     else:
         p.add_argument(f.cli_flag, dest=f.name, type=f.type, required=required,
-                       metavar=f.cli_flag.lstrip("-").upper(),
+                       metavar=(f.alias or f.cli_flag.lstrip("-")).upper(),
                        default=None if required else f.default, help=f.help)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True,
-                   help="preset name (e.g. gpt3-175b, llama3-70b), a YAML/JSON file with "
-                        "Megatron keys, or a Hugging Face config.json")
+                   help="preset name (" + ", ".join(MODEL_PRESETS) + "), a YAML/JSON file "
+                        "with Megatron keys, or a Hugging Face config.json")
     p.add_argument("--cluster", required=True,
-                   help="preset (dgx-a100-80gb, dgx-h100-80gb, dgx-h200-141gb) or YAML/JSON file")
+                   help="preset (" + ", ".join(CLUSTER_PRESETS) + ") or YAML/JSON file")
     p.add_argument("--nodes", type=int,
                    help="number of nodes (default: the cluster's own; with --topology, how "
                         "many of its hosts to use, at most all: the placement picks which)")
@@ -119,6 +124,11 @@ def add_search_arguments(p) -> None:
     p.add_argument("--force", action="store_true", help="overwrite files in --out")
     p.add_argument("--recompute", choices=RECOMPUTE, nargs="+",
                    help="restrict recompute choices (default: all)")
+    for name in SEARCH_RESTRICTIONS:
+        f = PLAN_FIELD[name]
+        p.add_argument(f.cli_flag, dest=name, type=int, nargs="+",
+                       metavar=(f.alias or f.cli_flag.lstrip("-")).upper(),
+                       help=f"restrict {f.megatron_name} to these values (default: all legal)")
     p.add_argument("--max-memory-fraction", type=float, default=1.0, metavar="F",
                    help="keep plans whose predicted peak is at most F of GPU memory "
                         "(0 < F <= 1, default 1: the model already allows for fragmentation)")
@@ -135,6 +145,8 @@ def run_search(args) -> int:
     req = SearchRequest(inputs=_inputs(args, args.exclude_flagged), global_batch_size=args.gbs,
                         precision=args.precision, attention_backend=args.attention_backend,
                         recompute=tuple(args.recompute) if args.recompute else RECOMPUTE,
+                        restrict={k: getattr(args, k) for k in SEARCH_RESTRICTIONS
+                                  if getattr(args, k) is not None},
                         top=args.top, max_memory_fraction=args.max_memory_fraction,
                         out=args.out, force=args.force,
                         placement_time_s=args.placement_time_s,
