@@ -409,6 +409,8 @@ def from_hf_config(cfg: Mapping[str, Any], name: str = "hf-model") -> ModelSpec:
         return v.boolean(f"config.json.{key}", get(key, default))
 
     mtype = cfg.get("model_type", "")
+    if not isinstance(mtype, str):
+        raise InputError("config.json.model_type", mtype, "must be a string")
     if mtype == "gpt2" or "n_embd" in cfg:
         hidden = v.int_in_range("config.json.n_embd", need("n_embd"), key="hidden_size")
         spec = make_model(
@@ -454,9 +456,13 @@ def from_hf_config(cfg: Mapping[str, Any], name: str = "hf-model") -> ModelSpec:
     kw["add_bias_linear"] = attention_bias or mlp_bias
     kw["qk_layernorm"] = mtype in ("qwen3", "qwen3_moe")
     window = get("sliding_window")
+    if window is not None:
+        window = v.int_in_range("config.json.sliding_window", window, key="window_size")
+    seq = v.int_in_range("config.json.max_position_embeddings", kw["seq_length"],
+                         key="seq_length")
     if window is not None and (get("use_sliding_window", True) is not False) and (
             mtype not in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe")
-            or cfg.get("use_sliding_window")) and window < kw["seq_length"]:
+            or cfg.get("use_sliding_window")) and window < seq:
         kw.update(_hf_window(cfg, window, layers))
         used.add("layer_types")
     for key in ("attn_logit_softcapping", "final_logit_softcapping"):
@@ -478,6 +484,10 @@ def from_hf_config(cfg: Mapping[str, Any], name: str = "hf-model") -> ModelSpec:
             kw["add_bias_linear"] = True
     elif mtype in ("qwen2_moe", "qwen3_moe"):
         dense = get("mlp_only_layers", []) or []
+        if not isinstance(dense, list) or any(isinstance(i, bool) or not isinstance(i, int)
+                                              for i in dense):
+            raise InputError("config.json.mlp_only_layers", dense,
+                             "must be a list of layer numbers")
         step = v.int_in_range("config.json.decoder_sparse_step", get("decoder_sparse_step", 1),
                               key="moe_layer_freq")
         # modeling_qwen2_moe.py: layer i is sparse when i not in mlp_only_layers and
@@ -489,7 +499,7 @@ def from_hf_config(cfg: Mapping[str, Any], name: str = "hf-model") -> ModelSpec:
                   ffn_hidden_size=get("intermediate_size") or need("moe_intermediate_size"),
                   moe_layer_freq=1 if all(pattern) else pattern)
         shared = get("shared_expert_intermediate_size")
-        if shared:
+        if shared is not None and shared != 0:
             kw["moe_shared_expert_intermediate_size"] = shared
     elif mtype in ("deepseek_v2", "deepseek_v3"):
         first_dense = get("first_k_dense_replace", 0)
@@ -510,9 +520,13 @@ def from_hf_config(cfg: Mapping[str, Any], name: str = "hf-model") -> ModelSpec:
                   qk_pos_emb_head_dim=need("qk_rope_head_dim"), v_head_dim=need("v_head_dim"))
         n_shared = get("n_shared_experts", 0)
         if n_shared:
-            kw["moe_shared_expert_intermediate_size"] = n_shared * need("moe_intermediate_size")
+            n_shared = v.int_in_range("config.json.n_shared_experts", n_shared,
+                                      key="num_experts")
+            kw["moe_shared_expert_intermediate_size"] = n_shared * v.int_in_range(
+                "config.json.moe_intermediate_size", need("moe_intermediate_size"),
+                key="moe_ffn_hidden_size")
         mtp = get("num_nextn_predict_layers", 0)
-        if mtp:
+        if mtp is not False and mtp != 0:
             kw["mtp_num_layers"] = mtp
         used.add("head_dim")
     else:

@@ -284,11 +284,12 @@ def iteration_time(model: ModelSpec, cluster, c: Candidates,
     big = np.argmax(np.where(live, non_expert + expert, -np.inf), axis=1)[:, None]
     ne_params = np.take_along_axis(np.broadcast_to(non_expert, live.shape), big, axis=1)[:, 0]
     ex_params = np.take_along_axis(np.broadcast_to(expert, live.shape) * 1.0, big, axis=1)[:, 0]
-    n_pace = np.take_along_axis(cls["layers"], pace_k, axis=1)[:, 0]
-    per_layer = lambda key: (np.asarray(d[key]) + np.asarray(e[key])) / 2.0  # noqa: E731
-    bwd_window = n_pace * (per_layer("bwd") + per_layer("recompute") + per_layer("tp_f")
-                           + per_layer("tp_b"))
-    fwd_window = n_pace * per_layer("fwd")
+    def pace_total(key):   # the pacing rank's layers, one microbatch
+        return np.take_along_axis(per_class(key), pace_k, axis=1)[:, 0]
+
+    bwd_window = (pace_total("bwd") + pace_total("recompute") + pace_total("tp_f")
+                  + pace_total("tp_b"))
+    fwd_window = pace_total("fwd")
     out["dp_comm"] = dp_exposed_s(
         c, ne_params, comm["dp_bw"], comm["dp_lat"], bwd_window_s=bwd_window,
         fwd_window_s=fwd_window) + tied_embedding_s(model, c, comm["pp_bw"], comm["pp_lat"])
