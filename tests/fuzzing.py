@@ -1221,6 +1221,12 @@ def regression_cases() -> dict[str, list[Case]]:
     hf(dict(HF_LLAMA, max_position_embeddings=float("inf")))
     hf(dict(HF_LLAMA, tie_word_embeddings="false"))
     hf(dict(HF_LLAMA, model_type=["llama"], hidden_act={"a": 1}))
+    hf(dict(HF_LLAMA, model_type={"llama": 1}))
+    hf(dict(HF_QWEN3_MOE, mlp_only_layers=3))
+    hf(dict(HF_DEEPSEEK, n_shared_experts="1", moe_intermediate_size="512"))
+    hf(dict(HF_MIXTRAL, sliding_window="4096"))
+    hf(dict(HF_LLAMA, num_local_experts=8, num_experts_per_tok=2))   # experts, not mixtral
+    hf(dict(HF_DEEPSEEK, first_k_dense_replace=10**9))
     hf(HF_LLAMA, "$\\foo$/config.json", "--out", "out")
     hf(HF_LLAMA, "a\u2028b/config.json")
     tb = {"hosts": ["²", "node1²"], "gpus_per_host": 1, "links": [
