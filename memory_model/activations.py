@@ -40,6 +40,11 @@ micro-batch size, ``h`` hidden, ``a`` heads, ``g`` query groups, ``d = h/a``, ``
   layer input (``2Xh``, ÷t with sequence parallelism) and re-materialises one layer's
   activations during its backward.
 
+Multi-latent attention (DeepSeek-V3): Q and K have ``a`` heads of ``qk + qk_pos`` and V of
+``v`` (``_attention_sizes``), plus the replicated low-rank latents (:func:`mla_latent_bytes`).
+Mixture-of-experts layers: :func:`moe_mlp_activation_delta`. Neither is measured against
+megatron-core with Transformer Engine here (the MoE one is, on CPU: ``tests/megatron_reference.py``).
+
 Terms of order ``X`` or ``s·d`` (norm statistics, RoPE frequencies, int64 token ids and
 cross-entropy targets) are left out: below 0.1 % of a layer at ``h ≥ 1024``.
 
@@ -72,11 +77,27 @@ def _attention_sizes(model: ModelSpec, s, b, tp):
     """Per-rank bytes of Q (= K or V expanded to all heads), one of K/V, and the QKV output
     ``M`` (arrays broadcast). K/V heads per rank: ``max(g, t)/t`` (Megatron gathers and
     slices the QKV output when ``g < t``)."""
-    h, a, g, d = (model.hidden_size, model.num_attention_heads, model.num_query_groups,
-                  model.kv_channels)
+    a, g = model.num_attention_heads, model.num_query_groups
+    if model.multi_latent_attention:   # a heads of (qk + qk_pos) for Q and K, v for V
+        dqk, dv = model.attention_heads_dims
+        q = 2 * s * b * a * dqk / tp
+        kv = 2 * s * b * a * (dqk + dv) / 2 / tp    # the mean of K and V
+        return q, kv, q + 2 * kv
+    d = model.kv_channels
     q = 2 * s * b * a * d / tp
     kv = 2 * s * b * d * np.maximum(g, tp) / tp
     return q, kv, q + 2 * kv
+
+
+def mla_latent_bytes(model: ModelSpec, s, b):
+    """Multi-latent attention's replicated low-rank activations per layer and microbatch:
+    the down projections' outputs (the norms' inputs, ``q_lora`` and ``kv_lora + qk_pos``)
+    and the normalised latents (the up projections' inputs), 16-bit
+    (megatron/core/transformer/multi_latent_attention.py); 0 without MLA."""
+    if not model.multi_latent_attention:
+        return 0.0
+    q_lat = model.q_lora_rank or 0
+    return 2 * s * b * (2 * q_lat + 2 * model.kv_lora_rank + model.qk_pos_emb_head_dim)
 
 
 def _handed_qkv_bytes(model: ModelSpec, q, kv, qkv):
@@ -115,7 +136,7 @@ def layer_activation_bytes(model: ModelSpec, *, mbs, seq, tp, sp, recompute,
     xh = s * b * h
     rep_div = np.where(sp, tp, 1.0)
     masks = 2 * (model.hidden_dropout > 0)
-    replicated = xh * (8 + masks) / rep_div
+    replicated = xh * (8 + masks) / rep_div + mla_latent_bytes(model, s, b)
     selective = np.asarray(recompute) == 1
     q, kv, qkv = _attention_sizes(model, s, b, tp)
     handed = _handed_qkv_bytes(model, q, kv, qkv)

@@ -27,7 +27,7 @@ import numpy as np
 
 from configurator.core.candidates import Candidates
 from configurator.core.model import ModelSpec
-from configurator.core.schedule import bubble_stage_times, p2p_transfers
+from configurator.core.schedule import p2p_transfers
 from configurator.core.layers import stage_class_arrays
 from configurator.cost.communication import comm_figures, expert_comm_figures
 from configurator.cost.compute import gemm_time_s, layer_costs
