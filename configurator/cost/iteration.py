@@ -73,8 +73,8 @@ def cp_layer_s(model: ModelSpec, lc: dict, c: Candidates, cp_bw, cp_lat):
 
 def stage_extras_s(model: ModelSpec, c: Candidates, gpu, lc: dict, tp_bw, tp_lat):
     """First-stage extras (embedding lookup and its tensor-parallel collective) and
-    last-stage extras (logits GEMM forward and 2× backward, fp32 cross-entropy passes) for
-    one microbatch: ``{"emb_fwd", "emb_bwd", "logits_fwd", "logits_bwd"}`` seconds."""
+    last-stage extras (logits GEMM forward and 2× backward, fp32 cross-entropy passes, and
+    the multi-token-prediction modules) for one microbatch: ``{"emb_fwd", "emb_bwd", "logits_fwd", "logits_bwd"}`` seconds."""
     eff = gpu.efficiency
     T = lc["tokens"]
     h = model.hidden_size
@@ -83,10 +83,22 @@ def stage_extras_s(model: ModelSpec, c: Candidates, gpu, lc: dict, tp_bw, tp_lat
     hbm = gpu.hbm_bandwidth_Bps * eff.hbm
     gemm = gemm_time_s(T, v_pad / c.tp, h, **lc["gemm_kw"])
     ce = 8.0 * T * v_pad / c.tp / hbm
-    return {"emb_fwd": act_bytes / hbm + all_reduce_time_s(act_bytes, c.tp.astype(float),
-                                                           tp_bw, tp_lat),
-            "emb_bwd": 2 * act_bytes / hbm,
-            "logits_fwd": gemm + ce, "logits_bwd": 2 * gemm + ce}
+    out = {"emb_fwd": act_bytes / hbm + all_reduce_time_s(act_bytes, c.tp.astype(float),
+                                                          tp_bw, tp_lat),
+           "emb_bwd": 2 * act_bytes / hbm,
+           "logits_fwd": gemm + ce, "logits_bwd": 2 * gemm + ce}
+    D = model.mtp_num_layers or 0
+    if D:
+        # multi-token prediction on the last stage (multi_token_prediction.py): per module
+        # the 2h -> h projection, one more layer of the last layer's type, its own logits
+        # and loss
+        moe = model.moe_layer_pattern[-1]
+        proj = gemm_time_s(T, h / c.tp, 2 * h, **lc["gemm_kw"])
+        out["logits_fwd"] = out["logits_fwd"] + D * (
+            proj + (lc["moe_fwd"] if moe else lc["fwd"]) + gemm + ce)
+        out["logits_bwd"] = out["logits_bwd"] + D * (
+            2 * proj + (lc["moe_bwd"] if moe else lc["bwd"]) + 2 * gemm + ce)
+    return out
 
 
 def p2p_message_s(model: ModelSpec, c: Candidates, lc: dict, pp_bw, pp_lat, tp_bw, tp_lat):
