@@ -168,8 +168,10 @@ def moe_mlp_activation_delta(model: ModelSpec, *, mbs, seq, tp, etp):
     tokens). Kept (megatron-core 0.16.1, measured on CPU): the permuted expert input
     (fc1's input, ``2Rh``), fc1's output (``2R·f_e/etp``, ×2 with SwiGLU) and fc2's input
     (``2R·f_e/etp``); the router's fp32 softmax scores of the auxiliary loss (``4·X·E``),
-    the transposed routing map and probabilities (``X·E`` bool + ``2·X·E``) and two int64
-    index arrays (``2·8·X·k``); a shared expert as a dense MLP of its size.
+    the transposed routing map and probabilities (``X·E`` bool + ``2·X·E``), two int64
+    index arrays (``2·8·X·k``), the fp32 top-k probabilities (``4·X·k``) and the per-copy
+    probabilities the experts apply (``2R``); a shared expert as a dense MLP of its size.
+    A fully recomputed MoE layer re-materialises all of it (``stage_activation_phases``).
     """
     if not model.is_moe:
         return 0.0
@@ -179,7 +181,8 @@ def moe_mlp_activation_delta(model: ModelSpec, *, mbs, seq, tp, etp):
     X = s * b / tp
     R = model.moe_router_topk * X * etp
     k = model.moe_router_topk
-    routed = 2 * R * h + 2 * R * fe * (gate + 1) / etp + 7 * X * model.num_experts + 16 * X * k
+    routed = (2 * R * h + 2 * R * fe * (gate + 1) / etp + 2 * R
+              + 7 * X * model.num_experts + (16 + 4) * X * k)
     fs = model.moe_shared_expert_intermediate_size or 0
     shared = 2 * s * b * fs * (gate + 1) / tp
     dense = 2 * s * b * model.ffn_hidden_size * (gate + 1) / tp
@@ -264,6 +267,10 @@ def stage_activation_phases(model: ModelSpec, *, mbs, seq, tp, pp, vp, sp, recom
                           4 * xh / rep_div + _handed_qkv_bytes(model, q, kv, qkv))
     working = recompute_working_bytes(model, mbs=b, seq=s, tp=tp, sp=sp, recompute=rc,
                                       stores_scores=stores_scores)
+    # a fully recomputed MoE layer re-materialises its routed tokens too
+    working = working + np.where((rc == 2) & (np.asarray(rank_moe_layers) > 0),
+                                 moe_mlp_activation_delta(model, mbs=b, seq=s, tp=tp, etp=etp),
+                                 0.0)
     recompute_peak = (n - 1) * kept + layer_left + working + emb
     return forward_end, np.where(rc == 0, 0.0, recompute_peak)
 

@@ -43,11 +43,25 @@ replaced so that it keeps what the GPU kernel keeps (the memory model predicts G
   ``CudaRNGStatesTracker.fork``, ``_get_cuda_rng_state``/``_set_cuda_rng_state``, and
   ``torch.cuda.current_device`` (``RotaryEmbedding.get_emb`` moves ``inv_freq`` to it).
 
+Mixture of experts (:data:`MOE_CONFIGS`): megatron-core's ``MoELayer`` with the local spec
+(``TopKRouter``, ``MoEAlltoAllTokenDispatcher``, ``SequentialMLP`` of ``ColumnParallelLinear``/
+``RowParallelLinear`` experts; ``get_gpt_decoder_block_spec`` for a dense/MoE mix), ep = etp
+= 1, dropless, default ``aux_loss`` load balancing (coefficient 1e-2), no router or permute
+fusion (those are Transformer Engine kernels). The experts' GEMMs, the SwiGLU with per-token
+probabilities (``weighted_bias_swiglu_impl``), the permutation (``moe_utils.permute``: index
+select, keeps ``sorted_indices``) and the router run the same eager code on CPU as on GPU. CPU
+needs: ``moe_utils``' Transformer Engine names (``te_general_gemm``, ``fused_*``) set to None
+(its ``try: import`` leaves them undefined), ``torch.cuda.Stream``/``current_stream``/
+``stream`` stubs (the all-to-all dispatcher's device-to-host copy of the token counts), and
+the aux-loss logging tracker cleared between models (it is sized by the first model's
+layers).
+
 These patches are global, so the measurement runs in a subprocess (:func:`run_reference`),
 which also initialises the gloo process group (world size 1) only once for all configs.
 
 Run ``python tests/megatron_reference.py --show gpt`` to print the tensors one layer keeps,
-``--table`` for measured vs model bytes of every config.
+``--table`` for measured vs model bytes of every config (dense and MoE; name configs to
+pick, e.g. ``--table moe moe-shared moe-mixed``).
 """
 
 from __future__ import annotations
@@ -82,24 +96,68 @@ CONFIGS: dict[str, dict] = {
     "llama-gqa-full": dict(_LLAMA, num_query_groups=2, recompute="full"),
 }
 
+#: Mixture-of-experts layers (Llama-style attention, 4 query groups): 4 experts of 384, top-2,
+#: all-to-all dispatcher, ep = etp = 1, SequentialMLP (``moe_grouped_gemm=False``), dropless,
+#: the default ``aux_loss`` load balancing with ``moe_aux_loss_coeff`` 1e-2 (its fp32
+#: softmax scores are kept), unfused router and permutation (Transformer Engine only).
+_MOE = dict(_LLAMA, num_query_groups=4, num_experts=4, moe_router_topk=2,
+            moe_ffn_hidden_size=384)
 
-def model_spec(name: str, num_layers: int = 2):
-    """The configurator's ModelSpec of reference config ``name``."""
+#: MoE reference configurations (ModelSpec keywords, ``recompute``, ``num_layers``: the
+#: measured model; its per-layer figure is that model minus its last layer).
+MOE_CONFIGS: dict[str, dict] = {
+    "moe": dict(_MOE, num_layers=2, recompute="none"),
+    "moe-shared": dict(_MOE, num_layers=2, moe_shared_expert_intermediate_size=256,
+                       recompute="none"),
+    # layer 0 dense (ffn 1024), layers 1-2 MoE: megatron's get_gpt_decoder_block_spec
+    "moe-mixed": dict(_MOE, num_layers=3, ffn_hidden_size=1024, moe_layer_freq=(0, 1, 1),
+                      recompute="none"),
+    "moe-selective": dict(_MOE, num_layers=2, recompute="selective"),
+    # the whole MoE layer (router, dispatch, experts) is recomputed in backward
+    "moe-full": dict(_MOE, num_layers=2, recompute="full"),
+}
+
+#: Every reference configuration, dense and MoE.
+ALL_CONFIGS: dict[str, dict] = {**CONFIGS, **MOE_CONFIGS}
+
+#: Megatron-side settings of the MoE configs that the ModelSpec does not carry.
+MOE_DISPATCHER, MOE_AUX_LOSS_COEFF = "alltoall", 1e-2
+
+#: Keys of a config that are not ModelSpec keywords.
+_NOT_SPEC = ("recompute", "num_layers")
+
+
+def num_layers(name: str) -> int:
+    """Decoder layers of the measured model of config ``name`` (2 unless the config says)."""
+    return ALL_CONFIGS[name].get("num_layers", 2)
+
+
+def model_spec(name: str, num_layers: int | None = None):
+    """The configurator's ModelSpec of reference config ``name`` (``num_layers``: default
+    the config's; fewer cut a ``moe_layer_freq`` list to its first layers)."""
     from configurator.core.model import make_model
-    kw = {k: v for k, v in CONFIGS[name].items() if k != "recompute"}
-    return make_model(name=name, num_layers=num_layers, **kw)
+    kw = {k: v for k, v in ALL_CONFIGS[name].items() if k not in _NOT_SPEC}
+    n = num_layers or ALL_CONFIGS[name].get("num_layers", 2)
+    if isinstance(kw.get("moe_layer_freq"), (list, tuple)):
+        kw["moe_layer_freq"] = list(kw["moe_layer_freq"])[:n]
+    return make_model(name=name, num_layers=n, **kw)
 
 
 def run_reference(names=None, timeout_s: float = 300.0) -> dict:
-    """Measure ``names`` (default: all of :data:`CONFIGS`) in one subprocess.
+    """Measure ``names`` (default: the dense :data:`CONFIGS`; any of :data:`ALL_CONFIGS`)
+    in one subprocess.
 
     Returns ``{name: {...}}`` with, in bytes unless said: ``layer_bytes`` (kept at the end of
-    the forward with 2 layers minus with 1), ``forward_end_bytes``, ``recompute_peak_bytes``
-    (peak from the first tensor saved in backward on; 0 without recompute),
-    ``stage_peak_bytes`` (peak over forward and backward; all three with 2 layers),
-    ``parameters`` (count), ``input_bytes`` and ``unfused_rope_bytes`` (seen, not counted),
-    ``layer_items`` (the tensors layer 2 keeps: bytes, shape, dtype, site). Raises
-    RuntimeError with the child's stderr if it fails.
+    the forward with the config's layers, 2 by default, minus with one fewer),
+    ``forward_end_bytes``, ``recompute_peak_bytes`` (peak from the first tensor saved in
+    backward on; 0 without recompute), ``stage_peak_bytes`` (peak over forward and backward;
+    all three with all the config's layers), ``parameters`` (count), ``input_bytes`` and
+    ``unfused_rope_bytes`` (seen, not counted), ``layer_items`` (the tensors the last layer
+    keeps: bytes, shape, dtype, site, submodule, live at the forward's end or not). MoE
+    configs add ``expert_parameters`` (names with ``.experts.``: the routed experts, not the
+    shared one), ``active_parameters`` (non-expert plus ``k/E`` of the expert ones) and,
+    without full recompute, ``moe_block_bytes`` (live at the forward's end, first saved inside
+    the last layer's ``mlp``). Raises RuntimeError with the child's stderr if it fails.
     """
     names = list(names or CONFIGS)
     proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--json", *names],
@@ -112,25 +170,50 @@ def run_reference(names=None, timeout_s: float = 300.0) -> dict:
 
 def model_bytes(name: str) -> dict:
     """The memory model's figures for reference config ``name`` (pp = tp = cp = 1, one
-    microbatch, local attention): ``layer_bytes`` (the checkpoint with full recompute),
-    ``forward_end_bytes``, ``recompute_peak_bytes``, ``stage_bytes``, ``stage_parameters``,
-    ``total_parameters``."""
+    microbatch, local attention): ``layer_bytes`` (the model's last layer; the checkpoint
+    with full recompute), ``forward_end_bytes``, ``recompute_peak_bytes``, ``stage_bytes``,
+    ``stage_parameters``, ``total_parameters``; for MoE configs (ep = etp = 1) also
+    ``expert_parameters`` (the expert part of ``stage_parameter_split``),
+    ``active_parameters`` and ``moe_block_bytes`` (what the MoE layer's ``mlp`` keeps:
+    its input plus the dense MLP's terms plus :func:`moe_mlp_activation_delta`)."""
     from configurator.core.plan import RECOMPUTE_CODES
     from memory_model import activations as act
-    from memory_model.params import stage_parameters, total_parameters
+    from memory_model.params import (active_parameters, stage_parameter_split,
+                                     total_parameters)
     spec = model_spec(name)
-    rc = RECOMPUTE_CODES[CONFIGS[name]["recompute"]]
+    rc = RECOMPUTE_CODES[ALL_CONFIGS[name]["recompute"]]
     kw = dict(mbs=MBS, seq=SEQ, tp=1, sp=False)
     stage = dict(kw, pp=1, vp=1, recompute=rc, num_microbatches=1, stage=0,
                  stores_scores=True)
+    layers = {}
+    if spec.is_moe:   # the rank builds every layer; experts not split (ep = etp = 1)
+        layers = dict(rank_layers=spec.num_layers, rank_moe_layers=spec.num_moe_layers, etp=1)
     layer = (act.checkpoint_bytes(spec, **kw) if rc == 2 else
              act.layer_activation_bytes(spec, recompute=rc, stores_scores=True, **kw))
-    fwd, rec = act.stage_activation_phases(spec, **stage)
-    return dict(layer_bytes=float(layer), forward_end_bytes=float(fwd),
-                recompute_peak_bytes=float(rec),
-                stage_bytes=float(act.stage_activation_bytes(spec, **stage)),
-                stage_parameters=float(stage_parameters(spec, 1, 1, 0)),
-                total_parameters=total_parameters(spec))
+    delta = float(act.moe_mlp_activation_delta(spec, mbs=MBS, seq=SEQ, tp=1, etp=1))
+    if spec.is_moe and spec.moe_layer_pattern[-1] and rc != 2:
+        layer = layer + delta   # the measured layer (the last) is an MoE layer
+    fwd, rec = act.stage_activation_phases(spec, **stage, **layers)
+    split = stage_parameter_split(
+        spec, 1, 1, 0, **(dict(layers=spec.num_layers, moe_layers=spec.num_moe_layers,
+                              ep=1, etp=1) if spec.is_moe else {}))
+    out = dict(layer_bytes=float(layer), forward_end_bytes=float(fwd),
+               recompute_peak_bytes=float(rec),
+               stage_bytes=float(act.stage_activation_bytes(spec, **stage, **layers)),
+               stage_parameters=float(split[0] + split[1]),
+               total_parameters=total_parameters(spec))
+    if spec.is_moe and rc != 2:
+        # the tensors first saved inside the MoE layer (``mlp.*``): its input (the pre-MLP
+        # norm's output, fc1's input ``2Xh`` of the dense layer) plus the dense MLP's
+        # fc1 output and fc2 input, which the MoE layer keeps ``moe_mlp_activation_delta``
+        # more than.
+        x, gate = MBS * SEQ, 2 if spec.swiglu else 1
+        dense_mlp = 2 * x * spec.ffn_hidden_size * (gate + 1)
+        out.update(moe_block_bytes=2 * x * spec.hidden_size + dense_mlp + delta)
+    if spec.is_moe:
+        out.update(expert_parameters=float(split[1]),
+                   active_parameters=active_parameters(spec))
+    return out
 
 
 def comparison_table(results: dict) -> str:
@@ -140,15 +223,24 @@ def comparison_table(results: dict) -> str:
     lines = ["| config | quantity | measured | model | error |", "|---|---|---|---|---|"]
     for name, r in results.items():
         m = model_bytes(name)
-        layer_label = ("per-layer checkpoint B" if CONFIGS[name]["recompute"] == "full"
+        layer_label = ("per-layer checkpoint B" if ALL_CONFIGS[name]["recompute"] == "full"
                        else "per-layer activations B")
-        for label, meas, mod in [
-                (layer_label, r["layer_bytes"], m["layer_bytes"]),
-                ("stage activations (peak) B", r["stage_peak_bytes"], m["stage_bytes"]),
-                ("  at forward end B", r["forward_end_bytes"], m["forward_end_bytes"]),
-                ("  during recompute B", r["recompute_peak_bytes"],
-                 m["recompute_peak_bytes"]),
-                ("parameters", r["parameters"], m["total_parameters"])]:
+        if "moe_block_bytes" in m:
+            layer_label = "per-layer activations (MoE layer) B"
+        rows = [(layer_label, r["layer_bytes"], m["layer_bytes"])]
+        if "moe_block_bytes" in m:
+            rows.append(("  of which the MoE block (mlp.*) B", r["moe_block_bytes"],
+                         m["moe_block_bytes"]))
+        rows += [("stage activations (peak) B", r["stage_peak_bytes"], m["stage_bytes"]),
+                 ("  at forward end B", r["forward_end_bytes"], m["forward_end_bytes"]),
+                 ("  during recompute B", r["recompute_peak_bytes"],
+                  m["recompute_peak_bytes"]),
+                 ("parameters", r["parameters"], m["total_parameters"])]
+        if "expert_parameters" in r:
+            rows += [("  expert parameters", r["expert_parameters"], m["expert_parameters"]),
+                     ("  active parameters (top-k of E experts)", r["active_parameters"],
+                      m["active_parameters"])]
+        for label, meas, mod in rows:
             if label.strip().startswith("during") and not meas and not mod:
                 continue
             lines.append(f"| {name} | {label} | {meas:,.0f} | {mod:,.0f} | {err(mod, meas)} |")
@@ -200,6 +292,35 @@ def _patch_for_cpu():
     torch.nn.RMSNorm.forward = lambda self, x: FusedRMSNorm.apply(x, self.weight,
                                                                   self.eps or 1e-6)
 
+    # MoE without Transformer Engine: moe_utils imports te_general_gemm and the fused_*
+    # kernels in a try/except ImportError that leaves the names undefined, and tests them
+    # against None (RouterGatingLinearFunction, permute, unpermute, topk, aux loss).
+    from megatron.core.transformer.moe import moe_utils
+    for attr in ("te_general_gemm", "fused_permute", "fused_permute_with_probs",
+                 "fused_sort_chunks_by_index", "fused_sort_chunks_by_index_with_probs",
+                 "fused_unpermute", "fused_topk_with_score_function",
+                 "fused_compute_score_for_moe_aux_loss", "fused_moe_aux_loss"):
+        if not hasattr(moe_utils, attr):
+            setattr(moe_utils, attr, None)
+
+    # MoEAlltoAllTokenDispatcher: a side torch.cuda.Stream for the device-to-host copy of
+    # the token counts, current_stream / stream / record_event / synchronize.
+    class _Event:
+        def synchronize(self):
+            pass
+
+    class _Stream:
+        def wait_stream(self, other):
+            pass
+
+        def record_event(self, *a):
+            return _Event()
+
+    stream = _Stream()
+    torch.cuda.Stream = lambda *a, **k: _Stream()
+    torch.cuda.current_stream = lambda *a, **k: stream
+    torch.cuda.stream = lambda s: contextlib.nullcontext()
+
 
 def _init_distributed():
     import socket
@@ -211,7 +332,8 @@ def _init_distributed():
         port = s.getsockname()[1]
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=0, world_size=1)
-    parallel_state.initialize_model_parallel(1, 1)
+    parallel_state.initialize_model_parallel(1, 1, expert_model_parallel_size=1,
+                                             expert_tensor_parallel_size=1)
 
 
 def _build(spec, recompute: str):
@@ -239,9 +361,26 @@ def _build(spec, recompute: str):
     elif recompute == "full":
         kw.update(recompute_granularity="full", recompute_method="uniform",
                   recompute_num_layers=1)
+    norm = "RMSNorm" if spec.normalization == "RMSNorm" else None
+    if spec.is_moe:
+        pattern = spec.moe_layer_pattern
+        kw.update(num_moe_experts=spec.num_experts, moe_router_topk=spec.moe_router_topk,
+                  moe_ffn_hidden_size=spec.moe_ffn_hidden_size,
+                  moe_shared_expert_intermediate_size=spec.moe_shared_expert_intermediate_size,
+                  moe_layer_freq=1 if all(pattern) else list(pattern),
+                  moe_token_dispatcher_type=MOE_DISPATCHER, moe_grouped_gemm=False,
+                  moe_router_load_balancing_type="aux_loss",
+                  moe_aux_loss_coeff=MOE_AUX_LOSS_COEFF)
     config = TransformerConfig(**kw)
-    layer_spec = get_gpt_layer_local_spec(
-        normalization="RMSNorm" if spec.normalization == "RMSNorm" else None)
+    if spec.is_moe and not all(spec.moe_layer_pattern):
+        from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
+        layer_spec = get_gpt_decoder_block_spec(config, use_transformer_engine=False,
+                                                normalization=norm)
+    elif spec.is_moe:
+        layer_spec = get_gpt_layer_local_spec(num_experts=spec.num_experts,
+                                              moe_grouped_gemm=False, normalization=norm)
+    else:
+        layer_spec = get_gpt_layer_local_spec(normalization=norm)
     model = GPTModel(
         config=config, transformer_layer_spec=layer_spec, vocab_size=spec.vocab_size,
         max_sequence_length=spec.seq_length,
@@ -288,7 +427,7 @@ class _Tracker:
                               for f in frames[-2:][::-1])
             counted = UNFUSED_ROPE_SITE not in site
             self.refs[ptr] = 0
-            self.entry[ptr] = (storage.nbytes(), counted)
+            self.entry[ptr] = (storage.nbytes(), counted, len(self.items))
             if counted:
                 self.live += storage.nbytes()
                 self.peak = max(self.peak, self.live)
@@ -297,9 +436,11 @@ class _Tracker:
                     self.recompute_peak = max(self.recompute_peak, self.live)
             elif self.phase == "forward":
                 self.rope_bytes += storage.nbytes()
+            deepest = self.stack[-1] if self.stack else ""
             self.items.append(dict(bytes=storage.nbytes(), shape=list(t.shape),
                                    dtype=str(t.dtype).replace("torch.", ""), site=site,
-                                   module=self.stack[-1] if self.stack else "",
+                                   module=".".join(deepest.split(".")[:3]),
+                                   submodule=deepest,
                                    phase=self.phase, counted=counted))
         self.refs[ptr] += 1
         return _Handle(self, ptr, t)
@@ -308,7 +449,7 @@ class _Tracker:
         self.refs[ptr] -= 1
         if not self.refs[ptr]:
             del self.refs[ptr]
-            nbytes, counted = self.entry.pop(ptr)
+            nbytes, counted, _ = self.entry.pop(ptr)
             self.live -= nbytes if counted else 0
 
 
@@ -326,13 +467,15 @@ def _measure_once(name: str, num_layers: int) -> dict:
     import torch
     spec = model_spec(name, num_layers)
     torch.manual_seed(0)
-    model = _build(spec, CONFIGS[name]["recompute"])
+    model = _build(spec, ALL_CONFIGS[name]["recompute"])
     model.train()
-    stack: list[str] = []
-    for mname, module in model.named_modules():
-        if mname.count(".") <= 2:   # decoder.layers.N, output_layer, embedding.*, ...
-            module.register_forward_pre_hook(lambda m, a, n=mname: stack.append(n))
-            module.register_forward_hook(lambda m, a, o: (stack.pop(), None)[1])
+    if spec.is_moe:   # the aux-loss logging tracker is sized by the first model's layers
+        from megatron.core.transformer.moe.moe_utils import get_moe_layer_wise_logging_tracker
+        get_moe_layer_wise_logging_tracker().clear()
+    stack: list[str] = []   # the modules being run; an item's ``module`` is the deepest
+    for mname, module in model.named_modules():   # cut to decoder.layers.N, embedding.*, ...
+        module.register_forward_pre_hook(lambda m, a, n=mname: stack.append(n))
+        module.register_forward_hook(lambda m, a, o: (stack.pop(), None)[1])
     ids = torch.randint(0, spec.vocab_size, (MBS, SEQ))
     labels = torch.randint(0, spec.vocab_size, (MBS, SEQ))
     pos = torch.arange(SEQ).unsqueeze(0).expand(MBS, SEQ)
@@ -344,38 +487,58 @@ def _measure_once(name: str, num_layers: int) -> dict:
                                                   if isinstance(h, _Handle) else h):
         loss = model(ids, pos, mask, labels=labels)
         forward_end = tracker.live
+        # items by index: a freed storage's address can be reused by a later one
+        live_at_forward_end = {tracker.entry[ptr][2] for ptr in tracker.refs}
         tracker.phase = "backward"
         loss.sum().backward()
     return dict(forward_end_bytes=forward_end, stage_peak_bytes=tracker.peak,
                 recompute_peak_bytes=tracker.recompute_peak, input_bytes=tracker.input_bytes,
                 unfused_rope_bytes=tracker.rope_bytes,
                 parameters=sum(p.numel() for p in model.parameters()),
-                items=tracker.items)
+                expert_parameters=sum(p.numel() for n, p in model.named_parameters()
+                                      if ".experts." in n),   # not shared_experts
+                items=[dict(i, live_at_forward_end=n in live_at_forward_end)
+                       for n, i in enumerate(tracker.items)])
 
 
 def _measure(name: str) -> dict:
-    one, two = _measure_once(name, 1), _measure_once(name, 2)
-    layer_items = [i for i in two["items"]
-                   if i["module"] == "decoder.layers.1" and i["phase"] == "forward"]
-    return dict(layer_bytes=two["forward_end_bytes"] - one["forward_end_bytes"],
-                stage_peak_bytes=two["stage_peak_bytes"],
-                forward_end_bytes=two["forward_end_bytes"],
-                recompute_peak_bytes=two["recompute_peak_bytes"],
-                parameters=two["parameters"], input_bytes=two["input_bytes"],
-                unfused_rope_bytes=two["unfused_rope_bytes"], layer_items=layer_items,
-                items=two["items"])
+    n = num_layers(name)
+    one, two = _measure_once(name, n - 1), _measure_once(name, n)
+    last = f"decoder.layers.{n - 1}"
+    layer_items = [i for i in two["items"] if i["module"] == last and i["phase"] == "forward"]
+    out = dict(layer_bytes=two["forward_end_bytes"] - one["forward_end_bytes"],
+               stage_peak_bytes=two["stage_peak_bytes"],
+               forward_end_bytes=two["forward_end_bytes"],
+               recompute_peak_bytes=two["recompute_peak_bytes"],
+               parameters=two["parameters"], input_bytes=two["input_bytes"],
+               unfused_rope_bytes=two["unfused_rope_bytes"], layer_items=layer_items,
+               items=two["items"])
+    if two["expert_parameters"] and ALL_CONFIGS[name]["recompute"] != "full":
+        out.update(  # kept at the end of the forward, first saved inside the last layer's MoE
+            moe_block_bytes=sum(i["bytes"] for i in layer_items if i["counted"]
+                                and i["live_at_forward_end"]
+                                and i["submodule"].startswith(last + ".mlp")))
+    if two["expert_parameters"]:
+        spec = model_spec(name)
+        k_of_e = spec.moe_router_topk / spec.num_experts
+        out.update(expert_parameters=two["expert_parameters"],
+                   # what one token passes through: the routed experts counted k/E times
+                   active_parameters=two["parameters"] - two["expert_parameters"] * (1 - k_of_e))
+    return out
 
 
 def _show(name: str, result: dict) -> None:
-    sbh = SEQ * MBS * CONFIGS[name]["hidden_size"]
-    print(f"== {name}: tensors saved by decoder layer 2 in forward "
-          f"(sbh = {sbh} elements)")
+    sbh = SEQ * MBS * ALL_CONFIGS[name]["hidden_size"]
+    last = f"decoder.layers.{num_layers(name) - 1}"
+    print(f"== {name}: tensors saved by decoder layer {num_layers(name)} in forward "
+          f"(sbh = {sbh} elements; - = freed before the forward ends)")
     for i in result["items"]:
-        if i["module"] in ("decoder.layers.1", "decoder") or not i["module"].startswith(
-                "decoder.layers"):
-            mark = " " if i["counted"] else "x"
+        if i["module"] in (last, "decoder") or not i["module"].startswith("decoder.layers"):
+            mark = (" " if i["live_at_forward_end"] or i["phase"] != "forward" else "-") \
+                if i["counted"] else "x"
+            where = i["submodule"][len(last) + 1:] if i["module"] == last else i["module"]
             print(f"{mark}{i['bytes']:>9} B {i['bytes'] / sbh:7.3f} sbh  {i['phase']:8} "
-                  f"{i['module']:22} {str(i['shape']):22} {i['dtype']:8} {i['site']}")
+                  f"{where:30} {str(i['shape']):22} {i['dtype']:8} {i['site']}")
     print(f"per layer {result['layer_bytes']} B = {result['layer_bytes'] / sbh:.3f} sbh; "
           f"forward end {result['forward_end_bytes']} B; peak {result['stage_peak_bytes']} B "
           f"(during recompute {result['recompute_peak_bytes']} B); not counted: inputs "
@@ -387,7 +550,7 @@ def main(argv) -> int:
     import warnings
     warnings.filterwarnings("ignore")
     as_json, show, table = ("--json" in argv), ("--show" in argv), ("--table" in argv)
-    names = [a for a in argv if not a.startswith("--")] or list(CONFIGS)
+    names = [a for a in argv if not a.startswith("--")] or list(ALL_CONFIGS)
     _patch_for_cpu()
     _init_distributed()
     results = {n: _measure(n) for n in names}
