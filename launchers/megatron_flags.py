@@ -169,7 +169,8 @@ _MODEL_ROWS = _rows(
     ("--qk-layernorm", "model.qk_layernorm", lambda m, p, t: m.qk_layernorm or None),
     ("--rotary-base", "model.rotary_base",
      lambda m, p, t: m.rotary_base
-     if m.position_embedding_type == "rope" and m.rotary_base != 10000 else None),
+     if (m.position_embedding_type == "rope" or m.multi_latent_attention)
+     and m.rotary_base != 10000 else None),
     ("--norm-epsilon", "model.norm_epsilon",
      lambda m, p, t: m.norm_epsilon if m.norm_epsilon != 1e-5 else None),
     ("--num-experts", "model.num_experts", lambda m, p, t: m.num_experts),
@@ -181,6 +182,8 @@ _MODEL_ROWS = _rows(
      lambda m, p, t: m.moe_shared_expert_intermediate_size),
     ("--moe-layer-freq", "model.moe_layer_freq",
      lambda m, p, t: moe_layer_freq_value(m) if m.is_moe else None),
+    ("--moe-router-pre-softmax", "model.moe_router_topk",   # TransformerConfig: top-1
+     lambda m, p, t: (m.is_moe and m.moe_router_topk == 1) or None),
     ("--moe-token-dispatcher-type", "model.num_experts",
      lambda m, p, t: "alltoall" if m.is_moe else None),
     ("--moe-grouped-gemm", "model.num_experts", lambda m, p, t: m.is_moe or None),

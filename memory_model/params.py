@@ -22,8 +22,8 @@ Embedding: ``V_pad·h/tp`` (VocabParallelEmbedding) plus ``s·h`` learned positi
 stage; the last stage holds the final norm and the output layer ``V_pad·h/tp`` (untied), or,
 when tied and pp > 1, a copy of the word embedding (Megatron keeps one on the last stage).
 Multi-token prediction (``mtp_num_layers``, megatron/core/transformer/multi_token_prediction.py):
-per module two norms, a ``2h → h`` projection and one more transformer layer, on the last
-stage. Shared REFERENCE §3 gives the attention ``2h²(1+g/n)`` and MLP ``2·h·ffn`` terms.
+per module three norms, a ``2h → h`` projection and one more transformer layer of the last
+decoder layer's type, on the last stage. A router has a bias with ``add_bias_linear``. Shared REFERENCE §3 gives the attention ``2h²(1+g/n)`` and MLP ``2·h·ffn`` terms.
 """
 
 from __future__ import annotations
@@ -57,9 +57,12 @@ def attention_parameters(model: ModelSpec, tp=1):
         qk, pos, vd = model.qk_head_dim, model.qk_pos_emb_head_dim, model.v_head_dim
         q_in = model.q_lora_rank or h
         sharded = q_in * a * (qk + pos) + model.kv_lora_rank * a * (qk + vd) + a * vd * h
-        replicated += h * (model.kv_lora_rank + pos) + _norm_params(model, model.kv_lora_rank)
+        replicated += h * (model.kv_lora_rank + pos)
         if model.q_lora_rank:
-            replicated += h * model.q_lora_rank + _norm_params(model, model.q_lora_rank)
+            replicated += h * model.q_lora_rank
+        if model.qk_layernorm:   # MLA's qk_layernorm: norms on the latents (mla spec)
+            replicated += _norm_params(model, model.kv_lora_rank) + (
+                _norm_params(model, model.q_lora_rank) if model.q_lora_rank else 0)
         out_bias = h
     else:
         d = model.kv_channels
@@ -70,8 +73,8 @@ def attention_parameters(model: ModelSpec, tp=1):
         out_bias = h
     if model.add_bias_linear:
         replicated += out_bias
-    if model.qk_layernorm:
-        replicated += 2 * _norm_params(model, model.attention_heads_dims[0])
+    if model.qk_layernorm and not model.multi_latent_attention:
+        replicated += 2 * _norm_params(model, model.kv_channels)
     return sharded / tp, replicated
 
 
@@ -99,7 +102,7 @@ def moe_layer_parameters(model: ModelSpec, tp=1, ep=1, etp=1):
     router (``E·h``, replicated) and shared expert (split over tp); the ``E/ep`` local
     experts, each split over ``etp``."""
     sharded, replicated = attention_parameters(model, tp)
-    router = model.num_experts * model.hidden_size
+    router = model.num_experts * (model.hidden_size + model.add_bias_linear)  # weight, bias
     shared = (mlp_parameters(model, model.moe_shared_expert_intermediate_size, tp)
               if model.moe_shared_expert_intermediate_size else 0.0)
     non_expert = sharded + replicated + _norm_params(model) + router + shared
@@ -129,17 +132,17 @@ def output_parameters(model: ModelSpec, tp=1, pp=1):
 
 def mtp_parameters(model: ModelSpec, tp=1, ep=1, etp=1):
     """``(non-expert, expert)`` parameters of the multi-token-prediction modules on the last
-    stage: per module two norms, the ``2h → h`` projection (split over tp) and one layer
-    (MoE when the model has experts)."""
+    stage: per module three norms (``enorm``, ``hnorm``, ``final_layernorm``), the ``2h → h``
+    projection (split over tp) and one layer of the last decoder layer's type."""
     if not model.mtp_num_layers:
         return 0.0, 0.0
     h = model.hidden_size
-    if model.is_moe:
+    if model.moe_layer_pattern[-1]:   # the MTP layer takes the last decoder layer's spec
         non_expert, expert = moe_layer_parameters(model, tp, ep, etp)
     else:
         non_expert, expert = dense_layer_parameters(model, tp), 0.0
     k = model.mtp_num_layers
-    return k * (non_expert + 2 * _norm_params(model) + 2 * h * h / np.asarray(tp, float)), \
+    return k * (non_expert + 3 * _norm_params(model) + 2 * h * h / np.asarray(tp, float)), \
         k * expert
 
 

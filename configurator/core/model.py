@@ -44,8 +44,10 @@ class ModelSpec:
     Multi-latent attention (DeepSeek-V2/V3; megatron/core/transformer/multi_latent_attention.py):
     ``q_lora_rank`` (``None``: no query compression), ``kv_lora_rank``, ``qk_head_dim`` (the
     no-position part of a query/key head), ``qk_pos_emb_head_dim`` (its RoPE part) and
-    ``v_head_dim``. ``mtp_num_layers`` multi-token-prediction modules (each one more
-    transformer layer, a 2h×h projection and two norms, on the last stage).
+    ``v_head_dim``; with MLA, ``qk_layernorm`` means the norms on the latents (DeepSeek's
+    ``q_a_layernorm``/``kv_a_layernorm``). ``mtp_num_layers`` multi-token-prediction
+    modules (each one more transformer layer, a 2h×h projection and three norms, on the last
+    stage).
     ``window_size``: sliding-window attention over that many past keys (Megatron
     ``--window-size (w,0)``), on every layer or, with ``window_attn_skip_freq`` N, on all but
     every N-th layer (``--window-attn-skip-freq``, GPT-OSS: 2).
@@ -257,6 +259,18 @@ def make_model(**kw: Any) -> ModelSpec:
                                                        ("qk_pos_emb_head_dim", 64),
                                                        ("v_head_dim", 128))}}
     mtp = _optional_int(kw, "mtp_num_layers")
+    # validate_args / TransformerConfig / SharedExpertMLP rules
+    if flags["multi_latent_attention"] and groups != heads:
+        raise InputError("num_query_groups", groups, "multi-latent attention has no query "
+                         f"groups: leave it at num_attention_heads ({heads})")
+    if mtp and pos == "learned_absolute":
+        raise InputError("mtp_num_layers", mtp, "multi-token prediction needs rope or no "
+                         "position embedding")
+    if experts is not None and moe["moe_shared_expert_intermediate_size"] and \
+            flags["add_bias_linear"]:
+        raise InputError("moe_shared_expert_intermediate_size",
+                         moe["moe_shared_expert_intermediate_size"],
+                         "a shared expert has no biases: needs add_bias_linear false")
     window = {k: _optional_int(kw, k) for k in ("window_size", "window_attn_skip_freq")}
     if window["window_attn_skip_freq"] and not window["window_size"]:
         raise InputError("window_attn_skip_freq", window["window_attn_skip_freq"],
@@ -305,6 +319,7 @@ _MOE_PRESETS: dict[str, dict[str, Any]] = {
                         num_experts=256, moe_router_topk=8, moe_ffn_hidden_size=2048,
                         moe_shared_expert_intermediate_size=2048,
                         moe_layer_freq=[0] * 3 + [1] * 58, multi_latent_attention=True,
+                        qk_layernorm=True,
                         q_lora_rank=1536, kv_lora_rank=512, qk_head_dim=128,
                         qk_pos_emb_head_dim=64, v_head_dim=128, mtp_num_layers=1),
     "gpt-oss-120b": dict(num_layers=36, hidden_size=2880, num_attention_heads=64,
@@ -515,7 +530,8 @@ def from_hf_config(cfg: Mapping[str, Any], name: str = "hf-model") -> ModelSpec:
                   moe_ffn_hidden_size=need("moe_intermediate_size"),
                   ffn_hidden_size=need("intermediate_size"),
                   moe_layer_freq=1 if all(pattern) else pattern,
-                  multi_latent_attention=True, q_lora_rank=get("q_lora_rank"),
+                  multi_latent_attention=True, qk_layernorm=True,   # q_a/kv_a layernorms
+                  q_lora_rank=get("q_lora_rank"),
                   kv_lora_rank=need("kv_lora_rank"), qk_head_dim=need("qk_nope_head_dim"),
                   qk_pos_emb_head_dim=need("qk_rope_head_dim"), v_head_dim=need("v_head_dim"))
         n_shared = get("n_shared_experts", 0)
