@@ -40,9 +40,10 @@ def p2p_time_s(size_bytes, bandwidth_Bps, latency_s):
 def all_to_all_time_s(size_bytes, n, on_node, intra_bw_Bps, intra_lat_s, inter_bw_Bps,
                       inter_lat_s):
     """All-to-all of ``size_bytes`` per GPU (``size_bytes/n`` to each of ``n`` peers) in a
-    group with ``on_node`` members per NVLink domain (a host, or an NVL72 rack): ``(on_node-1)/n`` of the buffer crosses NVLink
-    and ``(n-on_node)/n`` the network, concurrently; one latency of the slower path (NCCL
-    runs the sends and receives as one grouped call). 0 where ``n == 1``."""
+    group with ``on_node`` members per NVLink domain (a host, or an NVL72 rack):
+    ``(on_node-1)/n`` of the buffer crosses NVLink and ``(n-on_node)/n`` the network,
+    concurrently (a GPU's NVLink and its NIC are separate ports); one latency of the slower
+    path (NCCL runs the sends and receives as one grouped call). 0 where ``n == 1``."""
     n, g = np.asarray(n, dtype=float), np.asarray(on_node, dtype=float)
     intra = (g - 1) / n * size_bytes / intra_bw_Bps
     inter = (n - g) / n * size_bytes / inter_bw_Bps

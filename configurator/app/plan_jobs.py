@@ -70,8 +70,7 @@ def run_search(req: SearchRequest) -> SearchOutcome:
     v.int_in_range("seed", req.seed)
     if req.out:
         check_out(req.out, SEARCH_FILES, req.force)
-    space = SearchSpace(recompute=tuple(req.recompute), **{
-        k: tuple(v.int_in_range(k, x) for x in vals) for k, vals in req.restrict.items()})
+    space = search_space(model, req)
     res, used = _ranked(req, model, cluster, space, req.top, keep_ranking=bool(req.out))
     header = (f"{model.name} on {used.num_nodes}x{used.gpus_per_node} "
               f"{used.gpu.name}, gbs {req.global_batch_size}, seq {model.seq_length}, "
@@ -161,6 +160,19 @@ class EstimateRequest:
 class EstimateOutcome:
     evaluation: Evaluation
     title: str
+
+
+def search_space(model, req: SearchRequest) -> SearchSpace:
+    """The restrictions of ``req`` as a :class:`SearchSpace`; expert options on a dense model
+    are an input error (not an empty search)."""
+    for k in ("ep", "etp"):
+        vals = req.restrict.get(k)
+        if vals and not model.is_moe and any(x != 1 for x in vals):
+            raise InputError(k, vals[0] if len(vals) == 1 else list(vals),
+                             "expert parallelism needs a model "
+                             "with num_experts")
+    return SearchSpace(recompute=tuple(req.recompute), **{
+        k: tuple(v.int_in_range(k, x) for x in vals) for k, vals in req.restrict.items()})
 
 
 def split_note(fields: dict, plan) -> str:
@@ -331,8 +343,7 @@ def run_scaling(req: SearchRequest, lo: int, hi: int) -> ScalingOutcome:
                              f"{len(pool)} hosts the topology offers")
     if req.out:
         check_out(req.out, SCALING_FILES, req.force)
-    space = SearchSpace(recompute=tuple(req.recompute), **{
-        k: tuple(v.int_in_range(k, x) for x in vals) for k, vals in req.restrict.items()})
+    space = search_space(model, req)
     rows = []
     for n in tqdm(range(lo, hi + 1), desc="nodes", unit="count", disable=None, leave=False):
         row = {"nodes": n}

@@ -38,7 +38,8 @@ def split_ok(num_layers: int, *, pp, vp, first, last, account_embedding, account
     uneven = (first > 0) | (last > 0)
     accounted = (ae + al) > 0
     total = num_layers + ae + al
-    even_ok = ((vp == 1) | (pp > 1)) & (total % (pp * vp) == 0) & (total // np.maximum(pp * vp, 1) >= 1 + (ae | al))
+    even_ok = (((vp == 1) | (pp > 1)) & (total % (pp * vp) == 0)
+               & (total // np.maximum(pp * vp, 1) >= 1 + (ae | al)))
     mid = num_layers - first - last
     mid_ranks = pp - (first > 0) - (last > 0)
     mid_div = np.maximum(mid_ranks, 1) * vp

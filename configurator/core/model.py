@@ -593,7 +593,8 @@ def load_model(ref: str) -> ModelSpec:
     """Resolve ``ref``: a preset name, a Megatron-keyed YAML/JSON file, or an HF config.json.
 
     A JSON file with ``model_type`` or ``num_hidden_layers``/``n_layer`` is read as a Hugging
-    Face config, named after its folder (``…/NAME/config.json``) or its file name; any other file must hold exactly :data:`MODEL_KEYS`.
+    Face config, named after its folder (``…/NAME/config.json``) or its file name; any other
+    file must hold exactly :data:`MODEL_KEYS`.
     Raises :class:`InputError` (field ``model``) for an unknown preset or unreadable file.
     """
     if ref in MODEL_PRESETS:

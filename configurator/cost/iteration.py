@@ -74,7 +74,8 @@ def cp_layer_s(model: ModelSpec, lc: dict, c: Candidates, cp_bw, cp_lat):
 def stage_extras_s(model: ModelSpec, c: Candidates, gpu, lc: dict, tp_bw, tp_lat):
     """First-stage extras (embedding lookup and its tensor-parallel collective) and
     last-stage extras (logits GEMM forward and 2× backward, fp32 cross-entropy passes, and
-    the multi-token-prediction modules) for one microbatch: ``{"emb_fwd", "emb_bwd", "logits_fwd", "logits_bwd"}`` seconds."""
+    the multi-token-prediction modules) for one microbatch: ``{"emb_fwd", "emb_bwd",
+    "logits_fwd", "logits_bwd"}`` seconds."""
     eff = gpu.efficiency
     T = lc["tokens"]
     h = model.hidden_size
