@@ -9,13 +9,16 @@ import pytest
 from configurator.core.model import MODEL_PRESETS
 from configurator.core.plan import PLAN_FIELDS
 from configurator.core.units import GiB
-from configurator.report.table import format_estimate, format_table
+from configurator.report.table import WHEN_USED, format_estimate, format_table
 from configurator.search.rank import search
 from tests.conftest import run_cli
 from topology.cluster import load_cluster
 
 LIMIT = 100
-PLAN_HEADERS = [f.column for f in PLAN_FIELDS if f.column is not None]
+#: Plan columns of a dense model's even-split plans (the expert and layer-split columns show
+#: only when some plan uses them: test_expert_and_split_columns_appear_when_used).
+PLAN_HEADERS = [f.column for f in PLAN_FIELDS if f.column is not None
+                and f.column not in WHEN_USED]
 METRIC_HEADERS = ["iter (s)", "TFLOP/s/GPU", "MFU (%)", "tok/s/GPU", "peak (GiB)"]
 #: Columns the default table must keep (the other plan columns and metrics may go).
 KEPT = ["rank", "tp", "pp", "dp", "cp", "vp", "mbs", "recompute", "iter (s)", "MFU (%)",
@@ -172,3 +175,13 @@ def test_cli_table_txt_is_the_wide_table(tmp_path):
     assert not ANSI.search(text)
     headers, rows = parse("\n".join(_table_lines(text)))
     assert headers == ["rank"] + PLAN_HEADERS + METRIC_HEADERS and len(rows) == 3
+
+
+def test_expert_and_split_columns_appear_when_used():
+    res = search(MODEL_PRESETS["llama3.1-405b"], load_cluster("dgx-h100-80gb", nodes=128),
+                 1536, top_k=5)
+    headers, _ = parse(format_table(res.plans, wide=True))
+    used = {h for h, f in WHEN_USED.items() if any(
+        getattr(e.plan, f.name) != f.default for e in res.plans)}
+    assert used and used <= set(headers)
+    assert "ep" not in headers          # a dense model
