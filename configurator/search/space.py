@@ -65,8 +65,13 @@ def layer_splits(model: ModelSpec, pp: int) -> list[tuple[int, int, int, bool, b
     # an uneven split that builds exactly what an accounted one builds is the same plan
     seen = set(out)
     layouts = {(x[0], virtual_stage_layers(L, pp, *x)) for x in out}
-    for first in range(1, L):
-        for last in range(1, L - first + 1):
+    # an end rank holds at most a middle rank's layers and at least UNEVEN_LIGHTER_MAX
+    # fewer, so with pp·mid - 2·UNEVEN_LIGHTER_MAX <= L <= pp·mid both ends lie in
+    # [L/pp - UNEVEN_LIGHTER_MAX, (L + 2·UNEVEN_LIGHTER_MAX)/pp]
+    lo = max(1, L // pp - UNEVEN_LIGHTER_MAX)
+    hi = min(L - 1, (L + 2 * UNEVEN_LIGHTER_MAX) // pp + 1)
+    for first in range(lo, hi + 1):
+        for last in range(lo, min(hi, L - first) + 1):
             mid_ranks = pp - 2
             if mid_ranks == 0:
                 per_mid = max(first, last)
