@@ -203,3 +203,31 @@ def assert_validate_args_rules(a: dict, world_size: int) -> None:
         assert int(a["--vocab-size"]) > 0
 
 
+
+
+def megatron_arguments_preamble(src: str) -> str:
+    """Python source that imports Megatron-LM's ``megatron.training.arguments`` as ``A`` from
+    a checkout at ``src`` without a GPU: its ``__init__`` skipped (it imports triton), the
+    device checks answering as a Hopper GPU would; prints ``SKIP …`` and exits when six or
+    regex (imported by its tokenizer modules) are missing."""
+    return f"""
+import contextlib, dataclasses, io, json, os, sys, types, warnings
+warnings.filterwarnings("ignore")
+sys.path.insert(0, {src!r})
+try:
+    import six, regex  # noqa: F401
+except ImportError:
+    print("SKIP six/regex not installed"); sys.exit(0)
+import megatron
+pkg = types.ModuleType("megatron.training")
+pkg.__path__ = [{src!r} + "/megatron/training"]
+sys.modules["megatron.training"] = pkg
+import megatron.training.global_vars as gv
+for k in dir(gv):
+    if k.startswith("get_"):
+        setattr(pkg, k, getattr(gv, k))
+import megatron.training.arguments as A
+A.get_device_arch_version = lambda: 9
+import torch
+torch.cuda.get_device_capability = lambda *a: (9, 0)
+"""

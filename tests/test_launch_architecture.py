@@ -43,7 +43,7 @@ from configurator.core.plan import FLAG_GROUPS, PLAN_FIELDS, ParallelPlan
 from launchers.megatron_flags import FLAG_TABLE, flag_argv, megatron_flags
 from memory_model.params import (dense_layer_parameters, layer_parameters, moe_layer_parameters,
                                  mtp_parameters, stage_parameter_split, total_parameters)
-from tests.megatron_argv import parse_argv
+from tests.megatron_argv import megatron_arguments_preamble, parse_argv
 
 PLAN = ParallelPlan(tp=1, pp=1, dp=1, micro_batch_size=1, global_batch_size=1)
 PLAN_TP2 = ParallelPlan(tp=2, pp=1, dp=1, micro_batch_size=1, global_batch_size=1)
@@ -515,26 +515,7 @@ def test_architecture_from_flags_matches_megatrons_own_parser(tmp_path):
             argv.append("--no-rope-fusion")      # rope fusion needs Transformer Engine
         cases.append({"label": label, "argv": argv, "world": plan.world_size})
     (tmp_path / "cases.json").write_text(json.dumps(cases))
-    code = textwrap.dedent(f"""
-        import contextlib, dataclasses, io, json, os, sys, types, warnings
-        warnings.filterwarnings("ignore")
-        sys.path.insert(0, {MEGATRON_SRC!r})
-        try:
-            import six, regex  # noqa: F401  (Megatron's tokenizer modules import them)
-        except ImportError:
-            print("SKIP six/regex not installed"); sys.exit(0)
-        import megatron
-        pkg = types.ModuleType("megatron.training")
-        pkg.__path__ = [{MEGATRON_SRC!r} + "/megatron/training"]
-        sys.modules["megatron.training"] = pkg      # skip its __init__ (imports triton)
-        import megatron.training.global_vars as gv
-        for k in dir(gv):
-            if k.startswith("get_"):
-                setattr(pkg, k, getattr(gv, k))
-        import megatron.training.arguments as A
-        A.get_device_arch_version = lambda: 9
-        import torch
-        torch.cuda.get_device_capability = lambda *a: (9, 0)   # --moe-grouped-gemm asks
+    code = megatron_arguments_preamble(MEGATRON_SRC) + textwrap.dedent(f"""
         out = {{}}
         for case in json.load(open({str(tmp_path / "cases.json")!r})):
             os.environ.update(WORLD_SIZE=str(case["world"]), RANK="0",

@@ -15,7 +15,8 @@ from launchers.megatron_flags import flag_argv, megatron_flags
 from launchers.megatron_flags import FLAG_TABLE
 from tests.megatron_argv import (GPT3, GPT3_PLAN, LLAMA8, MODERN_PLANS, SMALL, SMALL_PLAN,
                                  SPREAD,
-                                 assert_validate_args_rules, megatron_flag_names, parse_argv)
+                                 assert_validate_args_rules, megatron_arguments_preamble,
+                                 megatron_flag_names, parse_argv)
 
 
 def test_spread_covers_every_plan_value():
@@ -132,31 +133,12 @@ def test_megatron_own_validate_args(tmp_path):
     for model, plan in (SPREAD[:: max(1, len(SPREAD) // 40)] + [(GPT3, GPT3_PLAN)]
                         + MODERN_PLANS):
         argv = flag_argv(megatron_flags(model, plan))
-        if model.position_embedding_type == "rope":
+        if model.position_embedding_type == "rope" or model.multi_latent_attention:
             argv.append("--no-rope-fusion")      # rope fusion needs Transformer Engine
         cases.append({"argv": argv, "world": plan.world_size,
                       "vpp": plan.vp if plan.vp > 1 else None, "dp": plan.dp})
     (tmp_path / "cases.json").write_text(json.dumps(cases))
-    code = textwrap.dedent(f"""
-        import contextlib, io, json, os, sys, types, warnings
-        warnings.filterwarnings("ignore")
-        sys.path.insert(0, {MEGATRON_SRC!r})
-        try:
-            import six, regex  # noqa: F401  (Megatron's tokenizer modules import them)
-        except ImportError:
-            print("SKIP six/regex not installed"); sys.exit(0)
-        import megatron
-        pkg = types.ModuleType("megatron.training")
-        pkg.__path__ = [{MEGATRON_SRC!r} + "/megatron/training"]
-        sys.modules["megatron.training"] = pkg      # skip its __init__ (imports triton)
-        import megatron.training.global_vars as gv
-        for k in dir(gv):
-            if k.startswith("get_"):
-                setattr(pkg, k, getattr(gv, k))
-        import megatron.training.arguments as A
-        A.get_device_arch_version = lambda: 9        # no GPU here: check as on Hopper
-        import torch
-        torch.cuda.get_device_capability = lambda *a: (9, 0)   # --moe-grouped-gemm asks
+    code = megatron_arguments_preamble(MEGATRON_SRC) + textwrap.dedent(f"""
         for case in json.load(open({str(tmp_path / "cases.json")!r})):
             os.environ.update(WORLD_SIZE=str(case["world"]), RANK="0",
                               CUDA_DEVICE_MAX_CONNECTIONS="1")
