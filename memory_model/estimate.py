@@ -92,7 +92,15 @@ def peak_memory_arrays(model: ModelSpec, *, first=0, last=0, account_embedding=F
     classes = stage_class_arrays(model, pp=kw["pp"], vp=kw["vp"], first=first, last=last,
                                  account_embedding=account_embedding, account_loss=account_loss)
     peak = None
+    last = np.asarray(kw["pp"]) - 1
     for k in range(classes["stage"].shape[1]):
+        # a class holding what rank 0 holds, and not the last rank, is never above rank 0
+        # (fewer microbatches in flight, no embedding): skip it where every plan says so
+        if k and not np.any((classes["count"][:, k] > 0)
+                            & ((classes["layers"][:, k] != classes["layers"][:, 0])
+                               | (classes["moe_layers"][:, k] != classes["moe_layers"][:, 0])
+                               | (classes["stage"][:, k] == last))):
+            continue
         tot = memory_arrays(model, stage=classes["stage"][:, k],
                             rank_layers=classes["layers"][:, k],
                             rank_moe_layers=classes["moe_layers"][:, k], **kw)["total_bytes"]

@@ -122,8 +122,13 @@ def stage_class_arrays(model: ModelSpec, *, pp, vp, first, last, account_embeddi
     cols = [np.atleast_1d(np.asarray(x, dtype=np.int64)) for x in (
         pp, vp, first, last, account_embedding, account_loss)]
     n = max(len(c) for c in cols)
-    keys = np.stack([np.broadcast_to(c, (n,)) for c in cols], axis=1)
-    uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
+    # one int64 key per plan (12 bits each for pp, vp, first, last < 4096; 1 bit per flag):
+    # a 1-D unique is an order of magnitude faster than a row-wise one
+    key = np.zeros(n, dtype=np.int64)
+    for c, bits in zip(cols, (12, 12, 12, 12, 1, 1)):
+        key = (key << bits) | np.broadcast_to(c, (n,))
+    _, first_of, inverse = np.unique(key, return_index=True, return_inverse=True)
+    uniq = np.stack([np.broadcast_to(c, (n,))[first_of] for c in cols], axis=1)
     per = [stage_classes(model, int(k[0]), int(k[1]), int(k[2]), int(k[3]), bool(k[4]),
                          bool(k[5])) for k in uniq]
     K = max(len(c) for c in per)

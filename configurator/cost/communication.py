@@ -86,10 +86,12 @@ def expert_comm_figures(cluster, c: Candidates) -> dict[str, np.ndarray]:
     size ``ep``) as members per NVLink domain and NVLink / network (bandwidth B/s, latency s) for
     its all-to-all; the ETP and expert-data-parallel (stride ``etp·ep``) rings' bus
     bandwidth and latency. Arrays keyed :data:`EXPERT_NAMES`; dense plans get (1, inf, 0…)."""
-    n = len(c)
-    world = int(c.tp[0] * c.pp[0] * c.dp[0] * c.cp[0]) if n else 1
-    keys = np.stack([c.ep, c.etp, c.pp], axis=1) if n else np.zeros((0, 3), np.int64)
-    uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+    world = int(c.tp[0] * c.pp[0] * c.dp[0] * c.cp[0]) if len(c) else 1
+    ep, etp, pp = (np.asarray(x, dtype=np.int64) for x in (c.ep, c.etp, c.pp))
+    # one int64 key per plan (ep < 2^17, etp < 2^19, pp < 2^12): a fast 1-D unique
+    _, first, inv = np.unique((ep << 31) | (etp << 12) | pp, return_index=True,
+                              return_inverse=True)
+    uniq = np.stack([ep[first], etp[first], pp[first]], axis=1)
     table = np.empty((len(uniq), len(EXPERT_NAMES)))
     G = cluster.nvlink_domain_gpus   # members per NVLink domain (a host, or an NVL72 rack)
     intra = cluster.link(0, 1) if G > 1 else (float("inf"), 0.0)

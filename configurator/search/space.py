@@ -160,7 +160,10 @@ def enumerate_plans(model: ModelSpec, world_size: int, global_batch_size: int, *
     grid_names = {f.name for f in GRID_FIELDS} | set(JOINT)
     single = {f.name: tuple(r for r in stage[3] if r.needs & grid_names == {f.name})
               for f in GRID_FIELDS}
-    multi = tuple(r for r in stage[3] if len(r.needs & grid_names) != 1)
+    # the joint split dimension holds only splits layer_splits found legal: the rules that
+    # read nothing but the split fields are met by construction
+    multi = tuple(r for r in stage[3] if len(r.needs & grid_names) != 1
+                  and not r.needs <= set(SPLIT_FIELDS))
 
     def with_derived(fields: dict) -> dict:
         # overlap_param_gather is decided per plan, as Candidates.plan decides it
