@@ -177,12 +177,16 @@ def chance(percent: float) -> st.SearchStrategy[bool]:
 
 def _numeric_variants(value: Any) -> list:
     """Hostile variants of a number: as a string, huge, negative, non-finite, fractional."""
+    try:
+        as_float = float(value)
+    except OverflowError:            # an int past float range (a mutation of a mutation)
+        as_float = 1e308
     out: list = [str(value), -value if value else -1, value * 2**63 if value else 2**63,
-                 float(value) + 0.5, float("nan"), float("inf"), 1e308, 0, True,
+                 as_float + 0.5, float("nan"), float("inf"), 1e308, 0, True,
                  [value], {"value": value}]
     if isinstance(value, int) and not isinstance(value, bool):
-        out += [10**400, float(value), str(value).translate(str.maketrans("0123456789",
-                                                                          "٠١٢٣٤٥٦٧٨٩"))]
+        out += [10**400, as_float, str(value).translate(str.maketrans("0123456789",
+                                                                      "٠١٢٣٤٥٦٧٨٩"))]
     return out
 
 
