@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 
 from configurator.core.candidates import Candidates
 from configurator.core.layers import (rank_layer_counts, split_ok, stage_classes,
                                       virtual_stage_layers)
-from configurator.core.model import MODEL_PRESETS, make_model
+from configurator.core.model import MODEL_PRESETS
 from configurator.core.rules import check_plan, plan_for_world
 from configurator.cost.iteration import iteration_time
 from configurator.cost.placed import PlacedPlan

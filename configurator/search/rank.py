@@ -9,6 +9,7 @@ objects, whose time is the exact schedule simulated on the ranks' links, and re-
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 
@@ -16,6 +17,7 @@ import numpy as np
 
 from configurator.core.candidates import Candidates
 from configurator.core.errors import InputError, NoFeasiblePlanError
+from configurator.core.layers import split_ok
 from configurator.search.evaluate import Evaluation, evaluate_plan
 from configurator.core.model import ModelSpec
 from configurator.search.space import SearchSpace, enumerate_plans, layer_splits
@@ -104,13 +106,11 @@ def search(model: ModelSpec, cluster, global_batch_size: int, *, precision: str 
 
 
 def best_layer_split(model: ModelSpec, cluster, plan):
-    """``plan`` with the fastest legal layer split at its pp and vp (closed form), for a plan
-    whose pp does not divide the layers and which names no split itself; ``plan`` unchanged
-    when its split is already legal. Raises :class:`InputError` when no split Megatron builds
+    """``plan`` with the fastest legal layer split at its pp and vp that fits in memory (the
+    smallest in memory when none fits; closed form), for a plan whose pp does not divide the
+    layers and which names no split itself; ``plan`` unchanged when its split is already
+    legal. Raises :class:`InputError` when no split Megatron builds
     exists at that pp and vp (:func:`configurator.search.space.layer_splits`)."""
-    import dataclasses
-
-    from configurator.core.layers import split_ok
     if plan.custom_layer_split or split_ok(
             model.num_layers, pp=plan.pp, vp=plan.vp, first=0, last=0,
             account_embedding=False, account_loss=False):
