@@ -11,8 +11,8 @@ May import ``configurator.core`` only (microbatches in flight come from its sche
 """
 
 from memory_model.estimate import MemoryBreakdown, estimate_memory, memory_arrays
-from memory_model.params import (layer_parameters, padded_vocab_size, stage_parameters,
+from memory_model.params import (dense_layer_parameters, padded_vocab_size, stage_parameters,
                                  total_parameters)
 
-__all__ = ["MemoryBreakdown", "estimate_memory", "memory_arrays", "layer_parameters",
+__all__ = ["MemoryBreakdown", "estimate_memory", "memory_arrays", "dense_layer_parameters",
            "padded_vocab_size", "stage_parameters", "total_parameters"]

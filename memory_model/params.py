@@ -111,11 +111,6 @@ def moe_layer_parameters(model: ModelSpec, tp=1, ep=1, etp=1):
     return non_expert, expert
 
 
-def layer_parameters(model: ModelSpec, tp=1):
-    """Parameters of one *dense* transformer layer held by one tensor-parallel rank (count)."""
-    return dense_layer_parameters(model, tp)
-
-
 def embedding_parameters(model: ModelSpec, tp=1):
     """Word (and learned position) embedding parameters on one tp rank of the first stage."""
     pos = model.seq_length * model.hidden_size if (

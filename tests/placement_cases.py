@@ -63,6 +63,15 @@ AGREEMENT_MODELS = (("gpt3-175b", "dgx-a100-80gb", 64, 8), ("llama3-70b", "dgx-h
                     ("llama3-8b", "dgx-h100-80gb", 8, 1))
 
 
+def assert_links_agree(cl, a: np.ndarray, b: np.ndarray) -> None:
+    """The link table's vectorised lookup of the pairs ``a[i] → b[i]`` equals
+    :meth:`Cluster.link` asked one pair at a time."""
+    bw, lat = cl.link_table().links(a, b)
+    ref = np.array([cl.link(int(x), int(y)) for x, y in zip(a, b)])
+    np.testing.assert_array_equal(bw, ref[:, 0])
+    np.testing.assert_allclose(lat, ref[:, 1], rtol=1e-12)
+
+
 def closed_form_agreement(name: str, cluster: str, nodes: int, tp: int):
     """The simulated schedule (Megatron's order on the uniform preset cluster) against the
     closed form over pp ∈ {1, 2, 4, 8, 16}, vp ∈ {1, 2, 4} and m ∈ {1, 4, 16}·pp (every legal

@@ -41,7 +41,7 @@ from configurator.core.errors import InputError
 from configurator.core.model import ModelSpec, make_model
 from configurator.core.plan import FLAG_GROUPS, PLAN_FIELDS, ParallelPlan
 from launchers.megatron_flags import FLAG_TABLE, flag_argv, megatron_flags
-from memory_model.params import (dense_layer_parameters, layer_parameters, moe_layer_parameters,
+from memory_model.params import (dense_layer_parameters, moe_layer_parameters,
                                  mtp_parameters, stage_parameter_split, total_parameters)
 from tests.megatron_argv import megatron_arguments_preamble, parse_argv
 
@@ -727,7 +727,7 @@ def _check_counts(build, spec: ModelSpec, plan: ParallelPlan, label: str) -> dic
         want = moe_layer if is_moe else float(dense_layer_parameters(spec))
         assert layer == want, (label, f"layer {i}", "MoE" if is_moe else "dense", layer, want)
     if not spec.is_moe:
-        assert _count(gpt, "decoder.layers.0.") == layer_parameters(spec), label
+        assert _count(gpt, "decoder.layers.0.") == dense_layer_parameters(spec), label
     mtp_built = _count(gpt, "mtp.")
     mtp_counted = int(round(float(sum(mtp_parameters(spec)))))
     assert mtp_built == mtp_counted, (label, "MTP", mtp_built, mtp_counted)

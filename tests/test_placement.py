@@ -11,7 +11,7 @@ from configurator.core.rules import plan_for_world
 from configurator.cost.placed import PlacedPlan
 from configurator.search.placement import (gpu_links_vary, host_health_order, place_plan,
                                            placement_on_cluster)
-from tests.placement_cases import (AGREEMENT_MODELS, closed_form_agreement,
+from tests.placement_cases import (AGREEMENT_MODELS, assert_links_agree, closed_form_agreement,
                                     measured_cluster)
 from topology.cluster import load_cluster, ring_figures
 from topology.placement import MappedPlacement, placement_count, search_placement
@@ -40,11 +40,7 @@ def test_link_table_equals_cluster_link(make):
     a = rng.integers(0, cl.num_gpus, 400)
     b = rng.integers(0, cl.num_gpus, 400)
     keep = a != b
-    a, b = a[keep], b[keep]
-    bw, lat = cl.link_table().links(a, b)
-    ref = np.array([cl.link(int(x), int(y)) for x, y in zip(a, b)])
-    np.testing.assert_array_equal(bw, ref[:, 0])
-    np.testing.assert_allclose(lat, ref[:, 1], rtol=1e-12)
+    assert_links_agree(cl, a[keep], b[keep])
 
 
 def test_ring_figures_rows_match_ring_busbw():

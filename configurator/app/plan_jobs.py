@@ -13,7 +13,7 @@ from configurator.core import validate as v
 from configurator.core.document import read_plan_document
 from configurator.core.errors import InputError, NoFeasiblePlanError
 from configurator.core.plan import RECOMPUTE
-from configurator.core.rules import plan_for_world
+from configurator.core.rules import SPLIT_FIELDS, plan_for_world
 from configurator.search.evaluate import Evaluation, evaluate_plan
 from configurator.search.placement import (host_health_order, place_plan,
                                            place_search_result, placement_on_cluster)
@@ -177,10 +177,7 @@ def search_space(model, req: SearchRequest) -> SearchSpace:
 
 def split_note(fields: dict, plan) -> str:
     """``; layer split chosen: …`` when the split was chosen for the user, else empty."""
-    given = any(fields.get(k) for k in ("decoder_first_pipeline_num_layers",
-                                        "decoder_last_pipeline_num_layers",
-                                        "account_for_embedding_in_pipeline_split",
-                                        "account_for_loss_in_pipeline_split"))
+    given = any(fields.get(k) for k in SPLIT_FIELDS if k not in ("pp", "vp"))
     if given or not plan.custom_layer_split:
         return ""
     words = [f"first={plan.decoder_first_pipeline_num_layers}",

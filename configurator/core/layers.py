@@ -83,17 +83,28 @@ def virtual_stage_layers(num_layers: int, pp: int, vp: int, first: int = 0, last
 
 
 @lru_cache(maxsize=4096)
+def chunk_layer_counts(model: ModelSpec, pp: int, vp: int, first: int = 0, last: int = 0,
+                       account_embedding: bool = False,
+                       account_loss: bool = False) -> np.ndarray:
+    """``[pp, vp, 2]`` int array: decoder layers and MoE layers of chunk ``j`` of pipeline
+    rank ``r`` (virtual stage ``j·pp + r``)."""
+    cum = np.concatenate([[0], np.cumsum(model.moe_layer_pattern)])
+    out = np.zeros((pp, vp, 2), dtype=np.int64)
+    for k, (start, count) in enumerate(virtual_stage_layers(
+            model.num_layers, pp, vp, first, last, account_embedding, account_loss)):
+        out[k % pp, k // pp] = (count, cum[start + count] - cum[start])
+    out.setflags(write=False)
+    return out
+
+
+@lru_cache(maxsize=4096)
 def rank_layer_counts(model: ModelSpec, pp: int, vp: int, first: int = 0, last: int = 0,
                       account_embedding: bool = False,
                       account_loss: bool = False) -> np.ndarray:
     """``[pp, 2]`` int array: decoder layers and MoE layers each pipeline rank builds (all
     its virtual stages)."""
-    cum = np.concatenate([[0], np.cumsum(model.moe_layer_pattern)])
-    out = np.zeros((pp, 2), dtype=np.int64)
-    for k, (start, count) in enumerate(virtual_stage_layers(
-            model.num_layers, pp, vp, first, last, account_embedding, account_loss)):
-        out[k % pp, 0] += count
-        out[k % pp, 1] += cum[start + count] - cum[start]
+    out = chunk_layer_counts(model, pp, vp, first, last, account_embedding,
+                             account_loss).sum(axis=1)
     out.setflags(write=False)
     return out
 

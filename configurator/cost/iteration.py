@@ -237,19 +237,19 @@ def iteration_time(model: ModelSpec, cluster, c: Candidates,
     n_dense = cls["layers"] - n_moe
     d, e = types["dense"], types["moe"]
 
-    def per_class(key_d, key_e=None):
-        return (n_dense * np.asarray(d[key_d])[:, None]
-                + n_moe * np.asarray(e[key_e or key_d])[:, None])
+    # each term of one microbatch through each class's layers, [plans, classes]
+    pc = {k: n_dense * np.asarray(d[k])[:, None] + n_moe * np.asarray(e[k])[:, None]
+          for k in d}
 
     is_first = cls["stage"] == 0
     is_last = cls["stage"] == c.pp[:, None] - 1
     stage_extra = is_first * emb[:, None] + is_last * logits[:, None]
     terms = {
-        "compute": per_class("fwd") + per_class("bwd") + stage_extra,
-        "recompute": per_class("recompute"),
-        "tp_comm": per_class("tp_f") + per_class("tp_b"),
-        "cp_comm": per_class("cp_f") + per_class("cp_b"),
-        "ep_comm": per_class("ep_f") + per_class("ep_b"),
+        "compute": pc["fwd"] + pc["bwd"] + stage_extra,
+        "recompute": pc["recompute"],
+        "tp_comm": pc["tp_f"] + pc["tp_b"],
+        "cp_comm": pc["cp_f"] + pc["cp_b"],
+        "ep_comm": pc["ep_f"] + pc["ep_b"],
     }
     stage_t = sum(terms.values())
     live = cls["count"] > 0
@@ -298,7 +298,7 @@ def iteration_time(model: ModelSpec, cluster, c: Candidates,
     ne_params = np.take_along_axis(np.broadcast_to(non_expert, live.shape), big, axis=1)[:, 0]
     ex_params = np.take_along_axis(np.broadcast_to(expert, live.shape) * 1.0, big, axis=1)[:, 0]
     def pace_total(key):   # the pacing rank's layers, one microbatch
-        return np.take_along_axis(per_class(key), pace_k, axis=1)[:, 0]
+        return np.take_along_axis(pc[key], pace_k, axis=1)[:, 0]
 
     bwd_window = (pace_total("bwd") + pace_total("recompute") + pace_total("tp_f")
                   + pace_total("tp_b"))

@@ -40,7 +40,7 @@ from configurator.core.candidates import Candidates
 from configurator.core.model import ModelSpec
 from configurator.core.plan import ParallelPlan
 from configurator.cost.compute import layer_costs
-from configurator.core.layers import rank_layer_counts, virtual_stage_layers
+from configurator.core.layers import chunk_layer_counts, rank_layer_counts
 from configurator.cost.communication import expert_comm_figures
 from configurator.cost.iteration import (dp_exposed_s, layer_type_times, optimizer_s,
                                          p2p_message_s, stage_extras_s, tied_embedding_s)
@@ -112,18 +112,13 @@ class PlacedPlan:
         self.c = c
         self.lc = layer_costs(model, c, cluster.gpu)
         self.act_bytes = 2.0 * self.lc["tokens"] * model.hidden_size
-        pp, dp, cp, tp, vp = plan.pp, plan.dp, plan.cp, plan.tp, plan.vp
+        pp, dp, cp, tp = plan.pp, plan.dp, plan.cp, plan.tp
         # global rank grid [pp, dp, cp, tp] (rank = t + tp·(c + cp·(d + dp·s)))
         self.ranks = np.arange(world, dtype=np.int64).reshape(pp, dp, cp, tp)
         # decoder and MoE layers of each virtual stage: [pp, vp] (chunk j of rank r is
         # virtual stage j·pp + r)
-        split = virtual_stage_layers(model.num_layers, *plan.layer_split)
-        cum = np.concatenate([[0], np.cumsum(model.moe_layer_pattern)])
-        self.chunk_layers = np.array([[split[j * pp + r][1] for j in range(vp)]
-                                      for r in range(pp)], dtype=float)
-        self.chunk_moe = np.array([[cum[split[j * pp + r][0] + split[j * pp + r][1]]
-                                    - cum[split[j * pp + r][0]] for j in range(vp)]
-                                   for r in range(pp)], dtype=float)
+        chunks = chunk_layer_counts(model, *plan.layer_split).astype(float)
+        self.chunk_layers, self.chunk_moe = chunks[:, :, 0], chunks[:, :, 1]
         counts = rank_layer_counts(model, *plan.layer_split)
         ne, ex = stage_parameter_split(model, tp, pp, np.arange(pp), layers=counts[:, 0],
                                        moe_layers=counts[:, 1], ep=plan.ep, etp=plan.etp)
