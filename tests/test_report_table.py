@@ -19,9 +19,9 @@ LIMIT = 100
 #: only when some plan uses them: test_expert_and_split_columns_appear_when_used).
 PLAN_HEADERS = [f.column for f in PLAN_FIELDS if f.column is not None
                 and f.column not in WHEN_USED]
-METRIC_HEADERS = ["iter (s)", "TFLOP/s/GPU", "MFU (%)", "tok/s/GPU", "peak (GiB)"]
+METRIC_HEADERS = ["iter (s)", "TFLOP/s/GPU", "MFU bf16 (%)", "tok/s/GPU", "peak (GiB)"]
 #: Columns the default table must keep (the other plan columns and metrics may go).
-KEPT = ["rank", "tp", "pp", "dp", "cp", "vp", "mbs", "recompute", "iter (s)", "MFU (%)",
+KEPT = ["rank", "tp", "pp", "dp", "cp", "vp", "mbs", "recompute", "iter (s)", "MFU bf16 (%)",
         "peak (GiB)"]
 ANSI = re.compile(r"\x1b|\x9b")
 
@@ -56,7 +56,7 @@ def check_rows(headers, rows, evals):
         assert r["recompute"] == p.recompute
         assert r["iter (s)"] == f"{e.iteration_time_s:.3f}"
         assert float(r["iter (s)"]) == pytest.approx(e.iteration_time_s, abs=5e-4)
-        assert r["MFU (%)"] == f"{100 * e.mfu:.1f}"
+        assert r["MFU bf16 (%)"] == f"{100 * e.mfu:.1f}"
         assert r["peak (GiB)"] == f"{e.peak_memory_bytes / GiB:.1f}"
         if "TFLOP/s/GPU" in headers:
             assert r["TFLOP/s/GPU"] == f"{e.model_tflops_per_gpu:.1f}"

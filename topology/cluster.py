@@ -31,6 +31,8 @@ the GPU count and bit for bit what walking every hop gives (``tests/test_scale.p
 
 from __future__ import annotations
 
+import copy
+
 import functools
 import math
 from typing import Any, Iterable, Mapping
@@ -543,6 +545,13 @@ class Cluster:
         #: Global rank -> physical GPU (torchrun's default order).
         self.placement = Placement(gpus_per_node)
         self._cache: dict = {}
+
+    def with_gpu(self, gpu: GPUSpec) -> "Cluster":
+        """The same hosts and links with ``gpu`` in place of :attr:`gpu` (a calibrated GPU:
+        only the cost model's compute figures change, so the link caches are shared)."""
+        out = copy.copy(self)
+        out.gpu = gpu
+        return out
 
     # -- basic facts ---------------------------------------------------------------------
     @property

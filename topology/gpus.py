@@ -94,6 +94,11 @@ _RATE_NOTES = {"fp8": "FP8 tensor cores start with Hopper",
                         "runs on fifth-generation tensor cores"}
 
 
+#: Host time per PyTorch operation of a training step in eager mode (s): see the module
+#: docstring, ``host_op_s``.
+HOST_OP_S = 20e-6
+
+
 @dataclass(frozen=True, kw_only=True)
 class Efficiency:
     """Achieved fractions of a GPU's peaks (see the module docstring for each source).
@@ -105,6 +110,7 @@ class Efficiency:
     hbm: float
     flash_attention: float
     kernel_overhead_s: float
+    host_op_s: float = HOST_OP_S
     source: str
 
 
@@ -206,7 +212,8 @@ GPU_PRESETS: dict[str, GPUSpec] = {
 GPU_KEYS_REQUIRED = ("name", "peak_tflops", "memory_GiB", "hbm_bandwidth_GBps", "num_sms",
                      "efficiency")
 EFFICIENCY_KEYS_REQUIRED = ("gemm", "hbm", "flash_attention")
-EFFICIENCY_KEYS_OPTIONAL = ("gemm_fp8", "gemm_mxfp8", "kernel_overhead_us", "source")
+EFFICIENCY_KEYS_OPTIONAL = ("gemm_fp8", "gemm_mxfp8", "kernel_overhead_us", "host_op_us",
+                            "source")
 
 
 def _fraction(field_name: str, value: Any) -> float:
@@ -230,16 +237,20 @@ def efficiency_from_config(data: Any, precisions: Any = ()) -> Efficiency:
                              f"missing: required when peak_tflops has {prec}")
         low[key] = _fraction(f"gpu.efficiency.{key}", data[key]) if prec in precisions else None
     source = v.display_name("gpu.efficiency.source", data.get("source", "cluster file"))
-    overhead_us = data.get("kernel_overhead_us", 4.0)
-    if isinstance(overhead_us, bool) or not isinstance(overhead_us, (int, float)) or not (
-            0 <= overhead_us <= 1000):
-        raise InputError("gpu.efficiency.kernel_overhead_us", overhead_us,
-                         "must be a number of microseconds in [0, 1000]")
+    micros = {}
+    for key, default in (("kernel_overhead_us", 4.0), ("host_op_us", HOST_OP_S / US)):
+        val = data.get(key, default)
+        if isinstance(val, bool) or not isinstance(val, (int, float)) or not (
+                0 <= val <= 1000):
+            raise InputError(f"gpu.efficiency.{key}", val,
+                             "must be a number of microseconds in [0, 1000]")
+        micros[key] = float(val) * US
     return Efficiency(
         gemm=_fraction("gpu.efficiency.gemm", data["gemm"]), **low,
         hbm=_fraction("gpu.efficiency.hbm", data["hbm"]),
         flash_attention=_fraction("gpu.efficiency.flash_attention", data["flash_attention"]),
-        kernel_overhead_s=float(overhead_us) * US, source=source)
+        kernel_overhead_s=micros["kernel_overhead_us"], host_op_s=micros["host_op_us"],
+        source=source)
 
 
 def gpu_from_config(data: Any) -> GPUSpec:

@@ -29,10 +29,24 @@ class JobInputs:
     seq_length: int | None = None
     topology: str | None = None
     exclude_flagged: bool = False
+    calibration: str | None = None
 
 
-def resolve(inputs: JobInputs, *, exclude_flagged: bool | None = None) -> tuple[ModelSpec,
-                                                                                 Cluster]:
+def resolve(inputs: JobInputs, *, exclude_flagged: bool | None = None,
+            precision: str = "bf16") -> tuple[ModelSpec, Cluster]:
+    """:func:`resolve_uncalibrated`, then the calibration's values for ``precision`` (the
+    plan's) on the cluster's GPU."""
+    model, cluster = resolve_uncalibrated(inputs, exclude_flagged=exclude_flagged)
+    if inputs.calibration:
+        from topology.calibration import load_calibration
+
+        cal = load_calibration(inputs.calibration)
+        cluster = cluster.with_gpu(cal.apply(cluster.gpu, precision))
+    return model, cluster
+
+
+def resolve_uncalibrated(inputs: JobInputs, *, exclude_flagged: bool | None = None
+                         ) -> tuple[ModelSpec, Cluster]:
     """Load the model and build the cluster. Without a topology: ``inputs.nodes`` nodes of
     the cluster (default its own count). With one: every host of the topology, its links
     measured; :func:`host_pool` then says which hosts a plan may use and how many.

@@ -19,6 +19,7 @@ from configurator.search.placement import (host_health_order, place_plan,
                                            place_search_result, placement_on_cluster)
 from configurator.search.rank import SearchResult, best_layer_split, search
 from configurator.search.space import SearchSpace
+from memory_model.estimate import DEFAULT_MAX_MEMORY_FRACTION
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,7 +35,7 @@ class SearchRequest:
     #: other restrictions: plan field -> the values the search keeps (e.g. ``ep``)
     restrict: dict = field(default_factory=dict)
     top: int = 10
-    max_memory_fraction: float = 1.0
+    max_memory_fraction: float = DEFAULT_MAX_MEMORY_FRACTION
     out: str | None = None
     force: bool = False
     placement_time_s: float = 10.0
@@ -60,7 +61,7 @@ def run_search(req: SearchRequest) -> SearchOutcome:
     every ranked plan is placed on the measured links (hosts and GPU order chosen,
     :func:`configurator.search.placement.place_plan`) and re-ranked by its placed time.
     Raises :class:`InputError` (bad input) or :class:`NoFeasiblePlanError`."""
-    model, cluster = resolve(req.inputs)
+    model, cluster = resolve(req.inputs, precision=req.precision)
     v.int_in_range("gbs", req.global_batch_size)
     v.int_in_range("top", req.top)
     if not 0 < req.max_memory_fraction <= 1:
@@ -195,7 +196,7 @@ def run_estimate(req: EstimateRequest) -> EstimateOutcome:
     ``default`` (Megatron's order on the first hosts), ``optimized`` (the placement search,
     ``placement_time_s``, ``seed``) or a file (a plan.json with a ``placement``, or a
     mapping with ``hosts`` and ``gpu_order``); the result carries the placement record."""
-    model, cluster = resolve(req.inputs)
+    model, cluster = resolve(req.inputs, precision=req.fields.get("precision") or "bf16")
     if not req.inputs.topology:
         if req.placement != "default":
             raise InputError("placement", req.placement, "needs --topology FILE")
@@ -326,7 +327,8 @@ def run_scaling(req: SearchRequest, lo: int, hi: int) -> ScalingOutcome:
     (tokens/s and per-GPU tokens/s against nodes) and ``scaling.json``."""
     from tqdm import tqdm
 
-    model, cluster = resolve(dataclasses.replace(req.inputs, nodes=None))
+    model, cluster = resolve(dataclasses.replace(req.inputs, nodes=None),
+                             precision=req.precision)
     v.int_in_range("gbs", req.global_batch_size)
     v.float_in_range("placement_time_s", req.placement_time_s)
     v.int_in_range("placement_evaluations", req.placement_evaluations)
@@ -348,7 +350,8 @@ def run_scaling(req: SearchRequest, lo: int, hi: int) -> ScalingOutcome:
             if req.inputs.topology:
                 res, used = _ranked(req, model, cluster, space, 1, nodes=n)
             else:
-                _, cl = resolve(dataclasses.replace(req.inputs, nodes=n))
+                _, cl = resolve(dataclasses.replace(req.inputs, nodes=n),
+                                precision=req.precision)
                 res, used = _ranked(req, model, cl, space, 1)
         except (InputError, NoFeasiblePlanError) as err:
             row.update(num_gpus=None, plan=None, iteration_time_s=None, tokens_per_s=None,

@@ -7,7 +7,8 @@ import argparse
 from dataclasses import dataclass
 from typing import Callable
 
-from configurator.cli import audit_command, plan_commands, probe_command, topology_commands
+from configurator.cli import (audit_command, plan_commands, probe_command, topology_commands,
+                              validate_commands)
 from configurator.core.errors import one_line
 from configurator.core.limits import describe_ranges
 
@@ -80,6 +81,18 @@ COMMANDS: tuple[Command, ...] = (
             "breakdown (compute, recompute, bubble, tp/cp/pp/dp communication, optimizer, "
             "schedule and placement), throughput, and memory per pipeline stage, with B - A.",
             plan_commands.add_explain_arguments, plan_commands.run_explain),
+    Command("validate", "compare predicted with measured iteration times of real runs",
+            "Price measured runs (run files or Megatron-LM logs; default: the published runs "
+            "of the shared ground truth) as 'estimate' would and report, per group, the mean "
+            "absolute percentage error, the worst run and Spearman's rank correlation; "
+            "--html writes a report with a predicted-vs-measured scatter plot.",
+            validate_commands.add_validate_arguments, validate_commands.run_validate),
+    Command("calibrate", "fit a GPU's efficiencies to measured runs",
+            "Fit, per GPU type and precision, the GEMM and fused-attention efficiencies and "
+            "the host time per operation to measured runs by least squares; report the "
+            "error before and after and the leave-one-out error; refuse parameters the runs "
+            "do not determine. Use the file with search/estimate/validate --calibration.",
+            validate_commands.add_calibrate_arguments, validate_commands.run_calibrate),
     Command("topology", "import and inspect measured cluster topologies",
             "Measured topology files: import nccl-tests logs, nvidia-smi topo -m output and "
             "probe results.",

@@ -16,6 +16,7 @@ from configurator.core import jsonout
 from configurator.core.errors import InputError
 from configurator.core.model import MODEL_PRESETS
 from configurator.core.plan import PLAN_FIELD, PLAN_FIELDS, RECOMPUTE
+from memory_model.estimate import DEFAULT_MAX_MEMORY_FRACTION
 from topology.cluster import CLUSTER_PRESETS
 
 #: Plan options that ``search`` takes too (one value for the whole search).
@@ -62,13 +63,17 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--topology", metavar="FILE",
                    help="measured topology file (configurator topology import / probe): "
                         "collective and p2p times use its links")
+    p.add_argument("--calibration", metavar="FILE",
+                   help="calibrated GPU efficiencies (configurator calibrate -o FILE) in "
+                        "place of the GPU preset's")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
 def _inputs(args, exclude_flagged: bool = False) -> JobInputs:
     return JobInputs(model=args.model, cluster=args.cluster, nodes=args.nodes,
                      seq_length=args.seq_length, topology=args.topology,
-                     exclude_flagged=exclude_flagged)
+                     exclude_flagged=exclude_flagged,
+                     calibration=getattr(args, "calibration", None))
 
 
 def _placement_options(p, budget_s: float, evaluations: int) -> None:
@@ -129,9 +134,13 @@ def add_search_arguments(p) -> None:
         p.add_argument(f.cli_flag, dest=name, type=int, nargs="+",
                        metavar=(f.alias or f.cli_flag.lstrip("-")).upper(),
                        help=f"restrict {f.megatron_name} to these values (default: all legal)")
-    p.add_argument("--max-memory-fraction", type=float, default=1.0, metavar="F",
-                   help="keep plans whose predicted peak is at most F of GPU memory "
-                        "(0 < F <= 1, default 1: the model already allows for fragmentation)")
+    p.add_argument("--max-memory-fraction", type=float, default=DEFAULT_MAX_MEMORY_FRACTION,
+                   metavar="F",
+                   help="keep plans whose predicted peak is at most F of GPU memory (0 < F "
+                        f"<= 1, default {DEFAULT_MAX_MEMORY_FRACTION:g}: the estimate allows "
+                        "for activation fragmentation, this leaves room for what it cannot "
+                        "see: the caching allocator's split blocks, NCCL buffers of new "
+                        "communicators, first-iteration spikes)")
     p.add_argument("--exclude-flagged", action="store_true",
                    help="with --topology: plan on the hosts the audit does not flag, and "
                         "report what the exclusion costs or saves")

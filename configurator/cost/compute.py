@@ -16,6 +16,19 @@ Per layer and microbatch on one GPU (tokens per rank ``T = b·s/cp``):
   and attained HBM bandwidth; backward moves ≈ 2× the forward bytes.
 * recompute: ``full`` repeats the layer's forward (and its tensor-parallel collectives);
   ``selective`` repeats core attention only (Korthikanti et al. 2022 §5).
+* FP8 (``fp8``, ``mxfp8``): Transformer Engine quantises every FP8 GEMM's activation input
+  (forward) and output gradient (backward) with a memory-bound cast that reads the 16-bit
+  tensor and writes the row-wise and column-wise (transposed) FP8 copies
+  (:data:`FP8_CAST_BYTES` per element; transformer_engine/pytorch/module/linear.py
+  ``_Linear.forward`` quantises ``inputmat`` with both usages for the wgrad GEMM). Weights
+  are cast once per iteration (``is_first_microbatch``) and not charged per microbatch.
+  Attention, norms and element-wise ops stay in BF16.
+* fused attention efficiency grows with the key length the kernel sees (tile and pipeline
+  fill, :func:`flash_efficiency`).
+* the host: PyTorch issues every kernel from one CPU thread; where a layer's kernels are
+  shorter than issuing them (small microbatches, MoE layers with many small kernels and the
+  all-to-all dispatcher's host synchronisation) the layer takes the host's time instead
+  (:func:`host_layer_s`; ``Efficiency.host_op_s``).
 """
 
 from __future__ import annotations
@@ -62,6 +75,52 @@ def _attention_gemms_s(model: ModelSpec, T, tp, kw):
             gemm_time_s(T, h, a * d / tp, **kw))
 
 
+#: Key length (tokens) at which a fused attention kernel attains half of its long-sequence
+#: efficiency: ``η(s_k) = η_flash · s_k / (s_k + FLASH_HALF_TOKENS)``. FlashAttention-3
+#: (Shah et al. 2024, Fig. 5: H100, BF16, causal, head dim 128, forward) runs ≈ 225, 450,
+#: 545 and 640 TFLOP/s at 512, 2k, 4k and 16k tokens; this form with 1,024 tokens and
+#: η_flash ≈ 0.69 of 989 TFLOP/s passes within 3 % of each.
+FLASH_HALF_TOKENS = 1024.0
+#: Bytes moved per element by an FP8 cast of a 16-bit tensor: read 2, write the row-wise and
+#: the column-wise FP8 copies, 1 each (Transformer Engine ``Float8Quantizer`` /
+#: ``MXFP8Quantizer`` with both usages; MXFP8's E8M0 scales add 2/32).
+FP8_CAST_BYTES = 4.0
+#: PyTorch operations the host issues per layer and microbatch, forward (backward issues
+#: :data:`HOST_BACKWARD_FACTOR` times as many): a dense layer through Transformer Engine
+#: (norm, QKV, RoPE ×2, core attention, projection, bias-dropout-add, norm, fc1,
+#: activation, fc2, bias-dropout-add, their autograd bookkeeping and, with FP8, the casts
+#: and amax/scale updates) and, for an MoE layer, the router (GEMM, softmax or sigmoid,
+#: top-k, auxiliary-loss reductions), the permutation and the all-to-all dispatcher's
+#: token counts, host synchronisation, exchanges and sorts (megatron-core 0.16.1
+#: ``MoELayer.forward``, ``MoEAlltoAllTokenDispatcher``), plus per local expert the grouped
+#: GEMMs' members (Transformer Engine ``GroupedLinear`` runs one GEMM per expert; with FP8
+#: a cast per member input).
+HOST_OPS_DENSE = 40
+HOST_OPS_MOE = 90
+HOST_OPS_PER_EXPERT = 2
+HOST_BACKWARD_FACTOR = 2.0
+
+
+def flash_efficiency(eta_max: float, key_tokens):
+    """Attained fraction of peak of a fused attention kernel over ``key_tokens`` keys
+    (:data:`FLASH_HALF_TOKENS`)."""
+    key_tokens = np.asarray(key_tokens, dtype=float)
+    return eta_max * key_tokens / (key_tokens + FLASH_HALF_TOKENS)
+
+
+def host_layer_s(model: ModelSpec, c: Candidates, gpu: GPUSpec) -> tuple:
+    """Host time (s) to issue one layer's forward for one microbatch: ``(dense, moe)``
+    (:data:`HOST_OPS_DENSE` and friends × ``Efficiency.host_op_s``); FP8 doubles a grouped
+    GEMM member's operations (its input cast)."""
+    op = gpu.efficiency.host_op_s
+    dense = HOST_OPS_DENSE * op
+    if not model.is_moe:
+        return dense, dense
+    local = model.num_experts / c.ep.astype(float)
+    per_expert = HOST_OPS_PER_EXPERT * (2 if is_fp8(c.precision) else 1)
+    return dense, dense + (HOST_OPS_MOE + per_expert * local) * op
+
+
 #: Load-imbalance factor of routed experts: the busiest rank's tokens over the mean. 1.0
 #: under force-balanced routing (Megatron ``--moe-router-force-load-balancing``, which the
 #: published Megatron-Bridge MoE benchmarks use); dropless training with an auxiliary loss
@@ -102,6 +161,8 @@ def moe_mlp_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec, T, kw):
         shared = (gemm_time_s(T, gate * fs / tp, h, **kw) + gemm_time_s(T, h, fs / tp, **kw)
                   + (2 * gate + 2) * T * fs / tp / (gpu.hbm_bandwidth_Bps * eff.hbm))
     elem = (2 * 2 * (X * h + R * h) + (2 * gate + 2) * R * fe / etp + 3 * 4 * X * E)
+    if kw["in_bytes"] < 2:   # FP8 casts of the grouped GEMMs' inputs (forward)
+        elem = elem + FP8_CAST_BYTES * R * (h + fe / etp)
     fwd = (experts + router + shared + elem / (gpu.hbm_bandwidth_Bps * eff.hbm)
            + MOE_EXTRA_KERNELS * eff.kernel_overhead_s)
     return {"fwd": fwd, "tokens_routed": R, "tokens_in": X}
@@ -110,9 +171,12 @@ def moe_mlp_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec, T, kw):
 def layer_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec) -> dict:
     """Forward/backward/recompute times (s) of one layer for one microbatch, per plan.
 
-    ``fwd``, ``bwd``, ``recompute`` are a dense layer's; ``moe_fwd``, ``moe_bwd``,
+    ``fwd``, ``bwd``, ``recompute`` are a dense layer's GPU times; ``moe_fwd``, ``moe_bwd``,
     ``moe_recompute`` an MoE layer's (equal to the dense ones for a dense model), its MLP
-    replaced by :func:`moe_mlp_costs` (backward 2× the forward)."""
+    replaced by :func:`moe_mlp_costs` (backward 2× the forward); ``host``, ``moe_host``:
+    the host's time to issue each layer's forward (:func:`host_layer_s`), which
+    :func:`configurator.cost.iteration.layer_type_times` sets against the layer's GPU time
+    and communication."""
     eff = gpu.efficiency
     h, a, g, f = (model.hidden_size, model.num_attention_heads, model.num_query_groups,
                   model.ffn_hidden_size)
@@ -139,6 +203,7 @@ def layer_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec) -> dict:
             + (4 * T * (a * dqk + g * dqk) / tp
                if model.position_embedding_type == "rope" else 0.0))
     n_kernels = 10
+    key_tokens = np.minimum(s_q, model.window_size or s_k)  # keys per kernel call (CP: a block)
     if c.stores_scores:
         heads = c.mbs * a / tp
         kw16 = dict(kw, peak=peak16, gemm_eff=eff.gemm, in_bytes=2.0, batch=heads)
@@ -150,18 +215,27 @@ def layer_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec) -> dict:
     else:
         flops = (2.0 * c.mbs * s_q * s_k * a * (dqk + dv) / tp
                  * model.attention_score_fraction)    # causal (and windowed) pairs
-        attn_fwd = flops / (peak16 * eff.flash_attention) + eff.kernel_overhead_s
+        attn_fwd = (flops / (peak16 * flash_efficiency(eff.flash_attention, key_tokens))
+                    + eff.kernel_overhead_s)
         attn_bwd = 2.5 * attn_fwd
-    elem_fwd = elem / (hbm * eff.hbm) + n_kernels * eff.kernel_overhead_s
+    cast_f = cast_b = 0.0
+    if fp8:   # FP8 casts of the GEMM inputs (forward) and output gradients (backward)
+        hs = h / np.where(c.sequence_parallel, tp, 1.0)   # SP: cast before the all-gather
+        cast_f = FP8_CAST_BYTES * T * (2 * hs + a * dv / tp + f / tp)
+        cast_b = FP8_CAST_BYTES * T * ((a + 2 * g) * dqk / tp + 2 * hs + fc1_n / tp)
+    elem_fwd = (elem + cast_f) / (hbm * eff.hbm) + n_kernels * eff.kernel_overhead_s
+    elem_bwd = (2 * elem + cast_b) / (hbm * eff.hbm) + 2 * n_kernels * eff.kernel_overhead_s
     fwd = gemm_fwd + attn_fwd + elem_fwd
-    bwd = 2 * gemm_fwd + attn_bwd + 2 * elem_fwd
+    bwd = 2 * gemm_fwd + attn_bwd + elem_bwd
     recompute = np.select([c.recompute == 2, c.recompute == 1], [fwd, attn_fwd], 0.0)
+    host_dense, host_moe = host_layer_s(model, c, gpu)
     out = {"fwd": fwd, "bwd": bwd, "recompute": recompute, "attn": attn_fwd + attn_bwd,
-           "wgrad_overlap": gemm_qkv + gemm_fc1,
+           "wgrad_overlap": gemm_qkv + gemm_fc1, "host": host_dense, "moe_host": host_moe,
            "tokens": T, "gemm_kw": kw}
     if model.is_moe:
         moe = moe_mlp_costs(model, c, gpu, T, kw)
-        delta = moe["fwd"] - gemm_mlp - mlp_elem / (hbm * eff.hbm)
+        delta = moe["fwd"] - gemm_mlp - (mlp_elem + (FP8_CAST_BYTES * T * (hs + f / tp)
+                                                     if fp8 else 0.0)) / (hbm * eff.hbm)
         out.update(moe_fwd=fwd + delta, moe_bwd=bwd + 2 * delta,
                    moe_recompute=np.where(c.recompute == 2, fwd + delta, recompute),
                    tokens_routed=moe["tokens_routed"], tokens_in=moe["tokens_in"])

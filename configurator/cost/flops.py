@@ -15,7 +15,7 @@ from memory_model.params import padded_vocab_size
 
 
 def megatron_model_flops(model: ModelSpec, global_batch_size: int, seq_length: int | None = None,
-                         tp: int = 1) -> float:
+                         tp: int = 1, causal: bool = True) -> float:
     """Model FLOPs of one iteration of ``global_batch_size`` sequences (FLOP): Megatron-LM
     core_v0.16.1 ``num_floating_point_operations`` (megatron/training/training.py)::
 
@@ -28,8 +28,11 @@ def megatron_model_flops(model: ModelSpec, global_batch_size: int, seq_length: i
     half), or, with multi-latent attention, ``Q + r_kv·(h + a·(d_qk + d_v) + 1) + h·d_r +
     a·d_v·h + s·a·(d_qk + d_r)/2 + s·a·d_v/2`` with ``Q = h·a·(d_qk + d_r)`` (no
     ``q_lora_rank``) or ``r_q·(h + a·(d_qk + d_r) + 1)``. The router GEMM is not counted.
-    Excludes recompute (model FLOPs, as MFU needs)."""
+    Excludes recompute (model FLOPs, as MFU needs). ``causal=False`` counts the attention
+    scores over all ``s²`` query-key pairs (the score terms doubled), as Megatron-LM did
+    before 2025 and NeMo's ``flops_formulas`` do."""
     s = seq_length or model.seq_length
+    sc = 1.0 if causal else 2.0
     h, L, a, g = (model.hidden_size, model.num_layers, model.num_attention_heads,
                   model.num_query_groups)
     c = 3 if model.swiglu else 2
@@ -42,11 +45,11 @@ def megatron_model_flops(model: ModelSpec, global_batch_size: int, seq_length: i
         rq, rkv = model.q_lora_rank, model.kv_lora_rank
         q_term = h * a * (dqk + dr) if not rq else rq * (h + a * (dqk + dr) + 1)
         attn = (q_term + rkv * (h + a * (dqk + dv) + 1) + h * dr + a * dv * h
-                + s * a * (dqk + dr) / 2 + s * a * dv / 2)
+                + sc * (s * a * (dqk + dr) / 2 + s * a * dv / 2))
     else:
         d = model.kv_channels
         q, kv = d * a, d * g
-        attn = h * (q + 2 * kv) + q * s + q * h
+        attn = h * (q + 2 * kv) + sc * q * s + q * h
     mlp = c * model.ffn_hidden_size * n_dense
     if model.is_moe:
         mlp += (c * model.moe_router_topk * model.moe_ffn_hidden_size

@@ -1,7 +1,10 @@
 """Published measurements used for calibration and accuracy checks.
 
-The SC'21 Table 1 CSV (Narayanan et al. 2021) lives in the shared ground-truth folder beside
-the checkout (``../shared/ground_truth``) or wherever ``CONFIGURATOR_GROUND_TRUTH`` points.
+The CSVs (SC'21 Table 1, NeMo's long-context runs, Megatron-Bridge's performance summary)
+live in the shared ground-truth folder beside the checkout (``../shared/ground_truth``) or
+wherever ``CONFIGURATOR_GROUND_TRUTH`` points. :func:`published_runs` gives every row we can
+price as a :class:`~configurator.core.runs.MeasuredRun` (the built-in example of
+``configurator validate``), grouped as :func:`published_group` says.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from pathlib import Path
 from configurator.cost.flops import sc21_flops
 from configurator.core.model import MODEL_PRESETS, ModelSpec
 from configurator.core.plan import ParallelPlan
+from configurator.core.runs import MeasuredRun
 
 SC21_MODEL_NAMES = {"1.7": "gpt-1.7b", "3.6": "gpt-3.6b", "7.5": "gpt-7.5b",
                     "18.4": "gpt-18.4b", "39.1": "gpt-39.1b", "76.1": "gpt-76.1b",
@@ -131,3 +135,98 @@ def bridge_rows(path: Path | None = None) -> tuple[list[BridgeRow], list[str]]:
         tokens = float(r["tokens_per_sec_per_gpu"].split("(")[0])
         out.append(BridgeRow(r["release"], model, cluster, n // gpus_per_host, plan, tokens))
     return out, skipped
+
+
+def published_group(gpu: str, precision: str) -> str:
+    """Statistics group of a published run: ``A100``; ``H100 bf16`` / ``H100 fp8`` (H100 and
+    H200, 16-bit or FP8 GEMMs); ``Blackwell`` (B200, GB200, GB300, any precision)."""
+    if gpu.startswith("a100"):
+        return "A100"
+    if gpu.startswith(("h100", "h200")):
+        return "H100 fp8" if precision in ("fp8", "mxfp8") else "H100 bf16"
+    if gpu.startswith(("b200", "gb200", "gb300", "b300")):
+        return "Blackwell"
+    return f"{gpu} {precision}"
+
+
+_CLUSTER_GPU = {"dgx-a100-80gb": "a100-80gb", "dgx-h100-80gb": "h100-80gb",
+                "dgx-b200-180gb": "b200-180gb", "gb200-nvl72": "gb200-186gb",
+                "gb300-nvl72": "gb300-288gb"}
+
+
+def _run(name, source, model, cluster, plan, seq=None, **measured) -> MeasuredRun:
+    return MeasuredRun(name=name, group=published_group(_CLUSTER_GPU[cluster], plan.precision),
+                       source=source, model=model, cluster=cluster, num_gpus=plan.world_size,
+                       seq_length=seq, plan=plan, **measured)
+
+
+def sc21_runs() -> list[MeasuredRun]:
+    """SC'21 Table 1 rows (:func:`sc21_rows`) as runs: TFLOP/s counted the SC'21 way."""
+    return [_run(f"sc21 {r.model.name} {r.num_gpus} GPUs", "Narayanan et al. SC'21 Table 1",
+                 r.model.name, "dgx-a100-80gb", r.plan,
+                 tflops_per_gpu=r.published_tflops_per_gpu, flops_formula="sc21")
+            for r in sc21_rows()]
+
+
+def nemo_cp_runs(path: Path | None = None) -> list[MeasuredRun]:
+    """NeMo's long-context runs with context parallelism (``nemo_long_sequence_cp.csv``, the
+    "with CP" columns: tp, pp, dp, cp given) as FP8 runs: micro batch 1, sequence
+    parallelism with tp > 1, the distributed optimizer, no recompute (none is stated).
+    TFLOP/s counted with Megatron's ``num_floating_point_operations``. The "without CP"
+    column has no configuration, so it is not a run."""
+    path = path or ground_truth_dir() / "nemo_long_sequence_cp.csv"
+    with open(path, encoding="utf-8") as fh:
+        rows = list(csv.DictReader(line for line in fh if not line.startswith("#")))
+    models = {"LLAMA2-7B": "llama2-7b", "LLAMA3-8B": "llama3-8b"}
+    systems = {"DGX-H100": "dgx-h100-80gb", "DGX-B200": "dgx-b200-180gb"}
+    out = []
+    for r in rows:
+        seq = int(r["seq_len_k"]) * 1024
+        tp, pp, dp, cp = (int(r[k]) for k in ("tp", "pp", "dp", "cp"))
+        plan = ParallelPlan(tp=tp, pp=pp, dp=dp, cp=cp, micro_batch_size=1,
+                            global_batch_size=int(r["batch_size"]), sequence_parallel=tp > 1,
+                            distributed_optimizer=dp * cp > 1, precision="fp8")
+        out.append(_run(f"nemo {r['model']} {r['system']} {r['seq_len_k']}k",
+                        "NeMo performance_long_sequence.md", models[r["model"]],
+                        systems[r["system"]], plan, seq=seq,
+                        tflops_per_gpu=float(r["tflops_per_gpu_with_cp"]),
+                        flops_formula="megatron"))
+    return out
+
+
+def _release_key(release: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in release.split(".") if x.isdigit())
+
+
+def bridge_runs(newest_only: bool = True) -> tuple[list[MeasuredRun], list[str]]:
+    """Megatron-Bridge rows (:func:`bridge_rows`) as runs, and the skipped rows' reasons.
+
+    ``newest_only``: of the rows that publish the same configuration (model, system,
+    precision, plan) in several releases keep the newest release's: the figure of one
+    configuration moves by up to 1.6× between releases as the software improves, and the
+    cost model describes today's software."""
+    rows, skipped = bridge_rows()
+    if newest_only:
+        newest: dict = {}
+        for r in rows:
+            key = (r.model.name, r.cluster, r.plan)
+            if key not in newest or _release_key(r.release) > _release_key(newest[key].release):
+                newest[key] = r
+        kept = [r for r in rows if newest[(r.model.name, r.cluster, r.plan)] is r]
+        skipped = skipped + [f"{r.release} {r.model.name} {r.cluster} {r.plan.precision}: "
+                             f"superseded by release {newest[(r.model.name, r.cluster, r.plan)].release}"
+                             for r in rows if newest[(r.model.name, r.cluster, r.plan)] is not r]
+        rows = kept
+    return [_run(f"bridge {r.release} {r.model.name} {r.cluster} {r.plan.precision} "
+                 f"{r.plan.world_size}", f"Megatron-Bridge performance summary {r.release}",
+                 r.model.name, r.cluster, r.plan,
+                 seq=r.model.seq_length, tokens_per_s_per_gpu=r.tokens_per_s_per_gpu)
+            for r in rows], skipped
+
+
+
+def published_runs() -> tuple[list[MeasuredRun], list[str]]:
+    """Every published row we can price (SC'21, NeMo long context, Megatron-Bridge) and why
+    the others are skipped."""
+    bridge, skipped = bridge_runs()
+    return sc21_runs() + nemo_cp_runs() + bridge, skipped

@@ -30,7 +30,7 @@ from configurator.core.model import ModelSpec
 from configurator.core.schedule import p2p_transfers
 from configurator.core.layers import stage_class_arrays
 from configurator.cost.communication import comm_figures, expert_comm_figures
-from configurator.cost.compute import gemm_time_s, layer_costs
+from configurator.cost.compute import HOST_BACKWARD_FACTOR, gemm_time_s, layer_costs
 from memory_model.params import (embedding_parameters, padded_vocab_size,
                                  stage_parameter_split)
 from topology.collectives import (all_gather_time_s, all_reduce_time_s, all_to_all_time_s,
@@ -194,15 +194,34 @@ def layer_type_times(model: ModelSpec, c: Candidates, lc: dict, comm: dict) -> d
     tp_f, tp_b = tp_layer_s(lc, c, act_bytes, comm["tp_bw"], comm["tp_lat"])
     cp_f, cp_b = cp_layer_s(model, lc, c, comm["cp_bw"], comm["cp_lat"])
     zero = 0.0 * tp_f
-    dense = dict(fwd=lc["fwd"], bwd=lc["bwd"], recompute=lc["recompute"], tp_f=tp_f,
-                 tp_b=tp_b, cp_f=cp_f, cp_b=cp_b, ep_f=zero, ep_b=zero)
+    dense = host_bound(c, dict(fwd=lc["fwd"], bwd=lc["bwd"], recompute=lc["recompute"],
+                               tp_f=tp_f, tp_b=tp_b, cp_f=cp_f, cp_b=cp_b, ep_f=zero,
+                               ep_b=zero), lc["host"])
     if not model.is_moe:
         return {"dense": dense, "moe": dense}
     share = (1.0 + bool(model.moe_shared_expert_intermediate_size)) / 2.0
     ep_f, ep_b = ep_layer_s(model, lc, c, comm)
-    moe = dict(fwd=lc["moe_fwd"], bwd=lc["moe_bwd"], recompute=lc["moe_recompute"],
-               tp_f=share * tp_f, tp_b=share * tp_b, cp_f=cp_f, cp_b=cp_b, ep_f=ep_f, ep_b=ep_b)
+    moe = host_bound(c, dict(fwd=lc["moe_fwd"], bwd=lc["moe_bwd"],
+                             recompute=lc["moe_recompute"], tp_f=share * tp_f,
+                             tp_b=share * tp_b, cp_f=cp_f, cp_b=cp_b, ep_f=ep_f, ep_b=ep_b),
+                     lc["moe_host"])
     return {"dense": dense, "moe": moe}
+
+
+def host_bound(c: Candidates, t: dict, host_fwd_s) -> dict:
+    """A layer's times ``t`` with the host's issue time as a floor: where the forward's GPU
+    work and communication take less than ``host_fwd_s`` (the backward's less than
+    :data:`~configurator.cost.compute.HOST_BACKWARD_FACTOR` times it; a full recompute's
+    re-run forward less than it) the GPU waits for the host, and the wait is charged to
+    compute (:func:`configurator.cost.compute.host_layer_s`)."""
+    gpu_f = t["fwd"] + t["tp_f"] + t["cp_f"] + t["ep_f"]
+    gpu_b = t["bwd"] + t["tp_b"] + t["cp_b"] + t["ep_b"]
+    out = dict(t)
+    out["fwd"] = t["fwd"] + np.maximum(host_fwd_s - gpu_f, 0.0)
+    out["bwd"] = t["bwd"] + np.maximum(HOST_BACKWARD_FACTOR * host_fwd_s - gpu_b, 0.0)
+    out["recompute"] = np.where(c.recompute == 2, np.maximum(t["recompute"], host_fwd_s),
+                                t["recompute"])
+    return out
 
 
 def iteration_time(model: ModelSpec, cluster, c: Candidates,

@@ -20,7 +20,8 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
-from configurator.core.plan import OPTIONAL_PLAN_KEYS, PLAN_FIELDS, PlanField, describe_plan
+from configurator.core.plan import (OPTIONAL_PLAN_KEYS, PLAN_FIELDS, PlanField, describe_plan,
+                                     is_fp8)
 from configurator.core.units import GiB
 from configurator.search.evaluate import Evaluation
 
@@ -63,14 +64,18 @@ def _plan_column(f: PlanField) -> Column:
 RANK = Column("rank", lambda rank, e: str(rank))
 ITER = Column("iter (s)", lambda rank, e: f"{e.iteration_time_s:.3f}")
 TFLOPS = Column("TFLOP/s/GPU", lambda rank, e: f"{e.model_tflops_per_gpu:.1f}")
-MFU = Column("MFU (%)", lambda rank, e: f"{100 * e.mfu:.1f}")
+#: MFU against the 16-bit (BF16/FP16) dense peak; FP8 plans add :data:`MFU_FP8`, against
+#: the peak of their own precision.
+MFU = Column("MFU bf16 (%)", lambda rank, e: f"{100 * e.mfu:.1f}")
+MFU_FP8 = Column("MFU fp8 (%)", lambda rank, e: "" if e.mfu_precision_peak is None
+                 else f"{100 * e.mfu_precision_peak:.1f}")
 TOKENS = Column("tok/s/GPU", lambda rank, e: f"{e.tokens_per_s_per_gpu:.0f}")
 PEAK = Column("peak (GiB)", lambda rank, e: f"{e.peak_memory_bytes / GiB:.1f}")
 
 #: Plan columns, from the schema.
 PLAN_COLUMNS: tuple[Column, ...] = tuple(_plan_column(f) for f in PLAN_FIELDS
                                          if f.column is not None)
-METRIC_COLUMNS: tuple[Column, ...] = (ITER, TFLOPS, MFU, TOKENS, PEAK)
+METRIC_COLUMNS: tuple[Column, ...] = (ITER, TFLOPS, MFU, MFU_FP8, TOKENS, PEAK)
 #: Every column of the wide table, in order.
 COLUMNS: tuple[Column, ...] = (RANK, *PLAN_COLUMNS, *METRIC_COLUMNS)
 #: Headers of the columns the narrow table leaves out first, in that order, while it is
@@ -117,6 +122,8 @@ def select_columns(evals: list[Evaluation], wide: bool = False) -> list[Column]:
     columns = [c for c in COLUMNS if c.header not in WHEN_USED or any(
         getattr(e.plan, WHEN_USED[c.header].name) != WHEN_USED[c.header].default
         for e in evals)]
+    if not any(is_fp8(e.plan.precision) for e in evals):
+        columns = [c for c in columns if c is not MFU_FP8]
     if wide:
         return columns
     for header in DROP_ORDER:
@@ -147,7 +154,10 @@ def format_estimate(e: Evaluation) -> str:
     p = e.plan
     out = ["plan: " + " ".join(describe_plan(p)),
            f"iteration time: {e.iteration_time_s:.3f} s   model TFLOP/s per GPU: "
-           f"{e.model_tflops_per_gpu:.1f}   MFU: {100 * e.mfu:.1f} %   tokens/s per GPU: "
+           f"{e.model_tflops_per_gpu:.1f}   MFU: {100 * e.mfu:.1f} % of the BF16 peak"
+           + (f", {100 * e.mfu_precision_peak:.1f} % of the {p.precision.upper()} peak"
+              if is_fp8(p.precision) and e.mfu_precision_peak is not None else "")
+           + "   tokens/s per GPU: "
            f"{e.tokens_per_s_per_gpu:.0f}",
            "time breakdown (s): " + ", ".join(f"{k} {v:.3f}" for k, v in
                                               e.time_breakdown_s.items()),

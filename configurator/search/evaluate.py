@@ -32,6 +32,9 @@ class Evaluation:
     model_tflops_per_gpu: float
     mfu: float
     tokens_per_s_per_gpu: float
+    #: MFU against the dense peak of the plan's own precision (FP8 plans: the FP8 peak;
+    #: ``mfu`` is always against the 16-bit peak)
+    mfu_precision_peak: float | None = None
     peak_memory_bytes: float
     memory_capacity_bytes: float
     memory_per_stage: list[MemoryBreakdown] = field(default_factory=list)
@@ -50,6 +53,9 @@ class Evaluation:
             "iteration_time_s": self.iteration_time_s,
             "model_tflops_per_gpu": self.model_tflops_per_gpu,
             "mfu": self.mfu,
+            "mfu_peak": "bf16" if self.plan.precision != "fp16" else "fp16",
+            "mfu_precision_peak": self.mfu_precision_peak,
+            "mfu_precision": self.plan.precision,
             "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
             "peak_memory_bytes": self.peak_memory_bytes,
             "memory_capacity_bytes": self.memory_capacity_bytes,
@@ -107,6 +113,7 @@ def evaluate_plan(model: ModelSpec, cluster, plan: ParallelPlan, *,
     return Evaluation(plan=plan, iteration_time_s=it,
                       time_breakdown_s=breakdown,
                       model_tflops_per_gpu=float(tflops), mfu=float(mfu),
+                      mfu_precision_peak=float(mfu) * peak / cluster.gpu.peak(plan.precision),
                       tokens_per_s_per_gpu=float(tokens), peak_memory_bytes=peak_mem,
                       memory_capacity_bytes=cluster.gpu.memory_bytes,
                       memory_per_stage=stages, infeasible_reasons=tuple(reasons),
@@ -126,5 +133,8 @@ def with_placement(model: ModelSpec, e: Evaluation, placement: dict, iteration_t
     return dataclasses.replace(e, iteration_time_s=float(iteration_time_s),
                                time_breakdown_s=breakdown, model_tflops_per_gpu=float(tflops),
                                mfu=float(mfu), tokens_per_s_per_gpu=float(tokens),
+                               mfu_precision_peak=None if e.mfu_precision_peak is None
+                               else e.mfu_precision_peak * e.iteration_time_s
+                               / float(iteration_time_s),
                                placement=dict(placement),
                                time_per_stage=[dict(t) for t in time_per_stage])

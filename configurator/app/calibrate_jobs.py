@@ -1,0 +1,220 @@
+"""``configurator calibrate``: fit a GPU's efficiencies to measured runs.
+
+Runs are grouped by GPU type and plan precision; each group gets its own fit of a few
+:data:`topology.calibration.FIT_PARAMETERS` (default: the precision's GEMM efficiency,
+the fused-attention efficiency and the host time per operation) by nonlinear least squares
+on the log ratio of predicted to measured iteration time (:func:`scipy.optimize.least_squares`,
+parameters in log space, fractions bounded by 1).
+
+A fit is refused where the runs cannot determine it: fewer runs than parameters + 1, a
+parameter the runs' predicted times do not depend on (a relative sensitivity below
+:data:`MIN_SENSITIVITY`), or parameters whose effects the runs cannot tell apart (the
+Jacobian's condition number above :data:`MAX_CONDITION`). Without ``params`` the
+undetermined parameters are left out of the group's fit and named in its note; with
+``params`` they are an error.
+
+Leave-one-out error: each run's residual with itself left out, by the hat-matrix formula of
+least squares ``e_i / (1 - h_ii)`` at the fitted point (exact for a linear model, first
+order here).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from configurator.app.validate_jobs import run_cluster, run_model
+from configurator.core.errors import InputError
+from configurator.core.runs import MeasuredRun
+from configurator.cost.measured import measured_iteration_time_s
+from configurator.search.evaluate import evaluate_plan
+from topology.calibration import (FIT_PARAMETERS, FRACTIONS, Calibration, gemm_parameter,
+                                  parameter_value, with_parameters)
+
+#: Smallest |d log T / d log x| over a group's runs for a parameter to count as determined.
+MIN_SENSITIVITY = 0.02
+#: Largest condition number of the (column-normalised) Jacobian of a fit.
+MAX_CONDITION = 30.0
+#: Upper bound of the host time per operation (µs).
+MAX_HOST_OP_US = 1000.0
+
+
+def default_parameters(precision: str) -> tuple[str, ...]:
+    return (gemm_parameter(precision), "flash_attention", "host_op_us")
+
+
+@dataclass(frozen=True, kw_only=True)
+class GroupFit:
+    """One GPU type and precision: the runs, the fitted values, MAPE (fractions) before and
+    after, the leave-one-out MAPE, and notes (parameters left out and why)."""
+
+    gpu: str
+    precision: str
+    runs: int
+    parameters: dict
+    before: dict
+    mape_before: float
+    mape_after: float
+    loo_mape: float | None
+    notes: list = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Prepared:
+    run: MeasuredRun
+    model: object
+    cluster: object
+    measured_s: float
+
+
+def _predict(p: _Prepared, gpu) -> float:
+    return evaluate_plan(p.model, p.cluster.with_gpu(gpu), p.run.plan).iteration_time_s
+
+
+def _residuals(prepared, base_gpu, names, logx, source):
+    gpu = with_parameters(base_gpu, dict(zip(names, np.exp(logx))), source)
+    return np.array([math.log(_predict(p, gpu) / p.measured_s) for p in prepared])
+
+
+def _jacobian(prepared, base_gpu, names, logx, source, step=0.05):
+    r0 = _residuals(prepared, base_gpu, names, logx, source)
+    cols = []
+    for j in range(len(names)):
+        x = np.array(logx, dtype=float)
+        x[j] -= step            # fractions are bounded by 1: step down
+        cols.append((r0 - _residuals(prepared, base_gpu, names, x, source)) / step)
+    return r0, np.stack(cols, axis=1) if cols else np.zeros((len(prepared), 0))
+
+
+def _determined(J, names) -> tuple[list[str], list[str]]:
+    """Names kept and notes on those dropped: insensitive ones first, then the one most
+    aligned with the others until the condition number is acceptable."""
+    keep = list(range(len(names)))
+    notes = []
+    for j in list(keep):
+        if np.max(np.abs(J[:, j])) < MIN_SENSITIVITY:
+            keep.remove(j)
+            notes.append(f"{names[j]}: the runs' times do not depend on it "
+                         f"(|d log T / d log x| < {MIN_SENSITIVITY})")
+    while len(keep) > 1:
+        A = J[:, keep] / np.linalg.norm(J[:, keep], axis=0)
+        sv = np.linalg.svd(A, compute_uv=False)
+        if sv[-1] > 0 and sv[0] / sv[-1] <= MAX_CONDITION:
+            break
+        # drop the parameter best explained by the others
+        worst = max(keep, key=lambda j: _explained(J, keep, j))
+        keep.remove(worst)
+        notes.append(f"{names[worst]}: not separable from "
+                     f"{', '.join(names[k] for k in keep)} on these runs")
+    return [names[j] for j in keep], notes
+
+
+def _explained(J, keep, j) -> float:
+    others = [k for k in keep if k != j]
+    A = J[:, others]
+    coef, *_ = np.linalg.lstsq(A, J[:, j], rcond=None)
+    resid = J[:, j] - A @ coef
+    return 1.0 - float(resid @ resid) / max(float(J[:, j] @ J[:, j]), 1e-300)
+
+
+def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
+              params: tuple[str, ...] | None, source: str) -> GroupFit:
+    """Fit one group (see the module docstring). Raises :class:`InputError` when the runs
+    cannot determine an explicitly requested parameter."""
+    from scipy.optimize import least_squares
+
+    explicit = params is not None
+    names = list(params or default_parameters(precision))
+    for n in names:
+        if n not in FIT_PARAMETERS:
+            raise InputError("params", n, "unknown; fit one of " + ", ".join(FIT_PARAMETERS))
+    names = [n for n in names if n == "host_op_us" or getattr(base_gpu.efficiency, n) is not None]
+    before = {n: parameter_value(base_gpu, n) for n in names}
+    x0 = np.log(np.array([before[n] for n in names], dtype=float))
+    r0, J = _jacobian(prepared, base_gpu, names, x0, source)
+    kept, notes = _determined(J, names)
+    if explicit and kept != names:
+        raise InputError("params", ",".join(names), "not determined by these "
+                         f"{len(prepared)} runs: " + "; ".join(notes))
+    if len(prepared) < len(kept) + 1:
+        msg = (f"{len(prepared)} runs of {base_gpu.name} {precision} determine at most "
+               f"{max(len(prepared) - 1, 0)} parameters; {len(kept)} asked "
+               f"({', '.join(kept)})")
+        if explicit:
+            raise InputError("runs", len(prepared), msg)
+        while len(kept) >= len(prepared) and kept:
+            dropped = kept.pop()
+            notes.append(f"{dropped}: left out ({msg})")
+    idx = [names.index(n) for n in kept]
+    mape_before = float(np.mean(np.abs(np.exp(r0) - 1)))
+    if not kept:
+        return GroupFit(gpu=base_gpu.name, precision=precision, runs=len(prepared),
+                        parameters={}, before=before, mape_before=mape_before,
+                        mape_after=mape_before, loo_mape=None, notes=notes)
+    lo = np.array([math.log(1e-3) for _ in kept])
+    hi = np.array([0.0 if n in FRACTIONS else math.log(MAX_HOST_OP_US) for n in kept])
+    start = np.clip(x0[idx], lo + 1e-9, hi - 1e-9)
+    fixed = {n: before[n] for n in names if n not in kept}
+
+    def resid(x):
+        gpu = with_parameters(base_gpu, fixed, source) if fixed else base_gpu
+        return _residuals(prepared, gpu, kept, x, source)
+
+    sol = least_squares(resid, start, bounds=(lo, hi), diff_step=0.02, x_scale=1.0,
+                        max_nfev=60)
+    values = dict(zip(kept, np.exp(sol.x)))
+    r = sol.fun
+    Jf = sol.jac
+    loo = None
+    try:
+        H = Jf @ np.linalg.pinv(Jf.T @ Jf) @ Jf.T
+        h = np.clip(np.diag(H), 0.0, 0.999)
+        loo = float(np.mean(np.abs(np.exp(r / (1 - h)) - 1)))
+    except np.linalg.LinAlgError:
+        notes.append("leave-one-out error not computable (singular Jacobian)")
+    return GroupFit(gpu=base_gpu.name, precision=precision, runs=len(prepared),
+                    parameters={k: round(float(v), 6) for k, v in values.items()},
+                    before={k: round(float(v), 6) for k, v in before.items()},
+                    mape_before=mape_before, mape_after=float(np.mean(np.abs(np.exp(r) - 1))),
+                    loo_mape=loo, notes=notes)
+
+
+def calibrate_runs(runs: list[MeasuredRun], params: tuple[str, ...] | None = None,
+                   progress=None, source: str = "calibrate") -> tuple[Calibration,
+                                                                       list[GroupFit]]:
+    """Fit every (GPU type, precision) group of ``runs``; returns the calibration and the
+    per-group fits. Runs without a measured time are ignored; a run Megatron would reject
+    or that names an unknown preset is an error naming it."""
+    groups: dict = {}
+    for run in runs:
+        if not run.has_time:
+            continue
+        try:
+            model, cluster = run_model(run), run_cluster(run)
+        except InputError as exc:
+            raise InputError(f"run {run.name}", exc.value, str(exc)) from None
+        key = (cluster.gpu.name, run.plan.precision)
+        groups.setdefault(key, (cluster.gpu, []))[1].append(
+            _Prepared(run=run, model=model, cluster=cluster,
+                      measured_s=measured_iteration_time_s(model, run)))
+    if not groups:
+        raise InputError("runs", len(runs), "no run with a measured iteration time")
+    fits = []
+    items = list(groups.items())
+    for (gname, prec), (gpu, prepared) in (progress(items) if progress else items):
+        fits.append(fit_group(prepared, gpu, prec, params, source))
+    values: dict = {}
+    for f in fits:
+        if f.parameters:
+            values.setdefault(f.gpu, {})[f.precision] = dict(f.parameters)
+    if not values:
+        raise InputError("runs", len(runs), "no parameter is determined by these runs: "
+                         + "; ".join(n for f in fits for n in f.notes))
+    cal = Calibration(values=values, fit={"source": source,
+                                          "groups": [f.to_dict() for f in fits]})
+    return cal, fits

@@ -1,0 +1,216 @@
+"""``configurator validate``: the cost model against measured runs.
+
+Each run (:mod:`configurator.core.runs`) is priced as ``configurator estimate`` prices its
+plan (the model at the run's sequence length, the cluster preset or file with the run's GPU
+count, the calibration if one is given) and compared with what was measured. Per group
+(the run's ``group``, else ``<gpu> <precision>``): mean absolute percentage error (MAPE),
+the worst row, and Spearman's rank correlation of predicted and measured iteration times
+(:func:`scipy.stats.spearmanr`: does the model order the runs as the cluster did?).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from configurator.core.errors import InputError
+from configurator.core.model import ModelSpec, load_model
+from configurator.core.runs import MeasuredRun
+from configurator.cost.measured import measured_iteration_time_s
+from configurator.search.evaluate import Evaluation, evaluate_plan
+from configurator.core import validate as v
+from topology.cluster import CLUSTER_PRESETS, Cluster, cluster_from_config, load_cluster
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunCheck:
+    """One run, predicted and measured: times in s, memory in bytes; ``error`` is
+    ``predicted / measured - 1`` (None without a measured time); ``problem``: why the run
+    could not be priced (then the figures are None)."""
+
+    run: MeasuredRun
+    group: str
+    measured_iteration_time_s: float | None = None
+    predicted_iteration_time_s: float | None = None
+    predicted_peak_memory_bytes: float | None = None
+    memory_capacity_bytes: float | None = None
+    fits: bool | None = None
+    mfu: float | None = None
+    problem: str | None = None
+
+    @property
+    def error(self) -> float | None:
+        if self.measured_iteration_time_s is None or self.predicted_iteration_time_s is None:
+            return None
+        return self.predicted_iteration_time_s / self.measured_iteration_time_s - 1.0
+
+    @property
+    def memory_error(self) -> float | None:
+        if self.run.peak_memory_bytes is None or self.predicted_peak_memory_bytes is None:
+            return None
+        return self.predicted_peak_memory_bytes / self.run.peak_memory_bytes - 1.0
+
+    def to_dict(self) -> dict:
+        r = self.run
+        return {"name": r.name, "group": self.group, "source": r.source,
+                "model": r.model if isinstance(r.model, str) else r.model.name,
+                "cluster": r.cluster, "num_gpus": r.num_gpus, "config": r.plan.to_dict(),
+                "measured_iteration_time_s": self.measured_iteration_time_s,
+                "predicted_iteration_time_s": self.predicted_iteration_time_s,
+                "error": self.error, "measured_peak_memory_bytes": r.peak_memory_bytes,
+                "predicted_peak_memory_bytes": self.predicted_peak_memory_bytes,
+                "memory_error": self.memory_error,
+                "memory_capacity_bytes": self.memory_capacity_bytes, "fits": self.fits,
+                "mfu": self.mfu, "problem": self.problem}
+
+
+@dataclass(frozen=True, kw_only=True)
+class GroupStats:
+    """Agreement of one group: rows with a time, MAPE and worst |error| (fractions), the
+    worst row's name and signed error, Spearman's ρ (None under 3 rows or constant data),
+    and memory rows' MAPE where peak memory was measured."""
+
+    group: str
+    rows: int
+    mape: float
+    worst_abs_error: float
+    worst_name: str
+    worst_error: float
+    spearman: float | None
+    memory_rows: int = 0
+    memory_mape: float | None = None
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ValidationReport:
+    checks: list[RunCheck]
+    groups: list[GroupStats]
+    overall: GroupStats | None
+    skipped: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"groups": [g.to_dict() for g in self.groups],
+                "overall": self.overall.to_dict() if self.overall else None,
+                "runs": [c.to_dict() for c in self.checks], "skipped": list(self.skipped)}
+
+
+def run_model(run: MeasuredRun) -> ModelSpec:
+    """The run's model at its sequence length. Raises :class:`InputError`."""
+    model = run.model if isinstance(run.model, ModelSpec) else load_model(run.model)
+    return model.with_seq_length(run.seq_length) if run.seq_length else model
+
+
+def run_cluster(run: MeasuredRun) -> Cluster:
+    """The run's cluster with ``num_gpus / gpus_per_node`` nodes, or, for a job on part of
+    one node (NeMo's 4-GPU runs on a DGX H100), one host of ``num_gpus`` GPUs on the same
+    links. Raises :class:`InputError` if the GPUs are neither whole nodes nor a divisor of
+    one."""
+    data = (CLUSTER_PRESETS[run.cluster] if run.cluster in CLUSTER_PRESETS
+            else v.load_mapping_file("cluster", run.cluster))
+    g = v.int_in_range("gpus_per_node", data.get("gpus_per_node")) if isinstance(
+        data, dict) else load_cluster(run.cluster, 1).gpus_per_node
+    if run.num_gpus < g and g % run.num_gpus == 0:
+        return cluster_from_config({**data, "gpus_per_node": run.num_gpus,
+                                    "nvlink_domain_gpus": run.num_gpus}, 1)
+    if run.num_gpus % g:
+        raise InputError("num_gpus", run.num_gpus,
+                         f"must be a multiple or a divisor of the {g} GPUs per node of "
+                         f"{run.cluster}")
+    return load_cluster(run.cluster, run.num_gpus // g)
+
+
+def check_run(run: MeasuredRun, calibration=None) -> RunCheck:
+    """Price one run (:class:`RunCheck`); an input problem of the run (unknown preset,
+    a plan Megatron rejects) is recorded in ``problem`` rather than raised."""
+    group = run.group
+    try:
+        model = run_model(run)
+        cluster = run_cluster(run)
+        if calibration is not None:
+            cluster = cluster.with_gpu(calibration.apply(cluster.gpu, run.plan.precision))
+        group = group or f"{cluster.gpu.name} {run.plan.precision}"
+        ev: Evaluation = evaluate_plan(model, cluster, run.plan)
+    except InputError as exc:
+        return RunCheck(run=run, group=group or "unpriced", problem=str(exc))
+    return RunCheck(run=run, group=group,
+                    measured_iteration_time_s=measured_iteration_time_s(model, run),
+                    predicted_iteration_time_s=ev.iteration_time_s,
+                    predicted_peak_memory_bytes=ev.peak_memory_bytes,
+                    memory_capacity_bytes=ev.memory_capacity_bytes, fits=ev.fits,
+                    mfu=ev.mfu)
+
+
+def _spearman(xs, ys) -> float | None:
+    if len(xs) < 3 or len(set(xs)) < 2 or len(set(ys)) < 2:
+        return None
+    from scipy.stats import spearmanr
+
+    rho = spearmanr(xs, ys).statistic
+    return None if rho is None or math.isnan(rho) else float(rho)
+
+
+def group_stats(name: str, checks: list[RunCheck]) -> GroupStats | None:
+    """:class:`GroupStats` of the checks that have both times (None if none has)."""
+    timed = [c for c in checks if c.error is not None]
+    if not timed:
+        return None
+    worst = max(timed, key=lambda c: abs(c.error))
+    mem = [abs(c.memory_error) for c in checks if c.memory_error is not None]
+    return GroupStats(
+        group=name, rows=len(timed), mape=sum(abs(c.error) for c in timed) / len(timed),
+        worst_abs_error=abs(worst.error), worst_name=worst.run.name, worst_error=worst.error,
+        spearman=_spearman([c.predicted_iteration_time_s for c in timed],
+                           [c.measured_iteration_time_s for c in timed]),
+        memory_rows=len(mem), memory_mape=sum(mem) / len(mem) if mem else None)
+
+
+def validate_runs(runs: list[MeasuredRun], calibration=None, skipped=(),
+                  progress=None) -> ValidationReport:
+    """Check every run and summarise per group (in order of first appearance) and overall.
+    ``progress``: optional callable wrapping the iterable (a progress bar)."""
+    it = progress(runs) if progress else runs
+    checks = [check_run(r, calibration) for r in it]
+    names = list(dict.fromkeys(c.group for c in checks if c.problem is None))
+    groups = [g for g in (group_stats(n, [c for c in checks if c.group == n]) for n in names)
+              if g is not None]
+    return ValidationReport(checks=checks, groups=groups,
+                            overall=group_stats("all", [c for c in checks if c.problem is None]),
+                            skipped=list(skipped))
+
+
+#: Suffixes read as Megatron-LM training logs (:mod:`configurator.core.megatron_log`).
+LOG_SUFFIXES = (".log", ".txt", ".out")
+
+
+def load_run_files(paths, cluster: str | None = None) -> tuple[list[MeasuredRun], list[str]]:
+    """Runs from run files (CSV/YAML/JSON, :func:`configurator.core.runs.load_runs`) and
+    Megatron-LM logs (``.log``/``.txt``/``.out``; ``cluster`` names their cluster); with no
+    path, the published runs of the shared ground truth
+    (:func:`configurator.cost.groundtruth.published_runs`). Returns ``(runs, skipped)``."""
+    import os
+
+    from configurator.core.runs import load_runs
+
+    if not paths:
+        from configurator.cost.groundtruth import ground_truth_dir, published_runs
+
+        if not ground_truth_dir().is_dir():
+            raise InputError("runs", str(ground_truth_dir()),
+                             "no run file given and the built-in ground truth folder is "
+                             "missing (set CONFIGURATOR_GROUND_TRUTH)")
+        return published_runs()
+    runs: list[MeasuredRun] = []
+    for path in paths:
+        if os.path.splitext(path)[1].lower() in LOG_SUFFIXES:
+            from configurator.core.megatron_log import load_megatron_log
+
+            if not cluster:
+                raise InputError("cluster", None, f"required to read the Megatron log {path}: "
+                                 "name the cluster preset or file it ran on")
+            runs.extend(load_megatron_log(path, cluster=cluster))
+        else:
+            runs.extend(load_runs(path))
+    return runs, []

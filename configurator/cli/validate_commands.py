@@ -1,0 +1,152 @@
+"""``configurator validate`` and ``configurator calibrate``: the cost model against measured
+runs, and a GPU's efficiencies fitted to them."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from configurator.app.calibrate_jobs import calibrate_runs
+from configurator.app.validate_jobs import load_run_files, validate_runs
+from configurator.core import jsonout
+from configurator.core.errors import InputError
+
+RUNS_HELP = ("measured runs: CSV/YAML/JSON run files (schema: configurator/core/runs.py and "
+             "the README) or Megatron-LM logs (.log/.txt/.out, with --cluster); none: the "
+             "published runs of the shared ground truth (SC'21, NeMo long context, "
+             "Megatron-Bridge)")
+
+
+def _progress(total_label):
+    from tqdm import tqdm
+
+    def wrap(items):
+        return tqdm(items, desc=total_label, unit="run", leave=False, file=sys.stderr,
+                    disable=None)
+    return wrap
+
+
+def _write_text(path: str, text: str, force: bool) -> str:
+    from launchers.files import write_files
+
+    directory, name = os.path.split(path)
+    return write_files(directory or ".", {name: (text.encode("utf-8"), 0o644)}, force=force)[0]
+
+
+def add_validate_arguments(p) -> None:
+    p.add_argument("runs", nargs="*", metavar="RUNS", help=RUNS_HELP)
+    p.add_argument("--cluster", metavar="PRESET_OR_FILE",
+                   help="cluster the Megatron logs ran on")
+    p.add_argument("--calibration", metavar="FILE",
+                   help="calibrated efficiencies (configurator calibrate -o FILE)")
+    p.add_argument("--html", metavar="FILE",
+                   help="write an HTML report with the predicted-vs-measured scatter plot")
+    p.add_argument("--all-runs", action="store_true", help="print every run, not only groups")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--force", action="store_true", help="overwrite an existing --html file")
+
+
+def _calibration(path):
+    if not path:
+        return None
+    from topology.calibration import load_calibration
+
+    return load_calibration(path)
+
+
+def run_validate(args) -> int:
+    if args.html and os.path.exists(args.html) and not args.force:
+        raise InputError("html", args.html, "file exists; pass --force to overwrite")
+    runs, skipped = load_run_files(args.runs, args.cluster)
+    report = validate_runs(runs, _calibration(args.calibration), skipped,
+                           progress=_progress("validate"))
+    if args.html:
+        from configurator.report.validate_html import render_validation_html
+
+        path = _write_text(args.html, render_validation_html(
+            report, "configurator validate: predicted vs measured iteration time"), args.force)
+        print(f"wrote {path}", file=sys.stderr)
+    if args.json:
+        print(jsonout.dumps(report.to_dict(), indent=2))
+        return 0
+    print(format_validation(report, all_runs=args.all_runs))
+    return 0
+
+
+def format_validation(report, all_runs: bool = False) -> str:
+    """Per-group table (runs, MAPE, worst row, Spearman ρ), then runs that could not be
+    priced, then (``all_runs``) every run."""
+    lines = [f"{'group':<14} {'runs':>5} {'MAPE':>7} {'worst':>8}  {'rho':>6}  worst run"]
+    for g in list(report.groups) + ([report.overall] if report.overall else []):
+        rho = "-" if g.spearman is None else f"{g.spearman:.3f}"
+        lines.append(f"{g.group:<14} {g.rows:>5} {100 * g.mape:>6.1f}% "
+                     f"{100 * g.worst_error:>+7.1f}%  {rho:>6}  {g.worst_name}")
+        if g.memory_mape is not None:
+            lines.append(f"{'':<14} memory: {g.memory_rows} runs, MAPE "
+                         f"{100 * g.memory_mape:.1f} %")
+    problems = [c for c in report.checks if c.problem]
+    if problems:
+        lines.append(f"\n{len(problems)} run(s) could not be priced:")
+        lines += [f"  {c.run.name}: {c.problem}" for c in problems]
+    unfit = [c for c in report.checks if c.fits is False]
+    if unfit:
+        lines.append(f"\n{len(unfit)} run(s) predicted not to fit in GPU memory:")
+        lines += [f"  {c.run.name}: {c.predicted_peak_memory_bytes / 2**30:.1f} of "
+                  f"{c.memory_capacity_bytes / 2**30:.1f} GiB" for c in unfit]
+    if all_runs:
+        lines.append(f"\n{'run':<58} {'measured s':>10} {'predicted s':>11} {'error':>8}")
+        for c in report.checks:
+            if c.error is not None:
+                lines.append(f"{c.run.name[:58]:<58} {c.measured_iteration_time_s:>10.3f} "
+                             f"{c.predicted_iteration_time_s:>11.3f} {100 * c.error:>+7.1f}%")
+    if report.skipped:
+        lines.append(f"\n{len(report.skipped)} published row(s) skipped (--json lists them).")
+    return "\n".join(lines)
+
+
+def add_calibrate_arguments(p) -> None:
+    from topology.calibration import FIT_PARAMETERS
+
+    p.add_argument("runs", nargs="*", metavar="RUNS", help=RUNS_HELP)
+    p.add_argument("-o", "--out", required=True, metavar="FILE",
+                   help="calibration file to write (YAML); refused if it exists without "
+                        "--force")
+    p.add_argument("--cluster", metavar="PRESET_OR_FILE",
+                   help="cluster the Megatron logs ran on")
+    p.add_argument("--params", metavar="P1,P2",
+                   help="parameters to fit, of: " + ", ".join(FIT_PARAMETERS)
+                        + " (default: the precision's GEMM efficiency, flash_attention and "
+                          "host_op_us, each only where the runs determine it)")
+    p.add_argument("--json", action="store_true", help="print the fits as JSON")
+    p.add_argument("--force", action="store_true", help="overwrite an existing --out file")
+
+
+def run_calibrate(args) -> int:
+    import yaml
+
+    if os.path.exists(args.out) and not args.force:
+        raise InputError("out", args.out, "file exists; pass --force to overwrite")
+    params = None
+    if args.params is not None:
+        params = tuple(x.strip() for x in args.params.split(",") if x.strip())
+        if not params:
+            raise InputError("params", args.params, "name at least one parameter")
+    runs, _ = load_run_files(args.runs, args.cluster)
+    cal, fits = calibrate_runs(runs, params, progress=_progress("calibrate"),
+                               source=", ".join(args.runs) or "shared ground truth")
+    path = _write_text(args.out, yaml.safe_dump(jsonout.finite(cal.to_dict()),
+                                                sort_keys=False), args.force)
+    if args.json:
+        print(jsonout.dumps({"out": path, "groups": [f.to_dict() for f in fits]}, indent=2))
+        return 0
+    print(f"{'gpu':<14} {'precision':<9} {'runs':>4} {'MAPE before':>11} {'after':>7} "
+          f"{'leave-one-out':>13}  fitted")
+    for f in fits:
+        loo = "-" if f.loo_mape is None else f"{100 * f.loo_mape:.1f}%"
+        fitted = ", ".join(f"{k} {f.before[k]:.3g} -> {v:.3g}" for k, v in f.parameters.items())
+        print(f"{f.gpu:<14} {f.precision:<9} {f.runs:>4} {100 * f.mape_before:>10.1f}% "
+              f"{100 * f.mape_after:>6.1f}% {loo:>13}  {fitted or 'nothing determined'}")
+        for n in f.notes:
+            print(f"{'':<14} note: {n}")
+    print(f"wrote {path}")
+    return 0
