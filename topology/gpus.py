@@ -50,8 +50,11 @@ Efficiencies (:class:`Efficiency`), one set per GPU type and precision, each wit
   0.865), so the fraction at full waves is 0.63 / 0.865 = 0.73. GB300 (sm_103): a cuBLASLt
   BF16 burn-in (brrr, luccabb/brrr README, cuBLASLt 13.8 on 4 GB300) sustains
   1716–1763 TFLOP/s, 0.69–0.71 of 2.5 PFLOP/s: 0.70.
-* ``gemm_fp8``: the same for FP8 GEMMs against the FP8 peak (≈ 0.60 on H100/H200, same
-  sources); ``None`` for a GPU without FP8 tensor cores (A100). B200/GB200: the same OpenXLA
+* ``gemm_fp8``: the same for FP8 GEMMs against the FP8 peak; ``None`` for a GPU without
+  FP8 tensor cores (A100). H100/H200: 0.50. cuBLAS FP8 GEMMs at large square sizes reach
+  0.55–0.65 of the FP8 peak, but in training the FP8 GEMMs are thinner and clock-throttled
+  (H100 at 700 W). ``configurator calibrate --params gemm_fp8`` on NeMo's nine Llama-2 7B
+  FP8 runs on DGX H100 (4k–1M tokens, ``nemo_long_sequence_cp.csv``) gives 0.49. B200/GB200: the same OpenXLA
   sm_100 table, 4096³ E4M3×E4M3 (and mixed E4M3/E5M2) 2.765–2.785 PFLOP/s, 0.617 of
   4.5 PFLOP/s, over 0.865 of wave quantisation: 0.71. GB300: no sm_103 FP8 measurement
   found; B200's 0.71 (same fifth-generation tensor cores).
@@ -64,15 +67,25 @@ Efficiencies (:class:`Efficiency`), one set per GPU type and precision, each wit
   Triad results reported for these parts). Blackwell (8 TB/s HBM3e): a streaming MXFP8
   quantiser (read BF16, write FP8 and scales) moves 6+ TB/s on B200 (fal.ai, "Chasing
   6+ TB/s: an MXFP8 quantizer on Blackwell", 2026): 0.75.
-* ``flash_attention``: fraction of dense peak of fused attention kernels (forward;
-  backward does 2.5× the forward FLOPs at the same rate): FlashAttention-2 on A100 reaches
-  50–73 % (Dao 2023, §4.1); on H100, cuDNN/FA3-class kernels ≈ 50–75 % (Shah et al. 2024,
-  FlashAttention-3, Fig. 5), 0.55 taken. Blackwell: FlashAttention-4 reaches 1605 TFLOP/s
-  BF16 on B200, 71 % of peak, 1.3× cuDNN 9.13 (Zadouri, Dao et al. 2026,
-  "FlashAttention-4"), so cuDNN's fused attention (Transformer Engine's default) is
-  ≈ 0.71 / 1.3 = 0.55; the same fraction taken for GB200 and GB300.
+* ``flash_attention``: fraction of dense peak fused attention kernels approach on long
+  sequences (forward; backward does 2.5× the forward FLOPs at the same rate); the
+  fraction at ``s`` keys is ``flash_attention · s / (s + 1024)``
+  (:func:`configurator.cost.compute.flash_efficiency`). H100/H200: FlashAttention-3 (Shah
+  et al. 2024, Fig. 5, causal, head dim 128) runs 225–640 TFLOP/s from 512 to 16k tokens,
+  which that form fits with 0.69. A100: FlashAttention-2 reaches 50–73 % (Dao 2023, §4.1),
+  ≈ 0.62 at 16k causal: 0.64. Blackwell: FlashAttention-4 reaches 1605 TFLOP/s BF16 on
+  B200, 71 % of peak, 1.3× cuDNN 9.13 (Zadouri, Dao et al. 2026, "FlashAttention-4"), so
+  cuDNN's fused attention (Transformer Engine's default) is ≈ 0.71 / 1.3 = 0.55 at long
+  sequences: 0.59 in the form above; the same for GB200 and GB300.
 * ``kernel_overhead_s``: launch and tail per kernel (≈ 4 µs on CUDA 11/12, Nsight traces;
   Blackwell kept at 4 µs, same launch path).
+* ``host_op_s``: host (CPU) time to issue one PyTorch operation of a training step in eager
+  mode: Python, autograd and dispatcher work before the kernel launch. 16 µs: fitted once,
+  over every GPU type together, to the Megatron-Bridge MoE rows at micro batch 1 (where the
+  published time per layer and microbatch is ≈ 9 ms on H100 and B200 alike, far above the
+  kernels' own time); PyTorch's own measurements of eager dispatch are ≈ 10–20 µs per op
+  with autograd. Used only where a layer's kernels are shorter than issuing them
+  (:func:`configurator.cost.compute.host_layer_s`).
 
 A GPU not in :data:`GPU_PRESETS` is given in the cluster file with all of these figures
 (:func:`gpu_from_config`); there is no fallback to another GPU's numbers.
@@ -96,7 +109,7 @@ _RATE_NOTES = {"fp8": "FP8 tensor cores start with Hopper",
 
 #: Host time per PyTorch operation of a training step in eager mode (s): see the module
 #: docstring, ``host_op_s``.
-HOST_OP_S = 20e-6
+HOST_OP_S = 16e-6
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -164,20 +177,20 @@ GPU_PRESETS: dict[str, GPUSpec] = {
     "a100-80gb": GPUSpec(
         name="a100-80gb", peak_flops_per_s={"bf16": 312 * TFLOP, "fp16": 312 * TFLOP},
         memory_bytes=81920 * MiB, hbm_bandwidth_Bps=2039 * GB, num_sms=108,
-        efficiency=Efficiency(gemm=0.69, gemm_fp8=None, hbm=0.83, flash_attention=0.55,
+        efficiency=Efficiency(gemm=0.69, gemm_fp8=None, hbm=0.83, flash_attention=0.64,
                               kernel_overhead_s=4e-6,
                               source="gemm fitted on SC'21 Table 1; others " + _LITERATURE)),
     "h100-80gb": GPUSpec(
         name="h100-80gb", peak_flops_per_s={"bf16": 989.4 * TFLOP, "fp16": 989.4 * TFLOP,
                                             "fp8": 1978.9 * TFLOP},
         memory_bytes=81559 * MiB, hbm_bandwidth_Bps=3350 * GB, num_sms=132,
-        efficiency=Efficiency(gemm=0.72, gemm_fp8=0.60, hbm=0.87, flash_attention=0.55,
+        efficiency=Efficiency(gemm=0.72, gemm_fp8=0.50, hbm=0.87, flash_attention=0.69,
                               kernel_overhead_s=4e-6, source=_LITERATURE)),
     "h200-141gb": GPUSpec(
         name="h200-141gb", peak_flops_per_s={"bf16": 989.4 * TFLOP, "fp16": 989.4 * TFLOP,
                                              "fp8": 1978.9 * TFLOP},
         memory_bytes=143771 * MiB, hbm_bandwidth_Bps=4800 * GB, num_sms=132,
-        efficiency=Efficiency(gemm=0.72, gemm_fp8=0.60, hbm=0.85, flash_attention=0.55,
+        efficiency=Efficiency(gemm=0.72, gemm_fp8=0.50, hbm=0.85, flash_attention=0.69,
                               kernel_overhead_s=4e-6, source=_LITERATURE)),
     # DGX B200 data sheet / HGX B200 table: 4.5 (BF16) and 9 (FP8) PFLOPS with sparsity,
     # halved; 180 GB HBM3e at 64 TB/s per 8 GPUs; nvidia-smi 183359 MiB; 148 SMs.
@@ -186,7 +199,7 @@ GPU_PRESETS: dict[str, GPUSpec] = {
                                              "fp8": 4500 * TFLOP, "mxfp8": 4500 * TFLOP},
         memory_bytes=183359 * MiB, hbm_bandwidth_Bps=8000 * GB, num_sms=148,
         efficiency=Efficiency(gemm=0.73, gemm_fp8=0.71, gemm_mxfp8=0.71, hbm=0.75,
-                              flash_attention=0.55, kernel_overhead_s=4e-6,
+                              flash_attention=0.59, kernel_overhead_s=4e-6,
                               source=_BLACKWELL)),
     # GB200 NVL72 specifications, per GPU: 5 (BF16) and 10 (FP8) PFLOPS with sparsity,
     # halved; 186 GB HBM3e at 8 TB/s; nvidia-smi 189471 MiB; 152 SMs.
@@ -195,7 +208,7 @@ GPU_PRESETS: dict[str, GPUSpec] = {
                                               "fp8": 5000 * TFLOP, "mxfp8": 5000 * TFLOP},
         memory_bytes=189471 * MiB, hbm_bandwidth_Bps=8000 * GB, num_sms=152,
         efficiency=Efficiency(gemm=0.73, gemm_fp8=0.71, gemm_mxfp8=0.71, hbm=0.75,
-                              flash_attention=0.55, kernel_overhead_s=4e-6,
+                              flash_attention=0.59, kernel_overhead_s=4e-6,
                               source=_BLACKWELL)),
     # GB300 NVL72 specifications: 360 (BF16) and 720 (FP8) PFLOPS with sparsity per 72 GPUs,
     # halved; 288 GB HBM3e at 8 TB/s and 160 SMs ("Inside NVIDIA Blackwell Ultra");
@@ -205,7 +218,7 @@ GPU_PRESETS: dict[str, GPUSpec] = {
                                               "fp8": 5000 * TFLOP, "mxfp8": 5000 * TFLOP},
         memory_bytes=284208 * MiB, hbm_bandwidth_Bps=8000 * GB, num_sms=160,
         efficiency=Efficiency(gemm=0.70, gemm_fp8=0.71, gemm_mxfp8=0.71, hbm=0.75,
-                              flash_attention=0.55, kernel_overhead_s=4e-6,
+                              flash_attention=0.59, kernel_overhead_s=4e-6,
                               source=_BLACKWELL_ULTRA)),
 }
 

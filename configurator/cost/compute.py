@@ -230,6 +230,7 @@ def layer_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec) -> dict:
     recompute = np.select([c.recompute == 2, c.recompute == 1], [fwd, attn_fwd], 0.0)
     host_dense, host_moe = host_layer_s(model, c, gpu)
     out = {"fwd": fwd, "bwd": bwd, "recompute": recompute, "attn": attn_fwd + attn_bwd,
+           "attn_fwd": attn_fwd, "attn_bwd": attn_bwd,
            "wgrad_overlap": gemm_qkv + gemm_fc1, "host": host_dense, "moe_host": host_moe,
            "tokens": T, "gemm_kw": kw}
     if model.is_moe:

@@ -59,16 +59,36 @@ def tp_layer_s(lc: dict, c: Candidates, act_bytes, tp_bw, tp_lat):
     return fwd, bwd
 
 
-def cp_layer_s(model: ModelSpec, lc: dict, c: Candidates, cp_bw, cp_lat):
-    """Exposed context-parallel K/V ring time of one layer for one microbatch (s): ``cp-1``
-    steps forward and twice that backward (K, V, dK, dV), hidden behind attention where
-    shorter (Megatron-LM context parallelism, ``attention.py`` p2p ring). The exposure is
-    charged 1/3 to the forward and 2/3 to the backward: ``(forward, backward)``."""
+def cp_layer_s(model: ModelSpec, lc: dict, c: Candidates, cp_bw, cp_lat, gpu):
+    """Context-parallel cost of one layer for one microbatch, ``(forward, backward)``
+    seconds, as Megatron-LM's p2p ring runs it (megatron/core/transformer/dot_product_
+    attention / Transformer Engine ``AttnFuncWithCPAndKVP2P``): ``cp`` steps, each computing
+    the attention of the local queries with one block of keys and values while the next
+    block travels round the ring. Per step:
+
+    * exposed transfer: the K/V block (``2·T·g·d/tp`` 16-bit values; backward also dK, dV:
+      twice the bytes) where it takes longer than the step's attention (``cp - 1``
+      transfers);
+    * the step's own kernels (block attention, the softmax-statistics correction; backward
+      also the gradient accumulation) at ``kernel_overhead_s`` each;
+    * the fp32 correction of the running output and log-sum-exp (forward: read and write the
+      ``T·a·d_v/tp`` fp32 output and read the step's 16-bit one; backward: accumulate dQ in
+      fp32) at attained HBM bandwidth.
+
+    0 with cp = 1."""
+    eff = gpu.efficiency
     cp = c.cp.astype(float)
-    kv_step = 2 * 2.0 * lc["tokens"] * model.num_query_groups * model.kv_channels / c.tp
-    cp_raw = 3 * (cp - 1) * p2p_time_s(kv_step, cp_bw, cp_lat)
-    total = np.where(cp > 1, np.maximum(cp_raw - lc["attn"], 0.0), 0.0)
-    return total / 3.0, 2.0 * total / 3.0
+    T, tp = lc["tokens"], c.tp.astype(float)
+    dqk, dv = model.attention_heads_dims
+    a, g = model.num_attention_heads, model.num_query_groups
+    kv_step = 2 * 2.0 * T * g * dqk / tp
+    step = p2p_time_s(kv_step, cp_bw, cp_lat)
+    hbm = gpu.hbm_bandwidth_Bps * eff.hbm
+    corr_f = (4 + 4 + 2) * T * a * dv / tp / hbm + 2 * eff.kernel_overhead_s
+    corr_b = (4 + 4 + 2) * T * a * dqk / tp / hbm + 3 * eff.kernel_overhead_s
+    fwd = (cp - 1) * np.maximum(step - lc["attn_fwd"] / cp, 0.0) + cp * corr_f
+    bwd = (cp - 1) * np.maximum(2 * step - lc["attn_bwd"] / cp, 0.0) + cp * corr_b
+    return np.where(cp > 1, fwd, 0.0), np.where(cp > 1, bwd, 0.0)
 
 
 def stage_extras_s(model: ModelSpec, c: Candidates, gpu, lc: dict, tp_bw, tp_lat):
@@ -192,7 +212,8 @@ def layer_type_times(model: ModelSpec, c: Candidates, lc: dict, comm: dict) -> d
     experts exchange tokens over EP instead; a shared expert keeps the pair)."""
     act_bytes = 2.0 * lc["tokens"] * model.hidden_size
     tp_f, tp_b = tp_layer_s(lc, c, act_bytes, comm["tp_bw"], comm["tp_lat"])
-    cp_f, cp_b = cp_layer_s(model, lc, c, comm["cp_bw"], comm["cp_lat"])
+    cp_f, cp_b = cp_layer_s(model, lc, c, comm["cp_bw"], comm["cp_lat"],
+                            lc["gemm_kw"]["gpu"])
     zero = 0.0 * tp_f
     dense = host_bound(c, dict(fwd=lc["fwd"], bwd=lc["bwd"], recompute=lc["recompute"],
                                tp_f=tp_f, tp_b=tp_b, cp_f=cp_f, cp_b=cp_b, ep_f=zero,

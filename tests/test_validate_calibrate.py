@@ -1,0 +1,215 @@
+"""Measured runs, ``validate`` and ``calibrate`` against the published ground truth.
+
+Groups as the accuracy work names them: A100 (SC'21), H100 FP8 (NeMo long context and
+Megatron-Bridge), H100 BF16 and Blackwell (Megatron-Bridge, NeMo on B200).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from configurator.app.calibrate_jobs import calibrate_runs
+from configurator.app.validate_jobs import check_run, validate_runs
+from configurator.cli import main
+from configurator.core.errors import InputError
+from configurator.core.runs import load_runs, run_from_mapping
+from configurator.cost.groundtruth import ground_truth_dir, nemo_cp_runs, published_runs
+
+pytestmark = pytest.mark.skipif(not ground_truth_dir().is_dir(),
+                                reason="shared ground truth folder missing")
+
+RUN = dict(model="llama2-7b", cluster="dgx-h100-80gb", num_gpus="16", tp="2", pp="1",
+           mbs="1", gbs="256", precision="fp8", seq_length="16384",
+           tokens_per_s_per_gpu="1000")
+
+
+@pytest.fixture(scope="module")
+def report():
+    runs, skipped = published_runs()
+    return validate_runs(runs, skipped=skipped)
+
+
+def _group(report, name):
+    return next(g for g in report.groups if g.group == name)
+
+
+def test_every_published_row_is_priced(report):
+    assert not [c.run.name for c in report.checks if c.problem]
+    names = {g.group for g in report.groups}
+    assert names == {"A100", "H100 fp8", "H100 bf16", "Blackwell"}
+
+
+def test_a100_and_dense_h100_fp8_within_8_percent(report):
+    assert _group(report, "A100").mape <= 0.08
+    dense_fp8 = [c for c in report.checks if c.group == "H100 fp8"
+                 and c.run.name.startswith("nemo")]
+    assert len(dense_fp8) == 9
+    assert sum(abs(c.error) for c in dense_fp8) / len(dense_fp8) <= 0.08
+
+
+def test_llama2_cp_rows_within_10_percent(report):
+    rows = [c for c in report.checks if c.run.name.startswith("nemo LLAMA2")]
+    assert len(rows) == 9 and any(c.run.plan.cp > 1 for c in rows)
+    assert max(abs(c.error) for c in rows) <= 0.10, [(c.run.name, c.error) for c in rows]
+
+
+def test_groups_missing_the_target_do_not_regress(report):
+    """The MoE-heavy groups miss 8 % (host-bound MoE layers, releases that disagree by up to
+    1.6× on one configuration, NeMo's B200 long-context rows): bounds at today's figures so
+    that a change making them worse fails."""
+    assert _group(report, "H100 fp8").mape <= 0.10
+    assert _group(report, "Blackwell").mape <= 0.19
+    assert _group(report, "H100 bf16").mape <= 0.25
+    assert report.overall.spearman >= 0.95
+
+
+def test_context_parallelism_costs_something():
+    """cp = 2 on 2k-token GPT-3 is not free (it tied with cp = 1 when the K/V ring hid
+    behind attention): per-step kernels and the fp32 output correction are charged, and the
+    halved blocks run GEMMs and attention less efficiently."""
+    from configurator.core.model import MODEL_PRESETS
+    from configurator.core.plan import ParallelPlan
+    from configurator.search.evaluate import evaluate_plan
+    from topology.cluster import load_cluster
+
+    model, cluster = MODEL_PRESETS["gpt3-175b"], load_cluster("dgx-h100-80gb", 128)
+    t = {}
+    for cp in (1, 2):
+        plan = ParallelPlan(tp=8, pp=8, cp=cp, dp=16 // cp, micro_batch_size=1,
+                            global_batch_size=1536, sequence_parallel=True,
+                            distributed_optimizer=True)
+        t[cp] = evaluate_plan(model, cluster, plan)
+    assert t[1].time_breakdown_s["cp_comm"] == 0
+    assert t[2].time_breakdown_s["cp_comm"] > 0
+    assert t[2].iteration_time_s > 1.05 * t[1].iteration_time_s
+
+
+def test_cp_search_within_one_step_of_published():
+    """The search picks a CP degree within one power-of-two step of NeMo's at each length."""
+    from configurator.app.inputs import JobInputs
+    from configurator.app.plan_jobs import SearchRequest, run_search
+
+    rows = [r for r in nemo_cp_runs() if "LLAMA2" in r.name and r.num_gpus >= 8
+            and r.seq_length in (8192, 65536, 262144, 1048576)]
+    assert len(rows) == 4
+    for r in rows:
+        out = run_search(SearchRequest(
+            inputs=JobInputs(model=r.model, cluster=r.cluster, nodes=r.num_gpus // 8,
+                             seq_length=r.seq_length),
+            global_batch_size=r.plan.global_batch_size, precision="fp8", top=1))
+        best = out.result.plans[0].plan.cp
+        assert abs(math.log2(best) - math.log2(r.plan.cp)) <= 1, (r.name, best)
+
+
+def test_calibrate_on_half_predicts_the_other_half():
+    runs = [r for r in nemo_cp_runs() if "LLAMA2" in r.name]
+    train, test = runs[0::2], runs[1::2]
+    before = validate_runs(test).overall.mape
+    cal, fits = calibrate_runs(train, ("gemm_fp8",))
+    after = validate_runs(test, cal).overall.mape
+    assert after <= before + 0.01
+    assert fits[0].mape_after <= fits[0].mape_before
+
+
+def test_calibrate_moves_a_wrong_efficiency_back():
+    """Start from an H100 whose FP8 GEMMs are said to be twice as fast as they are: the fit
+    recovers a value near the preset's and the error drops."""
+    import dataclasses
+    from unittest import mock
+
+    from topology import gpus
+
+    h100 = gpus.GPU_PRESETS["h100-80gb"]
+    wrong = dataclasses.replace(h100, efficiency=dataclasses.replace(h100.efficiency,
+                                                                     gemm_fp8=0.95))
+    runs = [r for r in nemo_cp_runs() if "LLAMA2" in r.name]
+    with mock.patch.dict(gpus.GPU_PRESETS, {"h100-80gb": wrong}):
+        _, fits = calibrate_runs(runs, ("gemm_fp8",))
+    assert fits[0].mape_before > 0.12
+    assert fits[0].mape_after < 0.08
+    assert 0.4 < fits[0].parameters["gemm_fp8"] < 0.6
+
+
+def test_calibrate_refuses_what_the_runs_do_not_determine():
+    runs = [r for r in nemo_cp_runs() if "LLAMA2" in r.name][:3]
+    with pytest.raises(InputError, match="determine|not determined"):
+        calibrate_runs(runs, ("gemm_fp8", "flash_attention", "host_op_us"))
+    # host_op_us does not move dense FP8 runs of 4k+ tokens: named, not fitted
+    _, fits = calibrate_runs([r for r in nemo_cp_runs() if "LLAMA2" in r.name])
+    assert "host_op_us" not in fits[0].parameters
+    assert any("host_op_us" in n for n in fits[0].notes)
+
+
+def test_run_file_round_trip(tmp_path):
+    path = tmp_path / "runs.csv"
+    path.write_text("# my cluster\n" + ",".join(RUN) + "\n" + ",".join(RUN.values()) + "\n")
+    (run,) = load_runs(str(path))
+    assert run.plan.dp == 8 and run.plan.sequence_parallel and run.plan.precision == "fp8"
+    check = check_run(run)
+    assert check.problem is None
+    assert check.measured_iteration_time_s == pytest.approx(256 * 16384 / (1000 * 16))
+
+
+@pytest.mark.parametrize("change, field", [
+    (dict(tp="two"), "tp"), (dict(num_gpus="15"), "does not divide 15"), (dict(precision="fp4"), "precision"),
+    (dict(tokens_per_s_per_gpu="-3"), "tokens_per_s_per_gpu"), (dict(bogus="1"), "bogus"),
+    (dict(tokens_per_s_per_gpu="", tflops_per_gpu="300"), "flops_formula"),
+    (dict(tokens_per_s_per_gpu=""), "measurement"), (dict(dp="3"), "dp")])
+def test_bad_run_rows_name_the_field(change, field):
+    row = dict(RUN, **change)
+    with pytest.raises(InputError) as err:
+        run_from_mapping(row, "runs.csv row 1")
+    assert field in str(err.value) or (field == "measurement" and "measurement" in str(err.value))
+    assert "\n" not in str(err.value)
+
+
+def test_cli_validate_and_calibrate(tmp_path, capsys):
+    path = tmp_path / "runs.yaml"
+    rows = [dict(RUN, seq_length=str(s), name=f"r{s}",
+                 tokens_per_s_per_gpu=str(t)) for s, t in ((16384, 3000), (32768, 2000),
+                                                          (65536, 1200), (8192, 4000))]
+    path.write_text(json.dumps(rows))
+    html = tmp_path / "v.html"
+    assert main(["validate", str(path), "--html", str(html)]) == 0
+    assert "h100-80gb fp8" in capsys.readouterr().out
+    page = html.read_text()
+    assert "data:image/png;base64," in page and "r16384" in page
+    assert main(["validate", str(path), "--html", str(html)]) == 2     # no overwrite
+    assert "exists" in capsys.readouterr().err
+    cal = tmp_path / "cal.yaml"
+    assert main(["calibrate", str(path), "-o", str(cal), "--params", "gemm_fp8"]) == 0
+    capsys.readouterr()
+    assert main(["validate", str(path), "--calibration", str(cal), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["groups"][0]["rows"] == 4
+    assert main(["calibrate", str(path), "-o", str(cal), "--params", "nonsense"]) == 2
+    assert main(["estimate", "--model", "llama2-7b", "--cluster", "dgx-h100-80gb", "--nodes",
+                 "2", "--tp", "2", "--pp", "1", "--mbs", "1", "--gbs", "256", "--precision",
+                 "fp8", "--calibration", str(cal), "--json"]) == 0
+
+
+def test_mfu_is_labelled_against_both_peaks(capsys):
+    assert main(["estimate", "--model", "llama3-8b", "--cluster", "dgx-h100-80gb", "--nodes",
+                 "1", "--tp", "1", "--pp", "1", "--mbs", "1", "--gbs", "128", "--precision",
+                 "fp8", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["mfu_peak"] == "bf16" and doc["mfu_precision"] == "fp8"
+    assert doc["mfu_precision_peak"] == pytest.approx(doc["mfu"] * 989.4 / 1978.9, rel=1e-6)
+    assert main(["estimate", "--model", "llama3-8b", "--cluster", "dgx-h100-80gb", "--nodes",
+                 "1", "--tp", "1", "--pp", "1", "--mbs", "1", "--gbs", "128", "--precision",
+                 "fp8"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "of the BF16 peak" in text and "of the FP8 peak" in text
+
+
+def test_default_headroom_is_below_one_and_stated(capsys):
+    from memory_model.estimate import DEFAULT_MAX_MEMORY_FRACTION
+
+    assert DEFAULT_MAX_MEMORY_FRACTION < 1
+    with pytest.raises(SystemExit):
+        main(["search", "--help"])
+    assert f"default {DEFAULT_MAX_MEMORY_FRACTION:g}" in " ".join(
+        capsys.readouterr().out.split())
