@@ -40,6 +40,52 @@ micro-batch size, ``h`` hidden, ``a`` heads, ``g`` query groups, ``d = h/a``, ``
   layer input (``2Xh``, ÷t with sequence parallelism) and re-materialises one layer's
   activations during its backward.
 
+FP8 (``fp8``: Transformer Engine Float8 tensors, delayed or current scaling alike; ``mxfp8``:
+MXFP8 blocks of 32 with an E8M0 scale each, ``q = 1 + 1/32`` bytes a value;
+:func:`linear_input_bytes`). With
+Megatron's TE spec the GEMMs are TE modules, which save the *quantised* input for the
+weight-gradient GEMM instead of the 16-bit one (Transformer Engine 2.x,
+``transformer_engine/pytorch/module/linear.py`` ``_Linear.forward`` — "Prepare backward state":
+``saved_inputmat = inputmat`` after ``input_quantizer(inputmat)``, with the row-wise data
+dropped by ``update_usage(rowwise_usage=False, columnwise_usage=True)``, or the column-wise
+data never made when sequence parallelism gathers it again in backward, "All-gather is not
+supported with FP8 column-wise data"; ``layernorm_linear.py`` ``_LayerNormLinear.forward``
+saves ``inputmat`` (the 16-bit norm input), the quantised ``ln_out`` (local shard with
+sequence parallelism, ``ctx.ln_out_needs_gather``), ``mu`` and ``rsigma``). Either way one
+quantised copy of ``q`` bytes a value is kept (the other orientation exists only during the
+forward GEMM). Per layer and microbatch, against the 16-bit terms above:
+
+* QKV and fc1 inputs (``TELayerNormColumnParallelLinear``'s ``ln_out``): ``q·Xh`` each instead
+  of ``2Xh`` (÷t with SP); the norm inputs stay 16-bit. With MLA the norm output feeds two TE
+  linears (q and kv down projections), each quantising its own copy: ``2·q·Xh``; the latents'
+  up projections save ``q`` bytes a value, their norms' inputs 16-bit (:func:`mla_latent_bytes`).
+* linear_proj input: ``TERowParallelLinear`` saves ``q·Xh/t``. A flash/fused kernel also keeps
+  its own 16-bit output for backward (TE ``backends.py`` ``FusedAttnFunc.forward``:
+  ``qkvo_tensors = (q, k, v, out)``), so without selective recompute both are kept
+  (``(2 + q)·Xh/t``). megatron-core 0.16.1 drops the quantised copy only for MLA with a
+  non-delayed recipe (``multi_latent_attention.py`` ``set_save_original_input(self.linear_proj)``
+  when ``fp8_recipe != 'delayed'``: here ``mxfp8``); later versions do it for every attention
+  (Megatron-LM ``attention.py``, same condition).
+* MLP: the activation's input stays 16-bit (``fused_bias_swiglu.SwiGLUFunction`` /
+  ``GeLUFunction``, Megatron's own, not TE; ``activation_func_fp8_input_store`` is off by
+  default), fc2 (``TERowParallelLinear``) keeps ``q·Xf/t``: ``(2·gate + q)·Xf/t``.
+* core attention runs in 16-bit (``--fp8-dot-product-attention`` is off): Q, K, V, scores and
+  log-sum-exp as above. Residual-stream tensors, checkpoints and the output layer (Megatron's
+  own ``ColumnParallelLinear``) stay 16-bit.
+
+Flash attention and selective recompute: a TE kernel saves the Q, K, V it runs on, and
+``dot_product_attention/utils.py`` ``get_qkv_layout`` copies them to contiguous tensors when
+their strides match no supported layout ("force q,k,v to be contiguous") — the case for V, a
+strided view of the QKV output, next to RoPE's new Q and K. Without recompute the QKV output
+``M`` is then freed after the forward (nothing else saves it: ``_SplitAlongDim`` and the fused
+RoPE keep no input), so the layer keeps ``2Xh(1 + 2g/a)/t`` plus the log-sum-exp. Selective
+recompute saves the checkpoint's inputs (``CheckpointFunction.forward``:
+``ctx.save_for_backward(*args)``), V among them, and a saved view pins its base: ``M`` plus the
+new Q and K. For RoPE models (and GQA) selective recompute of a flash kernel therefore keeps
+``M − V`` (the Q and K parts of ``M``) more than no recompute and saves only the
+log-sum-exp — and, with FP8, the kernel's 16-bit output. Where the handed tensors are all
+views of ``M`` (MHA without RoPE) or contiguous, selective keeps at most what the kernel keeps.
+
 Multi-latent attention (DeepSeek-V3): Q and K have ``a`` heads of ``qk + qk_pos`` and V of
 ``v`` (``_attention_sizes``), plus the replicated low-rank latents (:func:`mla_latent_bytes`).
 Mixture-of-experts layers: :func:`moe_mlp_activation_delta`. Neither is measured against
@@ -89,15 +135,44 @@ def _attention_sizes(model: ModelSpec, s, b, tp):
     return q, kv, q + 2 * kv
 
 
-def mla_latent_bytes(model: ModelSpec, s, b):
+#: Bytes a value of a saved GEMM input: 16-bit, FP8 (Float8Tensor, one byte; the per-tensor
+#: scale is negligible) or MXFP8 (one byte plus an E8M0 scale per 32 values,
+#: transformer_engine/pytorch/tensor/mxfp8_tensor.py).
+LINEAR_INPUT_BYTES = {"fp8": 1.0, "mxfp8": 1.0 + 1.0 / 32}
+
+
+def linear_input_bytes(precision: str = "bf16") -> float:
+    """Bytes per value of the input a linear layer saves for its weight-gradient GEMM under
+    ``precision``: 2 for bf16/fp16, 1 for ``fp8``, 33/32 for ``mxfp8`` (module docstring)."""
+    return LINEAR_INPUT_BYTES.get(precision, 2.0)
+
+
+def _saves_original_proj_input(model: ModelSpec, precision: str) -> bool:
+    """Whether linear_proj saves its 16-bit input (shared with the attention kernel's output)
+    rather than a quantised copy: megatron-core 0.16.1 ``MLASelfAttention`` with a non-delayed
+    FP8 recipe (``set_save_original_input``), i.e. MLA under ``mxfp8``."""
+    return bool(model.multi_latent_attention) and precision == "mxfp8"
+
+
+def mla_latent_bytes(model: ModelSpec, s, b, precision: str = "bf16"):
     """Multi-latent attention's replicated low-rank activations per layer and microbatch:
-    the down projections' outputs (the norms' inputs, ``q_lora`` and ``kv_lora + qk_pos``)
-    and the normalised latents (the up projections' inputs), 16-bit
+    the down projections' outputs (the norms' inputs, 16-bit: ``q_lora`` and
+    ``kv_lora + qk_pos``, the kv norm's input a view of the latter) and the normalised latents
+    (the up projections' inputs, :func:`linear_input_bytes` a value)
     (megatron/core/transformer/multi_latent_attention.py); 0 without MLA."""
     if not model.multi_latent_attention:
         return 0.0
     q_lat = model.q_lora_rank or 0
-    return 2 * s * b * (2 * q_lat + 2 * model.kv_lora_rank + model.qk_pos_emb_head_dim)
+    q8 = linear_input_bytes(precision)
+    return s * b * (2 * (q_lat + model.kv_lora_rank + model.qk_pos_emb_head_dim)
+                    + q8 * (q_lat + model.kv_lora_rank))
+
+
+def _qkv_input_bytes(model: ModelSpec, precision: str) -> float:
+    """Bytes a value of Xh the QKV GEMM(s) keep of the norm output: one 16-bit tensor (shared by
+    MLA's two down projections), or one quantised copy per TE linear under FP8."""
+    q8 = linear_input_bytes(precision)
+    return q8 * (2 if model.multi_latent_attention and q8 != 2.0 else 1)
 
 
 def _handed_qkv_bytes(model: ModelSpec, q, kv, qkv):
@@ -121,14 +196,15 @@ def _lse_bytes(model: ModelSpec, s, b, tp):
 
 
 def layer_activation_bytes(model: ModelSpec, *, mbs, seq, tp, sp, recompute,
-                           stores_scores: bool, bytes_per_value: int = 2):
+                           stores_scores: bool, precision: str = "bf16"):
     """Activation bytes one layer stores for one microbatch *without* full recompute.
 
     ``seq`` is the sequence per rank (``seq_length / cp``); ``recompute`` is the code array
     (0 none, 1 selective; 2 full is treated as 0 here: it is the working set while a layer
     is recomputed). ``stores_scores``: megatron-core's local ``DotProductAttention`` (or
     another backend materialising the s×s scores) rather than a flash-style kernel.
-    Broadcasts over numpy arrays; returns bytes per tensor-parallel rank.
+    ``precision``: with ``fp8``/``mxfp8`` the GEMM inputs are kept quantised (module
+    docstring, "FP8"). Broadcasts over numpy arrays; returns bytes per tensor-parallel rank.
     """
     h, f = model.hidden_size, model.ffn_hidden_size
     s, b = np.asarray(seq, dtype=float), np.asarray(mbs, dtype=float)
@@ -136,7 +212,10 @@ def layer_activation_bytes(model: ModelSpec, *, mbs, seq, tp, sp, recompute,
     xh = s * b * h
     rep_div = np.where(sp, tp, 1.0)
     masks = 2 * (model.hidden_dropout > 0)
-    replicated = xh * (8 + masks) / rep_div + mla_latent_bytes(model, s, b)
+    q8 = linear_input_bytes(precision)
+    # norm inputs (16-bit, 2 × 2Xh), QKV and fc1 inputs (q8 each), dropout masks
+    replicated = (xh * (4 + _qkv_input_bytes(model, precision) + q8 + masks) / rep_div
+                  + mla_latent_bytes(model, s, b, precision))
     selective = np.asarray(recompute) == 1
     q, kv, qkv = _attention_sizes(model, s, b, tp)
     handed = _handed_qkv_bytes(model, q, kv, qkv)
@@ -149,12 +228,24 @@ def layer_activation_bytes(model: ModelSpec, *, mbs, seq, tp, sp, recompute,
         attention = np.where(selective, handed, kept + _score_bytes(model, s, b, tp))
     else:
         attention = np.where(selective, handed, qkv + _lse_bytes(model, s, b, tp))
-    out = 2 * xh / tp                         # core-attention output, linear_proj's input
-    mlp = 2 * s * b * f * ((2 if model.swiglu else 1) + 1) / tp
-    return (replicated + attention + out + mlp) * (bytes_per_value / 2)
+    out = _proj_input_bytes(model, xh, tp, precision, selective, stores_scores)
+    mlp = s * b * f * (2 * (2 if model.swiglu else 1) + q8) / tp   # act input, fc2 input
+    return replicated + attention + out + mlp
 
 
-def moe_mlp_activation_delta(model: ModelSpec, *, mbs, seq, tp, etp):
+def _proj_input_bytes(model: ModelSpec, xh, tp, precision, selective, stores_scores):
+    """Core-attention output kept per layer (÷t): linear_proj's saved input (16-bit, or a
+    quantised copy under FP8), plus under FP8 the flash kernel's own 16-bit output when core
+    attention is not recomputed (module docstring, "FP8"). The score-storing backends keep
+    no output of their own (``bmm`` saves the probabilities and V)."""
+    q8 = linear_input_bytes(precision)
+    if q8 == 2.0 or _saves_original_proj_input(model, precision):
+        return 2 * xh / tp
+    kernel_out = 0.0 if stores_scores else np.where(selective, 0.0, 2 * xh / tp)
+    return q8 * xh / tp + kernel_out
+
+
+def moe_mlp_activation_delta(model: ModelSpec, *, mbs, seq, tp, etp, precision="bf16"):
     """Bytes an MoE layer keeps for one microbatch *beyond* a dense layer's, per rank
     (arrays broadcast; 0 for a dense model): the dense MLP's terms (fc1 output, fc2 input)
     replaced by the routed experts', plus the router's and the shared expert's.
@@ -172,20 +263,24 @@ def moe_mlp_activation_delta(model: ModelSpec, *, mbs, seq, tp, etp):
     index arrays (``2·8·X·k``), the fp32 top-k probabilities (``4·X·k``) and the per-copy
     probabilities the experts apply (``2R``); a shared expert as a dense MLP of its size.
     A fully recomputed MoE layer re-materialises all of it (``stage_activation_phases``).
+    Under FP8 the experts' and shared expert's fc1 and fc2 inputs are kept quantised
+    (:func:`linear_input_bytes`; TE ``GroupedLinear``/``Linear`` save the quantised input as
+    ``_Linear`` does, and ``Fp8Padding``/``permute`` keep no 16-bit copy); not measured.
     """
     if not model.is_moe:
         return 0.0
     s, b, tp, etp = (np.asarray(x, dtype=float) for x in (seq, mbs, tp, etp))
     h, fe = model.hidden_size, model.moe_ffn_hidden_size
     gate = 2 if model.swiglu else 1
+    q8 = linear_input_bytes(precision)
     X = s * b / tp
     R = model.moe_router_topk * X * etp
     k = model.moe_router_topk
-    routed = (2 * R * h + 2 * R * fe * (gate + 1) / etp + 2 * R
+    routed = (q8 * R * h + R * fe * (2 * gate + q8) / etp + 2 * R
               + 7 * X * model.num_experts + (16 + 4) * X * k)
     fs = model.moe_shared_expert_intermediate_size or 0
-    shared = 2 * s * b * fs * (gate + 1) / tp
-    dense = 2 * s * b * model.ffn_hidden_size * (gate + 1) / tp
+    shared = s * b * fs * (2 * gate + q8) / tp
+    dense = s * b * model.ffn_hidden_size * (2 * gate + q8) / tp
     return routed + shared - dense
 
 
@@ -199,7 +294,7 @@ def checkpoint_bytes(model: ModelSpec, *, mbs, seq, tp, sp):
 
 
 def recompute_working_bytes(model: ModelSpec, *, mbs, seq, tp, sp, recompute,
-                            stores_scores: bool):
+                            stores_scores: bool, precision: str = "bf16"):
     """Extra bytes while one layer is recomputed in backward, on top of what the layer
     keeps from the forward (arrays broadcast; 0 without recompute).
 
@@ -211,7 +306,7 @@ def recompute_working_bytes(model: ModelSpec, *, mbs, seq, tp, sp, recompute,
     s, b, tp = (np.asarray(x, dtype=float) for x in (seq, mbs, tp))
     rc = np.asarray(recompute)
     full = (layer_activation_bytes(model, mbs=b, seq=s, tp=tp, sp=sp, recompute=0,
-                                   stores_scores=stores_scores)
+                                   stores_scores=stores_scores, precision=precision)
             - checkpoint_bytes(model, mbs=b, seq=s, tp=tp, sp=sp))
     q, kv, qkv = _attention_sizes(model, s, b, tp)
     if stores_scores:
@@ -224,7 +319,7 @@ def recompute_working_bytes(model: ModelSpec, *, mbs, seq, tp, sp, recompute,
 
 def stage_activation_phases(model: ModelSpec, *, mbs, seq, tp, pp, vp, sp, recompute,
                             num_microbatches, stage, stores_scores: bool, rank_layers=None,
-                            rank_moe_layers=None, etp=1):
+                            rank_moe_layers=None, etp=1, precision: str = "bf16"):
     """Activation bytes on one GPU of ``stage`` at the two candidate peaks (arrays broadcast).
 
     Returns ``(forward_end, recompute)``: at the end of the forward of the last microbatch in
@@ -235,7 +330,8 @@ def stage_activation_phases(model: ModelSpec, *, mbs, seq, tp, pp, vp, sp, recom
     checkpointed Q, K, V for selective; plus :func:`recompute_working_bytes`). The second
     is 0 without recompute. ``rank_layers``/``rank_moe_layers``: the decoder and MoE
     layers the rank builds (default: an even split); an MoE layer keeps
-    :func:`moe_mlp_activation_delta` more than a dense one.
+    :func:`moe_mlp_activation_delta` more than a dense one. ``precision``: see
+    :func:`layer_activation_bytes`.
     """
     s, b, tp = (np.asarray(x, dtype=float) for x in (seq, mbs, tp))
     pp, stage = np.asarray(pp), np.asarray(stage)
@@ -251,9 +347,11 @@ def stage_activation_phases(model: ModelSpec, *, mbs, seq, tp, pp, vp, sp, recom
     moe_share = np.asarray(rank_moe_layers, dtype=float) / np.maximum(rank_layers, 1.0)
     n = inflight_layers(model.num_layers, pp=pp, vp=vp, num_microbatches=num_microbatches,
                         stage=stage, rank_layers=rank_layers)
+    moe_delta = moe_mlp_activation_delta(model, mbs=b, seq=s, tp=tp, etp=etp,
+                                         precision=precision)
     per_layer = layer_activation_bytes(model, mbs=b, seq=s, tp=tp, sp=sp, recompute=rc,
-                                       stores_scores=stores_scores) + moe_share * \
-        moe_mlp_activation_delta(model, mbs=b, seq=s, tp=tp, etp=etp)
+                                       stores_scores=stores_scores,
+                                       precision=precision) + moe_share * moe_delta
     ckpt = checkpoint_bytes(model, mbs=b, seq=s, tp=tp, sp=sp)
     kept = np.where(rc == 2, ckpt, per_layer)
     mb_first = inflight_microbatches_1f1b(pp, num_microbatches, stage)
@@ -263,14 +361,14 @@ def stage_activation_phases(model: ModelSpec, *, mbs, seq, tp, pp, vp, sp, recom
     last = 4 * xh / rep_div + 4 * s * b * v_pad / tp
     forward_end = n * kept + emb + np.where(stage == pp - 1, last, 0.0)
     q, kv, qkv = _attention_sizes(model, s, b, tp)
+    # norm input (16-bit) and QKV input (quantised under FP8) plus the checkpointed Q, K, V
     layer_left = np.where(rc == 2, ckpt,
-                          4 * xh / rep_div + _handed_qkv_bytes(model, q, kv, qkv))
+                          (2 + _qkv_input_bytes(model, precision)) * xh / rep_div
+                          + _handed_qkv_bytes(model, q, kv, qkv))
     working = recompute_working_bytes(model, mbs=b, seq=s, tp=tp, sp=sp, recompute=rc,
-                                      stores_scores=stores_scores)
+                                      stores_scores=stores_scores, precision=precision)
     # a fully recomputed MoE layer re-materialises its routed tokens too
-    working = working + np.where((rc == 2) & (np.asarray(rank_moe_layers) > 0),
-                                 moe_mlp_activation_delta(model, mbs=b, seq=s, tp=tp, etp=etp),
-                                 0.0)
+    working = working + np.where((rc == 2) & (np.asarray(rank_moe_layers) > 0), moe_delta, 0.0)
     recompute_peak = (n - 1) * kept + layer_left + working + emb
     return forward_end, np.where(rc == 0, 0.0, recompute_peak)
 
@@ -279,7 +377,7 @@ def stage_activation_bytes(model: ModelSpec, *, mbs, seq, tp, pp, vp, sp, recomp
                            num_microbatches, stage, stores_scores: bool, **layers):
     """Peak activation bytes on one GPU of pipeline ``stage`` (arrays broadcast): the larger
     of the two phases of :func:`stage_activation_phases` (``layers``: its rank_layers,
-    rank_moe_layers and etp keywords)."""
+    rank_moe_layers, etp and precision keywords)."""
     fwd, rec = stage_activation_phases(
         model, mbs=mbs, seq=seq, tp=tp, pp=pp, vp=vp, sp=sp, recompute=recompute,
         num_microbatches=num_microbatches, stage=stage, stores_scores=stores_scores, **layers)

@@ -5,9 +5,21 @@ theoretical_memory_usage.py; shared REFERENCE §3): 16-bit weights (2), gradient
 main-grad buffer (4 in fp32 for bf16/fp8, since Megatron forces
 ``accumulate_allreduce_grads_in_fp32`` with bf16; 2 for fp16), fp32 master weights, Adam m
 and v (12). The distributed optimizer shards the 12 over the data-parallel group (dp·cp ranks:
-with context parallelism gradients are reduced over the combined dp-cp group). FP8
-(Transformer Engine; ``fp8`` and ``mxfp8``) keeps an FP8 copy of the weights (+1 byte per
-parameter).
+with context parallelism gradients are reduced over the combined dp-cp group).
+
+FP8 weights (:func:`fp8_weight_bytes`): without ``--fp8-param-gather`` (the plans' flags) the
+parameters stay 16-bit and every TE linear keeps a quantised workspace of its weight, cached
+across the microbatches of an iteration (Megatron's TE wrappers pass ``is_first_microbatch``
+unless ``--disable-parameter-transpose-cache``; TE ``module/linear.py`` ``_Linear.forward`` →
+``quantize_weight(..., cache=...)`` with ``weight_quantizer.set_usage(rowwise=True,
+columnwise=is_grad_enabled and inp.requires_grad)``). On Hopper a Float8Tensor's column-wise
+data is a physical FP8 transpose (``tensor/float8_tensor.py``: ``if self.columnwise_usage and
+not non_tn`` allocates ``_transpose``; ``is_non_tn_fp8_gemm_supported`` is true from Blackwell
+on), so ``fp8`` adds 2 bytes per GEMM weight (1 with ``non_tn_fp8_gemm``); MXFP8 keeps row- and
+column-wise blocks with their scales, ``2·(1 + 1/32)``. Embedding, output layer and norms get
+no copy (:func:`memory_model.params.stage_non_gemm_parameters`). With ``--fp8-param-gather``
+(Megatron-Bridge's FP8 mixed-precision presets) the 16-bit weights are replaced by FP8 ones
+(row-wise plus transpose): 2 bytes per GEMM weight in all, not 4 — not a plan field here.
 
 Allowance (``other_bytes``): CUDA context with cuBLAS/cuDNN workspaces (≈ 1 GiB) plus NCCL
 communicator buffers (≈ 1 GiB: NCCL_BUFFSIZE 4 MiB × channels × peers over a few groups),
@@ -26,10 +38,33 @@ from configurator.core.model import ModelSpec
 from configurator.core.plan import RECOMPUTE_CODES, ParallelPlan, is_fp8
 from configurator.core.units import GiB
 from memory_model.activations import stage_activation_bytes
-from memory_model.params import stage_parameter_split
+from memory_model.params import stage_non_gemm_parameters, stage_parameter_split
 
 FIXED_OVERHEAD_BYTES = 2 * GiB
 FRAGMENTATION_FRACTION = 0.10
+
+
+def fp8_weight_bytes(precision: str, *, non_tn_fp8_gemm: bool = False) -> float:
+    """Bytes per GEMM weight of Transformer Engine's cached quantised weight workspace (module
+    docstring): 0 without FP8; ``fp8`` 2 (row-wise + FP8 transpose; 1 where the GPU runs
+    non-TN FP8 GEMMs, Blackwell); ``mxfp8`` ``2·(1 + 1/32)``."""
+    if precision == "mxfp8":
+        return 2 * (1 + 1 / 32)
+    if is_fp8(precision):
+        return 1.0 if non_tn_fp8_gemm else 2.0
+    return 0.0
+
+
+#: Share of GPU memory a recommended plan may use (``search --max-memory-fraction``'s
+#: default). The estimate already allows for fragmentation of activations; what it cannot
+#: see varies from run to run: PyTorch's caching allocator rounds large blocks up to 2 MiB
+#: and splits them (``torch.cuda.memory_stats`` "inactive_split" bytes of a few GiB are
+#: common late in training), NCCL grows buffers per new communicator and algorithm
+#: (``NCCL_BUFFSIZE`` 4 MiB × channels × peers), and spikes of the first iterations
+#: (optimizer state creation). 5 % of an 80 GiB GPU (4 GiB) covers the typical gap between
+#: ``max_memory_reserved`` and ``max_memory_allocated``; a published plan that uses more is
+#: still estimated (``estimate`` reports fits against the whole memory).
+DEFAULT_MAX_MEMORY_FRACTION = 0.95
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,18 +86,25 @@ class MemoryBreakdown:
 def memory_arrays(model: ModelSpec, *, tp, pp, dp, cp, vp, mbs, num_microbatches,
                   recompute, sp, distributed_optimizer, stage, precision: str,
                   stores_scores: bool, ep=1, etp=1, rank_layers=None,
-                  rank_moe_layers=None) -> dict[str, np.ndarray]:
+                  rank_moe_layers=None, non_tn_fp8_gemm: bool = False,
+                  fp8_param_gather: bool = False,
+                  grad_reduce_in_bf16: bool = False) -> dict[str, np.ndarray]:
     """Memory per GPU of ``stage`` for arrays of plans (bytes; keys as MemoryBreakdown).
 
     ``rank_layers``/``rank_moe_layers``: decoder and MoE layers the rank builds (default: an
     even split). Expert parameters' optimizer state is sharded over the expert-data-parallel
     group ``tp·cp·dp/(ep·etp)`` (Megatron's expert grid, ``parallel_state``), the others'
-    over ``dp·cp``."""
+    over ``dp·cp``. ``non_tn_fp8_gemm``: the GPU runs FP8 GEMMs in any layout (Blackwell), so
+    ``fp8`` keeps no weight transpose (:func:`fp8_weight_bytes`). ``fp8_param_gather``
+    (``--fp8-param-gather``) and ``grad_reduce_in_bf16`` (``--grad-reduce-in-bf16``,
+    megatron/training/arguments.py; Megatron-Bridge's ``grad_reduce_in_fp32=False``) are
+    Megatron flags the plans do not set: FP8 GEMM weights without the 16-bit copy, and a
+    16-bit main-grad buffer."""
     non_expert, expert = stage_parameter_split(model, tp, pp, stage, layers=rank_layers,
                                                moe_layers=rank_moe_layers, ep=ep, etp=etp)
     params = non_expert + expert
-    weight_bytes = 2 + is_fp8(precision)
-    grad_bytes = 2 if precision == "fp16" else 4
+    gemm_params = params - stage_non_gemm_parameters(model, tp, pp, stage)
+    grad_bytes = 2 if precision == "fp16" or grad_reduce_in_bf16 else 4
     dp_cp = np.asarray(dp) * np.asarray(cp)
     shard = np.where(distributed_optimizer, dp_cp, 1)
     expert_shard = np.where(distributed_optimizer,
@@ -71,9 +113,12 @@ def memory_arrays(model: ModelSpec, *, tp, pp, dp, cp, vp, mbs, num_microbatches
                                  pp=pp, vp=vp, sp=sp, recompute=recompute,
                                  num_microbatches=num_microbatches, stage=stage,
                                  stores_scores=stores_scores, rank_layers=rank_layers,
-                                 rank_moe_layers=rank_moe_layers, etp=etp)
+                                 rank_moe_layers=rank_moe_layers, etp=etp,
+                                 precision=precision)
     out = {
-        "parameters_bytes": params * weight_bytes,
+        "parameters_bytes": params * 2.0 + gemm_params * (fp8_weight_bytes(
+            precision, non_tn_fp8_gemm=non_tn_fp8_gemm) - 2.0 * (
+                fp8_param_gather and is_fp8(precision))),
         "gradients_bytes": params * grad_bytes,
         "optimizer_bytes": non_expert * 12.0 / shard + expert * 12.0 / expert_shard,
         "activations_bytes": act,

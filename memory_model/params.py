@@ -176,6 +176,18 @@ def stage_parameter_split(model: ModelSpec, tp, pp, stage, *, layers=None, moe_l
     return non_expert, expert
 
 
+def stage_non_gemm_parameters(model: ModelSpec, tp, pp, stage):
+    """Parameters of ``stage`` outside Transformer Engine's linear layers (arrays broadcast):
+    the word (and position) embedding on the first stage, the output layer and final norm on
+    the last, and the embedding copy MTP needs there. These get no FP8 weight copy; the
+    layers' norms, biases and routers (under 0.1 % of a layer) are counted with the GEMMs."""
+    tp, pp, stage = (np.asarray(x) for x in (tp, pp, stage))
+    out = np.where(stage == 0, embedding_parameters(model, tp), 0.0)
+    mtp_emb = np.where(pp > 1, embedding_parameters(model, tp), 0.0) if (
+        model.mtp_num_layers and model.untie_embeddings_and_output_weights) else 0.0
+    return out + np.where(stage == pp - 1, output_parameters(model, tp, pp) + mtp_emb, 0.0)
+
+
 def stage_parameters(model: ModelSpec, tp, pp, stage, **kw):
     """All parameters held by one GPU of pipeline ``stage`` (count; see
     :func:`stage_parameter_split` for the keyword arguments)."""

@@ -24,6 +24,7 @@ from configurator.cost.placed import PlacedPlan
 from configurator.search.evaluate import evaluate_plan
 from launchers.megatron_flags import flag_argv, megatron_flags
 from memory_model.estimate import memory_arrays
+from memory_model.params import stage_non_gemm_parameters, stage_parameters
 from tests.conftest import run_cli
 from tests.placement_cases import assert_links_agree
 from tests.megatron_argv import LLAMA8, assert_validate_args_rules, parse_argv
@@ -86,8 +87,14 @@ def test_mxfp8_gemm_rate_and_memory_follow_fp8():
                             precision=prec, stores_scores=False)
         times[prec, "weights"] = float(mem["parameters_bytes"])
     assert times["mxfp8"] == pytest.approx(times["fp8"]) and times["fp8"] < times["bf16"]
-    # Transformer Engine's FP8 weight copy: +1 byte per parameter for both FP8 precisions
-    assert times["mxfp8", "weights"] == times["fp8", "weights"] == 1.5 * times["bf16", "weights"]
+    # Transformer Engine's cached FP8 weight workspace of every GEMM weight (embedding and
+    # output layer excluded): row-wise + transpose for fp8 (2 bytes on Hopper's TN-only FP8
+    # GEMMs), row- and column-wise blocks with a scale per 32 for mxfp8
+    gemm = stage_parameters(model, 2, 1, 0) - stage_non_gemm_parameters(model, 2, 1, 0)
+    assert times["bf16", "weights"] == pytest.approx(2 * stage_parameters(model, 2, 1, 0))
+    assert times["fp8", "weights"] == pytest.approx(times["bf16", "weights"] + 2 * gemm)
+    assert times["mxfp8", "weights"] == pytest.approx(
+        times["bf16", "weights"] + 2 * (1 + 1 / 32) * gemm)
 
 
 def test_mxfp8_on_hopper_is_a_one_line_input_error():

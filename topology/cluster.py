@@ -544,6 +544,9 @@ class Cluster:
         self._graph = graph
         #: Global rank -> physical GPU (torchrun's default order).
         self.placement = Placement(gpus_per_node)
+        #: Measured layer times (:class:`configurator.core.profile.LayerProfile`) the cost
+        #: model uses in place of its analytic layer compute, or None.
+        self.layer_profile = None
         self._cache: dict = {}
 
     def with_gpu(self, gpu: GPUSpec) -> "Cluster":
@@ -551,6 +554,13 @@ class Cluster:
         only the cost model's compute figures change, so the link caches are shared)."""
         out = copy.copy(self)
         out.gpu = gpu
+        return out
+
+    def with_layer_profile(self, profile) -> "Cluster":
+        """The same cluster with ``profile`` (a :class:`configurator.core.profile.LayerProfile`
+        of the job's model and precision) as :attr:`layer_profile`."""
+        out = copy.copy(self)
+        out.layer_profile = profile
         return out
 
     # -- basic facts ---------------------------------------------------------------------
@@ -884,6 +894,7 @@ class Cluster:
                       graph=None if self._graph is None else nx.DiGraph(),
                       nvlink_domain_gpus=self.nvlink_domain_gpus,
                       host_domains=self.host_domain[idx] if idx else [])
+        sub.layer_profile = self.layer_profile
         if self._graph is not None:
             keep = set(names)
             g = self._graph

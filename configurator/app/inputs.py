@@ -30,13 +30,22 @@ class JobInputs:
     topology: str | None = None
     exclude_flagged: bool = False
     calibration: str | None = None
+    #: measured layer times (``configurator profile``) in place of the analytic compute
+    profile: str | None = None
 
 
 def resolve(inputs: JobInputs, *, exclude_flagged: bool | None = None,
             precision: str = "bf16") -> tuple[ModelSpec, Cluster]:
     """:func:`resolve_uncalibrated`, then the calibration's values for ``precision`` (the
-    plan's) on the cluster's GPU."""
+    plan's) on the cluster's GPU and the layer profile (checked against the model, the GPU
+    and ``precision``: :meth:`configurator.core.profile.LayerProfile.check_job`)."""
     model, cluster = resolve_uncalibrated(inputs, exclude_flagged=exclude_flagged)
+    if inputs.profile:
+        from configurator.core.profile import load_profile
+
+        prof = load_profile(inputs.profile)
+        prof.check_job(model, cluster.gpu.name, precision)
+        cluster = cluster.with_layer_profile(prof)
     if inputs.calibration:
         from topology.calibration import load_calibration
 

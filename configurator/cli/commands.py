@@ -7,8 +7,8 @@ import argparse
 from dataclasses import dataclass
 from typing import Callable
 
-from configurator.cli import (audit_command, plan_commands, probe_command, topology_commands,
-                              validate_commands)
+from configurator.cli import (audit_command, plan_commands, probe_command, profile_command,
+                              topology_commands, validate_commands)
 from configurator.core.errors import one_line
 from configurator.core.limits import describe_ranges
 
@@ -93,6 +93,12 @@ COMMANDS: tuple[Command, ...] = (
             "error before and after and the leave-one-out error; refuse parameters the runs "
             "do not determine. Use the file with search/estimate/validate --calibration.",
             validate_commands.add_calibrate_arguments, validate_commands.run_calibrate),
+    Command("profile", "time one transformer layer with torch (CUDA or CPU)",
+            "Time one transformer layer's forward and backward with torch on the local device "
+            "(CUDA when present, else the CPU) at the per-rank shapes of each --tp/--cp/--mbs, "
+            "write the profile (estimate/search --profile use it instead of the analytic "
+            "layer compute) and, on a GPU, compare it with the analytic layer time.",
+            profile_command.add_profile_arguments, profile_command.run_profile),
     Command("topology", "import and inspect measured cluster topologies",
             "Measured topology files: import nccl-tests logs, nvidia-smi topo -m output and "
             "probe results.",

@@ -66,6 +66,10 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--calibration", metavar="FILE",
                    help="calibrated GPU efficiencies (configurator calibrate -o FILE) in "
                         "place of the GPU preset's")
+    p.add_argument("--profile", metavar="FILE",
+                   help="measured layer times (configurator profile -o FILE, taken on the "
+                        "cluster's GPU for this model and precision) in place of the analytic "
+                        "layer compute at the shapes it holds")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -73,7 +77,8 @@ def _inputs(args, exclude_flagged: bool = False) -> JobInputs:
     return JobInputs(model=args.model, cluster=args.cluster, nodes=args.nodes,
                      seq_length=args.seq_length, topology=args.topology,
                      exclude_flagged=exclude_flagged,
-                     calibration=getattr(args, "calibration", None))
+                     calibration=getattr(args, "calibration", None),
+                     profile=getattr(args, "profile", None))
 
 
 def _placement_options(p, budget_s: float, evaluations: int) -> None:

@@ -168,7 +168,23 @@ def moe_mlp_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec, T, kw):
     return {"fwd": fwd, "tokens_routed": R, "tokens_in": X}
 
 
-def layer_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec) -> dict:
+def profiled_layer_s(profile, c: Candidates, fwd, bwd) -> tuple:
+    """``(fwd, bwd)`` with the measured times of ``profile`` (a
+    :class:`configurator.core.profile.LayerProfile` of the model and precision) where it holds
+    the plan's per-rank shape ``(tp, cp, mbs, sequence_parallel)``; analytic elsewhere.
+    Arrays of seconds, one per plan."""
+    fwd, bwd = (np.array(np.broadcast_to(x, c.tp.shape), dtype=float) for x in (fwd, bwd))
+    keys = np.stack([c.tp, c.cp, c.mbs, c.sequence_parallel & (c.tp > 1)], axis=1)
+    uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
+    for k, key in enumerate(uniq):
+        hit = profile.lookup(*(int(x) for x in key))
+        if hit is not None:
+            rows = inverse.reshape(-1) == k
+            fwd[rows], bwd[rows] = hit
+    return fwd, bwd
+
+
+def layer_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec, profile=None) -> dict:
     """Forward/backward/recompute times (s) of one layer for one microbatch, per plan.
 
     ``fwd``, ``bwd``, ``recompute`` are a dense layer's GPU times; ``moe_fwd``, ``moe_bwd``,
@@ -176,7 +192,9 @@ def layer_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec) -> dict:
     replaced by :func:`moe_mlp_costs` (backward 2× the forward); ``host``, ``moe_host``:
     the host's time to issue each layer's forward (:func:`host_layer_s`), which
     :func:`configurator.cost.iteration.layer_type_times` sets against the layer's GPU time
-    and communication."""
+    and communication. ``profile``: measured dense-layer times that replace the analytic
+    ``fwd``/``bwd`` at the shapes it holds (:func:`profiled_layer_s`; an MoE layer keeps its
+    analytic MLP difference on top)."""
     eff = gpu.efficiency
     h, a, g, f = (model.hidden_size, model.num_attention_heads, model.num_query_groups,
                   model.ffn_hidden_size)
@@ -227,6 +245,8 @@ def layer_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec) -> dict:
     elem_bwd = (2 * elem + cast_b) / (hbm * eff.hbm) + 2 * n_kernels * eff.kernel_overhead_s
     fwd = gemm_fwd + attn_fwd + elem_fwd
     bwd = 2 * gemm_fwd + attn_bwd + elem_bwd
+    if profile is not None:
+        fwd, bwd = profiled_layer_s(profile, c, fwd, bwd)
     recompute = np.select([c.recompute == 2, c.recompute == 1], [fwd, attn_fwd], 0.0)
     host_dense, host_moe = host_layer_s(model, c, gpu)
     out = {"fwd": fwd, "bwd": bwd, "recompute": recompute, "attn": attn_fwd + attn_bwd,

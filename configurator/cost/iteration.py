@@ -258,7 +258,7 @@ def iteration_time(model: ModelSpec, cluster, c: Candidates,
     comm = comm_figures(cluster, c) if comm is None else comm
     if "ep_on_node" not in comm:
         comm = dict(comm, **expert_comm_figures(cluster, c))
-    lc = layer_costs(model, c, gpu)
+    lc = layer_costs(model, c, gpu, cluster.layer_profile)
     pp, vp = (x.astype(float) for x in (c.pp, c.vp))
     m = c.num_microbatches.astype(float)
     types = layer_type_times(model, c, lc, comm)

@@ -110,7 +110,7 @@ class PlacedPlan:
         self.table = cluster.link_table()
         c = Candidates.from_plan(plan)
         self.c = c
-        self.lc = layer_costs(model, c, cluster.gpu)
+        self.lc = layer_costs(model, c, cluster.gpu, cluster.layer_profile)
         self.act_bytes = 2.0 * self.lc["tokens"] * model.hidden_size
         pp, dp, cp, tp = plan.pp, plan.dp, plan.cp, plan.tp
         # global rank grid [pp, dp, cp, tp] (rank = t + tp·(c + cp·(d + dp·s)))

@@ -7,9 +7,9 @@
 #       overlap_param_gather=True microbatches=32
 # cluster: nodes=128 gpus_per_node=8 world_size=1024
 # predicted:
-#   iteration_time_s: 17.414
-#   model_tflops_per_gpu: 187.3
-#   mfu: 0.6
+#   iteration_time_s: 17.732
+#   model_tflops_per_gpu: 184.0
+#   mfu: 0.59
 #   peak_memory_GiB: 69.33
 #
 # Usage on every node: MEGATRON_LM_DIR=/path/to/Megatron-LM bash launch_torchrun.sh [NODE_RANK] [extra pretrain_gpt.py flags...]

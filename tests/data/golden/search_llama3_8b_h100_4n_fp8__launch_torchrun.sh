@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # torchrun launch: Megatron-LM pretrain_gpt.py (core_v0.16.1 flags), rendered by configurator.
 # model: llama3-8b: layers=32 hidden=4096 ffn=14336 heads=32 query_groups=8 seq=8192 vocab=128256
-# plan: tp=1 pp=1 dp=16 cp=2 vp=1 mbs=1 gbs=256 ep=1 etp=1 first=0 last=0 acct_emb=False
-#       acct_loss=False recompute=none sequence_parallel=False distributed_optimizer=True
+# plan: tp=2 pp=1 dp=16 cp=1 vp=1 mbs=2 gbs=256 ep=1 etp=1 first=0 last=0 acct_emb=False
+#       acct_loss=False recompute=none sequence_parallel=True distributed_optimizer=True
 #       precision=fp8 attention_backend=auto overlap_grad_reduce=True
-#       overlap_param_gather=True microbatches=16
+#       overlap_param_gather=True microbatches=8
 # cluster: nodes=4 gpus_per_node=8 world_size=32
 # predicted:
-#   iteration_time_s: 4.025
-#   model_tflops_per_gpu: 838.1
-#   mfu: 0.847
-#   peak_memory_GiB: 78.09
+#   iteration_time_s: 4.756
+#   model_tflops_per_gpu: 709.3
+#   mfu: 0.717
+#   peak_memory_GiB: 70.67
 #
 # Usage on every node: MEGATRON_LM_DIR=/path/to/Megatron-LM bash launch_torchrun.sh [NODE_RANK] [extra pretrain_gpt.py flags...]
 # NODE_RANK: first argument, else $NODE_RANK (required).
@@ -67,14 +67,15 @@ TORCHRUN_ARGS=(
 # shellcheck disable=SC2054  # commas belong to values (--split 949,50,1)
 MEGATRON_ARGS=(
     # parallelism
-    --tensor-model-parallel-size 1
+    --tensor-model-parallel-size 2
     --pipeline-model-parallel-size 1
-    --context-parallel-size 2
+    --context-parallel-size 1
+    --sequence-parallel
     --use-distributed-optimizer
     --overlap-grad-reduce
     --overlap-param-gather
     # batch
-    --micro-batch-size 1
+    --micro-batch-size 2
     --global-batch-size 256
     # model
     --num-layers 32

@@ -1,0 +1,125 @@
+"""``configurator profile``: time one transformer layer's forward and backward with torch on
+the local device (CUDA when present, else the CPU) at the per-rank shapes of each ``--tp``,
+``--cp``, ``--mbs``, write the profile (``--out``, default ``profile.yaml``; never over an
+existing file without ``--force``) and, on a GPU, compare with the analytic layer time.
+
+torch is imported only when the command runs (:mod:`configurator.app.profile_jobs`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import sys
+
+from configurator.app.profile_jobs import (DEFAULT_REPEATS, DEFAULT_WARMUP, DEVICES,
+                                           ProfileRequest, run_profile as profile_job)
+from configurator.core import jsonout
+from configurator.core.model import MODEL_PRESETS
+from configurator.core.profile import PROFILE_PRECISIONS
+from topology.gpus import GPU_PRESETS
+
+
+def add_profile_arguments(p) -> None:
+    p.add_argument("--model", required=True,
+                   help="preset name (" + ", ".join(MODEL_PRESETS) + "), a YAML/JSON file "
+                        "with Megatron keys, or a Hugging Face config.json")
+    p.add_argument("--tp", type=int, nargs="+", default=[1], metavar="T",
+                   help="tensor_model_parallel_size values to profile (default 1)")
+    p.add_argument("--cp", type=int, nargs="+", default=[1], metavar="C",
+                   help="context_parallel_size values to profile (default 1)")
+    p.add_argument("--mbs", type=int, nargs="+", default=[1], metavar="B",
+                   help="micro_batch_size values to profile (default 1)")
+    p.add_argument("--sequence-parallel", dest="sequence_parallel",
+                   action=argparse.BooleanOptionalAction, default=None,
+                   help="sequence parallelism (default: on when tp > 1)")
+    p.add_argument("--seq-length", type=int, help="override the model's sequence length")
+    p.add_argument("--precision", choices=PROFILE_PRECISIONS, default="bf16",
+                   help="bf16 (default) or fp8 (needs CUDA and Transformer Engine)")
+    p.add_argument("--device", choices=DEVICES, default="auto",
+                   help="where to run: auto (CUDA when torch sees it, else the CPU; default), "
+                        "cuda or cpu")
+    p.add_argument("--gpu", choices=tuple(GPU_PRESETS), metavar="PRESET",
+                   help="GPU preset of the analytic comparison (" + ", ".join(GPU_PRESETS)
+                        + "; default: guessed from the CUDA device's name)")
+    p.add_argument("--warmup", type=int, default=DEFAULT_WARMUP, metavar="N",
+                   help=f"untimed runs per shape (default {DEFAULT_WARMUP})")
+    p.add_argument("--repeats", type=int, default=DEFAULT_REPEATS, metavar="N",
+                   help=f"timed runs per shape, the median reported (default {DEFAULT_REPEATS})")
+    p.add_argument("-o", "--out", default="profile.yaml", metavar="FILE",
+                   help="profile to write (YAML; JSON for a .json name; default profile.yaml); "
+                        "refused if it exists without --force")
+    p.add_argument("--force", action="store_true", help="overwrite an existing --out file")
+    p.add_argument("--json", action="store_true", help="print the profile as JSON")
+
+
+def _progress(shapes):
+    from tqdm import tqdm
+
+    return tqdm(shapes, desc="profile", unit="shape", leave=False, file=sys.stderr,
+                disable=None)
+
+
+def run_profile(args) -> int:
+    out = profile_job(ProfileRequest(
+        model=args.model, tp=tuple(args.tp), cp=tuple(args.cp), mbs=tuple(args.mbs),
+        sequence_parallel=args.sequence_parallel, seq_length=args.seq_length,
+        precision=args.precision, device=args.device, gpu=args.gpu, warmup=args.warmup,
+        repeats=args.repeats, out=args.out, force=args.force), progress=_progress)
+    if args.json:
+        print(jsonout.dumps(out.layer.to_dict(), indent=2))
+        if out.written:
+            print(f"wrote {out.written}", file=sys.stderr)
+        return 0
+    print(format_profile(out))
+    if out.written:
+        print(f"wrote {out.written}")
+    return 0
+
+
+def _box():
+    from rich import box
+
+    # the ranked table's look (configurator/report/table.py): the header underlined
+    return box.Box("    \n" "    \n" " -- \n" "    \n" "    \n" "    \n" "    \n" "    \n",
+                   ascii=True)
+
+
+def format_profile(out) -> str:
+    """A header line, the table (tp, cp, mbs, sp, profiled forward/backward ms and, with a
+    comparison, the analytic ones and profiled / analytic), then the note and why there is
+    no comparison."""
+    from rich.console import Console
+    from rich.table import Table
+
+    prof = out.layer
+    lines = [f"profiled one layer of {prof.model} (seq {prof.seq_length}, {prof.precision}) "
+             f"on {prof.device}, torch {prof.torch_version}: median of {out.repeats} runs "
+             f"after {out.warmup} warm-up"
+             + (f"; analytic: {out.analytic_gpu}" if out.comparison else "")]
+    t = Table(box=_box(), show_edge=False, pad_edge=False, padding=(0, 1, 0, 0),
+              header_style="", highlight=False)
+    heads = ["tp", "cp", "mbs", "sp", "fwd (ms)", "bwd (ms)"]
+    if out.comparison:
+        heads += ["analytic fwd (ms)", "analytic bwd (ms)", "fwd ratio", "bwd ratio"]
+    for hd in heads:
+        t.add_column(hd, justify="right", no_wrap=True)
+    rows = out.comparison or [None] * len(prof.entries)
+    for e, c in zip(prof.entries, rows):
+        cells = [str(e.tp), str(e.cp), str(e.mbs), "yes" if e.sequence_parallel else "no",
+                 f"{1e3 * e.forward_s:.3f}", f"{1e3 * e.backward_s:.3f}"]
+        if c is not None:
+            cells += [f"{1e3 * c.analytic_forward_s:.3f}", f"{1e3 * c.analytic_backward_s:.3f}",
+                      f"{e.forward_s / c.analytic_forward_s:.2f}",
+                      f"{e.backward_s / c.analytic_backward_s:.2f}"]
+        t.add_row(*cells)
+    console = Console(file=io.StringIO(), width=200, color_system=None, force_terminal=False,
+                      legacy_windows=False, no_color=True, emoji=False, highlight=False,
+                      soft_wrap=False)
+    rendered = console.render_lines(t, console.options, pad=False)
+    lines += ["".join(seg.text for seg in line).rstrip() for line in rendered]
+    if prof.note:
+        lines.append(f"note: {prof.note}")
+    if out.no_comparison:
+        lines.append(out.no_comparison)
+    return "\n".join(lines)
