@@ -18,8 +18,9 @@ not non_tn`` allocates ``_transpose``; ``is_non_tn_fp8_gemm_supported`` is true 
 on), so ``fp8`` adds 2 bytes per GEMM weight (1 with ``non_tn_fp8_gemm``); MXFP8 keeps row- and
 column-wise blocks with their scales, ``2·(1 + 1/32)``. Embedding, output layer and norms get
 no copy (:func:`memory_model.params.stage_non_gemm_parameters`). With ``--fp8-param-gather``
-(Megatron-Bridge's FP8 mixed-precision presets) the 16-bit weights are replaced by FP8 ones
-(row-wise plus transpose): 2 bytes per GEMM weight in all, not 4 — not a plan field here.
+(the plan field ``fp8_param_gather``; Megatron-Bridge's FP8 mixed-precision presets) the
+16-bit weights are replaced by FP8 ones (row-wise plus transpose): 2 bytes per GEMM weight in
+all, not 4.
 
 Allowance (``other_bytes``): CUDA context with cuBLAS/cuDNN workspaces (≈ 1 GiB) plus NCCL
 communicator buffers (≈ 1 GiB: NCCL_BUFFSIZE 4 MiB × channels × peers over a few groups),
@@ -96,10 +97,11 @@ def memory_arrays(model: ModelSpec, *, tp, pp, dp, cp, vp, mbs, num_microbatches
     group ``tp·cp·dp/(ep·etp)`` (Megatron's expert grid, ``parallel_state``), the others'
     over ``dp·cp``. ``non_tn_fp8_gemm``: the GPU runs FP8 GEMMs in any layout (Blackwell), so
     ``fp8`` keeps no weight transpose (:func:`fp8_weight_bytes`). ``fp8_param_gather``
-    (``--fp8-param-gather``) and ``grad_reduce_in_bf16`` (``--grad-reduce-in-bf16``,
-    megatron/training/arguments.py; Megatron-Bridge's ``grad_reduce_in_fp32=False``) are
-    Megatron flags the plans do not set: FP8 GEMM weights without the 16-bit copy, and a
-    16-bit main-grad buffer."""
+    (the plan field, ``--fp8-param-gather``; arrays broadcast; the callers pass it only with
+    the distributed optimizer, which Megatron requires for it): FP8 GEMM weights without the
+    16-bit copy. ``grad_reduce_in_bf16`` (``--grad-reduce-in-bf16``,
+    megatron/training/arguments.py; Megatron-Bridge's ``grad_reduce_in_fp32=False``), a
+    Megatron flag the plans do not set: a 16-bit main-grad buffer."""
     non_expert, expert = stage_parameter_split(model, tp, pp, stage, layers=rank_layers,
                                                moe_layers=rank_moe_layers, ep=ep, etp=etp)
     params = non_expert + expert
@@ -118,7 +120,7 @@ def memory_arrays(model: ModelSpec, *, tp, pp, dp, cp, vp, mbs, num_microbatches
     out = {
         "parameters_bytes": params * 2.0 + gemm_params * (fp8_weight_bytes(
             precision, non_tn_fp8_gemm=non_tn_fp8_gemm) - 2.0 * (
-                fp8_param_gather and is_fp8(precision))),
+                np.logical_and(fp8_param_gather, is_fp8(precision)))),
         "gradients_bytes": params * grad_bytes,
         "optimizer_bytes": non_expert * 12.0 / shard + expert * 12.0 / expert_shard,
         "activations_bytes": act,
@@ -164,7 +166,8 @@ def estimate_memory(model: ModelSpec, plan: ParallelPlan) -> list[MemoryBreakdow
         recompute=RECOMPUTE_CODES[plan.recompute], sp=plan.sequence_parallel,
         distributed_optimizer=plan.distributed_optimizer, stage=stages,
         precision=plan.precision, stores_scores=plan.stores_attention_scores,
-        ep=plan.ep, etp=plan.etp, rank_layers=counts[:, 0], rank_moe_layers=counts[:, 1])
+        ep=plan.ep, etp=plan.etp, rank_layers=counts[:, 0], rank_moe_layers=counts[:, 1],
+        fp8_param_gather=plan.fp8_param_gather and plan.distributed_optimizer)
     return [MemoryBreakdown(stage=int(i), **{k: float(np.broadcast_to(v, stages.shape)[i])
                                              for k, v in arrays.items()})
             for i in stages]

@@ -52,7 +52,7 @@ def plan_spread():
                             global_batch_size=dp * pp * 2, recompute=rec, precision=prec,
                             attention_backend=att, sequence_parallel=sp and tp > 1,
                             distributed_optimizer=dopt, overlap_grad_reduce=ogr,
-                            overlap_param_gather=opg)
+                            overlap_param_gather=opg, fp8_param_gather=opg)
         try:
             check_plan(model, plan, plan.world_size)
         except InputError:
@@ -168,6 +168,8 @@ def assert_validate_args_rules(a: dict, world_size: int) -> None:
     assert gbs % (mbs * dp) == 0
     if "--overlap-param-gather" in a:
         assert "--use-distributed-optimizer" in a and "--overlap-grad-reduce" in a
+    if "--fp8-param-gather" in a:   # "--fp8-param-gather only supported with distributed ..."
+        assert "--use-distributed-optimizer" in a and "--fp8-format" in a
     if "--sequence-parallel" in a:
         assert tp > 1
     gran = a.get("--recompute-granularity")

@@ -206,8 +206,8 @@ def test_llama3_70b_fp8_recipe_fits_h100(recompute):
     """Megatron-Bridge runs this on 64 H100 80 GB with ``bf16_with_fp8_current_scaling_mixed``
     (``fp8_param_gather=True``) and ``grad_reduce_in_fp32=False`` (perf_recipes/_common.py
     ``_perf_precision``): it fits with room for the allowances. With Megatron-LM's defaults
-    (what the plans emit: fp32 main grads, 16-bit weights plus TE's FP8 workspace) the same
-    shape is at the capacity; the difference is exactly those two terms."""
+    (fp32 main grads, 16-bit weights plus TE's FP8 workspace) the same shape is at the
+    capacity; the difference is exactly those two terms."""
     recipe = float(peak_memory_arrays(LLAMA70, recompute=recompute, fp8_param_gather=True,
                                       grad_reduce_in_bf16=True, **RECIPE))
     assert recipe < H100_BYTES - 4 * GiB
@@ -233,3 +233,35 @@ def test_fp8_stage_activations_vectorised():
     for i in range(len(tp)):
         one = stage_activation_bytes(LLAMA70, tp=tp[i], recompute=rc[i], sp=sp[i], **kw)
         assert float(batch[i]) == pytest.approx(float(one), rel=1e-12)
+
+
+def test_fp8_param_gather_plan_field_makes_the_recipe_fit():
+    """The plan field ``fp8_param_gather`` (Megatron ``--fp8-param-gather``): ``estimate`` of
+    the Megatron-Bridge Llama-3 70B FP8 shape on 64 H100 fits with it and not without; it
+    drops 2 bytes per GEMM weight, only with FP8 and the distributed optimizer (Megatron
+    requires it), and the launch flags carry it."""
+    import json
+
+    from tests.conftest import run_cli
+
+    argv = ("estimate", "--model", "llama3-70b", "--cluster", "dgx-h100-80gb", "--nodes", "8",
+            "--gbs", "128", "--tp", "4", "--pp", "8", "--vp", "5", "--mbs", "1",
+            "--precision", "fp8", "--json")
+    out = {}
+    for extra in ((), ("--fp8-param-gather",), ("--fp8-param-gather",
+                                                 "--no-distributed-optimizer")):
+        res = run_cli(*argv, *extra)
+        assert res.returncode == 0, res.stderr
+        out[extra] = json.loads(res.stdout)
+    plain, gather, no_dopt = out.values()
+    assert not plain["fits"] and gather["fits"]
+    params = float(stage_parameters(LLAMA70, 4, 8, 0))
+    gemm = params - float(stage_non_gemm_parameters(LLAMA70, 4, 8, 0))
+    stage0 = {k: d["memory_per_stage"][0]["parameters_bytes"] for k, d in out.items()}
+    assert stage0[()] - stage0[("--fp8-param-gather",)] == pytest.approx(2 * gemm, rel=1e-9)
+    assert no_dopt["config"]["fp8_param_gather"] is True
+    assert no_dopt["memory_per_stage"][0]["parameters_bytes"] == stage0[()]
+    bf16 = run_cli(*argv[:-3], "--precision", "bf16", "--fp8-param-gather", "--json")
+    plain16 = run_cli(*argv[:-3], "--precision", "bf16", "--json")
+    assert json.loads(bf16.stdout)["memory_per_stage"] == json.loads(
+        plain16.stdout)["memory_per_stage"]

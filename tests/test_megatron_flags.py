@@ -9,7 +9,7 @@ import textwrap
 import pytest
 
 from configurator.core.errors import InputError
-from configurator.core.plan import ParallelPlan
+from configurator.core.plan import ParallelPlan, is_fp8
 from launchers import TrainingArgs
 from launchers.megatron_flags import flag_argv, megatron_flags
 from launchers.megatron_flags import FLAG_TABLE
@@ -60,6 +60,8 @@ def test_validate_args_rules_hold_for_the_spread():
             assert a["--attention-backend"] == plan.attention_backend
         assert ("--overlap-param-gather" in a) == (
             plan.overlap_param_gather and plan.distributed_optimizer and plan.overlap_grad_reduce)
+        assert ("--fp8-param-gather" in a) == (
+            plan.fp8_param_gather and plan.distributed_optimizer and is_fp8(plan.precision))
 
 
 def test_exact_flags_gpt3_175b():

@@ -15,11 +15,15 @@ undetermined parameters are left out of the group's fit and named in its note; w
 
 Leave-one-out error: each run's residual with itself left out, by the hat-matrix formula of
 least squares ``e_i / (1 - h_ii)`` at the fitted point (exact for a linear model, first
-order here).
+order here). Without ``params`` it also selects the model: every subset of the determined
+parameters is fitted and the one with the lowest leave-one-out error kept (ties: more
+parameters), and none at all when no subset predicts the runs left out better than the
+preset values do.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -126,8 +130,6 @@ def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
               params: tuple[str, ...] | None, source: str) -> GroupFit:
     """Fit one group (see the module docstring). Raises :class:`InputError` when the runs
     cannot determine an explicitly requested parameter."""
-    from scipy.optimize import least_squares
-
     explicit = params is not None
     names = list(params or default_parameters(precision))
     for n in names:
@@ -150,12 +152,47 @@ def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
         while len(kept) >= len(prepared) and kept:
             dropped = kept.pop()
             notes.append(f"{dropped}: left out ({msg})")
-    idx = [names.index(n) for n in kept]
     mape_before = float(np.mean(np.abs(np.exp(r0) - 1)))
     if not kept:
         return GroupFit(gpu=base_gpu.name, precision=precision, runs=len(prepared),
                         parameters={}, before=before, mape_before=mape_before,
                         mape_after=mape_before, loo_mape=None, notes=notes)
+    fits = [_fit(prepared, base_gpu, names, before, x0, sub, source)
+            for sub in ([kept] if explicit else _subsets(kept))]
+    # without explicit parameters: the subset that best predicts the runs left out
+    best = min(fits, key=lambda f: (f[2] is None, f[2] if f[2] is not None else 0.0,
+                                    -len(f[0])))
+    if not explicit:
+        for n in kept:
+            if n not in best[0]:
+                notes.append(f"{n}: left out (the leave-one-out error is lower without it)")
+        if best[2] is not None and best[2] >= mape_before:
+            notes.append(f"no fit predicts the runs left out better than the preset values "
+                         f"(leave-one-out {100 * best[2]:.1f} % vs {100 * mape_before:.1f} %)")
+            return GroupFit(gpu=base_gpu.name, precision=precision, runs=len(prepared),
+                            parameters={}, before=before, mape_before=mape_before,
+                            mape_after=mape_before, loo_mape=None, notes=notes)
+    values, r, loo, fit_notes = best
+    return GroupFit(gpu=base_gpu.name, precision=precision, runs=len(prepared),
+                    parameters={k: round(float(v), 6) for k, v in values.items()},
+                    before={k: round(float(v), 6) for k, v in before.items()},
+                    mape_before=mape_before, mape_after=float(np.mean(np.abs(np.exp(r) - 1))),
+                    loo_mape=loo, notes=notes + fit_notes)
+
+
+def _subsets(names: list[str]) -> list[list[str]]:
+    """Every non-empty subset of ``names``, largest first."""
+    return [list(c) for k in range(len(names), 0, -1)
+            for c in itertools.combinations(names, k)]
+
+
+def _fit(prepared, base_gpu, names, before, x0, kept, source):
+    """Least-squares fit of ``kept`` (the others at ``before``): ``(values, log residuals,
+    leave-one-out MAPE or None, notes)``; the leave-one-out error from the hat matrix of the
+    linearised fit (``r_i / (1 - h_ii)``)."""
+    from scipy.optimize import least_squares
+
+    idx = [names.index(n) for n in kept]
     lo = np.array([math.log(1e-3) for _ in kept])
     hi = np.array([0.0 if n in FRACTIONS else math.log(MAX_HOST_OP_US) for n in kept])
     start = np.clip(x0[idx], lo + 1e-9, hi - 1e-9)
@@ -170,18 +207,14 @@ def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
     values = dict(zip(kept, np.exp(sol.x)))
     r = sol.fun
     Jf = sol.jac
-    loo = None
+    loo, notes = None, []
     try:
         H = Jf @ np.linalg.pinv(Jf.T @ Jf) @ Jf.T
         h = np.clip(np.diag(H), 0.0, 0.999)
         loo = float(np.mean(np.abs(np.exp(r / (1 - h)) - 1)))
     except np.linalg.LinAlgError:
         notes.append("leave-one-out error not computable (singular Jacobian)")
-    return GroupFit(gpu=base_gpu.name, precision=precision, runs=len(prepared),
-                    parameters={k: round(float(v), 6) for k, v in values.items()},
-                    before={k: round(float(v), 6) for k, v in before.items()},
-                    mape_before=mape_before, mape_after=float(np.mean(np.abs(np.exp(r) - 1))),
-                    loo_mape=loo, notes=notes)
+    return values, r, loo, notes
 
 
 def calibrate_runs(runs: list[MeasuredRun], params: tuple[str, ...] | None = None,

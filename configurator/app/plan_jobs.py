@@ -31,6 +31,7 @@ class SearchRequest:
     global_batch_size: int
     precision: str = "bf16"
     attention_backend: str = "auto"
+    fp8_param_gather: bool = False
     recompute: tuple[str, ...] = RECOMPUTE
     #: other restrictions: plan field -> the values the search keeps (e.g. ``ep``)
     restrict: dict = field(default_factory=dict)
@@ -104,7 +105,8 @@ def _ranked(req: SearchRequest, model, cluster, space: SearchSpace, top: int, *,
     """The search of ``req`` on ``cluster``: ``(result, cluster searched)``. With a topology
     the result's plans carry their placement (``exclude_flagged`` and ``nodes`` override the
     request's)."""
-    kw = dict(precision=req.precision, attention_backend=req.attention_backend, top_k=top,
+    kw = dict(precision=req.precision, attention_backend=req.attention_backend,
+              fp8_param_gather=req.fp8_param_gather, top_k=top,
               space=space, keep_ranking=keep_ranking,
               max_memory_fraction=req.max_memory_fraction)
     if not req.inputs.topology:

@@ -231,6 +231,17 @@ class ParallelPlan:
         flags=(("--overlap-param-gather",
                 lambda m, p: (p.overlap_param_gather and p.distributed_optimizer
                               and p.overlap_grad_reduce) or None),))
+    fp8_param_gather: bool = _field(
+        False, megatron_name="fp8_param_gather", cli_flag="--fp8-param-gather",
+        per_candidate=False,
+        help="FP8 plans with the distributed optimizer keep their GEMM weights in FP8 only (no "
+             "16-bit copy) and all-gather them in FP8 (Megatron --fp8-param-gather, which "
+             "Megatron-Bridge's FP8 presets set; default off)",
+        flag_group="precision and kernels",
+        # validate_args: "--fp8-param-gather only supported with distributed optimizer"
+        flags=(("--fp8-param-gather",
+                lambda m, p: (p.fp8_param_gather and is_fp8(p.precision)
+                              and p.distributed_optimizer) or None),))
 
     @property
     def world_size(self) -> int:
@@ -288,7 +299,7 @@ PLAN_FIELD = {f.name: f for f in PLAN_FIELDS}
 OPTIONAL_PLAN_KEYS = ("ep", "etp", "decoder_first_pipeline_num_layers",
                       "decoder_last_pipeline_num_layers",
                       "account_for_embedding_in_pipeline_split",
-                      "account_for_loss_in_pipeline_split")
+                      "account_for_loss_in_pipeline_split", "fp8_param_gather")
 #: Keys :meth:`ParallelPlan.to_dict` adds that are not fields (ignored on reading).
 DERIVED_KEYS = ("num_microbatches",) + tuple(f.alias for f in PLAN_FIELDS if f.alias)
 

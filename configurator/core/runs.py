@@ -26,7 +26,8 @@ recompute                  none, selective or full                              
 sequence_parallel,         booleans; defaults as ``configurator estimate``'s (on      no
 distributed_optimizer,     with tp > 1; on with dp·cp > 1; on; on with the
 overlap_grad_reduce,       distributed optimizer)
-overlap_param_gather
+overlap_param_gather,
+fp8_param_gather           (``--fp8-param-gather``: default off)
 attention_backend          Megatron ``--attention-backend`` (default auto)            no
 decoder_first/last_        uneven pipeline split, as Megatron's flags                 no
 pipeline_num_layers,

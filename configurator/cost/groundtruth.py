@@ -89,8 +89,10 @@ def _bridge_precision(text: str) -> str:
 @dataclass(frozen=True)
 class BridgeRow:
     """One Megatron-Bridge pre-training row: the plan as published (etp 1, no recompute,
-    the distributed optimizer; an FSDP row as the distributed optimizer over its group),
-    the cluster preset and the published tokens/s/GPU (the first figure of the row)."""
+    the distributed optimizer; an FSDP row as the distributed optimizer over its group;
+    ``fp8_param_gather`` with ``fp8``, as Megatron-Bridge's FP8 mixed-precision presets set it,
+    ``bridge/training/mixed_precision.py`` ``bf16_with_fp8_*_mixed``), the cluster preset and
+    the published tokens/s/GPU (the first figure of the row)."""
 
     release: str
     model: ModelSpec
@@ -131,7 +133,8 @@ def bridge_rows(path: Path | None = None) -> tuple[list[BridgeRow], list[str]]:
                             ep=ep if model.is_moe else 1, etp=1,
                             micro_batch_size=int(r["mbs"]), global_batch_size=int(r["gbs"]),
                             sequence_parallel=tp > 1, distributed_optimizer=True,
-                            precision=_bridge_precision(r["precision"]))
+                            precision=_bridge_precision(r["precision"]),
+                            fp8_param_gather=_bridge_precision(r["precision"]) == "fp8")
         tokens = float(r["tokens_per_sec_per_gpu"].split("(")[0])
         out.append(BridgeRow(r["release"], model, cluster, n // gpus_per_host, plan, tokens))
     return out, skipped
@@ -171,7 +174,9 @@ def sc21_runs() -> list[MeasuredRun]:
 def nemo_cp_runs(path: Path | None = None) -> list[MeasuredRun]:
     """NeMo's long-context runs with context parallelism (``nemo_long_sequence_cp.csv``, the
     "with CP" columns: tp, pp, dp, cp given) as FP8 runs: micro batch 1, sequence
-    parallelism with tp > 1, the distributed optimizer, no recompute (none is stated).
+    parallelism with tp > 1, the distributed optimizer, no recompute (none is stated), FP8
+    weights gathered in FP8 (NeMo's ``bf16_with_fp8_mixed`` preset sets ``fp8_params``,
+    nemo/collections/llm/recipes/precision/mixed_precision.py).
     TFLOP/s counted with Megatron's ``num_floating_point_operations``. The "without CP"
     column has no configuration, so it is not a run."""
     path = path or ground_truth_dir() / "nemo_long_sequence_cp.csv"
@@ -185,7 +190,8 @@ def nemo_cp_runs(path: Path | None = None) -> list[MeasuredRun]:
         tp, pp, dp, cp = (int(r[k]) for k in ("tp", "pp", "dp", "cp"))
         plan = ParallelPlan(tp=tp, pp=pp, dp=dp, cp=cp, micro_batch_size=1,
                             global_batch_size=int(r["batch_size"]), sequence_parallel=tp > 1,
-                            distributed_optimizer=dp * cp > 1, precision="fp8")
+                            distributed_optimizer=dp * cp > 1, precision="fp8",
+                            fp8_param_gather=True)
         out.append(_run(f"nemo {r['model']} {r['system']} {r['seq_len_k']}k",
                         "NeMo performance_long_sequence.md", models[r["model"]],
                         systems[r["system"]], plan, seq=seq,

@@ -27,6 +27,7 @@ import numpy as np
 
 from configurator.core.candidates import Candidates
 from configurator.core.model import ModelSpec
+from configurator.core.plan import is_fp8
 from configurator.core.schedule import p2p_transfers
 from configurator.core.layers import stage_class_arrays
 from configurator.cost.communication import comm_figures, expert_comm_figures
@@ -146,14 +147,18 @@ def dp_exposed_s(c: Candidates, stage_params, dp_bw, dp_lat, bwd_window_s, fwd_w
     last microbatch's backward (``bwd_window_s``) and the gather with the next forward
     (``fwd_window_s``) when the overlap flags are on, never below one bucket's time
     (Megatron DDP bucket ``max(40M, 1M·dp)`` parameters). ``group``: the group size when
-    not ``dp·cp`` (experts: the expert-data-parallel group)."""
+    not ``dp·cp`` (experts: the expert-data-parallel group). The gather moves 16-bit
+    weights, FP8 ones with ``fp8_param_gather``."""
     gb = grad_bytes(c)
     n_dp = (c.dp * c.cp).astype(float) if group is None else np.asarray(group, dtype=float)
     stage_params = np.maximum(np.asarray(stage_params, dtype=float), 1.0)
     do = c.distributed_optimizer
     t_grad = np.where(do, all_gather_time_s(stage_params * gb, n_dp, dp_bw, dp_lat),
                       all_reduce_time_s(stage_params * gb, n_dp, dp_bw, dp_lat))
-    t_gather = np.where(do, all_gather_time_s(stage_params * 2.0, n_dp, dp_bw, dp_lat), 0.0)
+    # --fp8-param-gather gathers FP8 weights (the embedding's 16-bit share is neglected)
+    gather_bytes = 1.0 if c.fp8_param_gather and is_fp8(c.precision) else 2.0
+    t_gather = np.where(do, all_gather_time_s(stage_params * gather_bytes, n_dp, dp_bw,
+                                              dp_lat), 0.0)
     bucket = np.minimum(1.0, np.maximum(BUCKET_PARAMS, 1e6 * n_dp) / stage_params)
     if c.overlap_grad_reduce:
         t_grad = np.maximum(t_grad - bwd_window_s, t_grad * bucket)

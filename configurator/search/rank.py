@@ -51,14 +51,15 @@ def candidate_memory(model: ModelSpec, c: Candidates) -> np.ndarray:
         num_microbatches=c.num_microbatches, recompute=c.recompute, sp=c.sequence_parallel,
         distributed_optimizer=c.distributed_optimizer, precision=c.precision,
         stores_scores=c.stores_scores, ep=c.ep, etp=c.etp, first=c.first, last=c.last,
-        account_embedding=c.acct_emb, account_loss=c.acct_loss)
+        account_embedding=c.acct_emb, account_loss=c.acct_loss,
+        fp8_param_gather=c.fp8_param_gather & c.distributed_optimizer)
 
 
 def search(model: ModelSpec, cluster, global_batch_size: int, *, precision: str = "bf16",
            attention_backend: str = "auto", top_k: int = 10,
            space: SearchSpace = SearchSpace(), overlap_grad_reduce: bool = True,
            overlap_param_gather: bool = True, keep_ranking: bool = False,
-           max_memory_fraction: float = 1.0) -> SearchResult:
+           max_memory_fraction: float = 1.0, fp8_param_gather: bool = False) -> SearchResult:
     """Rank every legal plan for ``model`` on all GPUs of ``cluster``.
 
     Raises :class:`InputError` when no plan is legal at all (e.g. a batch size no data-parallel
@@ -73,7 +74,8 @@ def search(model: ModelSpec, cluster, global_batch_size: int, *, precision: str 
     cand = enumerate_plans(model, world, global_batch_size, precision=precision,
                            attention_backend=attention_backend,
                            overlap_grad_reduce=overlap_grad_reduce,
-                           overlap_param_gather=overlap_param_gather, space=space)
+                           overlap_param_gather=overlap_param_gather,
+                           fp8_param_gather=fp8_param_gather, space=space)
     n = len(cand)
     if n == 0:
         raise InputError("global_batch_size", global_batch_size,
