@@ -36,9 +36,9 @@ import numpy as np
 
 from configurator.core.layers import rank_layer_counts, stage_class_arrays
 from configurator.core.model import ModelSpec
-from configurator.core.plan import RECOMPUTE_CODES, ParallelPlan, is_fp8
+from configurator.core.plan import RECOMPUTE_CODES, ParallelPlan, fp8_weights_gathered, is_fp8
 from configurator.core.units import GiB
-from memory_model.activations import stage_activation_bytes
+from memory_model.activations import linear_input_bytes, stage_activation_bytes
 from memory_model.params import stage_non_gemm_parameters, stage_parameter_split
 
 FIXED_OVERHEAD_BYTES = 2 * GiB
@@ -49,11 +49,12 @@ def fp8_weight_bytes(precision: str, *, non_tn_fp8_gemm: bool = False) -> float:
     """Bytes per GEMM weight of Transformer Engine's cached quantised weight workspace (module
     docstring): 0 without FP8; ``fp8`` 2 (row-wise + FP8 transpose; 1 where the GPU runs
     non-TN FP8 GEMMs, Blackwell); ``mxfp8`` ``2·(1 + 1/32)``."""
-    if precision == "mxfp8":
-        return 2 * (1 + 1 / 32)
-    if is_fp8(precision):
-        return 1.0 if non_tn_fp8_gemm else 2.0
-    return 0.0
+    if not is_fp8(precision):
+        return 0.0
+    # row-wise + column-wise copies; fp8's column-wise copy is a physical transpose only
+    # where the GPU runs TN FP8 GEMMs alone (MXFP8 always keeps both block layouts)
+    copies = 1.0 if non_tn_fp8_gemm and precision == "fp8" else 2.0
+    return copies * linear_input_bytes(precision)
 
 
 #: Share of GPU memory a recommended plan may use (``search --max-memory-fraction``'s
@@ -96,12 +97,12 @@ def memory_arrays(model: ModelSpec, *, tp, pp, dp, cp, vp, mbs, num_microbatches
     even split). Expert parameters' optimizer state is sharded over the expert-data-parallel
     group ``tp·cp·dp/(ep·etp)`` (Megatron's expert grid, ``parallel_state``), the others'
     over ``dp·cp``. ``non_tn_fp8_gemm``: the GPU runs FP8 GEMMs in any layout (Blackwell), so
-    ``fp8`` keeps no weight transpose (:func:`fp8_weight_bytes`). ``fp8_param_gather``
-    (the plan field, ``--fp8-param-gather``; arrays broadcast; the callers pass it only with
-    the distributed optimizer, which Megatron requires for it): FP8 GEMM weights without the
-    16-bit copy. ``grad_reduce_in_bf16`` (``--grad-reduce-in-bf16``,
-    megatron/training/arguments.py; Megatron-Bridge's ``grad_reduce_in_fp32=False``), a
-    Megatron flag the plans do not set: a 16-bit main-grad buffer."""
+    ``fp8`` keeps no weight transpose (:func:`fp8_weight_bytes`). ``fp8_param_gather``:
+    whether the GEMM weights are FP8 only, without the 16-bit copy (arrays broadcast; the
+    plan's :func:`configurator.core.plan.fp8_weights_gathered`). ``grad_reduce_in_bf16``
+    (``--grad-reduce-in-bf16``, megatron/training/arguments.py; Megatron-Bridge's
+    ``grad_reduce_in_fp32=False``), a Megatron flag the plans do not set: a 16-bit main-grad
+    buffer."""
     non_expert, expert = stage_parameter_split(model, tp, pp, stage, layers=rank_layers,
                                                moe_layers=rank_moe_layers, ep=ep, etp=etp)
     params = non_expert + expert
@@ -120,7 +121,7 @@ def memory_arrays(model: ModelSpec, *, tp, pp, dp, cp, vp, mbs, num_microbatches
     out = {
         "parameters_bytes": params * 2.0 + gemm_params * (fp8_weight_bytes(
             precision, non_tn_fp8_gemm=non_tn_fp8_gemm) - 2.0 * (
-                np.logical_and(fp8_param_gather, is_fp8(precision)))),
+                np.asarray(fp8_param_gather, dtype=bool))),
         "gradients_bytes": params * grad_bytes,
         "optimizer_bytes": non_expert * 12.0 / shard + expert * 12.0 / expert_shard,
         "activations_bytes": act,
@@ -167,7 +168,8 @@ def estimate_memory(model: ModelSpec, plan: ParallelPlan) -> list[MemoryBreakdow
         distributed_optimizer=plan.distributed_optimizer, stage=stages,
         precision=plan.precision, stores_scores=plan.stores_attention_scores,
         ep=plan.ep, etp=plan.etp, rank_layers=counts[:, 0], rank_moe_layers=counts[:, 1],
-        fp8_param_gather=plan.fp8_param_gather and plan.distributed_optimizer)
+        fp8_param_gather=fp8_weights_gathered(plan.fp8_param_gather,
+                                              plan.distributed_optimizer, plan.precision))
     return [MemoryBreakdown(stage=int(i), **{k: float(np.broadcast_to(v, stages.shape)[i])
                                              for k, v in arrays.items()})
             for i in stages]

@@ -240,8 +240,9 @@ class ParallelPlan:
         flag_group="precision and kernels",
         # validate_args: "--fp8-param-gather only supported with distributed optimizer"
         flags=(("--fp8-param-gather",
-                lambda m, p: (p.fp8_param_gather and is_fp8(p.precision)
-                              and p.distributed_optimizer) or None),))
+                lambda m, p: bool(fp8_weights_gathered(p.fp8_param_gather,
+                                                       p.distributed_optimizer,
+                                                       p.precision)) or None),))
 
     @property
     def world_size(self) -> int:
@@ -302,6 +303,14 @@ OPTIONAL_PLAN_KEYS = ("ep", "etp", "decoder_first_pipeline_num_layers",
                       "account_for_loss_in_pipeline_split", "fp8_param_gather")
 #: Keys :meth:`ParallelPlan.to_dict` adds that are not fields (ignored on reading).
 DERIVED_KEYS = ("num_microbatches",) + tuple(f.alias for f in PLAN_FIELDS if f.alias)
+
+
+def fp8_weights_gathered(requested, distributed_optimizer, precision: str):
+    """Whether the plan's GEMM weights are kept and all-gathered in FP8 only
+    (``--fp8-param-gather``): where it was requested, the precision is FP8 and the plan has the
+    distributed optimizer (Megatron: "--fp8-param-gather only supported with distributed
+    optimizer"). Broadcasts over numpy boolean arrays."""
+    return requested & distributed_optimizer & is_fp8(precision)
 
 
 def param_gather_overlap(requested, distributed_optimizer):

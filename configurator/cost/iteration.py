@@ -27,7 +27,7 @@ import numpy as np
 
 from configurator.core.candidates import Candidates
 from configurator.core.model import ModelSpec
-from configurator.core.plan import is_fp8
+from configurator.core.plan import fp8_weights_gathered
 from configurator.core.schedule import p2p_transfers
 from configurator.core.layers import stage_class_arrays
 from configurator.cost.communication import comm_figures, expert_comm_figures
@@ -156,7 +156,8 @@ def dp_exposed_s(c: Candidates, stage_params, dp_bw, dp_lat, bwd_window_s, fwd_w
     t_grad = np.where(do, all_gather_time_s(stage_params * gb, n_dp, dp_bw, dp_lat),
                       all_reduce_time_s(stage_params * gb, n_dp, dp_bw, dp_lat))
     # --fp8-param-gather gathers FP8 weights (the embedding's 16-bit share is neglected)
-    gather_bytes = 1.0 if c.fp8_param_gather and is_fp8(c.precision) else 2.0
+    gather_bytes = np.where(fp8_weights_gathered(c.fp8_param_gather, do, c.precision),
+                            1.0, 2.0)
     t_gather = np.where(do, all_gather_time_s(stage_params * gather_bytes, n_dp, dp_bw,
                                               dp_lat), 0.0)
     bucket = np.minimum(1.0, np.maximum(BUCKET_PARAMS, 1e6 * n_dp) / stage_params)

@@ -20,6 +20,7 @@ from configurator.core.errors import InputError, NoFeasiblePlanError
 from configurator.core.layers import split_ok
 from configurator.search.evaluate import Evaluation, evaluate_plan
 from configurator.core.model import ModelSpec
+from configurator.core.plan import fp8_weights_gathered
 from configurator.search.space import SearchSpace, enumerate_plans, layer_splits
 from configurator.cost.iteration import iteration_time
 from memory_model.estimate import peak_memory_arrays
@@ -52,7 +53,8 @@ def candidate_memory(model: ModelSpec, c: Candidates) -> np.ndarray:
         distributed_optimizer=c.distributed_optimizer, precision=c.precision,
         stores_scores=c.stores_scores, ep=c.ep, etp=c.etp, first=c.first, last=c.last,
         account_embedding=c.acct_emb, account_loss=c.acct_loss,
-        fp8_param_gather=c.fp8_param_gather & c.distributed_optimizer)
+        fp8_param_gather=fp8_weights_gathered(c.fp8_param_gather, c.distributed_optimizer,
+                                              c.precision))
 
 
 def search(model: ModelSpec, cluster, global_batch_size: int, *, precision: str = "bf16",
