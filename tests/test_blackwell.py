@@ -86,7 +86,10 @@ def test_mxfp8_gemm_rate_and_memory_follow_fp8():
                             recompute=0, sp=False, distributed_optimizer=False, stage=0,
                             precision=prec, stores_scores=False)
         times[prec, "weights"] = float(mem["parameters_bytes"])
-    assert times["mxfp8"] == pytest.approx(times["fp8"]) and times["fp8"] < times["bf16"]
+    # the same peak; the FP8 efficiency is fitted on NeMo's per-tensor-scaled runs, the
+    # MXFP8 one is the microbenchmark figure (topology/gpus.py)
+    assert b200.efficiency.gemm_mxfp8 > b200.efficiency.gemm_fp8
+    assert times["mxfp8"] < times["fp8"] < times["bf16"]
     # Transformer Engine's cached FP8 weight workspace of every GEMM weight (embedding and
     # output layer excluded): row-wise + transpose for fp8 (2 bytes on Hopper's TN-only FP8
     # GEMMs), row- and column-wise blocks with a scale per 32 for mxfp8

@@ -177,8 +177,12 @@ def nemo_cp_runs(path: Path | None = None) -> list[MeasuredRun]:
     parallelism with tp > 1, the distributed optimizer, no recompute (none is stated), FP8
     weights gathered in FP8 (NeMo's ``bf16_with_fp8_mixed`` preset sets ``fp8_params``,
     nemo/collections/llm/recipes/precision/mixed_precision.py).
-    TFLOP/s counted with Megatron's ``num_floating_point_operations``. The "without CP"
-    column has no configuration, so it is not a run."""
+    TFLOP/s counted over all ``s²`` attention scores (``megatron-full-attention``): NeMo's
+    ``flops_formulas`` (nemo/utils/flops_formulas.py) discount causal attention only from
+    commit 6251117 ("Discount FLOPs in dot-product att", 2025-08-09), after both containers
+    (24.03.01 and 25.04); NeMo 24.07's Llama-2 7B FP8 row (16,634 tokens/s/GPU, 767
+    TFLOP/s) is 4.611e10 FLOP per token, the full-score count (4.608e10), not the causal
+    one (4.286e10). The "without CP" column has no configuration, so it is not a run."""
     path = path or ground_truth_dir() / "nemo_long_sequence_cp.csv"
     with open(path, encoding="utf-8") as fh:
         rows = list(csv.DictReader(line for line in fh if not line.startswith("#")))
@@ -196,7 +200,7 @@ def nemo_cp_runs(path: Path | None = None) -> list[MeasuredRun]:
                         "NeMo performance_long_sequence.md", models[r["model"]],
                         systems[r["system"]], plan, seq=seq,
                         tflops_per_gpu=float(r["tflops_per_gpu_with_cp"]),
-                        flops_formula="megatron"))
+                        flops_formula="megatron-full-attention"))
     return out
 
 

@@ -7,9 +7,9 @@
 #       overlap_param_gather=True fp8_param_gather=False microbatches=8
 # cluster: nodes=4 gpus_per_node=8 world_size=32
 # predicted:
-#   iteration_time_s: 2.338
-#   model_tflops_per_gpu: 557.6
-#   mfu: 0.564
+#   iteration_time_s: 2.456
+#   model_tflops_per_gpu: 530.8
+#   mfu: 0.536
 #   peak_memory_GiB: 57.17
 #
 # Usage on every node: MEGATRON_LM_DIR=/path/to/Megatron-LM bash launch_torchrun.sh [NODE_RANK] [extra pretrain_gpt.py flags...]
