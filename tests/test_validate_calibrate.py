@@ -50,6 +50,23 @@ def test_a100_and_dense_h100_fp8_within_8_percent(report):
     assert sum(abs(c.error) for c in dense_fp8) / len(dense_fp8) <= 0.08
 
 
+def test_nemo_tflops_count_the_full_attention_scores():
+    """NeMo's published TFLOP/s before August 2025 count all ``s²`` scores: its 24.07 Llama-2
+    7B FP8 row (8 H100, 4k tokens, 16,634 tokens/s/GPU at 767 TFLOP/s) is the full count
+    per token within 0.1 % and 7 % above the causal one; the long-context rows (24.03.01,
+    25.04) are read the same way."""
+    from configurator.core.model import MODEL_PRESETS
+    from configurator.cost.flops import megatron_model_flops
+
+    model = MODEL_PRESETS["llama2-7b"]
+    published = 767e12 / 16634
+    full = megatron_model_flops(model, 1, 4096, causal=False) / 4096
+    causal = megatron_model_flops(model, 1, 4096, causal=True) / 4096
+    assert published == pytest.approx(full, rel=1e-3)
+    assert published > 1.07 * causal
+    assert {r.flops_formula for r in nemo_cp_runs()} == {"megatron-full-attention"}
+
+
 def test_llama2_cp_rows_within_10_percent(report):
     rows = [c for c in report.checks if c.run.name.startswith("nemo LLAMA2")]
     assert len(rows) == 9 and any(c.run.plan.cp > 1 for c in rows)
