@@ -25,7 +25,9 @@ all, not 4.
 Allowance (``other_bytes``): CUDA context with cuBLAS/cuDNN workspaces (≈ 1 GiB) plus NCCL
 communicator buffers (≈ 1 GiB: NCCL_BUFFSIZE 4 MiB × channels × peers over a few groups),
 and 10 % of activation bytes for caching-allocator fragmentation, a typical gap between
-``torch.cuda.max_memory_reserved`` and ``max_memory_allocated`` in Megatron runs.
+``torch.cuda.max_memory_reserved`` and ``max_memory_allocated`` in Megatron runs; with
+``cp_comm_type`` ``all_gather`` also one layer's transient full-sequence buffers
+(:func:`cp_gather_bytes`).
 """
 
 from __future__ import annotations
@@ -43,6 +45,22 @@ from memory_model.params import stage_non_gemm_parameters, stage_parameter_split
 
 FIXED_OVERHEAD_BYTES = 2 * GiB
 FRAGMENTATION_FRACTION = 0.10
+
+
+def cp_gather_bytes(model: ModelSpec, *, tp, cp, mbs, cp_comm_type: str) -> np.ndarray:
+    """Transient bytes of context parallelism's K/V all-gather (``cp_comm_type``
+    ``all_gather``) in one layer's backward, the larger of its two passes: the gathered K and V
+    of the whole sequence and their full-sequence gradients before the reduce-scatter, 16-bit
+    (Transformer Engine ``AttnFuncWithCPAndKVAllGather.backward``: ``gather_along_first_dim``
+    of k and v, then ``reduce_scatter_along_first_dim`` of dk and dv), beyond the local shard
+    the activations already hold. 0 for ``p2p`` and ``a2a`` (their exchange buffers hold one
+    local block) and with cp = 1."""
+    if cp_comm_type != "all_gather":
+        return np.zeros(np.broadcast(np.asarray(tp), np.asarray(cp)).shape)
+    dqk, dv = model.attention_heads_dims
+    cp = np.asarray(cp, dtype=float)
+    full = 2.0 * mbs * model.seq_length * model.attention_kv_heads / np.asarray(tp) * (dqk + dv)
+    return np.where(cp > 1, 2.0 * full * (cp - 1) / cp, 0.0)
 
 
 def fp8_weight_bytes(precision: str, *, non_tn_fp8_gemm: bool = False) -> float:
@@ -90,7 +108,8 @@ def memory_arrays(model: ModelSpec, *, tp, pp, dp, cp, vp, mbs, num_microbatches
                   stores_scores: bool, ep=1, etp=1, rank_layers=None,
                   rank_moe_layers=None, non_tn_fp8_gemm: bool = False,
                   fp8_param_gather: bool = False,
-                  grad_reduce_in_bf16: bool = False) -> dict[str, np.ndarray]:
+                  grad_reduce_in_bf16: bool = False,
+                  cp_comm_type: str = "p2p") -> dict[str, np.ndarray]:
     """Memory per GPU of ``stage`` for arrays of plans (bytes; keys as MemoryBreakdown).
 
     ``rank_layers``/``rank_moe_layers``: decoder and MoE layers the rank builds (default: an
@@ -102,7 +121,8 @@ def memory_arrays(model: ModelSpec, *, tp, pp, dp, cp, vp, mbs, num_microbatches
     plan's :func:`configurator.core.plan.fp8_weights_gathered`). ``grad_reduce_in_bf16``
     (``--grad-reduce-in-bf16``, megatron/training/arguments.py; Megatron-Bridge's
     ``grad_reduce_in_fp32=False``), a Megatron flag the plans do not set: a 16-bit main-grad
-    buffer."""
+    buffer. ``cp_comm_type``: the plans' context-parallel communication
+    (:func:`cp_gather_bytes`)."""
     non_expert, expert = stage_parameter_split(model, tp, pp, stage, layers=rank_layers,
                                                moe_layers=rank_moe_layers, ep=ep, etp=etp)
     params = non_expert + expert
@@ -125,7 +145,8 @@ def memory_arrays(model: ModelSpec, *, tp, pp, dp, cp, vp, mbs, num_microbatches
         "gradients_bytes": params * grad_bytes,
         "optimizer_bytes": non_expert * 12.0 / shard + expert * 12.0 / expert_shard,
         "activations_bytes": act,
-        "other_bytes": FIXED_OVERHEAD_BYTES + FRAGMENTATION_FRACTION * act,
+        "other_bytes": FIXED_OVERHEAD_BYTES + FRAGMENTATION_FRACTION * act + cp_gather_bytes(
+            model, tp=tp, cp=cp, mbs=mbs, cp_comm_type=cp_comm_type),
     }
     out["total_bytes"] = sum(out.values())
     return out
@@ -169,7 +190,8 @@ def estimate_memory(model: ModelSpec, plan: ParallelPlan) -> list[MemoryBreakdow
         precision=plan.precision, stores_scores=plan.stores_attention_scores,
         ep=plan.ep, etp=plan.etp, rank_layers=counts[:, 0], rank_moe_layers=counts[:, 1],
         fp8_param_gather=fp8_weights_gathered(plan.fp8_param_gather,
-                                              plan.distributed_optimizer, plan.precision))
+                                              plan.distributed_optimizer, plan.precision),
+        cp_comm_type=plan.cp_comm_type)
     return [MemoryBreakdown(stage=int(i), **{k: float(np.broadcast_to(v, stages.shape)[i])
                                              for k, v in arrays.items()})
             for i in stages]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from configurator.core.errors import InputError
 from configurator.core.model import MODEL_PRESETS, make_model
-from configurator.core.plan import ParallelPlan
+from configurator.core.plan import CP_COMM_TYPES, ParallelPlan
 from configurator.core.rules import check_plan
 
 FLAGS_FILE = Path(__file__).parent / "data" / "megatron_core_v0_16_flags.txt"
@@ -52,7 +52,8 @@ def plan_spread():
                             global_batch_size=dp * pp * 2, recompute=rec, precision=prec,
                             attention_backend=att, sequence_parallel=sp and tp > 1,
                             distributed_optimizer=dopt, overlap_grad_reduce=ogr,
-                            overlap_param_gather=opg, fp8_param_gather=opg)
+                            overlap_param_gather=opg, fp8_param_gather=opg,
+                            cp_comm_type=CP_COMM_TYPES[(tp + pp + vp) % 3])
         try:
             check_plan(model, plan, plan.world_size)
         except InputError:

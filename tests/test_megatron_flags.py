@@ -23,7 +23,8 @@ def test_spread_covers_every_plan_value():
     assert len(SPREAD) > 100
     for field, values in (("recompute", {"none", "selective", "full"}),
                           ("precision", {"bf16", "fp16", "fp8", "mxfp8"}), ("vp", {1, 2}),
-                          ("cp", {1, 2}), ("attention_backend", {"auto", "flash", "local"})):
+                          ("cp", {1, 2}), ("attention_backend", {"auto", "flash", "local"}),
+                          ("cp_comm_type", {"p2p", "a2a", "all_gather"})):
         assert {getattr(p, field) for _, p in SPREAD} == values
 
 

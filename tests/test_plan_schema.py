@@ -100,7 +100,8 @@ BREAKS = [dict(tp=3), dict(dp=3), dict(tp=8, cp=1, pp=1, vp=1),
           dict(pp=8, tp=1, dp=1, vp=1), dict(vp=4), dict(ep=2), dict(ep=2), dict(etp=3),
           dict(etp=2), dict(moe=True, sequence_parallel=False), dict(moe=True, etp=2),
           dict(cp=8, tp=1, dp=1),
-          dict(attention_backend="local"), dict(global_batch_size=15),
+          dict(attention_backend="local"), dict(cp_comm_type="a2a"), dict(window=True),
+          dict(global_batch_size=15),
           dict(global_batch_size=6), dict(tp=1, dp=4), dict(overlap_grad_reduce=False)]
 
 
@@ -110,12 +111,17 @@ def test_base_plan_is_legal_and_each_rule_can_fail():
     moe = make_model(name="moe", num_layers=12, hidden_size=768, num_attention_heads=12,
                      num_query_groups=6, vocab_size=1024, seq_length=1028, num_experts=4,
                      moe_ffn_hidden_size=512)
+    windowed = make_model(name="w", num_layers=12, hidden_size=768, num_attention_heads=12,
+                          num_query_groups=6, vocab_size=1024, seq_length=1028,
+                          window_size=256)
     check_plan(model, ParallelPlan(**BASE), 16)
     check_plan(moe, ParallelPlan(**BASE), 16)
+    check_plan(windowed, ParallelPlan(**BASE, cp_comm_type="all_gather"), 16)
     assert len(BREAKS) == len(RULES)
     for rule, change in zip(RULES, BREAKS):
         change = dict(change)
-        m = moe if change.pop("moe", False) else model
+        m = moe if change.pop("moe", False) else windowed if change.pop("window", False) \
+            else model
         plan = ParallelPlan(**(BASE | change))
         values = {f.name: getattr(plan, f.name) for f in PLAN_FIELDS}
         assert not bool(rule.ok(m, values, 16)), (rule.name, change)

@@ -32,6 +32,7 @@ class SearchRequest:
     precision: str = "bf16"
     attention_backend: str = "auto"
     fp8_param_gather: bool = False
+    cp_comm_type: str = "p2p"
     recompute: tuple[str, ...] = RECOMPUTE
     #: other restrictions: plan field -> the values the search keeps (e.g. ``ep``)
     restrict: dict = field(default_factory=dict)
@@ -106,7 +107,7 @@ def _ranked(req: SearchRequest, model, cluster, space: SearchSpace, top: int, *,
     the result's plans carry their placement (``exclude_flagged`` and ``nodes`` override the
     request's)."""
     kw = dict(precision=req.precision, attention_backend=req.attention_backend,
-              fp8_param_gather=req.fp8_param_gather, top_k=top,
+              fp8_param_gather=req.fp8_param_gather, cp_comm_type=req.cp_comm_type, top_k=top,
               space=space, keep_ranking=keep_ranking,
               max_memory_fraction=req.max_memory_fraction)
     if not req.inputs.topology:

@@ -72,7 +72,7 @@ from typing import Any, Iterable, Iterator, Mapping
 
 from configurator.core.errors import InputError
 from configurator.core.model import MODEL_KEYS, ModelSpec, make_model
-from configurator.core.plan import PLAN_FIELDS
+from configurator.core.plan import CP_COMM_TYPES, PLAN_FIELDS
 from configurator.core.runs import RUN_KEYS, MeasuredRun, run_from_mapping
 
 #: Largest log read (bytes or characters).
@@ -436,6 +436,13 @@ def _plan_fields(a: _Args, moe: bool) -> tuple[dict[str, Any], list[str]]:
         row["attention_backend"] = "local"
     elif backend is not None:
         row["attention_backend"] = backend.rpartition(".")[2]      # AttnBackend.flash
+    comm = a.raw("cp_comm_type")         # printed as a list: ['p2p'] or one per layer
+    if comm is not None:
+        kinds = set(comm.strip("[]").replace("'", "").replace('"', "").replace(",", " ").split())
+        if len(kinds) == 1 and next(iter(kinds)) in CP_COMM_TYPES:
+            row["cp_comm_type"] = kinds.pop()
+        elif kinds:
+            notes.append(f"cp_comm_type {comm}: priced as p2p")
     if row.get("recompute") == "full" and (a.raw("recompute_method") != "uniform"
                                            or a.int("recompute_num_layers") != 1):
         notes.append(f"recompute full with method {a.raw('recompute_method')} and "

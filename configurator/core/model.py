@@ -115,6 +115,12 @@ class ModelSpec:
         return self.kv_channels, self.kv_channels
 
     @property
+    def attention_kv_heads(self) -> int:
+        """Key/value heads the attention kernel sees: the query groups, or every head with
+        multi-latent attention (K and V are up-projected per head)."""
+        return self.num_attention_heads if self.multi_latent_attention else self.num_query_groups
+
+    @property
     def num_window_layers(self) -> int:
         """Layers with sliding-window attention (Megatron's ``is_layer_window_attention``:
         every layer, or all but every ``window_attn_skip_freq``-th, 1-based)."""

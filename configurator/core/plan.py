@@ -33,6 +33,13 @@ PRECISION = ("bf16", "fp16", "fp8", "mxfp8")
 #: Precisions whose GEMMs run in FP8 (Transformer Engine keeps an FP8 copy of the weights).
 FP8_PRECISIONS = ("fp8", "mxfp8")
 ATTENTION_BACKENDS = ("auto", "flash", "fused", "unfused", "local")
+#: Context-parallel communication of attention (Megatron ``--cp-comm-type``, passed to
+#: Transformer Engine's ``attn_forward_func_with_cp``, which accepts these spellings):
+#: ``p2p`` ring of K/V blocks overlapped with attention (the default), ``a2a`` all-to-all of
+#: Q, K, V and the output over heads (DeepSpeed Ulysses), ``all_gather`` K/V all-gather
+#: before attention, exposed. TE's hierarchical ``a2a+p2p`` needs
+#: ``--hierarchical-context-parallel-sizes`` and is not offered.
+CP_COMM_TYPES = ("p2p", "a2a", "all_gather")
 #: Backends that materialise and store the s×s score matrix (megatron-core's own
 #: DotProductAttention and the 2021–22 Megatron runs); the others are flash-style kernels.
 SCORE_STORING_BACKENDS = ("unfused", "local")
@@ -206,6 +213,17 @@ class ParallelPlan:
                                        p.precision, (None, None))[0]),
                                    ("--fp8-recipe", lambda m, p: _FP8_FLAGS.get(
                                        p.precision, (None, None))[1])))
+    cp_comm_type: str = _field(
+        "p2p", megatron_name="cp_comm_type", cli_flag="--cp-comm-type", choices=CP_COMM_TYPES,
+        per_candidate=False,
+        help="context-parallel attention communication (Megatron --cp-comm-type): p2p ring "
+             "of K/V blocks overlapped with attention (default), a2a all-to-all over heads "
+             "(Ulysses; heads per tp rank divisible by cp), all_gather K/V before attention "
+             "(exposed); sliding-window attention needs a2a or all_gather",
+        flag_group="parallelism",
+        flags=(("--cp-comm-type",
+                lambda m, p: p.cp_comm_type if p.cp > 1 and p.cp_comm_type != "p2p"
+                else None),))
     attention_backend: str = _field(
         "auto", megatron_name="attention_backend", cli_flag="--attention-backend",
         choices=ATTENTION_BACKENDS, per_candidate=False,
@@ -300,7 +318,8 @@ PLAN_FIELD = {f.name: f for f in PLAN_FIELDS}
 OPTIONAL_PLAN_KEYS = ("ep", "etp", "decoder_first_pipeline_num_layers",
                       "decoder_last_pipeline_num_layers",
                       "account_for_embedding_in_pipeline_split",
-                      "account_for_loss_in_pipeline_split", "fp8_param_gather")
+                      "account_for_loss_in_pipeline_split", "fp8_param_gather",
+                      "cp_comm_type")
 #: Keys :meth:`ParallelPlan.to_dict` adds that are not fields (ignored on reading).
 DERIVED_KEYS = ("num_microbatches",) + tuple(f.alias for f in PLAN_FIELDS if f.alias)
 

@@ -170,6 +170,25 @@ RULES: tuple[Rule, ...] = (
           lambda m, f, w: InputError("cp", f["cp"], f"context parallelism needs a flash/fused "
                                                     f"attention backend (Transformer Engine), "
                                                     f"not {f['attention_backend']!r}")),
+    _rule("cp a2a needs heads per tp rank divisible by cp", ("cp", "tp", "cp_comm_type"),
+          lambda m, f, w: np.logical_or(
+              np.logical_or(f["cp"] == 1, f["cp_comm_type"] != "a2a"),
+              np.logical_and((m.num_attention_heads // f["tp"]) % f["cp"] == 0,
+                             (m.attention_kv_heads // f["tp"]) % f["cp"] == 0)),
+          lambda m, f, w: InputError(
+              "cp", f["cp"], f"cp_comm_type a2a scatters the heads over cp: the "
+                             f"{m.num_attention_heads // f['tp']} query and "
+                             f"{m.attention_kv_heads // f['tp']} key/value heads per tp rank (tp "
+                             f"{f['tp']}) must be divisible by cp (Transformer Engine "
+                             f"context_parallel.py, AttnFuncWithCPAndQKVOA2A)")),
+    _rule("cp with sliding-window attention needs a2a or all_gather", ("cp", "cp_comm_type"),
+          lambda m, f, w: np.logical_or(np.logical_or(f["cp"] == 1, not m.window_size),
+                                        f["cp_comm_type"] != "p2p"),
+          lambda m, f, w: InputError(
+              "cp_comm_type", f["cp_comm_type"], f"context parallelism (cp {f['cp']}) with "
+                                                 f"sliding-window attention needs a2a or "
+                                                 f"all_gather (Transformer Engine "
+                                                 f"attn_forward_func_with_cp)")),
     _rule("global batch divisible by mbs*dp", ("global_batch_size", "micro_batch_size", "dp"),
           lambda m, f, w: f["global_batch_size"] % (f["micro_batch_size"] * f["dp"]) == 0,
           lambda m, f, w: InputError(

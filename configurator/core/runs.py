@@ -29,6 +29,7 @@ overlap_grad_reduce,       distributed optimizer)
 overlap_param_gather,
 fp8_param_gather           (``--fp8-param-gather``: default off)
 attention_backend          Megatron ``--attention-backend`` (default auto)            no
+cp_comm_type               Megatron ``--cp-comm-type``: p2p, a2a or all_gather        no (p2p)
 decoder_first/last_        uneven pipeline split, as Megatron's flags                 no
 pipeline_num_layers,
 account_for_embedding/

@@ -24,7 +24,10 @@ Per layer and microbatch on one GPU (tokens per rank ``T = b·s/cp``):
   are cast once per iteration (``is_first_microbatch``) and not charged per microbatch.
   Attention, norms and element-wise ops stay in BF16.
 * fused attention efficiency grows with the key length the kernel sees (tile and pipeline
-  fill, :func:`flash_efficiency`).
+  fill, :func:`flash_efficiency`): with context parallelism one K/V block of ``s/cp``
+  tokens per call for ``p2p``, the whole sequence for ``a2a`` (heads split instead), the
+  visible prefix for ``all_gather``, on average half the sequence
+  (:func:`cp_key_tokens`).
 * the host: PyTorch issues every kernel from one CPU thread; where a layer's kernels are
   shorter than issuing them (small microbatches, MoE layers with many small kernels and the
   all-to-all dispatcher's host synchronisation) the layer takes the host's time instead
@@ -99,6 +102,19 @@ HOST_OPS_DENSE = 40
 HOST_OPS_MOE = 90
 HOST_OPS_PER_EXPERT = 2
 HOST_BACKWARD_FACTOR = 2.0
+
+
+def cp_key_tokens(seq_length: int, cp, cp_comm_type: str):
+    """Keys per fused-attention call of one rank (before any sliding window): ``p2p`` runs
+    one call per ring step over a block of ``s/cp`` keys; ``a2a`` one call over the whole
+    sequence for ``a/cp`` heads; ``all_gather`` one call per local chunk (Transformer
+    Engine's dual-chunk load balancing: chunks ``i`` and ``2cp-1-i`` of ``2cp``) over the
+    keys it can see, ``(2cp+1)/(4cp)·s`` on average. Transformer Engine
+    ``attn_forward_func_with_cp``."""
+    cp = np.asarray(cp, dtype=float)
+    s = float(seq_length)
+    return {"p2p": s / cp, "a2a": s + 0.0 * cp,
+            "all_gather": (2 * cp + 1) / (4 * cp) * s}[cp_comm_type]
 
 
 def flash_efficiency(eta_max: float, key_tokens):
@@ -221,7 +237,8 @@ def layer_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec, profile=None) -> 
             + (4 * T * (a * dqk + g * dqk) / tp
                if model.position_embedding_type == "rope" else 0.0))
     n_kernels = 10
-    key_tokens = np.minimum(s_q, model.window_size or s_k)  # keys per kernel call (CP: a block)
+    key_tokens = np.minimum(cp_key_tokens(model.seq_length, c.cp, c.cp_comm_type),
+                            model.window_size or s_k)      # keys per kernel call
     if c.stores_scores:
         heads = c.mbs * a / tp
         kw16 = dict(kw, peak=peak16, gemm_eff=eff.gemm, in_bytes=2.0, batch=heads)

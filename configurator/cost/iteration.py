@@ -9,7 +9,9 @@ and pipeline-schedule facts (bubble, p2p count) from :mod:`configurator.core.sch
   Korthikanti et al. 2022 §4.2.2); forward ones exposed, backward ones hidden under the
   weight-gradient GEMMs as far as those last.
 * context parallel: ring exchange of K and V (forward ``cp-1`` steps, backward K, V, dK, dV),
-  hidden behind attention compute where it is shorter (Megatron-LM context parallelism).
+  hidden behind attention compute where it is shorter (Megatron-LM context parallelism,
+  ``p2p``); or the exposed K/V all-gather (``all_gather``) or all-to-all of Q, K, V and
+  the output (``a2a``): :func:`cp_layer_s`.
 
 Pipeline (Narayanan et al. SC'21 §2.2): ``m`` microbatches at the slowest stage's pace plus
 the schedule's bubble (``(pp-1)/vp`` core stage times plus the lighter end stage's extra
@@ -62,33 +64,60 @@ def tp_layer_s(lc: dict, c: Candidates, act_bytes, tp_bw, tp_lat):
 
 def cp_layer_s(model: ModelSpec, lc: dict, c: Candidates, cp_bw, cp_lat, gpu):
     """Context-parallel cost of one layer for one microbatch, ``(forward, backward)``
-    seconds, as Megatron-LM's p2p ring runs it (megatron/core/transformer/dot_product_
-    attention / Transformer Engine ``AttnFuncWithCPAndKVP2P``): ``cp`` steps, each computing
-    the attention of the local queries with one block of keys and values while the next
-    block travels round the ring. Per step:
+    seconds, for the plans' ``cp_comm_type`` (Megatron ``--cp-comm-type``, run by Transformer
+    Engine's ``attn_forward_func_with_cp``, transformer_engine/pytorch/attention/
+    dot_product_attention/context_parallel.py). ``T`` local tokens, K/V block
+    ``B = 2·T·g·d/tp`` 16-bit values.
 
-    * exposed transfer: the K/V block (``2·T·g·d/tp`` 16-bit values; backward also dK, dV:
-      twice the bytes) where it takes longer than the step's attention (``cp - 1``
-      transfers);
+    ``p2p`` (``AttnFuncWithCPAndKVP2P``): ``cp`` steps, each computing the attention of the
+    local queries with one block of keys and values while the next block travels round the
+    ring. Per step:
+
+    * exposed transfer: the block where it takes longer than the step's attention
+      (``cp - 1`` transfers; backward also dK, dV: twice the bytes);
     * the step's own kernels (block attention, the softmax-statistics correction; backward
       also the gradient accumulation) at ``kernel_overhead_s`` each;
     * the fp32 correction of the running output and log-sum-exp (forward: read and write the
       ``T·a·d_v/tp`` fp32 output and read the step's 16-bit one; backward: accumulate dQ in
       fp32) at attained HBM bandwidth.
 
+    ``all_gather`` (``AttnFuncWithCPAndKVAllGather``, "KV all-gather between CP ranks is
+    exposed"): forward all-gathers K and V (``cp·B`` gathered) before attention; backward
+    gathers them again and reduce-scatters dK and dV; one more attention call per pass (two
+    local chunks).
+
+    ``a2a`` (``AttnFuncWithCPAndQKVOA2A``, DeepSpeed Ulysses): all-to-all of Q, K, V before
+    attention and of the output after it (backward: of dO, then of dQ, dK, dV), each moving
+    ``(cp-1)/cp`` of the tensor over the cp group, exposed, plus the head/sequence reordering
+    copies around each exchange (read and write) at attained HBM bandwidth.
+
     0 with cp = 1."""
     eff = gpu.efficiency
     cp = c.cp.astype(float)
     T, tp = lc["tokens"], c.tp.astype(float)
     dqk, dv = model.attention_heads_dims
-    a, g = model.num_attention_heads, model.num_query_groups
-    kv_step = 2 * 2.0 * T * g * dqk / tp
-    step = p2p_time_s(kv_step, cp_bw, cp_lat)
+    a = model.num_attention_heads
+    kv_step = 2.0 * T * model.attention_kv_heads * (dqk + dv) / tp
     hbm = gpu.hbm_bandwidth_Bps * eff.hbm
-    corr_f = (4 + 4 + 2) * T * a * dv / tp / hbm + 2 * eff.kernel_overhead_s
-    corr_b = (4 + 4 + 2) * T * a * dqk / tp / hbm + 3 * eff.kernel_overhead_s
-    fwd = (cp - 1) * np.maximum(step - lc["attn_fwd"] / cp, 0.0) + cp * corr_f
-    bwd = (cp - 1) * np.maximum(2 * step - lc["attn_bwd"] / cp, 0.0) + cp * corr_b
+    kind = c.cp_comm_type
+    if kind == "all_gather":
+        gather = all_gather_time_s(cp * kv_step, cp, cp_bw, cp_lat)
+        fwd = gather + eff.kernel_overhead_s
+        bwd = 2 * gather + eff.kernel_overhead_s
+    elif kind == "a2a":
+        q_bytes, o_bytes = 2.0 * T * a * dqk / tp, 2.0 * T * a * dv / tp
+
+        def a2a(size):     # one path: the cp group's ring figures
+            return all_to_all_time_s(size, cp, cp, cp_bw, cp_lat, cp_bw, cp_lat)
+        moved = a2a(q_bytes + kv_step) + a2a(o_bytes)
+        copies = 2 * 2 * (q_bytes + kv_step + o_bytes) / hbm + 4 * eff.kernel_overhead_s
+        fwd = bwd = moved + copies
+    else:
+        step = p2p_time_s(kv_step, cp_bw, cp_lat)
+        corr_f = (4 + 4 + 2) * T * a * dv / tp / hbm + 2 * eff.kernel_overhead_s
+        corr_b = (4 + 4 + 2) * T * a * dqk / tp / hbm + 3 * eff.kernel_overhead_s
+        fwd = (cp - 1) * np.maximum(step - lc["attn_fwd"] / cp, 0.0) + cp * corr_f
+        bwd = (cp - 1) * np.maximum(2 * step - lc["attn_bwd"] / cp, 0.0) + cp * corr_b
     return np.where(cp > 1, fwd, 0.0), np.where(cp > 1, bwd, 0.0)
 
 

@@ -54,14 +54,16 @@ def candidate_memory(model: ModelSpec, c: Candidates) -> np.ndarray:
         stores_scores=c.stores_scores, ep=c.ep, etp=c.etp, first=c.first, last=c.last,
         account_embedding=c.acct_emb, account_loss=c.acct_loss,
         fp8_param_gather=fp8_weights_gathered(c.fp8_param_gather, c.distributed_optimizer,
-                                              c.precision))
+                                              c.precision),
+        cp_comm_type=c.cp_comm_type)
 
 
 def search(model: ModelSpec, cluster, global_batch_size: int, *, precision: str = "bf16",
            attention_backend: str = "auto", top_k: int = 10,
            space: SearchSpace = SearchSpace(), overlap_grad_reduce: bool = True,
            overlap_param_gather: bool = True, keep_ranking: bool = False,
-           max_memory_fraction: float = 1.0, fp8_param_gather: bool = False) -> SearchResult:
+           max_memory_fraction: float = 1.0, fp8_param_gather: bool = False,
+           cp_comm_type: str = "p2p") -> SearchResult:
     """Rank every legal plan for ``model`` on all GPUs of ``cluster``.
 
     Raises :class:`InputError` when no plan is legal at all (e.g. a batch size no data-parallel
@@ -77,7 +79,8 @@ def search(model: ModelSpec, cluster, global_batch_size: int, *, precision: str 
                            attention_backend=attention_backend,
                            overlap_grad_reduce=overlap_grad_reduce,
                            overlap_param_gather=overlap_param_gather,
-                           fp8_param_gather=fp8_param_gather, space=space)
+                           fp8_param_gather=fp8_param_gather, cp_comm_type=cp_comm_type,
+                           space=space)
     n = len(cand)
     if n == 0:
         raise InputError("global_batch_size", global_batch_size,
