@@ -148,3 +148,21 @@ def test_cli_choice_and_rule_errors_exit_2():
     rule = subprocess.run(base + ["--cp-comm-type", "a2a"], capture_output=True, text=True)
     assert rule.returncode == 2 and "Traceback" not in rule.stderr
     assert len(rule.stderr.strip().splitlines()) == 1 and "divisible by cp" in rule.stderr
+
+
+def test_search_takes_it_and_says_so(capsys):
+    """A search with --cp-comm-type a2a names it in its header and keeps only plans whose
+    heads per tp rank cp divides (llama3-8b: 8 key/value heads, so tp·cp ≤ 8)."""
+    import json
+
+    from configurator.cli import main
+
+    args = ["search", "--model", "llama3-8b", "--cluster", "dgx-h100-80gb", "--nodes", "8",
+            "--gbs", "64", "--seq-length", "32768", "--top", "20", "--cp-comm-type", "a2a"]
+    assert main(args) == 0
+    assert "cp_comm_type a2a" in capsys.readouterr().out.splitlines()[0]
+    assert main(args + ["--json"]) == 0
+    plans = [p["config"] for p in json.loads(capsys.readouterr().out)["plans"]]
+    assert {p["cp_comm_type"] for p in plans} == {"a2a"}
+    assert all(8 % (p["tp"] * p["cp"]) == 0 for p in plans if p["cp"] > 1)
+    assert any(p["cp"] > 1 for p in plans)

@@ -77,7 +77,9 @@ def run_search(req: SearchRequest) -> SearchOutcome:
     res, used = _ranked(req, model, cluster, space, req.top, keep_ranking=bool(req.out))
     header = (f"{model.name} on {used.num_nodes}x{used.gpus_per_node} "
               f"{used.gpu.name}, gbs {req.global_batch_size}, seq {model.seq_length}, "
-              f"{req.precision}: {res.candidates_evaluated} plans evaluated, "
+              f"{req.precision}"
+              + (f", cp_comm_type {req.cp_comm_type}" if req.cp_comm_type != "p2p" else "")
+              + f": {res.candidates_evaluated} plans evaluated, "
               f"{res.feasible} fit, {res.search_time_s:.2f} s")
     best = res.plans[0]
     if best.placement:
