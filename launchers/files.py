@@ -36,27 +36,46 @@ def _plain(out_dir: str) -> str:
     return out_dir.rstrip("/") or "/"
 
 
-def _link_error(path: str) -> InputError:
-    return InputError("out", path, f"{os.path.basename(path)} is a symbolic link; refusing to "
+def _link_error(path: str, field: str = "out") -> InputError:
+    return InputError(field, path, f"{os.path.basename(path)} is a symbolic link; refusing to "
                                    "write through it (also with --force)")
 
 
-def check_out_dir(out_dir: str, names: Iterable[str], force: bool) -> None:
-    """Raise :class:`InputError` (field ``out``, naming the path) if ``out_dir`` or one of
+def check_out_dir(out_dir: str, names: Iterable[str], force: bool,
+                  field: str = "out") -> None:
+    """Raise :class:`InputError` (field ``field``, naming the path) if ``out_dir`` or one of
     ``names`` in it is a symbolic link (with or without ``force``), if ``out_dir`` exists and
     is not a directory, or if one of ``names`` exists and ``force`` is false."""
     out_dir = _plain(out_dir)
     if os.path.islink(out_dir):
-        raise InputError("out", out_dir, "the output directory is a symbolic link; refusing to "
+        raise InputError(field, out_dir, "the output directory is a symbolic link; refusing to "
                                          "write through it (give the directory itself)")
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-        raise InputError("out", out_dir, "exists and is not a directory")
+        raise InputError(field, out_dir, "exists and is not a directory")
     for name in names:
         path = os.path.join(out_dir, name)
         if os.path.islink(path):
-            raise _link_error(path)
+            raise _link_error(path, field)
         if not force and os.path.lexists(path):
-            raise InputError("out", path, "exists; pass --force to overwrite")
+            raise InputError(field, path, "exists; pass --force to overwrite")
+
+
+def check_out_file(path: str, force: bool, field: str = "out") -> None:
+    """:func:`check_out_dir` for one output file ``path`` (its directory and name), and
+    :class:`InputError` (field ``field``) if ``path`` names a directory: run it before the
+    work whose result :func:`write_text_file` writes."""
+    directory, name = os.path.split(_plain(path))
+    if not name or os.path.isdir(path) and not os.path.islink(path):
+        raise InputError(field, path, "is a directory; give a file name")
+    check_out_dir(directory or ".", [name], force, field)
+
+
+def write_text_file(path: str, text: str, force: bool) -> str:
+    """Write ``text`` (UTF-8) to ``path`` as :func:`write_files` writes (never through a
+    symbolic link; an existing file only with ``force``). Returns the path."""
+    directory, name = os.path.split(_plain(path))
+    return write_files(directory or ".", {name: (text.encode("utf-8"), FILE_MODE)},
+                       force=force)[0]
 
 
 def _write_one(dir_fd: int, out_dir: str, name: str, data: bytes, mode: int,

@@ -178,8 +178,10 @@ def peak_memory_arrays(model: ModelSpec, *, first=0, last=0, account_embedding=F
     return peak if np.ndim(kw["pp"]) or np.size(peak) != 1 else peak.reshape(())
 
 
-def estimate_memory(model: ModelSpec, plan: ParallelPlan) -> list[MemoryBreakdown]:
-    """Memory of every pipeline stage of ``plan`` (one :class:`MemoryBreakdown` each)."""
+def estimate_memory(model: ModelSpec, plan: ParallelPlan, *,
+                    non_tn_fp8_gemm: bool = False) -> list[MemoryBreakdown]:
+    """Memory of every pipeline stage of ``plan`` (one :class:`MemoryBreakdown` each);
+    ``non_tn_fp8_gemm``: the GPU's (:func:`fp8_weight_bytes`)."""
     stages = np.arange(plan.pp)
     counts = rank_layer_counts(model, *plan.layer_split)
     arrays = memory_arrays(
@@ -191,7 +193,7 @@ def estimate_memory(model: ModelSpec, plan: ParallelPlan) -> list[MemoryBreakdow
         ep=plan.ep, etp=plan.etp, rank_layers=counts[:, 0], rank_moe_layers=counts[:, 1],
         fp8_param_gather=fp8_weights_gathered(plan.fp8_param_gather,
                                               plan.distributed_optimizer, plan.precision),
-        cp_comm_type=plan.cp_comm_type)
+        cp_comm_type=plan.cp_comm_type, non_tn_fp8_gemm=non_tn_fp8_gemm)
     return [MemoryBreakdown(stage=int(i), **{k: float(np.broadcast_to(v, stages.shape)[i])
                                              for k, v in arrays.items()})
             for i in stages]

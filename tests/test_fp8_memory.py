@@ -265,3 +265,35 @@ def test_fp8_param_gather_plan_field_makes_the_recipe_fit():
     plain16 = run_cli(*argv[:-3], "--precision", "bf16", "--json")
     assert json.loads(bf16.stdout)["memory_per_stage"] == json.loads(
         plain16.stdout)["memory_per_stage"]
+
+
+def test_blackwell_presets_keep_no_fp8_weight_transpose():
+    """B200, GB200 and GB300 run FP8 GEMMs in any layout (TE ``is_non_tn_fp8_gemm_supported``),
+    Hopper TN only: the same FP8 plan holds one byte less per GEMM weight on Blackwell, in the
+    search's vectorised memory and in estimate's alike; a custom GPU says so in its file."""
+    from configurator.core.candidates import Candidates
+    from configurator.core.errors import InputError
+    from configurator.core.plan import ParallelPlan
+    from configurator.search.evaluate import evaluate_plan
+    from configurator.search.rank import candidate_memory
+    from topology.cluster import load_cluster
+    from topology.gpus import GPU_PRESETS, gpu_from_config
+
+    assert {n for n, g in GPU_PRESETS.items() if g.non_tn_fp8_gemm} == {
+        "b200-180gb", "gb200-186gb", "gb300-288gb"}
+    model = MODEL_PRESETS["llama3-8b"]
+    plan = ParallelPlan(tp=1, pp=1, dp=8, micro_batch_size=1, global_batch_size=8,
+                        precision="fp8", distributed_optimizer=True)
+    gemm = float(stage_parameters(model, 1, 1, 0) - stage_non_gemm_parameters(model, 1, 1, 0))
+    hopper, blackwell = (GPU_PRESETS[n] for n in ("h100-80gb", "b200-180gb"))
+    c = Candidates.from_plan(plan)
+    assert float(candidate_memory(model, c, hopper)[0] - candidate_memory(model, c, blackwell)[0]) \
+        == pytest.approx(gemm)
+    b200 = evaluate_plan(model, load_cluster("dgx-b200-180gb", 1), plan)
+    assert b200.peak_memory_bytes == pytest.approx(float(candidate_memory(model, c, blackwell)[0]))
+    custom = {"name": "x", "peak_tflops": {"bf16": 100, "fp8": 200}, "memory_GiB": 80,
+              "hbm_bandwidth_GBps": 1000, "num_sms": 100, "non_tn_fp8_gemm": True,
+              "efficiency": {"gemm": 0.7, "gemm_fp8": 0.6, "hbm": 0.8, "flash_attention": 0.5}}
+    assert gpu_from_config(custom).non_tn_fp8_gemm
+    with pytest.raises(InputError, match="non_tn_fp8_gemm"):
+        gpu_from_config({**custom, "non_tn_fp8_gemm": "maybe"})

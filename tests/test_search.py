@@ -51,7 +51,7 @@ def test_vectorised_time_and_memory_equal_single_plan_estimates():
     cluster = load_cluster("dgx-h100-80gb", nodes=2)
     cand = enumerate_plans(SMALL, 16, 64)
     times = iteration_time(SMALL, cluster, cand)["iteration_time_s"]
-    mem = candidate_memory(SMALL, cand)
+    mem = candidate_memory(SMALL, cand, cluster.gpu)
     rng = np.random.default_rng(0)
     for i in rng.choice(len(cand), 25, replace=False):
         e = evaluate_plan(SMALL, cluster, cand.plan(int(i)))

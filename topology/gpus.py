@@ -150,7 +150,10 @@ class Efficiency:
 class GPUSpec:
     """One GPU type. ``peak_flops_per_s`` maps precision → dense FLOP/s (``fp8``, ``mxfp8``
     may be absent); ``memory_bytes`` usable HBM; ``hbm_bandwidth_Bps`` bytes/s; ``num_sms``
-    streaming multiprocessors (GEMM wave quantisation)."""
+    streaming multiprocessors (GEMM wave quantisation); ``non_tn_fp8_gemm``: FP8 GEMMs run in
+    any operand layout, so Transformer Engine keeps no FP8 transpose of a weight
+    (``transformer_engine/pytorch/utils.py`` ``is_non_tn_fp8_gemm_supported``: compute
+    capability 10.x or 13+, i.e. B200, GB200, GB300; Hopper runs TN only)."""
 
     name: str
     peak_flops_per_s: Mapping[str, float] = field(hash=False)
@@ -158,6 +161,7 @@ class GPUSpec:
     hbm_bandwidth_Bps: float
     num_sms: int
     efficiency: Efficiency
+    non_tn_fp8_gemm: bool = False
 
     def peak(self, precision: str) -> float:
         """Dense peak FLOP/s for ``precision``; InputError if the GPU has no such rate."""
@@ -223,7 +227,7 @@ GPU_PRESETS: dict[str, GPUSpec] = {
         memory_bytes=183359 * MiB, hbm_bandwidth_Bps=8000 * GB, num_sms=148,
         efficiency=Efficiency(gemm=0.73, gemm_fp8=0.51, gemm_mxfp8=0.71, hbm=0.75,
                               flash_attention=0.43, kernel_overhead_s=4e-6,
-                              source=_BLACKWELL)),
+                              source=_BLACKWELL), non_tn_fp8_gemm=True),
     # GB200 NVL72 specifications, per GPU: 5 (BF16) and 10 (FP8) PFLOPS with sparsity,
     # halved; 186 GB HBM3e at 8 TB/s; nvidia-smi 189471 MiB; 152 SMs.
     "gb200-186gb": GPUSpec(
@@ -232,7 +236,7 @@ GPU_PRESETS: dict[str, GPUSpec] = {
         memory_bytes=189471 * MiB, hbm_bandwidth_Bps=8000 * GB, num_sms=152,
         efficiency=Efficiency(gemm=0.73, gemm_fp8=0.51, gemm_mxfp8=0.71, hbm=0.75,
                               flash_attention=0.43, kernel_overhead_s=4e-6,
-                              source=_BLACKWELL)),
+                              source=_BLACKWELL), non_tn_fp8_gemm=True),
     # GB300 NVL72 specifications: 360 (BF16) and 720 (FP8) PFLOPS with sparsity per 72 GPUs,
     # halved; 288 GB HBM3e at 8 TB/s and 160 SMs ("Inside NVIDIA Blackwell Ultra");
     # nvidia-smi 284208 MiB.
@@ -242,11 +246,12 @@ GPU_PRESETS: dict[str, GPUSpec] = {
         memory_bytes=284208 * MiB, hbm_bandwidth_Bps=8000 * GB, num_sms=160,
         efficiency=Efficiency(gemm=0.70, gemm_fp8=0.51, gemm_mxfp8=0.71, hbm=0.75,
                               flash_attention=0.86, kernel_overhead_s=4e-6,
-                              source=_BLACKWELL_ULTRA)),
+                              source=_BLACKWELL_ULTRA), non_tn_fp8_gemm=True),
 }
 
 GPU_KEYS_REQUIRED = ("name", "peak_tflops", "memory_GiB", "hbm_bandwidth_GBps", "num_sms",
                      "efficiency")
+GPU_KEYS_OPTIONAL = ("non_tn_fp8_gemm",)
 EFFICIENCY_KEYS_REQUIRED = ("gemm", "hbm", "flash_attention")
 EFFICIENCY_KEYS_OPTIONAL = ("gemm_fp8", "gemm_mxfp8", "kernel_overhead_us", "host_op_us",
                             "source")
@@ -293,7 +298,8 @@ def gpu_from_config(data: Any) -> GPUSpec:
     """A GPU from a preset name or a mapping with every figure the cost model needs:
     ``name, peak_tflops: {bf16, fp16, fp8, mxfp8}, memory_GiB, hbm_bandwidth_GBps, num_sms,
     efficiency: {gemm, gemm_fp8, gemm_mxfp8, hbm, flash_attention, kernel_overhead_us,
-    source}`` (units at the edge: TFLOP/s, GiB, GB/s, µs). Raises :class:`InputError`
+    source}`` and optionally ``non_tn_fp8_gemm`` (default false) (units at the edge:
+    TFLOP/s, GiB, GB/s, µs). Raises :class:`InputError`
     naming the field; an unknown preset name lists the known ones and says how to describe
     a new GPU."""
     if isinstance(data, str):
@@ -302,7 +308,7 @@ def gpu_from_config(data: Any) -> GPUSpec:
                              + "; or describe the GPU as a mapping with "
                              + ", ".join(GPU_KEYS_REQUIRED))
         return GPU_PRESETS[data]
-    v.exact_keys("gpu", data, GPU_KEYS_REQUIRED, ())
+    v.exact_keys("gpu", data, GPU_KEYS_REQUIRED, GPU_KEYS_OPTIONAL)
     peaks = data["peak_tflops"]
     if not isinstance(peaks, Mapping) or not peaks:
         raise InputError("gpu.peak_tflops", peaks, "must map precision ("
@@ -319,4 +325,6 @@ def gpu_from_config(data: Any) -> GPUSpec:
                    hbm_bandwidth_Bps=v.float_in_range("gpu.hbm_bandwidth_GBps",
                                                       data["hbm_bandwidth_GBps"]) * GB,
                    num_sms=v.int_in_range("gpu.num_sms", data["num_sms"]),
-                   efficiency=efficiency_from_config(data["efficiency"], rates))
+                   efficiency=efficiency_from_config(data["efficiency"], rates),
+                   non_tn_fp8_gemm=v.boolean("gpu.non_tn_fp8_gemm",
+                                             data.get("non_tn_fp8_gemm", False)))

@@ -153,10 +153,13 @@ def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
             dropped = kept.pop()
             notes.append(f"{dropped}: left out ({msg})")
     mape_before = float(np.mean(np.abs(np.exp(r0) - 1)))
-    if not kept:
+
+    def unfitted() -> GroupFit:          # the preset values stay
         return GroupFit(gpu=base_gpu.name, precision=precision, runs=len(prepared),
                         parameters={}, before=before, mape_before=mape_before,
                         mape_after=mape_before, loo_mape=None, notes=notes)
+    if not kept:
+        return unfitted()
     fits = [_fit(prepared, base_gpu, names, before, x0, sub, source)
             for sub in ([kept] if explicit else _subsets(kept))]
     # without explicit parameters: the subset that best predicts the runs left out
@@ -169,9 +172,7 @@ def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
         if best[2] is not None and best[2] >= mape_before:
             notes.append(f"no fit predicts the runs left out better than the preset values "
                          f"(leave-one-out {100 * best[2]:.1f} % vs {100 * mape_before:.1f} %)")
-            return GroupFit(gpu=base_gpu.name, precision=precision, runs=len(prepared),
-                            parameters={}, before=before, mape_before=mape_before,
-                            mape_after=mape_before, loo_mape=None, notes=notes)
+            return unfitted()
     values, r, loo, fit_notes = best
     return GroupFit(gpu=base_gpu.name, precision=precision, runs=len(prepared),
                     parameters={k: round(float(v), 6) for k, v in values.items()},

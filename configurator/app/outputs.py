@@ -85,7 +85,7 @@ def write_search_outputs(out: str, model, cluster, res: SearchResult, header: st
         table=table, placement=record, gantt_png=gantt).encode(), FILE_MODE)
     with tempfile.TemporaryDirectory() as private:      # mode 0700, a fresh name
         png = os.path.join(private, "plans.png")
-        plot_search(png, peak_memory_bytes=candidate_memory(model, res.ranked),
+        plot_search(png, peak_memory_bytes=candidate_memory(model, res.ranked, cluster.gpu),
                     iteration_time_s=res.ranked_time_s, recompute=res.ranked.recompute,
                     capacity_bytes=cluster.gpu.memory_bytes,
                     title=f"{model.name} on {cluster.num_gpus} x {cluster.gpu.name}: "

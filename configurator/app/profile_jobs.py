@@ -45,7 +45,6 @@ tool's import path.
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import time
 from dataclasses import dataclass
@@ -187,9 +186,7 @@ def layer_shapes(model: ModelSpec, tp: int, cp: int, mbs: int,
     f = model.ffn_hidden_size
     if f % tp:
         raise InputError("tp", tp, f"must divide ffn_hidden_size ({f})")
-    seq = model.seq_length // cp
-    if model.seq_length % cp:
-        raise InputError("cp", cp, f"must divide seq_length ({model.seq_length})")
+    seq = model.seq_length // cp             # check_plan: cp splits it in 2·cp chunks
     if sequence_parallel and seq % tp:
         raise InputError("sequence_parallel", True, f"tp ({tp}) must divide the rank's "
                          f"{seq} tokens per sequence (seq_length / cp)")
@@ -232,29 +229,15 @@ def _count(field_name: str, value, lo: int, hi: int) -> int:
     return value
 
 
-def _check_out(out: str | None, force: bool) -> None:
-    if out is None:
-        return
-    if os.path.islink(out):
-        raise InputError("out", out, "is a symbolic link; refusing to write through it (also "
-                                     "with --force)")
-    if os.path.isdir(out):
-        raise InputError("out", out, "is a directory; give a file name")
-    if os.path.exists(out) and not force:
-        raise InputError("out", out, "file exists; pass --force to overwrite")
-
-
 def _write(out: str, profile: LayerProfile, force: bool) -> str:
     import yaml
 
-    from launchers.files import write_files
+    from launchers.files import write_text_file
 
     data = profile.to_dict()
     text = (json.dumps(data, indent=2, allow_nan=False) + "\n" if out.endswith(".json")
             else yaml.safe_dump(data, sort_keys=False))
-    directory, name = os.path.split(out)
-    write_files(directory or ".", {name: (text.encode("utf-8"), 0o644)}, force=force)
-    return out
+    return write_text_file(out, text, force)
 
 
 def _import_torch():
@@ -313,7 +296,10 @@ def run_profile(req: ProfileRequest, progress: Callable | None = None) -> Profil
              for tp in tps}
     shapes = [layer_shapes(model, tp, cp, mbs, sp_of[tp])
               for tp in tps for cp in cps for mbs in mbss]
-    _check_out(req.out, req.force)
+    if req.out is not None:
+        from launchers.files import check_out_file
+
+        check_out_file(req.out, req.force)
 
     torch = _import_torch()
     device = _device(torch, req.device)

@@ -9,7 +9,6 @@ torch is imported only when the command runs (:mod:`configurator.app.profile_job
 from __future__ import annotations
 
 import argparse
-import io
 import sys
 
 from configurator.app.profile_jobs import (DEFAULT_REPEATS, DEFAULT_WARMUP, DEVICES,
@@ -77,47 +76,30 @@ def run_profile(args) -> int:
     return 0
 
 
-def _box():
-    from rich import box
-
-    # the ranked table's look (configurator/report/table.py): the header underlined
-    return box.Box("    \n" "    \n" " -- \n" "    \n" "    \n" "    \n" "    \n" "    \n",
-                   ascii=True)
-
-
 def format_profile(out) -> str:
     """A header line, the table (tp, cp, mbs, sp, profiled forward/backward ms and, with a
     comparison, the analytic ones and profiled / analytic), then the note and why there is
     no comparison."""
-    from rich.console import Console
-    from rich.table import Table
+    from configurator.report.table import plain_table
 
     prof = out.layer
     lines = [f"profiled one layer of {prof.model} (seq {prof.seq_length}, {prof.precision}) "
              f"on {prof.device}, torch {prof.torch_version}: median of {out.repeats} runs "
              f"after {out.warmup} warm-up"
              + (f"; analytic: {out.analytic_gpu}" if out.comparison else "")]
-    t = Table(box=_box(), show_edge=False, pad_edge=False, padding=(0, 1, 0, 0),
-              header_style="", highlight=False)
     heads = ["tp", "cp", "mbs", "sp", "fwd (ms)", "bwd (ms)"]
     if out.comparison:
         heads += ["analytic fwd (ms)", "analytic bwd (ms)", "fwd ratio", "bwd ratio"]
-    for hd in heads:
-        t.add_column(hd, justify="right", no_wrap=True)
-    rows = out.comparison or [None] * len(prof.entries)
-    for e, c in zip(prof.entries, rows):
+    rows = []
+    for e, c in zip(prof.entries, out.comparison or [None] * len(prof.entries)):
         cells = [str(e.tp), str(e.cp), str(e.mbs), "yes" if e.sequence_parallel else "no",
                  f"{1e3 * e.forward_s:.3f}", f"{1e3 * e.backward_s:.3f}"]
         if c is not None:
             cells += [f"{1e3 * c.analytic_forward_s:.3f}", f"{1e3 * c.analytic_backward_s:.3f}",
                       f"{e.forward_s / c.analytic_forward_s:.2f}",
                       f"{e.backward_s / c.analytic_backward_s:.2f}"]
-        t.add_row(*cells)
-    console = Console(file=io.StringIO(), width=200, color_system=None, force_terminal=False,
-                      legacy_windows=False, no_color=True, emoji=False, highlight=False,
-                      soft_wrap=False)
-    rendered = console.render_lines(t, console.options, pad=False)
-    lines += ["".join(seg.text for seg in line).rstrip() for line in rendered]
+        rows.append(cells)
+    lines += plain_table(heads, rows)
     if prof.note:
         lines.append(f"note: {prof.note}")
     if out.no_comparison:

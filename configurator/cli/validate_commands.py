@@ -3,13 +3,13 @@ runs, and a GPU's efficiencies fitted to them."""
 
 from __future__ import annotations
 
-import os
 import sys
 
 from configurator.app.calibrate_jobs import calibrate_runs
 from configurator.app.validate_jobs import load_run_files, validate_runs
 from configurator.core import jsonout
 from configurator.core.errors import InputError
+from launchers.files import check_out_file, write_text_file
 
 RUNS_HELP = ("measured runs: CSV/YAML/JSON run files (schema: configurator/core/runs.py and "
              "the README) or Megatron-LM logs (.log/.txt/.out, with --cluster); none: the "
@@ -24,13 +24,6 @@ def _progress(total_label):
         return tqdm(items, desc=total_label, unit="run", leave=False, file=sys.stderr,
                     disable=None)
     return wrap
-
-
-def _write_text(path: str, text: str, force: bool) -> str:
-    from launchers.files import write_files
-
-    directory, name = os.path.split(path)
-    return write_files(directory or ".", {name: (text.encode("utf-8"), 0o644)}, force=force)[0]
 
 
 def add_validate_arguments(p) -> None:
@@ -55,15 +48,15 @@ def _calibration(path):
 
 
 def run_validate(args) -> int:
-    if args.html and os.path.exists(args.html) and not args.force:
-        raise InputError("html", args.html, "file exists; pass --force to overwrite")
+    if args.html:
+        check_out_file(args.html, args.force, "html")
     runs, skipped = load_run_files(args.runs, args.cluster)
     report = validate_runs(runs, _calibration(args.calibration), skipped,
                            progress=_progress("validate"))
     if args.html:
         from configurator.report.validate_html import render_validation_html
 
-        path = _write_text(args.html, render_validation_html(
+        path = write_text_file(args.html, render_validation_html(
             report, "configurator validate: predicted vs measured iteration time"), args.force)
         print(f"wrote {path}", file=sys.stderr)
     if args.json:
@@ -124,8 +117,7 @@ def add_calibrate_arguments(p) -> None:
 def run_calibrate(args) -> int:
     import yaml
 
-    if os.path.exists(args.out) and not args.force:
-        raise InputError("out", args.out, "file exists; pass --force to overwrite")
+    check_out_file(args.out, args.force)
     params = None
     if args.params is not None:
         params = tuple(x.strip() for x in args.params.split(",") if x.strip())
@@ -134,7 +126,7 @@ def run_calibrate(args) -> int:
     runs, _ = load_run_files(args.runs, args.cluster)
     cal, fits = calibrate_runs(runs, params, progress=_progress("calibrate"),
                                source=", ".join(args.runs) or "shared ground truth")
-    path = _write_text(args.out, yaml.safe_dump(jsonout.finite(cal.to_dict()),
+    path = write_text_file(args.out, yaml.safe_dump(jsonout.finite(cal.to_dict()),
                                                 sort_keys=False), args.force)
     if args.json:
         print(jsonout.dumps({"out": path, "groups": [f.to_dict() for f in fits]}, indent=2))

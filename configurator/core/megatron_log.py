@@ -568,19 +568,10 @@ def _segment_run(seg: _Segment, *, where: str, cluster: str, name: str, source: 
     row = {**measured, **row, "model": model or run_name, "cluster": cluster,
            "name": run_name, "source": source or None}
     run = run_from_mapping(row, where)
-    plan = run.plan
-    requested = row.get("overlap_param_gather")
-    if requested is not None:
-        # run_from_mapping derives the gather overlap from overlap_grad_reduce; Megatron's
-        # flag is separate (validate_args asserts the distributed optimizer under it)
-        want = requested if isinstance(requested, bool) else str(requested).strip().lower() \
-            in ("true", "1", "yes")
-        plan = dataclasses.replace(plan, overlap_param_gather=bool(
-            want and plan.distributed_optimizer and plan.overlap_grad_reduce))
     extra = {"iterations": (seg.iteration[used[0]], seg.iteration[used[-1]]),
              "iteration_lines": len(used), "skipped_lines": skip,
              "memory_reports": seg.memory_reports, "notes": tuple(notes)}
-    return dataclasses.replace(run, model=spec if spec is not None else run.model, plan=plan,
+    return dataclasses.replace(run, model=spec if spec is not None else run.model,
                                extra=extra)
 
 

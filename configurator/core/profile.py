@@ -103,9 +103,12 @@ class LayerProfile:
         return None
 
     def matches(self, model: ModelSpec) -> bool:
-        """Whether the profile was taken for ``model`` (fingerprint and sequence length)."""
-        return (dict(self.model_fingerprint) == fingerprint_of(model)
-                and self.seq_length == model.seq_length)
+        """Whether the profile was taken for ``model`` (:meth:`check_model` passes)."""
+        try:
+            self.check_model(model)
+        except InputError:
+            return False
+        return True
 
     def check_model(self, model: ModelSpec, field: str = "profile") -> None:
         """Raise :class:`InputError` (field ``field``) naming the first model figure that

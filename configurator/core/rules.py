@@ -250,7 +250,8 @@ def plan_for_world(fields: Mapping[str, Any], world_size: int) -> ParallelPlan:
     """A plan from user-given fields on ``world_size`` GPUs: ``dp`` derived, and the defaults
     of a field given as ``None`` (or absent): sequence parallelism on when tp > 1, the
     distributed optimizer when dp·cp > 1, gradient-reduce overlap on, parameter-gather
-    overlap with it and the distributed optimizer. Integers are checked first, the error
+    overlap with it and the distributed optimizer (a given parameter-gather overlap holds
+    only where those two do: Megatron's flag needs both). Integers are checked first, the error
     naming the CLI option (``mbs``, ``gbs``); raises the first rule's error if tp·pp·cp
     does not divide ``world_size``. Megatron's other rules are not checked here
     (:func:`check_plan`)."""
@@ -269,8 +270,10 @@ def plan_for_world(fields: Mapping[str, Any], world_size: int) -> ParallelPlan:
         f["distributed_optimizer"] = f["dp"] * f["cp"] > 1
     if f.get("overlap_grad_reduce") is None:
         f["overlap_grad_reduce"] = True
-    f["overlap_param_gather"] = param_gather_overlap(f["overlap_grad_reduce"],
-                                                     f["distributed_optimizer"])
+    requested = f.get("overlap_param_gather")
+    f["overlap_param_gather"] = bool(param_gather_overlap(
+        f["overlap_grad_reduce"] and (requested is None or requested),
+        f["distributed_optimizer"]))
     for spec in PLAN_FIELDS:   # any other field not given takes the schema's default
         if f.get(spec.name) is None:
             f[spec.name] = spec.default

@@ -113,8 +113,11 @@ def cp_key_tokens(seq_length: int, cp, cp_comm_type: str):
     ``attn_forward_func_with_cp``."""
     cp = np.asarray(cp, dtype=float)
     s = float(seq_length)
-    return {"p2p": s / cp, "a2a": s + 0.0 * cp,
-            "all_gather": (2 * cp + 1) / (4 * cp) * s}[cp_comm_type]
+    if cp_comm_type == "a2a":
+        return np.full(cp.shape, s)
+    if cp_comm_type == "all_gather":
+        return (2 * cp + 1) / (4 * cp) * s
+    return s / cp
 
 
 def flash_efficiency(eta_max: float, key_tokens):
@@ -189,15 +192,12 @@ def profiled_layer_s(profile, c: Candidates, fwd, bwd) -> tuple:
     :class:`configurator.core.profile.LayerProfile` of the model and precision) where it holds
     the plan's per-rank shape ``(tp, cp, mbs, sequence_parallel)``; analytic elsewhere.
     Arrays of seconds, one per plan."""
-    fwd, bwd = (np.array(np.broadcast_to(x, c.tp.shape), dtype=float) for x in (fwd, bwd))
     keys = np.stack([c.tp, c.cp, c.mbs, c.sequence_parallel & (c.tp > 1)], axis=1)
     uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
-    for k, key in enumerate(uniq):
-        hit = profile.lookup(*(int(x) for x in key))
-        if hit is not None:
-            rows = inverse.reshape(-1) == k
-            fwd[rows], bwd[rows] = hit
-    return fwd, bwd
+    measured = np.array([profile.lookup(*(int(x) for x in key)) or (np.nan, np.nan)
+                         for key in uniq], dtype=float)[inverse.reshape(-1)]
+    return tuple(np.where(np.isnan(measured[:, i]), analytic, measured[:, i])
+                 for i, analytic in enumerate((fwd, bwd)))
 
 
 def layer_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec, profile=None) -> dict:

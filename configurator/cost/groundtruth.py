@@ -129,12 +129,12 @@ def bridge_rows(path: Path | None = None) -> tuple[list[BridgeRow], list[str]]:
         n = int(r["num_gpus"])
         tp, pp, cp, ep = (int(r[k]) for k in ("tp", "pp", "cp", "ep"))
         vp = 1 if r["vp"] in ("n/a", "") else int(r["vp"])
+        precision = _bridge_precision(r["precision"])
         plan = ParallelPlan(tp=tp, pp=pp, cp=cp, dp=n // (tp * pp * cp), vp=vp,
                             ep=ep if model.is_moe else 1, etp=1,
                             micro_batch_size=int(r["mbs"]), global_batch_size=int(r["gbs"]),
                             sequence_parallel=tp > 1, distributed_optimizer=True,
-                            precision=_bridge_precision(r["precision"]),
-                            fp8_param_gather=_bridge_precision(r["precision"]) == "fp8")
+                            precision=precision, fp8_param_gather=precision == "fp8")
         tokens = float(r["tokens_per_sec_per_gpu"].split("(")[0])
         out.append(BridgeRow(r["release"], model, cluster, n // gpus_per_host, plan, tokens))
     return out, skipped

@@ -95,9 +95,30 @@ def _console(width: int) -> Console:
                    soft_wrap=False)
 
 
+def _new_table() -> Table:
+    return Table(box=_BOX, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0),
+                 header_style="", highlight=False)
+
+
+def _render(table: Table, width: int) -> list[str]:
+    console = _console(width)
+    lines = console.render_lines(table, console.options, pad=False)
+    return ["".join(seg.text for seg in line).rstrip() for line in lines]
+
+
+def plain_table(headers: list[str], rows: list[list[str]]) -> list[str]:
+    """Lines of a right-aligned plain-text table in the ranked table's look (header
+    underlined, no edges), as wide as its cells need."""
+    t = _new_table()
+    for hd in headers:
+        t.add_column(hd, justify="right", no_wrap=True)
+    for r in rows:
+        t.add_row(*r)
+    return _render(t, max(_width(t), 1))
+
+
 def _table(columns: list[Column], evals: list[Evaluation]) -> Table:
-    t = Table(box=_BOX, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0),
-              header_style="", highlight=False)
+    t = _new_table()
     for c in columns:
         t.add_column(c.header, justify=c.justify, no_wrap=True)
     for i, e in enumerate(evals):
@@ -139,9 +160,7 @@ def format_table(evals: list[Evaluation], wide: bool = False) -> str:
     Default: every line at most NARROW_WIDTH characters; ``wide``: every column.
     """
     table = _table(select_columns(evals, wide), evals)
-    console = _console(max(_width(table), 1) if wide else NARROW_WIDTH)
-    lines = console.render_lines(table, console.options, pad=False)
-    return "\n".join("".join(seg.text for seg in line).rstrip() for line in lines)
+    return "\n".join(_render(table, max(_width(table), 1) if wide else NARROW_WIDTH))
 
 
 def _wrap(line: str) -> list[str]:

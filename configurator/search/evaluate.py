@@ -94,7 +94,7 @@ def evaluate_plan(model: ModelSpec, cluster, plan: ParallelPlan, *,
     peak = cluster.gpu.peak("fp16" if plan.precision == "fp16" else "bf16")
     cluster.gpu.peak(plan.precision)  # raises for fp8 on a GPU without it
     t = iteration_time(model, cluster, Candidates.from_plan(plan))
-    stages = estimate_memory(model, plan)
+    stages = estimate_memory(model, plan, non_tn_fp8_gemm=cluster.gpu.non_tn_fp8_gemm)
     peak_mem = max(s.total_bytes for s in stages)
     closed = float(t["iteration_time_s"][0])
     priced = PlacedPlan(model, cluster, plan)

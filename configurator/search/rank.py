@@ -45,8 +45,9 @@ class SearchResult:
                 "feasible": self.feasible, "search_time_s": self.search_time_s}
 
 
-def candidate_memory(model: ModelSpec, c: Candidates) -> np.ndarray:
-    """Peak bytes over pipeline stages for every plan in ``c``."""
+def candidate_memory(model: ModelSpec, c: Candidates, gpu) -> np.ndarray:
+    """Peak bytes over pipeline stages for every plan in ``c`` on ``gpu`` (a
+    :class:`topology.gpus.GPUSpec`: whether FP8 weights keep a transpose)."""
     return peak_memory_arrays(
         model, tp=c.tp, pp=c.pp, dp=c.dp, cp=c.cp, vp=c.vp, mbs=c.mbs,
         num_microbatches=c.num_microbatches, recompute=c.recompute, sp=c.sequence_parallel,
@@ -55,7 +56,7 @@ def candidate_memory(model: ModelSpec, c: Candidates) -> np.ndarray:
         account_embedding=c.acct_emb, account_loss=c.acct_loss,
         fp8_param_gather=fp8_weights_gathered(c.fp8_param_gather, c.distributed_optimizer,
                                               c.precision),
-        cp_comm_type=c.cp_comm_type)
+        cp_comm_type=c.cp_comm_type, non_tn_fp8_gemm=gpu.non_tn_fp8_gemm)
 
 
 def search(model: ModelSpec, cluster, global_batch_size: int, *, precision: str = "bf16",
@@ -87,7 +88,7 @@ def search(model: ModelSpec, cluster, global_batch_size: int, *, precision: str 
                          f"no legal plan: no tp*pp*cp*dp layout of {world} GPUs with "
                          f"global_batch_size % (micro_batch_size*dp) == 0 under the "
                          f"search restrictions")
-    mem = candidate_memory(model, cand)
+    mem = candidate_memory(model, cand, cluster.gpu)
     limit = cluster.gpu.memory_bytes * max_memory_fraction
     fits = mem <= limit
     nfeas = int(fits.sum())
@@ -133,7 +134,7 @@ def best_layer_split(model: ModelSpec, cluster, plan):
         for _vp, first, last, ae, al in options]
     cand = Candidates.from_plans(plans)
     times = iteration_time(model, cluster, cand)["iteration_time_s"]
-    mem = candidate_memory(model, cand)
+    mem = candidate_memory(model, cand, cluster.gpu)
     fits = mem <= cluster.gpu.memory_bytes
     best = int(np.argmin(np.where(fits, times, np.inf))) if fits.any() else int(np.argmin(mem))
     return plans[best]
