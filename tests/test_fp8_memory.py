@@ -268,7 +268,7 @@ def test_fp8_param_gather_plan_field_makes_the_recipe_fit():
 
 
 def test_blackwell_presets_keep_no_fp8_weight_transpose():
-    """B200, GB200 and GB300 run FP8 GEMMs in any layout (TE ``is_non_tn_fp8_gemm_supported``),
+    """B200, B300, GB200 and GB300 run FP8 GEMMs in any layout (TE ``is_non_tn_fp8_gemm_supported``),
     Hopper TN only: the same FP8 plan holds one byte less per GEMM weight on Blackwell, in the
     search's vectorised memory and in estimate's alike; a custom GPU says so in its file."""
     from configurator.core.candidates import Candidates
@@ -280,7 +280,7 @@ def test_blackwell_presets_keep_no_fp8_weight_transpose():
     from topology.gpus import GPU_PRESETS, gpu_from_config
 
     assert {n for n, g in GPU_PRESETS.items() if g.non_tn_fp8_gemm} == {
-        "b200-180gb", "gb200-186gb", "gb300-288gb"}
+        "b200-180gb", "b300-288gb", "gb200-186gb", "gb300-288gb"}
     model = MODEL_PRESETS["llama3-8b"]
     plan = ParallelPlan(tp=1, pp=1, dp=8, micro_batch_size=1, global_batch_size=8,
                         precision="fp8", distributed_optimizer=True)

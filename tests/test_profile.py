@@ -246,6 +246,8 @@ def test_gpu_preset_guess():
     assert guess_gpu_preset("NVIDIA H200") == "h200-141gb"
     assert guess_gpu_preset("NVIDIA GB200") == "gb200-186gb"
     assert guess_gpu_preset("NVIDIA B200") == "b200-180gb"
+    assert guess_gpu_preset("NVIDIA B300 SXM6 AC") == "b300-288gb"
+    assert guess_gpu_preset("NVIDIA GB300") == "gb300-288gb"
     assert guess_gpu_preset("NVIDIA A100-SXM4-80GB") == "a100-80gb"
     assert guess_gpu_preset("NVIDIA H100 PCIe") is None
     assert guess_gpu_preset("Tesla V100-SXM2-32GB") is None

@@ -133,3 +133,34 @@ def test_tp_group_straddling_nodes_is_slower():
     aligned, _ = cl.group_busbw(1, 4, 16)
     straddling, _ = cl.group_busbw(1, 6, 12)  # ranks 6..11 span two nodes
     assert straddling < aligned / 2
+
+
+def test_alternating_window_layers_each_priced_at_their_own_key_length():
+    """GPT-OSS alternates sliding-window (128 keys) and full causal layers
+    (window_attn_skip_freq 2): a layer's fused-attention time is the mean of a full layer's
+    (½ the s² pairs at the efficiency of s keys) and a window layer's (its band at the
+    efficiency of 128 keys), not every layer at the window's efficiency."""
+    import dataclasses
+
+    from configurator.cost.compute import flash_efficiency, layer_costs
+    from topology.gpus import GPU_PRESETS
+
+    gpu = GPU_PRESETS["b200-180gb"]
+    oss = MODEL_PRESETS["gpt-oss-120b"].with_seq_length(4096)
+    assert oss.attention_layer_kinds == ((0.5, 0.5, None),
+                                         (0.5, 128 / 4096 * (1 - 128 / 8192), 128))
+    c = Candidates.from_plan(ParallelPlan(tp=1, pp=1, dp=8, ep=8, micro_batch_size=4,
+                                          global_batch_size=64))
+    full = dataclasses.replace(oss, window_size=None, window_attn_skip_freq=None)
+    windowed = dataclasses.replace(oss, window_attn_skip_freq=None)
+    assert windowed.attention_layer_kinds == ((1.0, oss.attention_layer_kinds[1][1], 128),)
+    overhead = gpu.efficiency.kernel_overhead_s
+    t = {name: float(layer_costs(m, c, gpu)["attn_fwd"][0]) - overhead
+         for name, m in (("mixed", oss), ("full", full), ("window", windowed))}
+    assert t["mixed"] == pytest.approx((t["full"] + t["window"]) / 2, rel=1e-9)
+    # the full layers run at the efficiency of 4,096 keys, 7.2x that of 128
+    pairs = 2.0 * 4 * 4096 * 4096 * 64 * 128
+    peak = gpu.peak("bf16")
+    assert t["full"] == pytest.approx(
+        0.5 * pairs / (peak * flash_efficiency(gpu.efficiency.flash_attention, 4096)))
+    assert flash_efficiency(1.0, 4096) / flash_efficiency(1.0, 128) > 7

@@ -96,6 +96,14 @@ CLUSTER_PRESETS: dict[str, dict[str, Any]] = {
                            inter_node_bandwidth_GBps=50, intra_node_latency_us=3.0,
                            inter_node_latency_us=6.0, intra_node_efficiency=811 / 900,
                            inter_node_efficiency=46.5 / 50),
+    # DGX B300: 8 B300 on NVLink 5 through NVSwitch, 1.8 TB/s per GPU bidirectional = 900 GB/s
+    # per direction; "8x OSFP ports serving 8x single-port NVIDIA ConnectX-8 VPI, up to
+    # 800 Gb/s" = 100 GB/s per GPU (NVIDIA DGX B300 data sheet).
+    "dgx-b300-288gb": dict(name="dgx-b300-288gb", gpu="b300-288gb", gpus_per_node=8,
+                           nodes=16, intra_node_bandwidth_GBps=900,
+                           inter_node_bandwidth_GBps=100, intra_node_latency_us=3.0,
+                           inter_node_latency_us=6.0, intra_node_efficiency=811 / 900,
+                           inter_node_efficiency=46.5 / 50),
     # GB200 NVL72: 18 compute trays of 2 Grace CPUs + 4 GB200 GPUs (one host each), 9 NVLink
     # switch trays joining all 72 GPUs at 1.8 TB/s per GPU bidirectional (130 TB/s in all)
     # = 900 GB/s per direction (NVIDIA GB200 NVL72 specifications); scale-out one ConnectX-7

@@ -29,6 +29,13 @@ Blackwell. NVIDIA prints these peaks *with sparsity*; the figures below are thos
   per GPU dense 5 PFLOP/s FP8 and 2.5 PFLOP/s BF16/FP16; up to 288 GB HBM3e per GPU at
   8 TB/s and 160 SMs (NVIDIA technical blog "Inside NVIDIA Blackwell Ultra: The Chip
   Powering the AI Factory Era", 2025). Usable memory: ``nvidia-smi`` total 284208 MiB.
+* B300 (Blackwell Ultra in DGX B300 / HGX B300, 1,100 W): the HGX B300 column of NVIDIA's
+  HGX specifications, per GPU FP16/BF16 4.5 PFLOPS and FP8 9 PFLOPS with sparsity, 288 GB
+  HBM3e at 8 TB/s: dense 2.25 PFLOP/s BF16/FP16, 4.5 PFLOP/s FP8. The DGX B300 part
+  ("NVIDIA B300 SXM6 AC", compute capability 10.3) reports 148 SMs
+  (``multiProcessorCount``) and an ``nvidia-smi`` total of 275040 MiB (a B300 SXM6 AC
+  characterisation, 2026; AWS p6-b300 lists 275 GB per GPU). Its efficiencies are GB300's
+  (the same Blackwell Ultra SM and its doubled exponential rate).
 * ``mxfp8``: MXFP8 (OCP microscaling, one E8M0 scale per 32 FP8 elements) is executed by
   Blackwell's fifth-generation tensor cores at the FP8 rate (NVIDIA technical blog
   "Boosting Matrix Multiplication Speed and Flexibility with NVIDIA cuBLAS 12.9":
@@ -49,20 +56,23 @@ Efficiencies (:class:`Efficiency`), one set per GPU type and precision, each wit
   applies wave quantisation on top (4096³: 512 tiles of 256×128 in 4 waves of 148 SMs,
   0.865), so the fraction at full waves is 0.63 / 0.865 = 0.73. GB300 (sm_103): a cuBLASLt
   BF16 burn-in (brrr, luccabb/brrr README, cuBLASLt 13.8 on 4 GB300) sustains
-  1716–1763 TFLOP/s, 0.69–0.71 of 2.5 PFLOP/s: 0.70.
+  1716–1763 TFLOP/s, 0.69–0.71 of 2.5 PFLOP/s: 0.70 (B300 the same).
 * ``gemm_fp8``: the same for FP8 GEMMs against the FP8 peak; ``None`` for a GPU without
   FP8 tensor cores (A100). cuBLAS FP8 GEMMs at large square sizes reach 0.55–0.65 of the
   FP8 peak on H100 and 0.62 of 4.5 PFLOP/s on B200 (OpenXLA sm_100 table, 4096³ E4M3:
   2.765–2.785 PFLOP/s), but training runs them thinner, clock-throttled and behind
   per-tensor scaling bookkeeping, so the presets are fitted to published training runs
   (``configurator calibrate --params gemm_fp8,flash_attention``; see "Fitted on published
-  runs" below): H100/H200 0.57, B200/GB200/GB300 0.51.
+  runs" below): H100/H200 0.61, B200/B300/GB200/GB300 0.51.
 * ``gemm_mxfp8``: the same for MXFP8 GEMMs against the MXFP8 peak; ``None`` for a GPU
-  without an MXFP8 rate. Blackwell: 0.71, the sm_100 microbenchmark figure (OpenXLA
-  table, 4096³ E4M3 at 0.617 of 4.5 PFLOP/s over 0.865 of wave quantisation; block-scaled
-  and per-tensor-scaled FP8 run the same tensor-core instruction at the same rate, cuBLAS
-  12.9 blog above). No published dense MXFP8 run exists to fit it on; the published MXFP8
-  runs are MoE runs whose error is dominated by the MoE layer.
+  without an MXFP8 rate. The microbenchmark figure (OpenXLA sm_100 table, 4096³ E4M3 at
+  0.617 of 4.5 PFLOP/s over 0.865 of wave quantisation: 0.71; block-scaled and
+  per-tensor-scaled FP8 run the same tensor-core instruction, cuBLAS 12.9 blog above)
+  overstates training: Megatron-Bridge 25.11 runs the same Llama-3 8B plan in both recipes
+  on B200, GB200 and GB300 (``FP8-CS (FP8-MX)`` rows of ``megatron_bridge_perf_subset.csv``)
+  and MXFP8 is 3.6–5.5 % *slower* (its casts write block scales in both directions, and
+  every GEMM reads them). Blackwell: 0.48, fitted on those three runs (one value for the
+  sm_100/sm_103 tensor cores; MAPE 2.8 %, leave-one-out 4.1 %).
 * ``hbm``: fraction of HBM bandwidth that memory-bound element-wise kernels attain: A100
   80GB ≈ 1.7 of 2.04 TB/s, H100 ≈ 2.9 of 3.35 TB/s, H200 ≈ 4.1 of 4.8 TB/s (BabelStream
   Triad results reported for these parts). Blackwell (8 TB/s HBM3e): a streaming MXFP8
@@ -94,17 +104,19 @@ Efficiencies (:class:`Efficiency`), one set per GPU type and precision, each wit
 
 Fitted on published runs. ``configurator calibrate`` (least squares on log time) on the
 NeMo long-context runs of ``nemo_long_sequence_cp.csv``, whose sequence lengths (4k–1M
-tokens) separate the GEMM and the attention efficiency: H100 from the nine Llama-2 7B FP8
-runs on DGX H100 (NeMo 24.03.01, cp 1–32): ``gemm_fp8`` 0.574, ``flash_attention`` 0.330,
-MAPE 1.0 %, leave-one-out 1.4 %; B200 from the eight Llama-3 8B FP8 runs on DGX B200
-(NeMo 25.04): 0.508 and 0.427, MAPE 0.7 %, leave-one-out 0.9 %. Independent checks: the two
-Megatron-Bridge GPT-OSS BF16 runs on H100 alone give ``flash_attention`` 0.327; Bridge
-25.11's Llama-3 8B FP8 run on B200 is predicted within 3.4 %. Those TFLOP/s count the
+tokens) separate the GEMM and the attention efficiency: B200 from the eight Llama-3 8B FP8
+runs on DGX B200 (NeMo 25.04): ``gemm_fp8`` 0.508, ``flash_attention`` 0.427, MAPE 0.7 %,
+leave-one-out 0.9 %. H100 from the nine Llama-2 7B FP8 runs on DGX H100 (NeMo 24.03.01,
+cp 1–32) together with Megatron-Bridge 25.11's Llama-3 8B FP8 run on DGX H100, the newest
+software's dense H100 run (the NeMo runs alone give 0.574 and 0.330; Bridge's dense H100
+FP8 runs of 2026, Llama-3 70B and 405B, ran 7–11 % faster than that predicts): 0.608 and
+0.329, MAPE 2.4 %, leave-one-out 3.1 %. Independent check: Bridge 25.11's Llama-3 8B FP8
+run on B200 is predicted within 3.4 %. Those NeMo TFLOP/s count the
 attention scores over all ``s²`` pairs (NeMo's ``flops_formulas`` before commit 6251117,
 "Discount FLOPs in dot-product att", 2025-08-09: NeMo 24.07's Llama-2 7B row, 16,634
 tokens/s/GPU at 767 TFLOP/s, is 4.611e10 FLOP per token, the full-score count 4.608e10,
-not the causal 4.286e10). GB200 and GB300 take B200's GEMM figures (the same sm_100
-tensor cores).
+not the causal 4.286e10). GB200, GB300 and B300 take B200's FP8 GEMM figures (the same
+sm_100 tensor cores).
 
 A GPU not in :data:`GPU_PRESETS` is given in the cluster file with all of these figures
 (:func:`gpu_from_config`); there is no fallback to another GPU's numbers.
@@ -122,7 +134,7 @@ from configurator.core.units import GB, GiB, MiB, TFLOP, US
 
 #: Why a GPU may lack a precision's tensor-core rate (appended to :meth:`GPUSpec.peak`'s error).
 _RATE_NOTES = {"fp8": "FP8 tensor cores start with Hopper",
-               "mxfp8": "mxfp8 on Blackwell only (B200, GB200, GB300): MXFP8 block scaling "
+               "mxfp8": "mxfp8 on Blackwell only (B200, B300, GB200, GB300): MXFP8 block scaling "
                         "runs on fifth-generation tensor cores"}
 
 
@@ -153,7 +165,7 @@ class GPUSpec:
     streaming multiprocessors (GEMM wave quantisation); ``non_tn_fp8_gemm``: FP8 GEMMs run in
     any operand layout, so Transformer Engine keeps no FP8 transpose of a weight
     (``transformer_engine/pytorch/utils.py`` ``is_non_tn_fp8_gemm_supported``: compute
-    capability 10.x or 13+, i.e. B200, GB200, GB300; Hopper runs TN only)."""
+    capability 10.x or 13+, i.e. B200, B300, GB200, GB300; Hopper runs TN only)."""
 
     name: str
     peak_flops_per_s: Mapping[str, float] = field(hash=False)
@@ -193,12 +205,13 @@ _LITERATURE = "literature (see topology/gpus.py)"
 # attention fitted on NeMo's B200 runs (GB300's attention doubled); HBM from a streaming
 # kernel on B200.
 _BLACKWELL = ("OpenXLA sm_100 matmul table; gemm_fp8 and flash_attention fitted on NeMo's "
-              "B200 long-context runs; fal.ai B200 streaming (see topology/gpus.py)")
-_BLACKWELL_ULTRA = ("brrr cuBLASLt BF16 burn-in on GB300; FP8 as B200; flash_attention twice "
-                    "B200's (doubled SFU exponential); fal.ai B200 streaming "
-                    "(see topology/gpus.py)")
+              "B200 long-context runs, gemm_mxfp8 on Megatron-Bridge's dense MXFP8 runs; "
+              "fal.ai B200 streaming (see topology/gpus.py)")
+_BLACKWELL_ULTRA = ("brrr cuBLASLt BF16 burn-in on GB300; FP8 and MXFP8 as B200; "
+                    "flash_attention twice B200's (doubled SFU exponential); fal.ai B200 "
+                    "streaming (see topology/gpus.py)")
 _HOPPER = ("gemm and hbm " + _LITERATURE + "; gemm_fp8 and flash_attention fitted on NeMo's "
-           "H100 long-context runs")
+           "H100 long-context runs and Megatron-Bridge's dense H100 FP8 run")
 
 GPU_PRESETS: dict[str, GPUSpec] = {
     "a100-80gb": GPUSpec(
@@ -211,13 +224,13 @@ GPU_PRESETS: dict[str, GPUSpec] = {
         name="h100-80gb", peak_flops_per_s={"bf16": 989.4 * TFLOP, "fp16": 989.4 * TFLOP,
                                             "fp8": 1978.9 * TFLOP},
         memory_bytes=81559 * MiB, hbm_bandwidth_Bps=3350 * GB, num_sms=132,
-        efficiency=Efficiency(gemm=0.72, gemm_fp8=0.57, hbm=0.87, flash_attention=0.33,
+        efficiency=Efficiency(gemm=0.72, gemm_fp8=0.61, hbm=0.87, flash_attention=0.33,
                               kernel_overhead_s=4e-6, source=_HOPPER)),
     "h200-141gb": GPUSpec(
         name="h200-141gb", peak_flops_per_s={"bf16": 989.4 * TFLOP, "fp16": 989.4 * TFLOP,
                                              "fp8": 1978.9 * TFLOP},
         memory_bytes=143771 * MiB, hbm_bandwidth_Bps=4800 * GB, num_sms=132,
-        efficiency=Efficiency(gemm=0.72, gemm_fp8=0.57, hbm=0.85, flash_attention=0.33,
+        efficiency=Efficiency(gemm=0.72, gemm_fp8=0.61, hbm=0.85, flash_attention=0.33,
                               kernel_overhead_s=4e-6, source=_HOPPER)),
     # DGX B200 data sheet / HGX B200 table: 4.5 (BF16) and 9 (FP8) PFLOPS with sparsity,
     # halved; 180 GB HBM3e at 64 TB/s per 8 GPUs; nvidia-smi 183359 MiB; 148 SMs.
@@ -225,7 +238,7 @@ GPU_PRESETS: dict[str, GPUSpec] = {
         name="b200-180gb", peak_flops_per_s={"bf16": 2250 * TFLOP, "fp16": 2250 * TFLOP,
                                              "fp8": 4500 * TFLOP, "mxfp8": 4500 * TFLOP},
         memory_bytes=183359 * MiB, hbm_bandwidth_Bps=8000 * GB, num_sms=148,
-        efficiency=Efficiency(gemm=0.73, gemm_fp8=0.51, gemm_mxfp8=0.71, hbm=0.75,
+        efficiency=Efficiency(gemm=0.73, gemm_fp8=0.51, gemm_mxfp8=0.48, hbm=0.75,
                               flash_attention=0.43, kernel_overhead_s=4e-6,
                               source=_BLACKWELL), non_tn_fp8_gemm=True),
     # GB200 NVL72 specifications, per GPU: 5 (BF16) and 10 (FP8) PFLOPS with sparsity,
@@ -234,9 +247,18 @@ GPU_PRESETS: dict[str, GPUSpec] = {
         name="gb200-186gb", peak_flops_per_s={"bf16": 2500 * TFLOP, "fp16": 2500 * TFLOP,
                                               "fp8": 5000 * TFLOP, "mxfp8": 5000 * TFLOP},
         memory_bytes=189471 * MiB, hbm_bandwidth_Bps=8000 * GB, num_sms=152,
-        efficiency=Efficiency(gemm=0.73, gemm_fp8=0.51, gemm_mxfp8=0.71, hbm=0.75,
+        efficiency=Efficiency(gemm=0.73, gemm_fp8=0.51, gemm_mxfp8=0.48, hbm=0.75,
                               flash_attention=0.43, kernel_overhead_s=4e-6,
                               source=_BLACKWELL), non_tn_fp8_gemm=True),
+    # HGX B300: 4.5 (BF16) and 9 (FP8) PFLOPS with sparsity per GPU, halved; 288 GB HBM3e at
+    # 8 TB/s; DGX B300's "B300 SXM6 AC": 275040 MiB, 148 SMs (module docstring).
+    "b300-288gb": GPUSpec(
+        name="b300-288gb", peak_flops_per_s={"bf16": 2250 * TFLOP, "fp16": 2250 * TFLOP,
+                                             "fp8": 4500 * TFLOP, "mxfp8": 4500 * TFLOP},
+        memory_bytes=275040 * MiB, hbm_bandwidth_Bps=8000 * GB, num_sms=148,
+        efficiency=Efficiency(gemm=0.70, gemm_fp8=0.51, gemm_mxfp8=0.48, hbm=0.75,
+                              flash_attention=0.86, kernel_overhead_s=4e-6,
+                              source=_BLACKWELL_ULTRA), non_tn_fp8_gemm=True),
     # GB300 NVL72 specifications: 360 (BF16) and 720 (FP8) PFLOPS with sparsity per 72 GPUs,
     # halved; 288 GB HBM3e at 8 TB/s and 160 SMs ("Inside NVIDIA Blackwell Ultra");
     # nvidia-smi 284208 MiB.
@@ -244,7 +266,7 @@ GPU_PRESETS: dict[str, GPUSpec] = {
         name="gb300-288gb", peak_flops_per_s={"bf16": 2500 * TFLOP, "fp16": 2500 * TFLOP,
                                               "fp8": 5000 * TFLOP, "mxfp8": 5000 * TFLOP},
         memory_bytes=284208 * MiB, hbm_bandwidth_Bps=8000 * GB, num_sms=160,
-        efficiency=Efficiency(gemm=0.70, gemm_fp8=0.51, gemm_mxfp8=0.71, hbm=0.75,
+        efficiency=Efficiency(gemm=0.70, gemm_fp8=0.51, gemm_mxfp8=0.48, hbm=0.75,
                               flash_attention=0.86, kernel_overhead_s=4e-6,
                               source=_BLACKWELL_ULTRA), non_tn_fp8_gemm=True),
 }

@@ -67,11 +67,12 @@ MAX_WARMUP = 1000
 MAX_REPEATS = 10_000
 #: Distinct values of each of --tp, --cp, --mbs.
 MAX_VALUES = 64
-#: CUDA device-name words → GPU preset, first match wins (GB200 before B200). PCIe and NVL
-#: boards run at other clocks than the presets' SXM parts: no guess for them.
+#: CUDA device-name words → GPU preset, first match wins (GB200 before B200, GB300 before
+#: B300). PCIe and NVL boards run at other clocks than the presets' SXM parts: no guess
+#: for them.
 GPU_NAME_PRESETS = (("GB300", "gb300-288gb"), ("GB200", "gb200-186gb"),
-                    ("B200", "b200-180gb"), ("H200", "h200-141gb"), ("H100", "h100-80gb"),
-                    ("A100", "a100-80gb"))
+                    ("B300", "b300-288gb"), ("B200", "b200-180gb"), ("H200", "h200-141gb"),
+                    ("H100", "h100-80gb"), ("A100", "a100-80gb"))
 _NO_GUESS_WORDS = ("PCIE", "NVL")
 
 

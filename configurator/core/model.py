@@ -131,17 +131,27 @@ class ModelSpec:
         return self.num_layers - self.num_layers // self.window_attn_skip_freq
 
     @property
-    def attention_score_fraction(self) -> float:
-        """Mean fraction of the ``s × s`` query-key pairs a layer computes: ½ for causal
-        attention; ``w/s·(1 − w/(2s))`` for a causal window of ``w`` keys; averaged over
-        the layers (the cost model prices every layer alike)."""
+    def attention_layer_kinds(self) -> tuple[tuple[float, float, int | None], ...]:
+        """The layers' kinds of self-attention as ``(share of the layers, fraction of the
+        s × s query-key pairs computed, window in keys or None)``: full causal attention
+        computes ½ of the pairs; a causal window of ``w`` keys ``w/s·(1 − w/(2s))``
+        (Megatron ``is_layer_window_attention`` decides which layers,
+        :attr:`num_window_layers`). A window of ``s`` keys or more is full attention."""
         s = self.seq_length
-        if not self.window_size or self.window_size >= s:
-            return 0.5
-        w = self.window_size
-        win = w / s * (1 - w / (2 * s))
         n = self.num_window_layers
-        return (0.5 * (self.num_layers - n) + win * n) / self.num_layers
+        if not n or self.window_size >= s:
+            return ((1.0, 0.5, None),)
+        w = self.window_size
+        window = (n / self.num_layers, w / s * (1 - w / (2 * s)), w)
+        if n == self.num_layers:
+            return (window,)
+        return ((1.0 - n / self.num_layers, 0.5, None), window)
+
+    @property
+    def attention_score_fraction(self) -> float:
+        """Mean fraction of the ``s × s`` query-key pairs a layer computes, over the layers
+        (:attr:`attention_layer_kinds`)."""
+        return sum(share * fraction for share, fraction, _ in self.attention_layer_kinds)
 
     def with_seq_length(self, seq_length: int) -> "ModelSpec":
         return dataclasses.replace(self, seq_length=v.int_in_range("seq_length", seq_length))

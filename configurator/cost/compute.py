@@ -10,8 +10,10 @@ Per layer and microbatch on one GPU (tokens per rank ``T = b·s/cp``):
 * core attention: score-storing backends (``local``/``unfused``) run two batched GEMMs per
   head plus softmax (and dropout) over ``a·s²`` scores from HBM; flash-style kernels do
   ``2·b·s_q·s_k·a·(d_qk + d_v)/t`` FLOPs times the fraction of query-key pairs computed
-  (½ causal; less with a sliding window, ``ModelSpec.attention_score_fraction``) at
-  η_flash (backward 2.5×).
+  (½ causal; less with a sliding window) at η_flash over the keys one call sees (a
+  window's layers see at most the window), averaged over the layers' kinds
+  (``ModelSpec.attention_layer_kinds``: GPT-OSS alternates windowed and full layers);
+  backward 2.5×.
 * memory-bound ops (norms, bias-dropout-add, GeLU/SwiGLU, RoPE, copies) from bytes moved
   and attained HBM bandwidth; backward moves ≈ 2× the forward bytes.
 * recompute: ``full`` repeats the layer's forward (and its tensor-parallel collectives);
@@ -237,8 +239,7 @@ def layer_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec, profile=None) -> 
             + (4 * T * (a * dqk + g * dqk) / tp
                if model.position_embedding_type == "rope" else 0.0))
     n_kernels = 10
-    key_tokens = np.minimum(cp_key_tokens(model.seq_length, c.cp, c.cp_comm_type),
-                            model.window_size or s_k)      # keys per kernel call
+    key_tokens = cp_key_tokens(model.seq_length, c.cp, c.cp_comm_type)  # keys per call
     if c.stores_scores:
         heads = c.mbs * a / tp
         kw16 = dict(kw, peak=peak16, gemm_eff=eff.gemm, in_bytes=2.0, batch=heads)
@@ -248,10 +249,12 @@ def layer_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec, profile=None) -> 
                     + 4 * T * a * dv / tp / (hbm * eff.hbm) + 3 * eff.kernel_overhead_s)
         attn_bwd = 2 * attn_fwd
     else:
-        flops = (2.0 * c.mbs * s_q * s_k * a * (dqk + dv) / tp
-                 * model.attention_score_fraction)    # causal (and windowed) pairs
-        attn_fwd = (flops / (peak16 * flash_efficiency(eff.flash_attention, key_tokens))
-                    + eff.kernel_overhead_s)
+        pairs = 2.0 * c.mbs * s_q * s_k * a * (dqk + dv) / tp
+        attn_fwd = eff.kernel_overhead_s
+        for share, fraction, window in model.attention_layer_kinds:
+            keys = key_tokens if window is None else np.minimum(key_tokens, window)
+            attn_fwd = attn_fwd + share * pairs * fraction / (
+                peak16 * flash_efficiency(eff.flash_attention, keys))
         attn_bwd = 2.5 * attn_fwd
     cast_f = cast_b = 0.0
     if fp8:   # FP8 casts of the GEMM inputs (forward) and output gradients (backward)

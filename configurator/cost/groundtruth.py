@@ -18,6 +18,7 @@ from configurator.cost.flops import sc21_flops
 from configurator.core.model import MODEL_PRESETS, ModelSpec
 from configurator.core.plan import ParallelPlan
 from configurator.core.runs import MeasuredRun
+from topology.cluster import CLUSTER_PRESETS
 
 SC21_MODEL_NAMES = {"1.7": "gpt-1.7b", "3.6": "gpt-3.6b", "7.5": "gpt-7.5b",
                     "18.4": "gpt-18.4b", "39.1": "gpt-39.1b", "76.1": "gpt-76.1b",
@@ -68,11 +69,15 @@ def sc21_rows(path: Path | None = None) -> list[SC21Row]:
     return out
 
 
-#: Megatron-Bridge systems as cluster presets (DGX B300 has no preset: its rows are skipped).
+#: Megatron-Bridge systems as cluster presets.
 BRIDGE_SYSTEMS = {"DGX-H100": "dgx-h100-80gb", "DGX-B200": "dgx-b200-180gb",
-                  "DGX-GB200": "gb200-nvl72", "DGX-GB300": "gb300-nvl72"}
-BRIDGE_MODELS = {"LLAMA3_8B": "llama3-8b", "Qwen3_30B_a3B": "qwen3-30b-a3b",
-                 "GPT OSS 120B": "gpt-oss-120b"}
+                  "DGX-B300": "dgx-b300-288gb", "DGX-GB200": "gb200-nvl72",
+                  "DGX-GB300": "gb300-nvl72"}
+#: Megatron-Bridge model names as model presets; other names (a token-dropping variant such
+#: as "Qwen3_30B_a3B (tokendrop)", a model without a preset) are skipped and listed.
+BRIDGE_MODELS = {"LLAMA3_8B": "llama3-8b", "LLAMA3_70B": "llama3-70b",
+                 "LLAMA3.1_405B": "llama3.1-405b", "Qwen3_30B_a3B": "qwen3-30b-a3b",
+                 "GPT OSS 120B": "gpt-oss-120b", "DeepSeekV3": "deepseek-v3"}
 
 
 def _bridge_precision(text: str) -> str:
@@ -90,6 +95,7 @@ def _bridge_precision(text: str) -> str:
 class BridgeRow:
     """One Megatron-Bridge pre-training row: the plan as published (etp 1, no recompute,
     the distributed optimizer; an FSDP row as the distributed optimizer over its group;
+    the embedding and loss counted in the pipeline split where the layers do not divide;
     ``fp8_param_gather`` with ``fp8``, as Megatron-Bridge's FP8 mixed-precision presets set it,
     ``bridge/training/mixed_precision.py`` ``bf16_with_fp8_*_mixed``), the cluster preset and
     the published tokens/s/GPU (the first figure of the row)."""
@@ -110,7 +116,7 @@ class BridgeRow:
 
 def bridge_rows(path: Path | None = None) -> tuple[list[BridgeRow], list[str]]:
     """Rows of ``megatron_bridge_perf_subset.csv`` we can price, and why the others are not
-    (a system without a preset, a token-dropping variant)."""
+    (a system or model without a preset, a token-dropping variant)."""
     path = path or ground_truth_dir() / "megatron_bridge_perf_subset.csv"
     with open(path, encoding="utf-8") as fh:
         rows = list(csv.DictReader(line for line in fh if not line.startswith("#")))
@@ -121,28 +127,47 @@ def bridge_rows(path: Path | None = None) -> tuple[list[BridgeRow], list[str]]:
             skipped.append(f"{key}: no {r['system']} preset")
             continue
         if r["model"] not in BRIDGE_MODELS:
-            skipped.append(f"{key}: token-dropping routing (not dropless)")
+            why = ("token-dropping routing (not dropless)" if "tokendrop" in r["model"].lower()
+                   else f"no model preset for {r['model']}")
+            skipped.append(f"{key}: {why}")
             continue
         cluster = BRIDGE_SYSTEMS[r["system"]]
-        gpus_per_host = 4 if cluster.startswith("gb") else 8
+        gpus_per_host = CLUSTER_PRESETS[cluster]["gpus_per_node"]
         model = MODEL_PRESETS[BRIDGE_MODELS[r["model"]]].with_seq_length(int(r["seq_len"]))
         n = int(r["num_gpus"])
         tp, pp, cp, ep = (int(r[k]) for k in ("tp", "pp", "cp", "ep"))
         vp = 1 if r["vp"] in ("n/a", "") else int(r["vp"])
-        precision = _bridge_precision(r["precision"])
-        plan = ParallelPlan(tp=tp, pp=pp, cp=cp, dp=n // (tp * pp * cp), vp=vp,
-                            ep=ep if model.is_moe else 1, etp=1,
-                            micro_batch_size=int(r["mbs"]), global_batch_size=int(r["gbs"]),
-                            sequence_parallel=tp > 1, distributed_optimizer=True,
-                            precision=precision, fp8_param_gather=precision == "fp8")
-        tokens = float(r["tokens_per_sec_per_gpu"].split("(")[0])
-        out.append(BridgeRow(r["release"], model, cluster, n // gpus_per_host, plan, tokens))
+        # layers that do not split evenly: the embedding and the loss count as one layer
+        # each, as Megatron-Bridge's Llama-3.1 405B recipes set
+        accounted = model.num_layers % (pp * vp) != 0
+        for precision, tokens in _bridge_figures(r["precision"], r["tokens_per_sec_per_gpu"]):
+            plan = ParallelPlan(tp=tp, pp=pp, cp=cp, dp=n // (tp * pp * cp), vp=vp,
+                                account_for_embedding_in_pipeline_split=accounted,
+                                account_for_loss_in_pipeline_split=accounted,
+                                ep=ep if model.is_moe else 1, etp=1,
+                                micro_batch_size=int(r["mbs"]),
+                                global_batch_size=int(r["gbs"]), sequence_parallel=tp > 1,
+                                distributed_optimizer=True, precision=precision,
+                                fp8_param_gather=precision == "fp8")
+            out.append(BridgeRow(r["release"], model, cluster, n // gpus_per_host, plan,
+                                 tokens))
     return out, skipped
+
+
+def _bridge_figures(precision: str, tokens: str) -> list[tuple[str, float]]:
+    """``(plan precision, tokens/s/GPU)`` of a row: the first figure in the first precision
+    and, where the row names its alternative ``FP8-CS (FP8-MX)``, the parenthesised figure
+    as an MXFP8 run of the same plan (the page runs the recipe in both recipes). Other
+    parenthesised figures (25.09's unnamed "finer-grained quantization") are not read."""
+    out = [(_bridge_precision(precision), float(tokens.split("(")[0]))]
+    if "(FP8-MX)" in precision.upper() and "(" in tokens:
+        out.append(("mxfp8", float(tokens.split("(")[1].rstrip(")"))))
+    return out
 
 
 def published_group(gpu: str, precision: str) -> str:
     """Statistics group of a published run: ``A100``; ``H100 bf16`` / ``H100 fp8`` (H100 and
-    H200, 16-bit or FP8 GEMMs); ``Blackwell`` (B200, GB200, GB300, any precision)."""
+    H200, 16-bit or FP8 GEMMs); ``Blackwell`` (B200, B300, GB200, GB300, any precision)."""
     if gpu.startswith("a100"):
         return "A100"
     if gpu.startswith(("h100", "h200")):
@@ -152,13 +177,9 @@ def published_group(gpu: str, precision: str) -> str:
     return f"{gpu} {precision}"
 
 
-_CLUSTER_GPU = {"dgx-a100-80gb": "a100-80gb", "dgx-h100-80gb": "h100-80gb",
-                "dgx-b200-180gb": "b200-180gb", "gb200-nvl72": "gb200-186gb",
-                "gb300-nvl72": "gb300-288gb"}
-
-
 def _run(name, source, model, cluster, plan, seq=None, **measured) -> MeasuredRun:
-    return MeasuredRun(name=name, group=published_group(_CLUSTER_GPU[cluster], plan.precision),
+    gpu = CLUSTER_PRESETS[cluster]["gpu"]
+    return MeasuredRun(name=name, group=published_group(gpu, plan.precision),
                        source=source, model=model, cluster=cluster, num_gpus=plan.world_size,
                        seq_length=seq, plan=plan, **measured)
 

@@ -7,9 +7,9 @@
 #       overlap_param_gather=True fp8_param_gather=False microbatches=8
 # cluster: nodes=4 gpus_per_node=8 world_size=32
 # predicted:
-#   iteration_time_s: 5.268
-#   model_tflops_per_gpu: 640.4
-#   mfu: 0.647
+#   iteration_time_s: 5.093
+#   model_tflops_per_gpu: 662.4
+#   mfu: 0.669
 #   peak_memory_GiB: 70.67
 #
 # Usage on every node: MEGATRON_LM_DIR=/path/to/Megatron-LM bash launch_torchrun.sh [NODE_RANK] [extra pretrain_gpt.py flags...]
