@@ -38,7 +38,8 @@ import numpy as np
 
 from configurator.core.layers import rank_layer_counts, stage_class_arrays
 from configurator.core.model import ModelSpec
-from configurator.core.plan import RECOMPUTE_CODES, ParallelPlan, fp8_weights_gathered, is_fp8
+from configurator.core.plan import (RECOMPUTE_CODES, ParallelPlan, fp8_weights_gathered, is_fp8,
+                                     main_grad_bytes)
 from configurator.core.units import GiB
 from memory_model.activations import linear_input_bytes, stage_activation_bytes
 from memory_model.params import stage_non_gemm_parameters, stage_parameter_split
@@ -118,16 +119,15 @@ def memory_arrays(model: ModelSpec, *, tp, pp, dp, cp, vp, mbs, num_microbatches
     over ``dp·cp``. ``non_tn_fp8_gemm``: the GPU runs FP8 GEMMs in any layout (Blackwell), so
     ``fp8`` keeps no weight transpose (:func:`fp8_weight_bytes`). ``fp8_param_gather``:
     whether the GEMM weights are FP8 only, without the 16-bit copy (arrays broadcast; the
-    plan's :func:`configurator.core.plan.fp8_weights_gathered`). ``grad_reduce_in_bf16``
-    (``--grad-reduce-in-bf16``, megatron/training/arguments.py; Megatron-Bridge's
-    ``grad_reduce_in_fp32=False``), a Megatron flag the plans do not set: a 16-bit main-grad
-    buffer. ``cp_comm_type``: the plans' context-parallel communication
+    plan's :func:`configurator.core.plan.fp8_weights_gathered`). ``grad_reduce_in_bf16``:
+    the plan field (``--grad-reduce-in-bf16``; Megatron-Bridge's ``grad_reduce_in_fp32=False``),
+    a 16-bit main-grad buffer (:func:`configurator.core.plan.main_grad_bytes`). ``cp_comm_type``: the plans' context-parallel communication
     (:func:`cp_gather_bytes`)."""
     non_expert, expert = stage_parameter_split(model, tp, pp, stage, layers=rank_layers,
                                                moe_layers=rank_moe_layers, ep=ep, etp=etp)
     params = non_expert + expert
     gemm_params = params - stage_non_gemm_parameters(model, tp, pp, stage)
-    grad_bytes = 2 if precision == "fp16" or grad_reduce_in_bf16 else 4
+    grad_bytes = main_grad_bytes(precision, grad_reduce_in_bf16)
     dp_cp = np.asarray(dp) * np.asarray(cp)
     shard = np.where(distributed_optimizer, dp_cp, 1)
     expert_shard = np.where(distributed_optimizer,
@@ -193,7 +193,8 @@ def estimate_memory(model: ModelSpec, plan: ParallelPlan, *,
         ep=plan.ep, etp=plan.etp, rank_layers=counts[:, 0], rank_moe_layers=counts[:, 1],
         fp8_param_gather=fp8_weights_gathered(plan.fp8_param_gather,
                                               plan.distributed_optimizer, plan.precision),
-        cp_comm_type=plan.cp_comm_type, non_tn_fp8_gemm=non_tn_fp8_gemm)
+        grad_reduce_in_bf16=plan.grad_reduce_in_bf16, cp_comm_type=plan.cp_comm_type,
+        non_tn_fp8_gemm=non_tn_fp8_gemm)
     return [MemoryBreakdown(stage=int(i), **{k: float(np.broadcast_to(v, stages.shape)[i])
                                              for k, v in arrays.items()})
             for i in stages]

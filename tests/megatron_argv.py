@@ -53,6 +53,7 @@ def plan_spread():
                             attention_backend=att, sequence_parallel=sp and tp > 1,
                             distributed_optimizer=dopt, overlap_grad_reduce=ogr,
                             overlap_param_gather=opg, fp8_param_gather=opg,
+                            grad_reduce_in_bf16=ogr != opg,
                             cp_comm_type=CP_COMM_TYPES[(tp + pp + vp) % 3])
         try:
             check_plan(model, plan, plan.world_size)

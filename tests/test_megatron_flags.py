@@ -63,6 +63,8 @@ def test_validate_args_rules_hold_for_the_spread():
             plan.overlap_param_gather and plan.distributed_optimizer and plan.overlap_grad_reduce)
         assert ("--fp8-param-gather" in a) == (
             plan.fp8_param_gather and plan.distributed_optimizer and is_fp8(plan.precision))
+        assert ("--grad-reduce-in-bf16" in a) == (
+            plan.grad_reduce_in_bf16 and plan.precision != "fp16")
 
 
 def test_exact_flags_gpt3_175b():

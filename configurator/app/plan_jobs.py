@@ -33,6 +33,7 @@ class SearchRequest:
     attention_backend: str = "auto"
     fp8_param_gather: bool = False
     cp_comm_type: str = "p2p"
+    grad_reduce_in_bf16: bool = False
     recompute: tuple[str, ...] = RECOMPUTE
     #: other restrictions: plan field -> the values the search keeps (e.g. ``ep``)
     restrict: dict = field(default_factory=dict)
@@ -79,6 +80,7 @@ def run_search(req: SearchRequest) -> SearchOutcome:
               f"{used.gpu.name}, gbs {req.global_batch_size}, seq {model.seq_length}, "
               f"{req.precision}"
               + (f", cp_comm_type {req.cp_comm_type}" if req.cp_comm_type != "p2p" else "")
+              + (", grad_reduce_in_bf16" if req.grad_reduce_in_bf16 else "")
               + f": {res.candidates_evaluated} plans evaluated, "
               f"{res.feasible} fit, {res.search_time_s:.2f} s")
     best = res.plans[0]
@@ -109,7 +111,8 @@ def _ranked(req: SearchRequest, model, cluster, space: SearchSpace, top: int, *,
     the result's plans carry their placement (``exclude_flagged`` and ``nodes`` override the
     request's)."""
     kw = dict(precision=req.precision, attention_backend=req.attention_backend,
-              fp8_param_gather=req.fp8_param_gather, cp_comm_type=req.cp_comm_type, top_k=top,
+              fp8_param_gather=req.fp8_param_gather, cp_comm_type=req.cp_comm_type,
+              grad_reduce_in_bf16=req.grad_reduce_in_bf16, top_k=top,
               space=space, keep_ranking=keep_ranking,
               max_memory_fraction=req.max_memory_fraction)
     if not req.inputs.topology:

@@ -20,7 +20,8 @@ from memory_model.estimate import DEFAULT_MAX_MEMORY_FRACTION
 from topology.cluster import CLUSTER_PRESETS
 
 #: Plan options that ``search`` takes too (one value for the whole search).
-SHARED_OPTIONS = ("precision", "attention_backend", "fp8_param_gather", "cp_comm_type")
+SHARED_OPTIONS = ("precision", "attention_backend", "fp8_param_gather", "cp_comm_type",
+                  "grad_reduce_in_bf16")
 #: Plan fields ``estimate`` takes as options (every field with a CLI flag; dp is derived).
 ESTIMATE_FIELDS = tuple(f.name for f in PLAN_FIELDS
                         if f.cli_flag and f.name not in SHARED_OPTIONS)
@@ -160,6 +161,7 @@ def run_search(args) -> int:
                         precision=args.precision, attention_backend=args.attention_backend,
                         fp8_param_gather=bool(args.fp8_param_gather),
                         cp_comm_type=args.cp_comm_type,
+                        grad_reduce_in_bf16=bool(args.grad_reduce_in_bf16),
                         recompute=tuple(args.recompute) if args.recompute else RECOMPUTE,
                         restrict={k: getattr(args, k) for k in SEARCH_RESTRICTIONS
                                   if getattr(args, k) is not None},

@@ -132,6 +132,8 @@ PLAN_ARGS: tuple[tuple[str, str, Any], ...] = (
     ("distributed_optimizer", "use_distributed_optimizer", ...),
     ("overlap_grad_reduce", "overlap_grad_reduce", ...),
     ("overlap_param_gather", "overlap_param_gather", ...),
+    ("fp8_param_gather", "fp8_param_gather", ...),
+    ("grad_reduce_in_bf16", "grad_reduce_in_bf16", ...),
     ("decoder_first_pipeline_num_layers", "decoder_first_pipeline_num_layers", ...),
     ("decoder_last_pipeline_num_layers", "decoder_last_pipeline_num_layers", ...),
     ("account_for_embedding_in_pipeline_split", "account_for_embedding_in_pipeline_split", ...),

@@ -261,6 +261,17 @@ class ParallelPlan:
                 lambda m, p: bool(fp8_weights_gathered(p.fp8_param_gather,
                                                        p.distributed_optimizer,
                                                        p.precision)) or None),))
+    grad_reduce_in_bf16: bool = _field(
+        False, megatron_name="grad_reduce_in_bf16", cli_flag="--grad-reduce-in-bf16",
+        per_candidate=False,
+        help="keep, accumulate and reduce the main gradients in BF16, 2 bytes per parameter "
+             "instead of 4 (Megatron --grad-reduce-in-bf16, Megatron-Bridge's benchmark "
+             "recipes' grad_reduce_in_fp32=False; BF16 parameters only: bf16, fp8, mxfp8; "
+             "default off)",
+        flag_group="precision and kernels",
+        # validate_args reads it only with --bf16 (fp16 grads are 16-bit already)
+        flags=(("--grad-reduce-in-bf16",
+                lambda m, p: (p.grad_reduce_in_bf16 and p.precision != "fp16") or None),))
 
     @property
     def world_size(self) -> int:
@@ -319,7 +330,7 @@ OPTIONAL_PLAN_KEYS = ("ep", "etp", "decoder_first_pipeline_num_layers",
                       "decoder_last_pipeline_num_layers",
                       "account_for_embedding_in_pipeline_split",
                       "account_for_loss_in_pipeline_split", "fp8_param_gather",
-                      "cp_comm_type")
+                      "cp_comm_type", "grad_reduce_in_bf16")
 #: Keys :meth:`ParallelPlan.to_dict` adds that are not fields (ignored on reading).
 DERIVED_KEYS = ("num_microbatches",) + tuple(f.alias for f in PLAN_FIELDS if f.alias)
 
@@ -330,6 +341,14 @@ def fp8_weights_gathered(requested, distributed_optimizer, precision: str):
     distributed optimizer (Megatron: "--fp8-param-gather only supported with distributed
     optimizer"). Broadcasts over numpy boolean arrays."""
     return requested & distributed_optimizer & is_fp8(precision)
+
+
+def main_grad_bytes(precision: str, grad_reduce_in_bf16) -> float:
+    """Bytes of one main gradient (Megatron's DDP grad buffer, what the data-parallel
+    reduction moves): 4 (FP32, ``accumulate_allreduce_grads_in_fp32``, Megatron's default
+    with BF16 parameters), 2 with ``--grad-reduce-in-bf16`` or FP16 parameters
+    (megatron/training/arguments.py ``validate_args``)."""
+    return 2.0 if precision == "fp16" or bool(grad_reduce_in_bf16) else 4.0
 
 
 def param_gather_overlap(requested, distributed_optimizer):

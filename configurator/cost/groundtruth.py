@@ -97,8 +97,11 @@ class BridgeRow:
     the distributed optimizer; an FSDP row as the distributed optimizer over its group;
     the embedding and loss counted in the pipeline split where the layers do not divide;
     ``fp8_param_gather`` with ``fp8``, as Megatron-Bridge's FP8 mixed-precision presets set it,
-    ``bridge/training/mixed_precision.py`` ``bf16_with_fp8_*_mixed``), the cluster preset and
-    the published tokens/s/GPU (the first figure of the row)."""
+    ``bridge/training/mixed_precision.py`` ``bf16_with_fp8_*_mixed``; ``grad_reduce_in_bf16``,
+    as every Megatron-Bridge performance recipe sets ``grad_reduce_in_fp32=False`` since its
+    first, August 2025: ``scripts/performance`` then, ``perf_recipes/_common.py``
+    ``_benchmark_common`` now), the cluster preset and the published tokens/s/GPU (the first
+    figure of the row)."""
 
     release: str
     model: ModelSpec
@@ -148,7 +151,8 @@ def bridge_rows(path: Path | None = None) -> tuple[list[BridgeRow], list[str]]:
                                 micro_batch_size=int(r["mbs"]),
                                 global_batch_size=int(r["gbs"]), sequence_parallel=tp > 1,
                                 distributed_optimizer=True, precision=precision,
-                                fp8_param_gather=precision == "fp8")
+                                fp8_param_gather=precision == "fp8",
+                                grad_reduce_in_bf16=True)
             out.append(BridgeRow(r["release"], model, cluster, n // gpus_per_host, plan,
                                  tokens))
     return out, skipped

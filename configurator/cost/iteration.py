@@ -29,7 +29,7 @@ import numpy as np
 
 from configurator.core.candidates import Candidates
 from configurator.core.model import ModelSpec
-from configurator.core.plan import fp8_weights_gathered
+from configurator.core.plan import fp8_weights_gathered, main_grad_bytes
 from configurator.core.schedule import p2p_transfers
 from configurator.core.layers import stage_class_arrays
 from configurator.cost.communication import comm_figures, expert_comm_figures
@@ -164,8 +164,8 @@ def p2p_message_s(model: ModelSpec, c: Candidates, lc: dict, pp_bw, pp_lat, tp_b
 
 
 def grad_bytes(c: Candidates) -> float:
-    """Bytes of one main gradient: fp32 main grads with bf16/fp8, fp16 grads with fp16."""
-    return 2.0 if c.precision == "fp16" else 4.0
+    """Bytes of one main gradient of the plans (:func:`configurator.core.plan.main_grad_bytes`)."""
+    return main_grad_bytes(c.precision, c.grad_reduce_in_bf16)
 
 
 def dp_exposed_s(c: Candidates, stage_params, dp_bw, dp_lat, bwd_window_s, fwd_window_s,

@@ -56,7 +56,8 @@ def candidate_memory(model: ModelSpec, c: Candidates, gpu) -> np.ndarray:
         account_embedding=c.acct_emb, account_loss=c.acct_loss,
         fp8_param_gather=fp8_weights_gathered(c.fp8_param_gather, c.distributed_optimizer,
                                               c.precision),
-        cp_comm_type=c.cp_comm_type, non_tn_fp8_gemm=gpu.non_tn_fp8_gemm)
+        grad_reduce_in_bf16=c.grad_reduce_in_bf16, cp_comm_type=c.cp_comm_type,
+        non_tn_fp8_gemm=gpu.non_tn_fp8_gemm)
 
 
 def search(model: ModelSpec, cluster, global_batch_size: int, *, precision: str = "bf16",
@@ -64,7 +65,7 @@ def search(model: ModelSpec, cluster, global_batch_size: int, *, precision: str 
            space: SearchSpace = SearchSpace(), overlap_grad_reduce: bool = True,
            overlap_param_gather: bool = True, keep_ranking: bool = False,
            max_memory_fraction: float = 1.0, fp8_param_gather: bool = False,
-           cp_comm_type: str = "p2p") -> SearchResult:
+           cp_comm_type: str = "p2p", grad_reduce_in_bf16: bool = False) -> SearchResult:
     """Rank every legal plan for ``model`` on all GPUs of ``cluster``.
 
     Raises :class:`InputError` when no plan is legal at all (e.g. a batch size no data-parallel
@@ -81,7 +82,7 @@ def search(model: ModelSpec, cluster, global_batch_size: int, *, precision: str 
                            overlap_grad_reduce=overlap_grad_reduce,
                            overlap_param_gather=overlap_param_gather,
                            fp8_param_gather=fp8_param_gather, cp_comm_type=cp_comm_type,
-                           space=space)
+                           grad_reduce_in_bf16=grad_reduce_in_bf16, space=space)
     n = len(cand)
     if n == 0:
         raise InputError("global_batch_size", global_batch_size,

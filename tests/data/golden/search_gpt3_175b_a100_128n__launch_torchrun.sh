@@ -4,7 +4,8 @@
 # plan: tp=4 pp=8 dp=16 cp=2 vp=12 mbs=3 gbs=1536 ep=1 etp=1 first=0 last=0 acct_emb=False
 #       acct_loss=False recompute=none sequence_parallel=True distributed_optimizer=True
 #       precision=bf16 cp_comm_type=p2p attention_backend=auto overlap_grad_reduce=True
-#       overlap_param_gather=True fp8_param_gather=False microbatches=32
+#       overlap_param_gather=True fp8_param_gather=False grad_reduce_in_bf16=False
+#       microbatches=32
 # cluster: nodes=128 gpus_per_node=8 world_size=1024
 # predicted:
 #   iteration_time_s: 17.732
