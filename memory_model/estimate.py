@@ -120,8 +120,10 @@ def memory_arrays(model: ModelSpec, *, tp, pp, dp, cp, vp, mbs, num_microbatches
     ``fp8`` keeps no weight transpose (:func:`fp8_weight_bytes`). ``fp8_param_gather``:
     whether the GEMM weights are FP8 only, without the 16-bit copy (arrays broadcast; the
     plan's :func:`configurator.core.plan.fp8_weights_gathered`). ``grad_reduce_in_bf16``:
-    the plan field (``--grad-reduce-in-bf16``; Megatron-Bridge's ``grad_reduce_in_fp32=False``),
-    a 16-bit main-grad buffer (:func:`configurator.core.plan.main_grad_bytes`). ``cp_comm_type``: the plans' context-parallel communication
+    the plan field (``--grad-reduce-in-bf16``; Megatron-Bridge's
+    ``grad_reduce_in_fp32=False``), a 16-bit main-grad buffer
+    (:func:`configurator.core.plan.main_grad_bytes`). ``cp_comm_type``: the plans'
+    context-parallel communication
     (:func:`cp_gather_bytes`)."""
     non_expert, expert = stage_parameter_split(model, tp, pp, stage, layers=rank_layers,
                                                moe_layers=rank_moe_layers, ep=ep, etp=etp)

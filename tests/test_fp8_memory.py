@@ -268,9 +268,10 @@ def test_fp8_param_gather_plan_field_makes_the_recipe_fit():
 
 
 def test_blackwell_presets_keep_no_fp8_weight_transpose():
-    """B200, B300, GB200 and GB300 run FP8 GEMMs in any layout (TE ``is_non_tn_fp8_gemm_supported``),
-    Hopper TN only: the same FP8 plan holds one byte less per GEMM weight on Blackwell, in the
-    search's vectorised memory and in estimate's alike; a custom GPU says so in its file."""
+    """B200, B300, GB200 and GB300 run FP8 GEMMs in any layout (TE
+    ``is_non_tn_fp8_gemm_supported``), Hopper TN only: the same FP8 plan holds one byte less
+    per GEMM weight on Blackwell, in the search's vectorised memory and in estimate's alike;
+    a custom GPU says so in its file."""
     from configurator.core.candidates import Candidates
     from configurator.core.errors import InputError
     from configurator.core.plan import ParallelPlan

@@ -70,9 +70,9 @@ Efficiencies (:class:`Efficiency`), one set per GPU type and precision, each wit
   per-tensor-scaled FP8 run the same tensor-core instruction, cuBLAS 12.9 blog above)
   overstates training: Megatron-Bridge 25.11 runs the same Llama-3 8B plan in both recipes
   on B200, GB200 and GB300 (``FP8-CS (FP8-MX)`` rows of ``megatron_bridge_perf_subset.csv``)
-  and MXFP8 is 3.6–5.5 % *slower* (its casts write block scales in both directions, and
-  every GEMM reads them). Blackwell: 0.48, fitted on those three runs (one value for the
-  sm_100/sm_103 tensor cores; MAPE 2.8 %, leave-one-out 4.1 %).
+  and MXFP8 delivers 3.6–5.5 % *fewer* tokens/s (its casts also write an E8M0 scale per 32
+  elements in each direction). Blackwell: 0.48, fitted on those three runs (one value for
+  the sm_100/sm_103 tensor cores; MAPE 2.8 %, leave-one-out 4.1 %).
 * ``hbm``: fraction of HBM bandwidth that memory-bound element-wise kernels attain: A100
   80GB ≈ 1.7 of 2.04 TB/s, H100 ≈ 2.9 of 3.35 TB/s, H200 ≈ 4.1 of 4.8 TB/s (BabelStream
   Triad results reported for these parts). Blackwell (8 TB/s HBM3e): a streaming MXFP8

@@ -161,7 +161,7 @@ def bridge_rows(path: Path | None = None) -> tuple[list[BridgeRow], list[str]]:
 def _bridge_figures(precision: str, tokens: str) -> list[tuple[str, float]]:
     """``(plan precision, tokens/s/GPU)`` of a row: the first figure in the first precision
     and, where the row names its alternative ``FP8-CS (FP8-MX)``, the parenthesised figure
-    as an MXFP8 run of the same plan (the page runs the recipe in both recipes). Other
+    as an MXFP8 run of the same plan (the page ran the plan in both recipes). Other
     parenthesised figures (25.09's unnamed "finer-grained quantization") are not read."""
     out = [(_bridge_precision(precision), float(tokens.split("(")[0]))]
     if "(FP8-MX)" in precision.upper() and "(" in tokens:

@@ -164,7 +164,8 @@ def p2p_message_s(model: ModelSpec, c: Candidates, lc: dict, pp_bw, pp_lat, tp_b
 
 
 def grad_bytes(c: Candidates) -> float:
-    """Bytes of one main gradient of the plans (:func:`configurator.core.plan.main_grad_bytes`)."""
+    """Bytes of one main gradient of the plans
+    (:func:`configurator.core.plan.main_grad_bytes`)."""
     return main_grad_bytes(c.precision, c.grad_reduce_in_bf16)
 
 
