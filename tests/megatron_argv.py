@@ -104,6 +104,11 @@ MODERN_PLANS = [
     (LLAMA8, ParallelPlan(tp=8, pp=3, dp=1, micro_batch_size=1, global_batch_size=3,
                           decoder_first_pipeline_num_layers=10,
                           decoder_last_pipeline_num_layers=10, sequence_parallel=True)),
+    # 32 layers + embedding + loss = 34 slots over pp 2 x vp 17: the first and the last
+    # virtual stage build no decoder layer
+    (LLAMA8, ParallelPlan(tp=8, pp=2, vp=17, dp=1, micro_batch_size=1, global_batch_size=4,
+                          account_for_embedding_in_pipeline_split=True,
+                          account_for_loss_in_pipeline_split=True, sequence_parallel=True)),
 ]
 for _m, _p in MODERN_PLANS:
     check_plan(_m, _p, _p.world_size)

@@ -42,7 +42,11 @@ def test_accounted_split_of_405b():
     (126, 8, 2, 14, 16, False, False, True),
     (126, 8, 1, 15, 15, True, False, False),    # uneven and accounted do not mix
     (126, 8, 8, 0, 0, True, True, True),
-    (126, 8, 16, 0, 0, True, True, False),      # the first chunk would build no layer
+    # 1 slot per chunk: the first and last chunks build no decoder layer, which Megatron
+    # allows (get_num_layers_to_build asserts num_layers_to_build >= 0) and Megatron-Bridge
+    # runs (Llama-3.1 405B on 256 GB200 at pp 16, vp 8)
+    (126, 8, 16, 0, 0, True, True, True),
+    (126, 8, 32, 0, 0, True, True, False),      # 128 slots over 256 chunks
     (12, 3, 1, 6, 6, False, False, False),      # the middle rank would build nothing
     (12, 2, 1, 5, 7, False, False, True),
     (12, 1, 2, 0, 0, False, False, False),      # interleaving needs pp > 1

@@ -81,8 +81,8 @@ def test_unsupported_fields_are_errors_never_dropped(change, field):
         from_hf_config(cfg)
 
 
-@pytest.mark.parametrize("name", ["qwen3-30b-a3b", "mixtral-8x7b", "deepseek-v3",
-                                  "gpt-oss-120b"])
+@pytest.mark.parametrize("name", ["qwen3-30b-a3b", "qwen3-235b-a22b", "mixtral-8x7b",
+                                  "deepseek-v3", "gpt-oss-120b"])
 def test_moe_presets_are_their_hf_configs(name):
     from configurator.core.model import MODEL_PRESETS
     preset = MODEL_PRESETS[name]

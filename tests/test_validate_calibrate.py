@@ -135,8 +135,9 @@ def test_bridge_fp8_mx_alternatives_are_priced_as_mxfp8_runs():
     for cluster, by in pairs.items():
         fp8, mx = by["fp8"], by["mxfp8"]
         assert mx.tokens_per_s_per_gpu == published[cluster]
-        assert mx.plan == dataclasses.replace(fp8.plan, precision="mxfp8",
-                                              fp8_param_gather=False)
+        # the same plan; Bridge's MXFP8 preset gathers FP8 parameters as its FP8 ones do
+        assert mx.plan == dataclasses.replace(fp8.plan, precision="mxfp8")
+        assert mx.plan.fp8_param_gather and mx.plan.grad_reduce_in_bf16
         t_fp8, t_mx = (check_run(r).predicted_iteration_time_s for r in (fp8, mx))
         assert t_mx > t_fp8, cluster
 
@@ -350,3 +351,25 @@ def test_default_headroom_is_below_one_and_stated(capsys):
         main(["search", "--help"])
     assert f"default {DEFAULT_MAX_MEMORY_FRACTION:g}" in " ".join(
         capsys.readouterr().out.split())
+
+
+def test_bridge_rows_read_alternatives_and_refuse_unreadable_cells(tmp_path):
+    """A row whose plan cell carries an alternative (``1 (2)``) ran two plans: only the first
+    figure is read, with the first plan; a plan cell that is no number skips the row with a
+    reason instead of failing the import; a model without a preset is named."""
+    from configurator.cost.groundtruth import bridge_rows
+
+    head = ("source,release,section,model,system,precision,num_gpus,gbs,mbs,seq_len,fsdp,tp,"
+            "pp,cp,vp,ep,ga,tokens_per_sec_per_gpu,model_tflops_per_gpu\n")
+    body = ("s,26.01,p,LLAMA3_8B,DGX-B200,FP8-CS (FP8-MX),8,128,2,8192,0,1 (2),1,1,n/a,1,,"
+            "30000 (29000),1\n"
+            "s,26.01,p,LLAMA3_8B,DGX-B200,FP8-CS,8,128,two,8192,0,1,1,1,n/a,1,,30000,1\n"
+            "s,26.01,p,Nemotron_X,DGX-B200,FP8-CS,8,128,2,8192,0,1,1,1,n/a,1,,30000,1\n")
+    path = tmp_path / "rows.csv"
+    path.write_text(head + body)
+    rows, skipped = bridge_rows(path)
+    assert [(r.plan.tp, r.plan.precision, r.tokens_per_s_per_gpu) for r in rows] == [
+        (1, "fp8", 30000.0)]
+    assert len(skipped) == 2
+    assert "unreadable plan" in skipped[0] and "'two'" in skipped[0]
+    assert "no model preset for Nemotron_X" in skipped[1]

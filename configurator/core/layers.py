@@ -12,7 +12,8 @@ Megatron-LM core_v0.16.1 ``megatron/core/transformer/transformer_block.py``
   chunks (so ``F``, ``E`` and the middle layers per rank must divide by ``vp``);
 * ``account_for_embedding_in_pipeline_split`` / ``account_for_loss_in_pipeline_split``: the
   embedding (loss) counts as one layer, so ``L + e + l`` splits evenly over ``pp·vp``
-  virtual stages and the first (last) virtual stage builds one decoder layer fewer.
+  virtual stages and the first (last) virtual stage builds one decoder layer fewer, none
+  where a stage holds one slot (``get_num_layers_to_build`` asserts only ``>= 0``).
 
 Virtual stage ``k = j·pp + r`` (chunk ``j`` of rank ``r``) holds the next layers in model
 order. Everything here is exact integer bookkeeping on one split; :func:`split_ok`
@@ -39,7 +40,7 @@ def split_ok(num_layers: int, *, pp, vp, first, last, account_embedding, account
     accounted = (ae + al) > 0
     total = num_layers + ae + al
     even_ok = (((vp == 1) | (pp > 1)) & (total % (pp * vp) == 0)
-               & (total // np.maximum(pp * vp, 1) >= 1 + (ae | al)))
+               & (total >= pp * vp))
     mid = num_layers - first - last
     mid_ranks = pp - (first > 0) - (last > 0)
     mid_div = np.maximum(mid_ranks, 1) * vp

@@ -320,13 +320,19 @@ def _llama(name, layers, hidden, heads, groups, ffn, vocab, seq, rotary_base) ->
 
 #: Mixture-of-experts presets at Megatron-Bridge's pre-training sequence length (4096), from
 #: each model's Hugging Face config.json (tests/data/hf_configs: Qwen/Qwen3-30B-A3B,
-#: mistralai/Mixtral-8x7B-v0.1, deepseek-ai/DeepSeek-V3, openai/gpt-oss-120b).
+#: Qwen/Qwen3-235B-A22B, mistralai/Mixtral-8x7B-v0.1, deepseek-ai/DeepSeek-V3,
+#: openai/gpt-oss-120b).
 _MOE_PRESETS: dict[str, dict[str, Any]] = {
     "qwen3-30b-a3b": dict(num_layers=48, hidden_size=2048, num_attention_heads=32,
                           num_query_groups=4, kv_channels=128, ffn_hidden_size=6144,
                           vocab_size=151936, rotary_base=1000000, norm_epsilon=1e-6,
                           qk_layernorm=True, num_experts=128, moe_router_topk=8,
                           moe_ffn_hidden_size=768),
+    "qwen3-235b-a22b": dict(num_layers=94, hidden_size=4096, num_attention_heads=64,
+                            num_query_groups=4, kv_channels=128, ffn_hidden_size=12288,
+                            vocab_size=151936, rotary_base=1000000, norm_epsilon=1e-6,
+                            qk_layernorm=True, num_experts=128, moe_router_topk=8,
+                            moe_ffn_hidden_size=1536),
     "mixtral-8x7b": dict(num_layers=32, hidden_size=4096, num_attention_heads=32,
                          num_query_groups=8, ffn_hidden_size=14336, vocab_size=32000,
                          rotary_base=1000000, num_experts=8, moe_router_topk=2),

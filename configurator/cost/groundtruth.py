@@ -16,7 +16,7 @@ from pathlib import Path
 
 from configurator.cost.flops import sc21_flops
 from configurator.core.model import MODEL_PRESETS, ModelSpec
-from configurator.core.plan import ParallelPlan
+from configurator.core.plan import ParallelPlan, is_fp8
 from configurator.core.runs import MeasuredRun
 from topology.cluster import CLUSTER_PRESETS
 
@@ -77,6 +77,7 @@ BRIDGE_SYSTEMS = {"DGX-H100": "dgx-h100-80gb", "DGX-B200": "dgx-b200-180gb",
 #: as "Qwen3_30B_a3B (tokendrop)", a model without a preset) are skipped and listed.
 BRIDGE_MODELS = {"LLAMA3_8B": "llama3-8b", "LLAMA3_70B": "llama3-70b",
                  "LLAMA3.1_405B": "llama3.1-405b", "Qwen3_30B_a3B": "qwen3-30b-a3b",
+                 "Qwen3_235B_a22B": "qwen3-235b-a22b",
                  "GPT OSS 120B": "gpt-oss-120b", "DeepSeekV3": "deepseek-v3"}
 
 
@@ -96,8 +97,10 @@ class BridgeRow:
     """One Megatron-Bridge pre-training row: the plan as published (etp 1, no recompute,
     the distributed optimizer; an FSDP row as the distributed optimizer over its group;
     the embedding and loss counted in the pipeline split where the layers do not divide;
-    ``fp8_param_gather`` with ``fp8``, as Megatron-Bridge's FP8 mixed-precision presets set it,
-    ``bridge/training/mixed_precision.py`` ``bf16_with_fp8_*_mixed``; ``grad_reduce_in_bf16``,
+    ``fp8_param_gather`` with ``fp8`` and ``mxfp8``, as Megatron-Bridge's FP8 and MXFP8
+    mixed-precision presets set it (``bridge/training/mixed_precision.py``
+    ``bf16_with_fp8_*_mixed``, ``bf16_with_mxfp8_mixed``, since October 2025);
+    ``grad_reduce_in_bf16``,
     as every Megatron-Bridge performance recipe sets ``grad_reduce_in_fp32=False`` since its
     first, August 2025: ``scripts/performance`` then, ``perf_recipes/_common.py``
     ``_benchmark_common`` now), the cluster preset and the published tokens/s/GPU (the first
@@ -136,35 +139,48 @@ def bridge_rows(path: Path | None = None) -> tuple[list[BridgeRow], list[str]]:
             continue
         cluster = BRIDGE_SYSTEMS[r["system"]]
         gpus_per_host = CLUSTER_PRESETS[cluster]["gpus_per_node"]
-        model = MODEL_PRESETS[BRIDGE_MODELS[r["model"]]].with_seq_length(int(r["seq_len"]))
-        n = int(r["num_gpus"])
-        tp, pp, cp, ep = (int(r[k]) for k in ("tp", "pp", "cp", "ep"))
-        vp = 1 if r["vp"] in ("n/a", "") else int(r["vp"])
+        try:       # a cell "a (b)" gives the plan of the first figure and an alternative's
+            n, seq, tp, pp, cp, ep, mbs, gbs = (int(r[k].split("(")[0]) for k in (
+                "num_gpus", "seq_len", "tp", "pp", "cp", "ep", "mbs", "gbs"))
+            vp = 1 if r["vp"].split("(")[0].strip() in ("n/a", "") else int(
+                r["vp"].split("(")[0])
+        except ValueError as exc:
+            skipped.append(f"{key}: unreadable plan ({exc})")
+            continue
+        model = MODEL_PRESETS[BRIDGE_MODELS[r["model"]]].with_seq_length(seq)
         # layers that do not split evenly: the embedding and the loss count as one layer
         # each, as Megatron-Bridge's Llama-3.1 405B recipes set
         accounted = model.num_layers % (pp * vp) != 0
-        for precision, tokens in _bridge_figures(r["precision"], r["tokens_per_sec_per_gpu"]):
+        # an alternative in a plan column ran another plan: only the first figure is read
+        same_plan = not any("(" in r[k] for k in _BRIDGE_PLAN_COLUMNS)
+        for precision, tokens in _bridge_figures(r["precision"], r["tokens_per_sec_per_gpu"],
+                                                 same_plan):
             plan = ParallelPlan(tp=tp, pp=pp, cp=cp, dp=n // (tp * pp * cp), vp=vp,
                                 account_for_embedding_in_pipeline_split=accounted,
                                 account_for_loss_in_pipeline_split=accounted,
                                 ep=ep if model.is_moe else 1, etp=1,
-                                micro_batch_size=int(r["mbs"]),
-                                global_batch_size=int(r["gbs"]), sequence_parallel=tp > 1,
+                                micro_batch_size=mbs, global_batch_size=gbs,
+                                sequence_parallel=tp > 1,
                                 distributed_optimizer=True, precision=precision,
-                                fp8_param_gather=precision == "fp8",
+                                fp8_param_gather=is_fp8(precision),
                                 grad_reduce_in_bf16=True)
             out.append(BridgeRow(r["release"], model, cluster, n // gpus_per_host, plan,
                                  tokens))
     return out, skipped
 
 
-def _bridge_figures(precision: str, tokens: str) -> list[tuple[str, float]]:
+_BRIDGE_PLAN_COLUMNS = ("num_gpus", "seq_len", "tp", "pp", "cp", "vp", "ep", "mbs", "gbs")
+
+
+def _bridge_figures(precision: str, tokens: str,
+                    same_plan: bool = True) -> list[tuple[str, float]]:
     """``(plan precision, tokens/s/GPU)`` of a row: the first figure in the first precision
-    and, where the row names its alternative ``FP8-CS (FP8-MX)``, the parenthesised figure
-    as an MXFP8 run of the same plan (the page ran the plan in both recipes). Other
-    parenthesised figures (25.09's unnamed "finer-grained quantization") are not read."""
+    and, where the row names its alternative ``FP8-CS (FP8-MX)`` with one plan
+    (``same_plan``), the parenthesised figure as an MXFP8 run of that plan (the page ran
+    the plan in both recipes). Other parenthesised figures (25.09's unnamed "finer-grained
+    quantization") are not read."""
     out = [(_bridge_precision(precision), float(tokens.split("(")[0]))]
-    if "(FP8-MX)" in precision.upper() and "(" in tokens:
+    if same_plan and "(FP8-MX)" in precision.upper() and "(" in tokens:
         out.append(("mxfp8", float(tokens.split("(")[1].rstrip(")"))))
     return out
 
