@@ -89,10 +89,12 @@ def main() -> None:
     for c in report.checks:
         if not c.problem:
             by[c.run.model].append(c)
-    unknown = len([s for s in skipped if "superseded" not in s])
-    print(f"{len(rows) + len(nvfp4)} pre-training rows: {len(nvfp4)} NVFP4 skipped, "
-          f"{unknown} without a preset system or model, {len(problems)} not expressible as a "
-          f"plan here, {len(report.checks) - len(problems)} priced")
+    dropping = len([s for s in skipped if "token-dropping" in s])
+    unknown = len([s for s in skipped if "superseded" not in s]) - dropping
+    print(f"{len(rows) + len(nvfp4)} pre-training rows: {len(nvfp4)} NVFP4 and {dropping} "
+          f"token-dropping skipped, {unknown} without a preset system or model or unreadable, "
+          f"{len(problems)} not expressible as a plan here, "
+          f"{len(report.checks) - len(problems)} priced")
     print("\n| model | runs | MAPE | worst | predicted not to fit |\n|---|---|---|---|---|")
     for model, checks in sorted(by.items()):
         worst = max(checks, key=lambda c: abs(c.error))
