@@ -124,6 +124,7 @@ A GPU not in :data:`GPU_PRESETS` is given in the cluster file with all of these 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -213,6 +214,25 @@ _BLACKWELL_ULTRA = ("brrr cuBLASLt BF16 burn-in on GB300; FP8 and MXFP8 as B200;
 _HOPPER = ("gemm and hbm " + _LITERATURE + "; gemm_fp8 and flash_attention fitted on NeMo's "
            "H100 long-context runs and Megatron-Bridge's dense H100 FP8 run")
 
+def _blackwell_peaks(bf16_tflops: float) -> dict[str, float]:
+    """Dense peaks of a Blackwell GPU from its dense BF16 TFLOP/s: FP16 the same, FP8 and
+    MXFP8 (the same tensor-core instruction) twice that."""
+    return {"bf16": bf16_tflops * TFLOP, "fp16": bf16_tflops * TFLOP,
+            "fp8": 2 * bf16_tflops * TFLOP, "mxfp8": 2 * bf16_tflops * TFLOP}
+
+
+#: H100 (H200: the same tensor cores, its own HBM fraction).
+_HOPPER_EFFICIENCY = Efficiency(gemm=0.72, gemm_fp8=0.61, hbm=0.87, flash_attention=0.33,
+                                kernel_overhead_s=4e-6, source=_HOPPER)
+#: sm_100 (B200, GB200): one set, the GEMM fractions shared by sm_103 below.
+_BLACKWELL_EFFICIENCY = Efficiency(gemm=0.73, gemm_fp8=0.51, gemm_mxfp8=0.48, hbm=0.75,
+                                   flash_attention=0.43, kernel_overhead_s=4e-6,
+                                   source=_BLACKWELL)
+#: sm_103 (B300, GB300): its own BF16 GEMM and doubled attention, sm_100's FP8/MXFP8 GEMMs.
+_BLACKWELL_ULTRA_EFFICIENCY = dataclasses.replace(_BLACKWELL_EFFICIENCY, gemm=0.70,
+                                                  flash_attention=0.86,
+                                                  source=_BLACKWELL_ULTRA)
+
 GPU_PRESETS: dict[str, GPUSpec] = {
     "a100-80gb": GPUSpec(
         name="a100-80gb", peak_flops_per_s={"bf16": 312 * TFLOP, "fp16": 312 * TFLOP},
@@ -224,51 +244,37 @@ GPU_PRESETS: dict[str, GPUSpec] = {
         name="h100-80gb", peak_flops_per_s={"bf16": 989.4 * TFLOP, "fp16": 989.4 * TFLOP,
                                             "fp8": 1978.9 * TFLOP},
         memory_bytes=81559 * MiB, hbm_bandwidth_Bps=3350 * GB, num_sms=132,
-        efficiency=Efficiency(gemm=0.72, gemm_fp8=0.61, hbm=0.87, flash_attention=0.33,
-                              kernel_overhead_s=4e-6, source=_HOPPER)),
+        efficiency=_HOPPER_EFFICIENCY),
     "h200-141gb": GPUSpec(
         name="h200-141gb", peak_flops_per_s={"bf16": 989.4 * TFLOP, "fp16": 989.4 * TFLOP,
                                              "fp8": 1978.9 * TFLOP},
         memory_bytes=143771 * MiB, hbm_bandwidth_Bps=4800 * GB, num_sms=132,
-        efficiency=Efficiency(gemm=0.72, gemm_fp8=0.61, hbm=0.85, flash_attention=0.33,
-                              kernel_overhead_s=4e-6, source=_HOPPER)),
+        efficiency=dataclasses.replace(_HOPPER_EFFICIENCY, hbm=0.85)),
     # DGX B200 data sheet / HGX B200 table: 4.5 (BF16) and 9 (FP8) PFLOPS with sparsity,
     # halved; 180 GB HBM3e at 64 TB/s per 8 GPUs; nvidia-smi 183359 MiB; 148 SMs.
     "b200-180gb": GPUSpec(
-        name="b200-180gb", peak_flops_per_s={"bf16": 2250 * TFLOP, "fp16": 2250 * TFLOP,
-                                             "fp8": 4500 * TFLOP, "mxfp8": 4500 * TFLOP},
+        name="b200-180gb", peak_flops_per_s=_blackwell_peaks(2250),
         memory_bytes=183359 * MiB, hbm_bandwidth_Bps=8000 * GB, num_sms=148,
-        efficiency=Efficiency(gemm=0.73, gemm_fp8=0.51, gemm_mxfp8=0.48, hbm=0.75,
-                              flash_attention=0.43, kernel_overhead_s=4e-6,
-                              source=_BLACKWELL), non_tn_fp8_gemm=True),
+        efficiency=_BLACKWELL_EFFICIENCY, non_tn_fp8_gemm=True),
     # GB200 NVL72 specifications, per GPU: 5 (BF16) and 10 (FP8) PFLOPS with sparsity,
     # halved; 186 GB HBM3e at 8 TB/s; nvidia-smi 189471 MiB; 152 SMs.
     "gb200-186gb": GPUSpec(
-        name="gb200-186gb", peak_flops_per_s={"bf16": 2500 * TFLOP, "fp16": 2500 * TFLOP,
-                                              "fp8": 5000 * TFLOP, "mxfp8": 5000 * TFLOP},
+        name="gb200-186gb", peak_flops_per_s=_blackwell_peaks(2500),
         memory_bytes=189471 * MiB, hbm_bandwidth_Bps=8000 * GB, num_sms=152,
-        efficiency=Efficiency(gemm=0.73, gemm_fp8=0.51, gemm_mxfp8=0.48, hbm=0.75,
-                              flash_attention=0.43, kernel_overhead_s=4e-6,
-                              source=_BLACKWELL), non_tn_fp8_gemm=True),
+        efficiency=_BLACKWELL_EFFICIENCY, non_tn_fp8_gemm=True),
     # HGX B300: 4.5 (BF16) and 9 (FP8) PFLOPS with sparsity per GPU, halved; 288 GB HBM3e at
     # 8 TB/s; DGX B300's "B300 SXM6 AC": 275040 MiB, 148 SMs (module docstring).
     "b300-288gb": GPUSpec(
-        name="b300-288gb", peak_flops_per_s={"bf16": 2250 * TFLOP, "fp16": 2250 * TFLOP,
-                                             "fp8": 4500 * TFLOP, "mxfp8": 4500 * TFLOP},
+        name="b300-288gb", peak_flops_per_s=_blackwell_peaks(2250),
         memory_bytes=275040 * MiB, hbm_bandwidth_Bps=8000 * GB, num_sms=148,
-        efficiency=Efficiency(gemm=0.70, gemm_fp8=0.51, gemm_mxfp8=0.48, hbm=0.75,
-                              flash_attention=0.86, kernel_overhead_s=4e-6,
-                              source=_BLACKWELL_ULTRA), non_tn_fp8_gemm=True),
+        efficiency=_BLACKWELL_ULTRA_EFFICIENCY, non_tn_fp8_gemm=True),
     # GB300 NVL72 specifications: 360 (BF16) and 720 (FP8) PFLOPS with sparsity per 72 GPUs,
     # halved; 288 GB HBM3e at 8 TB/s and 160 SMs ("Inside NVIDIA Blackwell Ultra");
     # nvidia-smi 284208 MiB.
     "gb300-288gb": GPUSpec(
-        name="gb300-288gb", peak_flops_per_s={"bf16": 2500 * TFLOP, "fp16": 2500 * TFLOP,
-                                              "fp8": 5000 * TFLOP, "mxfp8": 5000 * TFLOP},
+        name="gb300-288gb", peak_flops_per_s=_blackwell_peaks(2500),
         memory_bytes=284208 * MiB, hbm_bandwidth_Bps=8000 * GB, num_sms=160,
-        efficiency=Efficiency(gemm=0.70, gemm_fp8=0.51, gemm_mxfp8=0.48, hbm=0.75,
-                              flash_attention=0.86, kernel_overhead_s=4e-6,
-                              source=_BLACKWELL_ULTRA), non_tn_fp8_gemm=True),
+        efficiency=_BLACKWELL_ULTRA_EFFICIENCY, non_tn_fp8_gemm=True),
 }
 
 GPU_KEYS_REQUIRED = ("name", "peak_tflops", "memory_GiB", "hbm_bandwidth_GBps", "num_sms",

@@ -139,11 +139,12 @@ def bridge_rows(path: Path | None = None) -> tuple[list[BridgeRow], list[str]]:
             continue
         cluster = BRIDGE_SYSTEMS[r["system"]]
         gpus_per_host = CLUSTER_PRESETS[cluster]["gpus_per_node"]
-        try:       # a cell "a (b)" gives the plan of the first figure and an alternative's
-            n, seq, tp, pp, cp, ep, mbs, gbs = (int(r[k].split("(")[0]) for k in (
+        # a cell "a (b)" gives the plan of the first figure and an alternative's
+        first = {k: r[k].split("(")[0].strip() for k in _BRIDGE_PLAN_COLUMNS}
+        try:
+            n, seq, tp, pp, cp, ep, mbs, gbs = (int(first[k]) for k in (
                 "num_gpus", "seq_len", "tp", "pp", "cp", "ep", "mbs", "gbs"))
-            vp = 1 if r["vp"].split("(")[0].strip() in ("n/a", "") else int(
-                r["vp"].split("(")[0])
+            vp = 1 if first["vp"] in ("n/a", "") else int(first["vp"])
         except ValueError as exc:
             skipped.append(f"{key}: unreadable plan ({exc})")
             continue
