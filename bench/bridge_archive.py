@@ -71,6 +71,9 @@ def main() -> None:
                     help="every release of a configuration, not only the newest")
     ap.add_argument("--rows", action="store_true", help="print every run")
     args = ap.parse_args()
+    missing = [str(p) for p in args.pages if not p.is_file()]
+    if missing:
+        ap.error(f"no such page: {', '.join(missing)}")
     rows = [r for p in args.pages for r in page_rows(p)]
     nvfp4 = [r for r in rows if "NVFP4" in r["precision"].upper()]
     rows = [r for r in rows if r not in nvfp4]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from configurator.core.errors import InputError
 from configurator.core.model import MODEL_PRESETS, make_model
-from configurator.core.plan import CP_COMM_TYPES, ParallelPlan
+from configurator.core.plan import CP_COMM_TYPES, CROSS_ENTROPY_FUSIONS, ParallelPlan
 from configurator.core.rules import check_plan
 
 FLAGS_FILE = Path(__file__).parent / "data" / "megatron_core_v0_16_flags.txt"
@@ -53,7 +53,8 @@ def plan_spread():
                             attention_backend=att, sequence_parallel=sp and tp > 1,
                             distributed_optimizer=dopt, overlap_grad_reduce=ogr,
                             overlap_param_gather=opg, fp8_param_gather=opg,
-                            grad_reduce_in_bf16=ogr != opg,
+                            grad_reduce_in_bf16=ogr != opg, tp_comm_overlap=sp != dopt,
+                            cross_entropy_fusion=CROSS_ENTROPY_FUSIONS[(tp + cp + vp) % 3],
                             cp_comm_type=CP_COMM_TYPES[(tp + pp + vp) % 3])
         try:
             check_plan(model, plan, plan.world_size)

@@ -25,7 +25,9 @@ def test_spread_covers_every_plan_value():
                           ("precision", {"bf16", "fp16", "fp8", "mxfp8"}), ("vp", {1, 2}),
                           ("cp", {1, 2}), ("attention_backend", {"auto", "flash", "local"}),
                           ("cp_comm_type", {"p2p", "a2a", "all_gather"}),
-                          ("grad_reduce_in_bf16", {False, True})):
+                          ("grad_reduce_in_bf16", {False, True}),
+                          ("tp_comm_overlap", {False, True}),
+                          ("cross_entropy_fusion", {"none", "native", "te"})):
         assert values <= {getattr(p, field) for _, p in SPREAD}, field
 
 
@@ -66,6 +68,12 @@ def test_validate_args_rules_hold_for_the_spread():
             plan.fp8_param_gather and plan.distributed_optimizer and is_fp8(plan.precision))
         assert ("--grad-reduce-in-bf16" in a) == (
             plan.grad_reduce_in_bf16 and plan.precision != "fp16")
+        assert ("--tp-comm-overlap" in a) == (
+            plan.tp_comm_overlap and plan.tp > 1 and plan.sequence_parallel
+            and plan.attention_backend != "local")
+        assert ("--cross-entropy-loss-fusion" in a) == (plan.cross_entropy_fusion != "none")
+        assert a.get("--cross-entropy-fusion-impl") == (
+            "te" if plan.cross_entropy_fusion == "te" else None)
 
 
 def test_exact_flags_gpt3_175b():

@@ -85,12 +85,14 @@ def test_placed_time_sees_a_slow_pipeline_link():
     priced = PlacedPlan(TINY, cl, plan)
     base = priced.time(*priced.default_placement()).iteration_time_s
     g = cl.graph
+    # the last stage (with the loss) paces the pipeline: a middle boundary's sends have
+    # slack, so the link is slowed well beyond it (at a 20th the plan slows by 0.4 %)
     for a, b in ((cl.hosts[1], cl.hosts[2]), (cl.hosts[2], cl.hosts[1])):
-        g.edges[a, b]["bandwidth_Bps"] /= 20
+        g.edges[a, b]["bandwidth_Bps"] /= 100
     cl.invalidate()
     priced = PlacedPlan(TINY, cl, plan)
     slow = priced.time(*priced.default_placement()).iteration_time_s
-    assert slow > base * 1.01
+    assert slow > base * 1.1
     # hosts 0 and 2 exchange nothing under this plan (not neighbours, dp inside hosts;
     # 0 and 3 would: the tied embedding's gradient)
     cl2 = measured_cluster(4, 2, seed=5, slow_links=0.0, slow_hosts=0)

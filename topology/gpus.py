@@ -63,7 +63,7 @@ Efficiencies (:class:`Efficiency`), one set per GPU type and precision, each wit
   2.765–2.785 PFLOP/s), but training runs them thinner, clock-throttled and behind
   per-tensor scaling bookkeeping, so the presets are fitted to published training runs
   (``configurator calibrate --params gemm_fp8,flash_attention``; see "Fitted on published
-  runs" below): H100/H200 0.61, B200/B300/GB200/GB300 0.51.
+  runs" below): H100/H200 0.62, B200/B300/GB200/GB300 0.51.
 * ``gemm_mxfp8``: the same for MXFP8 GEMMs against the MXFP8 peak; ``None`` for a GPU
   without an MXFP8 rate. The microbenchmark figure (OpenXLA sm_100 table, 4096³ E4M3 at
   0.617 of 4.5 PFLOP/s over 0.865 of wave quantisation: 0.71; block-scaled and
@@ -71,8 +71,8 @@ Efficiencies (:class:`Efficiency`), one set per GPU type and precision, each wit
   overstates training: Megatron-Bridge 25.11 runs the same Llama-3 8B plan in both recipes
   on B200, GB200 and GB300 (``FP8-CS (FP8-MX)`` rows of ``megatron_bridge_perf_subset.csv``)
   and MXFP8 delivers 3.6–5.5 % *fewer* tokens/s (its casts also write an E8M0 scale per 32
-  elements in each direction). Blackwell: 0.48, fitted on those three runs (one value for
-  the sm_100/sm_103 tensor cores; MAPE 2.8 %, leave-one-out 4.1 %).
+  elements in each direction). Blackwell: 0.49, fitted on those three runs (0.486, one
+  value for the sm_100/sm_103 tensor cores; MAPE 2.8 %, leave-one-out 4.1 %).
 * ``hbm``: fraction of HBM bandwidth that memory-bound element-wise kernels attain: A100
   80GB ≈ 1.7 of 2.04 TB/s, H100 ≈ 2.9 of 3.35 TB/s, H200 ≈ 4.1 of 4.8 TB/s (BabelStream
   Triad results reported for these parts). Blackwell (8 TB/s HBM3e): a streaming MXFP8
@@ -105,13 +105,13 @@ Efficiencies (:class:`Efficiency`), one set per GPU type and precision, each wit
 Fitted on published runs. ``configurator calibrate`` (least squares on log time) on the
 NeMo long-context runs of ``nemo_long_sequence_cp.csv``, whose sequence lengths (4k–1M
 tokens) separate the GEMM and the attention efficiency: B200 from the eight Llama-3 8B FP8
-runs on DGX B200 (NeMo 25.04): ``gemm_fp8`` 0.508, ``flash_attention`` 0.427, MAPE 0.7 %,
+runs on DGX B200 (NeMo 25.04): ``gemm_fp8`` 0.514, ``flash_attention`` 0.427, MAPE 0.7 %,
 leave-one-out 0.9 %. H100 from the nine Llama-2 7B FP8 runs on DGX H100 (NeMo 24.03.01,
 cp 1–32) together with Megatron-Bridge 25.11's Llama-3 8B FP8 run on DGX H100, the newest
-software's dense H100 run (the NeMo runs alone give 0.574 and 0.330; Bridge's dense H100
-FP8 runs of 2026, Llama-3 70B and 405B, ran 7–11 % faster than that predicts): 0.608 and
-0.329, MAPE 2.4 %, leave-one-out 3.1 %. Independent check: Bridge 25.11's Llama-3 8B FP8
-run on B200 is predicted within 3.4 %. Those NeMo TFLOP/s count the
+software's dense H100 run (the NeMo runs alone give 0.582 and 0.330; Bridge's dense H100
+FP8 runs of 2026, Llama-3 70B and 405B, ran faster than that predicts): 0.616 and 0.329,
+MAPE 2.3 %, leave-one-out 3.0 %. Independent check: Bridge 25.11's Llama-3 8B FP8
+run on B200 is predicted within 3.7 %. Those NeMo TFLOP/s count the
 attention scores over all ``s²`` pairs (NeMo's ``flops_formulas`` before commit 6251117,
 "Discount FLOPs in dot-product att", 2025-08-09: NeMo 24.07's Llama-2 7B row, 16,634
 tokens/s/GPU at 767 TFLOP/s, is 4.611e10 FLOP per token, the full-score count 4.608e10,
@@ -222,10 +222,10 @@ def _blackwell_peaks(bf16_tflops: float) -> dict[str, float]:
 
 
 #: H100 (H200: the same tensor cores, its own HBM fraction).
-_HOPPER_EFFICIENCY = Efficiency(gemm=0.72, gemm_fp8=0.61, hbm=0.87, flash_attention=0.33,
+_HOPPER_EFFICIENCY = Efficiency(gemm=0.72, gemm_fp8=0.62, hbm=0.87, flash_attention=0.33,
                                 kernel_overhead_s=4e-6, source=_HOPPER)
 #: sm_100 (B200, GB200): one set, the GEMM fractions shared by sm_103 below.
-_BLACKWELL_EFFICIENCY = Efficiency(gemm=0.73, gemm_fp8=0.51, gemm_mxfp8=0.48, hbm=0.75,
+_BLACKWELL_EFFICIENCY = Efficiency(gemm=0.73, gemm_fp8=0.51, gemm_mxfp8=0.49, hbm=0.75,
                                    flash_attention=0.43, kernel_overhead_s=4e-6,
                                    source=_BLACKWELL)
 #: sm_103 (B300, GB300): its own BF16 GEMM and doubled attention, sm_100's FP8/MXFP8 GEMMs.

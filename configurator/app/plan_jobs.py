@@ -34,6 +34,8 @@ class SearchRequest:
     fp8_param_gather: bool = False
     cp_comm_type: str = "p2p"
     grad_reduce_in_bf16: bool = False
+    tp_comm_overlap: bool = False
+    cross_entropy_fusion: str = "none"
     recompute: tuple[str, ...] = RECOMPUTE
     #: other restrictions: plan field -> the values the search keeps (e.g. ``ep``)
     restrict: dict = field(default_factory=dict)
@@ -81,6 +83,9 @@ def run_search(req: SearchRequest) -> SearchOutcome:
               f"{req.precision}"
               + (f", cp_comm_type {req.cp_comm_type}" if req.cp_comm_type != "p2p" else "")
               + (", grad_reduce_in_bf16" if req.grad_reduce_in_bf16 else "")
+              + (", tp_comm_overlap" if req.tp_comm_overlap else "")
+              + (f", cross_entropy_fusion {req.cross_entropy_fusion}"
+                 if req.cross_entropy_fusion != "none" else "")
               + f": {res.candidates_evaluated} plans evaluated, "
               f"{res.feasible} fit, {res.search_time_s:.2f} s")
     best = res.plans[0]
@@ -112,7 +117,9 @@ def _ranked(req: SearchRequest, model, cluster, space: SearchSpace, top: int, *,
     request's)."""
     kw = dict(precision=req.precision, attention_backend=req.attention_backend,
               fp8_param_gather=req.fp8_param_gather, cp_comm_type=req.cp_comm_type,
-              grad_reduce_in_bf16=req.grad_reduce_in_bf16, top_k=top,
+              grad_reduce_in_bf16=req.grad_reduce_in_bf16,
+              tp_comm_overlap=req.tp_comm_overlap,
+              cross_entropy_fusion=req.cross_entropy_fusion, top_k=top,
               space=space, keep_ranking=keep_ranking,
               max_memory_fraction=req.max_memory_fraction)
     if not req.inputs.topology:

@@ -134,6 +134,7 @@ PLAN_ARGS: tuple[tuple[str, str, Any], ...] = (
     ("overlap_param_gather", "overlap_param_gather", ...),
     ("fp8_param_gather", "fp8_param_gather", ...),
     ("grad_reduce_in_bf16", "grad_reduce_in_bf16", ...),
+    ("tp_comm_overlap", "tp_comm_overlap", ...),
     ("decoder_first_pipeline_num_layers", "decoder_first_pipeline_num_layers", ...),
     ("decoder_last_pipeline_num_layers", "decoder_last_pipeline_num_layers", ...),
     ("account_for_embedding_in_pipeline_split", "account_for_embedding_in_pipeline_split", ...),
@@ -438,6 +439,10 @@ def _plan_fields(a: _Args, moe: bool) -> tuple[dict[str, Any], list[str]]:
         row["attention_backend"] = "local"
     elif backend is not None:
         row["attention_backend"] = backend.rpartition(".")[2]      # AttnBackend.flash
+    if a.has("cross_entropy_loss_fusion"):
+        row["cross_entropy_fusion"] = (
+            "none" if not a.bool("cross_entropy_loss_fusion")
+            else "te" if a.raw("cross_entropy_fusion_impl") == "te" else "native")
     comm = a.raw("cp_comm_type")         # printed as a list: ['p2p'] or one per layer
     if comm is not None:
         kinds = set(comm.strip("[]").replace("'", "").replace('"', "").replace(",", " ").split())

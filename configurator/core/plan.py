@@ -40,6 +40,13 @@ ATTENTION_BACKENDS = ("auto", "flash", "fused", "unfused", "local")
 #: before attention, exposed. TE's hierarchical ``a2a+p2p`` needs
 #: ``--hierarchical-context-parallel-sizes`` and is not offered.
 CP_COMM_TYPES = ("p2p", "a2a", "all_gather")
+#: The language-model loss's vocabulary-parallel cross entropy: ``none`` Megatron's default
+#: eager PyTorch ops (megatron/core/tensor_parallel/cross_entropy.py), ``native`` its
+#: jit-fused version (``--cross-entropy-loss-fusion``, megatron/core/fusions/
+#: fused_cross_entropy.py), ``te`` Transformer Engine's Triton kernels
+#: (``--cross-entropy-loss-fusion --cross-entropy-fusion-impl te``,
+#: transformer_engine/pytorch/triton/cross_entropy.py).
+CROSS_ENTROPY_FUSIONS = ("none", "native", "te")
 #: Backends that materialise and store the s×s score matrix (megatron-core's own
 #: DotProductAttention and the 2021–22 Megatron runs); the others are flash-style kernels.
 SCORE_STORING_BACKENDS = ("unfused", "local")
@@ -272,6 +279,29 @@ class ParallelPlan:
         # validate_args reads it only with --bf16 (fp16 grads are 16-bit already)
         flags=(("--grad-reduce-in-bf16",
                 lambda m, p: (p.grad_reduce_in_bf16 and p.precision != "fp16") or None),))
+    cross_entropy_fusion: str = _field(
+        "none", cli_flag="--cross-entropy-fusion", choices=CROSS_ENTROPY_FUSIONS,
+        per_candidate=False,
+        help="the loss's cross entropy over the vocabulary: none (Megatron's default eager "
+             "ops), native (--cross-entropy-loss-fusion) or te (--cross-entropy-loss-fusion "
+             "--cross-entropy-fusion-impl te, Megatron-Bridge's benchmark setting); "
+             "default none",
+        flag_group="precision and kernels",
+        flags=(("--cross-entropy-loss-fusion",
+                lambda m, p: p.cross_entropy_fusion != "none" or None),
+               ("--cross-entropy-fusion-impl",
+                lambda m, p: "te" if p.cross_entropy_fusion == "te" else None)))
+    tp_comm_overlap: bool = _field(
+        False, megatron_name="tp_comm_overlap", cli_flag="--tp-comm-overlap",
+        per_candidate=False,
+        help="overlap the tensor-parallel all-gathers and reduce-scatters with the GEMMs "
+             "that consume or produce them (Megatron --tp-comm-overlap, Transformer "
+             "Engine userbuffers; plans with tp > 1, sequence parallelism and Transformer "
+             "Engine layers, the tp group inside one NVLink domain; default off)",
+        flag_group="parallelism",
+        # validate_args asserts sequence parallelism with it
+        flags=(("--tp-comm-overlap", lambda m, p: tp_comm_overlapped(
+            p.tp_comm_overlap, p.tp, p.sequence_parallel, p.attention_backend) or None),))
 
     @property
     def world_size(self) -> int:
@@ -330,7 +360,8 @@ OPTIONAL_PLAN_KEYS = ("ep", "etp", "decoder_first_pipeline_num_layers",
                       "decoder_last_pipeline_num_layers",
                       "account_for_embedding_in_pipeline_split",
                       "account_for_loss_in_pipeline_split", "fp8_param_gather",
-                      "cp_comm_type", "grad_reduce_in_bf16")
+                      "cp_comm_type", "grad_reduce_in_bf16", "tp_comm_overlap",
+                      "cross_entropy_fusion")
 #: Keys :meth:`ParallelPlan.to_dict` adds that are not fields (ignored on reading).
 DERIVED_KEYS = ("num_microbatches",) + tuple(f.alias for f in PLAN_FIELDS if f.alias)
 
@@ -349,6 +380,16 @@ def main_grad_bytes(precision: str, grad_reduce_in_bf16) -> float:
     with BF16 parameters), 2 with ``--grad-reduce-in-bf16`` or FP16 parameters
     (megatron/training/arguments.py ``validate_args``)."""
     return 2.0 if precision == "fp16" or bool(grad_reduce_in_bf16) else 4.0
+
+
+def tp_comm_overlapped(requested, tp, sequence_parallel, attention_backend: str):
+    """Whether the plan's tensor-parallel collectives are overlapped with its GEMMs: only
+    where requested, with tp > 1 and sequence parallelism (megatron/training/arguments.py
+    ``validate_args``: "Tensor parallel communication/GEMM overlap can happen only when
+    sequence parallelism is enabled") and Transformer Engine's layers, whose userbuffers
+    run the overlap (not with ``--transformer-impl local``, which the ``local`` attention
+    backend selects). Booleans or arrays."""
+    return requested & (tp > 1) & sequence_parallel & (attention_backend != "local")
 
 
 def param_gather_overlap(requested, distributed_optimizer):

@@ -27,10 +27,12 @@ sequence_parallel,         booleans; defaults as ``configurator estimate``'s (on
 distributed_optimizer,     with tp > 1; on with dp·cp > 1; on; on with the
 overlap_grad_reduce,       distributed optimizer)
 overlap_param_gather,
-fp8_param_gather,          (``--fp8-param-gather``, ``--grad-reduce-in-bf16``: default
-grad_reduce_in_bf16        off)
+fp8_param_gather,          (``--fp8-param-gather``, ``--grad-reduce-in-bf16``,
+grad_reduce_in_bf16,       ``--tp-comm-overlap``: default off)
+tp_comm_overlap
 attention_backend          Megatron ``--attention-backend`` (default auto)            no
 cp_comm_type               Megatron ``--cp-comm-type``: p2p, a2a or all_gather        no (p2p)
+cross_entropy_fusion       the loss's cross entropy: none, native or te               no (none)
 decoder_first/last_        uneven pipeline split, as Megatron's flags                 no
 pipeline_num_layers,
 account_for_embedding/

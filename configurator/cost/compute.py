@@ -207,7 +207,9 @@ def layer_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec, profile=None) -> 
 
     ``fwd``, ``bwd``, ``recompute`` are a dense layer's GPU times; ``moe_fwd``, ``moe_bwd``,
     ``moe_recompute`` an MoE layer's (equal to the dense ones for a dense model), its MLP
-    replaced by :func:`moe_mlp_costs` (backward 2× the forward); ``host``, ``moe_host``:
+    replaced by :func:`moe_mlp_costs` (backward 2× the forward); ``tp_gemm_pairs``: the
+    forward times of the GEMM after and the GEMM before each tensor-parallel collective
+    pair, ``((QKV, projection), (fc1, fc2))``; ``host``, ``moe_host``:
     the host's time to issue each layer's forward (:func:`host_layer_s`), which
     :func:`configurator.cost.iteration.layer_type_times` sets against the layer's GPU time
     and communication. ``profile``: measured dense-layer times that replace the analytic
@@ -230,7 +232,8 @@ def layer_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec, profile=None) -> 
     fc1_n = f * (2 if model.swiglu else 1)
     gemm_qkv, gemm_proj = _attention_gemms_s(model, T, tp, kw)
     gemm_fc1 = gemm_time_s(T, fc1_n / tp, h, **kw)
-    gemm_mlp = gemm_fc1 + gemm_time_s(T, h, f / tp, **kw)
+    gemm_fc2 = gemm_time_s(T, h, f / tp, **kw)
+    gemm_mlp = gemm_fc1 + gemm_fc2
     gemm_fwd = gemm_qkv + gemm_proj + gemm_mlp
     rep = T * h / np.where(c.sequence_parallel, tp, 1.0)  # elements of replicated-or-SP activations
     drop = model.hidden_dropout > 0
@@ -271,7 +274,9 @@ def layer_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec, profile=None) -> 
     host_dense, host_moe = host_layer_s(model, c, gpu)
     out = {"fwd": fwd, "bwd": bwd, "recompute": recompute, "attn": attn_fwd + attn_bwd,
            "attn_fwd": attn_fwd, "attn_bwd": attn_bwd,
-           "wgrad_overlap": gemm_qkv + gemm_fc1, "host": host_dense, "moe_host": host_moe,
+           "wgrad_overlap": gemm_qkv + gemm_fc1,
+           "tp_gemm_pairs": ((gemm_qkv, gemm_proj), (gemm_fc1, gemm_fc2)),
+           "host": host_dense, "moe_host": host_moe,
            "tokens": T, "gemm_kw": kw}
     if model.is_moe:
         moe = moe_mlp_costs(model, c, gpu, T, kw)

@@ -103,8 +103,10 @@ class BridgeRow:
     ``grad_reduce_in_bf16``,
     as every Megatron-Bridge performance recipe sets ``grad_reduce_in_fp32=False`` since its
     first, August 2025: ``scripts/performance`` then, ``perf_recipes/_common.py``
-    ``_benchmark_common`` now), the cluster preset and the published tokens/s/GPU (the first
-    figure of the row)."""
+    ``_benchmark_common`` now), Transformer Engine's cross entropy (``cross_entropy_fusion``
+    ``te``: the model providers' ``cross_entropy_loss_fusion=True`` with the performance
+    configurations' ``cross_entropy_fusion_impl: "te"``, also since August 2025), the cluster
+    preset and the published tokens/s/GPU (the first figure of the row)."""
 
     release: str
     model: ModelSpec
@@ -164,7 +166,7 @@ def bridge_rows(path: Path | None = None) -> tuple[list[BridgeRow], list[str]]:
                                 sequence_parallel=tp > 1,
                                 distributed_optimizer=True, precision=precision,
                                 fp8_param_gather=is_fp8(precision),
-                                grad_reduce_in_bf16=True)
+                                grad_reduce_in_bf16=True, cross_entropy_fusion="te")
             out.append(BridgeRow(r["release"], model, cluster, n // gpus_per_host, plan,
                                  tokens))
     return out, skipped
@@ -224,12 +226,18 @@ def nemo_cp_runs(path: Path | None = None) -> list[MeasuredRun]:
     commit 6251117 ("Discount FLOPs in dot-product att", 2025-08-09), after both containers
     (24.03.01 and 25.04); NeMo 24.07's Llama-2 7B FP8 row (16,634 tokens/s/GPU, 767
     TFLOP/s) is 4.611e10 FLOP per token, the full-score count (4.608e10), not the causal
-    one (4.286e10). The "without CP" column has no configuration, so it is not a run."""
+    one (4.286e10). The "without CP" column has no configuration, so it is not a run.
+    The loss's cross entropy (``cross_entropy_fusion``): Megatron's jit-fused one in NeMo
+    25.04 (the B200 rows; NeMo 2.0's ``GPTConfig.cross_entropy_loss_fusion = True`` since
+    September 2024, nemo/collections/llm/gpt/model/base.py, Megatron's default ``native``
+    implementation), the eager one in 24.03.01 (the H100 rows; megatron-core had no fused
+    cross entropy before 0.8, June 2024)."""
     path = path or ground_truth_dir() / "nemo_long_sequence_cp.csv"
     with open(path, encoding="utf-8") as fh:
         rows = list(csv.DictReader(line for line in fh if not line.startswith("#")))
     models = {"LLAMA2-7B": "llama2-7b", "LLAMA3-8B": "llama3-8b"}
     systems = {"DGX-H100": "dgx-h100-80gb", "DGX-B200": "dgx-b200-180gb"}
+    cross_entropy = {"DGX-H100": "none", "DGX-B200": "native"}    # NeMo 24.03.01, 25.04
     out = []
     for r in rows:
         seq = int(r["seq_len_k"]) * 1024
@@ -237,7 +245,8 @@ def nemo_cp_runs(path: Path | None = None) -> list[MeasuredRun]:
         plan = ParallelPlan(tp=tp, pp=pp, dp=dp, cp=cp, micro_batch_size=1,
                             global_batch_size=int(r["batch_size"]), sequence_parallel=tp > 1,
                             distributed_optimizer=dp * cp > 1, precision="fp8",
-                            fp8_param_gather=True)
+                            fp8_param_gather=True,
+                            cross_entropy_fusion=cross_entropy[r["system"]])
         out.append(_run(f"nemo {r['model']} {r['system']} {r['seq_len_k']}k",
                         "NeMo performance_long_sequence.md", models[r["model"]],
                         systems[r["system"]], plan, seq=seq,

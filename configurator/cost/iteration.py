@@ -29,7 +29,8 @@ import numpy as np
 
 from configurator.core.candidates import Candidates
 from configurator.core.model import ModelSpec
-from configurator.core.plan import fp8_weights_gathered, main_grad_bytes
+from configurator.core.plan import (fp8_weights_gathered, main_grad_bytes,
+                                     tp_comm_overlapped)
 from configurator.core.schedule import p2p_transfers
 from configurator.core.layers import stage_class_arrays
 from configurator.cost.communication import comm_figures, expert_comm_figures
@@ -46,20 +47,57 @@ BREAKDOWN_KEYS = ("compute", "recompute", "bubble", "tp_comm", "cp_comm", "ep_co
 BUCKET_PARAMS = 40_000_000
 
 
-def tp_layer_s(lc: dict, c: Candidates, act_bytes, tp_bw, tp_lat):
+#: SMs Transformer Engine's userbuffers give the communication of a pipelined or bulk
+#: overlap; the GEMM it overlaps runs on the others (``set_sm_margin``). A ring-exchange
+#: overlap moves data with copy engines and leaves the GEMM every SM
+#: (transformer_engine/pytorch/module/base.py ``initialize_ub``, ``get_default_config``:
+#: ``num_sm`` 1 for ``ring_exchange``, else 16).
+UB_COMM_SMS = 16
+
+
+def tp_layer_s(lc: dict, c: Candidates, act_bytes, tp_bw, tp_lat, num_sms: int):
     """Exposed tensor-parallel collective time of one layer for one microbatch,
     ``(forward, backward)`` seconds (arrays broadcast over plans and, for a placed plan,
     over its groups' figures).
 
-    2 forward collectives (+2 in the re-run forward of a full recompute), exposed; the 2
-    backward ones (column-parallel input gradients) run asynchronously under the QKV and fc1
-    weight-gradient GEMMs (megatron/core/tensor_parallel/layers.py,
-    LinearWithGradAccumulationAndAsyncCommunication), exposed only beyond them."""
+    Without ``tp_comm_overlap``: 2 forward collectives (+2 in the re-run forward of a full
+    recompute), exposed; the 2 backward ones (column-parallel input gradients) run
+    asynchronously under the QKV and fc1 weight-gradient GEMMs
+    (megatron/core/tensor_parallel/layers.py, LinearWithGradAccumulationAndAsyncCommunication),
+    exposed only beyond them.
+
+    With it (:func:`configurator.core.plan.tp_comm_overlapped`), Transformer Engine's
+    userbuffers overlap each all-gather or reduce-scatter (half a collective pair, ``t``)
+    with a GEMM ``g`` of the same sublayer (``lc["tp_gemm_pairs"]``: the QKV/fc1 GEMM after
+    the all-gather, the projection/fc2 GEMM before the reduce-scatter; backward GEMMs as
+    long as forward ones), by the method of its default configuration: ``ring_exchange``
+    (the QKV/fc1 forward all-gather, the projection/fc2 input-gradient all-gather) exposes
+    ``max(t - g, 0)``; ``pipeline`` (projection/fc2 forward reduce-scatter) and ``bulk``
+    (the QKV/fc1 backward all-gather of the input under the input-gradient GEMM and
+    reduce-scatter of the input gradient under the weight-gradient GEMM) run the GEMM on
+    ``num_sms - UB_COMM_SMS`` SMs and expose ``max(t, g·num_sms/(num_sms - 16)) - g``
+    (transformer_engine/pytorch/module/base.py ``initialize_ub``: methods per GEMM)."""
     t_coll = all_reduce_time_s(act_bytes, c.tp.astype(float), tp_bw, tp_lat)
     fwd = 2.0 * t_coll
     bwd = (np.where(c.recompute == 2, 2.0 * t_coll, 0.0)
            + np.maximum(2 * t_coll - lc["wgrad_overlap"], 0.0))
-    return fwd, bwd
+    on = tp_comm_overlapped(c.tp_comm_overlap, c.tp, c.sequence_parallel,
+                            c.attention_backend)
+    if not np.any(on):
+        return fwd, bwd
+    half = t_coll / 2.0
+    stretch = num_sms / max(num_sms - UB_COMM_SMS, 1)     # a GPU file may give few SMs
+
+    def ring(g):      # exposed beyond a ring-exchange overlap
+        return np.maximum(half - g, 0.0)
+
+    def margin(g):    # a pipelined or bulk overlap: the GEMM on fewer SMs
+        return np.maximum(half, stretch * g) - g
+
+    fwd_o = sum(ring(g_in) + margin(g_out) for g_in, g_out in lc["tp_gemm_pairs"])
+    bwd_o = sum(ring(g_out) + 2.0 * margin(g_in) for g_in, g_out in lc["tp_gemm_pairs"])
+    bwd_o = np.where(c.recompute == 2, fwd_o, 0.0) + bwd_o
+    return np.where(on, fwd_o, fwd), np.where(on, bwd_o, bwd)
 
 
 def cp_layer_s(model: ModelSpec, lc: dict, c: Candidates, cp_bw, cp_lat, gpu):
@@ -121,11 +159,24 @@ def cp_layer_s(model: ModelSpec, lc: dict, c: Candidates, cp_bw, cp_lat, gpu):
     return np.where(cp > 1, fwd, 0.0), np.where(cp > 1, bwd, 0.0)
 
 
+#: HBM bytes per logit element (one token × one vocabulary entry of the rank) of the loss's
+#: cross entropy, ``(forward, backward)``, per ``cross_entropy_fusion``:
+#: ``none`` (megatron/core/tensor_parallel/cross_entropy.py, eager): BF16 logits to FP32
+#: (2+4), max (4), subtract (4+4), exp (4+4), sum (4), divide (4+4); backward: scale the
+#: saved softmax by the loss gradient (4+4) and cast it to the logits' BF16 (4+2).
+#: ``native`` (megatron/core/fusions/fused_cross_entropy.py, jit-fused): FP32 copy with its
+#: max (2+4), subtract-exp-sum (4+4), divide (4+4); backward one pass to BF16 (4+2).
+#: ``te`` (transformer_engine/pytorch/triton/cross_entropy.py): online softmax over the BF16
+#: logits (2), then the FP32 gradient written in the forward (2+4); backward scales it
+#: (4+4) and casts it to BF16 (4+2).
+CROSS_ENTROPY_BYTES = {"none": (38.0, 14.0), "native": (22.0, 6.0), "te": (8.0, 14.0)}
+
+
 def stage_extras_s(model: ModelSpec, c: Candidates, gpu, lc: dict, tp_bw, tp_lat):
     """First-stage extras (embedding lookup and its tensor-parallel collective) and
-    last-stage extras (logits GEMM forward and 2× backward, fp32 cross-entropy passes, and
-    the multi-token-prediction modules) for one microbatch: ``{"emb_fwd", "emb_bwd",
-    "logits_fwd", "logits_bwd"}`` seconds."""
+    last-stage extras (logits GEMM forward and 2× backward, the cross entropy's memory-bound
+    passes (:data:`CROSS_ENTROPY_BYTES`), and the multi-token-prediction modules) for one
+    microbatch: ``{"emb_fwd", "emb_bwd", "logits_fwd", "logits_bwd"}`` seconds."""
     eff = gpu.efficiency
     T = lc["tokens"]
     h = model.hidden_size
@@ -133,11 +184,12 @@ def stage_extras_s(model: ModelSpec, c: Candidates, gpu, lc: dict, tp_bw, tp_lat
     v_pad = padded_vocab_size(model.vocab_size, c.tp)
     hbm = gpu.hbm_bandwidth_Bps * eff.hbm
     gemm = gemm_time_s(T, v_pad / c.tp, h, **lc["gemm_kw"])
-    ce = 8.0 * T * v_pad / c.tp / hbm
+    ce_f, ce_b = (b * T * v_pad / c.tp / hbm
+                  for b in CROSS_ENTROPY_BYTES[c.cross_entropy_fusion])
     out = {"emb_fwd": act_bytes / hbm + all_reduce_time_s(act_bytes, c.tp.astype(float),
                                                           tp_bw, tp_lat),
            "emb_bwd": 2 * act_bytes / hbm,
-           "logits_fwd": gemm + ce, "logits_bwd": 2 * gemm + ce}
+           "logits_fwd": gemm + ce_f, "logits_bwd": 2 * gemm + ce_b}
     D = model.mtp_num_layers or 0
     if D:
         # multi-token prediction on the last stage (multi_token_prediction.py): per module
@@ -146,9 +198,9 @@ def stage_extras_s(model: ModelSpec, c: Candidates, gpu, lc: dict, tp_bw, tp_lat
         moe = model.moe_layer_pattern[-1]
         proj = gemm_time_s(T, h / c.tp, 2 * h, **lc["gemm_kw"])
         out["logits_fwd"] = out["logits_fwd"] + D * (
-            proj + (lc["moe_fwd"] if moe else lc["fwd"]) + gemm + ce)
+            proj + (lc["moe_fwd"] if moe else lc["fwd"]) + gemm + ce_f)
         out["logits_bwd"] = out["logits_bwd"] + D * (
-            2 * proj + (lc["moe_bwd"] if moe else lc["bwd"]) + 2 * gemm + ce)
+            2 * proj + (lc["moe_bwd"] if moe else lc["bwd"]) + 2 * gemm + ce_b)
     return out
 
 
@@ -247,7 +299,8 @@ def layer_type_times(model: ModelSpec, c: Candidates, lc: dict, comm: dict) -> d
     "ep_b"}}``. An MoE layer runs one tensor-parallel collective pair fewer (its routed
     experts exchange tokens over EP instead; a shared expert keeps the pair)."""
     act_bytes = 2.0 * lc["tokens"] * model.hidden_size
-    tp_f, tp_b = tp_layer_s(lc, c, act_bytes, comm["tp_bw"], comm["tp_lat"])
+    tp_f, tp_b = tp_layer_s(lc, c, act_bytes, comm["tp_bw"], comm["tp_lat"],
+                            lc["gemm_kw"]["gpu"].num_sms)
     cp_f, cp_b = cp_layer_s(model, lc, c, comm["cp_bw"], comm["cp_lat"],
                             lc["gemm_kw"]["gpu"])
     zero = 0.0 * tp_f

@@ -115,12 +115,13 @@ def gantt_png(result: SimResult, replica: int = 0, *, title: str = "") -> bytes:
             ax.set_title(f"{head} (iteration {makespan * scale:.4g} {unit})")
         ax.grid(True, axis="x", alpha=0.3, zorder=0)
         handles = []
-        for c in range(vp):
-            suffix = f", chunk {c}" if vp > 1 else ""
-            handles.append(Patch(facecolor=fwd_c[c], label=f"forward{suffix}"))
-        for c in range(vp):
-            suffix = f", chunk {c}" if vp > 1 else ""
-            handles.append(Patch(facecolor=bwd_c[c], label=f"backward{suffix}"))
+        # every chunk's shade up to 4 chunks; beyond, the first and the last, the others
+        # shaded between (a legend row per chunk would not fit the figure)
+        shown = range(vp) if vp <= 4 else (0, vp - 1)
+        for kind, colours in (("forward", fwd_c), ("backward", bwd_c)):
+            for c in shown:
+                suffix = f", chunk {c}" if vp > 1 else ""
+                handles.append(Patch(facecolor=colours[c], label=f"{kind}{suffix}"))
         handles.append(Line2D([], [], color="black", linewidth=1.6, label="critical path"))
         if (tail > 0).any():
             handles.append(Patch(facecolor="0.85", edgecolor="0.4", hatch="//",

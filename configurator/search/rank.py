@@ -65,7 +65,8 @@ def search(model: ModelSpec, cluster, global_batch_size: int, *, precision: str 
            space: SearchSpace = SearchSpace(), overlap_grad_reduce: bool = True,
            overlap_param_gather: bool = True, keep_ranking: bool = False,
            max_memory_fraction: float = 1.0, fp8_param_gather: bool = False,
-           cp_comm_type: str = "p2p", grad_reduce_in_bf16: bool = False) -> SearchResult:
+           cp_comm_type: str = "p2p", grad_reduce_in_bf16: bool = False,
+           tp_comm_overlap: bool = False, cross_entropy_fusion: str = "none") -> SearchResult:
     """Rank every legal plan for ``model`` on all GPUs of ``cluster``.
 
     Raises :class:`InputError` when no plan is legal at all (e.g. a batch size no data-parallel
@@ -82,7 +83,9 @@ def search(model: ModelSpec, cluster, global_batch_size: int, *, precision: str 
                            overlap_grad_reduce=overlap_grad_reduce,
                            overlap_param_gather=overlap_param_gather,
                            fp8_param_gather=fp8_param_gather, cp_comm_type=cp_comm_type,
-                           grad_reduce_in_bf16=grad_reduce_in_bf16, space=space)
+                           grad_reduce_in_bf16=grad_reduce_in_bf16,
+                           tp_comm_overlap=tp_comm_overlap,
+                           cross_entropy_fusion=cross_entropy_fusion, space=space)
     n = len(cand)
     if n == 0:
         raise InputError("global_batch_size", global_batch_size,

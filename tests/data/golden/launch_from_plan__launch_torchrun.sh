@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # torchrun launch: Megatron-LM pretrain_gpt.py (core_v0.16.1 flags), rendered by configurator.
 # model: gpt3-175b: layers=96 hidden=12288 ffn=49152 heads=96 query_groups=96 seq=2048 vocab=51200
-# plan: tp=4 pp=8 dp=16 cp=2 vp=12 mbs=3 gbs=1536 ep=1 etp=1 first=0 last=0 acct_emb=False
+# plan: tp=8 pp=4 dp=32 cp=1 vp=24 mbs=3 gbs=1536 ep=1 etp=1 first=0 last=0 acct_emb=False
 #       acct_loss=False recompute=none sequence_parallel=True distributed_optimizer=True
 #       precision=bf16 cp_comm_type=p2p attention_backend=auto overlap_grad_reduce=True
 #       overlap_param_gather=True fp8_param_gather=False grad_reduce_in_bf16=False
-#       microbatches=32
+#       cross_entropy_fusion=none tp_comm_overlap=False microbatches=16
 # cluster: nodes=128 gpus_per_node=8 world_size=1024
 # predicted:
-#   iteration_time_s: 17.732
-#   model_tflops_per_gpu: 184.0
-#   mfu: 0.59
-#   peak_memory_GiB: 69.33
+#   iteration_time_s: 17.752
+#   model_tflops_per_gpu: 183.8
+#   mfu: 0.589
+#   peak_memory_GiB: 67.51
 #
 # Usage on every node: MEGATRON_LM_DIR=/path/to/Megatron-LM bash launch_torchrun.sh [NODE_RANK] [extra pretrain_gpt.py flags...]
 # NODE_RANK: first argument, else $NODE_RANK (required).
@@ -79,9 +79,9 @@ TORCHRUN_ARGS=(
 # shellcheck disable=SC2054  # commas belong to values (--split 949,50,1)
 MEGATRON_ARGS=(
     # parallelism
-    --tensor-model-parallel-size 4
-    --pipeline-model-parallel-size 8
-    --context-parallel-size 2
+    --tensor-model-parallel-size 8
+    --pipeline-model-parallel-size 4
+    --context-parallel-size 1
     --num-layers-per-virtual-pipeline-stage 1
     --sequence-parallel
     --use-distributed-optimizer

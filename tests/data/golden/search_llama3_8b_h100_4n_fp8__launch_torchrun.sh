@@ -5,12 +5,12 @@
 #       acct_loss=False recompute=none sequence_parallel=True distributed_optimizer=True
 #       precision=fp8 cp_comm_type=p2p attention_backend=auto overlap_grad_reduce=True
 #       overlap_param_gather=True fp8_param_gather=False grad_reduce_in_bf16=False
-#       microbatches=8
+#       cross_entropy_fusion=none tp_comm_overlap=False microbatches=8
 # cluster: nodes=4 gpus_per_node=8 world_size=32
 # predicted:
-#   iteration_time_s: 5.093
-#   model_tflops_per_gpu: 662.4
-#   mfu: 0.669
+#   iteration_time_s: 5.156
+#   model_tflops_per_gpu: 654.2
+#   mfu: 0.661
 #   peak_memory_GiB: 70.67
 #
 # Usage on every node: MEGATRON_LM_DIR=/path/to/Megatron-LM bash launch_torchrun.sh [NODE_RANK] [extra pretrain_gpt.py flags...]
