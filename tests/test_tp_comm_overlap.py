@@ -112,3 +112,13 @@ def test_search_carries_it_into_the_launch_script(tmp_path):
 def test_megatron_log_reads_it():
     for value in (False, True):
         assert one(with_args(DENSE_TEXT, tp_comm_overlap=value)).plan.tp_comm_overlap is value
+
+
+def test_an_option_prefix_is_not_taken_for_it():
+    """``search`` has no ``--tp``: with prefix matching argparse would read ``--tp 8`` as
+    ``--tp-comm-overlap`` and complain about ``8``; options are matched whole."""
+    res = run_cli("search", "--model", "llama3-8b", "--cluster", "dgx-h100-80gb", "--gbs", "8",
+                  "--tp", "8")
+    assert res.returncode == 2
+    assert res.stderr.strip().splitlines() == [
+        "configurator: error: unrecognized arguments: --tp 8"]

@@ -20,7 +20,13 @@ RANGES_EPILOG = ("Accepted integer ranges (inclusive): " + describe_ranges()
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse exits with 2 on usage errors already; keep its message to one line."""
+    """argparse exits with 2 on usage errors already; keep its message to one line. Options
+    are matched whole, never by a prefix: ``search --tp 8`` is an unknown option there, not
+    ``--tp-comm-overlap``."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):  # noqa: D401 - argparse API
         self.exit(EXIT_INPUT, f"{self.prog}: error: {one_line(message)}\n")
