@@ -271,12 +271,15 @@ def env_default(name: str, value: str) -> str:
     return "\n".join(literal_directive([value]) + [f"{name}=${{{name}:-{shlex.quote(value)}}}"])
 
 
-def environment_block() -> list[str]:
+def environment_block(plan: ParallelPlan) -> list[str]:
     """Exports every rank needs: one CUDA connection (Megatron validate_args asserts
     ``CUDA_DEVICE_MAX_CONNECTIONS=1`` with tp > 1 or cp > 1 before Blackwell, so that
-    communication kernels are queued in issue order) and PCI-bus GPU numbering (so that
-    ``CUDA_VISIBLE_DEVICES`` indices match ``nvidia-smi``)."""
-    return ["export CUDA_DEVICE_MAX_CONNECTIONS=1", "export CUDA_DEVICE_ORDER=PCI_BUS_ID"]
+    communication kernels are queued in issue order), or, with Megatron FSDP, the variable
+    unset (validate_args asserts it is not 1 there; megatron-fsdp-user-guide.md: unset), and
+    PCI-bus GPU numbering (so that ``CUDA_VISIBLE_DEVICES`` indices match ``nvidia-smi``)."""
+    connections = ("unset CUDA_DEVICE_MAX_CONNECTIONS" if plan.megatron_fsdp
+                   else "export CUDA_DEVICE_MAX_CONNECTIONS=1")
+    return [connections, "export CUDA_DEVICE_ORDER=PCI_BUS_ID"]
 
 
 def megatron_dir_check() -> list[str]:

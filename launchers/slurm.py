@@ -80,7 +80,7 @@ def _node_body(inp: LaunchInputs) -> list[str]:
     """The per-node script run by ``srun bash -c '...'`` (must contain no single quote)."""
     ind = "    "
     body = [f"{ind}set -euo pipefail",
-            *(f"{ind}{line}" for line in environment_block())]
+            *(f"{ind}{line}" for line in environment_block(inp.plan))]
     if inp.hosts:
         body += [f'{ind}NODE_RANK=""'] + host_lookup(inp, ind)
     else:
@@ -112,7 +112,7 @@ def _render(inp: LaunchInputs, job_name: str) -> list[str]:
     lines = [head[0], *sbatch, *head[1:]]
     lines += ["set -euo pipefail", ""]
     lines += ["# exported here and again on each node (in case srun does not pass the "
-              "environment)"] + environment_block() + [""]
+              "environment)"] + environment_block(inp.plan) + [""]
     lines += megatron_dir_check() + [""]
     lines += _master_addr_lines(inp)
     lines += [env_default("MASTER_PORT", str(inp.master_port)),

@@ -116,7 +116,7 @@ def _render(inp: LaunchInputs) -> list[str]:
     ]
     lines = header(inp, "torchrun launch", usage)
     lines += ["set -euo pipefail", ""]
-    lines += environment_block() + [""]
+    lines += environment_block(inp.plan) + [""]
     lines += megatron_dir_check() + [""]
     lines += _master_addr_lines(inp)
     lines += [env_default("MASTER_PORT", str(inp.master_port)), ""]

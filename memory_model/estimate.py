@@ -42,9 +42,15 @@ from configurator.core.plan import (RECOMPUTE_CODES, ParallelPlan, fp8_weights_g
                                      main_grad_bytes)
 from configurator.core.units import GiB
 from memory_model.activations import linear_input_bytes, stage_activation_bytes
-from memory_model.params import stage_non_gemm_parameters, stage_parameter_split
+from memory_model.params import (dense_layer_parameters, embedding_parameters,
+                                  moe_layer_parameters, stage_non_gemm_parameters,
+                                  stage_parameter_split)
 
 FIXED_OVERHEAD_BYTES = 2 * GiB
+#: Megatron FSDP units (a decoder layer, the embedding) whose full weights and gradients are
+#: live at once: the one computing and the one prefetched (``--fsdp-double-buffer``: two
+#: persistent buffers; megatron-fsdp-user-guide.md).
+FSDP_LIVE_UNITS = 2
 FRAGMENTATION_FRACTION = 0.10
 
 
@@ -110,7 +116,8 @@ def memory_arrays(model: ModelSpec, *, tp, pp, dp, cp, vp, mbs, num_microbatches
                   rank_moe_layers=None, non_tn_fp8_gemm: bool = False,
                   fp8_param_gather: bool = False,
                   grad_reduce_in_bf16: bool = False,
-                  cp_comm_type: str = "p2p") -> dict[str, np.ndarray]:
+                  cp_comm_type: str = "p2p",
+                  megatron_fsdp: bool = False) -> dict[str, np.ndarray]:
     """Memory per GPU of ``stage`` for arrays of plans (bytes; keys as MemoryBreakdown).
 
     ``rank_layers``/``rank_moe_layers``: decoder and MoE layers the rank builds (default: an
@@ -124,7 +131,10 @@ def memory_arrays(model: ModelSpec, *, tp, pp, dp, cp, vp, mbs, num_microbatches
     ``grad_reduce_in_fp32=False``), a 16-bit main-grad buffer
     (:func:`configurator.core.plan.main_grad_bytes`). ``cp_comm_type``: the plans'
     context-parallel communication
-    (:func:`cp_gather_bytes`)."""
+    (:func:`cp_gather_bytes`). ``megatron_fsdp``: the weights and main gradients are sharded
+    like the optimizer state, plus the full weights and gradients of
+    :data:`FSDP_LIVE_UNITS` units of the largest (a layer or the embedding) being gathered
+    and reduced."""
     non_expert, expert = stage_parameter_split(model, tp, pp, stage, layers=rank_layers,
                                                moe_layers=rank_moe_layers, ep=ep, etp=etp)
     params = non_expert + expert
@@ -140,11 +150,18 @@ def memory_arrays(model: ModelSpec, *, tp, pp, dp, cp, vp, mbs, num_microbatches
                                  stores_scores=stores_scores, rank_layers=rank_layers,
                                  rank_moe_layers=rank_moe_layers, etp=etp,
                                  precision=precision)
+    held, gemm_held = params, gemm_params     # parameters whose weights and grads are held
+    if megatron_fsdp:
+        unit = np.maximum(dense_layer_parameters(model, tp), embedding_parameters(model, tp))
+        if model.is_moe:
+            unit = np.maximum(unit, sum(moe_layer_parameters(model, tp, ep, etp)))
+        held = non_expert / shard + expert / expert_shard + FSDP_LIVE_UNITS * unit
+        gemm_held = gemm_params * held / np.maximum(params, 1.0)
     out = {
-        "parameters_bytes": params * 2.0 + gemm_params * (fp8_weight_bytes(
+        "parameters_bytes": held * 2.0 + gemm_held * (fp8_weight_bytes(
             precision, non_tn_fp8_gemm=non_tn_fp8_gemm) - 2.0 * (
                 np.asarray(fp8_param_gather, dtype=bool))),
-        "gradients_bytes": params * grad_bytes,
+        "gradients_bytes": held * grad_bytes,
         "optimizer_bytes": non_expert * 12.0 / shard + expert * 12.0 / expert_shard,
         "activations_bytes": act,
         "other_bytes": FIXED_OVERHEAD_BYTES + FRAGMENTATION_FRACTION * act + cp_gather_bytes(
@@ -196,7 +213,7 @@ def estimate_memory(model: ModelSpec, plan: ParallelPlan, *,
         fp8_param_gather=fp8_weights_gathered(plan.fp8_param_gather,
                                               plan.distributed_optimizer, plan.precision),
         grad_reduce_in_bf16=plan.grad_reduce_in_bf16, cp_comm_type=plan.cp_comm_type,
-        non_tn_fp8_gemm=non_tn_fp8_gemm)
+        megatron_fsdp=plan.megatron_fsdp, non_tn_fp8_gemm=non_tn_fp8_gemm)
     return [MemoryBreakdown(stage=int(i), **{k: float(np.broadcast_to(v, stages.shape)[i])
                                              for k, v in arrays.items()})
             for i in stages]

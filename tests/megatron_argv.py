@@ -55,6 +55,7 @@ def plan_spread():
                             overlap_param_gather=opg, fp8_param_gather=opg,
                             grad_reduce_in_bf16=ogr != opg, tp_comm_overlap=sp != dopt,
                             cross_entropy_fusion=CROSS_ENTROPY_FUSIONS[(tp + cp + vp) % 3],
+                            megatron_fsdp=dopt and ogr and not opg and pp < 4,
                             cp_comm_type=CP_COMM_TYPES[(tp + pp + vp) % 3])
         try:
             check_plan(model, plan, plan.world_size)
@@ -110,6 +111,11 @@ MODERN_PLANS = [
     (LLAMA8, ParallelPlan(tp=8, pp=2, vp=17, dp=1, micro_batch_size=1, global_batch_size=4,
                           account_for_embedding_in_pipeline_split=True,
                           account_for_loss_in_pipeline_split=True, sequence_parallel=True)),
+    # Megatron-Bridge's Llama-3 8B FP8 row on 8 H100 with Megatron FSDP over its 8 GPUs
+    (LLAMA8, ParallelPlan(tp=1, pp=1, dp=8, micro_batch_size=1, global_batch_size=128,
+                          precision="fp8", distributed_optimizer=True, fp8_param_gather=True,
+                          grad_reduce_in_bf16=True, cross_entropy_fusion="te",
+                          megatron_fsdp=True)),
 ]
 for _m, _p in MODERN_PLANS:
     check_plan(_m, _p, _p.world_size)

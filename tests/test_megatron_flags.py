@@ -27,7 +27,8 @@ def test_spread_covers_every_plan_value():
                           ("cp_comm_type", {"p2p", "a2a", "all_gather"}),
                           ("grad_reduce_in_bf16", {False, True}),
                           ("tp_comm_overlap", {False, True}),
-                          ("cross_entropy_fusion", {"none", "native", "te"})):
+                          ("cross_entropy_fusion", {"none", "native", "te"}),
+                          ("megatron_fsdp", {False, True})):
         assert values <= {getattr(p, field) for _, p in SPREAD}, field
 
 
@@ -72,6 +73,9 @@ def test_validate_args_rules_hold_for_the_spread():
             plan.tp_comm_overlap and plan.tp > 1 and plan.sequence_parallel
             and plan.attention_backend != "local")
         assert ("--cross-entropy-loss-fusion" in a) == (plan.cross_entropy_fusion != "none")
+        assert ("--use-megatron-fsdp" in a) == plan.megatron_fsdp
+        assert (a.get("--ckpt-format"), a.get("--data-parallel-sharding-strategy")) == (
+            ("fsdp_dtensor", "optim_grads_params") if plan.megatron_fsdp else (None, None))
         assert a.get("--cross-entropy-fusion-impl") == (
             "te" if plan.cross_entropy_fusion == "te" else None)
 
@@ -150,12 +154,14 @@ def test_megatron_own_validate_args(tmp_path):
         if model.position_embedding_type == "rope" or model.multi_latent_attention:
             argv.append("--no-rope-fusion")      # rope fusion needs Transformer Engine
         cases.append({"argv": argv, "world": plan.world_size,
-                      "vpp": plan.vp if plan.vp > 1 else None, "dp": plan.dp})
+                      "vpp": plan.vp if plan.vp > 1 else None, "dp": plan.dp,
+                      # what the launch scripts set (launchers/script_parts.py)
+                      "connections": "8" if plan.megatron_fsdp else "1"})
     (tmp_path / "cases.json").write_text(json.dumps(cases))
     code = megatron_arguments_preamble(MEGATRON_SRC) + textwrap.dedent(f"""
         for case in json.load(open({str(tmp_path / "cases.json")!r})):
             os.environ.update(WORLD_SIZE=str(case["world"]), RANK="0",
-                              CUDA_DEVICE_MAX_CONNECTIONS="1")
+                              CUDA_DEVICE_MAX_CONNECTIONS=case["connections"])
             sys.argv = ["pretrain_gpt.py"] + case["argv"]
             with contextlib.redirect_stdout(io.StringIO()):
                 args = A.validate_args(A.parse_args())

@@ -102,7 +102,8 @@ BREAKS = [dict(tp=3), dict(dp=3), dict(tp=8, cp=1, pp=1, vp=1),
           dict(cp=8, tp=1, dp=1),
           dict(attention_backend="local"), dict(cp_comm_type="a2a"), dict(window=True),
           dict(global_batch_size=15),
-          dict(global_batch_size=6), dict(tp=1, dp=4), dict(overlap_grad_reduce=False)]
+          dict(global_batch_size=6), dict(tp=1, dp=4),
+          dict(megatron_fsdp=True, distributed_optimizer=False), dict(overlap_grad_reduce=False)]
 
 
 def test_base_plan_is_legal_and_each_rule_can_fail():

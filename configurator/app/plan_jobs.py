@@ -35,6 +35,7 @@ class SearchRequest:
     cp_comm_type: str = "p2p"
     grad_reduce_in_bf16: bool = False
     tp_comm_overlap: bool = False
+    megatron_fsdp: bool = False
     cross_entropy_fusion: str = "none"
     recompute: tuple[str, ...] = RECOMPUTE
     #: other restrictions: plan field -> the values the search keeps (e.g. ``ep``)
@@ -84,6 +85,7 @@ def run_search(req: SearchRequest) -> SearchOutcome:
               + (f", cp_comm_type {req.cp_comm_type}" if req.cp_comm_type != "p2p" else "")
               + (", grad_reduce_in_bf16" if req.grad_reduce_in_bf16 else "")
               + (", tp_comm_overlap" if req.tp_comm_overlap else "")
+              + (", megatron_fsdp" if req.megatron_fsdp else "")
               + (f", cross_entropy_fusion {req.cross_entropy_fusion}"
                  if req.cross_entropy_fusion != "none" else "")
               + f": {res.candidates_evaluated} plans evaluated, "
@@ -118,7 +120,7 @@ def _ranked(req: SearchRequest, model, cluster, space: SearchSpace, top: int, *,
     kw = dict(precision=req.precision, attention_backend=req.attention_backend,
               fp8_param_gather=req.fp8_param_gather, cp_comm_type=req.cp_comm_type,
               grad_reduce_in_bf16=req.grad_reduce_in_bf16,
-              tp_comm_overlap=req.tp_comm_overlap,
+              tp_comm_overlap=req.tp_comm_overlap, megatron_fsdp=req.megatron_fsdp,
               cross_entropy_fusion=req.cross_entropy_fusion, top_k=top,
               space=space, keep_ranking=keep_ranking,
               max_memory_fraction=req.max_memory_fraction)

@@ -21,7 +21,8 @@ from topology.cluster import CLUSTER_PRESETS
 
 #: Plan options that ``search`` takes too (one value for the whole search).
 SHARED_OPTIONS = ("precision", "attention_backend", "fp8_param_gather", "cp_comm_type",
-                  "grad_reduce_in_bf16", "tp_comm_overlap", "cross_entropy_fusion")
+                  "grad_reduce_in_bf16", "tp_comm_overlap", "cross_entropy_fusion",
+                  "megatron_fsdp")
 #: Plan fields ``estimate`` takes as options (every field with a CLI flag; dp is derived).
 ESTIMATE_FIELDS = tuple(f.name for f in PLAN_FIELDS
                         if f.cli_flag and f.name not in SHARED_OPTIONS)
@@ -163,6 +164,7 @@ def run_search(args) -> int:
                         cp_comm_type=args.cp_comm_type,
                         grad_reduce_in_bf16=bool(args.grad_reduce_in_bf16),
                         tp_comm_overlap=bool(args.tp_comm_overlap),
+                        megatron_fsdp=bool(args.megatron_fsdp),
                         cross_entropy_fusion=args.cross_entropy_fusion,
                         recompute=tuple(args.recompute) if args.recompute else RECOMPUTE,
                         restrict={k: getattr(args, k) for k in SEARCH_RESTRICTIONS

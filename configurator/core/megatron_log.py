@@ -135,6 +135,7 @@ PLAN_ARGS: tuple[tuple[str, str, Any], ...] = (
     ("fp8_param_gather", "fp8_param_gather", ...),
     ("grad_reduce_in_bf16", "grad_reduce_in_bf16", ...),
     ("tp_comm_overlap", "tp_comm_overlap", ...),
+    ("megatron_fsdp", "use_megatron_fsdp", ...),
     ("decoder_first_pipeline_num_layers", "decoder_first_pipeline_num_layers", ...),
     ("decoder_last_pipeline_num_layers", "decoder_last_pipeline_num_layers", ...),
     ("account_for_embedding_in_pipeline_split", "account_for_embedding_in_pipeline_split", ...),

@@ -291,6 +291,23 @@ class ParallelPlan:
                 lambda m, p: p.cross_entropy_fusion != "none" or None),
                ("--cross-entropy-fusion-impl",
                 lambda m, p: "te" if p.cross_entropy_fusion == "te" else None)))
+    megatron_fsdp: bool = _field(
+        False, megatron_name="use_megatron_fsdp", cli_flag="--megatron-fsdp",
+        per_candidate=False,
+        help="Megatron FSDP over the dp*cp group: weights, gradients and optimizer state "
+             "sharded, each layer's weights gathered before its forward and backward and its "
+             "gradients reduce-scattered after every micro-batch's backward (Megatron "
+             "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params, with "
+             "the distributed optimizer; the launch scripts then leave "
+             "CUDA_DEVICE_MAX_CONNECTIONS unset; default off)",
+        flag_group="parallelism",
+        # megatron-fsdp-user-guide.md's required flags (core_v0.16.1); validate_args asserts
+        # --ckpt-format fsdp_dtensor
+        flags=(("--use-megatron-fsdp", lambda m, p: p.megatron_fsdp or None),
+               ("--data-parallel-sharding-strategy",
+                lambda m, p: "optim_grads_params" if p.megatron_fsdp else None),
+               ("--no-gradient-accumulation-fusion", lambda m, p: p.megatron_fsdp or None),
+               ("--ckpt-format", lambda m, p: "fsdp_dtensor" if p.megatron_fsdp else None)))
     tp_comm_overlap: bool = _field(
         False, megatron_name="tp_comm_overlap", cli_flag="--tp-comm-overlap",
         per_candidate=False,
@@ -361,7 +378,7 @@ OPTIONAL_PLAN_KEYS = ("ep", "etp", "decoder_first_pipeline_num_layers",
                       "account_for_embedding_in_pipeline_split",
                       "account_for_loss_in_pipeline_split", "fp8_param_gather",
                       "cp_comm_type", "grad_reduce_in_bf16", "tp_comm_overlap",
-                      "cross_entropy_fusion")
+                      "cross_entropy_fusion", "megatron_fsdp")
 #: Keys :meth:`ParallelPlan.to_dict` adds that are not fields (ignored on reading).
 DERIVED_KEYS = ("num_microbatches",) + tuple(f.alias for f in PLAN_FIELDS if f.alias)
 

@@ -205,6 +205,12 @@ RULES: tuple[Rule, ...] = (
     _rule("sequence parallelism needs tp > 1", ("sequence_parallel", "tp"),
           lambda m, f, w: np.logical_or(_not(f["sequence_parallel"]), f["tp"] > 1),
           lambda m, f, w: InputError("sequence_parallel", True, "needs tp > 1")),
+    _rule("Megatron FSDP needs the distributed optimizer",
+          ("megatron_fsdp", "distributed_optimizer"),
+          lambda m, f, w: np.logical_or(_not(f["megatron_fsdp"]), f["distributed_optimizer"]),
+          lambda m, f, w: InputError("megatron_fsdp", True, "needs the distributed optimizer "
+                                                            "(--use-distributed-optimizer, "
+                                                            "megatron-fsdp-user-guide.md)")),
     _rule("parameter-gather overlap needs grad-reduce overlap",
           ("overlap_param_gather", "distributed_optimizer", "overlap_grad_reduce"),
           lambda m, f, w: _not(np.logical_and(

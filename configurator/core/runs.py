@@ -28,8 +28,9 @@ distributed_optimizer,     with tp > 1; on with dp·cp > 1; on; on with the
 overlap_grad_reduce,       distributed optimizer)
 overlap_param_gather,
 fp8_param_gather,          (``--fp8-param-gather``, ``--grad-reduce-in-bf16``,
-grad_reduce_in_bf16,       ``--tp-comm-overlap``: default off)
-tp_comm_overlap
+grad_reduce_in_bf16,       ``--tp-comm-overlap``, ``--megatron-fsdp``: default off)
+tp_comm_overlap,
+megatron_fsdp
 attention_backend          Megatron ``--attention-backend`` (default auto)            no
 cp_comm_type               Megatron ``--cp-comm-type``: p2p, a2a or all_gather        no (p2p)
 cross_entropy_fusion       the loss's cross entropy: none, native or te               no (none)

@@ -95,7 +95,8 @@ def _bridge_precision(text: str) -> str:
 @dataclass(frozen=True)
 class BridgeRow:
     """One Megatron-Bridge pre-training row: the plan as published (etp 1, no recompute,
-    the distributed optimizer; an FSDP row as the distributed optimizer over its group;
+    the distributed optimizer; an FSDP row (``fsdp`` > 0) with Megatron FSDP over dp·cp
+    (``megatron_fsdp``; a group of another size is skipped);
     the embedding and loss counted in the pipeline split where the layers do not divide;
     ``fp8_param_gather`` with ``fp8`` and ``mxfp8``, as Megatron-Bridge's FP8 and MXFP8
     mixed-precision presets set it (``bridge/training/mixed_precision.py``
@@ -150,6 +151,10 @@ def bridge_rows(path: Path | None = None) -> tuple[list[BridgeRow], list[str]]:
         except ValueError as exc:
             skipped.append(f"{key}: unreadable plan ({exc})")
             continue
+        fsdp = int(first.get("fsdp") or 0) if (first.get("fsdp") or "0").isdigit() else -1
+        if fsdp < 0 or fsdp > 0 and fsdp != n // (tp * pp):
+            skipped.append(f"{key}: FSDP group {r['fsdp']} is not dp*cp ({n // (tp * pp)})")
+            continue
         model = MODEL_PRESETS[BRIDGE_MODELS[r["model"]]].with_seq_length(seq)
         # layers that do not split evenly: the embedding and the loss count as one layer
         # each, as Megatron-Bridge's Llama-3.1 405B recipes set
@@ -166,13 +171,15 @@ def bridge_rows(path: Path | None = None) -> tuple[list[BridgeRow], list[str]]:
                                 sequence_parallel=tp > 1,
                                 distributed_optimizer=True, precision=precision,
                                 fp8_param_gather=is_fp8(precision),
-                                grad_reduce_in_bf16=True, cross_entropy_fusion="te")
+                                grad_reduce_in_bf16=True, cross_entropy_fusion="te",
+                                megatron_fsdp=fsdp > 0)
             out.append(BridgeRow(r["release"], model, cluster, n // gpus_per_host, plan,
                                  tokens))
     return out, skipped
 
 
-_BRIDGE_PLAN_COLUMNS = ("num_gpus", "seq_len", "tp", "pp", "cp", "vp", "ep", "mbs", "gbs")
+_BRIDGE_PLAN_COLUMNS = ("num_gpus", "seq_len", "tp", "pp", "cp", "vp", "ep", "mbs", "gbs",
+                        "fsdp")
 
 
 def _bridge_figures(precision: str, tokens: str,

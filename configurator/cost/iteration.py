@@ -230,10 +230,23 @@ def dp_exposed_s(c: Candidates, stage_params, dp_bw, dp_lat, bwd_window_s, fwd_w
     (``fwd_window_s``) when the overlap flags are on, never below one bucket's time
     (Megatron DDP bucket ``max(40M, 1M·dp)`` parameters). ``group``: the group size when
     not ``dp·cp`` (experts: the expert-data-parallel group). The gather moves 16-bit
-    weights, FP8 ones with ``fp8_param_gather``."""
+    weights, FP8 ones with ``fp8_param_gather``.
+
+    With Megatron FSDP (``megatron_fsdp``, ``optim_grads_params``) nothing waits for the
+    end: every micro-batch gathers the weights before its forward and again before its
+    backward and reduce-scatters its gradients after it, each overlapped with that
+    micro-batch's pass (the windows), ``m·(max(AG − fwd, 0) + max(AG + RS − bwd, 0))``
+    (megatron/core/distributed/fsdp, megatron-fsdp-user-guide.md); expert shards, given no
+    window, are priced fully exposed."""
     gb = grad_bytes(c)
     n_dp = (c.dp * c.cp).astype(float) if group is None else np.asarray(group, dtype=float)
     stage_params = np.maximum(np.asarray(stage_params, dtype=float), 1.0)
+    if c.megatron_fsdp:
+        gather = all_gather_time_s(stage_params * np.where(fp8_weights_gathered(
+            c.fp8_param_gather, True, c.precision), 1.0, 2.0), n_dp, dp_bw, dp_lat)
+        scatter = all_gather_time_s(stage_params * gb, n_dp, dp_bw, dp_lat)
+        return c.num_microbatches * (np.maximum(gather - fwd_window_s, 0.0)
+                                     + np.maximum(gather + scatter - bwd_window_s, 0.0))
     do = c.distributed_optimizer
     t_grad = np.where(do, all_gather_time_s(stage_params * gb, n_dp, dp_bw, dp_lat),
                       all_reduce_time_s(stage_params * gb, n_dp, dp_bw, dp_lat))

@@ -57,6 +57,7 @@ def candidate_memory(model: ModelSpec, c: Candidates, gpu) -> np.ndarray:
         fp8_param_gather=fp8_weights_gathered(c.fp8_param_gather, c.distributed_optimizer,
                                               c.precision),
         grad_reduce_in_bf16=c.grad_reduce_in_bf16, cp_comm_type=c.cp_comm_type,
+        megatron_fsdp=c.megatron_fsdp,
         non_tn_fp8_gemm=gpu.non_tn_fp8_gemm)
 
 
@@ -66,7 +67,8 @@ def search(model: ModelSpec, cluster, global_batch_size: int, *, precision: str 
            overlap_param_gather: bool = True, keep_ranking: bool = False,
            max_memory_fraction: float = 1.0, fp8_param_gather: bool = False,
            cp_comm_type: str = "p2p", grad_reduce_in_bf16: bool = False,
-           tp_comm_overlap: bool = False, cross_entropy_fusion: str = "none") -> SearchResult:
+           tp_comm_overlap: bool = False, cross_entropy_fusion: str = "none",
+           megatron_fsdp: bool = False) -> SearchResult:
     """Rank every legal plan for ``model`` on all GPUs of ``cluster``.
 
     Raises :class:`InputError` when no plan is legal at all (e.g. a batch size no data-parallel
@@ -84,7 +86,7 @@ def search(model: ModelSpec, cluster, global_batch_size: int, *, precision: str 
                            overlap_param_gather=overlap_param_gather,
                            fp8_param_gather=fp8_param_gather, cp_comm_type=cp_comm_type,
                            grad_reduce_in_bf16=grad_reduce_in_bf16,
-                           tp_comm_overlap=tp_comm_overlap,
+                           tp_comm_overlap=tp_comm_overlap, megatron_fsdp=megatron_fsdp,
                            cross_entropy_fusion=cross_entropy_fusion, space=space)
     n = len(cand)
     if n == 0:

@@ -146,14 +146,15 @@ def enumerate_plans(model: ModelSpec, world_size: int, global_batch_size: int, *
                     overlap_grad_reduce: bool = True, overlap_param_gather: bool = True,
                     fp8_param_gather: bool = False, cp_comm_type: str = "p2p",
                     grad_reduce_in_bf16: bool = False, tp_comm_overlap: bool = False,
-                    cross_entropy_fusion: str = "none",
+                    cross_entropy_fusion: str = "none", megatron_fsdp: bool = False,
                     space: SearchSpace = SearchSpace()) -> Candidates:
     """All legal plans as a :class:`Candidates` column store (may be empty)."""
     shared = dict(global_batch_size=global_batch_size, precision=precision,
                   attention_backend=attention_backend, overlap_grad_reduce=overlap_grad_reduce,
                   overlap_param_gather=overlap_param_gather, fp8_param_gather=fp8_param_gather,
                   cp_comm_type=cp_comm_type, grad_reduce_in_bf16=grad_reduce_in_bf16,
-                  tp_comm_overlap=tp_comm_overlap, cross_entropy_fusion=cross_entropy_fusion)
+                  tp_comm_overlap=tp_comm_overlap, cross_entropy_fusion=cross_entropy_fusion,
+                  megatron_fsdp=megatron_fsdp)
     # Fields known at each level; overlap_param_gather is decided per plan (only with the
     # distributed optimizer), so rules reading it wait for the grid.
     base = set(shared) - {"overlap_param_gather"}

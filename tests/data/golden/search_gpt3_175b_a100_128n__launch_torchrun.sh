@@ -5,7 +5,7 @@
 #       acct_loss=False recompute=none sequence_parallel=True distributed_optimizer=True
 #       precision=bf16 cp_comm_type=p2p attention_backend=auto overlap_grad_reduce=True
 #       overlap_param_gather=True fp8_param_gather=False grad_reduce_in_bf16=False
-#       cross_entropy_fusion=none tp_comm_overlap=False microbatches=16
+#       cross_entropy_fusion=none megatron_fsdp=False tp_comm_overlap=False microbatches=16
 # cluster: nodes=128 gpus_per_node=8 world_size=1024
 # predicted:
 #   iteration_time_s: 17.752
