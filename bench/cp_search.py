@@ -25,8 +25,8 @@ def main() -> None:
         out = run_search(SearchRequest(
             inputs=JobInputs(model=r.model, cluster=r.cluster, nodes=nodes,
                              seq_length=r.seq_length),
-            global_batch_size=r.plan.global_batch_size, precision="fp8",
-            fp8_param_gather=True, top=1))
+            global_batch_size=r.plan.global_batch_size,
+            options=dict(precision="fp8", fp8_param_gather=True), top=1))
         best = out.result.plans[0]
         model = MODEL_PRESETS[r.model].with_seq_length(r.seq_length)
         published = evaluate_plan(model, load_cluster(r.cluster, nodes), r.plan)

@@ -189,8 +189,8 @@ def test_cp_search_within_one_step_of_published():
         out = run_search(SearchRequest(
             inputs=JobInputs(model=r.model, cluster=r.cluster, nodes=r.num_gpus // 8,
                              seq_length=r.seq_length),
-            global_batch_size=r.plan.global_batch_size, precision="fp8",
-            fp8_param_gather=True, top=1))
+            global_batch_size=r.plan.global_batch_size,
+            options=dict(precision="fp8", fp8_param_gather=True), top=1))
         best = out.result.plans[0]
         if abs(math.log2(best.plan.cp) - math.log2(r.plan.cp)) <= 1:
             continue

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import Any, Mapping
 
 from configurator.app.inputs import JobInputs, host_pool, resolve
 from configurator.app.outputs import (LAUNCH_FILES, SEARCH_FILES, check_out, script_summary,
@@ -12,7 +13,7 @@ from configurator.app.outputs import (LAUNCH_FILES, SEARCH_FILES, check_out, scr
 from configurator.core import validate as v
 from configurator.core.document import read_plan_document
 from configurator.core.errors import InputError, NoFeasiblePlanError
-from configurator.core.plan import RECOMPUTE
+from configurator.core.plan import RECOMPUTE, describe_search_options, search_options
 from configurator.core.rules import SPLIT_FIELDS, plan_for_world
 from configurator.search.evaluate import Evaluation, evaluate_plan
 from configurator.search.placement import (host_health_order, place_plan,
@@ -24,19 +25,13 @@ from memory_model.estimate import DEFAULT_MAX_MEMORY_FRACTION
 
 @dataclass(frozen=True, kw_only=True)
 class SearchRequest:
-    """``configurator search``: inputs, the shared plan settings, the search restrictions
-    and where to write (``out``: a directory, or None)."""
+    """``configurator search``: inputs, the shared plan settings (``options``: plan field ->
+    value for :data:`~configurator.core.plan.SEARCH_OPTIONS`, the others at their defaults),
+    the search restrictions and where to write (``out``: a directory, or None)."""
 
     inputs: JobInputs
     global_batch_size: int
-    precision: str = "bf16"
-    attention_backend: str = "auto"
-    fp8_param_gather: bool = False
-    cp_comm_type: str = "p2p"
-    grad_reduce_in_bf16: bool = False
-    tp_comm_overlap: bool = False
-    megatron_fsdp: bool = False
-    cross_entropy_fusion: str = "none"
+    options: Mapping[str, Any] = field(default_factory=dict)
     recompute: tuple[str, ...] = RECOMPUTE
     #: other restrictions: plan field -> the values the search keeps (e.g. ``ep``)
     restrict: dict = field(default_factory=dict)
@@ -47,6 +42,13 @@ class SearchRequest:
     placement_time_s: float = 10.0
     placement_evaluations: int = 100
     seed: int = 0
+
+    def __post_init__(self):
+        object.__setattr__(self, "options", search_options(**self.options))
+
+    @property
+    def precision(self) -> str:
+        return self.options["precision"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,14 +83,8 @@ def run_search(req: SearchRequest) -> SearchOutcome:
     res, used = _ranked(req, model, cluster, space, req.top, keep_ranking=bool(req.out))
     header = (f"{model.name} on {used.num_nodes}x{used.gpus_per_node} "
               f"{used.gpu.name}, gbs {req.global_batch_size}, seq {model.seq_length}, "
-              f"{req.precision}"
-              + (f", cp_comm_type {req.cp_comm_type}" if req.cp_comm_type != "p2p" else "")
-              + (", grad_reduce_in_bf16" if req.grad_reduce_in_bf16 else "")
-              + (", tp_comm_overlap" if req.tp_comm_overlap else "")
-              + (", megatron_fsdp" if req.megatron_fsdp else "")
-              + (f", cross_entropy_fusion {req.cross_entropy_fusion}"
-                 if req.cross_entropy_fusion != "none" else "")
-              + f": {res.candidates_evaluated} plans evaluated, "
+              f"{req.precision}{describe_search_options(req.options)}"
+              f": {res.candidates_evaluated} plans evaluated, "
               f"{res.feasible} fit, {res.search_time_s:.2f} s")
     best = res.plans[0]
     if best.placement:
@@ -117,12 +113,7 @@ def _ranked(req: SearchRequest, model, cluster, space: SearchSpace, top: int, *,
     """The search of ``req`` on ``cluster``: ``(result, cluster searched)``. With a topology
     the result's plans carry their placement (``exclude_flagged`` and ``nodes`` override the
     request's)."""
-    kw = dict(precision=req.precision, attention_backend=req.attention_backend,
-              fp8_param_gather=req.fp8_param_gather, cp_comm_type=req.cp_comm_type,
-              grad_reduce_in_bf16=req.grad_reduce_in_bf16,
-              tp_comm_overlap=req.tp_comm_overlap, megatron_fsdp=req.megatron_fsdp,
-              cross_entropy_fusion=req.cross_entropy_fusion, top_k=top,
-              space=space, keep_ranking=keep_ranking,
+    kw = dict(req.options, top_k=top, space=space, keep_ranking=keep_ranking,
               max_memory_fraction=req.max_memory_fraction)
     if not req.inputs.topology:
         return search(model, cluster, req.global_batch_size, **kw), cluster

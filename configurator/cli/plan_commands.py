@@ -15,17 +15,13 @@ from configurator.app.plan_jobs import (EstimateRequest, LaunchRequest, SearchRe
 from configurator.core import jsonout
 from configurator.core.errors import InputError
 from configurator.core.model import MODEL_PRESETS
-from configurator.core.plan import PLAN_FIELD, PLAN_FIELDS, RECOMPUTE
+from configurator.core.plan import PLAN_FIELD, PLAN_FIELDS, RECOMPUTE, SEARCH_OPTIONS
 from memory_model.estimate import DEFAULT_MAX_MEMORY_FRACTION
 from topology.cluster import CLUSTER_PRESETS
 
-#: Plan options that ``search`` takes too (one value for the whole search).
-SHARED_OPTIONS = ("precision", "attention_backend", "fp8_param_gather", "cp_comm_type",
-                  "grad_reduce_in_bf16", "tp_comm_overlap", "cross_entropy_fusion",
-                  "megatron_fsdp")
 #: Plan fields ``estimate`` takes as options (every field with a CLI flag; dp is derived).
 ESTIMATE_FIELDS = tuple(f.name for f in PLAN_FIELDS
-                        if f.cli_flag and f.name not in SHARED_OPTIONS)
+                        if f.cli_flag and f.name not in SEARCH_OPTIONS)
 #: Plan fields ``search`` can be restricted to given values (``--ep 8 16``).
 SEARCH_RESTRICTIONS = ("ep", "etp", "decoder_first_pipeline_num_layers",
                        "decoder_last_pipeline_num_layers")
@@ -60,7 +56,7 @@ def _common(p: argparse.ArgumentParser) -> None:
                         "many of its hosts to use, at most all: the placement picks which)")
     p.add_argument("--gbs", type=int, required=True, help="global batch size (sequences)")
     p.add_argument("--seq-length", type=int, help="override the model's sequence length")
-    for name in SHARED_OPTIONS:
+    for name in SEARCH_OPTIONS:
         add_plan_option(p, name)
     p.add_argument("--topology", metavar="FILE",
                    help="measured topology file (configurator topology import / probe): "
@@ -110,7 +106,7 @@ def run_estimate(args) -> int:
     from configurator.report.table import format_estimate
 
     fields = {name: getattr(args, name) for name in ESTIMATE_FIELDS}
-    fields.update({name: getattr(args, name) for name in SHARED_OPTIONS},
+    fields.update({name: getattr(args, name) for name in SEARCH_OPTIONS},
                   global_batch_size=args.gbs)
     out = estimate_job(EstimateRequest(inputs=_inputs(args), fields=fields,
                                        placement=args.placement,
@@ -159,13 +155,7 @@ def add_search_arguments(p) -> None:
 
 def run_search(args) -> int:
     req = SearchRequest(inputs=_inputs(args, args.exclude_flagged), global_batch_size=args.gbs,
-                        precision=args.precision, attention_backend=args.attention_backend,
-                        fp8_param_gather=bool(args.fp8_param_gather),
-                        cp_comm_type=args.cp_comm_type,
-                        grad_reduce_in_bf16=bool(args.grad_reduce_in_bf16),
-                        tp_comm_overlap=bool(args.tp_comm_overlap),
-                        megatron_fsdp=bool(args.megatron_fsdp),
-                        cross_entropy_fusion=args.cross_entropy_fusion,
+                        options={name: getattr(args, name) for name in SEARCH_OPTIONS},
                         recompute=tuple(args.recompute) if args.recompute else RECOMPUTE,
                         restrict={k: getattr(args, k) for k in SEARCH_RESTRICTIONS
                                   if getattr(args, k) is not None},

@@ -379,6 +379,11 @@ OPTIONAL_PLAN_KEYS = ("ep", "etp", "decoder_first_pipeline_num_layers",
                       "account_for_loss_in_pipeline_split", "fp8_param_gather",
                       "cp_comm_type", "grad_reduce_in_bf16", "tp_comm_overlap",
                       "cross_entropy_fusion", "megatron_fsdp")
+#: Plan fields one value of which serves a whole search (``search`` takes each as an option
+#: and every plan it ranks carries it; ``estimate`` takes them as any field).
+SEARCH_OPTIONS = ("precision", "attention_backend", "fp8_param_gather", "cp_comm_type",
+                  "grad_reduce_in_bf16", "tp_comm_overlap", "cross_entropy_fusion",
+                  "megatron_fsdp")
 #: Keys :meth:`ParallelPlan.to_dict` adds that are not fields (ignored on reading).
 DERIVED_KEYS = ("num_microbatches",) + tuple(f.alias for f in PLAN_FIELDS if f.alias)
 
@@ -397,6 +402,27 @@ def main_grad_bytes(precision: str, grad_reduce_in_bf16) -> float:
     with BF16 parameters), 2 with ``--grad-reduce-in-bf16`` or FP16 parameters
     (megatron/training/arguments.py ``validate_args``)."""
     return 2.0 if precision == "fp16" or bool(grad_reduce_in_bf16) else 4.0
+
+
+def search_options(**given) -> dict[str, Any]:
+    """Every :data:`SEARCH_OPTIONS` field, ``given`` ones over their plan defaults (a value of
+    ``None`` is the default). Raises ``TypeError`` naming a name that is not one."""
+    unknown = sorted(set(given) - set(SEARCH_OPTIONS))
+    if unknown:
+        raise TypeError(f"not a search option: {', '.join(unknown)}")
+    return {name: PLAN_FIELD[name].default if given.get(name) is None else given[name]
+            for name in SEARCH_OPTIONS}
+
+
+def describe_search_options(options: Mapping[str, Any]) -> str:
+    """``", name value"`` (a boolean: ``", name"``) for each option off its default, in
+    :data:`SEARCH_OPTIONS` order, precision left out (shown on its own)."""
+    out = []
+    for name in SEARCH_OPTIONS[1:]:
+        value, default = options[name], PLAN_FIELD[name].default
+        if value != default:
+            out.append(name if value is True else f"{name} {value}")
+    return "".join(f", {o}" for o in out)
 
 
 def tp_comm_overlapped(requested, tp, sequence_parallel, attention_backend: str):

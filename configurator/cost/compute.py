@@ -274,7 +274,6 @@ def layer_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec, profile=None) -> 
     host_dense, host_moe = host_layer_s(model, c, gpu)
     out = {"fwd": fwd, "bwd": bwd, "recompute": recompute, "attn": attn_fwd + attn_bwd,
            "attn_fwd": attn_fwd, "attn_bwd": attn_bwd,
-           "wgrad_overlap": gemm_qkv + gemm_fc1,
            "tp_gemm_pairs": ((gemm_qkv, gemm_proj), (gemm_fc1, gemm_fc2)),
            "host": host_dense, "moe_host": host_moe,
            "tokens": T, "gemm_kw": kw}

@@ -147,12 +147,12 @@ def bridge_rows(path: Path | None = None) -> tuple[list[BridgeRow], list[str]]:
         try:
             n, seq, tp, pp, cp, ep, mbs, gbs = (int(first[k]) for k in (
                 "num_gpus", "seq_len", "tp", "pp", "cp", "ep", "mbs", "gbs"))
+            fsdp = int(first["fsdp"] or 0)
             vp = 1 if first["vp"] in ("n/a", "") else int(first["vp"])
         except ValueError as exc:
             skipped.append(f"{key}: unreadable plan ({exc})")
             continue
-        fsdp = int(first.get("fsdp") or 0) if (first.get("fsdp") or "0").isdigit() else -1
-        if fsdp < 0 or fsdp > 0 and fsdp != n // (tp * pp):
+        if fsdp and fsdp != n // (tp * pp):
             skipped.append(f"{key}: FSDP group {r['fsdp']} is not dp*cp ({n // (tp * pp)})")
             continue
         model = MODEL_PRESETS[BRIDGE_MODELS[r["model"]]].with_seq_length(seq)

@@ -79,8 +79,9 @@ def tp_layer_s(lc: dict, c: Candidates, act_bytes, tp_bw, tp_lat, num_sms: int):
     (transformer_engine/pytorch/module/base.py ``initialize_ub``: methods per GEMM)."""
     t_coll = all_reduce_time_s(act_bytes, c.tp.astype(float), tp_bw, tp_lat)
     fwd = 2.0 * t_coll
+    weight_grads = sum(g_in for g_in, _ in lc["tp_gemm_pairs"])    # QKV and fc1
     bwd = (np.where(c.recompute == 2, 2.0 * t_coll, 0.0)
-           + np.maximum(2 * t_coll - lc["wgrad_overlap"], 0.0))
+           + np.maximum(2 * t_coll - weight_grads, 0.0))
     on = tp_comm_overlapped(c.tp_comm_overlap, c.tp, c.sequence_parallel,
                             c.attention_backend)
     if not np.any(on):
@@ -243,7 +244,8 @@ def dp_exposed_s(c: Candidates, stage_params, dp_bw, dp_lat, bwd_window_s, fwd_w
     stage_params = np.maximum(np.asarray(stage_params, dtype=float), 1.0)
     if c.megatron_fsdp:
         gather = all_gather_time_s(stage_params * np.where(fp8_weights_gathered(
-            c.fp8_param_gather, True, c.precision), 1.0, 2.0), n_dp, dp_bw, dp_lat)
+            c.fp8_param_gather, c.distributed_optimizer, c.precision), 1.0, 2.0), n_dp, dp_bw,
+            dp_lat)
         scatter = all_gather_time_s(stage_params * gb, n_dp, dp_bw, dp_lat)
         return c.num_microbatches * (np.maximum(gather - fwd_window_s, 0.0)
                                      + np.maximum(gather + scatter - bwd_window_s, 0.0))

@@ -20,7 +20,7 @@ from configurator.core.errors import InputError, NoFeasiblePlanError
 from configurator.core.layers import split_ok
 from configurator.search.evaluate import Evaluation, evaluate_plan
 from configurator.core.model import ModelSpec
-from configurator.core.plan import fp8_weights_gathered
+from configurator.core.plan import fp8_weights_gathered, search_options
 from configurator.search.space import SearchSpace, enumerate_plans, layer_splits
 from configurator.cost.iteration import iteration_time
 from memory_model.estimate import peak_memory_arrays
@@ -61,15 +61,13 @@ def candidate_memory(model: ModelSpec, c: Candidates, gpu) -> np.ndarray:
         non_tn_fp8_gemm=gpu.non_tn_fp8_gemm)
 
 
-def search(model: ModelSpec, cluster, global_batch_size: int, *, precision: str = "bf16",
-           attention_backend: str = "auto", top_k: int = 10,
+def search(model: ModelSpec, cluster, global_batch_size: int, *, top_k: int = 10,
            space: SearchSpace = SearchSpace(), overlap_grad_reduce: bool = True,
            overlap_param_gather: bool = True, keep_ranking: bool = False,
-           max_memory_fraction: float = 1.0, fp8_param_gather: bool = False,
-           cp_comm_type: str = "p2p", grad_reduce_in_bf16: bool = False,
-           tp_comm_overlap: bool = False, cross_entropy_fusion: str = "none",
-           megatron_fsdp: bool = False) -> SearchResult:
-    """Rank every legal plan for ``model`` on all GPUs of ``cluster``.
+           max_memory_fraction: float = 1.0, **options) -> SearchResult:
+    """Rank every legal plan for ``model`` on all GPUs of ``cluster``; ``options``: the
+    :data:`~configurator.core.plan.SEARCH_OPTIONS` (precision, attention backend, …) every
+    plan carries (default: the plan defaults).
 
     Raises :class:`InputError` when no plan is legal at all (e.g. a batch size no data-parallel
     degree divides) and :class:`NoFeasiblePlanError` when legal plans exist but none fits
@@ -78,16 +76,12 @@ def search(model: ModelSpec, cluster, global_batch_size: int, *, precision: str 
     (headroom beyond the model's own allowance for fragmentation and buffers).
     """
     t0 = time.perf_counter()
-    cluster.gpu.peak(precision)
+    options = search_options(**options)
+    cluster.gpu.peak(options["precision"])
     world = cluster.num_gpus
-    cand = enumerate_plans(model, world, global_batch_size, precision=precision,
-                           attention_backend=attention_backend,
+    cand = enumerate_plans(model, world, global_batch_size,
                            overlap_grad_reduce=overlap_grad_reduce,
-                           overlap_param_gather=overlap_param_gather,
-                           fp8_param_gather=fp8_param_gather, cp_comm_type=cp_comm_type,
-                           grad_reduce_in_bf16=grad_reduce_in_bf16,
-                           tp_comm_overlap=tp_comm_overlap, megatron_fsdp=megatron_fsdp,
-                           cross_entropy_fusion=cross_entropy_fusion, space=space)
+                           overlap_param_gather=overlap_param_gather, space=space, **options)
     n = len(cand)
     if n == 0:
         raise InputError("global_batch_size", global_batch_size,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from configurator.core.model import ModelSpec
-from configurator.core.plan import param_gather_overlap
+from configurator.core.plan import param_gather_overlap, search_options
 from configurator.core.layers import split_ok, virtual_stage_layers
 from configurator.core.rules import SPLIT_FIELDS, rules_for, rules_mask
 from configurator.core.candidates import COLUMN_FIELDS, Candidates
@@ -142,19 +142,13 @@ def _restricted(f, values: np.ndarray, space: SearchSpace) -> np.ndarray:
 
 
 def enumerate_plans(model: ModelSpec, world_size: int, global_batch_size: int, *,
-                    precision: str = "bf16", attention_backend: str = "auto",
                     overlap_grad_reduce: bool = True, overlap_param_gather: bool = True,
-                    fp8_param_gather: bool = False, cp_comm_type: str = "p2p",
-                    grad_reduce_in_bf16: bool = False, tp_comm_overlap: bool = False,
-                    cross_entropy_fusion: str = "none", megatron_fsdp: bool = False,
-                    space: SearchSpace = SearchSpace()) -> Candidates:
-    """All legal plans as a :class:`Candidates` column store (may be empty)."""
-    shared = dict(global_batch_size=global_batch_size, precision=precision,
-                  attention_backend=attention_backend, overlap_grad_reduce=overlap_grad_reduce,
-                  overlap_param_gather=overlap_param_gather, fp8_param_gather=fp8_param_gather,
-                  cp_comm_type=cp_comm_type, grad_reduce_in_bf16=grad_reduce_in_bf16,
-                  tp_comm_overlap=tp_comm_overlap, cross_entropy_fusion=cross_entropy_fusion,
-                  megatron_fsdp=megatron_fsdp)
+                    space: SearchSpace = SearchSpace(), **options) -> Candidates:
+    """All legal plans as a :class:`Candidates` column store (may be empty). ``options``:
+    the :data:`~configurator.core.plan.SEARCH_OPTIONS` every plan carries (default: the plan
+    defaults)."""
+    shared = dict(global_batch_size=global_batch_size, overlap_grad_reduce=overlap_grad_reduce,
+                  overlap_param_gather=overlap_param_gather, **search_options(**options))
     # Fields known at each level; overlap_param_gather is decided per plan (only with the
     # distributed optimizer), so rules reading it wait for the grid.
     base = set(shared) - {"overlap_param_gather"}
