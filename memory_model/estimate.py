@@ -172,13 +172,14 @@ def memory_arrays(model: ModelSpec, *, tp, pp, dp, cp, vp, mbs, num_microbatches
 
 
 def peak_memory_arrays(model: ModelSpec, *, first=0, last=0, account_embedding=False,
-                       account_loss=False, **kw) -> np.ndarray:
+                       account_loss=False, layout: str = "", **kw) -> np.ndarray:
     """Worst stage's total bytes. Ranks are grouped by what they hold
     (:func:`configurator.core.layers.stage_class_arrays`); within a group the lowest rank
     holds the most microbatches in flight, so only it is evaluated. ``first``, ``last``,
-    ``account_*``: the plan's layer-split fields (default: even)."""
+    ``account_*``, ``layout``: the plan's layer-split fields (default: even)."""
     classes = stage_class_arrays(model, pp=kw["pp"], vp=kw["vp"], first=first, last=last,
-                                 account_embedding=account_embedding, account_loss=account_loss)
+                                 account_embedding=account_embedding, account_loss=account_loss,
+                                 layout=layout)
     peak = None
     last = np.asarray(kw["pp"]) - 1
     for k in range(classes["stage"].shape[1]):

@@ -11,6 +11,7 @@ import itertools
 from pathlib import Path
 
 from configurator.core.errors import InputError
+from configurator.core.layers import parse_layout
 from configurator.core.model import MODEL_PRESETS, make_model
 from configurator.core.plan import CP_COMM_TYPES, CROSS_ENTROPY_FUSIONS, ParallelPlan
 from configurator.core.rules import check_plan
@@ -111,6 +112,11 @@ MODERN_PLANS = [
     (LLAMA8, ParallelPlan(tp=8, pp=2, vp=17, dp=1, micro_batch_size=1, global_batch_size=4,
                           account_for_embedding_in_pipeline_split=True,
                           account_for_loss_in_pipeline_split=True, sequence_parallel=True)),
+    # a pipeline layout (DeepSeek-V3's form on a 10-layer model): 4 virtual stages over
+    # pp 2, so vp 2, the MTP layer with the loss
+    (MLA, ParallelPlan(tp=1, pp=2, vp=2, dp=4, ep=2, etp=1, micro_batch_size=1,
+                       global_batch_size=8, distributed_optimizer=True,
+                       pipeline_model_parallel_layout="Et*2|t*3|t*3|t*2mL")),
     # Megatron-Bridge's Llama-3 8B FP8 row on 8 H100 with Megatron FSDP over its 8 GPUs
     (LLAMA8, ParallelPlan(tp=1, pp=1, dp=8, micro_batch_size=1, global_batch_size=128,
                           precision="fp8", distributed_optimizer=True, fp8_param_gather=True,
@@ -154,7 +160,12 @@ def assert_validate_args_rules(a: dict, world_size: int) -> None:
     accounted = ("--account-for-embedding-in-pipeline-split" in a) + (
         "--account-for-loss-in-pipeline-split" in a)
     vp = int(a.get("--num-virtual-stages-per-pipeline-rank", 1))
-    if first or last:        # uneven: TransformerConfig.__post_init__
+    if "--pipeline-model-parallel-layout" in a:   # validate_args: vp from the stages
+        assert not (first or last or accounted)
+        stages = a["--pipeline-model-parallel-layout"]
+        assert len(parse_layout(stages)) % pp == 0
+        assert "".join(parse_layout(stages)).count("t") == layers
+    elif first or last:        # uneven: TransformerConfig.__post_init__
         assert not accounted and "--num-layers-per-virtual-pipeline-stage" not in a
         mid_ranks = pp - (first > 0) - (last > 0)
         mid = layers - first - last

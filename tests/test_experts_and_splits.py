@@ -9,8 +9,8 @@ import json
 import pytest
 
 from configurator.core.candidates import Candidates
-from configurator.core.layers import (rank_layer_counts, split_ok, stage_classes,
-                                      virtual_stage_layers)
+from configurator.core.layers import (layout_problem, rank_layer_counts, split_ok,
+                                      stage_classes, virtual_stage_layers)
 from configurator.core.model import MODEL_PRESETS
 from configurator.core.rules import check_plan, plan_for_world
 from configurator.cost.iteration import iteration_time
@@ -73,8 +73,13 @@ def test_search_splits_are_distinct_and_legal():
         layouts = {(x[0], virtual_stage_layers(model.num_layers, pp, *x)) for x in splits}
         assert len(layouts) == len(splits)
         for x in splits:
-            assert split_ok(model.num_layers, pp=pp, vp=x[0], first=x[1], last=x[2],
-                            account_embedding=x[3], account_loss=x[4])
+            if x[5]:      # a pipeline layout, at a vp no field-based split reaches
+                assert not any(x[1:5]) and layout_problem(
+                    x[5], model.num_layers, model.mtp_num_layers or 0, pp, x[0]) is None
+                assert not any(y[0] == x[0] and not y[5] for y in splits)
+            else:
+                assert split_ok(model.num_layers, pp=pp, vp=x[0], first=x[1], last=x[2],
+                                account_embedding=x[3], account_loss=x[4])
 
 
 @pytest.mark.parametrize("model,nodes,fields", [

@@ -9,6 +9,7 @@ import textwrap
 import pytest
 
 from configurator.core.errors import InputError
+from configurator.core.layers import parse_layout
 from configurator.core.plan import ParallelPlan, is_fp8
 from launchers import TrainingArgs
 from launchers.megatron_flags import flag_argv, megatron_flags
@@ -51,7 +52,12 @@ def test_validate_args_rules_hold_for_the_spread():
         a = parse_argv(flag_argv(megatron_flags(model, plan)))
         assert_validate_args_rules(a, plan.world_size)
         assert int(a["--tensor-model-parallel-size"]) == plan.tp
-        if plan.vp > 1 and plan.custom_layer_split:
+        if plan.pipeline_model_parallel_layout:   # vp is the layout's stages over pp
+            assert a["--pipeline-model-parallel-layout"] == plan.pipeline_model_parallel_layout
+            assert len(parse_layout(a["--pipeline-model-parallel-layout"])) == plan.pp * plan.vp
+            assert not {"--num-virtual-stages-per-pipeline-rank",
+                        "--num-layers-per-virtual-pipeline-stage"} & set(a)
+        elif plan.vp > 1 and plan.custom_layer_split:
             assert int(a["--num-virtual-stages-per-pipeline-rank"]) == plan.vp
             assert "--num-layers-per-virtual-pipeline-stage" not in a
         elif plan.vp > 1:

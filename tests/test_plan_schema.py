@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from configurator.cli import build_parser
-from configurator.core.candidates import COLUMN_FIELDS, Candidates
+from configurator.core.candidates import (COLUMN_FIELDS, Candidates, column_dtype,
+                                         column_value)
 from configurator.core.document import SCHEMA_VERSION, read_plan_document
 from configurator.core.errors import InputError
 from configurator.core.model import MODEL_PRESETS, make_model
@@ -140,8 +141,13 @@ def test_vectorised_rules_equal_scalar_check():
         rows.append(ParallelPlan(tp=tp, pp=pp, cp=cp, dp=world // (tp * pp * cp), vp=vp,
                                  micro_batch_size=mbs, global_batch_size=gbs,
                                  sequence_parallel=sp, distributed_optimizer=True))
-    cols = {f.name: np.array([getattr(p, f.name) for p in rows]) for f in PLAN_FIELDS
-            if f.per_candidate and f.type is not str}
+        # pipeline layouts of SMALL's 8 layers: legal ones (3 stages a rank) and ones of the
+        # wrong stage count, layer count or order
+        for layout in ("Et*2|t*3|t*3L", "Et|tt|tt|t*3L", "Ett|tt|t*4L", "t*8EL", "Et*8L"):
+            rows.append(dataclasses.replace(rows[-1], pipeline_model_parallel_layout=layout))
+    cols = {f.name: np.array([column_value(f, getattr(p, f.name)) for p in rows],
+                             dtype=column_dtype(f))
+            for f in PLAN_FIELDS if f.per_candidate and (f.type is not str or not f.choices)}
     cols |= {f.name: getattr(rows[0], f.name) for f in PLAN_FIELDS if not f.per_candidate}
     mask = rules_mask(SMALL, cols, world)
     for ok, p in zip(mask, rows):

@@ -25,8 +25,16 @@ def _key(p: ParallelPlan):
 def test_enumeration_equals_megatron_rules_brute_force():
     world, gbs = 16, 32
     cand = enumerate_plans(SMALL, world, gbs)
-    got = {_key(cand.plan(i)) for i in range(len(cand))}
-    assert len(got) == len(cand)  # no duplicates
+    plans = [cand.plan(i) for i in range(len(cand))]
+    # pipeline layouts: only at a (pp, vp) no field-based split reaches (here pp 8, where
+    # 12 layers split only as E|(tt|)*6L), each one Megatron accepts
+    laid = [p for p in plans if p.pipeline_model_parallel_layout]
+    assert {(p.pp, p.vp, p.pipeline_model_parallel_layout) for p in laid} == {
+        (8, 1, "E|(tt|)*6L")}
+    for p in laid:
+        check_plan(SMALL, p, world)
+    got = {_key(p) for p in plans if not p.pipeline_model_parallel_layout}
+    assert len(got) == len(plans) - len(laid)  # no duplicates
     want = set()
     for tp, pp, cp, vp, mbs in itertools.product(range(1, 17), range(1, 13), range(1, 17),
                                                  range(1, 13), range(1, 33)):
@@ -85,8 +93,9 @@ def test_search_no_feasible_plan_reports_smallest_memory():
 
 def test_search_with_no_legal_plan_is_input_error():
     with pytest.raises(InputError, match="global_batch_size"):
-        # 32 GPUs, 7 sequences: dp must divide 7 and tp*pp = 32 cannot split 12 heads/layers
-        search(SMALL, load_cluster("dgx-a100-80gb", nodes=4), 7, attention_backend="local")
+        # 64 GPUs, 7 sequences: dp must divide 7 and tp*pp = 64 cannot split 12 heads/layers
+        # (pp 8 can, with the layout E|(tt|)*6L)
+        search(SMALL, load_cluster("dgx-a100-80gb", nodes=8), 7, attention_backend="local")
 
 
 def test_max_memory_fraction_keeps_headroom():

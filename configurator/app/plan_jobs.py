@@ -189,6 +189,8 @@ def split_note(fields: dict, plan) -> str:
     given = any(fields.get(k) for k in SPLIT_FIELDS if k not in ("pp", "vp"))
     if given or not plan.custom_layer_split:
         return ""
+    if plan.pipeline_model_parallel_layout:
+        return "; layer split chosen: layout " + plan.pipeline_model_parallel_layout
     words = [f"first={plan.decoder_first_pipeline_num_layers}",
              f"last={plan.decoder_last_pipeline_num_layers}"] if (
         plan.decoder_first_pipeline_num_layers or plan.decoder_last_pipeline_num_layers) else [

@@ -31,7 +31,9 @@ ESTIMATE_REQUIRED = ("tp", "pp", "micro_batch_size")
 
 def add_plan_option(p, name: str, *, required: bool = False, default=None) -> None:
     """Add the CLI option of plan field ``name`` from its schema entry (flag, type, choices,
-    help). Booleans become ``--x/--no-x`` with ``None`` meaning "the documented default"."""
+    help). Booleans become ``--x/--no-x`` with ``None`` meaning "the documented default", as
+    for an integer or text option left out (:func:`configurator.core.rules.plan_for_world`
+    fills it: ``vp`` from a pipeline layout, else the schema's default)."""
     f = PLAN_FIELD[name]
     if f.type is bool:
         p.add_argument(f.cli_flag, dest=f.name, action=argparse.BooleanOptionalAction,
@@ -42,7 +44,7 @@ def add_plan_option(p, name: str, *, required: bool = False, default=None) -> No
     else:
         p.add_argument(f.cli_flag, dest=f.name, type=f.type, required=required,
                        metavar=(f.alias or f.cli_flag.lstrip("-")).upper(),
-                       default=None if required else f.default, help=f.help)
+                       default=None, help=f.help)
 
 
 def _common(p: argparse.ArgumentParser) -> None:

@@ -1,7 +1,8 @@
 """Column store of plans: one numpy array per per-candidate plan field, evaluated all at once.
 
 The columns are the :data:`~configurator.core.plan.PLAN_FIELDS` with ``per_candidate`` set
-(choices stored as integer codes: their index in the field's ``choices``); the other fields
+(choices stored as integer codes: their index in the field's ``choices``; free text, the
+pipeline layout, as its :func:`~configurator.core.layers.layout_code`); the other fields
 are scalars shared by every plan. Both are reachable as attributes by field name or alias
 (``c.tp``, ``c.mbs``, ``c.micro_batch_size``, ``c.precision``).
 """
@@ -12,6 +13,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from configurator.core.layers import layout_code, layout_text
 from configurator.core.plan import (PLAN_FIELDS, SCORE_STORING_BACKENDS, ParallelPlan,
                                     param_gather_overlap)
 
@@ -21,7 +23,24 @@ _BY_NAME = {**{f.name: f for f in PLAN_FIELDS}, **{f.alias: f for f in PLAN_FIEL
 
 
 def column_dtype(f) -> type:
+    """A column's numpy dtype: booleans, else integers (numbers, choice codes, layout
+    codes)."""
     return bool if f.type is bool else np.int64
+
+
+def column_value(f, value: Any):
+    """The column entry of plan field ``f``'s ``value``: a choice's index, a free text's
+    :func:`configurator.core.layers.layout_code`, else the value."""
+    if f.choices:
+        return f.choices.index(value)
+    return layout_code(value) if f.type is str else value
+
+
+def field_value(f, entry: Any) -> Any:
+    """The plan value of column entry ``entry`` (:func:`column_value` undone)."""
+    if f.choices:
+        return f.choices[int(entry)]
+    return layout_text(entry) if f.type is str else f.type(entry)
 
 
 class Candidates:
@@ -75,7 +94,7 @@ class Candidates:
         kw = dict(self.shared)
         for f in COLUMN_FIELDS:
             val = self.columns[f.name][i]
-            kw[f.name] = f.choices[int(val)] if f.choices else f.type(val)
+            kw[f.name] = field_value(f, val)
         kw["overlap_param_gather"] = bool(param_gather_overlap(kw["overlap_param_gather"],
                                                                kw["distributed_optimizer"]))
         return ParallelPlan(**kw)
@@ -93,6 +112,5 @@ class Candidates:
         cols = {}
         for f in COLUMN_FIELDS:
             val = getattr(plan, f.name)
-            cols[f.name] = np.array([f.choices.index(val) if f.choices else val],
-                                    dtype=column_dtype(f))
+            cols[f.name] = np.array([column_value(f, val)], dtype=column_dtype(f))
         return cls(cols, {f.name: getattr(plan, f.name) for f in SHARED_FIELDS})

@@ -444,6 +444,9 @@ def _plan_fields(a: _Args, moe: bool) -> tuple[dict[str, Any], list[str]]:
         row["cross_entropy_fusion"] = (
             "none" if not a.bool("cross_entropy_loss_fusion")
             else "te" if a.raw("cross_entropy_fusion_impl") == "te" else "native")
+    layout = a.raw("pipeline_model_parallel_layout")   # the string as given
+    if layout:
+        row["pipeline_model_parallel_layout"] = layout
     comm = a.raw("cp_comm_type")         # printed as a list: ['p2p'] or one per layer
     if comm is not None:
         kinds = set(comm.strip("[]").replace("'", "").replace('"', "").replace(",", " ").split())

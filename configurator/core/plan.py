@@ -137,7 +137,7 @@ class ParallelPlan:
                              if p.vp > 1 and not p.custom_layer_split else None),
                             ("--num-virtual-stages-per-pipeline-rank",
                              lambda m, p: p.vp if p.vp > 1 and p.custom_layer_split
-                             else None)))
+                             and not p.pipeline_model_parallel_layout else None)))
     micro_batch_size: int = _field(1, megatron_name="micro_batch_size", cli_flag="--mbs",
                                    alias="mbs", column="mbs", help="micro_batch_size",
                                    flag_group="batch",
@@ -184,6 +184,15 @@ class ParallelPlan:
         flag_group="parallelism",
         flags=(("--account-for-loss-in-pipeline-split",
                 lambda m, p: p.account_for_loss_in_pipeline_split or None),))
+    pipeline_model_parallel_layout: str = _field(
+        "", megatron_name="pipeline_model_parallel_layout",
+        cli_flag="--pipeline-model-parallel-layout", alias="layout", column="layout",
+        help="decoder layers per virtual pipeline stage, e.g. 'Et*4|(t*4|)*14tmL': stages "
+             "split by '|', E embedding, t decoder layer, m MTP layer, L loss, '(...)*n' and "
+             "'x*n' repeat; vp = stages / pp (empty: the split the other fields give)",
+        flag_group="parallelism",
+        flags=(("--pipeline-model-parallel-layout",
+                lambda m, p: p.pipeline_model_parallel_layout or None),))
     recompute: str = _field("none", megatron_name="recompute_granularity",
                             cli_flag="--recompute", column="recompute", choices=RECOMPUTE,
                             help="activation recompute: none, selective (core attention) or "
@@ -330,20 +339,22 @@ class ParallelPlan:
 
     @property
     def custom_layer_split(self) -> bool:
-        """An uneven or embedding/loss-aware pipeline split (not ``L/pp`` per rank)."""
-        return bool(self.decoder_first_pipeline_num_layers
+        """An uneven, embedding/loss-aware or laid-out pipeline split (not ``L/pp`` per
+        rank)."""
+        return bool(self.pipeline_model_parallel_layout
+                    or self.decoder_first_pipeline_num_layers
                     or self.decoder_last_pipeline_num_layers
                     or self.account_for_embedding_in_pipeline_split
                     or self.account_for_loss_in_pipeline_split)
 
     @property
     def layer_split(self) -> tuple:
-        """``(pp, vp, first, last, account_embedding, account_loss)``: the arguments of
-        :func:`configurator.core.layers.rank_layer_counts`."""
+        """``(pp, vp, first, last, account_embedding, account_loss, layout)``: the
+        arguments of :func:`configurator.core.layers.rank_layer_counts`."""
         return (self.pp, self.vp, self.decoder_first_pipeline_num_layers,
                 self.decoder_last_pipeline_num_layers,
                 self.account_for_embedding_in_pipeline_split,
-                self.account_for_loss_in_pipeline_split)
+                self.account_for_loss_in_pipeline_split, self.pipeline_model_parallel_layout)
 
     @property
     def stores_attention_scores(self) -> bool:
@@ -378,7 +389,8 @@ OPTIONAL_PLAN_KEYS = ("ep", "etp", "decoder_first_pipeline_num_layers",
                       "account_for_embedding_in_pipeline_split",
                       "account_for_loss_in_pipeline_split", "fp8_param_gather",
                       "cp_comm_type", "grad_reduce_in_bf16", "tp_comm_overlap",
-                      "cross_entropy_fusion", "megatron_fsdp")
+                      "cross_entropy_fusion", "megatron_fsdp",
+                      "pipeline_model_parallel_layout")
 #: Plan fields one value of which serves a whole search (``search`` takes each as an option
 #: and every plan it ranks carries it; ``estimate`` takes them as any field).
 SEARCH_OPTIONS = ("precision", "attention_backend", "fp8_param_gather", "cp_comm_type",
@@ -443,10 +455,11 @@ def param_gather_overlap(requested, distributed_optimizer):
 
 
 def describe_plan(plan: ParallelPlan) -> list[str]:
-    """``name=value`` words of every field (aliases where declared) in schema order, then
-    ``microbatches=m``: the plan as the estimate text and the script header show it."""
-    return [f"{f.short}={getattr(plan, f.name)}" for f in PLAN_FIELDS] + [
-        f"microbatches={plan.num_microbatches}"]
+    """``name=value`` words of every field (aliases where declared) in schema order, a text
+    field left empty (no pipeline layout) left out, then ``microbatches=m``: the plan as the
+    estimate text and the script header show it."""
+    return [f"{f.short}={getattr(plan, f.name)}" for f in PLAN_FIELDS
+            if getattr(plan, f.name) != ""] + [f"microbatches={plan.num_microbatches}"]
 
 
 def check_field(f: PlanField, value: Any, where: str = "") -> Any:

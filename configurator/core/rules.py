@@ -19,7 +19,8 @@ import numpy as np
 
 from configurator.core import validate as v
 from configurator.core.errors import InputError
-from configurator.core.layers import split_ok
+from configurator.core.layers import (LayoutError, layout_code, layout_problem, layout_text,
+                                      parse_layout, split_ok)
 from configurator.core.model import ModelSpec
 from configurator.core.plan import (PLAN_FIELDS, SCORE_STORING_BACKENDS, ParallelPlan,
                                     check_field, param_gather_overlap)
@@ -57,27 +58,72 @@ def _rule(name: str, needs: Iterable[str], ok, error) -> Rule:
 #: The plan fields that decide which layers each pipeline rank builds.
 SPLIT_FIELDS = ("pp", "vp", "decoder_first_pipeline_num_layers",
                 "decoder_last_pipeline_num_layers", "account_for_embedding_in_pipeline_split",
-                "account_for_loss_in_pipeline_split")
+                "account_for_loss_in_pipeline_split", "pipeline_model_parallel_layout")
 
 
-def _custom_split(f: Fields):
+def _field_split(f: Fields):
+    """Whether an uneven or embedding/loss-aware split is asked for (the fields a pipeline
+    layout may not combine with)."""
     return ((np.asarray(f["decoder_first_pipeline_num_layers"]) > 0)
             | (np.asarray(f["decoder_last_pipeline_num_layers"]) > 0)
             | np.asarray(f["account_for_embedding_in_pipeline_split"], dtype=bool)
             | np.asarray(f["account_for_loss_in_pipeline_split"], dtype=bool))
 
 
+def _layout_codes(f: Fields):
+    """The plans' pipeline layouts as :func:`~configurator.core.layers.layout_code` codes
+    (a plan's text, or the search's column of codes)."""
+    x = f["pipeline_model_parallel_layout"]
+    return layout_code(x) if isinstance(x, str) else np.asarray(x, dtype=np.int64)
+
+
+def _laid_out(f: Fields):
+    """Whether a pipeline layout is given (per plan)."""
+    return _layout_codes(f) != 0
+
+
+def _custom_split(f: Fields):
+    return _field_split(f) | _laid_out(f)
+
+
+def _layout_problem(m: ModelSpec, layout: str, field_split: bool, pp, vp) -> str | None:
+    if field_split:
+        return ("does not combine with decoder_first/last_pipeline_num_layers or accounting "
+                "for the embedding/loss (Megatron TransformerConfig)")
+    return layout_problem(layout, m.num_layers, m.mtp_num_layers or 0, int(pp), int(vp))
+
+
 def _split_ok(m: ModelSpec, f: Fields):
-    return split_ok(m.num_layers, pp=f["pp"], vp=f["vp"],
-                    first=f["decoder_first_pipeline_num_layers"],
-                    last=f["decoder_last_pipeline_num_layers"],
-                    account_embedding=f["account_for_embedding_in_pipeline_split"],
-                    account_loss=f["account_for_loss_in_pipeline_split"])
+    fields_ok = split_ok(m.num_layers, pp=f["pp"], vp=f["vp"],
+                         first=f["decoder_first_pipeline_num_layers"],
+                         last=f["decoder_last_pipeline_num_layers"],
+                         account_embedding=f["account_for_embedding_in_pipeline_split"],
+                         account_loss=f["account_for_loss_in_pipeline_split"])
+    laid = _laid_out(f)
+    if not np.any(laid):
+        return fields_ok
+    codes, pp, vp, fsplit, laid = np.broadcast_arrays(
+        _layout_codes(f), np.asarray(f["pp"]), np.asarray(f["vp"]), _field_split(f), laid)
+    ok = np.array(np.broadcast_to(fields_ok, laid.shape), dtype=bool).reshape(-1)
+    idx = np.flatnonzero(laid)
+    # a handful of distinct (layout, pp, vp) over many plans: each checked once
+    rows = np.stack([codes.reshape(-1)[idx], pp.reshape(-1)[idx], vp.reshape(-1)[idx],
+                     fsplit.reshape(-1)[idx]], axis=1).astype(np.int64)
+    uniq, inverse = np.unique(rows, axis=0, return_inverse=True)
+    good = np.array([_layout_problem(m, layout_text(c), bool(fs), a, b) is None
+                     for c, a, b, fs in uniq], dtype=bool)
+    ok[idx] = good[inverse.reshape(-1)]
+    return ok.reshape(laid.shape) if laid.ndim else bool(ok[0])
 
 
 def _split_error(m: ModelSpec, f: Fields) -> InputError:
     first, last = f["decoder_first_pipeline_num_layers"], f["decoder_last_pipeline_num_layers"]
     pp, vp, L = f["pp"], f["vp"], m.num_layers
+    if f["pipeline_model_parallel_layout"]:
+        return InputError("pipeline_model_parallel_layout", f["pipeline_model_parallel_layout"],
+                          _layout_problem(m, f["pipeline_model_parallel_layout"],
+                                          bool(_field_split(f)), pp, vp)
+                          or "not a layout Megatron builds")
     if not bool(_custom_split(f)):
         return InputError("vp", vp, f"must divide layers per pipeline rank ({L // pp})")
     if first or last:
@@ -125,8 +171,9 @@ RULES: tuple[Rule, ...] = (
           lambda m, f, w: np.logical_or(_custom_split(f), m.num_layers % f["pp"] == 0),
           lambda m, f, w: InputError("pp", f["pp"], f"must divide num_layers "
                                                     f"({m.num_layers}); or give "
-                                                    f"--decoder-first/last-pipeline-num-layers "
-                                                    f"or account for the embedding/loss")),
+                                                    f"--decoder-first/last-pipeline-num-layers, "
+                                                    f"account for the embedding/loss or give "
+                                                    f"--pipeline-model-parallel-layout")),
     _rule("the layer split is one Megatron builds", SPLIT_FIELDS,
           lambda m, f, w: _split_ok(m, f),
           lambda m, f, w: _split_error(m, f)),
@@ -266,10 +313,21 @@ def plan_for_world(fields: Mapping[str, Any], world_size: int) -> ParallelPlan:
         if spec.type is int and spec.name != "dp" and f.get(spec.name) is not None:
             v.int_in_range((spec.cli_flag or spec.short).lstrip("-").replace("-", "_"),
                            f[spec.name], key=spec.name)
+    for spec in PLAN_FIELDS:   # the model-parallel sizes first: dp derives from them
+        if spec.name in ("tp", "pp", "cp") and f.get(spec.name) is None:
+            f[spec.name] = spec.default
     divides = RULES[0]
     if not divides.ok(None, f, world_size):
         raise divides.error(None, f, world_size)
     f["dp"] = world_size // (f["tp"] * f["pp"] * f["cp"])
+    layout = f.get("pipeline_model_parallel_layout")
+    if layout and f.get("vp") is None:   # vp is the layout's stages over pp
+        try:
+            stages = len(parse_layout(layout))
+        except LayoutError:
+            stages = 0    # the split rule names the problem
+        if stages and stages % f["pp"] == 0:
+            f["vp"] = stages // f["pp"]
     if f.get("sequence_parallel") is None:
         f["sequence_parallel"] = f["tp"] > 1
     if f.get("distributed_optimizer") is None:

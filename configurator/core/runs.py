@@ -187,12 +187,15 @@ def run_from_mapping(data: Any, where: str = "run") -> MeasuredRun:
             fields[key] = _integer(f"{where}.{key}", val, key)
         elif spec.type is bool:
             fields[key] = _truthy(f"{where}.{key}", val)
+        elif spec.choices is None:    # free text: the pipeline layout, checked by its rule
+            fields[key] = str(val).strip()
         else:
-            fields[key] = v.choice(f"{where}.{key}", str(val).strip(), spec.choices or ())
+            fields[key] = v.choice(f"{where}.{key}", str(val).strip(), spec.choices)
     num_gpus = _integer(f"{where}.num_gpus", row["num_gpus"], "num_gpus")
     given_dp = fields.pop("dp", None)
     fields.setdefault("cp", 1)
-    fields.setdefault("vp", 1)
+    if not fields.get("pipeline_model_parallel_layout"):   # else vp is the layout's
+        fields.setdefault("vp", 1)
     fields.setdefault("ep", 1)
     fields.setdefault("etp", 1)
     try:

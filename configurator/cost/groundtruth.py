@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from configurator.cost.flops import sc21_flops
+from configurator.core.layers import format_layout
 from configurator.core.model import MODEL_PRESETS, ModelSpec
 from configurator.core.plan import ParallelPlan, is_fp8
 from configurator.core.runs import MeasuredRun
@@ -81,6 +82,24 @@ BRIDGE_MODELS = {"LLAMA3_8B": "llama3-8b", "LLAMA3_70B": "llama3-70b",
                  "GPT OSS 120B": "gpt-oss-120b", "DeepSeekV3": "deepseek-v3"}
 
 
+#: Decoder layers per virtual stage of Megatron-Bridge's DeepSeek-V3 pipeline layouts, by
+#: the number of virtual stages pp·vp (the embedding on the first stage, the MTP layer and
+#: the loss on the last): ``recipes/deepseek/deepseek_v3.py``
+#: ``set_deepseek_v3_pipeline_model_parallel_layout`` (4, 8 and 16 stages, unchanged from
+#: v0.2.0 to v0.5.0; its performance configurations' ``pp_layout`` "Et*4|(t*4|)*14tmL" is
+#: the same 16 stages) and the H100 configuration's ``pp_layout`` "Et|(tt|)*30mL" (32).
+BRIDGE_DEEPSEEK_V3_STAGES = {4: (16, 16, 16, 13), 8: (8,) * 7 + (5,), 16: (4,) * 15 + (1,),
+                             32: (1,) + (2,) * 30 + (0,)}
+
+
+def bridge_layout(model: ModelSpec, stages: int) -> str:
+    """The pipeline layout a Megatron-Bridge recipe gives ``model`` on ``stages`` virtual
+    stages where its layers split neither evenly nor with the embedding and loss accounted
+    (:data:`BRIDGE_DEEPSEEK_V3_STAGES`), or "" (none published)."""
+    counts = BRIDGE_DEEPSEEK_V3_STAGES.get(stages) if model.name == "deepseek-v3" else None
+    return format_layout(counts, model.mtp_num_layers or 0) if counts else ""
+
+
 def _bridge_precision(text: str) -> str:
     """The row's precision as a plan precision: the first one named (FP8-CS and the
     unstated 25.09 rows, FP8 implied by the page notes, are fp8 with current scaling)."""
@@ -97,7 +116,8 @@ class BridgeRow:
     """One Megatron-Bridge pre-training row: the plan as published (etp 1, no recompute,
     the distributed optimizer; an FSDP row (``fsdp`` > 0) with Megatron FSDP over dp·cp
     (``megatron_fsdp``; a group of another size is skipped);
-    the embedding and loss counted in the pipeline split where the layers do not divide;
+    the embedding and loss counted in the pipeline split where the layers do not divide, or
+    where that does not split them either, the recipe's pipeline layout (:func:`bridge_layout`);
     ``fp8_param_gather`` with ``fp8`` and ``mxfp8``, as Megatron-Bridge's FP8 and MXFP8
     mixed-precision presets set it (``bridge/training/mixed_precision.py``
     ``bf16_with_fp8_*_mixed``, ``bf16_with_mxfp8_mixed``, since October 2025);
@@ -159,6 +179,10 @@ def bridge_rows(path: Path | None = None) -> tuple[list[BridgeRow], list[str]]:
         # layers that do not split evenly: the embedding and the loss count as one layer
         # each, as Megatron-Bridge's Llama-3.1 405B recipes set
         accounted = model.num_layers % (pp * vp) != 0
+        # nor that way: the recipe's pipeline layout (DeepSeek-V3's 61 layers)
+        layout = "" if (model.num_layers + 2) % (pp * vp) == 0 else bridge_layout(
+            model, pp * vp)
+        accounted = accounted and not layout
         # an alternative in a plan column ran another plan: only the first figure is read
         same_plan = not any("(" in r[k] for k in _BRIDGE_PLAN_COLUMNS)
         for precision, tokens in _bridge_figures(r["precision"], r["tokens_per_sec_per_gpu"],
@@ -166,6 +190,7 @@ def bridge_rows(path: Path | None = None) -> tuple[list[BridgeRow], list[str]]:
             plan = ParallelPlan(tp=tp, pp=pp, cp=cp, dp=n // (tp * pp * cp), vp=vp,
                                 account_for_embedding_in_pipeline_split=accounted,
                                 account_for_loss_in_pipeline_split=accounted,
+                                pipeline_model_parallel_layout=layout,
                                 ep=ep if model.is_moe else 1, etp=1,
                                 micro_batch_size=mbs, global_batch_size=gbs,
                                 sequence_parallel=tp > 1,

@@ -376,7 +376,8 @@ def iteration_time(model: ModelSpec, cluster, c: Candidates,
     # Stage classes (ranks alike in layers, MoE layers and end position) and each class's
     # terms per microbatch; the slowest class sets the pace.
     cls = stage_class_arrays(model, pp=c.pp, vp=c.vp, first=c.first, last=c.last,
-                             account_embedding=c.acct_emb, account_loss=c.acct_loss)
+                             account_embedding=c.acct_emb, account_loss=c.acct_loss,
+                             layout=c.layout)
     n_moe = cls["moe_layers"].astype(float)
     n_dense = cls["layers"] - n_moe
     d, e = types["dense"], types["moe"]

@@ -20,8 +20,8 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
-from configurator.core.plan import (OPTIONAL_PLAN_KEYS, PLAN_FIELDS, PlanField, describe_plan,
-                                     is_fp8)
+from configurator.core.plan import (OPTIONAL_PLAN_KEYS, PLAN_FIELD, PLAN_FIELDS, PlanField,
+                                     describe_plan, is_fp8)
 from configurator.core.units import GiB
 from configurator.search.evaluate import Evaluation
 
@@ -80,12 +80,12 @@ METRIC_COLUMNS: tuple[Column, ...] = (ITER, TFLOPS, MFU, MFU_FP8, TOKENS, PEAK)
 COLUMNS: tuple[Column, ...] = (RANK, *PLAN_COLUMNS, *METRIC_COLUMNS)
 #: Headers of the columns the narrow table leaves out first, in that order, while it is
 #: wider than NARROW_WIDTH: TFLOP/s/GPU (MFU says the same), the on/off plan columns
-#: (last first), then tok/s/GPU. The counts, recompute, iteration time, MFU and peak
-#: memory are always shown.
+#: (last first), tok/s/GPU, then the pipeline layout (the plan JSON keeps it). The counts,
+#: recompute, iteration time, MFU and peak memory are always shown.
 DROP_ORDER: tuple[str, ...] = (TFLOPS.header,
                                *reversed([f.column for f in PLAN_FIELDS
                                           if f.column is not None and f.type is bool]),
-                               TOKENS.header)
+                               TOKENS.header, PLAN_FIELD["pipeline_model_parallel_layout"].column)
 
 
 def _console(width: int) -> Console:

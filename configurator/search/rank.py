@@ -21,7 +21,8 @@ from configurator.core.layers import split_ok
 from configurator.search.evaluate import Evaluation, evaluate_plan
 from configurator.core.model import ModelSpec
 from configurator.core.plan import fp8_weights_gathered, search_options
-from configurator.search.space import SearchSpace, enumerate_plans, layer_splits
+from configurator.search.space import (SearchSpace, enumerate_plans, layer_splits,
+                                        layout_splits)
 from configurator.cost.iteration import iteration_time
 from memory_model.estimate import peak_memory_arrays
 
@@ -53,7 +54,7 @@ def candidate_memory(model: ModelSpec, c: Candidates, gpu) -> np.ndarray:
         num_microbatches=c.num_microbatches, recompute=c.recompute, sp=c.sequence_parallel,
         distributed_optimizer=c.distributed_optimizer, precision=c.precision,
         stores_scores=c.stores_scores, ep=c.ep, etp=c.etp, first=c.first, last=c.last,
-        account_embedding=c.acct_emb, account_loss=c.acct_loss,
+        account_embedding=c.acct_emb, account_loss=c.acct_loss, layout=c.layout,
         fp8_param_gather=fp8_weights_gathered(c.fp8_param_gather, c.distributed_optimizer,
                                               c.precision),
         grad_reduce_in_bf16=c.grad_reduce_in_bf16, cp_comm_type=c.cp_comm_type,
@@ -116,22 +117,29 @@ def search(model: ModelSpec, cluster, global_batch_size: int, *, top_k: int = 10
 def best_layer_split(model: ModelSpec, cluster, plan):
     """``plan`` with the fastest legal layer split at its pp and vp that fits in memory (the
     smallest in memory when none fits; closed form), for a plan whose pp does not divide the
-    layers and which names no split itself; ``plan`` unchanged when its split is already
-    legal. Raises :class:`InputError` when no split Megatron builds
-    exists at that pp and vp (:func:`configurator.search.space.layer_splits`)."""
+    layers and which names no split itself: an uneven or embedding/loss-aware one
+    (:func:`configurator.search.space.layer_splits`), else a pipeline layout
+    (:func:`configurator.search.space.layout_splits`); ``plan`` unchanged when its split is
+    already legal. Raises :class:`InputError` when Megatron builds none at that pp and
+    vp."""
     if plan.custom_layer_split or split_ok(
             model.num_layers, pp=plan.pp, vp=plan.vp, first=0, last=0,
             account_embedding=False, account_loss=False):
         return plan
     options = [x for x in layer_splits(model, plan.pp) if x[0] == plan.vp]
+    if not options:    # a vp the search passes over (few layers a stage): any layout
+        options = [(plan.vp, 0, 0, False, False, x)
+                   for x in layout_splits(model, plan.pp, plan.vp)]
     if not options:
         raise InputError("pp", plan.pp, f"no layer split of {model.num_layers} layers over "
-                                        f"pp={plan.pp} with vp={plan.vp} (even, uneven or "
-                                        f"accounting for the embedding/loss)")
+                                        f"pp={plan.pp} with vp={plan.vp} (even, uneven, "
+                                        f"accounting for the embedding/loss or a pipeline "
+                                        f"layout)")
     plans = [dataclasses.replace(
         plan, decoder_first_pipeline_num_layers=first, decoder_last_pipeline_num_layers=last,
-        account_for_embedding_in_pipeline_split=ae, account_for_loss_in_pipeline_split=al)
-        for _vp, first, last, ae, al in options]
+        account_for_embedding_in_pipeline_split=ae, account_for_loss_in_pipeline_split=al,
+        pipeline_model_parallel_layout=layout)
+        for _vp, first, last, ae, al, layout in options]
     cand = Candidates.from_plans(plans)
     times = iteration_time(model, cluster, cand)["iteration_time_s"]
     mem = candidate_memory(model, cand, cluster.gpu)

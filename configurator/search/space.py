@@ -15,10 +15,11 @@ from __future__ import annotations
 import numpy as np
 
 from configurator.core.model import ModelSpec
-from configurator.core.plan import param_gather_overlap, search_options
-from configurator.core.layers import split_ok, virtual_stage_layers
+from configurator.core.plan import PLAN_FIELD, param_gather_overlap, search_options
+from configurator.core.layers import format_layout, split_ok, virtual_stage_layers
 from configurator.core.rules import SPLIT_FIELDS, rules_for, rules_mask
-from configurator.core.candidates import COLUMN_FIELDS, Candidates
+from configurator.core.candidates import (COLUMN_FIELDS, Candidates, column_dtype,
+                                         column_value)
 
 
 def divisors(n: int) -> list[int]:
@@ -28,29 +29,55 @@ def divisors(n: int) -> list[int]:
 
 #: The layout dimensions, enumerated one level at a time (dp is derived); every other
 #: per-candidate plan field is varied in one numpy grid per layout, in schema order, the
-#: layer-split fields (vp and how layers are spread over the pipeline) as one joint
-#: dimension of the splits Megatron builds (:func:`layer_splits`).
+#: layer-split fields (vp and how layers are spread over the pipeline, a pipeline layout
+#: included) as one joint dimension of the splits Megatron builds (:func:`layer_splits`).
 LAYOUT = ("tp", "cp", "pp", "dp")
 JOINT = tuple(n for n in SPLIT_FIELDS if n != "pp")
 GRID_FIELDS = tuple(f for f in COLUMN_FIELDS if f.name not in LAYOUT and f.name not in JOINT)
 #: How much lighter than a middle rank an end rank of an uneven split may be (layers).
 UNEVEN_LIGHTER_MAX = 4
+#: Fewest decoder layers of a middle virtual stage of a pipeline layout the search tries
+#: (Megatron-Bridge's deepest DeepSeek-V3 layout, ``Et|(tt|)*30mL``, holds 2).
+LAYOUT_MIN_LAYERS = 2
 
 
-def layer_splits(model: ModelSpec, pp: int) -> list[tuple[int, int, int, bool, bool]]:
+def layout_splits(model: ModelSpec, pp: int, vp: int, min_middle: int = 1) -> list[str]:
+    """Pipeline layouts (:func:`configurator.core.layers.format_layout`) of ``pp·vp`` virtual
+    stages for a model whose layers no field-based split builds at that pp and vp
+    (DeepSeek-V3's 61 on 16 stages): every middle stage ``c >= min_middle`` decoder layers,
+    the first (with the embedding) and the last (with the MTP layers and the loss) ``c`` or
+    up to :data:`UNEVEN_LIGHTER_MAX` fewer, as Megatron-Bridge's DeepSeek-V3 layouts are
+    (``Et*4|(t*4|)*14tmL``); [] where none adds up."""
+    L, n, mtp = model.num_layers, pp * vp, model.mtp_num_layers or 0
+    if n < 3:
+        return []
+    out = []
+    for c in range(max(min_middle, L // n), L // (n - 2) + 1):
+        rest = L - (n - 2) * c        # first + last
+        for a in range(max(0, c - UNEVEN_LIGHTER_MAX), c + 1):
+            b = rest - a
+            if max(0, c - UNEVEN_LIGHTER_MAX) <= b <= c:
+                out.append(format_layout([a] + [c] * (n - 2) + [b], mtp))
+    return out
+
+
+def layer_splits(model: ModelSpec, pp: int) -> list[tuple[int, int, int, bool, bool, str]]:
     """Layer splits the search tries on ``pp`` ranks: ``(vp, first, last, account_embedding,
-    account_loss)`` tuples Megatron accepts (:func:`configurator.core.layers.split_ok`).
+    account_loss, layout)`` tuples Megatron accepts (:func:`configurator.core.layers.split_ok`,
+    :func:`configurator.core.layers.layout_problem`).
 
     Where ``pp`` divides the layers, the even split with every legal vp. Where it does not
     (Llama-3.1 405B's 126 layers on pp 8): embedding/loss-aware splits (one or both counted
     as a layer) with every legal vp, and uneven splits whose end ranks hold up to
     :data:`UNEVEN_LIGHTER_MAX` layers fewer than a middle rank (they carry the embedding or
-    the output layer), at every vp that divides them.
+    the output layer), at every vp that divides them; then, at each vp none of those reaches,
+    the pipeline layouts of :func:`layout_splits` whose middle stages hold at least
+    :data:`LAYOUT_MIN_LAYERS` layers (DeepSeek-V3's 61 layers at vp > 1).
     """
     L = model.num_layers
     out = []
     if L % pp == 0:
-        out += [(vp, 0, 0, False, False) for vp in divisors(L // pp)
+        out += [(vp, 0, 0, False, False, "") for vp in divisors(L // pp)
                 if split_ok(L, pp=pp, vp=vp, first=0, last=0, account_embedding=False,
                             account_loss=False)]
         return out
@@ -59,7 +86,7 @@ def layer_splits(model: ModelSpec, pp: int) -> list[tuple[int, int, int, bool, b
     for ae, al in ((True, True), (True, False), (False, True)):
         total = L + ae + al
         if total % pp == 0:
-            out += [(vp, 0, 0, ae, al) for vp in divisors(total // pp)
+            out += [(vp, 0, 0, ae, al, "") for vp in divisors(total // pp)
                     if split_ok(L, pp=pp, vp=vp, first=0, last=0, account_embedding=ae,
                                 account_loss=al)]
     # an uneven split that builds exactly what an accounted one builds is the same plan
@@ -83,7 +110,7 @@ def layer_splits(model: ModelSpec, pp: int) -> list[tuple[int, int, int, bool, b
                     and 0 <= per_mid - last <= UNEVEN_LIGHTER_MAX):
                 continue
             for vp in divisors(max(first, 1)):
-                key = (vp, first, last, False, False)
+                key = (vp, first, last, False, False, "")
                 if key not in seen and split_ok(L, pp=pp, vp=vp, first=first, last=last,
                                                 account_embedding=False, account_loss=False):
                     seen.add(key)
@@ -91,6 +118,12 @@ def layer_splits(model: ModelSpec, pp: int) -> list[tuple[int, int, int, bool, b
                     if layout not in layouts:
                         layouts.add(layout)
                         out.append(key)
+    reached = {x[0] for x in out}
+    # (pp·vp - 2) middle stages of LAYOUT_MIN_LAYERS layers at least
+    for vp in range(1, (L // LAYOUT_MIN_LAYERS + 2) // pp + 1):
+        if vp not in reached and (vp == 1 or pp > 1):
+            out += [(vp, 0, 0, False, False, x)
+                    for x in layout_splits(model, pp, vp, LAYOUT_MIN_LAYERS)]
     return out
 
 
@@ -174,7 +207,7 @@ def enumerate_plans(model: ModelSpec, world_size: int, global_batch_size: int, *
 
     # (field, pp, values of the layout fields its rules read) -> its legal values
     legal_values: dict[tuple, np.ndarray] = {}
-    splits: dict[int, np.ndarray] = {}   # pp -> its layer splits (rows of JOINT)
+    splits: dict[int, dict] = {}   # pp -> its layer splits: a column per JOINT field, "count"
     reads = {name: sorted({n for r in rules for n in r.needs} & set(LAYOUT))
              for name, rules in single.items()}
     allow = space.allow
@@ -220,18 +253,20 @@ def enumerate_plans(model: ModelSpec, world_size: int, global_batch_size: int, *
                         vals = vals[(vals == 1) | (vals == tp)]  # experts split as the rest, or not
                     values.append(vals)
                 if pp not in splits:
-                    splits[pp] = np.array([
-                        x for x in layer_splits(model, pp)
-                        if all(allow(n, [val]) for n, val in zip(JOINT, x))],
-                        dtype=np.int64).reshape(-1, len(JOINT))
-                values.append(np.arange(len(splits[pp])))
+                    kept = [x for x in layer_splits(model, pp)
+                            if all(allow(n, [val]) for n, val in zip(JOINT, x))]
+                    splits[pp] = {n: np.array([column_value(PLAN_FIELD[n], x[j]) for x in kept],
+                                              dtype=column_dtype(PLAN_FIELD[n]))
+                                  for j, n in enumerate(JOINT)}
+                    splits[pp]["count"] = len(kept)
+                values.append(np.arange(splits[pp]["count"]))
                 if not all(len(x) for x in values):
                     continue
                 mesh = np.meshgrid(*values, indexing="ij", copy=False)
                 grid = {f.name: a.ravel() for f, a in zip(GRID_FIELDS, mesh)}
-                joint = splits[pp][mesh[-1].ravel()]
-                for j, name in enumerate(JOINT):
-                    grid[name] = joint[:, j]
+                pick = mesh[-1].ravel()
+                for name in JOINT:
+                    grid[name] = splits[pp][name][pick]
                 ok = rules_mask(model, with_derived(dict(f3, **grid)), world, multi)
                 if np.ndim(ok) == 0:
                     ok = slice(None) if ok else slice(0)
@@ -245,7 +280,6 @@ def enumerate_plans(model: ModelSpec, world_size: int, global_batch_size: int, *
                     cols[name].append(np.full(n, val, dtype=np.int64))
                 groups.append(np.full(n, len(keys) - 1, dtype=np.int64))
     cat = lambda parts, dt: np.concatenate(parts).astype(dt) if parts else np.zeros(0, dt)  # noqa
-    columns = {f.name: cat(cols[f.name], bool if f.type is bool else np.int64)
-               for f in COLUMN_FIELDS}
+    columns = {f.name: cat(cols[f.name], column_dtype(f)) for f in COLUMN_FIELDS}
     return Candidates(columns, shared, group=cat(groups, np.int64),
                       group_keys=np.array(keys, dtype=np.int64).reshape(-1, 4))
