@@ -34,6 +34,8 @@ Per layer and microbatch on one GPU (tokens per rank ``T = b·s/cp``):
   shorter than issuing them (small microbatches, MoE layers with many small kernels and the
   all-to-all dispatcher's host synchronisation) the layer takes the host's time instead
   (:func:`host_layer_s`; ``Efficiency.host_op_s``).
+* biased experts (GPT-OSS): megatron-core adds the fc2 biases outside the grouped GEMM, one
+  expert at a time in FP32 (:data:`EXPERT_BIAS_BYTES`).
 """
 
 from __future__ import annotations
@@ -132,13 +134,15 @@ def flash_efficiency(eta_max: float, key_tokens):
 def host_layer_s(model: ModelSpec, c: Candidates, gpu: GPUSpec) -> tuple:
     """Host time (s) to issue one layer's forward for one microbatch: ``(dense, moe)``
     (:data:`HOST_OPS_DENSE` and friends × ``Efficiency.host_op_s``); FP8 doubles a grouped
-    GEMM member's operations (its input cast)."""
+    GEMM member's operations (its input cast); biased experts add their eager bias's
+    operations (:data:`EXPERT_BIAS_KERNELS`)."""
     op = gpu.efficiency.host_op_s
     dense = HOST_OPS_DENSE * op
     if not model.is_moe:
         return dense, dense
     local = model.num_experts / c.ep.astype(float)
-    per_expert = HOST_OPS_PER_EXPERT * (2 if is_fp8(c.precision) else 1)
+    per_expert = (HOST_OPS_PER_EXPERT * (2 if is_fp8(c.precision) else 1)
+                  + EXPERT_BIAS_KERNELS[0][0] * model.add_bias_linear)
     return dense, dense + (HOST_OPS_MOE + per_expert * local) * op
 
 
@@ -153,9 +157,27 @@ MOE_IMBALANCE = 1.0
 MOE_EXTRA_KERNELS = 30
 
 
+#: HBM bytes per element of the routed experts' ``R×h`` output moved by megatron-core's
+#: eager fc2 bias (models with ``add_bias_linear``: the grouped fc2 hands back its per-expert
+#: biases, ``skip_bias_add=True``, and ``TEGroupedMLP._apply_bias`` adds them weighted by the
+#: FP32 router probabilities, one expert at a time; megatron-core 0.16.1 and 0.17.1
+#: ``transformer/moe/experts.py``), ``(forward, backward)``: per local expert ``b·p`` (write
+#: 4) and ``t + b·p`` (read 2 + 4, write 4), then ``torch.cat`` (read 4, write 4) and the
+#: cast back to 16 bits (read 4, write 2); backward the cast's gradient to FP32 (read 2,
+#: write 4), the add's to 16 bits (read 4, write 2) and the product's two, ``Σ grad·p`` and
+#: ``Σ grad·b`` (read 4, write 4, read 4 each). The fc1 bias runs in the grouped GEMM.
+EXPERT_BIAS_BYTES = (28.0, 36.0)
+#: Kernels of that path, ``(forward, backward)``, each ``(per local expert, once)``: the
+#: multiply and the add, then the concatenation and the cast; backward the add's cast and
+#: the product's two multiplies and two sums, then the cast's gradient.
+EXPERT_BIAS_KERNELS = ((2, 2), (5, 1))
+
+
 def moe_mlp_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec, T, kw):
     """Forward time (s) of one MoE layer's MLP part for one microbatch on one rank and the
-    per-rank routed tokens: ``{"fwd", "tokens_routed", "tokens_in"}``.
+    per-rank routed tokens: ``{"fwd", "bias_fwd", "bias_bwd", "tokens_routed",
+    "tokens_in"}`` (``bias_*``: the eager expert bias of :data:`EXPERT_BIAS_BYTES`, 0 without
+    ``add_bias_linear``; ``fwd`` includes ``bias_fwd``).
 
     Tokens per rank ``X = T/tp`` (sequence parallel), routed copies ``R = k·X·etp`` over
     ``E/ep`` local experts (grouped GEMMs: ``E/ep`` GEMMs of ``R·ep/E`` rows, fc1 ``h →
@@ -184,9 +206,15 @@ def moe_mlp_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec, T, kw):
     elem = (2 * 2 * (X * h + R * h) + (2 * gate + 2) * R * fe / etp + 3 * 4 * X * E)
     if kw["in_bytes"] < 2:   # FP8 casts of the grouped GEMMs' inputs (forward)
         elem = elem + FP8_CAST_BYTES * R * (h + fe / etp)
+    bias_f = bias_b = 0.0 * R
+    if model.add_bias_linear:
+        bias_f, bias_b = (b * R * h / (gpu.hbm_bandwidth_Bps * eff.hbm)
+                          + (k[0] * local + k[1]) * eff.kernel_overhead_s
+                          for b, k in zip(EXPERT_BIAS_BYTES, EXPERT_BIAS_KERNELS))
     fwd = (experts + router + shared + elem / (gpu.hbm_bandwidth_Bps * eff.hbm)
-           + MOE_EXTRA_KERNELS * eff.kernel_overhead_s)
-    return {"fwd": fwd, "tokens_routed": R, "tokens_in": X}
+           + MOE_EXTRA_KERNELS * eff.kernel_overhead_s + bias_f)
+    return {"fwd": fwd, "bias_fwd": bias_f, "bias_bwd": bias_b, "tokens_routed": R,
+            "tokens_in": X}
 
 
 def profiled_layer_s(profile, c: Candidates, fwd, bwd) -> tuple:
@@ -281,7 +309,9 @@ def layer_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec, profile=None) -> 
         moe = moe_mlp_costs(model, c, gpu, T, kw)
         delta = moe["fwd"] - gemm_mlp - (mlp_elem + (FP8_CAST_BYTES * T * (hs + f / tp)
                                                      if fp8 else 0.0)) / (hbm * eff.hbm)
-        out.update(moe_fwd=fwd + delta, moe_bwd=bwd + 2 * delta,
+        # backward 2x the forward's MLP difference, the eager expert bias by its own count
+        out.update(moe_fwd=fwd + delta,
+                   moe_bwd=bwd + 2 * (delta - moe["bias_fwd"]) + moe["bias_bwd"],
                    moe_recompute=np.where(c.recompute == 2, fwd + delta, recompute),
                    tokens_routed=moe["tokens_routed"], tokens_in=moe["tokens_in"])
     else:
