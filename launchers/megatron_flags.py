@@ -155,6 +155,9 @@ _MODEL_ROWS = _rows(
      lambda m, p, t: m.position_embedding_type),
     ("--normalization", "model.normalization", lambda m, p, t: m.normalization),
     ("--swiglu", "model.swiglu", lambda m, p, t: m.swiglu or None),
+    # a TransformerConfig field core_v0.16.1's parser exposes (ArgumentGroupFactory)
+    ("--activation-func-clamp-value", "model.activation_func_clamp_value",
+     lambda m, p, t: m.activation_func_clamp_value),
     ("--untie-embeddings-and-output-weights", "model.untie_embeddings_and_output_weights",
      lambda m, p, t: m.untie_embeddings_and_output_weights or None),
     ("--disable-bias-linear", "not model.add_bias_linear",

@@ -229,8 +229,19 @@ def layer_activation_bytes(model: ModelSpec, *, mbs, seq, tp, sp, recompute,
     else:
         attention = np.where(selective, handed, qkv + _lse_bytes(model, s, b, tp))
     out = _proj_input_bytes(model, xh, tp, precision, selective, stores_scores)
-    mlp = s * b * f * (2 * (2 if model.swiglu else 1) + q8) / tp   # act input, fc2 input
+    mlp = s * b * f * mlp_bytes_per_ffn_element(model, precision) / tp
     return replicated + attention + out + mlp
+
+
+def mlp_bytes_per_ffn_element(model: ModelSpec, precision: str = "bf16") -> float:
+    """Bytes an MLP keeps per token and FFN unit: the activation's 16-bit input (``2·gate``,
+    gate 2 with a gated linear unit), fc2's input (16-bit or quantised, ``q``) and, with
+    ``activation_func_clamp_value``, the unclamped fc1 output the eager clamps save for
+    their gradient (``2·gate`` more: megatron-core 0.16.1 ``weighted_bias_quick_geglu_impl``
+    clamps views of it, and a clamp's backward needs its input)."""
+    gate = 2 if model.swiglu else 1
+    clamped = model.activation_func_clamp_value is not None
+    return 2 * gate * (1 + clamped) + linear_input_bytes(precision)
 
 
 def _proj_input_bytes(model: ModelSpec, xh, tp, precision, selective, stores_scores):
@@ -271,16 +282,16 @@ def moe_mlp_activation_delta(model: ModelSpec, *, mbs, seq, tp, etp, precision="
         return 0.0
     s, b, tp, etp = (np.asarray(x, dtype=float) for x in (seq, mbs, tp, etp))
     h, fe = model.hidden_size, model.moe_ffn_hidden_size
-    gate = 2 if model.swiglu else 1
     q8 = linear_input_bytes(precision)
+    per_ffn = mlp_bytes_per_ffn_element(model, precision)
     X = s * b / tp
     R = model.moe_router_topk * X * etp
     k = model.moe_router_topk
-    routed = (q8 * R * h + R * fe * (2 * gate + q8) / etp + 2 * R
+    routed = (q8 * R * h + R * fe * per_ffn / etp + 2 * R
               + 7 * X * model.num_experts + (16 + 4) * X * k)
     fs = model.moe_shared_expert_intermediate_size or 0
-    shared = s * b * fs * (2 * gate + q8) / tp
-    dense = s * b * model.ffn_hidden_size * (2 * gate + q8) / tp
+    shared = s * b * fs * per_ffn / tp
+    dense = s * b * model.ffn_hidden_size * per_ffn / tp
     return routed + shared - dense
 
 

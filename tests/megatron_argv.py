@@ -84,13 +84,15 @@ MLA = make_model(name="tiny-mla", num_layers=10, hidden_size=256, num_attention_
                  moe_shared_expert_intermediate_size=128, multi_latent_attention=True,
                  q_lora_rank=96, kv_lora_rank=64, qk_head_dim=32, qk_pos_emb_head_dim=16,
                  v_head_dim=32, mtp_num_layers=1)
-#: GPT-OSS-like: sliding window on every other layer, biases, top-1 routing (Switch-style).
+#: GPT-OSS-like: sliding window on every other layer, biases, clamped gated MLP, top-1
+#: routing (Switch-style).
 WINDOWED = make_model(name="tiny-window", num_layers=4, hidden_size=256, num_attention_heads=8,
                       num_query_groups=2, vocab_size=1000, seq_length=512, swiglu=True,
                       normalization="RMSNorm", untie_embeddings_and_output_weights=True,
                       position_embedding_type="rope", hidden_dropout=0.0,
                       attention_dropout=0.0, window_size=128, window_attn_skip_freq=2,
-                      num_experts=4, moe_router_topk=1, moe_ffn_hidden_size=128)
+                      num_experts=4, moe_router_topk=1, moe_ffn_hidden_size=128,
+                      activation_func_clamp_value=7.0)
 MODERN_PLANS = [
     (WINDOWED, ParallelPlan(tp=1, pp=1, dp=4, ep=4, etp=1, micro_batch_size=1,
                             global_batch_size=4, distributed_optimizer=True)),

@@ -206,6 +206,8 @@ def architecture_from_flags(argv: list[str]) -> dict:
         window_size=tuple_type(a["--window-size"]) if "--window-size" in a else None,
         window_attn_skip_freq=(moe_freq_type(a["--window-attn-skip-freq"])
                                if "--window-attn-skip-freq" in a else None),
+        activation_func_clamp_value=(float(a["--activation-func-clamp-value"])
+                                     if "--activation-func-clamp-value" in a else None),
         use_cpu_initialization=True)
     if mla:   # MLATransformerConfig; the mla argument group's defaults (not the config's)
         config.update(
@@ -290,6 +292,7 @@ ALTERNATIVES: dict[str, tuple] = {
     "mtp_num_layers": (None, 1, 2),
     "window_size": (None, 8, 32),
     "window_attn_skip_freq": (2,),
+    "activation_func_clamp_value": (7.0,),
 }
 
 #: Fields make_model accepts only when the base has the named field set (MoE fields need
@@ -299,7 +302,7 @@ NEEDS = {**{f: "num_experts" for f in ("moe_router_topk", "moe_ffn_hidden_size",
                                        "moe_layer_freq")},
          **{f: "multi_latent_attention" for f in ("q_lora_rank", "kv_lora_rank", "qk_head_dim",
                                                   "qk_pos_emb_head_dim", "v_head_dim")},
-         "window_attn_skip_freq": "window_size"}
+         "window_attn_skip_freq": "window_size", "activation_func_clamp_value": "swiglu"}
 
 #: Fields make_model derives when they are not given (kv_channels = h/a, groups = heads,
 #: moe_ffn_hidden_size = ffn_hidden_size): a one-field change may move them too.
@@ -461,6 +464,7 @@ def _check_fields_round_trip(spec: ModelSpec, plan: ParallelPlan, label: str) ->
         mtp_num_layers=c["mtp_num_layers"],
         window_size=c["window_size"][0] if c["window_size"] else None,
         window_attn_skip_freq=c["window_attn_skip_freq"],
+        activation_func_clamp_value=c["activation_func_clamp_value"],
         multi_latent_attention=c.get("multi_latent_attention", False))
     want = {k: getattr(spec, k) for k in got}
     want["vocab_size"] = padded_vocab(spec.vocab_size, plan.tp)

@@ -76,14 +76,18 @@ def test_llama2_cp_rows_within_10_percent(report):
 
 #: Published runs the memory model says do not fit, and why (everything else must fit).
 NOT_FITTING = {
-    # the H100 recipe adds recompute_modules [layernorm, moe_act], not in the row
+    # the H100 and B200 recipes add recompute_modules [layernorm, moe_act], not in the rows:
+    # it drops what the MoE activation keeps, two copies of the fc1 output with GPT-OSS's
+    # clamp (tests/test_eager_mlp_ops.py)
     "bridge 25.11 gpt-oss-120b dgx-h100-80gb bf16 64",
+    "bridge 25.11 gpt-oss-120b dgx-b200-180gb bf16 64",
+    "bridge 26.04.01 gpt-oss-120b dgx-b200-180gb bf16 64",
 }
 
 
 def test_published_runs_fit_except_the_listed(report):
-    """Every published configuration is predicted to fit in GPU memory but the one listed
-    with its reason (FP8 rows with the FP8 parameter gather their presets set, Bridge rows
+    """Every published configuration is predicted to fit in GPU memory but those listed
+    with their reason (FP8 rows with the FP8 parameter gather their presets set, Bridge rows
     with BF16 main gradients, the FSDP row with Megatron FSDP)."""
     over = {c.run.name for c in report.checks if c.fits is False}
     assert over == NOT_FITTING
@@ -103,14 +107,15 @@ def test_h100_fp8_and_dense_blackwell_within_8_percent(report):
 
 
 def test_groups_missing_the_target_do_not_regress(report):
-    """Blackwell and H100 BF16 miss 8 %: GPT-OSS runs 1.4-2x slower than the model in every
-    release and on every GPU (an unmodelled cost of that model, see README), and
-    Megatron-Bridge releases disagree by up to 1.6x on one Qwen3 configuration. Bounds at
-    today's figures so that a change making them worse fails."""
-    assert _group(report, "Blackwell").mape <= 0.18
-    assert _group(report, "H100 bf16").mape <= 0.36
-    assert report.overall.mape <= 0.135
-    assert report.overall.spearman >= 0.96
+    """Blackwell and H100 BF16 miss 8 %: GPT-OSS's BF16 runs are 1.2-1.8x slower than the
+    model in every release and on every GPU (an unmodelled cost of that model, see README),
+    and Megatron-Bridge releases disagree by up to 1.6x on one Qwen3 configuration. Bounds
+    at today's figures (13.7 %, 23.3 %, 10.6 %, 0.971) so that a change making them worse
+    fails."""
+    assert _group(report, "Blackwell").mape <= 0.14
+    assert _group(report, "H100 bf16").mape <= 0.24
+    assert report.overall.mape <= 0.11
+    assert report.overall.spearman >= 0.97
 
 
 def test_bridge_fp8_mx_alternatives_are_priced_as_mxfp8_runs():

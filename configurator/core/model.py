@@ -51,6 +51,9 @@ class ModelSpec:
     ``window_size``: sliding-window attention over that many past keys (Megatron
     ``--window-size (w,0)``), on every layer or, with ``window_attn_skip_freq`` N, on all but
     every N-th layer (``--window-attn-skip-freq``, GPT-OSS: 2).
+    ``activation_func_clamp_value``: the gated MLP's inputs clamped to it before the
+    activation (TransformerConfig, GPT-OSS: 7.0, Hugging Face ``swiglu_limit``; megatron-core
+    clamps them in eager ops ahead of its fused activation, ``weighted_bias_quick_geglu_impl``).
     """
 
     name: str = "custom"
@@ -87,6 +90,7 @@ class ModelSpec:
     mtp_num_layers: int | None = None
     window_size: int | None = None
     window_attn_skip_freq: int | None = None
+    activation_func_clamp_value: float | None = None
 
     @property
     def is_moe(self) -> bool:
@@ -174,7 +178,7 @@ MODEL_KEYS_OPTIONAL = ("name", "num_query_groups", "ffn_hidden_size", "kv_channe
                        "moe_shared_expert_intermediate_size", "moe_layer_freq",
                        "multi_latent_attention", "q_lora_rank", "kv_lora_rank", "qk_head_dim",
                        "qk_pos_emb_head_dim", "v_head_dim", "mtp_num_layers", "window_size",
-                       "window_attn_skip_freq")
+                       "window_attn_skip_freq", "activation_func_clamp_value")
 MODEL_KEYS = MODEL_KEYS_REQUIRED + MODEL_KEYS_OPTIONAL
 
 
@@ -291,8 +295,15 @@ def make_model(**kw: Any) -> ModelSpec:
     if window["window_attn_skip_freq"] and not window["window_size"]:
         raise InputError("window_attn_skip_freq", window["window_attn_skip_freq"],
                          "needs window_size")
+    clamp = kw.get("activation_func_clamp_value")
+    if clamp is not None:
+        clamp = v.positive_float("activation_func_clamp_value", clamp)
+        if not swiglu:
+            raise InputError("activation_func_clamp_value", clamp,
+                             "clamps a gated MLP's inputs: needs swiglu (a gated linear unit)")
     name = v.display_name("name", kw.get("name", "custom"))
     return ModelSpec(name=name, num_query_groups=groups, ffn_hidden_size=ffn,
+                     activation_func_clamp_value=clamp,
                      kv_channels=kv_channels, swiglu=swiglu, normalization=norm,
                      norm_epsilon=float(eps), position_embedding_type=pos,
                      rotary_base=rotary_base, num_experts=experts, mtp_num_layers=mtp,
@@ -348,7 +359,7 @@ _MOE_PRESETS: dict[str, dict[str, Any]] = {
                          num_query_groups=8, kv_channels=64, ffn_hidden_size=2880,
                          vocab_size=201088, rotary_base=150000, add_bias_linear=True,
                          num_experts=128, moe_router_topk=4, window_size=128,
-                         window_attn_skip_freq=2),
+                         window_attn_skip_freq=2, activation_func_clamp_value=7.0),
 }
 
 
@@ -519,6 +530,8 @@ def from_hf_config(cfg: Mapping[str, Any], name: str = "hf-model") -> ModelSpec:
             # biases on q/k/v/o and on the experts (modeling_gpt_oss.py); the per-head
             # attention sinks (a·L parameters, < 1e-7 of the model) are not counted.
             kw["add_bias_linear"] = True
+            if get("swiglu_limit") is not None:   # GptOssExperts clamps gate and up
+                kw["activation_func_clamp_value"] = get("swiglu_limit")
     elif mtype in ("qwen2_moe", "qwen3_moe"):
         dense = get("mlp_only_layers", []) or []
         if not isinstance(dense, list) or any(isinstance(i, bool) or not isinstance(i, int)

@@ -35,7 +35,8 @@ Per layer and microbatch on one GPU (tokens per rank ``T = b·s/cp``):
   all-to-all dispatcher's host synchronisation) the layer takes the host's time instead
   (:func:`host_layer_s`; ``Efficiency.host_op_s``).
 * biased experts (GPT-OSS): megatron-core adds the fc2 biases outside the grouped GEMM, one
-  expert at a time in FP32 (:data:`EXPERT_BIAS_BYTES`).
+  expert at a time in FP32 (:data:`EXPERT_BIAS_BYTES`); a clamped gated MLP (GPT-OSS's
+  ``activation_func_clamp_value``) clamps its fc1 output in eager ops (:data:`CLAMP_BYTES`).
 """
 
 from __future__ import annotations
@@ -137,7 +138,8 @@ def host_layer_s(model: ModelSpec, c: Candidates, gpu: GPUSpec) -> tuple:
     GEMM member's operations (its input cast); biased experts add their eager bias's
     operations (:data:`EXPERT_BIAS_KERNELS`)."""
     op = gpu.efficiency.host_op_s
-    dense = HOST_OPS_DENSE * op
+    dense = (HOST_OPS_DENSE + CLAMP_KERNELS[0] * (model.activation_func_clamp_value
+                                                  is not None)) * op
     if not model.is_moe:
         return dense, dense
     local = model.num_experts / c.ep.astype(float)
@@ -173,11 +175,34 @@ EXPERT_BIAS_BYTES = (28.0, 36.0)
 EXPERT_BIAS_KERNELS = ((2, 2), (5, 1))
 
 
+#: HBM bytes per element of a gated MLP's fc1 output (``gate·f`` wide) moved by clamping it
+#: (``activation_func_clamp_value``: megatron-core's ``weighted_bias_quick_geglu_impl``
+#: clamps the two halves and concatenates them in eager ops before its fused activation;
+#: core 0.16.1 ``fusions/fused_bias_geglu.py``), ``(forward, backward)``: the two clamps (read
+#: 2, write 2) and ``torch.cat`` (read 2, write 2); backward the clamps' gradients (read the
+#: gradient and the saved input, write 2: 6) and the halves' gradients joined (read 2,
+#: write 2). Kernels :data:`CLAMP_KERNELS`. The clamps keep the unclamped fc1 output for
+#: backward (memory_model.activations).
+CLAMP_BYTES = (8.0, 10.0)
+CLAMP_KERNELS = (3, 3)
+
+
+def clamp_s(model: ModelSpec, elements, gpu: GPUSpec) -> tuple:
+    """``(forward, backward)`` seconds of clamping ``elements`` fc1 outputs
+    (:data:`CLAMP_BYTES`); 0 for a model without ``activation_func_clamp_value``."""
+    if model.activation_func_clamp_value is None:
+        return 0.0 * elements, 0.0 * elements
+    eff = gpu.efficiency
+    return tuple(b * elements / (gpu.hbm_bandwidth_Bps * eff.hbm) + k * eff.kernel_overhead_s
+                 for b, k in zip(CLAMP_BYTES, CLAMP_KERNELS))
+
+
 def moe_mlp_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec, T, kw):
     """Forward time (s) of one MoE layer's MLP part for one microbatch on one rank and the
-    per-rank routed tokens: ``{"fwd", "bias_fwd", "bias_bwd", "tokens_routed",
-    "tokens_in"}`` (``bias_*``: the eager expert bias of :data:`EXPERT_BIAS_BYTES`, 0 without
-    ``add_bias_linear``; ``fwd`` includes ``bias_fwd``).
+    per-rank routed tokens: ``{"fwd", "eager_fwd", "eager_bwd", "tokens_routed",
+    "tokens_in"}`` (``eager_*``: the eager expert bias of :data:`EXPERT_BIAS_BYTES` and the
+    clamp of :data:`CLAMP_BYTES`, each priced by its own backward count, 0 for a model with
+    neither; ``fwd`` includes ``eager_fwd``).
 
     Tokens per rank ``X = T/tp`` (sequence parallel), routed copies ``R = k·X·etp`` over
     ``E/ep`` local experts (grouped GEMMs: ``E/ep`` GEMMs of ``R·ep/E`` rows, fc1 ``h →
@@ -211,10 +236,14 @@ def moe_mlp_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec, T, kw):
         bias_f, bias_b = (b * R * h / (gpu.hbm_bandwidth_Bps * eff.hbm)
                           + (k[0] * local + k[1]) * eff.kernel_overhead_s
                           for b, k in zip(EXPERT_BIAS_BYTES, EXPERT_BIAS_KERNELS))
+    clamp_f, clamp_b = clamp_s(model, R * gate * fe / etp, gpu)
+    if fs:
+        shared_f, shared_b = clamp_s(model, T * gate * fs / tp, gpu)
+        clamp_f, clamp_b = clamp_f + shared_f, clamp_b + shared_b
     fwd = (experts + router + shared + elem / (gpu.hbm_bandwidth_Bps * eff.hbm)
-           + MOE_EXTRA_KERNELS * eff.kernel_overhead_s + bias_f)
-    return {"fwd": fwd, "bias_fwd": bias_f, "bias_bwd": bias_b, "tokens_routed": R,
-            "tokens_in": X}
+           + MOE_EXTRA_KERNELS * eff.kernel_overhead_s + bias_f + clamp_f)
+    return {"fwd": fwd, "eager_fwd": bias_f + clamp_f, "eager_bwd": bias_b + clamp_b,
+            "tokens_routed": R, "tokens_in": X}
 
 
 def profiled_layer_s(profile, c: Candidates, fwd, bwd) -> tuple:
@@ -292,8 +321,11 @@ def layer_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec, profile=None) -> 
         hs = h / np.where(c.sequence_parallel, tp, 1.0)   # SP: cast before the all-gather
         cast_f = FP8_CAST_BYTES * T * (2 * hs + a * dv / tp + f / tp)
         cast_b = FP8_CAST_BYTES * T * ((a + 2 * g) * dqk / tp + 2 * hs + fc1_n / tp)
-    elem_fwd = (elem + cast_f) / (hbm * eff.hbm) + n_kernels * eff.kernel_overhead_s
-    elem_bwd = (2 * elem + cast_b) / (hbm * eff.hbm) + 2 * n_kernels * eff.kernel_overhead_s
+    clamp_f, clamp_b = clamp_s(model, T * fc1_n / tp, gpu)     # the dense MLP's clamp
+    elem_fwd = ((elem + cast_f) / (hbm * eff.hbm) + n_kernels * eff.kernel_overhead_s
+                + clamp_f)
+    elem_bwd = ((2 * elem + cast_b) / (hbm * eff.hbm) + 2 * n_kernels * eff.kernel_overhead_s
+                + clamp_b)
     fwd = gemm_fwd + attn_fwd + elem_fwd
     bwd = 2 * gemm_fwd + attn_bwd + elem_bwd
     if profile is not None:
@@ -307,11 +339,14 @@ def layer_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec, profile=None) -> 
            "tokens": T, "gemm_kw": kw}
     if model.is_moe:
         moe = moe_mlp_costs(model, c, gpu, T, kw)
-        delta = moe["fwd"] - gemm_mlp - (mlp_elem + (FP8_CAST_BYTES * T * (hs + f / tp)
-                                                     if fp8 else 0.0)) / (hbm * eff.hbm)
-        # backward 2x the forward's MLP difference, the eager expert bias by its own count
+        dense_mlp = gemm_mlp + (mlp_elem + (FP8_CAST_BYTES * T * (hs + f / tp)
+                                            if fp8 else 0.0)) / (hbm * eff.hbm)
+        delta = moe["fwd"] - dense_mlp - clamp_f
+        # the dense MLP's backward (2x its forward, and its clamp's) replaced by the MoE
+        # MLP's (2x its forward, the eager bias and clamp by their own counts)
         out.update(moe_fwd=fwd + delta,
-                   moe_bwd=bwd + 2 * (delta - moe["bias_fwd"]) + moe["bias_bwd"],
+                   moe_bwd=(bwd - 2 * dense_mlp - clamp_b
+                            + 2 * (moe["fwd"] - moe["eager_fwd"]) + moe["eager_bwd"]),
                    moe_recompute=np.where(c.recompute == 2, fwd + delta, recompute),
                    tokens_routed=moe["tokens_routed"], tokens_in=moe["tokens_in"])
     else:

@@ -1,0 +1,151 @@
+"""GPT-OSS's eager MLP operations in megatron-core.
+
+* The fc2 bias of biased experts (``add_bias_linear``): ``TEGroupedMLP._apply_bias`` adds
+  each local expert's bias, weighted by its FP32 router probability, outside the grouped
+  GEMM.
+* The clamp of a gated MLP's inputs (``activation_func_clamp_value``):
+  ``weighted_bias_quick_geglu_impl`` clamps both halves of the fc1 output and concatenates
+  them in eager ops before its fused activation, and the clamps keep the unclamped output
+  for backward.
+
+Each costs exactly its HBM bytes and kernels; a model without them pays nothing."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from configurator.core.candidates import Candidates
+from configurator.core.model import MODEL_PRESETS
+from configurator.core.plan import ParallelPlan
+from configurator.cost.compute import (CLAMP_BYTES, CLAMP_KERNELS, EXPERT_BIAS_BYTES,
+                                       EXPERT_BIAS_KERNELS, HOST_BACKWARD_FACTOR,
+                                       layer_costs)
+from memory_model.activations import layer_activation_bytes, moe_mlp_activation_delta
+from topology.cluster import load_cluster
+
+OSS = MODEL_PRESETS["gpt-oss-120b"]
+PLAN = ParallelPlan(tp=1, pp=4, dp=16, ep=8, etp=1, micro_batch_size=1,
+                    global_batch_size=1280, distributed_optimizer=True)
+
+
+def _costs(model, precision="bf16"):
+    gpu = load_cluster("dgx-h100-80gb").gpu
+    lc = layer_costs(model, Candidates.from_plan(dataclasses.replace(PLAN,
+                                                                      precision=precision)),
+                     gpu)
+    return {k: float(lc[k][0]) if hasattr(lc[k], "__len__") else float(lc[k])
+            for k in ("moe_fwd", "moe_bwd", "fwd", "bwd", "moe_host", "tokens_routed")}, gpu
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp8"])
+def test_bias_adds_its_bytes_and_kernels_and_nothing_else(precision):
+    biased, gpu = _costs(OSS, precision)
+    plain, _ = _costs(dataclasses.replace(OSS, add_bias_linear=False), precision)
+    eff = gpu.efficiency
+    elements = biased["tokens_routed"] * OSS.hidden_size        # R x h, the fc2 output
+    local = OSS.num_experts / PLAN.ep                             # 16 local experts
+    for key, i in (("moe_fwd", 0), ("moe_bwd", 1)):
+        want = (EXPERT_BIAS_BYTES[i] * elements / (gpu.hbm_bandwidth_Bps * eff.hbm)
+                + (EXPERT_BIAS_KERNELS[i][0] * local + EXPERT_BIAS_KERNELS[i][1])
+                * eff.kernel_overhead_s)
+        assert biased[key] - plain[key] == pytest.approx(want, rel=1e-9)
+    # the dense part of the layer and the routed tokens do not move
+    assert (biased["fwd"], biased["bwd"]) == (plain["fwd"], plain["bwd"])
+    assert biased["tokens_routed"] == plain["tokens_routed"] == 4 * 4096
+    # the host issues the multiply and the add for every local expert
+    assert biased["moe_host"] - plain["moe_host"] == pytest.approx(
+        EXPERT_BIAS_KERNELS[0][0] * local * eff.host_op_s, rel=1e-9)
+    assert HOST_BACKWARD_FACTOR == 2.0
+
+
+def test_bias_bytes_sum_the_passes():
+    """Forward: b·p (write 4), t + b·p (read 2 + 4, write 4), cat (read 4, write 4), cast
+    (read 4, write 2); backward: the cast's gradient (read 2, write 4), the add's (read 4,
+    write 2), the two products' gradients (read 4, write 4, read 4 each)."""
+    assert EXPERT_BIAS_BYTES == (4 + (2 + 4 + 4) + (4 + 4) + (4 + 2),
+                                 (2 + 4) + (4 + 2) + 2 * (4 + 4 + 4))
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp8"])
+def test_clamp_adds_its_bytes_and_kernels(precision):
+    clamped, gpu = _costs(OSS, precision)
+    plain, _ = _costs(dataclasses.replace(OSS, activation_func_clamp_value=None), precision)
+    eff = gpu.efficiency
+    routed = clamped["tokens_routed"] * 2 * OSS.moe_ffn_hidden_size    # R x 2f_e
+    dense = 4096 * 2 * OSS.ffn_hidden_size                             # T x 2f (tp 1)
+    for key, i, elements in (("moe_fwd", 0, routed), ("moe_bwd", 1, routed),
+                             ("fwd", 0, dense), ("bwd", 1, dense)):
+        want = (CLAMP_BYTES[i] * elements / (gpu.hbm_bandwidth_Bps * eff.hbm)
+                + CLAMP_KERNELS[i] * eff.kernel_overhead_s)
+        assert clamped[key] - plain[key] == pytest.approx(want, rel=1e-9), key
+
+
+def test_clamp_bytes_sum_the_passes():
+    """Forward: two clamps over the halves and the concatenation (read 2, write 2 each);
+    backward: the clamps' gradients (read the gradient and the input, write) and the
+    halves' gradients joined (read 2, write 2)."""
+    assert CLAMP_BYTES == ((2 + 2) + (2 + 2), (2 + 2 + 2) + (2 + 2))
+
+
+def test_clamp_keeps_the_unclamped_fc1_output():
+    """One more 16-bit copy of the fc1 output (2·gate bytes per token and FFN unit) in the
+    dense MLP and in each routed copy's expert MLP."""
+    plain = dataclasses.replace(OSS, activation_func_clamp_value=None)
+    kw = dict(mbs=1, seq=4096, tp=1)
+    extra = (layer_activation_bytes(OSS, sp=False, recompute=0, stores_scores=False, **kw)
+             - layer_activation_bytes(plain, sp=False, recompute=0, stores_scores=False,
+                                      **kw))
+    assert extra == 4096 * OSS.ffn_hidden_size * 4
+    extra_moe = (moe_mlp_activation_delta(OSS, etp=1, **kw)
+                 - moe_mlp_activation_delta(plain, etp=1, **kw))
+    routed = 4 * 4096                                   # top-4 copies of 4,096 tokens
+    assert extra_moe == pytest.approx(routed * OSS.moe_ffn_hidden_size * 4 - extra)
+
+
+def test_megatron_core_keeps_both_copies_on_the_cpu():
+    """megatron-core's own ``weighted_bias_quick_geglu_impl`` on the CPU: the tensors it
+    saves for backward hold the fc1 output once without a clamp and twice with one (the
+    clamps' views of it and the concatenated copy)."""
+    torch = pytest.importorskip("torch")
+    fused = pytest.importorskip("megatron.core.fusions.fused_bias_geglu")
+    rows, ffn = 64, 96
+    fc1_out = torch.randn(rows, 2 * ffn, dtype=torch.bfloat16, requires_grad=True) * 1.0
+    weights = torch.rand(rows, 1, dtype=torch.float32, requires_grad=True)
+    held = {}
+
+    def pack(t):
+        held[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    saved = {}
+    for clamp in (None, 7.0):
+        held.clear()
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            fused.weighted_bias_quick_geglu_impl(fc1_out, None, weights, False, 1.0, clamp)
+        saved[clamp] = sum(n for n in held.values() if n >= fc1_out.numel() * 2)
+    assert saved[None] == fc1_out.numel() * 2
+    assert saved[7.0] == 2 * fc1_out.numel() * 2
+
+
+def test_clamp_value_is_checked_and_read_from_hugging_face():
+    from configurator.core.errors import InputError
+    from configurator.core.model import from_hf_config, make_model
+    base = dict(num_layers=2, hidden_size=64, num_attention_heads=4, vocab_size=100,
+                seq_length=64)
+    assert make_model(**base, swiglu=True,
+                      activation_func_clamp_value=7).activation_func_clamp_value == 7.0
+    for value, words in ((0, "positive"), (float("nan"), "positive"), ("7", "positive"),
+                         (True, "positive")):
+        with pytest.raises(InputError, match=words):
+            make_model(**base, swiglu=True, activation_func_clamp_value=value)
+    with pytest.raises(InputError, match="needs swiglu"):
+        make_model(**base, activation_func_clamp_value=7.0)
+    cfg = {"model_type": "gpt_oss", "num_hidden_layers": 2, "hidden_size": 64,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+           "intermediate_size": 64, "vocab_size": 100, "max_position_embeddings": 64,
+           "num_local_experts": 4, "num_experts_per_tok": 2, "hidden_act": "silu",
+           "swiglu_limit": 7.0}
+    assert from_hf_config(cfg).activation_func_clamp_value == 7.0
+    assert OSS.activation_func_clamp_value == 7.0
