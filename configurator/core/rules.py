@@ -22,8 +22,8 @@ from configurator.core.errors import InputError
 from configurator.core.layers import (LayoutError, layout_code, layout_problem, layout_text,
                                       parse_layout, split_ok)
 from configurator.core.model import ModelSpec
-from configurator.core.plan import (PLAN_FIELDS, SCORE_STORING_BACKENDS, ParallelPlan,
-                                    check_field, param_gather_overlap)
+from configurator.core.plan import (PLAN_FIELD, PLAN_FIELDS, SCORE_STORING_BACKENDS,
+                                    ParallelPlan, check_field, param_gather_overlap)
 
 Fields = Mapping[str, Any]   # plan field name -> scalar or numpy array
 
@@ -313,9 +313,9 @@ def plan_for_world(fields: Mapping[str, Any], world_size: int) -> ParallelPlan:
         if spec.type is int and spec.name != "dp" and f.get(spec.name) is not None:
             v.int_in_range((spec.cli_flag or spec.short).lstrip("-").replace("-", "_"),
                            f[spec.name], key=spec.name)
-    for spec in PLAN_FIELDS:   # the model-parallel sizes first: dp derives from them
-        if spec.name in ("tp", "pp", "cp") and f.get(spec.name) is None:
-            f[spec.name] = spec.default
+    for name in ("tp", "pp", "cp"):   # the model-parallel sizes first: dp derives from them
+        if f.get(name) is None:
+            f[name] = PLAN_FIELD[name].default
     divides = RULES[0]
     if not divides.ok(None, f, world_size):
         raise divides.error(None, f, world_size)

@@ -193,12 +193,7 @@ def run_from_mapping(data: Any, where: str = "run") -> MeasuredRun:
             fields[key] = v.choice(f"{where}.{key}", str(val).strip(), spec.choices)
     num_gpus = _integer(f"{where}.num_gpus", row["num_gpus"], "num_gpus")
     given_dp = fields.pop("dp", None)
-    fields.setdefault("cp", 1)
-    if not fields.get("pipeline_model_parallel_layout"):   # else vp is the layout's
-        fields.setdefault("vp", 1)
-    fields.setdefault("ep", 1)
-    fields.setdefault("etp", 1)
-    try:
+    try:   # fields not given take the schema's defaults there (vp: a layout's, if any)
         plan = plan_for_world(fields, num_gpus)
     except InputError as exc:
         raise InputError(f"{where}.{exc.field}", exc.value, exc.rule) from None
