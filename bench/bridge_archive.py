@@ -9,7 +9,8 @@ Reads the performance-summary pages of a Megatron-Bridge checkout
 shared ground truth's CSV schema and prices it exactly as ``configurator validate`` prices
 ``megatron_bridge_perf_subset.csv`` (:func:`configurator.cost.groundtruth.bridge_rows`: the
 newest release of each configuration, BF16 main gradients, FP8 parameter gather with FP8).
-NVFP4 rows (no such precision here) and models without a preset are skipped and counted.
+NVFP4 rows (no such precision here), models without a preset and the recipes of
+``groundtruth.BRIDGE_UNMODELLED_RECIPES`` are skipped and counted.
 
 Run: ``python bench/bridge_archive.py BRIDGE/docs/performance-summary.md
 BRIDGE/docs/performance-summary-archive.md [--all-releases] [--rows]``.
@@ -93,9 +94,12 @@ def main() -> None:
         if not c.problem:
             by[c.run.model].append(c)
     dropping = len([s for s in skipped if "token-dropping" in s])
-    unknown = len([s for s in skipped if "superseded" not in s]) - dropping
-    print(f"{len(rows) + len(nvfp4)} pre-training rows: {len(nvfp4)} NVFP4 and {dropping} "
-          f"token-dropping skipped, {unknown} without a preset system or model or unreadable, "
+    unmodelled = len([s for s in skipped if "no plan field models" in s])
+    unknown = len([s for s in skipped if "superseded" not in s]) - dropping - unmodelled
+    print(f"{len(rows) + len(nvfp4)} pre-training rows: {len(nvfp4)} NVFP4, {dropping} "
+          f"token-dropping and {unmodelled} of recipes no plan field models "
+          f"(groundtruth.BRIDGE_UNMODELLED_RECIPES) skipped, {unknown} without a preset "
+          f"system or model or unreadable, "
           f"{len(problems)} not expressible as a plan here, "
           f"{len(report.checks) - len(problems)} priced")
     print("\n| model | runs | MAPE | worst | predicted not to fit |\n|---|---|---|---|---|")

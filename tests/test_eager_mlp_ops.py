@@ -19,9 +19,9 @@ import pytest
 from configurator.core.candidates import Candidates
 from configurator.core.model import MODEL_PRESETS
 from configurator.core.plan import ParallelPlan
-from configurator.cost.compute import (CLAMP_BYTES, CLAMP_KERNELS, EXPERT_BIAS_BYTES,
-                                       EXPERT_BIAS_KERNELS, HOST_BACKWARD_FACTOR,
-                                       layer_costs)
+from configurator.cost.compute import (CLAMP_BYTES, CLAMP_KERNELS, EAGER_BYTES_PER_SM_S,
+                                       EXPERT_BIAS_BYTES, EXPERT_BIAS_KERNELS,
+                                       HOST_BACKWARD_FACTOR, layer_costs)
 from memory_model.activations import layer_activation_bytes, moe_mlp_activation_delta
 from topology.cluster import load_cluster
 
@@ -47,7 +47,8 @@ def test_bias_adds_its_bytes_and_kernels_and_nothing_else(precision):
     elements = biased["tokens_routed"] * OSS.hidden_size        # R x h, the fc2 output
     local = OSS.num_experts / PLAN.ep                             # 16 local experts
     for key, i in (("moe_fwd", 0), ("moe_bwd", 1)):
-        want = (EXPERT_BIAS_BYTES[i] * elements / (gpu.hbm_bandwidth_Bps * eff.hbm)
+        want = (EXPERT_BIAS_BYTES[i] * elements
+                / (EAGER_BYTES_PER_SM_S * gpu.num_sms)
                 + (EXPERT_BIAS_KERNELS[i][0] * local + EXPERT_BIAS_KERNELS[i][1])
                 * eff.kernel_overhead_s)
         assert biased[key] - plain[key] == pytest.approx(want, rel=1e-9)
@@ -63,9 +64,10 @@ def test_bias_adds_its_bytes_and_kernels_and_nothing_else(precision):
 def test_bias_bytes_sum_the_passes():
     """Forward: b·p (write 4), t + b·p (read 2 + 4, write 4), cat (read 4, write 4), cast
     (read 4, write 2); backward: the cast's gradient (read 2, write 4), the add's (read 4,
-    write 2), the two products' gradients (read 4, write 4, read 4 each)."""
+    write 2), the two products' gradients (multiply: read 4, write 4; sum: read 4; each),
+    the inputs' gradients joined (read 2, write 2)."""
     assert EXPERT_BIAS_BYTES == (4 + (2 + 4 + 4) + (4 + 4) + (4 + 2),
-                                 (2 + 4) + (4 + 2) + 2 * (4 + 4 + 4))
+                                 (2 + 4) + (4 + 2) + 2 * (4 + 4 + 4) + (2 + 2))
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp8"])
@@ -77,16 +79,94 @@ def test_clamp_adds_its_bytes_and_kernels(precision):
     dense = 4096 * 2 * OSS.ffn_hidden_size                             # T x 2f (tp 1)
     for key, i, elements in (("moe_fwd", 0, routed), ("moe_bwd", 1, routed),
                              ("fwd", 0, dense), ("bwd", 1, dense)):
-        want = (CLAMP_BYTES[i] * elements / (gpu.hbm_bandwidth_Bps * eff.hbm)
+        want = (CLAMP_BYTES[i] * elements
+                / (EAGER_BYTES_PER_SM_S * gpu.num_sms)
                 + CLAMP_KERNELS[i] * eff.kernel_overhead_s)
         assert clamped[key] - plain[key] == pytest.approx(want, rel=1e-9), key
 
 
 def test_clamp_bytes_sum_the_passes():
     """Forward: two clamps over the halves and the concatenation (read 2, write 2 each);
-    backward: the clamps' gradients (read the gradient and the input, write) and the
-    halves' gradients joined (read 2, write 2)."""
-    assert CLAMP_BYTES == ((2 + 2) + (2 + 2), (2 + 2 + 2) + (2 + 2))
+    backward, per element of either half: the two-sided clamp's gradient (two compares
+    writing 1-byte masks, their and, the where: 14) and the one-sided one's (a compare and
+    the where: 8), then the halves' gradients joined (read 2, write 2)."""
+    two_sided = (2 + 1) + (2 + 1) + (1 + 1 + 1) + (1 + 2 + 2)
+    one_sided = (2 + 1) + (1 + 2 + 2)
+    assert CLAMP_BYTES == ((2 + 2) + (2 + 2), (two_sided + one_sided) / 2 + (2 + 2))
+
+
+def _count_ops(torch, fn, grad):
+    """``[(forward kernels, bytes), (backward kernels, bytes)]`` of ``fn()`` and its
+    backward: every ATen operation that is not a view or an allocation, and the bytes of
+    the tensors it reads and writes, recorded by a TorchDispatchMode."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    free = {"view", "_unsafe_view", "t", "transpose", "expand", "split", "split_with_sizes",
+            "chunk", "slice", "select", "unsqueeze", "squeeze", "reshape", "alias", "detach",
+            "as_strided", "permute", "unbind", "narrow", "empty", "empty_like",
+            "empty_strided", "new_empty", "new_empty_strided", "scalar_tensor", "lift_fresh",
+            "_local_scalar_dense"}
+
+    class Count(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.kernels, self.bytes = 0, 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if func.overloadpacket.__name__ not in free:
+                tensors = [t for t in tree_flatten((args, kwargs, out))[0]
+                           if isinstance(t, torch.Tensor)]
+                self.kernels += 1
+                self.bytes += sum(t.numel() * t.element_size() for t in tensors)
+            return out
+
+    fwd, bwd = Count(), Count()
+    with fwd:
+        out = fn()
+    with bwd:
+        out.backward(grad)
+    return [(fwd.kernels, fwd.bytes), (bwd.kernels, bwd.bytes)]
+
+
+def test_megatron_core_bias_moves_the_priced_bytes_on_the_cpu():
+    """megatron-core's own ``TEGroupedMLP._apply_bias``, op by op: its kernels and bytes per
+    routed output element are :data:`EXPERT_BIAS_KERNELS` and :data:`EXPERT_BIAS_BYTES`
+    (the per-expert bias and probability vectors add well under 1 %)."""
+    torch = pytest.importorskip("torch")
+    experts = pytest.importorskip("megatron.core.transformer.moe.experts")
+    local, per, h = 8, 256, 512
+    rows = local * per
+    inter = torch.randn(rows, h, dtype=torch.bfloat16, requires_grad=True)
+    probs = torch.rand(rows, 1, dtype=torch.float32, requires_grad=True)
+    biases = [torch.zeros(h, dtype=torch.bfloat16, requires_grad=True) for _ in range(local)]
+    counted = _count_ops(torch, lambda: experts.TEGroupedMLP._apply_bias(
+        inter, biases, [per] * local, probs), torch.randn(rows, h, dtype=torch.bfloat16))
+    for (kernels, moved), (per_expert, once), priced in zip(counted, EXPERT_BIAS_KERNELS,
+                                                            EXPERT_BIAS_BYTES):
+        assert kernels == per_expert * local + once
+        assert moved / (rows * h) == pytest.approx(priced, rel=0.01)
+
+
+def test_megatron_core_clamp_moves_the_priced_bytes_on_the_cpu():
+    """megatron-core's own ``weighted_bias_quick_geglu_impl`` with and without the clamp,
+    op by op: the difference is :data:`CLAMP_KERNELS` kernels and :data:`CLAMP_BYTES` per
+    fc1 output element."""
+    torch = pytest.importorskip("torch")
+    fused = pytest.importorskip("megatron.core.fusions.fused_bias_geglu")
+    rows, ffn = 512, 256
+    weights = torch.rand(rows, 1, dtype=torch.float32)
+    grad = torch.randn(rows, ffn, dtype=torch.bfloat16)
+    counted = {}
+    for clamp in (None, 7.0):
+        fc1_out = torch.randn(rows, 2 * ffn, dtype=torch.bfloat16, requires_grad=True)
+        counted[clamp] = _count_ops(torch, lambda: fused.weighted_bias_quick_geglu_impl(
+            fc1_out, None, weights, False, 1.0, clamp), grad)
+    for i in range(2):
+        assert counted[7.0][i][0] - counted[None][i][0] == CLAMP_KERNELS[i]
+        assert ((counted[7.0][i][1] - counted[None][i][1]) / (rows * 2 * ffn)
+                == pytest.approx(CLAMP_BYTES[i], rel=1e-4))   # + where's 0-d zero
 
 
 def test_clamp_keeps_the_unclamped_fc1_output():
@@ -149,3 +229,17 @@ def test_clamp_value_is_checked_and_read_from_hugging_face():
            "swiglu_limit": 7.0}
     assert from_hf_config(cfg).activation_func_clamp_value == 7.0
     assert OSS.activation_func_clamp_value == 7.0
+
+
+def test_eager_kernels_run_at_the_per_sm_rate_or_the_vectorised_one():
+    """Latency-bound eager kernels scale with SMs: an H100 and an H200 (same 132 SMs) run them
+    at the same rate though the H200's HBM is 43 % faster; a GPU whose vectorised rate is the
+    lower (many SMs, slow HBM) runs them at that."""
+    from configurator.cost.compute import eager_bandwidth_Bps
+    from topology.gpus import GPU_PRESETS
+
+    h100, h200 = GPU_PRESETS["h100-80gb"], GPU_PRESETS["h200-141gb"]
+    assert eager_bandwidth_Bps(h100) == eager_bandwidth_Bps(h200) == 132 * EAGER_BYTES_PER_SM_S
+    assert eager_bandwidth_Bps(h100) < h100.hbm_bandwidth_Bps * h100.efficiency.hbm
+    wide = dataclasses.replace(h100, num_sms=1000)
+    assert eager_bandwidth_Bps(wide) == h100.hbm_bandwidth_Bps * h100.efficiency.hbm

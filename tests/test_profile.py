@@ -10,8 +10,8 @@ import pytest
 
 from configurator.app import profile_jobs
 from configurator.app.profile_jobs import (Profile, ProfileRequest, analytic_comparison,
-                                           guess_gpu_preset, layer_shapes, moe_note,
-                                           run_profile)
+                                           fp8_backend, guess_gpu_preset, layer_shapes,
+                                           moe_note, run_profile)
 from configurator.cli.commands import Parser
 from configurator.cli.profile_command import (add_profile_arguments, format_profile,
                                               run_profile as run_profile_command)
@@ -113,13 +113,57 @@ def test_cli_json_and_force(tiny_yaml, tmp_path, capsys):
     assert json.loads(out.read_text()) == printed
 
 
+def test_fp8_linear_matches_bf16_within_fp8_rounding():
+    """The torch FP8 backend's GEMMs (E4M3 forward, E5M2 gradients, unit scales): output,
+    data, weight and bias gradients within FP8 rounding of bf16 F.linear (E5M2 keeps 2
+    mantissa bits: ~6 % relative), and far from it for a wrong operand order."""
+    fn = profile_jobs._fp8_linear_fn(torch)
+    torch.manual_seed(0)
+    x = torch.randn(2, 32, 64, dtype=torch.bfloat16, requires_grad=True)
+    w = (0.5 * torch.randn(48, 64, dtype=torch.bfloat16)).requires_grad_(True)
+    b = torch.zeros(48, dtype=torch.bfloat16, requires_grad=True)
+    w8 = w.detach().to(torch.float8_e4m3fn)
+    out = fn.apply(x, w, w8, w8.t().contiguous(), b)
+    grad = torch.randn_like(out)
+    out.backward(grad)
+    ref = [t.detach().clone().requires_grad_(True) for t in (x, w, b)]
+    ref_out = torch.nn.functional.linear(*ref)
+    ref_out.backward(grad)
+
+    def rel(a, c):
+        return float((a.detach().float() - c.float()).norm() / c.float().norm())
+
+    assert out.shape == (2, 32, 48) and out.dtype == torch.bfloat16
+    for got, want in ((out, ref_out), (x.grad, ref[0].grad), (w.grad, ref[1].grad)):
+        assert got.shape == want.shape and rel(got, want) < 0.1
+    assert rel(b.grad, ref[2].grad) < 1e-2
+    assert rel(w.grad, ref[1].grad.t().reshape(48, 64)) > 0.5     # the check can fail
+
+
+def test_fp8_profile_on_cpu_names_its_backend(tiny_yaml, tmp_path):
+    res = run_profile(_request(tiny_yaml, tmp_path / "p.yaml", precision="fp8", tp=(1,)))
+    assert res.layer.precision == "fp8" and "torch._scaled_mm" in res.layer.note
+    assert load_profile(res.written).note == res.layer.note
+    assert all(e.forward_s > 0 and e.backward_s > 0 for e in res.layer.entries)
+
+
+def test_fp8_backend_refusals():
+    class NoFloat8:
+        __version__ = "1.13.0"
+
+    with pytest.raises(InputError, match="^precision='fp8'.*float8") as err:
+        fp8_backend(NoFloat8, torch.device("cpu"), "fp8")
+    assert "\n" not in str(err.value)
+    assert fp8_backend(torch, torch.device("cpu"), "bf16") == (None, None)
+
+
 def test_layer_parameters_split_over_tp():
     """The layer built at tp 2 holds half the GEMM weights of tp 1 (norms are replicated)."""
     model = make_model(**TINY)
     sizes = {}
     for tp in (1, 2):
         shape = layer_shapes(model, tp, 1, 1, tp > 1)
-        _, params, x, grad = profile_jobs._build_layer(torch, None, model, shape,
+        _, params, x, grad = profile_jobs._build_layer(torch, (None, None), model, shape,
                                                        torch.device("cpu"))
         sizes[tp] = sum(p.numel() for p in params if p.dim() == 2)
         assert x.shape == grad.shape == (1, shape.seq_in, 128)
@@ -145,7 +189,7 @@ def test_layer_shapes_gqa_cp_and_refusals():
 
 
 @pytest.mark.parametrize("kw, field", [
-    (dict(precision="fp8"), "precision"),       # fp8 needs CUDA and Transformer Engine
+    (dict(precision="fp8", seq_length=124), "precision"),   # _scaled_mm: sizes % 16
     (dict(repeats=0), "repeats"),
     (dict(tp=()), "tp"),
     (dict(gpu="h999"), "gpu"),

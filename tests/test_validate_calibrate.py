@@ -107,15 +107,15 @@ def test_h100_fp8_and_dense_blackwell_within_8_percent(report):
 
 
 def test_groups_missing_the_target_do_not_regress(report):
-    """Blackwell and H100 BF16 miss 8 %: GPT-OSS's BF16 runs are 1.2-1.8x slower than the
-    model in every release and on every GPU (an unmodelled cost of that model, see README),
-    and Megatron-Bridge releases disagree by up to 1.6x on one Qwen3 configuration. Bounds
-    at today's figures (13.7 %, 23.3 %, 10.6 %, 0.971) so that a change making them worse
-    fails."""
-    assert _group(report, "Blackwell").mape <= 0.14
-    assert _group(report, "H100 bf16").mape <= 0.24
-    assert report.overall.mape <= 0.11
-    assert report.overall.spearman >= 0.97
+    """Blackwell and H100 BF16 miss 8 %: GPT-OSS's BF16 runs are 6-34 % slower than the
+    model, most where their recipes recompute the norms and the MoE activation (no plan
+    field; see README), and Megatron-Bridge releases disagree by up to 1.6x on one Qwen3
+    configuration. Bounds at today's figures (8.1 %, 16.9 %, 7.3 %, 0.981) so that a change
+    making them worse fails."""
+    assert _group(report, "Blackwell").mape <= 0.085
+    assert _group(report, "H100 bf16").mape <= 0.17
+    assert report.overall.mape <= 0.075
+    assert report.overall.spearman >= 0.98
 
 
 def test_bridge_fp8_mx_alternatives_are_priced_as_mxfp8_runs():
@@ -374,3 +374,28 @@ def test_bridge_rows_read_alternatives_and_refuse_unreadable_cells(tmp_path):
     assert len(skipped) == 2
     assert "unreadable plan" in skipped[0] and "'two'" in skipped[0]
     assert "no model preset for Nemotron_X" in skipped[1]
+
+
+def test_bridge_recipes_no_plan_models_are_skipped_with_their_source(tmp_path):
+    """From 26.06 the GB200/GB300 MXFP8 recipes of GPT-OSS, Qwen3-30B and DeepSeek-V3 run
+    full-iteration CUDA graphs and the fused grouped MLP: skipped, naming the Bridge commit;
+    the same model in BF16, on a DGX B300, or in an earlier release is priced."""
+    from configurator.cost.groundtruth import bridge_recipe_unmodelled, bridge_rows
+
+    head = ("source,release,section,model,system,precision,num_gpus,gbs,mbs,seq_len,fsdp,tp,"
+            "pp,cp,vp,ep,ga,tokens_per_sec_per_gpu,model_tflops_per_gpu\n")
+    cells = ",64,1280,4,4096,0,1,1,1,n/a,64,,20000,1\n"
+    body = "".join(f"s,{rel},p,GPT OSS 120B,{system},{prec}{cells}" for rel, system, prec in (
+        ("26.08", "DGX-GB300", "MXFP8"), ("26.06.01", "DGX-GB200", "MXFP8"),
+        ("26.04.01", "DGX-GB300", "MXFP8"), ("26.08", "DGX-GB300", "BF16"),
+        ("26.08", "DGX-B300", "MXFP8")))
+    path = tmp_path / "rows.csv"
+    path.write_text(head + body)
+    rows, skipped = bridge_rows(path)
+    assert [(r.release, r.cluster, r.plan.precision) for r in rows] == [
+        ("26.04.01", "gb300-nvl72", "mxfp8"), ("26.08", "gb300-nvl72", "bf16"),
+        ("26.08", "dgx-b300-288gb", "mxfp8")]
+    assert len(skipped) == 2 and all("5f98743d5" in s and "full-iteration CUDA graphs" in s
+                                     for s in skipped)
+    assert bridge_recipe_unmodelled("26.06", "qwen3-30b-a3b", "DGX-GB200", "FP8-MX")
+    assert bridge_recipe_unmodelled("26.06", "llama3-70b", "DGX-GB200", "MXFP8") is None

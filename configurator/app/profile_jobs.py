@@ -29,9 +29,21 @@ Times: ``warmup`` untimed runs, then ``repeats`` runs of forward and of backward
 gradient of the output is a fixed random tensor; data and weight gradients), the median of
 each. On CUDA by ``torch.cuda.Event`` pairs around forward and backward, synchronised after
 each run; on the CPU by :func:`time.perf_counter`. bf16 everywhere (weights and
-activations); ``fp8`` needs CUDA and Transformer Engine: the four GEMMs become
-``transformer_engine.pytorch.Linear`` under ``fp8_autocast`` (hybrid format, delayed
-scaling, Megatron's default recipe).
+activations). ``fp8``: the four GEMMs in FP8, hybrid format (E4M3 forward, E5M2 gradients,
+Megatron's default ``--fp8-format hybrid``), by one of two backends (:func:`fp8_backend`):
+
+* ``transformer_engine`` where it is installed (and on CUDA):
+  ``transformer_engine.pytorch.Linear`` under ``fp8_autocast`` with delayed scaling,
+  Megatron's default recipe;
+* ``torch`` otherwise: :func:`torch._scaled_mm` GEMMs (:func:`_fp8_linear_fn`), as
+  Transformer Engine's ``_Linear`` runs them: the input cast to E4M3 with a row-wise and a
+  transposed (column-wise) copy for the weight-gradient GEMM, the output gradient to E5M2
+  likewise; the weight's two E4M3 copies made once, outside the timed runs (Megatron casts
+  weights on the first microbatch of an iteration only). Scales are unit (delayed scaling's
+  scale is a number already known) and amax is not reduced: Transformer Engine fuses it
+  into its cast, whereas here the cast and the transpose are two torch kernels moving
+  5 bytes per element (Transformer Engine's fused cast-transpose: 4). The profile's
+  ``note`` names the backend.
 
 Mixture-of-experts models: the dense layer only (attention and a dense MLP of
 ``ffn_hidden_size``, the layer :func:`~configurator.cost.compute.layer_costs` calls
@@ -210,6 +222,30 @@ def moe_note(model: ModelSpec) -> str | None:
             f"layers' router and experts are not profiled")
 
 
+def _note(model: ModelSpec, backend: str | None) -> str | None:
+    """The profile's note: the FP8 backend and, for an MoE model, :func:`moe_note`."""
+    parts = [moe_note(model)]
+    if backend == "transformer_engine":
+        parts.append("fp8: Transformer Engine Linear, delayed scaling (hybrid)")
+    elif backend == "torch":
+        parts.append("fp8: torch._scaled_mm GEMMs (hybrid E4M3/E5M2, unit scales; casts and "
+                     "transposes as separate torch kernels; Transformer Engine not used)")
+    return "; ".join(p for p in parts if p) or None
+
+
+def _check_fp8_sizes(s: LayerShapes) -> None:
+    """InputError unless every FP8 GEMM dimension of ``s`` is a multiple of
+    :data:`FP8_GEMM_MULTIPLE` (torch._scaled_mm's rule)."""
+    dims = {"tokens per microbatch": s.batch * s.seq, "hidden_size": s.hidden,
+            "QKV outputs per rank": s.qkv_out, "attention width per rank": s.heads * s.head_dim,
+            "fc1 outputs per rank": s.fc1_out, "ffn per rank": s.ffn}
+    for what, n in dims.items():
+        if n % FP8_GEMM_MULTIPLE:
+            raise InputError("precision", "fp8", f"torch._scaled_mm needs GEMM sizes divisible "
+                                                 f"by {FP8_GEMM_MULTIPLE}: {what} is {n} at "
+                                                 f"tp {s.tp}, cp {s.cp}, mbs {s.batch}")
+
+
 def _values(field_name: str, values: Iterable[int], key: str) -> tuple[int, ...]:
     vals = tuple(values)
     if not vals:
@@ -258,20 +294,79 @@ def _device(torch, device: str):
     return torch.device(device)
 
 
-def _transformer_engine(device, precision: str):
-    """``transformer_engine.pytorch`` for fp8 (None for bf16); InputError without CUDA or
-    without Transformer Engine."""
+#: FP8 GEMM backends of ``profile --precision fp8`` (module docstring).
+FP8_BACKENDS = ("transformer_engine", "torch")
+#: torch._scaled_mm's size rule (cuBLASLt FP8): every GEMM dimension a multiple of 16.
+FP8_GEMM_MULTIPLE = 16
+
+
+def fp8_backend(torch, device, precision: str):
+    """``(name, module)`` of the FP8 GEMM backend for ``precision`` fp8 on ``device``:
+    ``("transformer_engine", transformer_engine.pytorch)`` on CUDA where it is installed,
+    else ``("torch", None)`` (:func:`torch._scaled_mm`); ``(None, None)`` for bf16. Raises
+    :class:`InputError` when torch has neither float8 types nor ``_scaled_mm``, or when a
+    probe GEMM fails on ``device`` (e.g. a GPU before compute capability 8.9)."""
     if precision != "fp8":
-        return None
-    if device.type != "cuda":
-        raise InputError("precision", "fp8", "needs a CUDA device and Transformer Engine "
-                                             "(profiling on the CPU)")
+        return None, None
+    if device.type == "cuda":
+        try:
+            import transformer_engine.pytorch as te
+            return "transformer_engine", te
+        except ImportError:
+            pass
+    if not (hasattr(torch, "_scaled_mm") and hasattr(torch, "float8_e4m3fn")
+            and hasattr(torch, "float8_e5m2")):
+        raise InputError("precision", "fp8", f"needs Transformer Engine or a torch with "
+                                             f"float8 and _scaled_mm (torch "
+                                             f"{torch.__version__})")
+    n = FP8_GEMM_MULTIPLE
     try:
-        import transformer_engine.pytorch as te
-    except ImportError:
-        raise InputError("precision", "fp8", "needs Transformer Engine "
-                                             "(transformer_engine is not installed)") from None
-    return te
+        a = torch.zeros(n, n, device=device).to(torch.float8_e4m3fn)
+        g = torch.zeros(n, n, device=device).to(torch.float8_e5m2)
+        one = torch.ones((), device=device)
+        torch._scaled_mm(g, a.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+    except (RuntimeError, NotImplementedError, TypeError) as err:
+        first = (str(err).strip().splitlines() or ["failed"])[0][:200]
+        raise InputError("precision", "fp8", f"torch._scaled_mm does not run on "
+                                             f"{device.type}: {first}") from None
+    return "torch", None
+
+
+def _fp8_linear_fn(torch):
+    """An autograd function ``apply(x, w, w8, w8t, bias)``: ``x @ w.T (+ bias)`` with FP8
+    GEMMs (module docstring, backend ``torch``). Shapes: ``x [..., K]`` bf16, ``w [N, K]``
+    the bf16 parameter (its gradient returned), ``w8 [N, K]`` and ``w8t [K, N]`` its E4M3
+    copies (row-major), ``bias [N]`` or None; returns ``[..., N]`` bf16. ``_scaled_mm``
+    takes its first operand row-major and its second column-major: forward ``x8 · w8ᵀ``,
+    data gradient ``g8 · w8t``ᵀ, weight gradient ``g8ᵀ · x8t``ᵀ."""
+    e4m3, e5m2, bf16 = torch.float8_e4m3fn, torch.float8_e5m2, torch.bfloat16
+
+    class Fp8Linear(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, w, w8, w8t, bias):
+            one = torch.ones((), device=x.device)
+            lead, k = x.shape[:-1], x.shape[-1]
+            x8 = x.reshape(-1, k).to(e4m3)
+            x8t = x8.t().contiguous()                   # column-wise copy for wgrad
+            out = torch._scaled_mm(x8, w8.t(), scale_a=one, scale_b=one, out_dtype=bf16)
+            if bias is not None:
+                out = out + bias
+            ctx.save_for_backward(x8t, w8t, one)
+            ctx.lead, ctx.k, ctx.has_bias = lead, k, bias is not None
+            return out.view(*lead, w8.shape[0])
+
+        @staticmethod
+        def backward(ctx, grad):
+            x8t, w8t, one = ctx.saved_tensors
+            g = grad.reshape(-1, grad.shape[-1])
+            g8 = g.to(e5m2)
+            g8t = g8.t().contiguous()
+            dx = torch._scaled_mm(g8, w8t.t(), scale_a=one, scale_b=one, out_dtype=bf16)
+            dw = torch._scaled_mm(g8t, x8t.t(), scale_a=one, scale_b=one, out_dtype=bf16)
+            db = g.sum(0) if ctx.has_bias else None
+            return dx.view(*ctx.lead, ctx.k), dw, None, None, db
+
+    return Fp8Linear
 
 
 def run_profile(req: ProfileRequest, progress: Callable | None = None) -> Profile:
@@ -304,10 +399,13 @@ def run_profile(req: ProfileRequest, progress: Callable | None = None) -> Profil
 
     torch = _import_torch()
     device = _device(torch, req.device)
-    te = _transformer_engine(device, req.precision)
+    backend, te = fp8_backend(torch, device, req.precision)
+    if backend == "torch":
+        for shape in shapes:
+            _check_fp8_sizes(shape)
     entries = []
     for shape in (progress(shapes) if progress else shapes):
-        fwd, bwd = _time_layer(torch, te, model, shape, device, warmup=warmup,
+        fwd, bwd = _time_layer(torch, (backend, te), model, shape, device, warmup=warmup,
                                repeats=repeats, seed=req.seed)
         entries.append(ProfileEntry(tp=shape.tp, cp=shape.cp, mbs=shape.batch,
                                     sequence_parallel=shape.sequence_parallel,
@@ -319,7 +417,7 @@ def run_profile(req: ProfileRequest, progress: Callable | None = None) -> Profil
                          torch_version=str(torch.__version__)[:128] or "unknown",
                          model=model.name, model_fingerprint=fingerprint_of(model),
                          precision=req.precision, seq_length=model.seq_length,
-                         entries=tuple(entries), note=moe_note(model))
+                         entries=tuple(entries), note=_note(model, backend))
     comparison, why = (), None
     if not cuda:
         why = "the analytic comparison needs a GPU (profiled on the CPU)"
@@ -360,14 +458,14 @@ def analytic_comparison(model: ModelSpec, layer: LayerProfile,
 
 # --- torch: build and time one layer -------------------------------------------------------
 
-def _time_layer(torch, te, model: ModelSpec, shape: LayerShapes, device, *, warmup: int,
+def _time_layer(torch, fp8, model: ModelSpec, shape: LayerShapes, device, *, warmup: int,
                 repeats: int, seed: int) -> tuple[float, float]:
     """Median forward and backward seconds of one layer at ``shape`` on ``device``."""
     cuda = device.type == "cuda"
     oom = getattr(torch.cuda, "OutOfMemoryError", RuntimeError) if cuda else MemoryError
     try:
         torch.manual_seed(seed)
-        forward, params, x, grad = _build_layer(torch, te, model, shape, device)
+        forward, params, x, grad = _build_layer(torch, fp8, model, shape, device)
         fwd_s, bwd_s = [], []
         for i in range(warmup + repeats):
             for p in params:
@@ -404,10 +502,13 @@ def _time_layer(torch, te, model: ModelSpec, shape: LayerShapes, device, *, warm
     return max(statistics.median(fwd_s), tiny), max(statistics.median(bwd_s), tiny)
 
 
-def _build_layer(torch, te, model: ModelSpec, s: LayerShapes, device):
-    """``(forward, parameters, input, output gradient)`` of one decoder layer at ``s``."""
+def _build_layer(torch, fp8, model: ModelSpec, s: LayerShapes, device):
+    """``(forward, parameters, input, output gradient)`` of one decoder layer at ``s``;
+    ``fp8``: ``(backend, module)`` of :func:`fp8_backend` (``(None, None)``: bf16)."""
     import torch.nn.functional as F
 
+    backend, te = fp8
+    fp8_linear = _fp8_linear_fn(torch) if backend == "torch" else None
     dtype = torch.bfloat16
     params: list = []
 
@@ -425,6 +526,11 @@ def _build_layer(torch, te, model: ModelSpec, s: LayerShapes, device):
             return m
         w = param(n_out, n_in)
         b = param(n_out, fill=0.0) if bias else None
+        if fp8_linear is not None:
+            with torch.no_grad():
+                w8 = w.to(torch.float8_e4m3fn)
+                w8t = w8.t().contiguous()
+            return lambda t: fp8_linear.apply(t, w, w8, w8t, b)
         return lambda t: F.linear(t, w, b)
 
     def norm(width: int):

@@ -34,7 +34,8 @@ def add_profile_arguments(p) -> None:
                    help="sequence parallelism (default: on when tp > 1)")
     p.add_argument("--seq-length", type=int, help="override the model's sequence length")
     p.add_argument("--precision", choices=PROFILE_PRECISIONS, default="bf16",
-                   help="bf16 (default) or fp8 (needs CUDA and Transformer Engine)")
+                   help="bf16 (default) or fp8 (FP8 GEMMs: Transformer Engine where installed, "
+                        "else torch._scaled_mm; the profile's note names which)")
     p.add_argument("--device", choices=DEVICES, default="auto",
                    help="where to run: auto (CUDA when torch sees it, else the CPU; default), "
                         "cuda or cpu")

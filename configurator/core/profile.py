@@ -11,7 +11,7 @@ Format (YAML, or JSON for a ``.json`` file)::
     model_fingerprint: {hidden_size: 4096, num_layers: 32, ffn_hidden_size: 14336,
                         num_attention_heads: 32, num_query_groups: 8, kv_channels: 128,
                         swiglu: true}
-    precision: bf16                    # bf16 or fp8 (Transformer Engine FP8 GEMMs)
+    precision: bf16                    # bf16 or fp8 (FP8 GEMMs; the note names the backend)
     seq_length: 8192                   # the full sequence (each rank holds seq_length / cp)
     note: ...                          # optional: what was not profiled (MoE: dense layer)
     entries:                           # one per shape, (tp, cp, mbs, sp) unique

@@ -159,6 +159,27 @@ MOE_IMBALANCE = 1.0
 MOE_EXTRA_KERNELS = 30
 
 
+#: Attained HBM bytes per second and SM of PyTorch's eager element-wise kernels outside
+#: any fusion: mixed-precision operands (16-bit with FP32), broadcasts, strided halves of a
+#: tensor and 1-byte masks keep TensorIterator off its vectorised path, so each SM keeps
+#: few bytes in flight and the kernels run at the rate memory latency allows per SM
+#: (Little's law), not at the HBM bandwidth: an H200 runs them only 10-15 % faster than
+#: an H100 although its HBM is 43 % faster. Measured with ``bench/kernel_shapes.py
+#: --model gpt-oss-120b --ep 8 --mbs 4`` on megatron-core's own functions (torch 2.11,
+#: CUDA 13.0), the bytes of :data:`EXPERT_BIAS_BYTES` and :data:`CLAMP_BYTES` over the time
+#: less the launches, per SM (132): expert bias forward / backward and clamp forward /
+#: backward 16.0, 15.5, 13.6, 13.7 GB/s on an H100 and 18.2, 18.5, 15.2, 14.5 on an H200;
+#: their geometric mean. A GPU attains the lesser of this times its SMs and its vectorised
+#: rate (:func:`eager_bandwidth_Bps`).
+EAGER_BYTES_PER_SM_S = 15.6e9
+
+
+def eager_bandwidth_Bps(gpu: GPUSpec) -> float:
+    """Attained HBM bandwidth (bytes/s) of eager element-wise kernels on ``gpu``:
+    ``min(η_hbm · HBM, EAGER_BYTES_PER_SM_S · SMs)`` (:data:`EAGER_BYTES_PER_SM_S`)."""
+    return min(gpu.hbm_bandwidth_Bps * gpu.efficiency.hbm, EAGER_BYTES_PER_SM_S * gpu.num_sms)
+
+
 #: HBM bytes per element of the routed experts' ``R×h`` output moved by megatron-core's
 #: eager fc2 bias (models with ``add_bias_linear``: the grouped fc2 hands back its per-expert
 #: biases, ``skip_bias_add=True``, and ``TEGroupedMLP._apply_bias`` adds them weighted by the
@@ -166,25 +187,41 @@ MOE_EXTRA_KERNELS = 30
 #: ``transformer/moe/experts.py``), ``(forward, backward)``: per local expert ``b·p`` (write
 #: 4) and ``t + b·p`` (read 2 + 4, write 4), then ``torch.cat`` (read 4, write 4) and the
 #: cast back to 16 bits (read 4, write 2); backward the cast's gradient to FP32 (read 2,
-#: write 4), the add's to 16 bits (read 4, write 2) and the product's two, ``Σ grad·p`` and
-#: ``Σ grad·b`` (read 4, write 4, read 4 each). The fc1 bias runs in the grouped GEMM.
-EXPERT_BIAS_BYTES = (28.0, 36.0)
+#: write 4), per expert the add's gradient cast to 16 bits (read 4, write 2) and the
+#: product's two, ``Σ grad·p`` and ``Σ grad·b`` (multiply: read 4, write 4; sum: read 4;
+#: each), then the 16-bit gradients joined for the split (read 2, write 2). Counted op by
+#: op on megatron-core's function (``tests/test_eager_mlp_ops.py``). The fc1 bias runs in
+#: the grouped GEMM. Priced at :func:`eager_bandwidth_Bps`.
+EXPERT_BIAS_BYTES = (28.0, 40.0)
 #: Kernels of that path, ``(forward, backward)``, each ``(per local expert, once)``: the
-#: multiply and the add, then the concatenation and the cast; backward the add's cast and
-#: the product's two multiplies and two sums, then the cast's gradient.
-EXPERT_BIAS_KERNELS = ((2, 2), (5, 1))
+#: multiply and the add, then the concatenation and the cast; backward per expert the add's
+#: cast, the product's two multiplies and two sums and the bias gradient's cast, then the
+#: cast's gradient and the two concatenations (probabilities' and inputs' gradients).
+EXPERT_BIAS_KERNELS = ((2, 2), (6, 3))
 
 
 #: HBM bytes per element of a gated MLP's fc1 output (``gate·f`` wide) moved by clamping it
 #: (``activation_func_clamp_value``: megatron-core's ``weighted_bias_quick_geglu_impl``
 #: clamps the two halves and concatenates them in eager ops before its fused activation;
 #: core 0.16.1 ``fusions/fused_bias_geglu.py``), ``(forward, backward)``: the two clamps (read
-#: 2, write 2) and ``torch.cat`` (read 2, write 2); backward the clamps' gradients (read the
-#: gradient and the saved input, write 2: 6) and the halves' gradients joined (read 2,
-#: write 2). Kernels :data:`CLAMP_KERNELS`. The clamps keep the unclamped fc1 output for
-#: backward (memory_model.activations).
-CLAMP_BYTES = (8.0, 10.0)
-CLAMP_KERNELS = (3, 3)
+#: 2, write 2) and ``torch.cat`` (read 2, write 2); backward PyTorch's ``clamp_backward``
+#: (``torch/csrc/autograd/FunctionsManual.cpp``), over half the elements each: the two-sided
+#: clamp ``where((x >= lo).logical_and_(x <= hi), grad, 0)`` (``>=`` and ``<=`` read 2, write
+#: a 1-byte mask; the ``and`` reads 2 masks, writes 1; ``where`` reads the mask and 2, writes
+#: 2: 14) and the one-sided ``where(x <= hi, grad, 0)`` (3 + 5: 8), then the halves'
+#: gradients joined (read 2, write 2). Counted op by op on megatron-core's function
+#: (``tests/test_eager_mlp_ops.py``). Kernels :data:`CLAMP_KERNELS`. Priced at
+#: :func:`eager_bandwidth_Bps`. The clamps keep the unclamped fc1 output for backward
+#: (memory_model.activations).
+CLAMP_BYTES = (8.0, 15.0)
+CLAMP_KERNELS = (3, 7)
+
+
+def eager_s(bytes_moved, kernels, gpu: GPUSpec):
+    """Seconds of eager element-wise kernels moving ``bytes_moved`` HBM bytes in ``kernels``
+    launches (:func:`eager_bandwidth_Bps`)."""
+    return (bytes_moved / eager_bandwidth_Bps(gpu)
+            + kernels * gpu.efficiency.kernel_overhead_s)
 
 
 def clamp_s(model: ModelSpec, elements, gpu: GPUSpec) -> tuple:
@@ -192,9 +229,7 @@ def clamp_s(model: ModelSpec, elements, gpu: GPUSpec) -> tuple:
     (:data:`CLAMP_BYTES`); 0 for a model without ``activation_func_clamp_value``."""
     if model.activation_func_clamp_value is None:
         return 0.0 * elements, 0.0 * elements
-    eff = gpu.efficiency
-    return tuple(b * elements / (gpu.hbm_bandwidth_Bps * eff.hbm) + k * eff.kernel_overhead_s
-                 for b, k in zip(CLAMP_BYTES, CLAMP_KERNELS))
+    return tuple(eager_s(b * elements, k, gpu) for b, k in zip(CLAMP_BYTES, CLAMP_KERNELS))
 
 
 def moe_mlp_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec, T, kw):
@@ -233,8 +268,7 @@ def moe_mlp_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec, T, kw):
         elem = elem + FP8_CAST_BYTES * R * (h + fe / etp)
     bias_f = bias_b = 0.0 * R
     if model.add_bias_linear:
-        bias_f, bias_b = (b * R * h / (gpu.hbm_bandwidth_Bps * eff.hbm)
-                          + (k[0] * local + k[1]) * eff.kernel_overhead_s
+        bias_f, bias_b = (eager_s(b * R * h, k[0] * local + k[1], gpu)
                           for b, k in zip(EXPERT_BIAS_BYTES, EXPERT_BIAS_KERNELS))
     clamp_f, clamp_b = clamp_s(model, R * gate * fe / etp, gpu)
     if fs:

@@ -82,6 +82,33 @@ BRIDGE_MODELS = {"LLAMA3_8B": "llama3-8b", "LLAMA3_70B": "llama3-70b",
                  "GPT OSS 120B": "gpt-oss-120b", "DeepSeekV3": "deepseek-v3"}
 
 
+#: Megatron-Bridge MoE recipes that run, from release 26.06 on GB200/GB300 in MXFP8, what no
+#: plan field models: full-iteration CUDA graphs (no host issue time at all), the CuTe DSL
+#: fused grouped MLP (Transformer Engine op fuser: fc1, activation, probabilities, clamp and
+#: fc2 bias in the grouped GEMMs), the expert-parallel all-to-all overlapped with compute
+#: (``moe_a2a_overlap``), HybridEP and FP8 attention. Bridge ``scripts/performance/configs``
+#: commits 5f98743d5 "full-iter CG for GPT-OSS 120B" (2026-06-09), 55443cbfb "Enable Qwen3
+#: GB200/GB300 MXFP8 CuTeDSL Fusion and Full-Iter CUDA Graphs" (2026-06-10), 8af195c0a and
+#: afb5dd47c (DeepSeek-V3 GB300 / GB200 MXFP8 full-iteration CUDA graphs, 2026-06-06/10).
+#: Their rows are skipped and listed, as token-dropping rows are.
+BRIDGE_UNMODELLED_RECIPES = {"gpt-oss-120b": "5f98743d5", "qwen3-30b-a3b": "55443cbfb",
+                             "deepseek-v3": "8af195c0a, afb5dd47c"}
+BRIDGE_UNMODELLED_FROM = (26, 6)
+BRIDGE_UNMODELLED_SYSTEMS = ("DGX-GB200", "DGX-GB300")
+
+
+def bridge_recipe_unmodelled(release: str, model: str, system: str,
+                             precision: str) -> str | None:
+    """Why a Megatron-Bridge row's recipe is outside what plans model
+    (:data:`BRIDGE_UNMODELLED_RECIPES`), or None."""
+    commits = BRIDGE_UNMODELLED_RECIPES.get(model)
+    if (commits is None or system not in BRIDGE_UNMODELLED_SYSTEMS
+            or "MX" not in precision.upper() or _release_key(release) < BRIDGE_UNMODELLED_FROM):
+        return None
+    return (f"recipe runs full-iteration CUDA graphs, the fused grouped MLP, the all-to-all "
+            f"overlap and FP8 attention, which no plan field models (Bridge {commits})")
+
+
 #: Decoder layers per virtual stage of Megatron-Bridge's DeepSeek-V3 pipeline layouts, by
 #: the number of virtual stages pp·vp (the embedding on the first stage, the MTP layer and
 #: the loss on the last): ``recipes/deepseek/deepseek_v3.py``
@@ -145,7 +172,8 @@ class BridgeRow:
 
 def bridge_rows(path: Path | None = None) -> tuple[list[BridgeRow], list[str]]:
     """Rows of ``megatron_bridge_perf_subset.csv`` we can price, and why the others are not
-    (a system or model without a preset, a token-dropping variant)."""
+    (a system or model without a preset, a token-dropping variant, a recipe of
+    :data:`BRIDGE_UNMODELLED_RECIPES`)."""
     path = path or ground_truth_dir() / "megatron_bridge_perf_subset.csv"
     with open(path, encoding="utf-8") as fh:
         rows = list(csv.DictReader(line for line in fh if not line.startswith("#")))
@@ -159,6 +187,11 @@ def bridge_rows(path: Path | None = None) -> tuple[list[BridgeRow], list[str]]:
             why = ("token-dropping routing (not dropless)" if "tokendrop" in r["model"].lower()
                    else f"no model preset for {r['model']}")
             skipped.append(f"{key}: {why}")
+            continue
+        unmodelled = bridge_recipe_unmodelled(r["release"], BRIDGE_MODELS[r["model"]],
+                                              r["system"], r["precision"])
+        if unmodelled:
+            skipped.append(f"{key}: {unmodelled}")
             continue
         cluster = BRIDGE_SYSTEMS[r["system"]]
         gpus_per_host = CLUSTER_PRESETS[cluster]["gpus_per_node"]

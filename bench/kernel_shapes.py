@@ -1,0 +1,276 @@
+"""The kernels of one MoE decoder layer at a plan's per-rank shapes, timed on the local CUDA
+GPU against the analytic time model (:mod:`configurator.cost.compute`) of its GPU preset.
+
+Where ``configurator profile`` times a whole dense layer, this times the pieces the analytic
+model prices one by one, so a gap can be traced to one term: the attention GEMMs, core
+attention (full causal, and a sliding window where the model has one), the experts' grouped
+GEMMs, and megatron-core's eager MoE operations (the biased experts' ``_apply_bias`` and
+the clamped quick-GEGLU), the last two with megatron-core's own functions where it is
+importable. bf16 throughout; each time is the median of ``--repeats`` CUDA-event timings
+after ``--warmup`` runs; forward and backward are timed apart.
+
+Balanced routing (as the published MoE runs force): each of the ``E/ep`` local experts gets
+``R/(E/ep)`` of the rank's ``R = topk · mbs · seq/tp · etp`` routed rows (as
+:func:`configurator.cost.compute.moe_mlp_costs`).
+
+Run (needs CUDA; torch ≥ 2.5): ``python bench/kernel_shapes.py --model gpt-oss-120b --tp 1
+--ep 8 --mbs 1``. Prints one table: piece, measured forward/backward ms, analytic
+forward/backward ms, measured / analytic.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+
+from configurator.app.profile_jobs import guess_gpu_preset
+from configurator.core.errors import InputError
+from configurator.core.model import load_model
+from configurator.cost import compute
+from topology.gpus import gpu_from_config
+
+
+def _time(torch, fn, backward, warmup, repeats):
+    """Median forward and backward seconds of ``fn()`` (a tensor) and ``backward(out)``:
+    CUDA events on a GPU, :func:`time.perf_counter` on the CPU (a dry run)."""
+    fwd, bwd = [], []
+    cuda = torch.cuda.is_available()
+    for i in range(warmup + repeats):
+        if cuda:
+            ev = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
+            ev[0].record()
+            out = fn()
+            ev[1].record()
+            backward(out)
+            ev[2].record()
+            torch.cuda.synchronize()
+            f, b = ev[0].elapsed_time(ev[1]) / 1e3, ev[1].elapsed_time(ev[2]) / 1e3
+        else:
+            t0 = time.perf_counter()
+            out = fn()
+            t1 = time.perf_counter()
+            backward(out)
+            f, b = t1 - t0, time.perf_counter() - t1
+        if i >= warmup:
+            fwd.append(f)
+            bwd.append(b)
+        del out
+    return statistics.median(fwd), statistics.median(bwd)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="gpt-oss-120b")
+    ap.add_argument("--tp", type=int, default=1)
+    ap.add_argument("--ep", type=int, default=8)
+    ap.add_argument("--etp", type=int, default=1)
+    ap.add_argument("--mbs", type=int, default=1)
+    ap.add_argument("--seq-length", type=int)
+    ap.add_argument("--gpu", help="GPU preset (default: guessed from the device name)")
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--no-flex", action="store_true",
+                    help="skip the sliding-window attention (FlexAttention compiles first)")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="without CUDA, run every piece on the CPU (the code path, not timings)")
+    args = ap.parse_args(argv)
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError:
+        print("kernel_shapes: needs torch", file=sys.stderr)
+        return 2
+    cuda = torch.cuda.is_available()
+    if not cuda and not args.dry_run:
+        print("kernel_shapes: needs a CUDA device (--dry-run: the CPU)", file=sys.stderr)
+        return 2
+    model = load_model(args.model)
+    if args.seq_length:
+        model = model.with_seq_length(args.seq_length)
+    name = torch.cuda.get_device_name() if cuda else "cpu"
+    preset = args.gpu or guess_gpu_preset(name)
+    if preset is None:
+        print(f"kernel_shapes: no GPU preset for {name!r}: give --gpu", file=sys.stderr)
+        return 2
+    gpu = gpu_from_config(preset)
+    eff = gpu.efficiency
+    peak, hbm = gpu.peak("bf16"), gpu.hbm_bandwidth_Bps * eff.hbm
+    dev, bf16 = torch.device("cuda" if cuda else "cpu"), torch.bfloat16
+    torch.manual_seed(0)
+    w, r = args.warmup, args.repeats
+
+    tp, ep, etp, b = args.tp, args.ep, args.etp, args.mbs
+    s, h = model.seq_length, model.hidden_size
+    a, g, d = model.num_attention_heads, model.num_query_groups, model.kv_channels
+    T = b * s
+    kw = dict(batch=1.0, peak=peak, gpu=gpu, in_bytes=2.0, gemm_eff=eff.gemm)
+    rows = []
+
+    def add(piece, measured, analytic_f, analytic_b):
+        f, bw = measured
+        rows.append((piece, f, bw, float(analytic_f), float(analytic_b)))
+        print(f"{piece:<44} {1e3 * f:9.3f} {1e3 * bw:9.3f} {1e3 * float(analytic_f):9.3f} "
+              f"{1e3 * float(analytic_b):9.3f} {f / float(analytic_f):6.2f} "
+              f"{bw / float(analytic_b):6.2f}", flush=True)
+
+    print(f"{model.name} on {name} (analytic: {preset}), tp {tp}, ep {ep}, etp {etp}, mbs {b}, "
+          f"seq {s}; ms, median of {r} after {w} warm-up")
+    print(f"{'piece':<44} {'fwd':>9} {'bwd':>9} {'an. fwd':>9} {'an. bwd':>9} "
+          f"{'f/an':>6} {'b/an':>6}")
+
+    def linear_piece(label, M, N, K):
+        x = torch.randn(M, K, dtype=bf16, device=dev, requires_grad=True)
+        wt = (0.02 * torch.randn(N, K, dtype=bf16, device=dev)).requires_grad_(True)
+        gr = torch.randn(M, N, dtype=bf16, device=dev)
+        an = compute.gemm_time_s(M, N, K, **kw)
+        add(label, _time(torch, lambda: F.linear(x, wt), lambda o: o.backward(gr), w, r),
+            an, 2 * an)
+
+    if model.multi_latent_attention:
+        print("multi-latent attention: the attention pieces are not built here")
+        return moe_pieces(torch, model, args, dev, kw, add, eff, hbm, gpu, T)
+    heads, kv = a // tp, max(g // tp, 1)
+    linear_piece(f"QKV GEMM {T}x{(heads + 2 * kv) * d}x{h}", T, (heads + 2 * kv) * d, h)
+    linear_piece(f"projection GEMM {T}x{h}x{heads * d}", T, h, heads * d)
+
+    # core attention, full causal: SDPA over [b, heads, s, d] with GQA
+    q = torch.randn(b, heads, s, d, dtype=bf16, device=dev, requires_grad=True)
+    k = torch.randn(b, kv, s, d, dtype=bf16, device=dev, requires_grad=True)
+    v = torch.randn(b, kv, s, d, dtype=bf16, device=dev, requires_grad=True)
+    go = torch.randn(b, heads, s, d, dtype=bf16, device=dev)
+    pairs = 2.0 * b * s * s * heads * (2 * d)
+    full_f = pairs * 0.5 / (peak * compute.flash_efficiency(eff.flash_attention, s))
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    backends = ((("cuDNN", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION))
+                if cuda else (("math", SDPBackend.MATH),))
+    for label, backend in backends:
+        try:
+            with sdpa_kernel([backend]):
+                t = _time(torch, lambda: F.scaled_dot_product_attention(
+                    q, k, v, is_causal=True, enable_gqa=kv != heads),
+                    lambda o: o.backward(go), w, r)
+            add(f"attention causal {s} ({label}, d {d})", t, full_f, 2.5 * full_f)
+        except RuntimeError as err:
+            print(f"attention {label}: {str(err).splitlines()[0][:100]}")
+    window = model.window_size
+    if window and not args.no_flex:
+        try:
+            from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+            def mask(_b, _h, qi, ki):
+                return (qi >= ki) & (qi - ki < window)
+
+            bm = create_block_mask(mask, None, None, s, s, device=dev.type)
+            flex = torch.compile(flex_attention) if cuda else flex_attention
+            win = float(min(window, s))
+            frac = next(f for _, f, wnd in model.attention_layer_kinds if wnd)
+            an = pairs * frac / (peak * compute.flash_efficiency(eff.flash_attention, win))
+            t = _time(torch, lambda: flex(q, k, v, block_mask=bm, enable_gqa=kv != heads),
+                      lambda o: o.backward(go), w, r)
+            add(f"attention window {window} (flex, d {d})", t, an, 2.5 * an)
+        except Exception as err:  # noqa: BLE001 - a benchmark reports and goes on
+            print(f"attention window: {type(err).__name__}: {str(err).splitlines()[0][:100]}")
+    return moe_pieces(torch, model, args, dev, kw, add, eff, hbm, gpu, T)
+
+
+def moe_pieces(torch, model, args, dev, kw, add, eff, hbm, gpu, T) -> int:
+    """The experts' GEMMs and megatron-core's eager MoE operations (module docstring)."""
+    import torch.nn.functional as F
+
+    if not model.is_moe:
+        return 0
+    bf16, w, r = torch.bfloat16, args.warmup, args.repeats
+    tp, ep, etp, h = args.tp, args.ep, args.etp, model.hidden_size
+    E, fe, topk = model.num_experts, model.moe_ffn_hidden_size, model.moe_router_topk
+    local = E // ep
+    R = topk * (T // tp) * etp
+    per = R // local
+    gate = 2 if model.swiglu else 1
+    n1, k2 = gate * fe // etp, fe // etp
+    x = torch.randn(local, per, h, dtype=bf16, device=dev, requires_grad=True)
+    w1 = (0.02 * torch.randn(local, n1, h, dtype=bf16, device=dev)).requires_grad_(True)
+    w2 = (0.02 * torch.randn(local, h, k2, dtype=bf16, device=dev)).requires_grad_(True)
+    an1 = compute.gemm_time_s(per, n1, h, **dict(kw, batch=local))
+    an2 = compute.gemm_time_s(per, h, k2, **dict(kw, batch=local))
+    g1 = torch.randn(local, per, n1, dtype=bf16, device=dev)
+    add(f"expert fc1 {local}x({per}x{n1}x{h}) bmm",
+        _time(torch, lambda: torch.bmm(x, w1.transpose(1, 2)), lambda o: o.backward(g1), w, r),
+        an1, 2 * an1)
+    xs = [x[i].detach().clone().requires_grad_(True) for i in range(local)]
+    ws = [w1[i].detach().clone().requires_grad_(True) for i in range(local)]
+
+    def looped():
+        return torch.cat([F.linear(xi, wi) for xi, wi in zip(xs, ws)])
+
+    g1c = g1.reshape(-1, n1)
+    add(f"expert fc1 {local} GEMMs one by one", _time(torch, looped,
+                                                      lambda o: o.backward(g1c), w, r),
+        an1, 2 * an1)
+    if hasattr(torch, "_grouped_mm"):
+        flat = x.detach().reshape(-1, h).clone().requires_grad_(True)
+        offs = torch.arange(per, R + 1, per, device=dev, dtype=torch.int32)
+        wt1 = w1.detach().transpose(1, 2).clone().requires_grad_(True)   # [E, K, N]
+        try:
+            add("expert fc1 torch._grouped_mm",
+                _time(torch, lambda: torch._grouped_mm(flat, wt1, offs=offs),
+                      lambda o: o.backward(g1c), w, r), an1, 2 * an1)
+        except RuntimeError as err:
+            print(f"_grouped_mm: {str(err).splitlines()[0][:100]}")
+    g2 = torch.randn(local, per, h, dtype=bf16, device=dev)
+    y = torch.randn(local, per, k2, dtype=bf16, device=dev, requires_grad=True)
+    add(f"expert fc2 {local}x({per}x{h}x{k2}) bmm",
+        _time(torch, lambda: torch.bmm(y, w2.transpose(1, 2)), lambda o: o.backward(g2), w, r),
+        an2, 2 * an2)
+
+    # megatron-core's eager MoE operations, with its own functions
+    try:
+        from megatron.core.fusions.fused_bias_geglu import weighted_bias_quick_geglu_impl
+        from megatron.core.fusions.fused_bias_swiglu import weighted_bias_swiglu_impl
+        from megatron.core.transformer.moe.experts import TEGroupedMLP
+    except Exception as err:  # noqa: BLE001
+        print(f"megatron-core not importable ({type(err).__name__}): eager ops skipped")
+        return 0
+    counts = [per] * local
+    probs = torch.rand(R, 1, dtype=torch.float32, device=dev, requires_grad=True)
+    inter = torch.randn(R, h, dtype=bf16, device=dev, requires_grad=True)
+    biases = [torch.zeros(h, dtype=bf16, device=dev, requires_grad=True) for _ in range(local)]
+    go = torch.randn(R, h, dtype=bf16, device=dev)
+    if model.add_bias_linear:
+        bf_, bb_ = (compute.eager_s(bytes_ * R * h, kk[0] * local + kk[1], gpu)
+                    for bytes_, kk in zip(compute.EXPERT_BIAS_BYTES,
+                                          compute.EXPERT_BIAS_KERNELS))
+        add("expert fc2 bias (TEGroupedMLP._apply_bias)",
+            _time(torch, lambda: TEGroupedMLP._apply_bias(inter, biases, counts, probs),
+                  lambda o: o.backward(go), w, r), bf_, bb_)
+    fc1_out = torch.randn(R, gate * fe // etp, dtype=bf16, device=dev, requires_grad=True)
+    wts = torch.rand(R, 1, dtype=torch.float32, device=dev)
+    gact = torch.randn(R, fe // etp, dtype=bf16, device=dev)
+    act = (2 * gate + 2) * R * fe / etp / hbm + eff.kernel_overhead_s
+    clamp = model.activation_func_clamp_value
+    if model.swiglu and not clamp:
+        add("weighted SwiGLU (megatron-core)",
+            _time(torch, lambda: weighted_bias_swiglu_impl(fc1_out, None, wts),
+                  lambda o: o.backward(gact), w, r), act, 2 * act)
+        return 0
+    for cv in ((None, clamp) if clamp else (None,)):
+        label = "quick-GEGLU " + ("clamped" if cv else "unclamped")
+        try:
+            t = _time(torch, lambda: weighted_bias_quick_geglu_impl(
+                fc1_out, None, wts, False, 1.0, cv), lambda o: o.backward(gact), w, r)
+        except Exception as err:  # noqa: BLE001
+            print(f"{label}: {type(err).__name__}: {str(err).splitlines()[0][:100]}")
+            continue
+        cf, cb = compute.clamp_s(model, R * gate * fe / etp, gpu) if cv else (0.0, 0.0)
+        add(f"{label} (megatron-core)", t, act + cf, 2 * act + cb)
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except InputError as err:
+        print(f"kernel_shapes: {err}", file=sys.stderr)
+        sys.exit(2)
