@@ -10,7 +10,8 @@ when a flag may be emitted:
 - ``--overlap-param-gather`` only with ``--use-distributed-optimizer`` and
   ``--overlap-grad-reduce`` (validate_args asserts both);
 - ``--recompute-granularity full`` with ``--recompute-method uniform --recompute-num-layers 1``;
-  ``selective`` with neither (TransformerConfig raises otherwise);
+  ``selective`` with neither (TransformerConfig raises otherwise), and with
+  ``--recompute-modules`` (a list) where its modules are not the default ``core_attn``;
 - ``--sequence-parallel`` only when tp > 1 (validate_args switches it off at tp = 1);
 - virtual pipeline: ``--num-layers-per-virtual-pipeline-stage = num_layers / pp / vp`` when
   vp > 1 (validate_args derives ``virtual_pipeline_model_parallel_size`` from it;
@@ -29,7 +30,7 @@ from there; the model and training rows are this module's. ``--disable-bias-line
 ``model.add_bias_linear``, the field the parameter count (memory_model/params.py) uses.
 
 Values in the table are ``None`` (flag left out), ``True`` (a bare switch), a number or a
-string (``--flag value``), or a :class:`ShellVar` (``--flag "$NAME"``, or ``"${NAME[@]}"`` for
+string (``--flag value``), a tuple (``--flag a b``, a list argument), or a :class:`ShellVar` (``--flag "$NAME"``, or ``"${NAME[@]}"`` for
 an array, resolved by bash when the script runs).
 """
 
@@ -58,7 +59,7 @@ class ShellVar:
     array: bool = False
 
 
-Value = Union[None, bool, int, float, str, ShellVar]
+Value = Union[None, bool, int, float, str, ShellVar, tuple]
 #: ``fn(model, plan)`` of a plan field's ``flags`` entry (configurator.core.plan).
 PlanFlagFn = Callable[[ModelSpec, ParallelPlan], Value]
 
@@ -298,6 +299,8 @@ def format_value(val: Value) -> str:
     ShellVar, else shlex-quoted text."""
     if isinstance(val, ShellVar):
         return f'"${{{val.name}[@]}}"' if val.array else f'"${val.name}"'
+    if isinstance(val, tuple):      # a list-valued flag (nargs '+'): one word each
+        return " ".join(shlex.quote(str(x)) for x in val)
     if isinstance(val, float):
         return shlex.quote(repr(val))
     return shlex.quote(str(val))
@@ -320,6 +323,8 @@ def flag_argv(groups: Iterable[tuple[str, list[tuple[str, Value]]]],
             if isinstance(val, ShellVar):
                 got = values.get(val.name, f"${val.name}")
                 out += [got] if isinstance(got, str) else list(got)
+            elif isinstance(val, tuple):
+                out += [str(x) for x in val]
             else:
                 out.append(repr(val) if isinstance(val, float) else str(val))
     return out

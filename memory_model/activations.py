@@ -115,6 +115,8 @@ from __future__ import annotations
 import numpy as np
 
 from configurator.core.model import ModelSpec
+from configurator.core.plan import (RECOMPUTE_CORE_ATTN, RECOMPUTE_FULL, RECOMPUTE_LAYERNORM,
+                                    RECOMPUTE_MOE_ACT)
 from configurator.core.schedule import inflight_layers, inflight_microbatches_1f1b
 from memory_model.params import padded_vocab_size
 
@@ -216,7 +218,7 @@ def layer_activation_bytes(model: ModelSpec, *, mbs, seq, tp, sp, recompute,
     # norm inputs (16-bit, 2 × 2Xh), QKV and fc1 inputs (q8 each), dropout masks
     replicated = (xh * (4 + _qkv_input_bytes(model, precision) + q8 + masks) / rep_div
                   + mla_latent_bytes(model, s, b, precision))
-    selective = np.asarray(recompute) == 1
+    selective = (np.asarray(recompute) & RECOMPUTE_CORE_ATTN) != 0
     q, kv, qkv = _attention_sizes(model, s, b, tp)
     handed = _handed_qkv_bytes(model, q, kv, qkv)
     if stores_scores:
@@ -230,7 +232,47 @@ def layer_activation_bytes(model: ModelSpec, *, mbs, seq, tp, sp, recompute,
         attention = np.where(selective, handed, qkv + _lse_bytes(model, s, b, tp))
     out = _proj_input_bytes(model, xh, tp, precision, selective, stores_scores)
     mlp = s * b * f * mlp_bytes_per_ffn_element(model, precision) / tp
-    return replicated + attention + out + mlp
+    dropped, _ = recompute_module_bytes(model, mbs=b, seq=s, tp=tp, sp=sp, etp=1,
+                                        recompute=recompute, precision=precision)
+    return replicated + attention + out + mlp - dropped
+
+
+def recompute_module_bytes(model: ModelSpec, *, mbs, seq, tp, sp, etp, recompute,
+                           precision: str = "bf16"):
+    """``(every layer, an MoE layer's MLP)``: bytes per layer and microbatch that selective
+    recompute's ``layernorm`` and ``moe_act`` modules (bits of the recompute code,
+    :func:`configurator.core.plan.recompute_code`) drop from what a layer keeps, and
+    re-materialise while that layer's backward recomputes them (arrays broadcast; 0 without
+    those bits).
+
+    ``layernorm`` (megatron-core 0.16.1 ``TransformerLayer``: ``CheckpointWithoutOutput``
+    around a norm that is not an ``IdentityOp``): with Transformer Engine the input norm is
+    fused into the QKV linear except under multi-latent attention, whose input norm output
+    (:func:`_qkv_input_bytes` a value of ``Xh``) goes; the pre-MLP norm is fused into fc1
+    except in an MoE layer, whose norm output (the router's and dispatcher's input, kept as
+    the ``q·Xh`` fc1-input term) goes. ``moe_act`` (``TEGroupedMLP.forward``): the
+    activation runs under ``CheckpointWithoutOutput``, which keeps its input, the fc1 output
+    (``2·gate`` bytes per routed token and expert FFN unit), and discards its output after
+    fc2 has run (with FP8, fc2 saves that 16-bit output, ``set_save_original_input``):
+    fc2's input and the activation's own saved tensors (the clamp's copy) go, the rest of
+    :func:`mlp_bytes_per_ffn_element`."""
+    rc = np.asarray(recompute)
+    s, b, tp, etp = (np.asarray(x, dtype=float) for x in (seq, mbs, tp, etp))
+    h = model.hidden_size
+    layernorm = (rc & RECOMPUTE_LAYERNORM) != 0
+    xh_rep = s * b * h / np.where(sp, tp, 1.0)
+    every = np.where(layernorm & bool(model.multi_latent_attention),
+                     _qkv_input_bytes(model, precision) * xh_rep, 0.0)
+    if not model.is_moe:
+        return every, 0.0 * every
+    gate = 2 if model.swiglu else 1
+    X = s * b / tp
+    R = model.moe_router_topk * X * etp
+    routed_act = (R * model.moe_ffn_hidden_size / etp
+                  * (mlp_bytes_per_ffn_element(model, precision) - 2 * gate))
+    moe = (np.where(layernorm, linear_input_bytes(precision) * X * h, 0.0)
+           + np.where((rc & RECOMPUTE_MOE_ACT) != 0, routed_act, 0.0))
+    return every, moe
 
 
 def mlp_bytes_per_ffn_element(model: ModelSpec, precision: str = "bf16") -> float:
@@ -256,7 +298,8 @@ def _proj_input_bytes(model: ModelSpec, xh, tp, precision, selective, stores_sco
     return q8 * xh / tp + kernel_out
 
 
-def moe_mlp_activation_delta(model: ModelSpec, *, mbs, seq, tp, etp, precision="bf16"):
+def moe_mlp_activation_delta(model: ModelSpec, *, mbs, seq, tp, etp, precision="bf16",
+                             recompute=0, sp=True):
     """Bytes an MoE layer keeps for one microbatch *beyond* a dense layer's, per rank
     (arrays broadcast; 0 for a dense model): the dense MLP's terms (fc1 output, fc2 input)
     replaced by the routed experts', plus the router's and the shared expert's.
@@ -277,6 +320,8 @@ def moe_mlp_activation_delta(model: ModelSpec, *, mbs, seq, tp, etp, precision="
     Under FP8 the experts' and shared expert's fc1 and fc2 inputs are kept quantised
     (:func:`linear_input_bytes`; TE ``GroupedLinear``/``Linear`` save the quantised input as
     ``_Linear`` does, and ``Fp8Padding``/``permute`` keep no 16-bit copy); not measured.
+    ``recompute``: the code whose ``layernorm``/``moe_act`` bits drop
+    :func:`recompute_module_bytes`' MoE terms.
     """
     if not model.is_moe:
         return 0.0
@@ -292,7 +337,9 @@ def moe_mlp_activation_delta(model: ModelSpec, *, mbs, seq, tp, etp, precision="
     fs = model.moe_shared_expert_intermediate_size or 0
     shared = s * b * fs * per_ffn / tp
     dense = s * b * model.ffn_hidden_size * per_ffn / tp
-    return routed + shared - dense
+    _, dropped = recompute_module_bytes(model, mbs=b, seq=s, tp=tp, sp=sp, etp=etp,
+                                        recompute=recompute, precision=precision)
+    return routed + shared - dense - dropped
 
 
 def checkpoint_bytes(model: ModelSpec, *, mbs, seq, tp, sp):
@@ -325,7 +372,8 @@ def recompute_working_bytes(model: ModelSpec, *, mbs, seq, tp, sp, recompute,
         selective = _score_bytes(model, s, b, tp) + 2 * q * gqa
     else:
         selective = qkv + 2 * s * b * model.hidden_size / tp + _lse_bytes(model, s, b, tp)
-    return np.where(rc == 2, full, np.where(rc == 1, selective, 0.0))
+    return np.where(rc == RECOMPUTE_FULL, full,
+                    np.where((rc & RECOMPUTE_CORE_ATTN) != 0, selective, 0.0))
 
 
 def stage_activation_phases(model: ModelSpec, *, mbs, seq, tp, pp, vp, sp, recompute,
@@ -359,7 +407,7 @@ def stage_activation_phases(model: ModelSpec, *, mbs, seq, tp, pp, vp, sp, recom
     n = inflight_layers(model.num_layers, pp=pp, vp=vp, num_microbatches=num_microbatches,
                         stage=stage, rank_layers=rank_layers)
     moe_delta = moe_mlp_activation_delta(model, mbs=b, seq=s, tp=tp, etp=etp,
-                                         precision=precision)
+                                         precision=precision, recompute=rc, sp=sp)
     per_layer = layer_activation_bytes(model, mbs=b, seq=s, tp=tp, sp=sp, recompute=rc,
                                        stores_scores=stores_scores,
                                        precision=precision) + moe_share * moe_delta
@@ -381,7 +429,16 @@ def stage_activation_phases(model: ModelSpec, *, mbs, seq, tp, pp, vp, sp, recom
     # a fully recomputed MoE layer re-materialises its routed tokens too
     working = working + np.where((rc == 2) & (np.asarray(rank_moe_layers) > 0), moe_delta, 0.0)
     recompute_peak = (n - 1) * kept + layer_left + working + emb
-    return forward_end, np.where(rc == 0, 0.0, recompute_peak)
+    attn_or_full = (rc == RECOMPUTE_FULL) | ((rc & RECOMPUTE_CORE_ATTN) != 0)
+    # layernorm / moe_act: the last layer's MLP backward re-materialises what they dropped
+    every, moe = recompute_module_bytes(model, mbs=b, seq=s, tp=tp, sp=sp, etp=etp,
+                                        recompute=rc, precision=precision)
+    modules = (rc & (RECOMPUTE_LAYERNORM | RECOMPUTE_MOE_ACT)) != 0
+    module_peak = ((n - 1) * kept + per_layer + every
+                   + np.where(np.asarray(rank_moe_layers) > 0, moe, 0.0) + emb)
+    peak = np.maximum(np.where(attn_or_full, recompute_peak, 0.0),
+                      np.where(modules, module_peak, 0.0))
+    return forward_end, np.where(rc == 0, 0.0, peak)
 
 
 def stage_activation_bytes(model: ModelSpec, *, mbs, seq, tp, pp, vp, sp, recompute,

@@ -38,8 +38,8 @@ import numpy as np
 
 from configurator.core.layers import rank_layer_counts, stage_class_arrays
 from configurator.core.model import ModelSpec
-from configurator.core.plan import (RECOMPUTE_CODES, ParallelPlan, fp8_weights_gathered, is_fp8,
-                                     main_grad_bytes)
+from configurator.core.plan import (ParallelPlan, fp8_weights_gathered, is_fp8,
+                                    main_grad_bytes, recompute_code)
 from configurator.core.units import GiB
 from memory_model.activations import linear_input_bytes, stage_activation_bytes
 from memory_model.params import (dense_layer_parameters, embedding_parameters,
@@ -207,7 +207,8 @@ def estimate_memory(model: ModelSpec, plan: ParallelPlan, *,
     arrays = memory_arrays(
         model, tp=plan.tp, pp=plan.pp, dp=plan.dp, cp=plan.cp, vp=plan.vp,
         mbs=plan.micro_batch_size, num_microbatches=plan.num_microbatches,
-        recompute=RECOMPUTE_CODES[plan.recompute], sp=plan.sequence_parallel,
+        recompute=recompute_code(plan.recompute, plan.recompute_modules),
+        sp=plan.sequence_parallel,
         distributed_optimizer=plan.distributed_optimizer, stage=stages,
         precision=plan.precision, stores_scores=plan.stores_attention_scores,
         ep=plan.ep, etp=plan.etp, rank_layers=counts[:, 0], rank_moe_layers=counts[:, 1],

@@ -119,6 +119,15 @@ MODERN_PLANS = [
     (MLA, ParallelPlan(tp=1, pp=2, vp=2, dp=4, ep=2, etp=1, micro_batch_size=1,
                        global_batch_size=8, distributed_optimizer=True,
                        pipeline_model_parallel_layout="Et*2|t*3|t*3|t*2mL")),
+    # selective recompute of the norms and the experts' activation (Megatron-Bridge's
+    # GPT-OSS recipes), with and without core attention
+    (MOE, ParallelPlan(tp=1, pp=2, dp=4, ep=4, etp=1, micro_batch_size=1,
+                       global_batch_size=8, recompute="selective",
+                       recompute_modules="layernorm,moe_act", distributed_optimizer=True)),
+    (MLA, ParallelPlan(tp=2, pp=2, dp=2, ep=2, etp=1, micro_batch_size=1,
+                       global_batch_size=8, recompute="selective", sequence_parallel=True,
+                       recompute_modules="moe_act,core_attn,layernorm",
+                       distributed_optimizer=True)),
     # Megatron-Bridge's Llama-3 8B FP8 row on 8 H100 with Megatron FSDP over its 8 GPUs
     (LLAMA8, ParallelPlan(tp=1, pp=1, dp=8, micro_batch_size=1, global_batch_size=128,
                           precision="fp8", distributed_optimizer=True, fp8_param_gather=True,
@@ -131,19 +140,20 @@ for _m, _p in MODERN_PLANS:
 SPREAD = plan_spread() + MODERN_PLANS
 
 
-def parse_argv(argv: list[str]) -> dict[str, str | bool]:
-    """Megatron argv -> {flag: value or True}; a flag followed by a flag is a switch."""
-    out: dict[str, str | bool] = {}
+def parse_argv(argv: list[str]) -> dict[str, str | bool | tuple]:
+    """Megatron argv -> {flag: value, a tuple of values (a list argument), or True}; a flag
+    followed by a flag is a switch."""
+    out: dict[str, str | bool | tuple] = {}
     i = 0
     while i < len(argv):
         assert argv[i].startswith("--"), argv[i]
-        if i + 1 < len(argv) and not argv[i + 1].startswith("--"):
-            assert argv[i] not in out, f"{argv[i]} given twice"
-            out[argv[i]] = argv[i + 1]
-            i += 2
-        else:
-            out[argv[i]] = True
-            i += 1
+        j = i + 1
+        while j < len(argv) and not argv[j].startswith("--"):
+            j += 1
+        assert argv[i] not in out, f"{argv[i]} given twice"
+        words = argv[i + 1:j]
+        out[argv[i]] = True if not words else words[0] if len(words) == 1 else tuple(words)
+        i = j
     return out
 
 

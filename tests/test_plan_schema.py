@@ -103,7 +103,10 @@ BREAKS = [dict(tp=3), dict(dp=3), dict(tp=8, cp=1, pp=1, vp=1),
           dict(cp=8, tp=1, dp=1),
           dict(attention_backend="local"), dict(cp_comm_type="a2a"), dict(window=True),
           dict(global_batch_size=15),
-          dict(global_batch_size=6), dict(tp=1, dp=4),
+          dict(global_batch_size=6),
+          dict(recompute="selective", recompute_modules="mlp"),
+          dict(recompute="selective", recompute_modules="layernorm", precision="fp8"),
+          dict(tp=1, dp=4),
           dict(megatron_fsdp=True, distributed_optimizer=False), dict(overlap_grad_reduce=False)]
 
 

@@ -76,12 +76,10 @@ def test_llama2_cp_rows_within_10_percent(report):
 
 #: Published runs the memory model says do not fit, and why (everything else must fit).
 NOT_FITTING = {
-    # the H100 and B200 recipes add recompute_modules [layernorm, moe_act], not in the rows:
-    # it drops what the MoE activation keeps, two copies of the fc1 output with GPT-OSS's
-    # clamp (tests/test_eager_mlp_ops.py)
+    # the row says mbs 4; release 25.11's recipe (Megatron-Bridge v0.2.0
+    # GPT_OSS_120B_H100_BF16_BASE_CONFIG) runs its base's mbs 1, which fits (the 26.04.01
+    # row); at mbs 4, even with the recipe's recompute of layernorm and moe_act, 103 GiB
     "bridge 25.11 gpt-oss-120b dgx-h100-80gb bf16 64",
-    "bridge 25.11 gpt-oss-120b dgx-b200-180gb bf16 64",
-    "bridge 26.04.01 gpt-oss-120b dgx-b200-180gb bf16 64",
 }
 
 
@@ -106,15 +104,17 @@ def test_h100_fp8_and_dense_blackwell_within_8_percent(report):
     assert max(abs(c.error) for c in dense) <= 0.05
 
 
+def test_blackwell_within_8_percent(report):
+    assert _group(report, "Blackwell").mape <= 0.08
+
+
 def test_groups_missing_the_target_do_not_regress(report):
-    """Blackwell and H100 BF16 miss 8 %: GPT-OSS's BF16 runs are 6-34 % slower than the
-    model, most where their recipes recompute the norms and the MoE activation (no plan
-    field; see README), and Megatron-Bridge releases disagree by up to 1.6x on one Qwen3
-    configuration. Bounds at today's figures (8.1 %, 16.9 %, 7.3 %, 0.981) so that a change
+    """H100 BF16 (two GPT-OSS runs) misses 8 %: they run 8-20 % slower than the model (see
+    README), and Megatron-Bridge releases disagree by up to 1.6x on one Qwen3 configuration
+    (H100 FP8's worst row). Bounds at today's figures (14.0 %, 6.8 %, 0.982) so that a change
     making them worse fails."""
-    assert _group(report, "Blackwell").mape <= 0.085
-    assert _group(report, "H100 bf16").mape <= 0.17
-    assert report.overall.mape <= 0.075
+    assert _group(report, "H100 bf16").mape <= 0.145
+    assert report.overall.mape <= 0.07
     assert report.overall.spearman >= 0.98
 
 

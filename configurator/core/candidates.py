@@ -15,7 +15,7 @@ import numpy as np
 
 from configurator.core.layers import layout_code, layout_text
 from configurator.core.plan import (PLAN_FIELDS, SCORE_STORING_BACKENDS, ParallelPlan,
-                                    param_gather_overlap)
+                                    param_gather_overlap, recompute_code)
 
 COLUMN_FIELDS = tuple(f for f in PLAN_FIELDS if f.per_candidate)
 SHARED_FIELDS = tuple(f for f in PLAN_FIELDS if not f.per_candidate)
@@ -75,6 +75,12 @@ class Candidates:
     @property
     def num_microbatches(self) -> np.ndarray:
         return self.global_batch_size // (self.mbs * self.dp)
+
+    @property
+    def recompute_code(self) -> np.ndarray:
+        """Each plan's recompute code (:func:`configurator.core.plan.recompute_code`: 0 none,
+        2 full, the module bits of ``recompute_modules`` for selective)."""
+        return recompute_code(self.recompute, self.recompute_modules)
 
     @property
     def stores_scores(self) -> bool:

@@ -24,7 +24,9 @@ timestamp, as older Megatron-LM prints them, read too):
   ``norm_epsilon``; query groups only with ``group_query_attention``; MoE fields only with
   ``num_experts``, MLA fields only with ``multi_latent_attention``) and the plan
   (:data:`PLAN_ARGS`; ``world_size`` is ``num_gpus``; ``None`` virtual-pipeline size = 1,
-  ``None`` recompute granularity = none; expert sizes only for MoE models). Precision:
+  ``None`` recompute granularity = none; expert sizes only for MoE models; selective
+  recompute's ``recompute_modules`` where the model prices them, else core attention with a
+  note). Precision:
   ``fp8`` (``--fp8-format`` e4m3/hybrid) set means ``fp8``, or ``mxfp8`` with
   ``fp8_recipe`` mxfp8 (other FP8 recipes are read as ``fp8``); else ``bf16``/``fp16`` by
   those flags; FP32 and FP4 are refused.
@@ -72,7 +74,7 @@ from typing import Any, Iterable, Iterator, Mapping
 
 from configurator.core.errors import InputError
 from configurator.core.model import MODEL_KEYS, ModelSpec, make_model
-from configurator.core.plan import CP_COMM_TYPES, PLAN_FIELDS
+from configurator.core.plan import CP_COMM_TYPES, PLAN_FIELDS, recompute_module_list
 from configurator.core.runs import RUN_KEYS, MeasuredRun, run_from_mapping
 
 #: Largest log read (bytes or characters).
@@ -458,10 +460,15 @@ def _plan_fields(a: _Args, moe: bool) -> tuple[dict[str, Any], list[str]]:
                                            or a.int("recompute_num_layers") != 1):
         notes.append(f"recompute full with method {a.raw('recompute_method')} and "
                      f"{a.raw('recompute_num_layers')} layers: priced as uniform, 1 layer")
-    if row.get("recompute") == "selective" and a.raw("recompute_modules") not in (
-            None, "['core_attn']"):
-        notes.append(f"selective recompute of {a.raw('recompute_modules')}: priced as "
-                     "core attention")
+    modules = a.raw("recompute_modules")    # printed as a list: ['core_attn', 'moe_act']
+    if row.get("recompute") == "selective" and modules not in (None, "None", "['core_attn']"):
+        names = ",".join(modules.strip("[]").replace("'", "").replace('"', "").replace(
+            ",", " ").split())
+        try:
+            row["recompute_modules"] = ",".join(recompute_module_list(names))
+        except InputError as err:
+            notes.append(f"selective recompute of {modules}: priced as core attention "
+                         f"({err.rule})")
     if row.get("precision") == "fp8" and a.raw("fp8_recipe") not in (None, "delayed"):
         notes.append(f"fp8 recipe {a.raw('fp8_recipe')}: priced as delayed scaling")
     return row, notes

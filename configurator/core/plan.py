@@ -20,12 +20,29 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Union
 
+import numpy as np
+
 from configurator.core import validate as v
 from configurator.core.errors import InputError
 
 RECOMPUTE = ("none", "selective", "full")
 #: Integer code of each recompute choice in candidate arrays (its index in RECOMPUTE).
 RECOMPUTE_CODES = {name: i for i, name in enumerate(RECOMPUTE)}
+#: Megatron's ``--recompute-modules`` choices (core_v0.16.1 ``TransformerConfig
+#: .recompute_modules``, validated in ``__post_init__``; the list replaces the default
+#: ``["core_attn"]`` and applies with ``--recompute-granularity selective`` only).
+RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe",
+                     "shared_experts")
+#: The modules whose memory and time the model prices, as bits of a recompute code
+#: (:func:`recompute_code`): ``core_attn`` core attention; ``layernorm`` the norms not fused
+#: into a Transformer Engine linear (an MoE layer's pre-MLP norm, MLA's input norm:
+#: ``TransformerLayer.recompute_pre_mlp_layernorm`` / ``recompute_input_layernorm``);
+#: ``moe_act`` the routed experts' activation (``TEGroupedMLP``: its input checkpointed, its
+#: output, fc2's input, discarded and recomputed). Full recompute is code 2, which no module
+#: bit shares.
+RECOMPUTE_MODULE_BITS = {"core_attn": 1, "layernorm": 4, "moe_act": 8}
+#: Bits of a recompute code.
+RECOMPUTE_FULL, RECOMPUTE_CORE_ATTN, RECOMPUTE_LAYERNORM, RECOMPUTE_MOE_ACT = 2, 1, 4, 8
 #: Training precisions; also the names of a GPU's tensor-core peak rates
 #: (:attr:`topology.gpus.GPUSpec.peak_flops_per_s`). ``fp8``: Transformer Engine FP8 GEMMs with
 #: Megatron's default delayed scaling; ``mxfp8``: MXFP8 block scaling (Blackwell only).
@@ -51,8 +68,8 @@ CROSS_ENTROPY_FUSIONS = ("none", "native", "te")
 #: DotProductAttention and the 2021–22 Megatron runs); the others are flash-style kernels.
 SCORE_STORING_BACKENDS = ("unfused", "local")
 
-#: A flag value: None (left out), True (bare switch), a number or a string.
-FlagValue = Union[None, bool, int, float, str]
+#: A flag value: None (left out), True (bare switch), a number, a string or a tuple (a list).
+FlagValue = Union[None, bool, int, float, str, tuple]
 #: ``(flag, value(model, plan))``: one Megatron-LM flag a field becomes.
 FlagRule = tuple[str, Callable[[Any, "ParallelPlan"], FlagValue]]
 
@@ -82,6 +99,10 @@ class PlanField:
     @property
     def short(self) -> str:
         return self.alias or self.name
+
+
+#: Each field's default (filled once the schema is collected; ``__post_init__`` reads it).
+PLAN_FIELD_DEFAULTS: dict[str, Any] = {}
 
 
 def _field(default: Any, **meta: Any):
@@ -203,6 +224,19 @@ class ParallelPlan:
                                     lambda m, p: "uniform" if _full(p) else None),
                                    ("--recompute-num-layers",
                                     lambda m, p: 1 if _full(p) else None)))
+    recompute_modules: str = _field(
+        "core_attn", megatron_name="recompute_modules", cli_flag="--recompute-modules",
+        per_candidate=False,
+        help="what selective recompute re-runs, comma-separated (Megatron "
+             "--recompute-modules): core_attn (core attention, the default), layernorm (the "
+             "norms not fused into a linear: an MoE layer's pre-MLP norm, MLA's input norm), "
+             "moe_act (the routed experts' activation); Megatron's mla_up_proj, mlp, moe and "
+             "shared_experts are not priced",
+        flag_group="recompute",
+        flags=(("--recompute-modules",
+                lambda m, p: tuple(recompute_module_list(p.recompute_modules))
+                if p.recompute == "selective" and p.recompute_modules != "core_attn"
+                else None),))
     sequence_parallel: bool = _field(False, megatron_name="sequence_parallel",
                                      cli_flag="--sequence-parallel", column="sp",
                                      help="sequence parallelism (default: on when tp > 1)",
@@ -329,6 +363,19 @@ class ParallelPlan:
         flags=(("--tp-comm-overlap", lambda m, p: tp_comm_overlapped(
             p.tp_comm_overlap, p.tp, p.sequence_parallel, p.attention_backend) or None),))
 
+    def __post_init__(self):
+        # one spelling per module list (Megatron's order), so equal plans compare equal; a bad
+        # list is kept as given for the rules to name. Megatron reads the list with selective
+        # recompute only: other plans carry the default.
+        if self.recompute in ("none", "full"):
+            modules = PLAN_FIELD_DEFAULTS["recompute_modules"]
+        else:
+            try:
+                modules = ",".join(recompute_module_list(self.recompute_modules))
+            except InputError:
+                return
+        object.__setattr__(self, "recompute_modules", modules)
+
     @property
     def world_size(self) -> int:
         return self.tp * self.pp * self.dp * self.cp
@@ -382,6 +429,7 @@ def _collect() -> tuple[PlanField, ...]:
 #: THE plan schema, in field order.
 PLAN_FIELDS: tuple[PlanField, ...] = _collect()
 PLAN_FIELD = {f.name: f for f in PLAN_FIELDS}
+PLAN_FIELD_DEFAULTS.update({f.name: f.default for f in PLAN_FIELDS})
 #: Fields a plan document may leave out (their defaults: no expert parallelism, an even
 #: layer split), so documents written before these fields existed still read.
 OPTIONAL_PLAN_KEYS = ("ep", "etp", "decoder_first_pipeline_num_layers",
@@ -390,14 +438,51 @@ OPTIONAL_PLAN_KEYS = ("ep", "etp", "decoder_first_pipeline_num_layers",
                       "account_for_loss_in_pipeline_split", "fp8_param_gather",
                       "cp_comm_type", "grad_reduce_in_bf16", "tp_comm_overlap",
                       "cross_entropy_fusion", "megatron_fsdp",
-                      "pipeline_model_parallel_layout")
+                      "pipeline_model_parallel_layout", "recompute_modules")
 #: Plan fields one value of which serves a whole search (``search`` takes each as an option
 #: and every plan it ranks carries it; ``estimate`` takes them as any field).
 SEARCH_OPTIONS = ("precision", "attention_backend", "fp8_param_gather", "cp_comm_type",
                   "grad_reduce_in_bf16", "tp_comm_overlap", "cross_entropy_fusion",
-                  "megatron_fsdp")
+                  "megatron_fsdp", "recompute_modules")
 #: Keys :meth:`ParallelPlan.to_dict` adds that are not fields (ignored on reading).
 DERIVED_KEYS = ("num_microbatches",) + tuple(f.alias for f in PLAN_FIELDS if f.alias)
+
+
+def recompute_module_list(value: str, name: str = "recompute_modules") -> tuple[str, ...]:
+    """The modules of a ``recompute_modules`` value (names separated by commas or spaces),
+    in :data:`RECOMPUTE_MODULES` order. Raises :class:`InputError` naming ``name`` for an
+    empty list, a name that is not one of Megatron's choices, a repeat, or a module the
+    model does not price (:data:`RECOMPUTE_MODULE_BITS`)."""
+    if not isinstance(value, str):
+        raise InputError(name, value, "must be a string of module names")
+    words = value.replace(",", " ").split()
+    if not words:
+        raise InputError(name, value, "give at least one module (" + ", ".join(
+            RECOMPUTE_MODULES) + ")")
+    for w in words:
+        if w not in RECOMPUTE_MODULES:
+            raise InputError(name, w, "not a Megatron recompute module (" + ", ".join(
+                RECOMPUTE_MODULES) + ")")
+        if words.count(w) > 1:
+            raise InputError(name, w, "given twice")
+        if w not in RECOMPUTE_MODULE_BITS:
+            raise InputError(name, w, "a Megatron recompute module the cost model does not "
+                                      "price (priced: " + ", ".join(RECOMPUTE_MODULE_BITS)
+                             + ")")
+    return tuple(m for m in RECOMPUTE_MODULES if m in words)
+
+
+def recompute_code(recompute, modules: str):
+    """The recompute code of plans (arrays broadcast): 0 none, :data:`RECOMPUTE_FULL` full,
+    and for selective the OR of the :data:`RECOMPUTE_MODULE_BITS` of ``modules`` (a bad
+    ``modules`` reads as core attention alone; the rules report it). ``recompute``: a
+    :data:`RECOMPUTE` name or its :data:`RECOMPUTE_CODES` code (array)."""
+    try:
+        bits = sum(RECOMPUTE_MODULE_BITS[m] for m in recompute_module_list(modules))
+    except InputError:
+        bits = RECOMPUTE_CORE_ATTN
+    rc = RECOMPUTE_CODES[recompute] if isinstance(recompute, str) else np.asarray(recompute)
+    return np.where(rc == RECOMPUTE_CODES["selective"], bits, rc)
 
 
 def fp8_weights_gathered(requested, distributed_optimizer, precision: str):

@@ -23,7 +23,8 @@ from configurator.core.layers import (LayoutError, layout_code, layout_problem, 
                                       parse_layout, split_ok)
 from configurator.core.model import ModelSpec
 from configurator.core.plan import (PLAN_FIELD, PLAN_FIELDS, SCORE_STORING_BACKENDS,
-                                    ParallelPlan, check_field, param_gather_overlap)
+                                    ParallelPlan, check_field, param_gather_overlap,
+                                    recompute_module_list)
 
 Fields = Mapping[str, Any]   # plan field name -> scalar or numpy array
 
@@ -249,6 +250,18 @@ RULES: tuple[Rule, ...] = (
               "global_batch_size", f["global_batch_size"],
               f"interleaved schedule needs num_microbatches ({_microbatches(f)}) divisible "
               f"by pp ({f['pp']})")),
+    _rule("recompute_modules are Megatron's priced modules", ("recompute_modules",),
+          lambda m, f, w: _modules_problem(m, f) is None,
+          lambda m, f, w: _modules_problem(m, f)),
+    _rule("layernorm and moe_act recompute do not run with FP8 delayed scaling",
+          ("recompute_modules", "precision"),
+          lambda m, f, w: not (f["precision"] == "fp8" and _modules_of(f) & {"layernorm",
+                                                                            "moe_act"}),
+          lambda m, f, w: InputError(
+              "recompute_modules", f["recompute_modules"], "layernorm and moe_act recompute "
+                                                           "do not support FP8 delayed scaling "
+                                                           "(precision fp8; TransformerConfig): "
+                                                           "use mxfp8 or bf16")),
     _rule("sequence parallelism needs tp > 1", ("sequence_parallel", "tp"),
           lambda m, f, w: np.logical_or(_not(f["sequence_parallel"]), f["tp"] > 1),
           lambda m, f, w: InputError("sequence_parallel", True, "needs tp > 1")),
@@ -265,6 +278,38 @@ RULES: tuple[Rule, ...] = (
               _not(f["overlap_grad_reduce"]))),
           lambda m, f, w: InputError("overlap_param_gather", True, "needs overlap_grad_reduce")),
 )
+
+
+def _modules_of(f: Fields) -> set[str]:
+    try:
+        return set(recompute_module_list(f["recompute_modules"]))
+    except InputError:
+        return set()
+
+
+def check_search_options(model: ModelSpec, options: Mapping[str, Any]) -> None:
+    """Raise the :class:`InputError` of the first rule that only the search-wide fields
+    (:data:`configurator.core.plan.SEARCH_OPTIONS`) decide and ``options`` break, before any
+    plan is enumerated (else every plan would be illegal for one reason no plan names)."""
+    shared = {f.name for f in PLAN_FIELDS if not f.per_candidate}
+    for r in RULES:
+        if r.needs <= shared and r.needs <= set(options):
+            if not bool(r.ok(model, options, 0)):
+                raise r.error(model, options, 0)
+
+
+def _modules_problem(model: ModelSpec, f: Fields) -> InputError | None:
+    """Why ``recompute_modules`` cannot run (Megatron's choices, TransformerConfig's checks),
+    or None."""
+    try:
+        modules = recompute_module_list(f["recompute_modules"])
+    except InputError as err:
+        return err
+    if "moe_act" in modules and not model.is_moe:
+        return InputError("recompute_modules", f["recompute_modules"],
+                          f"moe_act recomputes the routed experts' activation: {model.name} "
+                          f"has no experts")
+    return None
 
 
 def rules_for(known: Iterable[str], already: Iterable[str] = ()) -> tuple[Rule, ...]:
@@ -328,6 +373,12 @@ def plan_for_world(fields: Mapping[str, Any], world_size: int) -> ParallelPlan:
             stages = 0    # the split rule names the problem
         if stages and stages % f["pp"] == 0:
             f["vp"] = stages // f["pp"]
+    modules = f.get("recompute_modules")
+    if modules not in (None, PLAN_FIELD["recompute_modules"].default) and (
+            f.get("recompute") != "selective"):
+        raise InputError("recompute_modules", modules, "applies with recompute selective only "
+                                                       "(Megatron --recompute-granularity "
+                                                       "selective)")
     if f.get("sequence_parallel") is None:
         f["sequence_parallel"] = f["tp"] > 1
     if f.get("distributed_optimizer") is None:

@@ -23,6 +23,8 @@ seq_length                 sequence length (default: the model's)               
 cp, vp, ep, etp            context / virtual-pipeline / expert / expert-tensor sizes  no (1)
 dp                         checked against num_gpus / (tp·pp·cp)                      no
 recompute                  none, selective or full                                    no (none)
+recompute_modules          selective recompute's modules, comma-separated:            no
+                           core_attn, layernorm, moe_act                              (core_attn)
 sequence_parallel,         booleans; defaults as ``configurator estimate``'s (on      no
 distributed_optimizer,     with tp > 1; on with dp·cp > 1; on; on with the
 overlap_grad_reduce,       distributed optimizer)

@@ -17,7 +17,9 @@ Per layer and microbatch on one GPU (tokens per rank ``T = b·s/cp``):
 * memory-bound ops (norms, bias-dropout-add, GeLU/SwiGLU, RoPE, copies) from bytes moved
   and attained HBM bandwidth; backward moves ≈ 2× the forward bytes.
 * recompute: ``full`` repeats the layer's forward (and its tensor-parallel collectives);
-  ``selective`` repeats core attention only (Korthikanti et al. 2022 §5).
+  ``selective`` repeats its ``recompute_modules``: core attention (the default; Korthikanti
+  et al. 2022 §5), the norms not fused into a linear (``layernorm``: an MoE layer's pre-MLP
+  norm, MLA's input norm) and the routed experts' activation with its clamp (``moe_act``).
 * FP8 (``fp8``, ``mxfp8``): Transformer Engine quantises every FP8 GEMM's activation input
   (forward) and output gradient (backward) with a memory-bound cast that reads the 16-bit
   tensor and writes the row-wise and column-wise (transposed) FP8 copies
@@ -45,7 +47,8 @@ import numpy as np
 
 from configurator.core.candidates import Candidates
 from configurator.core.model import ModelSpec
-from configurator.core.plan import is_fp8
+from configurator.core.plan import (RECOMPUTE_CORE_ATTN, RECOMPUTE_FULL, RECOMPUTE_LAYERNORM,
+                                    RECOMPUTE_MOE_ACT, is_fp8)
 from topology.gpus import GPUSpec
 
 
@@ -234,10 +237,11 @@ def clamp_s(model: ModelSpec, elements, gpu: GPUSpec) -> tuple:
 
 def moe_mlp_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec, T, kw):
     """Forward time (s) of one MoE layer's MLP part for one microbatch on one rank and the
-    per-rank routed tokens: ``{"fwd", "eager_fwd", "eager_bwd", "tokens_routed",
+    per-rank routed tokens: ``{"fwd", "eager_fwd", "eager_bwd", "act_fwd", "tokens_routed",
     "tokens_in"}`` (``eager_*``: the eager expert bias of :data:`EXPERT_BIAS_BYTES` and the
     clamp of :data:`CLAMP_BYTES`, each priced by its own backward count, 0 for a model with
-    neither; ``fwd`` includes ``eager_fwd``).
+    neither; ``fwd`` includes ``eager_fwd``; ``act_fwd``: the routed experts' activation
+    with its clamp, what ``moe_act`` recompute re-runs).
 
     Tokens per rank ``X = T/tp`` (sequence parallel), routed copies ``R = k·X·etp`` over
     ``E/ep`` local experts (grouped GEMMs: ``E/ep`` GEMMs of ``R·ep/E`` rows, fc1 ``h →
@@ -271,13 +275,17 @@ def moe_mlp_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec, T, kw):
         bias_f, bias_b = (eager_s(b * R * h, k[0] * local + k[1], gpu)
                           for b, k in zip(EXPERT_BIAS_BYTES, EXPERT_BIAS_KERNELS))
     clamp_f, clamp_b = clamp_s(model, R * gate * fe / etp, gpu)
+    # the routed experts' activation alone (what moe_act recompute re-runs): its HBM pass
+    # (read the gate·f_e fc1 outputs, write f_e) and its clamp
+    act_fwd = ((2 * gate + 2) * R * fe / etp / (gpu.hbm_bandwidth_Bps * eff.hbm)
+               + eff.kernel_overhead_s + clamp_f)
     if fs:
         shared_f, shared_b = clamp_s(model, T * gate * fs / tp, gpu)
         clamp_f, clamp_b = clamp_f + shared_f, clamp_b + shared_b
     fwd = (experts + router + shared + elem / (gpu.hbm_bandwidth_Bps * eff.hbm)
            + MOE_EXTRA_KERNELS * eff.kernel_overhead_s + bias_f + clamp_f)
     return {"fwd": fwd, "eager_fwd": bias_f + clamp_f, "eager_bwd": bias_b + clamp_b,
-            "tokens_routed": R, "tokens_in": X}
+            "act_fwd": act_fwd, "tokens_routed": R, "tokens_in": X}
 
 
 def profiled_layer_s(profile, c: Candidates, fwd, bwd) -> tuple:
@@ -364,7 +372,14 @@ def layer_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec, profile=None) -> 
     bwd = 2 * gemm_fwd + attn_bwd + elem_bwd
     if profile is not None:
         fwd, bwd = profiled_layer_s(profile, c, fwd, bwd)
-    recompute = np.select([c.recompute == 2, c.recompute == 1], [fwd, attn_fwd], 0.0)
+    rc = c.recompute_code
+    layernorm = (rc & RECOMPUTE_LAYERNORM) != 0
+    # one norm's forward (read 2, write 2 bytes per element of the replicated or SP slice)
+    norm_fwd = 4 * rep / (hbm * eff.hbm) + eff.kernel_overhead_s
+    recompute = (np.select([rc == RECOMPUTE_FULL, (rc & RECOMPUTE_CORE_ATTN) != 0],
+                           [fwd, attn_fwd], 0.0)
+                 # layernorm: MLA's input norm is not fused into a linear (every layer)
+                 + np.where(layernorm & bool(model.multi_latent_attention), norm_fwd, 0.0))
     host_dense, host_moe = host_layer_s(model, c, gpu)
     out = {"fwd": fwd, "bwd": bwd, "recompute": recompute, "attn": attn_fwd + attn_bwd,
            "attn_fwd": attn_fwd, "attn_bwd": attn_bwd,
@@ -378,10 +393,14 @@ def layer_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec, profile=None) -> 
         delta = moe["fwd"] - dense_mlp - clamp_f
         # the dense MLP's backward (2x its forward, and its clamp's) replaced by the MoE
         # MLP's (2x its forward, the eager bias and clamp by their own counts)
+        # an MoE layer's pre-MLP norm (layernorm) and its experts' activation (moe_act)
+        moe_modules = (np.where(layernorm, norm_fwd, 0.0)
+                       + np.where((rc & RECOMPUTE_MOE_ACT) != 0, moe["act_fwd"], 0.0))
         out.update(moe_fwd=fwd + delta,
                    moe_bwd=(bwd - 2 * dense_mlp - clamp_b
                             + 2 * (moe["fwd"] - moe["eager_fwd"]) + moe["eager_bwd"]),
-                   moe_recompute=np.where(c.recompute == 2, fwd + delta, recompute),
+                   moe_recompute=np.where(rc == RECOMPUTE_FULL, fwd + delta,
+                                          recompute + moe_modules),
                    tokens_routed=moe["tokens_routed"], tokens_in=moe["tokens_in"])
     else:
         out.update(moe_fwd=fwd, moe_bwd=bwd, moe_recompute=recompute,

@@ -109,6 +109,16 @@ def bridge_recipe_unmodelled(release: str, model: str, system: str,
             f"overlap and FP8 attention, which no plan field models (Bridge {commits})")
 
 
+#: Selective recompute of Megatron-Bridge's recipes, by model and system: GPT-OSS 120B on
+#: H100, B200 and GB200 recomputes its norms and its experts' activation in every release
+#: (``recompute_modules=["layernorm", "moe_act"]`` in ``scripts/performance/configs/gpt_oss``
+#: from v0.2.0, 25.11, to 26.04, and in ``perf_recipes/gpt_oss`` since; its FP8 variants
+#: alias the BF16 configurations); GB300 and B300 recompute nothing.
+BRIDGE_RECOMPUTE_MODULES = {("gpt-oss-120b", "DGX-H100"): "layernorm,moe_act",
+                            ("gpt-oss-120b", "DGX-B200"): "layernorm,moe_act",
+                            ("gpt-oss-120b", "DGX-GB200"): "layernorm,moe_act"}
+
+
 #: Decoder layers per virtual stage of Megatron-Bridge's DeepSeek-V3 pipeline layouts, by
 #: the number of virtual stages pp·vp (the embedding on the first stage, the MTP layer and
 #: the loss on the last): ``recipes/deepseek/deepseek_v3.py``
@@ -218,6 +228,8 @@ def bridge_rows(path: Path | None = None) -> tuple[list[BridgeRow], list[str]]:
         accounted = accounted and not layout
         # an alternative in a plan column ran another plan: only the first figure is read
         same_plan = not any("(" in r[k] for k in _BRIDGE_PLAN_COLUMNS)
+        modules = BRIDGE_RECOMPUTE_MODULES.get((model.name, r["system"]))
+        recompute = dict(recompute="selective", recompute_modules=modules) if modules else {}
         for precision, tokens in _bridge_figures(r["precision"], r["tokens_per_sec_per_gpu"],
                                                  same_plan):
             plan = ParallelPlan(tp=tp, pp=pp, cp=cp, dp=n // (tp * pp * cp), vp=vp,
@@ -230,7 +242,7 @@ def bridge_rows(path: Path | None = None) -> tuple[list[BridgeRow], list[str]]:
                                 distributed_optimizer=True, precision=precision,
                                 fp8_param_gather=is_fp8(precision),
                                 grad_reduce_in_bf16=True, cross_entropy_fusion="te",
-                                megatron_fsdp=fsdp > 0)
+                                megatron_fsdp=fsdp > 0, **recompute)
             out.append(BridgeRow(r["release"], model, cluster, n // gpus_per_host, plan,
                                  tokens))
     return out, skipped

@@ -21,6 +21,7 @@ from configurator.core.layers import split_ok
 from configurator.search.evaluate import Evaluation, evaluate_plan
 from configurator.core.model import ModelSpec
 from configurator.core.plan import fp8_weights_gathered, search_options
+from configurator.core.rules import check_search_options
 from configurator.search.space import (SearchSpace, enumerate_plans, layer_splits,
                                         layout_splits)
 from configurator.cost.iteration import iteration_time
@@ -51,7 +52,8 @@ def candidate_memory(model: ModelSpec, c: Candidates, gpu) -> np.ndarray:
     :class:`topology.gpus.GPUSpec`: whether FP8 weights keep a transpose)."""
     return peak_memory_arrays(
         model, tp=c.tp, pp=c.pp, dp=c.dp, cp=c.cp, vp=c.vp, mbs=c.mbs,
-        num_microbatches=c.num_microbatches, recompute=c.recompute, sp=c.sequence_parallel,
+        num_microbatches=c.num_microbatches, recompute=c.recompute_code,
+        sp=c.sequence_parallel,
         distributed_optimizer=c.distributed_optimizer, precision=c.precision,
         stores_scores=c.stores_scores, ep=c.ep, etp=c.etp, first=c.first, last=c.last,
         account_embedding=c.acct_emb, account_loss=c.acct_loss, layout=c.layout,
@@ -79,6 +81,7 @@ def search(model: ModelSpec, cluster, global_batch_size: int, *, top_k: int = 10
     t0 = time.perf_counter()
     options = search_options(**options)
     cluster.gpu.peak(options["precision"])
+    check_search_options(model, options)
     world = cluster.num_gpus
     cand = enumerate_plans(model, world, global_batch_size,
                            overlap_grad_reduce=overlap_grad_reduce,

@@ -2,10 +2,11 @@
 # torchrun launch: Megatron-LM pretrain_gpt.py (core_v0.16.1 flags), rendered by configurator.
 # model: gpt3-175b: layers=96 hidden=12288 ffn=49152 heads=96 query_groups=96 seq=2048 vocab=51200
 # plan: tp=8 pp=4 dp=32 cp=1 vp=24 mbs=3 gbs=1536 ep=1 etp=1 first=0 last=0 acct_emb=False
-#       acct_loss=False recompute=none sequence_parallel=True distributed_optimizer=True
-#       precision=bf16 cp_comm_type=p2p attention_backend=auto overlap_grad_reduce=True
-#       overlap_param_gather=True fp8_param_gather=False grad_reduce_in_bf16=False
-#       cross_entropy_fusion=none megatron_fsdp=False tp_comm_overlap=False microbatches=16
+#       acct_loss=False recompute=none recompute_modules=core_attn sequence_parallel=True
+#       distributed_optimizer=True precision=bf16 cp_comm_type=p2p attention_backend=auto
+#       overlap_grad_reduce=True overlap_param_gather=True fp8_param_gather=False
+#       grad_reduce_in_bf16=False cross_entropy_fusion=none megatron_fsdp=False
+#       tp_comm_overlap=False microbatches=16
 # cluster: nodes=128 gpus_per_node=8 world_size=1024
 # predicted:
 #   iteration_time_s: 17.752
