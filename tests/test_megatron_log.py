@@ -385,3 +385,17 @@ def test_fuzz_corrupted_fixture(edits):
         assert "\n" not in str(exc)
     else:
         assert runs and all(r.iteration_time_s > 0 for r in runs)
+
+
+def test_selective_recompute_modules_are_read():
+    """Megatron prints the list (``['moe_act', 'layernorm']``): the MoE fixture's plan gets
+    it; a module the cost model does not price is noted and priced as core attention."""
+    text = with_args(MOE_TEXT, recompute_granularity="selective",
+                     recompute_modules="['layernorm', 'moe_act']")
+    run = one(text, cluster="dgx-b200")
+    assert run.plan == dataclasses.replace(MOE_PLAN, recompute="selective",
+                                           recompute_modules="moe_act,layernorm")
+    run = one(with_args(MOE_TEXT, recompute_granularity="selective",
+                        recompute_modules="['mla_up_proj']"), cluster="dgx-b200")
+    assert run.plan.recompute_modules == "core_attn"
+    assert "mla_up_proj" in run.extra["notes"][0] and "core attention" in run.extra["notes"][0]

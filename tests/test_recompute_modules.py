@@ -242,3 +242,19 @@ def test_estimate_cli_and_megatron_log_read_the_modules(tmp_path):
                          text=True, timeout=120)
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1
     assert "recompute_modules" in res.stderr and "selective" in res.stderr
+
+
+def test_run_files_carry_the_modules(tmp_path):
+    from configurator.core.runs import load_runs
+
+    head = ("model,cluster,num_gpus,tp,pp,ep,micro_batch_size,global_batch_size,precision,"
+            "recompute,recompute_modules,iteration_time_s\n")
+    path = tmp_path / "runs.csv"
+    path.write_text(head + "gpt-oss-120b,dgx-h100-80gb,64,1,4,8,1,1280,bf16,selective,"
+                           "\"layernorm,moe_act\",14.0\n")
+    (run,) = load_runs(str(path))
+    assert run.plan.recompute_modules == "moe_act,layernorm" and run.plan.ep == 8
+    path.write_text(head + "gpt-oss-120b,dgx-h100-80gb,64,1,4,8,1,1280,bf16,none,moe_act,14\n")
+    with pytest.raises(InputError, match="selective") as err:
+        load_runs(str(path))
+    assert "recompute_modules" in str(err.value) and "\n" not in str(err.value)
