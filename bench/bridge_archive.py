@@ -57,7 +57,7 @@ def page_rows(path: Path) -> list[dict]:
         elif (line.startswith("|") and header and release and not line.startswith("|--")
               and section.startswith("Pre-Training")):
             row = dict(fixed, **dict(zip(header, _cells(line))))
-            row["model"] = re.sub(r"\s*\(w/o MTP\)", "", row.get("model", ""))
+            row["model"] = row.get("model", "")   # "(w/o MTP)": groundtruth.MTP_OFF_SUFFIX
             row.setdefault("precision", "unstated")
             row["ep"] = row.get("ep", "1") if row.get("ep", "n/a") != "n/a" else "1"
             row.update(source=path.name, release=release, section=section)
@@ -92,7 +92,7 @@ def main() -> None:
     problems = [c for c in report.checks if c.problem]
     for c in report.checks:
         if not c.problem:
-            by[c.run.model].append(c)
+            by[getattr(c.run.model, "name", c.run.model)].append(c)   # a spec: w/o MTP
     dropping = len([s for s in skipped if "token-dropping" in s])
     unmodelled = len([s for s in skipped if "no plan field models" in s])
     unknown = len([s for s in skipped if "superseded" not in s]) - dropping - unmodelled

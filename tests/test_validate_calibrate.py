@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from unittest import mock
 
 import pytest
 
@@ -399,3 +400,25 @@ def test_bridge_recipes_no_plan_models_are_skipped_with_their_source(tmp_path):
                                      for s in skipped)
     assert bridge_recipe_unmodelled("26.06", "qwen3-30b-a3b", "DGX-GB200", "FP8-MX")
     assert bridge_recipe_unmodelled("26.06", "llama3-70b", "DGX-GB200", "MXFP8") is None
+
+
+def test_bridge_rows_without_mtp_price_the_model_without_its_mtp_layer(tmp_path):
+    """"DeepSeekV3 (w/o MTP)" (25.11) ran without the MTP layer: the row's model has none,
+    its recipe layout has no 'm', and its run carries that model (not the preset's name)."""
+    from configurator.cost import groundtruth
+
+    head = ("source,release,section,model,system,precision,num_gpus,gbs,mbs,seq_len,fsdp,tp,"
+            "pp,cp,vp,ep,ga,tokens_per_sec_per_gpu,model_tflops_per_gpu\n")
+    cells = "256,4096,1,4096,0,1,8,1,4,32,,1000,1\n"
+    path = tmp_path / "rows.csv"
+    path.write_text(head + f"s,25.11,p,DeepSeekV3 (w/o MTP),DGX-GB200,MXFP8,{cells}"
+                    + f"s,25.11,p,DeepSeekV3,DGX-GB200,MXFP8,{cells}")
+    (off, on), skipped = groundtruth.bridge_rows(path)
+    assert not skipped
+    assert off.model.mtp_num_layers is None and on.model.mtp_num_layers == 1
+    assert "m" not in off.plan.pipeline_model_parallel_layout
+    assert on.plan.pipeline_model_parallel_layout.endswith("mL")
+    with mock.patch.object(groundtruth, "bridge_rows", lambda p=None: ((off, on), [])):
+        runs, _ = groundtruth.bridge_runs(newest_only=False)
+    assert runs[0].model is off.model and runs[1].model == "deepseek-v3"
+    assert check_run(runs[0]).problem is None

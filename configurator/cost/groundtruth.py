@@ -10,6 +10,7 @@ price as a :class:`~configurator.core.runs.MeasuredRun` (the built-in example of
 from __future__ import annotations
 
 import csv
+import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,6 +75,9 @@ def sc21_rows(path: Path | None = None) -> list[SC21Row]:
 BRIDGE_SYSTEMS = {"DGX-H100": "dgx-h100-80gb", "DGX-B200": "dgx-b200-180gb",
                   "DGX-B300": "dgx-b300-288gb", "DGX-GB200": "gb200-nvl72",
                   "DGX-GB300": "gb300-nvl72"}
+#: What a Megatron-Bridge model name adds for a run without multi-token prediction
+#: ("DeepSeekV3 (w/o MTP)", 25.11): the preset with ``mtp_num_layers`` unset.
+MTP_OFF_SUFFIX = "(w/o MTP)"
 #: Megatron-Bridge model names as model presets; other names (a token-dropping variant such
 #: as "Qwen3_30B_a3B (tokendrop)", a model without a preset) are skipped and listed.
 BRIDGE_MODELS = {"LLAMA3_8B": "llama3-8b", "LLAMA3_70B": "llama3-70b",
@@ -193,6 +197,9 @@ def bridge_rows(path: Path | None = None) -> tuple[list[BridgeRow], list[str]]:
         if r["system"] not in BRIDGE_SYSTEMS:
             skipped.append(f"{key}: no {r['system']} preset")
             continue
+        # "DeepSeekV3 (w/o MTP)": the same model trained without its MTP layer
+        without_mtp = MTP_OFF_SUFFIX in r["model"]
+        r = dict(r, model=r["model"].replace(MTP_OFF_SUFFIX, "").strip())
         if r["model"] not in BRIDGE_MODELS:
             why = ("token-dropping routing (not dropless)" if "tokendrop" in r["model"].lower()
                    else f"no model preset for {r['model']}")
@@ -219,6 +226,8 @@ def bridge_rows(path: Path | None = None) -> tuple[list[BridgeRow], list[str]]:
             skipped.append(f"{key}: FSDP group {r['fsdp']} is not dp*cp ({n // (tp * pp)})")
             continue
         model = MODEL_PRESETS[BRIDGE_MODELS[r["model"]]].with_seq_length(seq)
+        if without_mtp and model.mtp_num_layers:
+            model = dataclasses.replace(model, mtp_num_layers=None)
         # layers that do not split evenly: the embedding and the loss count as one layer
         # each, as Megatron-Bridge's Llama-3.1 405B recipes set
         accounted = model.num_layers % (pp * vp) != 0
@@ -357,7 +366,8 @@ def bridge_runs(newest_only: bool = True) -> tuple[list[MeasuredRun], list[str]]
         rows = kept
     return [_run(f"bridge {r.release} {r.model.name} {r.cluster} {r.plan.precision} "
                  f"{r.plan.world_size}", f"Megatron-Bridge performance summary {r.release}",
-                 r.model.name, r.cluster, r.plan,
+                 r.model if r.model.mtp_num_layers != MODEL_PRESETS[r.model.name].mtp_num_layers
+                 else r.model.name, r.cluster, r.plan,
                  seq=r.model.seq_length, tokens_per_s_per_gpu=r.tokens_per_s_per_gpu)
             for r in rows], skipped
 
