@@ -4,9 +4,9 @@ GPU against the analytic time model (:mod:`configurator.cost.compute`) of its GP
 Where ``configurator profile`` times a whole dense layer, this times the pieces the analytic
 model prices one by one, so a gap can be traced to one term: the attention GEMMs, core
 attention (full causal, and a sliding window where the model has one), the experts' grouped
-GEMMs, and megatron-core's eager MoE operations (the biased experts' ``_apply_bias`` and
-the clamped quick-GEGLU), the last two with megatron-core's own functions where it is
-importable. bf16 throughout; each time is the median of ``--repeats`` CUDA-event timings
+GEMMs, and megatron-core's MoE operations around them (the biased experts' ``_apply_bias``,
+the clamped quick-GEGLU, the weighted SwiGLU), with megatron-core's own functions where it
+is importable (multi-latent attention: the expert pieces only). bf16 throughout; each time is the median of ``--repeats`` CUDA-event timings
 after ``--warmup`` runs; forward and backward are timed apart.
 
 Balanced routing (as the published MoE runs force): each of the ``E/ep`` local experts gets
@@ -14,8 +14,9 @@ Balanced routing (as the published MoE runs force): each of the ``E/ep`` local e
 :func:`configurator.cost.compute.moe_mlp_costs`).
 
 Run (needs CUDA; torch ≥ 2.5): ``python bench/kernel_shapes.py --model gpt-oss-120b --tp 1
---ep 8 --mbs 1``. Prints one table: piece, measured forward/backward ms, analytic
-forward/backward ms, measured / analytic.
+--ep 8 --mbs 1``; ``--dry-run`` runs every piece on the CPU (the code path, not timings).
+Prints one table: piece, measured forward/backward ms, analytic forward/backward ms,
+measured / analytic.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ import argparse
 import statistics
 import sys
 import time
-
 
 from configurator.app.profile_jobs import guess_gpu_preset
 from configurator.core.errors import InputError
