@@ -26,6 +26,8 @@ import statistics
 import sys
 import time
 
+import numpy as np
+
 from configurator.app.profile_jobs import guess_gpu_preset
 from configurator.core.errors import InputError
 from configurator.core.model import load_model
@@ -248,7 +250,13 @@ def moe_pieces(torch, model, args, dev, kw, add, eff, hbm, gpu, T) -> int:
     fc1_out = torch.randn(R, gate * fe // etp, dtype=bf16, device=dev, requires_grad=True)
     wts = torch.rand(R, 1, dtype=torch.float32, device=dev)
     gact = torch.randn(R, fe // etp, dtype=bf16, device=dev)
-    act = (2 * gate + 2) * R * fe / etp / hbm + eff.kernel_overhead_s
+    # the model's activation term (moe_mlp_costs' act_fwd holds the clamp too)
+    from configurator.core.candidates import Candidates
+    from configurator.core.plan import ParallelPlan
+
+    c = Candidates.from_plan(ParallelPlan(tp=tp, ep=ep, etp=etp, micro_batch_size=args.mbs))
+    act = float(np.asarray(compute.moe_mlp_costs(model, c, gpu, T, kw)["act_fwd"]).ravel()[0]
+                - compute.clamp_s(model, R * gate * fe / etp, gpu)[0])
     clamp = model.activation_func_clamp_value
     if model.swiglu and not clamp:
         add("weighted SwiGLU (megatron-core)",

@@ -404,7 +404,7 @@ def test_bridge_recipes_no_plan_models_are_skipped_with_their_source(tmp_path):
 
 def test_bridge_rows_without_mtp_price_the_model_without_its_mtp_layer(tmp_path):
     """"DeepSeekV3 (w/o MTP)" (25.11) ran without the MTP layer: the row's model has none,
-    its recipe layout has no 'm', and its run carries that model (not the preset's name)."""
+    its recipe layout has no 'm', and its run carries that model."""
     from configurator.cost import groundtruth
 
     head = ("source,release,section,model,system,precision,num_gpus,gbs,mbs,seq_len,fsdp,tp,"
@@ -420,5 +420,5 @@ def test_bridge_rows_without_mtp_price_the_model_without_its_mtp_layer(tmp_path)
     assert on.plan.pipeline_model_parallel_layout.endswith("mL")
     with mock.patch.object(groundtruth, "bridge_rows", lambda p=None: ((off, on), [])):
         runs, _ = groundtruth.bridge_runs(newest_only=False)
-    assert runs[0].model is off.model and runs[1].model == "deepseek-v3"
+    assert runs[0].model is off.model and runs[1].model.mtp_num_layers == 1
     assert check_run(runs[0]).problem is None

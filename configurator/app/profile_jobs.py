@@ -326,6 +326,8 @@ def fp8_backend(torch, device, precision: str):
         one = torch.ones((), device=device)
         torch._scaled_mm(g, a.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
     except (RuntimeError, NotImplementedError, TypeError) as err:
+        # what torch raises where the device has no FP8 GEMM (a GPU before compute
+        # capability 8.9; a CPU build without it) or an older _scaled_mm signature
         first = (str(err).strip().splitlines() or ["failed"])[0][:200]
         raise InputError("precision", "fp8", f"torch._scaled_mm does not run on "
                                              f"{device.type}: {first}") from None

@@ -415,6 +415,12 @@ def _precision(a: _Args) -> str:
                      "precision")
 
 
+def _printed_list(text: str) -> list[str]:
+    """The words of a list of strings as the arguments dump prints it (``['p2p']``,
+    ``['core_attn', 'moe_act']``)."""
+    return text.strip("[]").replace("'", "").replace('"', "").replace(",", " ").split()
+
+
 def _plan_fields(a: _Args, moe: bool) -> tuple[dict[str, Any], list[str]]:
     row: dict[str, Any] = {}
     notes: list[str] = []
@@ -451,7 +457,7 @@ def _plan_fields(a: _Args, moe: bool) -> tuple[dict[str, Any], list[str]]:
         row["pipeline_model_parallel_layout"] = layout
     comm = a.raw("cp_comm_type")         # printed as a list: ['p2p'] or one per layer
     if comm is not None:
-        kinds = set(comm.strip("[]").replace("'", "").replace('"', "").replace(",", " ").split())
+        kinds = set(_printed_list(comm))
         if len(kinds) == 1 and next(iter(kinds)) in CP_COMM_TYPES:
             row["cp_comm_type"] = kinds.pop()
         elif kinds:
@@ -462,8 +468,7 @@ def _plan_fields(a: _Args, moe: bool) -> tuple[dict[str, Any], list[str]]:
                      f"{a.raw('recompute_num_layers')} layers: priced as uniform, 1 layer")
     modules = a.raw("recompute_modules")    # printed as a list: ['core_attn', 'moe_act']
     if row.get("recompute") == "selective" and modules not in (None, "None", "['core_attn']"):
-        names = ",".join(modules.strip("[]").replace("'", "").replace('"', "").replace(
-            ",", " ").split())
+        names = ",".join(_printed_list(modules))
         try:
             row["recompute_modules"] = ",".join(recompute_module_list(names))
         except InputError as err:

@@ -262,12 +262,14 @@ def moe_mlp_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec, T, kw):
                + gemm_time_s(rows, h, fe / etp, **grouped))
     router = gemm_time_s(X, E, h, **dict(kw, peak=gpu.peak("bf16"), gemm_eff=eff.gemm,
                                          in_bytes=2.0))
+    act_bytes = 2 * gate + 2     # the activation: read gate·f 16-bit inputs, write f
     shared = 0.0
     fs = model.moe_shared_expert_intermediate_size
     if fs:
         shared = (gemm_time_s(T, gate * fs / tp, h, **kw) + gemm_time_s(T, h, fs / tp, **kw)
-                  + (2 * gate + 2) * T * fs / tp / (gpu.hbm_bandwidth_Bps * eff.hbm))
-    elem = (2 * 2 * (X * h + R * h) + (2 * gate + 2) * R * fe / etp + 3 * 4 * X * E)
+                  + act_bytes * T * fs / tp / (gpu.hbm_bandwidth_Bps * eff.hbm))
+    routed_act = act_bytes * R * fe / etp       # the routed experts' activation's bytes
+    elem = 2 * 2 * (X * h + R * h) + routed_act + 3 * 4 * X * E
     if kw["in_bytes"] < 2:   # FP8 casts of the grouped GEMMs' inputs (forward)
         elem = elem + FP8_CAST_BYTES * R * (h + fe / etp)
     bias_f = bias_b = 0.0 * R
@@ -275,10 +277,9 @@ def moe_mlp_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec, T, kw):
         bias_f, bias_b = (eager_s(b * R * h, k[0] * local + k[1], gpu)
                           for b, k in zip(EXPERT_BIAS_BYTES, EXPERT_BIAS_KERNELS))
     clamp_f, clamp_b = clamp_s(model, R * gate * fe / etp, gpu)
-    # the routed experts' activation alone (what moe_act recompute re-runs): its HBM pass
-    # (read the gate·f_e fc1 outputs, write f_e) and its clamp
-    act_fwd = ((2 * gate + 2) * R * fe / etp / (gpu.hbm_bandwidth_Bps * eff.hbm)
-               + eff.kernel_overhead_s + clamp_f)
+    # the routed experts' activation alone (what moe_act recompute re-runs) and its clamp
+    act_fwd = (routed_act / (gpu.hbm_bandwidth_Bps * eff.hbm) + eff.kernel_overhead_s
+               + clamp_f)
     if fs:
         shared_f, shared_b = clamp_s(model, T * gate * fs / tp, gpu)
         clamp_f, clamp_b = clamp_f + shared_f, clamp_b + shared_b

@@ -366,8 +366,7 @@ def bridge_runs(newest_only: bool = True) -> tuple[list[MeasuredRun], list[str]]
         rows = kept
     return [_run(f"bridge {r.release} {r.model.name} {r.cluster} {r.plan.precision} "
                  f"{r.plan.world_size}", f"Megatron-Bridge performance summary {r.release}",
-                 r.model if r.model.mtp_num_layers != MODEL_PRESETS[r.model.name].mtp_num_layers
-                 else r.model.name, r.cluster, r.plan,
+                 r.model, r.cluster, r.plan,
                  seq=r.model.seq_length, tokens_per_s_per_gpu=r.tokens_per_s_per_gpu)
             for r in rows], skipped
 
