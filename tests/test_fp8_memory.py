@@ -236,10 +236,11 @@ def test_fp8_stage_activations_vectorised():
 
 
 def test_fp8_param_gather_plan_field_makes_the_recipe_fit():
-    """The plan field ``fp8_param_gather`` (Megatron ``--fp8-param-gather``): ``estimate`` of
-    the Megatron-Bridge Llama-3 70B FP8 shape on 64 H100 fits with it and not without; it
-    drops 2 bytes per GEMM weight, only with FP8 and the distributed optimizer (Megatron
-    requires it), and the launch flags carry it."""
+    """The plan field ``fp8_param_gather`` (Megatron ``--fp8-param-gather``, on by default as
+    NeMo's and Megatron-Bridge's FP8 presets set it): ``estimate`` of the Megatron-Bridge
+    Llama-3 70B FP8 shape on 64 H100 fits with the default and with the flag, not with
+    ``--no-fp8-param-gather``; it drops 2 bytes per GEMM weight, only with FP8 and the
+    distributed optimizer (Megatron requires it), and the launch flags carry it."""
     import json
 
     from tests.conftest import run_cli
@@ -248,21 +249,24 @@ def test_fp8_param_gather_plan_field_makes_the_recipe_fit():
             "--gbs", "128", "--tp", "4", "--pp", "8", "--vp", "5", "--mbs", "1",
             "--precision", "fp8", "--json")
     out = {}
-    for extra in ((), ("--fp8-param-gather",), ("--fp8-param-gather",
-                                                 "--no-distributed-optimizer")):
+    for extra in (("--no-fp8-param-gather",), ("--fp8-param-gather",), (),
+                  ("--fp8-param-gather", "--no-distributed-optimizer")):
         res = run_cli(*argv, *extra)
         assert res.returncode == 0, res.stderr
         out[extra] = json.loads(res.stdout)
-    plain, gather, no_dopt = out.values()
+    plain, gather, default, no_dopt = out.values()
     assert not plain["fits"] and gather["fits"]
+    assert default["config"]["fp8_param_gather"] is True
+    assert default["memory_per_stage"] == gather["memory_per_stage"]
     params = float(stage_parameters(LLAMA70, 4, 8, 0))
     gemm = params - float(stage_non_gemm_parameters(LLAMA70, 4, 8, 0))
     stage0 = {k: d["memory_per_stage"][0]["parameters_bytes"] for k, d in out.items()}
-    assert stage0[()] - stage0[("--fp8-param-gather",)] == pytest.approx(2 * gemm, rel=1e-9)
+    off = ("--no-fp8-param-gather",)
+    assert stage0[off] - stage0[("--fp8-param-gather",)] == pytest.approx(2 * gemm, rel=1e-9)
     assert no_dopt["config"]["fp8_param_gather"] is True
-    assert no_dopt["memory_per_stage"][0]["parameters_bytes"] == stage0[()]
+    assert no_dopt["memory_per_stage"][0]["parameters_bytes"] == stage0[off]
     bf16 = run_cli(*argv[:-3], "--precision", "bf16", "--fp8-param-gather", "--json")
-    plain16 = run_cli(*argv[:-3], "--precision", "bf16", "--json")
+    plain16 = run_cli(*argv[:-3], "--precision", "bf16", "--no-fp8-param-gather", "--json")
     assert json.loads(bf16.stdout)["memory_per_stage"] == json.loads(
         plain16.stdout)["memory_per_stage"]
 

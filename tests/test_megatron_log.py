@@ -33,7 +33,8 @@ DENSE_PLAN = ParallelPlan(tp=2, pp=2, dp=4, micro_batch_size=1, global_batch_siz
                           recompute="selective", sequence_parallel=True,
                           distributed_optimizer=True)
 MOE_PLAN = ParallelPlan(tp=1, pp=2, dp=8, ep=8, etp=1, micro_batch_size=1,
-                        global_batch_size=256, precision="mxfp8", distributed_optimizer=True)
+                        global_batch_size=256, precision="mxfp8", distributed_optimizer=True,
+                        fp8_param_gather=False)    # the log's; the plan field's default is on
 ITER = re.compile(r"iteration\s+(\d+)/.*elapsed time per iteration \(ms\): ([\d.]+) \| "
                   r"throughput per GPU \(TFLOP/s/GPU\): ([\d.]+)")
 
@@ -399,3 +400,17 @@ def test_selective_recompute_modules_are_read():
                         recompute_modules="['mla_up_proj']"), cluster="dgx-b200")
     assert run.plan.recompute_modules == "core_attn"
     assert "mla_up_proj" in run.extra["notes"][0] and "core attention" in run.extra["notes"][0]
+
+
+def test_fp8_param_gather_is_read_and_absent_means_megatron_default():
+    """The MXFP8 fixture with ``fp8_param_gather True`` reads as on; a dump without the line
+    (Megatron before the flag existed) reads as Megatron's default, off, not the plan field's
+    default (on)."""
+    assert one(with_args(MOE_TEXT, fp8_param_gather="True"),
+               cluster="dgx-b200").plan.fp8_param_gather is True
+    assert one(with_args(MOE_TEXT, fp8_param_gather=None),
+               cluster="dgx-b200").plan.fp8_param_gather is False
+    assert ParallelPlan(tp=1, pp=1, dp=8, micro_batch_size=1, global_batch_size=8,
+                        precision="mxfp8").fp8_param_gather is True
+    # where the flag does not apply (BF16) the plan keeps its default, as launched
+    assert one(DENSE_TEXT, cluster="dgx-h100-16").plan.fp8_param_gather is True

@@ -293,6 +293,36 @@ def test_run_file_round_trip(tmp_path):
     assert check.measured_iteration_time_s == pytest.approx(256 * 16384 / (1000 * 16))
 
 
+def test_run_without_a_split_is_priced_with_the_split_estimate_chooses(tmp_path):
+    """A run file of Llama-3.1 405B (126 layers) at pp 8 names no split (NeMo's tables do
+    not): ``validate`` prices it with the split ``estimate`` chooses, and that split's time,
+    rather than refusing the run; an FP8 run takes the plan's default
+    ``fp8_param_gather`` (on)."""
+    import json
+
+    from tests.conftest import run_cli
+
+    row = dict(name="405b", model="llama3.1-405b", cluster="dgx-b200-180gb", num_gpus="128",
+               tp="4", pp="8", cp="2", vp="8", mbs="1", gbs="64", precision="fp8",
+               seq_length="8192", tokens_per_s_per_gpu="625")
+    path = tmp_path / "runs.csv"
+    path.write_text(",".join(row) + "\n" + ",".join(row.values()) + "\n")
+    (run,) = load_runs(str(path))
+    assert run.plan.fp8_param_gather and not run.plan.custom_layer_split
+    check = check_run(run)
+    assert check.problem is None
+    res = run_cli("estimate", "--model", "llama3.1-405b", "--cluster", "dgx-b200-180gb",
+                  "--nodes", "16", "--seq-length", "8192", "--tp", "4", "--pp", "8", "--cp",
+                  "2", "--vp", "8", "--mbs", "1", "--gbs", "64", "--precision", "fp8", "--json")
+    assert res.returncode == 0, res.stderr
+    est = json.loads(res.stdout)
+    config = est["config"]
+    assert (config["account_for_embedding_in_pipeline_split"] or config["first"]
+            or config["pipeline_model_parallel_layout"])
+    assert check.predicted_iteration_time_s == pytest.approx(est["iteration_time_s"],
+                                                             rel=1e-12)
+
+
 @pytest.mark.parametrize("change, field", [
     (dict(tp="two"), "tp"), (dict(num_gpus="15"), "does not divide 15"), (dict(precision="fp4"), "precision"),
     (dict(tokens_per_s_per_gpu="-3"), "tokens_per_s_per_gpu"), (dict(bogus="1"), "bogus"),

@@ -18,6 +18,7 @@ from configurator.core.model import ModelSpec, load_model
 from configurator.core.runs import MeasuredRun
 from configurator.cost.measured import measured_iteration_time_s
 from configurator.search.evaluate import Evaluation, evaluate_plan
+from configurator.search.rank import best_layer_split
 from configurator.core import validate as v
 from topology.cluster import CLUSTER_PRESETS, Cluster, cluster_from_config, load_cluster
 
@@ -124,7 +125,9 @@ def run_cluster(run: MeasuredRun) -> Cluster:
 
 def check_run(run: MeasuredRun, calibration=None) -> RunCheck:
     """Price one run (:class:`RunCheck`); an input problem of the run (unknown preset,
-    a plan Megatron rejects) is recorded in ``problem`` rather than raised."""
+    a plan Megatron rejects) is recorded in ``problem`` rather than raised. A run whose pp
+    does not divide the layers and which names no split is priced with the split
+    ``estimate`` would choose (:func:`configurator.search.rank.best_layer_split`)."""
     group = run.group
     try:
         model = run_model(run)
@@ -132,7 +135,8 @@ def check_run(run: MeasuredRun, calibration=None) -> RunCheck:
         if calibration is not None:
             cluster = cluster.with_gpu(calibration.apply(cluster.gpu, run.plan.precision))
         group = group or f"{cluster.gpu.name} {run.plan.precision}"
-        ev: Evaluation = evaluate_plan(model, cluster, run.plan)
+        ev: Evaluation = evaluate_plan(model, cluster,
+                                       best_layer_split(model, cluster, run.plan))
     except InputError as exc:
         return RunCheck(run=run, group=group or "unpriced", problem=str(exc))
     return RunCheck(run=run, group=group,

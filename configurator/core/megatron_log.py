@@ -26,7 +26,8 @@ timestamp, as older Megatron-LM prints them, read too):
   (:data:`PLAN_ARGS`; ``world_size`` is ``num_gpus``; ``None`` virtual-pipeline size = 1,
   ``None`` recompute granularity = none; expert sizes only for MoE models; selective
   recompute's ``recompute_modules`` where the model prices them, else core attention with a
-  note). Precision:
+  note; ``fp8_param_gather`` with FP8 and the distributed optimizer only, absent read as
+  Megatron's default, off). Precision:
   ``fp8`` (``--fp8-format`` e4m3/hybrid) set means ``fp8``, or ``mxfp8`` with
   ``fp8_recipe`` mxfp8 (other FP8 recipes are read as ``fp8``); else ``bf16``/``fp16`` by
   those flags; FP32 and FP4 are refused.
@@ -74,7 +75,7 @@ from typing import Any, Iterable, Iterator, Mapping
 
 from configurator.core.errors import InputError
 from configurator.core.model import MODEL_KEYS, ModelSpec, make_model
-from configurator.core.plan import CP_COMM_TYPES, PLAN_FIELDS, recompute_module_list
+from configurator.core.plan import CP_COMM_TYPES, PLAN_FIELDS, is_fp8, recompute_module_list
 from configurator.core.runs import RUN_KEYS, MeasuredRun, run_from_mapping
 
 #: Largest log read (bytes or characters).
@@ -134,7 +135,7 @@ PLAN_ARGS: tuple[tuple[str, str, Any], ...] = (
     ("distributed_optimizer", "use_distributed_optimizer", ...),
     ("overlap_grad_reduce", "overlap_grad_reduce", ...),
     ("overlap_param_gather", "overlap_param_gather", ...),
-    ("fp8_param_gather", "fp8_param_gather", ...),
+    ("fp8_param_gather", "fp8_param_gather", False),   # Megatron's default; the plan's is on
     ("grad_reduce_in_bf16", "grad_reduce_in_bf16", ...),
     ("tp_comm_overlap", "tp_comm_overlap", ...),
     ("megatron_fsdp", "use_megatron_fsdp", ...),
@@ -474,6 +475,10 @@ def _plan_fields(a: _Args, moe: bool) -> tuple[dict[str, Any], list[str]]:
         except InputError as err:
             notes.append(f"selective recompute of {modules}: priced as core attention "
                          f"({err.rule})")
+    if not (is_fp8(row.get("precision", "")) and row.get("distributed_optimizer")):
+        # the flag applies to FP8 with the distributed optimizer only: elsewhere the plan's
+        # default, as the plan that launched the job has it
+        row.pop("fp8_param_gather", None)
     if row.get("precision") == "fp8" and a.raw("fp8_recipe") not in (None, "delayed"):
         notes.append(f"fp8 recipe {a.raw('fp8_recipe')}: priced as delayed scaling")
     return row, notes

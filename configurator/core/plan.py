@@ -300,11 +300,13 @@ class ParallelPlan:
                 lambda m, p: (p.overlap_param_gather and p.distributed_optimizer
                               and p.overlap_grad_reduce) or None),))
     fp8_param_gather: bool = _field(
-        False, megatron_name="fp8_param_gather", cli_flag="--fp8-param-gather",
+        True, megatron_name="fp8_param_gather", cli_flag="--fp8-param-gather",
         per_candidate=False,
         help="FP8 plans with the distributed optimizer keep their GEMM weights in FP8 only (no "
-             "16-bit copy) and all-gather them in FP8 (Megatron --fp8-param-gather, which "
-             "Megatron-Bridge's FP8 presets set; default off)",
+             "16-bit copy) and all-gather them in FP8 (Megatron --fp8-param-gather; default "
+             "on, as NeMo's FP8 presets set fp8_params since NeMo 2.0 and Megatron-Bridge's "
+             "FP8 and MXFP8 presets fp8_param_gather; Megatron-LM's own default is off, and "
+             "launch scripts pass the flag)",
         flag_group="precision and kernels",
         # validate_args: "--fp8-param-gather only supported with distributed optimizer"
         flags=(("--fp8-param-gather",

@@ -27,9 +27,9 @@ recompute_modules          selective recompute's modules, comma-separated:      
                            core_attn, layernorm, moe_act                              (core_attn)
 sequence_parallel,         booleans; defaults as ``configurator estimate``'s (on      no
 distributed_optimizer,     with tp > 1; on with dp·cp > 1; on; on with the
-overlap_grad_reduce,       distributed optimizer)
-overlap_param_gather,
-fp8_param_gather,          (``--fp8-param-gather``, ``--grad-reduce-in-bf16``,
+overlap_grad_reduce,       distributed optimizer; ``--fp8-param-gather`` on with FP8
+overlap_param_gather,      and the distributed optimizer)
+fp8_param_gather,          (``--grad-reduce-in-bf16``,
 grad_reduce_in_bf16,       ``--tp-comm-overlap``, ``--megatron-fsdp``: default off)
 tp_comm_overlap,
 megatron_fsdp

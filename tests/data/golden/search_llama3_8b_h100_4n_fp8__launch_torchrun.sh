@@ -4,7 +4,7 @@
 # plan: tp=2 pp=1 dp=16 cp=1 vp=1 mbs=2 gbs=256 ep=1 etp=1 first=0 last=0 acct_emb=False
 #       acct_loss=False recompute=none recompute_modules=core_attn sequence_parallel=True
 #       distributed_optimizer=True precision=fp8 cp_comm_type=p2p attention_backend=auto
-#       overlap_grad_reduce=True overlap_param_gather=True fp8_param_gather=False
+#       overlap_grad_reduce=True overlap_param_gather=True fp8_param_gather=True
 #       grad_reduce_in_bf16=False cross_entropy_fusion=none megatron_fsdp=False
 #       tp_comm_overlap=False microbatches=8
 # cluster: nodes=4 gpus_per_node=8 world_size=32
@@ -12,7 +12,7 @@
 #   iteration_time_s: 5.156
 #   model_tflops_per_gpu: 654.2
 #   mfu: 0.661
-#   peak_memory_GiB: 70.67
+#   peak_memory_GiB: 64.17
 #
 # Usage on every node: MEGATRON_LM_DIR=/path/to/Megatron-LM bash launch_torchrun.sh [NODE_RANK] [extra pretrain_gpt.py flags...]
 # NODE_RANK: first argument, else $NODE_RANK (required).
@@ -100,6 +100,7 @@ MEGATRON_ARGS=(
     --bf16
     --fp8-format hybrid
     --attention-backend auto
+    --fp8-param-gather
     # training
     --train-iters 100
     --lr 0.0003
