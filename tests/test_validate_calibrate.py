@@ -310,7 +310,7 @@ def test_run_without_a_split_is_priced_with_the_split_estimate_chooses(tmp_path)
     (run,) = load_runs(str(path))
     assert run.plan.fp8_param_gather and not run.plan.custom_layer_split
     check = check_run(run)
-    assert check.problem is None
+    assert check.problem is None and check.run.plan.custom_layer_split   # reported as priced
     res = run_cli("estimate", "--model", "llama3.1-405b", "--cluster", "dgx-b200-180gb",
                   "--nodes", "16", "--seq-length", "8192", "--tp", "4", "--pp", "8", "--cp",
                   "2", "--vp", "8", "--mbs", "1", "--gbs", "64", "--precision", "fp8", "--json")
@@ -319,6 +319,7 @@ def test_run_without_a_split_is_priced_with_the_split_estimate_chooses(tmp_path)
     config = est["config"]
     assert (config["account_for_embedding_in_pipeline_split"] or config["first"]
             or config["pipeline_model_parallel_layout"])
+    assert check.to_dict()["config"] == config
     assert check.predicted_iteration_time_s == pytest.approx(est["iteration_time_s"],
                                                              rel=1e-12)
 

@@ -10,6 +10,7 @@ the worst row, and Spearman's rank correlation of predicted and measured iterati
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -27,7 +28,8 @@ from topology.cluster import CLUSTER_PRESETS, Cluster, cluster_from_config, load
 class RunCheck:
     """One run, predicted and measured: times in s, memory in bytes; ``error`` is
     ``predicted / measured - 1`` (None without a measured time); ``problem``: why the run
-    could not be priced (then the figures are None)."""
+    could not be priced (then the figures are None). ``run`` carries the plan as priced (with
+    the layer split chosen for a run that names none)."""
 
     run: MeasuredRun
     group: str
@@ -135,8 +137,8 @@ def check_run(run: MeasuredRun, calibration=None) -> RunCheck:
         if calibration is not None:
             cluster = cluster.with_gpu(calibration.apply(cluster.gpu, run.plan.precision))
         group = group or f"{cluster.gpu.name} {run.plan.precision}"
-        ev: Evaluation = evaluate_plan(model, cluster,
-                                       best_layer_split(model, cluster, run.plan))
+        run = dataclasses.replace(run, plan=best_layer_split(model, cluster, run.plan))
+        ev: Evaluation = evaluate_plan(model, cluster, run.plan)
     except InputError as exc:
         return RunCheck(run=run, group=group or "unpriced", problem=str(exc))
     return RunCheck(run=run, group=group,
