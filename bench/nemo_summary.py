@@ -9,8 +9,8 @@ Reads the "Pretraining" table of a NeMo checkout's
 table; e.g. ``git show v2.1.0:docs/source/performance/performance_summary.md > p.md``).
 GPT3-5B and GPT3-20B are the GPT-3 175B preset at NeMo's 5B and 20B shapes (24 layers of
 4,096 and 44 layers of 6,144; the table's model TFLOP/s over its tokens/s gives Megatron's
-FLOPs per token of exactly these shapes, checked below). The Nemotron rows (squared-ReLU
-models without a preset) are skipped and counted.
+FLOPs per token of exactly these shapes: ``--rows`` prints the ratio for every row). The
+Nemotron rows (squared-ReLU models without a preset) are skipped and counted.
 
 Run: ``python bench/nemo_summary.py p.md [--rows]``.
 """
@@ -93,7 +93,10 @@ def main(argv=None) -> None:
     print(f"skipped (no preset): {', '.join(skipped) or 'none'}")
     if args.rows:
         for c in report.checks:
-            print(f"  {c.run.name:<32} error {100 * (c.error or 0):+6.1f} %  "
+            if c.problem is not None:
+                print(f"  {c.run.name:<32} not priced: {c.problem}")
+                continue
+            print(f"  {c.run.name:<32} error {100 * c.error:+6.1f} %  "
                   f"{c.predicted_peak_memory_bytes / 2**30:5.1f} GiB  [{c.run.source}]")
 
 
