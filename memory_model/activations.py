@@ -412,7 +412,7 @@ def stage_activation_phases(model: ModelSpec, *, mbs, seq, tp, pp, vp, sp, recom
                                        stores_scores=stores_scores,
                                        precision=precision) + moe_share * moe_delta
     ckpt = checkpoint_bytes(model, mbs=b, seq=s, tp=tp, sp=sp)
-    kept = np.where(rc == 2, ckpt, per_layer)
+    kept = np.where(rc == RECOMPUTE_FULL, ckpt, per_layer)
     mb_first = inflight_microbatches_1f1b(pp, num_microbatches, stage)
     emb_mask = (model.hidden_dropout > 0) * xh / rep_div * mb_first
     emb = np.where(stage == 0, emb_mask, 0.0)
@@ -421,13 +421,14 @@ def stage_activation_phases(model: ModelSpec, *, mbs, seq, tp, pp, vp, sp, recom
     forward_end = n * kept + emb + np.where(stage == pp - 1, last, 0.0)
     q, kv, qkv = _attention_sizes(model, s, b, tp)
     # norm input (16-bit) and QKV input (quantised under FP8) plus the checkpointed Q, K, V
-    layer_left = np.where(rc == 2, ckpt,
+    layer_left = np.where(rc == RECOMPUTE_FULL, ckpt,
                           (2 + _qkv_input_bytes(model, precision)) * xh / rep_div
                           + _handed_qkv_bytes(model, q, kv, qkv))
     working = recompute_working_bytes(model, mbs=b, seq=s, tp=tp, sp=sp, recompute=rc,
                                       stores_scores=stores_scores, precision=precision)
     # a fully recomputed MoE layer re-materialises its routed tokens too
-    working = working + np.where((rc == 2) & (np.asarray(rank_moe_layers) > 0), moe_delta, 0.0)
+    working = working + np.where((rc == RECOMPUTE_FULL) & (np.asarray(rank_moe_layers) > 0),
+                                  moe_delta, 0.0)
     recompute_peak = (n - 1) * kept + layer_left + working + emb
     attn_or_full = (rc == RECOMPUTE_FULL) | ((rc & RECOMPUTE_CORE_ATTN) != 0)
     # layernorm / moe_act: the last layer's MLP backward re-materialises what they dropped

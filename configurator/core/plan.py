@@ -41,8 +41,11 @@ RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", 
 #: output, fc2's input, discarded and recomputed). Full recompute is code 2, which no module
 #: bit shares.
 RECOMPUTE_MODULE_BITS = {"core_attn": 1, "layernorm": 4, "moe_act": 8}
-#: Bits of a recompute code.
-RECOMPUTE_FULL, RECOMPUTE_CORE_ATTN, RECOMPUTE_LAYERNORM, RECOMPUTE_MOE_ACT = 2, 1, 4, 8
+#: Codes of a recompute code: full recompute keeps its :data:`RECOMPUTE_CODES` value, the
+#: modules are their bits.
+RECOMPUTE_FULL = RECOMPUTE_CODES["full"]
+RECOMPUTE_CORE_ATTN, RECOMPUTE_LAYERNORM, RECOMPUTE_MOE_ACT = (
+    RECOMPUTE_MODULE_BITS[m] for m in ("core_attn", "layernorm", "moe_act"))
 #: Training precisions; also the names of a GPU's tensor-core peak rates
 #: (:attr:`topology.gpus.GPUSpec.peak_flops_per_s`). ``fp8``: Transformer Engine FP8 GEMMs with
 #: Megatron's default delayed scaling; ``mxfp8``: MXFP8 block scaling (Blackwell only).

@@ -250,6 +250,7 @@ def moe_mlp_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec, T, kw):
     passes: permute and unpermute (read and write ``R·h``), the activation over ``R·f_e``,
     router softmax/top-k over ``X·E`` in fp32, plus :data:`MOE_EXTRA_KERNELS` launches."""
     eff = gpu.efficiency
+    hbm_bw = gpu.hbm_bandwidth_Bps * eff.hbm   # attained by the fused element-wise kernels
     h, fe, E = model.hidden_size, model.moe_ffn_hidden_size, model.num_experts
     tp, etp, ep = (x.astype(float) for x in (c.tp, c.etp, c.ep))
     X = T / tp
@@ -267,7 +268,7 @@ def moe_mlp_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec, T, kw):
     fs = model.moe_shared_expert_intermediate_size
     if fs:
         shared = (gemm_time_s(T, gate * fs / tp, h, **kw) + gemm_time_s(T, h, fs / tp, **kw)
-                  + act_bytes * T * fs / tp / (gpu.hbm_bandwidth_Bps * eff.hbm))
+                  + act_bytes * T * fs / tp / hbm_bw)
     routed_act = act_bytes * R * fe / etp       # the routed experts' activation's bytes
     elem = 2 * 2 * (X * h + R * h) + routed_act + 3 * 4 * X * E
     if kw["in_bytes"] < 2:   # FP8 casts of the grouped GEMMs' inputs (forward)
@@ -278,12 +279,11 @@ def moe_mlp_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec, T, kw):
                           for b, k in zip(EXPERT_BIAS_BYTES, EXPERT_BIAS_KERNELS))
     clamp_f, clamp_b = clamp_s(model, R * gate * fe / etp, gpu)
     # the routed experts' activation alone (what moe_act recompute re-runs) and its clamp
-    act_fwd = (routed_act / (gpu.hbm_bandwidth_Bps * eff.hbm) + eff.kernel_overhead_s
-               + clamp_f)
+    act_fwd = routed_act / hbm_bw + eff.kernel_overhead_s + clamp_f
     if fs:
         shared_f, shared_b = clamp_s(model, T * gate * fs / tp, gpu)
         clamp_f, clamp_b = clamp_f + shared_f, clamp_b + shared_b
-    fwd = (experts + router + shared + elem / (gpu.hbm_bandwidth_Bps * eff.hbm)
+    fwd = (experts + router + shared + elem / hbm_bw
            + MOE_EXTRA_KERNELS * eff.kernel_overhead_s + bias_f + clamp_f)
     return {"fwd": fwd, "eager_fwd": bias_f + clamp_f, "eager_bwd": bias_b + clamp_b,
             "act_fwd": act_fwd, "tokens_routed": R, "tokens_in": X}

@@ -29,7 +29,7 @@ import numpy as np
 
 from configurator.core.candidates import Candidates
 from configurator.core.model import ModelSpec
-from configurator.core.plan import (fp8_weights_gathered, main_grad_bytes,
+from configurator.core.plan import (RECOMPUTE_FULL, fp8_weights_gathered, main_grad_bytes,
                                      tp_comm_overlapped)
 from configurator.core.schedule import p2p_transfers
 from configurator.core.layers import stage_class_arrays
@@ -80,7 +80,7 @@ def tp_layer_s(lc: dict, c: Candidates, act_bytes, tp_bw, tp_lat, num_sms: int):
     t_coll = all_reduce_time_s(act_bytes, c.tp.astype(float), tp_bw, tp_lat)
     fwd = 2.0 * t_coll
     weight_grads = sum(g_in for g_in, _ in lc["tp_gemm_pairs"])    # QKV and fc1
-    bwd = (np.where(c.recompute == 2, 2.0 * t_coll, 0.0)
+    bwd = (np.where(c.recompute == RECOMPUTE_FULL, 2.0 * t_coll, 0.0)
            + np.maximum(2 * t_coll - weight_grads, 0.0))
     on = tp_comm_overlapped(c.tp_comm_overlap, c.tp, c.sequence_parallel,
                             c.attention_backend)
@@ -97,7 +97,7 @@ def tp_layer_s(lc: dict, c: Candidates, act_bytes, tp_bw, tp_lat, num_sms: int):
 
     fwd_o = sum(ring(g_in) + margin(g_out) for g_in, g_out in lc["tp_gemm_pairs"])
     bwd_o = sum(ring(g_out) + 2.0 * margin(g_in) for g_in, g_out in lc["tp_gemm_pairs"])
-    bwd_o = np.where(c.recompute == 2, fwd_o, 0.0) + bwd_o
+    bwd_o = np.where(c.recompute == RECOMPUTE_FULL, fwd_o, 0.0) + bwd_o
     return np.where(on, fwd_o, fwd), np.where(on, bwd_o, bwd)
 
 
@@ -305,7 +305,7 @@ def ep_layer_s(model: ModelSpec, lc: dict, c: Candidates, x: dict):
     etp_coll = all_gather_time_s(2.0 * lc["tokens_routed"] * h, c.etp.astype(float),
                                  x["etp_bw"], x["etp_lat"])
     one = 2 * (a2a + etp_coll)
-    return one, one + np.where(c.recompute == 2, one, 0.0)
+    return one, one + np.where(c.recompute == RECOMPUTE_FULL, one, 0.0)
 
 
 def layer_type_times(model: ModelSpec, c: Candidates, lc: dict, comm: dict) -> dict:
@@ -344,8 +344,8 @@ def host_bound(c: Candidates, t: dict, host_fwd_s) -> dict:
     out = dict(t)
     out["fwd"] = t["fwd"] + np.maximum(host_fwd_s - gpu_f, 0.0)
     out["bwd"] = t["bwd"] + np.maximum(HOST_BACKWARD_FACTOR * host_fwd_s - gpu_b, 0.0)
-    out["recompute"] = np.where(c.recompute == 2, np.maximum(t["recompute"], host_fwd_s),
-                                t["recompute"])
+    out["recompute"] = np.where(c.recompute == RECOMPUTE_FULL,
+                                np.maximum(t["recompute"], host_fwd_s), t["recompute"])
     return out
 
 
