@@ -47,9 +47,11 @@ Efficiencies (:class:`Efficiency`), one set per GPU type and precision, each wit
 
 * ``gemm``: fraction of dense 16-bit peak a large, well-shaped GEMM attains. A100:
   calibrated once on all ten rows of Narayanan et al. SC'21 Table 1 together
-  (``bench/calibrate.py`` prints the fit). H100/H200: cuBLAS
+  (``bench/calibrate.py`` prints the fit: 0.699, preset 0.70). H100/H200: cuBLAS
   BF16 GEMM at large square sizes reaches ≈ 700–750 of 989 TFLOP/s (NVIDIA "H100 Tensor Core
-  GPU Architecture" whitepaper and Transformer Engine benchmarks), i.e. ≈ 0.72.
+  GPU Architecture" whitepaper and Transformer Engine benchmarks), i.e. ≈ 0.72
+  (``bench/gemm_shapes.py``, torch 2.11: 0.69 mean on an H100 and 0.74 on an H200 over its
+  GEMMs of 2048–16384 wide weights reducing over ≥ 4,096).
   B200 and GB200 (sm_100): OpenXLA's measured matmul table for sm_100
   (``xla/backends/gpu/cost_model/matmul_interpolator_data.h``, 2025) gives 1.417 PFLOP/s
   for a 4096³ BF16 GEMM, 0.63 of 2.25 PFLOP/s; :func:`configurator.cost.compute.gemm_time_s`
@@ -63,7 +65,7 @@ Efficiencies (:class:`Efficiency`), one set per GPU type and precision, each wit
   2.765–2.785 PFLOP/s), but training runs them thinner, clock-throttled and behind
   per-tensor scaling bookkeeping, so the presets are fitted to published training runs
   (``configurator calibrate --params gemm_fp8,flash_attention``; see "Fitted on published
-  runs" below): H100/H200 0.62, B200/B300/GB200/GB300 0.51.
+  runs" below): H100/H200 0.64, B200/B300/GB200/GB300 0.52.
 * ``gemm_mxfp8``: the same for MXFP8 GEMMs against the MXFP8 peak; ``None`` for a GPU
   without an MXFP8 rate. The microbenchmark figure (OpenXLA sm_100 table, 4096³ E4M3 at
   0.617 of 4.5 PFLOP/s over 0.865 of wave quantisation: 0.71; block-scaled and
@@ -71,7 +73,7 @@ Efficiencies (:class:`Efficiency`), one set per GPU type and precision, each wit
   overstates training: Megatron-Bridge 25.11 runs the same Llama-3 8B plan in both recipes
   on B200, GB200 and GB300 (``FP8-CS (FP8-MX)`` rows of ``megatron_bridge_perf_subset.csv``)
   and MXFP8 delivers 3.6–5.5 % *fewer* tokens/s (its casts also write an E8M0 scale per 32
-  elements in each direction). Blackwell: 0.49, fitted on those three runs (0.486, one
+  elements in each direction). Blackwell: 0.49, fitted on those three runs (0.488, one
   value for the sm_100/sm_103 tensor cores; MAPE 2.8 %, leave-one-out 4.1 %).
 * ``hbm``: fraction of HBM bandwidth that memory-bound element-wise kernels attain: A100
   80GB ≈ 1.7 of 2.04 TB/s, H100 ≈ 2.9 of 3.35 TB/s, H200 ≈ 4.1 of 4.8 TB/s (BabelStream
@@ -105,17 +107,19 @@ Efficiencies (:class:`Efficiency`), one set per GPU type and precision, each wit
 Fitted on published runs. ``configurator calibrate`` (least squares on log time) on the
 NeMo long-context runs of ``nemo_long_sequence_cp.csv``, whose sequence lengths (4k–1M
 tokens) separate the GEMM and the attention efficiency: B200 from the eight Llama-3 8B FP8
-runs on DGX B200 (NeMo 25.04): ``gemm_fp8`` 0.514, ``flash_attention`` 0.427, MAPE 0.7 %,
-leave-one-out 0.9 %. H100 from the nine Llama-2 7B FP8 runs on DGX H100 (NeMo 24.03.01,
+runs on DGX B200 (NeMo 25.04): ``gemm_fp8`` 0.522, ``flash_attention`` 0.427, MAPE 0.6 %,
+leave-one-out 0.8 %. H100 from the nine Llama-2 7B FP8 runs on DGX H100 (NeMo 24.03.01,
 cp 1–32) together with Megatron-Bridge 25.11's Llama-3 8B FP8 run on DGX H100, the newest
-software's dense H100 run (the NeMo runs alone give 0.582 and 0.330; Bridge's dense H100
-FP8 runs of 2026, Llama-3 70B and 405B, ran faster than that predicts): 0.616 and 0.329,
-MAPE 2.3 %, leave-one-out 3.0 %. Independent check: Bridge 25.11's Llama-3 8B FP8
-run on B200 is predicted within 3.7 %. Those NeMo TFLOP/s count the
-attention scores over all ``s²`` pairs (NeMo's ``flops_formulas`` before commit 6251117,
-"Discount FLOPs in dot-product att", 2025-08-09: NeMo 24.07's Llama-2 7B row, 16,634
-tokens/s/GPU at 767 TFLOP/s, is 4.611e10 FLOP per token, the full-score count 4.608e10,
-not the causal 4.286e10). GB200, GB300 and B300 take B200's FP8 GEMM figures (the same
+software's dense H100 run (the NeMo runs alone give 0.605 and 0.329; Bridge's dense H100
+FP8 runs of 2026, Llama-3 70B and 405B, ran faster than that predicts): 0.638 and 0.328,
+MAPE 2.3 %, leave-one-out 2.9 %. Independent check: Bridge 25.11's Llama-3 8B FP8
+run on B200 is predicted within 2.8 %. These fits price Megatron's main-gradient
+accumulation (:func:`configurator.cost.compute.main_grad_accumulation_s`), which moves
+them up by 0.4–3.6 % (from 0.616, 0.514 and 0.486; A100's ``gemm`` from 0.689 to 0.699).
+Those NeMo TFLOP/s count the attention scores over all ``s²`` pairs (NeMo's
+``flops_formulas`` before commit 6251117, "Discount FLOPs in dot-product att", 2025-08-09:
+NeMo 24.07's Llama-2 7B row, 16,634 tokens/s/GPU at 767 TFLOP/s, is 4.611e10 FLOP per
+token, the full-score count 4.608e10, not the causal 4.286e10). GB200, GB300 and B300 take B200's FP8 GEMM figures (the same
 sm_100 tensor cores).
 
 A GPU not in :data:`GPU_PRESETS` is given in the cluster file with all of these figures
@@ -222,10 +226,10 @@ def _blackwell_peaks(bf16_tflops: float) -> dict[str, float]:
 
 
 #: H100 (H200: the same tensor cores, its own HBM fraction).
-_HOPPER_EFFICIENCY = Efficiency(gemm=0.72, gemm_fp8=0.62, hbm=0.87, flash_attention=0.33,
+_HOPPER_EFFICIENCY = Efficiency(gemm=0.72, gemm_fp8=0.64, hbm=0.87, flash_attention=0.33,
                                 kernel_overhead_s=4e-6, source=_HOPPER)
 #: sm_100 (B200, GB200): one set, the GEMM fractions shared by sm_103 below.
-_BLACKWELL_EFFICIENCY = Efficiency(gemm=0.73, gemm_fp8=0.51, gemm_mxfp8=0.49, hbm=0.75,
+_BLACKWELL_EFFICIENCY = Efficiency(gemm=0.73, gemm_fp8=0.52, gemm_mxfp8=0.49, hbm=0.75,
                                    flash_attention=0.43, kernel_overhead_s=4e-6,
                                    source=_BLACKWELL)
 #: sm_103 (B300, GB300): its own BF16 GEMM and doubled attention, sm_100's FP8/MXFP8 GEMMs.
@@ -237,7 +241,7 @@ GPU_PRESETS: dict[str, GPUSpec] = {
     "a100-80gb": GPUSpec(
         name="a100-80gb", peak_flops_per_s={"bf16": 312 * TFLOP, "fp16": 312 * TFLOP},
         memory_bytes=81920 * MiB, hbm_bandwidth_Bps=2039 * GB, num_sms=108,
-        efficiency=Efficiency(gemm=0.69, gemm_fp8=None, hbm=0.83, flash_attention=0.64,
+        efficiency=Efficiency(gemm=0.70, gemm_fp8=None, hbm=0.83, flash_attention=0.64,
                               kernel_overhead_s=4e-6,
                               source="gemm fitted on SC'21 Table 1; others " + _LITERATURE)),
     "h100-80gb": GPUSpec(

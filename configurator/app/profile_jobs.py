@@ -452,7 +452,8 @@ def analytic_comparison(model: ModelSpec, layer: LayerProfile,
         return (), f"no analytic comparison: {err}"
     n = len(plans)
     fwd = np.broadcast_to(np.asarray(costs["fwd"], dtype=float), (n,))
-    bwd = np.broadcast_to(np.asarray(costs["bwd"], dtype=float), (n,))
+    # like for like: the profiled layer writes fresh gradients, Megatron accumulates them
+    bwd = np.broadcast_to(np.asarray(costs["bwd"] - costs["main_grad_acc"], dtype=float), (n,))
     return tuple(Comparison(entry=e, analytic_forward_s=float(fwd[i]),
                             analytic_backward_s=float(bwd[i]))
                  for i, e in enumerate(layer.entries)), None

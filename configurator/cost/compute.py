@@ -6,7 +6,9 @@ Per layer and microbatch on one GPU (tokens per rank ``T = b·s/cp``):
   ``max(FLOPs / (η_gemm·peak·wave_quantisation), bytes / (η_hbm·HBM))`` — so thin or small
   GEMMs lose efficiency; backward runs the dgrad and wgrad GEMMs (2× forward).
   (Williams et al. 2009 roofline; wave quantisation per NVIDIA "Matrix Multiplication
-  Background" user guide.)
+  Background" user guide.) Each weight gradient is accumulated into its FP32 (or BF16)
+  ``main_grad`` once per microbatch, read and written, exposed where the GEMM reduces over
+  few tokens (:func:`main_grad_accumulation_s`: routed experts, short microbatches).
 * core attention: score-storing backends (``local``/``unfused``) run two batched GEMMs per
   head plus softmax (and dropout) over ``a·s²`` scores from HBM; flash-style kernels do
   ``2·b·s_q·s_k·a·(d_qk + d_v)/t`` FLOPs times the fraction of query-key pairs computed
@@ -48,7 +50,8 @@ import numpy as np
 from configurator.core.candidates import Candidates
 from configurator.core.model import ModelSpec
 from configurator.core.plan import (RECOMPUTE_CORE_ATTN, RECOMPUTE_FULL, RECOMPUTE_LAYERNORM,
-                                    RECOMPUTE_MOE_ACT, is_fp8)
+                                    RECOMPUTE_MOE_ACT, is_fp8, main_grad_bytes)
+from memory_model.params import dense_layer_parameters, moe_layer_parameters
 from topology.gpus import GPUSpec
 
 
@@ -64,6 +67,52 @@ def gemm_time_s(M, N, K, *, batch, peak, gpu: GPUSpec, in_bytes, gemm_eff):
     t_memory = batch * (in_bytes * (M * K + K * N) + 2.0 * M * N) / (
         gpu.hbm_bandwidth_Bps * eff.hbm)
     return np.maximum(t_compute, t_memory) + eff.kernel_overhead_s
+
+
+#: Reduction depth (tokens) up to which a weight-gradient GEMM's main-gradient traffic is
+#: fully exposed; a deeper reduction hides the fraction ``1 − depth₀/depth`` of it under the
+#: other tiles' reductions (:func:`main_grad_accumulation_s`). From ``bench/gemm_shapes.py``
+#: on H100 and H200, the time an FP32 accumulation adds to the plain GEMM over the time of
+#: its extra bytes (6 per weight) is ≈ 1.0 at 1,024 tokens, ≈ 0.85 at 2,048, ≈ 0.55 at 4,096
+#: and 0.3–0.7 at 8,192 (dense weights and GPT-OSS's experts); ``min(1, 2048/depth)`` gives
+#: 1, 1, 0.5 and 0.25.
+ACCUMULATION_EXPOSED_TOKENS = 2048.0
+
+
+def main_grad_accumulation_s(weights, c: Candidates, gpu: GPUSpec, tokens=None):
+    """Seconds per microbatch to accumulate the gradients of ``weights`` parameters (per rank;
+    broadcasts over plans) into their main gradients, on top of the weight-gradient GEMM:
+    ``main_grad`` is read and written once per microbatch
+    (:func:`configurator.core.plan.main_grad_bytes` each way) at the attained HBM bandwidth,
+    the exposed fraction ``min(1, ACCUMULATION_EXPOSED_TOKENS / tokens)`` of it for a GEMM
+    that reduces over ``tokens`` rows (None: an element-wise add, all of it).
+
+    Megatron-LM's ``--gradient-accumulation-fusion`` (on by default) runs every weight-gradient
+    GEMM with ``beta = 1`` into the parameter's ``main_grad``
+    (megatron/core/tensor_parallel/layers.py ``LinearWithGradAccumulationAndAsyncCommunication``;
+    Transformer Engine ``fuse_wgrad_accumulation``), and a parameter without it (norms, the
+    embedding) is added by the DDP hook (``main_grad.add_(param.grad)``,
+    megatron/core/distributed/distributed_data_parallel.py ``_make_backward_post_hook``).
+    Hopper's cooperative GEMM kernels read and write an output tile after its reduction, so
+    where the reduction is short the traffic adds to the GEMM's time; a long one hides part
+    of it under the other tiles' reductions. Measured with ``bench/gemm_shapes.py`` (torch
+    2.11, cuBLAS, H100 and H200; ``tests/data/wgrad_accumulation.csv``): 97 weight gradients
+    accumulated into FP32 or BF16 (dense 2048–16384-wide weights and GPT-OSS's 16 local
+    experts, over 1,024–16,384 tokens) take 23 % longer than their roofline on average and
+    0.8 % longer than roofline plus this term (rms 8.9 %); e.g. on the H100 GPT-OSS's 16
+    experts' fc1 over 1,024 tokens each: 1.01 ms plainly, 1.16 into BF16 (priced 1.14),
+    1.66 into FP32 (priced 1.51). It matters where a weight meets few tokens per
+    microbatch: routed experts and short microbatches."""
+    exposed = 1.0 if tokens is None else np.minimum(1.0, ACCUMULATION_EXPOSED_TOKENS / tokens)
+    return (2.0 * main_grad_bytes(c.precision, c.grad_reduce_in_bf16) * weights * exposed
+            / (gpu.hbm_bandwidth_Bps * gpu.efficiency.hbm))
+
+
+#: Bytes per embedding parameter and microbatch of its backward beyond the looked-up rows:
+#: PyTorch's ``embedding_dense_backward`` returns a dense gradient (zero-filled, 2 bytes
+#: written), which the DDP hook adds into ``main_grad`` (2 read; ``main_grad`` read and
+#: written, :func:`main_grad_accumulation_s`).
+EMBEDDING_GRAD_BYTES = 4.0
 
 
 def _attention_gemms_s(model: ModelSpec, T, tp, kw):
@@ -314,7 +363,10 @@ def layer_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec, profile=None) -> 
     :func:`configurator.cost.iteration.layer_type_times` sets against the layer's GPU time
     and communication. ``profile``: measured dense-layer times that replace the analytic
     ``fwd``/``bwd`` at the shapes it holds (:func:`profiled_layer_s`; an MoE layer keeps its
-    analytic MLP difference on top)."""
+    analytic MLP difference on top). ``main_grad_acc``, ``moe_main_grad_acc``: the part of
+    ``bwd``, ``moe_bwd`` that accumulates the layer's weight gradients into ``main_grad``
+    (:func:`main_grad_accumulation_s`; added to a profiled layer too, which writes fresh
+    gradients)."""
     eff = gpu.efficiency
     h, a, g, f = (model.hidden_size, model.num_attention_heads, model.num_query_groups,
                   model.ffn_hidden_size)
@@ -373,6 +425,9 @@ def layer_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec, profile=None) -> 
     bwd = 2 * gemm_fwd + attn_bwd + elem_bwd
     if profile is not None:
         fwd, bwd = profiled_layer_s(profile, c, fwd, bwd)
+    # Megatron's main-gradient accumulation (a profiled layer writes fresh gradients)
+    grad_acc = main_grad_accumulation_s(dense_layer_parameters(model, c.tp), c, gpu, T)
+    bwd = bwd + grad_acc
     rc = c.recompute_code
     layernorm = (rc & RECOMPUTE_LAYERNORM) != 0
     # one norm's forward (read 2, write 2 bytes per element of the replicated or SP slice)
@@ -385,7 +440,7 @@ def layer_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec, profile=None) -> 
     out = {"fwd": fwd, "bwd": bwd, "recompute": recompute, "attn": attn_fwd + attn_bwd,
            "attn_fwd": attn_fwd, "attn_bwd": attn_bwd,
            "tp_gemm_pairs": ((gemm_qkv, gemm_proj), (gemm_fc1, gemm_fc2)),
-           "host": host_dense, "moe_host": host_moe,
+           "host": host_dense, "moe_host": host_moe, "main_grad_acc": grad_acc,
            "tokens": T, "gemm_kw": kw}
     if model.is_moe:
         moe = moe_mlp_costs(model, c, gpu, T, kw)
@@ -397,8 +452,12 @@ def layer_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec, profile=None) -> 
         # an MoE layer's pre-MLP norm (layernorm) and its experts' activation (moe_act)
         moe_modules = (np.where(layernorm, norm_fwd, 0.0)
                        + np.where((rc & RECOMPUTE_MOE_ACT) != 0, moe["act_fwd"], 0.0))
+        non_expert, expert = moe_layer_parameters(model, c.tp, c.ep, c.etp)
+        moe_acc = (main_grad_accumulation_s(non_expert, c, gpu, T)
+                   + main_grad_accumulation_s(expert, c, gpu, moe["tokens_routed"]
+                                              * c.ep / model.num_experts))
         out.update(moe_fwd=fwd + delta,
-                   moe_bwd=(bwd - 2 * dense_mlp - clamp_b
+                   moe_bwd=(bwd - 2 * dense_mlp - clamp_b - grad_acc + moe_acc
                             + 2 * (moe["fwd"] - moe["eager_fwd"]) + moe["eager_bwd"]),
                    moe_recompute=np.where(rc == RECOMPUTE_FULL, fwd + delta,
                                           recompute + moe_modules),
@@ -406,4 +465,5 @@ def layer_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec, profile=None) -> 
     else:
         out.update(moe_fwd=fwd, moe_bwd=bwd, moe_recompute=recompute,
                    tokens_routed=0.0 * T, tokens_in=0.0 * T)
+    out["moe_main_grad_acc"] = moe_acc if model.is_moe else grad_acc
     return out

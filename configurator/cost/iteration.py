@@ -34,7 +34,8 @@ from configurator.core.plan import (RECOMPUTE_FULL, fp8_weights_gathered, main_g
 from configurator.core.schedule import p2p_transfers
 from configurator.core.layers import stage_class_arrays
 from configurator.cost.communication import comm_figures, expert_comm_figures
-from configurator.cost.compute import HOST_BACKWARD_FACTOR, gemm_time_s, layer_costs
+from configurator.cost.compute import (EMBEDDING_GRAD_BYTES, HOST_BACKWARD_FACTOR, gemm_time_s,
+                                      layer_costs, main_grad_accumulation_s)
 from memory_model.params import (embedding_parameters, padded_vocab_size,
                                  stage_parameter_split)
 from topology.collectives import (all_gather_time_s, all_reduce_time_s, all_to_all_time_s,
@@ -174,10 +175,14 @@ CROSS_ENTROPY_BYTES = {"none": (38.0, 14.0), "native": (22.0, 6.0), "te": (8.0, 
 
 
 def stage_extras_s(model: ModelSpec, c: Candidates, gpu, lc: dict, tp_bw, tp_lat):
-    """First-stage extras (embedding lookup and its tensor-parallel collective) and
-    last-stage extras (logits GEMM forward and 2× backward, the cross entropy's memory-bound
-    passes (:data:`CROSS_ENTROPY_BYTES`), and the multi-token-prediction modules) for one
-    microbatch: ``{"emb_fwd", "emb_bwd", "logits_fwd", "logits_bwd"}`` seconds."""
+    """First-stage extras (embedding lookup and its tensor-parallel collective; backward, its
+    dense weight gradient added into the main gradient,
+    :data:`~configurator.cost.compute.EMBEDDING_GRAD_BYTES`) and last-stage extras (logits
+    GEMM forward and 2× backward with its main-gradient accumulation
+    (:func:`~configurator.cost.compute.main_grad_accumulation_s`), the cross entropy's
+    memory-bound passes (:data:`CROSS_ENTROPY_BYTES`), and the multi-token-prediction
+    modules) for one microbatch: ``{"emb_fwd", "emb_bwd", "logits_fwd", "logits_bwd"}``
+    seconds."""
     eff = gpu.efficiency
     T = lc["tokens"]
     h = model.hidden_size
@@ -187,10 +192,13 @@ def stage_extras_s(model: ModelSpec, c: Candidates, gpu, lc: dict, tp_bw, tp_lat
     gemm = gemm_time_s(T, v_pad / c.tp, h, **lc["gemm_kw"])
     ce_f, ce_b = (b * T * v_pad / c.tp / hbm
                   for b in CROSS_ENTROPY_BYTES[c.cross_entropy_fusion])
+    vocab_weights = v_pad / c.tp * h      # the embedding's and the output layer's, per rank
+    acc = main_grad_accumulation_s(vocab_weights, c, gpu, T)
     out = {"emb_fwd": act_bytes / hbm + all_reduce_time_s(act_bytes, c.tp.astype(float),
                                                           tp_bw, tp_lat),
-           "emb_bwd": 2 * act_bytes / hbm,
-           "logits_fwd": gemm + ce_f, "logits_bwd": 2 * gemm + ce_b}
+           "emb_bwd": 2 * act_bytes / hbm + EMBEDDING_GRAD_BYTES * vocab_weights / hbm
+                      + main_grad_accumulation_s(vocab_weights, c, gpu),
+           "logits_fwd": gemm + ce_f, "logits_bwd": 2 * gemm + ce_b + acc}
     D = model.mtp_num_layers or 0
     if D:
         # multi-token prediction on the last stage (multi_token_prediction.py): per module
@@ -201,7 +209,8 @@ def stage_extras_s(model: ModelSpec, c: Candidates, gpu, lc: dict, tp_bw, tp_lat
         out["logits_fwd"] = out["logits_fwd"] + D * (
             proj + (lc["moe_fwd"] if moe else lc["fwd"]) + gemm + ce_f)
         out["logits_bwd"] = out["logits_bwd"] + D * (
-            2 * proj + (lc["moe_bwd"] if moe else lc["bwd"]) + 2 * gemm + ce_b)
+            2 * proj + (lc["moe_bwd"] if moe else lc["bwd"]) + 2 * gemm + ce_b + acc
+            + main_grad_accumulation_s(h / c.tp * 2 * h, c, gpu, T))
     return out
 
 

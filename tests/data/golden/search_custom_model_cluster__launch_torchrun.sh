@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
 # torchrun launch: Megatron-LM pretrain_gpt.py (core_v0.16.1 flags), rendered by configurator.
 # model: custom-gpt-13b: layers=40 hidden=5120 ffn=20480 heads=40 query_groups=40 seq=2048 vocab=50257
-# plan: tp=2 pp=1 dp=16 cp=1 vp=1 mbs=2 gbs=256 ep=1 etp=1 first=0 last=0 acct_emb=False
+# plan: tp=4 pp=1 dp=8 cp=1 vp=1 mbs=8 gbs=256 ep=1 etp=1 first=0 last=0 acct_emb=False
 #       acct_loss=False recompute=none recompute_modules=core_attn sequence_parallel=True
 #       distributed_optimizer=True precision=bf16 cp_comm_type=p2p attention_backend=auto
 #       overlap_grad_reduce=True overlap_param_gather=True fp8_param_gather=True
 #       grad_reduce_in_bf16=False cross_entropy_fusion=none megatron_fsdp=False
-#       tp_comm_overlap=False microbatches=8
+#       tp_comm_overlap=False microbatches=4
 # cluster: nodes=4 gpus_per_node=8 world_size=32
 # predicted:
-#   iteration_time_s: 2.474
-#   model_tflops_per_gpu: 527.0
-#   mfu: 0.533
-#   peak_memory_GiB: 57.54
+#   iteration_time_s: 2.483
+#   model_tflops_per_gpu: 524.9
+#   mfu: 0.531
+#   peak_memory_GiB: 54.71
 #
 # Usage on every node: MEGATRON_LM_DIR=/path/to/Megatron-LM bash launch_torchrun.sh [NODE_RANK] [extra pretrain_gpt.py flags...]
 # NODE_RANK: first argument, else $NODE_RANK (required).
@@ -69,7 +69,7 @@ TORCHRUN_ARGS=(
 # shellcheck disable=SC2054  # commas belong to values (--split 949,50,1)
 MEGATRON_ARGS=(
     # parallelism
-    --tensor-model-parallel-size 2
+    --tensor-model-parallel-size 4
     --pipeline-model-parallel-size 1
     --context-parallel-size 1
     --sequence-parallel
@@ -77,7 +77,7 @@ MEGATRON_ARGS=(
     --overlap-grad-reduce
     --overlap-param-gather
     # batch
-    --micro-batch-size 2
+    --micro-batch-size 8
     --global-batch-size 256
     # model
     --num-layers 40

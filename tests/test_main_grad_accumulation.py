@@ -1,0 +1,139 @@
+"""Megatron's main-gradient accumulation (``--gradient-accumulation-fusion``): priced against
+weight-gradient GEMMs measured on an H100 and an H200 (``tests/data/wgrad_accumulation.csv``,
+``bench/gemm_shapes.py``), and wired into the layer, the MoE layer, the embedding, the output
+layer and the profile comparison."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from configurator.core.candidates import Candidates
+from configurator.core.model import load_model
+from configurator.core.plan import ParallelPlan
+from configurator.cost import compute
+from configurator.cost.iteration import stage_extras_s
+from memory_model.params import dense_layer_parameters, moe_layer_parameters, padded_vocab_size
+from topology.gpus import gpu_from_config
+
+DATA = Path(__file__).parent / "data" / "wgrad_accumulation.csv"
+
+
+def _rows():
+    with open(DATA, encoding="utf-8") as fh:
+        return list(csv.DictReader(line for line in fh if not line.startswith("#")))
+
+
+def _f(x) -> float:
+    """The one plan's value of a per-plan array."""
+    return float(np.ravel(x)[0])
+
+
+def _cands(**kw):
+    return Candidates.from_plan(ParallelPlan(**kw))
+
+
+def _log_errors(with_term: bool):
+    """log(measured / priced) of every accumulated weight gradient in the data file."""
+    out = []
+    for r in _rows():
+        if r["main_grad"] == "none":
+            continue
+        gpu = gpu_from_config(r["gpu"])
+        n, k, d, b = (int(r[x]) for x in ("weight_rows", "weight_cols", "tokens", "batch"))
+        kw = dict(peak=gpu.peak("bf16"), gpu=gpu, in_bytes=2.0, gemm_eff=gpu.efficiency.gemm)
+        priced = float(compute.gemm_time_s(n, k, d, batch=b, **kw))
+        if with_term:
+            c = _cands(grad_reduce_in_bf16=r["main_grad"] == "bf16")
+            priced += float(compute.main_grad_accumulation_s(b * n * k, c, gpu, d))
+        out.append(math.log(float(r["measured_s"]) / priced))
+    return np.array(out)
+
+
+def test_accumulated_weight_gradients_match_the_measured_gemms():
+    """The roofline alone misses an accumulated weight gradient by +23 % on average (up to
+    2×, GPT-OSS's experts into FP32); with the accumulation it is within a few per cent on
+    average and 12 % rms, on both GPUs, for BF16 and FP32 main gradients."""
+    alone, priced = _log_errors(False), _log_errors(True)
+    assert len(priced) >= 90
+    assert alone.mean() > 0.15                      # the term is needed
+    assert abs(priced.mean()) < 0.03
+    assert np.sqrt((priced ** 2).mean()) < 0.12
+    assert np.abs(priced).max() < 0.3
+
+
+def test_term_reads_main_grad_dtype_and_hides_behind_deep_reductions():
+    gpu = gpu_from_config("h100-80gb")
+    w = 1e9
+    fp32 = float(compute.main_grad_accumulation_s(w, _cands(), gpu, 1024))
+    bf16 = float(compute.main_grad_accumulation_s(w, _cands(grad_reduce_in_bf16=True), gpu, 1024))
+    assert fp32 == pytest.approx(8 * w / (gpu.hbm_bandwidth_Bps * gpu.efficiency.hbm))
+    assert bf16 == pytest.approx(fp32 / 2)
+    depth0 = compute.ACCUMULATION_EXPOSED_TOKENS
+    assert float(compute.main_grad_accumulation_s(w, _cands(), gpu, depth0)) == fp32
+    assert float(compute.main_grad_accumulation_s(w, _cands(), gpu, 4 * depth0)) == \
+        pytest.approx(fp32 / 4)
+    assert float(compute.main_grad_accumulation_s(w, _cands(), gpu)) == fp32   # element-wise
+
+
+def test_layer_backward_carries_the_accumulation_of_its_own_weights():
+    gpu = gpu_from_config("h100-80gb")
+    dense = load_model("llama3-8b").with_seq_length(1024)
+    c = _cands(tp=2, micro_batch_size=1)
+    lc = compute.layer_costs(dense, c, gpu)
+    expect = compute.main_grad_accumulation_s(dense_layer_parameters(dense, 2), c, gpu, 1024)
+    assert _f(lc["main_grad_acc"]) == pytest.approx(_f(expect))
+    assert _f(lc["moe_main_grad_acc"]) == _f(lc["main_grad_acc"])
+
+    moe = load_model("gpt-oss-120b").with_seq_length(4096)
+    for mbs in (1, 4):
+        c = _cands(ep=8, micro_batch_size=mbs)
+        lc = compute.layer_costs(moe, c, gpu)
+        non_expert, expert = moe_layer_parameters(moe, 1, 8, 1)
+        rows = moe.moe_router_topk * mbs * 4096 / (moe.num_experts / 8)   # per local expert
+        expect = (compute.main_grad_accumulation_s(non_expert, c, gpu, mbs * 4096)
+                  + compute.main_grad_accumulation_s(expert, c, gpu, rows))
+        assert _f(lc["moe_main_grad_acc"]) == pytest.approx(_f(np.ravel(expect)[0]))
+    # per token, a microbatch of 1 pays 4x the experts' accumulation of a microbatch of 4
+    one = compute.layer_costs(moe, _cands(ep=8, micro_batch_size=1), gpu)["moe_main_grad_acc"]
+    four = compute.layer_costs(moe, _cands(ep=8, micro_batch_size=4), gpu)["moe_main_grad_acc"]
+    assert _f(one) > 2.5 * _f(four) / 4
+
+
+def test_embedding_and_output_layer_accumulate_their_vocabulary_weights():
+    gpu = gpu_from_config("h100-80gb")
+    model = load_model("llama3-8b").with_seq_length(8192)
+    c = _cands(tp=1, micro_batch_size=1)
+    lc = compute.layer_costs(model, c, gpu)
+    x = stage_extras_s(model, c, gpu, lc, 1e11, 1e-6)
+    v = _f(padded_vocab_size(model.vocab_size, 1)) * model.hidden_size
+    hbm = gpu.hbm_bandwidth_Bps * gpu.efficiency.hbm
+    emb_acc = compute.EMBEDDING_GRAD_BYTES * v / hbm + compute.main_grad_accumulation_s(v, c, gpu)
+    assert _f(x["emb_bwd"]) == pytest.approx(2 * 2.0 * 8192 * model.hidden_size / hbm
+                                                + _f(emb_acc))
+    assert _f(x["emb_bwd"]) > 0.002      # 525M parameters: milliseconds per microbatch
+    out_acc = _f(compute.main_grad_accumulation_s(v, c, gpu, 8192))
+    assert 0 < out_acc < _f(emb_acc)     # the GEMM's reduction over 8,192 tokens hides some
+
+
+def test_profile_comparison_is_like_for_like():
+    """A profiled torch layer writes fresh gradients, so the analytic figure it is compared
+    with leaves Megatron's accumulation out."""
+    from configurator.app.profile_jobs import analytic_comparison
+    from configurator.core.profile import LayerProfile, ProfileEntry
+
+    model = load_model("llama3-8b").with_seq_length(2048)
+    entry = ProfileEntry(tp=1, cp=1, mbs=1, sequence_parallel=False, forward_s=1.0,
+                         backward_s=2.0)
+    layer = LayerProfile(device="cpu", gpu_preset=None, torch_version="2", model=model.name,
+                         model_fingerprint={}, precision="bf16", seq_length=2048,
+                         entries=(entry,))
+    rows, why = analytic_comparison(model, layer, "h100-80gb")
+    assert why is None
+    lc = compute.layer_costs(model, _cands(), gpu_from_config("h100-80gb"))
+    assert rows[0].analytic_backward_s == pytest.approx(_f(lc["bwd"] - lc["main_grad_acc"]))
+    assert _f(lc["main_grad_acc"]) > 0
