@@ -3,10 +3,11 @@ GPU against the analytic time model (:mod:`configurator.cost.compute`) of its GP
 
 Where ``configurator profile`` times a whole dense layer, this times the pieces the analytic
 model prices one by one, so a gap can be traced to one term: the attention GEMMs, core
-attention (full causal, and a sliding window where the model has one), the experts' grouped
-GEMMs, and megatron-core's MoE operations around them (the biased experts' ``_apply_bias``,
-the clamped quick-GEGLU, the weighted SwiGLU), with megatron-core's own functions where it
-is importable (multi-latent attention: the expert pieces only). bf16 throughout; each time is the median of ``--repeats`` CUDA-event timings
+attention (full causal, and a sliding window where the model has one), YaRN's unfused RoPE,
+the experts' grouped GEMMs, and megatron-core's MoE operations around them (the biased
+experts' ``_apply_bias``, the clamped quick-GEGLU, the weighted SwiGLU), with
+megatron-core's own functions where it is importable (multi-latent attention: the expert
+pieces only). bf16 throughout; each time is the median of ``--repeats`` CUDA-event timings
 after ``--warmup`` runs; forward and backward are timed apart.
 
 Balanced routing (as the published MoE runs force): each of the ``E/ep`` local experts gets
@@ -157,6 +158,8 @@ def main(argv=None) -> int:
             add(f"attention causal {s} ({label}, d {d})", t, full_f, 2.5 * full_f)
         except RuntimeError as err:
             print(f"attention {label}: {str(err).splitlines()[0][:100]}")
+    if model.rope_unfused:
+        rope_piece(torch, model, dev, b, s, heads, kv, d, gpu, add, w, r)
     window = model.window_size
     if window and not args.no_flex:
         try:
@@ -176,6 +179,33 @@ def main(argv=None) -> int:
         except Exception as err:  # noqa: BLE001 - a benchmark reports and goes on
             print(f"attention window: {type(err).__name__}: {str(err).splitlines()[0][:100]}")
     return moe_pieces(torch, model, args, dev, kw, add, eff, hbm, gpu, T)
+
+
+def rope_piece(torch, model, dev, b, s, heads, kv, d, gpu, add, w, r) -> None:
+    """YaRN's unfused RoPE on q and k, with megatron-core's own ``_apply_rotary_pos_emb_bshd``
+    (what ``apply_rotary_pos_emb`` falls back to when mscale ≠ 1), against
+    :data:`configurator.cost.compute.UNFUSED_ROPE_BYTES` at :func:`compute.eager_s`."""
+    try:
+        from megatron.core.models.common.embeddings.rope_utils import (
+            _apply_rotary_pos_emb_bshd)
+    except Exception as err:  # noqa: BLE001 - a benchmark reports and goes on
+        print(f"megatron-core not importable ({type(err).__name__}): unfused RoPE skipped")
+        return
+    bf16 = torch.bfloat16
+    freqs = torch.randn(s, 1, 1, d, device=dev)
+    q = torch.randn(s, b, heads, d, dtype=bf16, device=dev, requires_grad=True)
+    k = torch.randn(s, b, kv, d, dtype=bf16, device=dev, requires_grad=True)
+    gq, gk = torch.randn_like(q), torch.randn_like(k)
+
+    def fwd():
+        return (_apply_rotary_pos_emb_bshd(q, freqs, mscale=model.rope_mscale),
+                _apply_rotary_pos_emb_bshd(k, freqs, mscale=model.rope_mscale))
+
+    qk = q.numel() + k.numel()
+    an_f, an_b = (compute.eager_s(by * qk, 2 * kn, gpu) for by, kn in zip(
+        compute.UNFUSED_ROPE_BYTES, compute.UNFUSED_ROPE_KERNELS))
+    add(f"YaRN RoPE q+k unfused (mscale {model.rope_mscale:.3f})",
+        _time(torch, fwd, lambda o: torch.autograd.backward(o, (gq, gk)), w, r), an_f, an_b)
 
 
 def moe_pieces(torch, model, args, dev, kw, add, eff, hbm, gpu, T) -> int:

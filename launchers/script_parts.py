@@ -229,6 +229,14 @@ def header(inp: LaunchInputs, title: str, usage: Sequence[str]) -> list[str]:
         f"# cluster: nodes={inp.nodes} gpus_per_node={inp.gpus_per_node} "
         f"world_size={inp.nodes * inp.gpus_per_node}",
     ]
+    if m.yarn_rotary_scaling_factor is not None:
+        # core_v0.16.1's --position-embedding-type has no yarn and its --rope-type yarn is
+        # multi-latent attention's (validate_args asserts it)
+        lines += textwrap.wrap(
+            f"YaRN RoPE (factor {m.yarn_rotary_scaling_factor:g}) has no {MEGATRON_TAG} flag "
+            "without multi-latent attention: this script trains plain RoPE; the predicted "
+            "figures price megatron-core's unfused YaRN RoPE", 92,
+            initial_indent="# note: ", subsequent_indent="#       ")
     if inp.hosts:
         lines.append("# node_rank -> host: " + " ".join(
             f"{r}={h}" for r, h in enumerate(inp.hosts)))

@@ -1,4 +1,4 @@
-"""GPT-OSS's eager MLP operations in megatron-core.
+"""GPT-OSS's eager operations in megatron-core.
 
 * The fc2 bias of biased experts (``add_bias_linear``): ``TEGroupedMLP._apply_bias`` adds
   each local expert's bias, weighted by its FP32 router probability, outside the grouped
@@ -7,12 +7,17 @@
   ``weighted_bias_quick_geglu_impl`` clamps both halves of the fc1 output and concatenates
   them in eager ops before its fused activation, and the clamps keep the unclamped output
   for backward.
+* YaRN RoPE (``yarn_rotary_scaling_factor``): its concentration factor scales cos and sin,
+  which Transformer Engine's fused RoPE does not take, so ``apply_rotary_pos_emb`` rotates q
+  and k in eager ops.
 
 Each costs exactly its HBM bytes and kernels; a model without them pays nothing."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
+import types
 
 import pytest
 
@@ -21,7 +26,8 @@ from configurator.core.model import MODEL_PRESETS
 from configurator.core.plan import ParallelPlan
 from configurator.cost.compute import (CLAMP_BYTES, CLAMP_KERNELS, EAGER_BYTES_PER_SM_S,
                                        EXPERT_BIAS_BYTES, EXPERT_BIAS_KERNELS,
-                                       HOST_BACKWARD_FACTOR, layer_costs)
+                                       HOST_BACKWARD_FACTOR, UNFUSED_ROPE_BYTES,
+                                       UNFUSED_ROPE_KERNELS, eager_s, layer_costs)
 from memory_model.activations import layer_activation_bytes, moe_mlp_activation_delta
 from topology.cluster import load_cluster
 
@@ -251,3 +257,79 @@ def test_eager_kernels_run_at_the_per_sm_rate_or_the_vectorised_one():
     assert eager_bandwidth_Bps(h100) < h100.hbm_bandwidth_Bps * h100.efficiency.hbm
     wide = dataclasses.replace(h100, num_sms=1000)
     assert eager_bandwidth_Bps(wide) == h100.hbm_bandwidth_Bps * h100.efficiency.hbm
+
+
+def test_megatron_core_falls_back_to_unfused_rope_for_yarn_and_moves_the_priced_bytes():
+    """megatron-core's own ``apply_rotary_pos_emb`` with rope fusion on and GPT-OSS's
+    concentration factor returns its eager ``_apply_rotary_pos_emb_bshd`` result, whose
+    kernels per tensor and bytes per element are :data:`UNFUSED_ROPE_KERNELS` and
+    :data:`UNFUSED_ROPE_BYTES` (the s·d cos/sin table adds under 1 % at 512 heads)."""
+    torch = pytest.importorskip("torch")
+    rope = pytest.importorskip("megatron.core.models.common.embeddings.rope_utils")
+    assert OSS.rope_unfused and OSS.rope_mscale == pytest.approx(0.1 * math.log(32) + 1)
+    s, b, h, d = 64, 1, 512, 64
+    freqs = torch.randn(s, 1, 1, d)
+    t = torch.randn(s, b, h, d, dtype=torch.bfloat16, requires_grad=True)
+    # the TransformerConfig fields apply_rotary_pos_emb reads (a real one refuses rope fusion
+    # without Transformer Engine, which the fallback under test never calls)
+    cfg = types.SimpleNamespace(apply_rope_fusion=True, mrope_section=None,
+                                rotary_interleaved=False, multi_latent_attention=False)
+    with pytest.warns(UserWarning, match="mscale"):
+        fused_asked = rope.apply_rotary_pos_emb(t, freqs, config=cfg, mscale=OSS.rope_mscale,
+                                                cp_group=object())
+    eager = rope._apply_rotary_pos_emb_bshd(t, freqs, mscale=OSS.rope_mscale)
+    assert torch.equal(fused_asked, eager)
+    counted = _count_ops(torch, lambda: rope._apply_rotary_pos_emb_bshd(
+        t, freqs, mscale=OSS.rope_mscale), torch.randn(s, b, h, d, dtype=torch.bfloat16))
+    for (kernels, moved), priced_kernels, priced in zip(counted, UNFUSED_ROPE_KERNELS,
+                                                        UNFUSED_ROPE_BYTES):
+        assert kernels == priced_kernels
+        assert moved / t.numel() == pytest.approx(priced, rel=0.01)
+
+
+def test_yarn_rope_adds_its_eager_bytes_kernels_and_host_operations():
+    """Against the same model without YaRN (fused RoPE: 4 bytes per q/k element forward, 8
+    backward, at the HBM rate): the eager RoPE's bytes and kernels on q and k, and 22 more
+    host operations per layer (24 eager ones for the 2 fused)."""
+    yarn, gpu = _costs(OSS)
+    plain, _ = _costs(dataclasses.replace(OSS, yarn_rotary_scaling_factor=None))
+    qk = 4096 * (OSS.num_attention_heads + OSS.num_query_groups) * OSS.kv_channels  # tp 1
+    hbm = gpu.hbm_bandwidth_Bps * gpu.efficiency.hbm
+    for key, i, fused in (("fwd", 0, 4), ("bwd", 1, 8)):
+        want = eager_s(UNFUSED_ROPE_BYTES[i] * qk, 2 * UNFUSED_ROPE_KERNELS[i], gpu) - \
+            fused * qk / hbm
+        assert yarn[key] - plain[key] == pytest.approx(want, rel=1e-9)
+        assert yarn["moe_" + key] - plain["moe_" + key] == pytest.approx(want, rel=1e-9)
+    assert yarn["moe_host"] - plain["moe_host"] == pytest.approx(
+        (2 * UNFUSED_ROPE_KERNELS[0] - 2) * gpu.efficiency.host_op_s, rel=1e-9)
+    llama = MODEL_PRESETS["llama3-8b"]
+    assert not llama.rope_unfused and llama.rope_mscale == 1.0
+
+
+def test_yarn_is_checked_and_read_from_hugging_face():
+    from configurator.core.errors import InputError
+    from configurator.core.model import from_hf_config, make_model
+    base = dict(num_layers=2, hidden_size=64, num_attention_heads=4, vocab_size=100,
+                seq_length=64)
+    m = make_model(**base, position_embedding_type="rope", yarn_rotary_scaling_factor=32)
+    assert m.yarn_rotary_scaling_factor == 32.0 and m.rope_unfused
+    assert not make_model(**base, position_embedding_type="rope",
+                          yarn_rotary_scaling_factor=1).rope_unfused      # factor 1: mscale 1
+    for kw, words in ((dict(yarn_rotary_scaling_factor=32), "needs position_embedding_type"),
+                      (dict(position_embedding_type="rope", yarn_rotary_scaling_factor=0),
+                       "positive")):
+        with pytest.raises(InputError, match=words):
+            make_model(**base, **kw)
+    cfg = {"model_type": "gpt_oss", "num_hidden_layers": 2, "hidden_size": 64,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+           "intermediate_size": 64, "vocab_size": 100, "max_position_embeddings": 64,
+           "num_local_experts": 4, "num_experts_per_tok": 2, "hidden_act": "silu",
+           "rope_theta": 150000, "rope_scaling": {"rope_type": "yarn", "factor": 32.0,
+                                                  "original_max_position_embeddings": 4096}}
+    assert from_hf_config(cfg).yarn_rotary_scaling_factor == 32.0
+    llama3 = dict(cfg, model_type="llama", rope_scaling={"rope_type": "llama3", "factor": 8.0})
+    del llama3["num_local_experts"], llama3["num_experts_per_tok"]
+    assert from_hf_config(llama3).yarn_rotary_scaling_factor is None
+    with pytest.raises(InputError, match="rope_scaling.factor"):
+        from_hf_config(dict(cfg, rope_scaling={"type": "yarn", "factor": "32"}))
+    assert OSS.yarn_rotary_scaling_factor == 32.0

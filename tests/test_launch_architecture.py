@@ -293,6 +293,7 @@ ALTERNATIVES: dict[str, tuple] = {
     "window_size": (None, 8, 32),
     "window_attn_skip_freq": (2,),
     "activation_func_clamp_value": (7.0,),
+    "yarn_rotary_scaling_factor": (32.0,),
 }
 
 #: Fields make_model accepts only when the base has the named field set (MoE fields need
@@ -335,6 +336,9 @@ def _refusal_expected(kw: dict, base: ModelSpec, field: str, val) -> bool:
     prerequisite off while the base gives fields that need it; it may refuse a change that
     Megatron refuses (:func:`megatron_refuses`)."""
     if field in NEEDS and not getattr(base, NEEDS[field]):
+        return True
+    if field == "yarn_rotary_scaling_factor" and (base.position_embedding_type != "rope"
+                                                  or base.multi_latent_attention):
         return True
     if val in (None, False) and any(NEEDS.get(k) == field for k in kw):
         return True
@@ -432,9 +436,13 @@ def test_changing_a_counted_field_changes_the_flags():
 
 def test_changing_any_field_changes_the_flags():
     """Fields that leave the count alone (dropouts, epsilon, RoPE base, top-k, windows) still
-    reach Megatron. Left out only: a RoPE base where nothing applies RoPE, and QKV biases
-    with the linear biases on (validate_args turns add_qkv_bias on with add_bias_linear)."""
+    reach Megatron. Left out only: a RoPE base where nothing applies RoPE, QKV biases
+    with the linear biases on (validate_args turns add_qkv_bias on with add_bias_linear), and
+    YaRN, which core_v0.16.1's arguments cannot express without multi-latent attention (the
+    script's header says so: tests/test_launchers.py)."""
     for base_name, field, val, base, changed in ONE_FIELD_CHANGES:
+        if field == "yarn_rotary_scaling_factor":
+            continue
         if field == "rotary_base" and base.position_embedding_type != "rope" \
                 and not base.multi_latent_attention:
             continue

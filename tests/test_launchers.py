@@ -60,6 +60,25 @@ def test_header_summary_is_comment_only(tmp_path):
     assert "\nrm -rf" not in text and "#   x: a rm -rf /" in text
 
 
+def test_header_says_yarn_is_trained_as_plain_rope(tmp_path):
+    """core_v0.16.1's pretrain_gpt.py cannot build YaRN RoPE without multi-latent attention
+    (--position-embedding-type has no yarn, --rope-type yarn is MLA's): the script says it
+    trains plain RoPE; a model without YaRN gets no such line."""
+    yarn = dataclasses.replace(SMALL, position_embedding_type="rope",
+                               yarn_rotary_scaling_factor=32.0)
+    plain = dataclasses.replace(yarn, yarn_rotary_scaling_factor=None)
+    for render, name in ((render_torchrun_script, "t.sh"), (render_slurm_script, "s.sbatch")):
+        text = render(yarn, SMALL_PLAN, nodes=2, gpus_per_node=4)
+        bash_syntax_ok(text, tmp_path, name)
+        note = " ".join(line[2:].strip() for line in text.splitlines()
+                        if line.startswith(("# note:", "#       ")) and "plan" not in line)
+        assert "YaRN RoPE (factor 32) has no core_v0.16.1 flag" in note
+        assert "trains plain RoPE" in note
+        assert "# note:" not in render(plain, SMALL_PLAN, nodes=2, gpus_per_node=4)
+        assert flag_argv(megatron_flags(yarn, SMALL_PLAN)) == \
+            flag_argv(megatron_flags(plain, SMALL_PLAN))
+
+
 @pytest.mark.parametrize("kw, field", [
     ({"nodes": 3}, "dp"),                                 # 12 GPUs do not fit tp2 pp2 dp2
     ({"nodes": 0}, "nodes"),

@@ -109,13 +109,12 @@ def test_blackwell_within_8_percent(report):
     assert _group(report, "Blackwell").mape <= 0.08
 
 
-def test_groups_missing_the_target_do_not_regress(report):
-    """H100 BF16 (two GPT-OSS runs) misses 8 %: they run 7-17 % slower than the model (see
-    README), and Megatron-Bridge releases disagree by up to 1.6x on one Qwen3 configuration
-    (H100 FP8's worst row). Bounds at today's figures (12.1 %, 6.7 %, 0.983) so that a change
-    making them worse fails."""
-    assert _group(report, "H100 bf16").mape <= 0.125
-    assert report.overall.mape <= 0.07
+def test_h100_bf16_within_8_percent_and_all_within_6(report):
+    """H100 BF16 (two GPT-OSS runs: 7.8 %, the 26.04.01 run at mbs 1 −12.8 %) within 8 %; all
+    55 runs within 6 % (5.8 %; Megatron-Bridge releases disagree by up to 1.6x on one Qwen3
+    configuration, H100 FP8's worst row, alone 1.1 points of it), ranked at ρ ≥ 0.98."""
+    assert _group(report, "H100 bf16").mape <= 0.08
+    assert report.overall.mape <= 0.06
     assert report.overall.spearman >= 0.98
 
 

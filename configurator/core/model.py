@@ -7,6 +7,7 @@ A model is given as a preset name, a YAML/JSON file with exactly the keys of
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -54,6 +55,12 @@ class ModelSpec:
     ``activation_func_clamp_value``: the gated MLP's inputs clamped to it before the
     activation (TransformerConfig, GPT-OSS: 7.0, Hugging Face ``swiglu_limit``; megatron-core
     clamps them in eager ops ahead of its fused activation, ``weighted_bias_quick_geglu_impl``).
+    ``yarn_rotary_scaling_factor``: RoPE extended by YaRN with this factor (megatron-core's
+    ``position_embedding_type='yarn'``, ``YarnRotaryEmbedding``; Megatron-Bridge's GPT-OSS:
+    32, Hugging Face ``rope_scaling`` of type ``yarn``); its attention concentration factor
+    (:attr:`rope_mscale`) scales cos and sin, which Transformer Engine's fused RoPE does not
+    take, so megatron-core applies RoPE in eager ops (``rope_utils.apply_rotary_pos_emb``).
+    No parameters. Needs ``position_embedding_type: rope`` and no multi-latent attention.
     """
 
     name: str = "custom"
@@ -91,10 +98,27 @@ class ModelSpec:
     window_size: int | None = None
     window_attn_skip_freq: int | None = None
     activation_func_clamp_value: float | None = None
+    yarn_rotary_scaling_factor: float | None = None
 
     @property
     def is_moe(self) -> bool:
         return bool(self.num_experts)
+
+    @property
+    def rope_mscale(self) -> float:
+        """YaRN's attention concentration factor ``0.1·ln(factor) + 1`` (1 without YaRN or
+        with a factor ≤ 1): megatron-core ``yarn_rotary_pos_embedding._yarn_get_mscale``, as
+        ``_yarn_get_concentration_factor`` takes it with ``yarn_mscale`` and
+        ``yarn_mscale_all_dim`` unset (Megatron-Bridge's GPT-OSS sets both to None)."""
+        f = self.yarn_rotary_scaling_factor
+        return 1.0 if f is None or f <= 1 else 0.1 * math.log(f) + 1.0
+
+    @property
+    def rope_unfused(self) -> bool:
+        """megatron-core applies this model's RoPE in eager ops: TE's fused RoPE takes no
+        ``mscale`` (core_v0.16.1 ``rope_utils.apply_rotary_pos_emb``: "mscale ... is not
+        supported by TE's fused RoPE. Using unfused implementation")."""
+        return self.position_embedding_type == "rope" and self.rope_mscale != 1.0
 
     @property
     def moe_layer_pattern(self) -> tuple[int, ...]:
@@ -178,7 +202,8 @@ MODEL_KEYS_OPTIONAL = ("name", "num_query_groups", "ffn_hidden_size", "kv_channe
                        "moe_shared_expert_intermediate_size", "moe_layer_freq",
                        "multi_latent_attention", "q_lora_rank", "kv_lora_rank", "qk_head_dim",
                        "qk_pos_emb_head_dim", "v_head_dim", "mtp_num_layers", "window_size",
-                       "window_attn_skip_freq", "activation_func_clamp_value")
+                       "window_attn_skip_freq", "activation_func_clamp_value",
+                       "yarn_rotary_scaling_factor")
 MODEL_KEYS = MODEL_KEYS_REQUIRED + MODEL_KEYS_OPTIONAL
 
 
@@ -301,9 +326,16 @@ def make_model(**kw: Any) -> ModelSpec:
         if not swiglu:
             raise InputError("activation_func_clamp_value", clamp,
                              "clamps a gated MLP's inputs: needs swiglu (a gated linear unit)")
+    yarn = kw.get("yarn_rotary_scaling_factor")
+    if yarn is not None:
+        yarn = v.positive_float("yarn_rotary_scaling_factor", yarn)
+        if pos != "rope" or flags["multi_latent_attention"]:
+            raise InputError("yarn_rotary_scaling_factor", yarn,
+                             "scales RoPE: needs position_embedding_type rope and no "
+                             "multi-latent attention (MLA has its own rotary embedding)")
     name = v.display_name("name", kw.get("name", "custom"))
     return ModelSpec(name=name, num_query_groups=groups, ffn_hidden_size=ffn,
-                     activation_func_clamp_value=clamp,
+                     activation_func_clamp_value=clamp, yarn_rotary_scaling_factor=yarn,
                      kv_channels=kv_channels, swiglu=swiglu, normalization=norm,
                      norm_epsilon=float(eps), position_embedding_type=pos,
                      rotary_base=rotary_base, num_experts=experts, mtp_num_layers=mtp,
@@ -359,7 +391,8 @@ _MOE_PRESETS: dict[str, dict[str, Any]] = {
                          num_query_groups=8, kv_channels=64, ffn_hidden_size=2880,
                          vocab_size=201088, rotary_base=150000, add_bias_linear=True,
                          num_experts=128, moe_router_topk=4, window_size=128,
-                         window_attn_skip_freq=2, activation_func_clamp_value=7.0),
+                         window_attn_skip_freq=2, activation_func_clamp_value=7.0,
+                         yarn_rotary_scaling_factor=32.0),
 }
 
 
@@ -397,8 +430,9 @@ MODEL_PRESETS: dict[str, ModelSpec] = {m.name: m for m in [
 
 #: Hugging Face ``config.json`` keys that do not change what is trained or what it costs
 #: (tokens, initialisation, inference caches, routing losses and scoring, RoPE scaling that
-#: keeps the parameter count, quantisation of released weights). Any other key the import
-#: does not map and that names a model dimension is an error, never silently dropped.
+#: keeps the parameter count (a ``yarn`` one is read: megatron-core applies it unfused),
+#: quantisation of released weights). Any other key the import does not map and that names
+#: a model dimension is an error, never silently dropped.
 HF_KEYS_NO_COST = frozenset((
     "architectures", "model_type", "torch_dtype", "dtype", "transformers_version",
     "bos_token_id", "eos_token_id", "pad_token_id", "initializer_range", "use_cache",
@@ -435,7 +469,8 @@ def from_hf_config(cfg: Mapping[str, Any], name: str = "hf-model") -> ModelSpec:
     and GPT-OSS (``num_local_experts``, ``experts_per_token``, biases everywhere). Common
     fields: ``num_hidden_layers, hidden_size, num_attention_heads, num_key_value_heads,
     head_dim, intermediate_size, vocab_size, max_position_embeddings, tie_word_embeddings,
-    rope_theta, rms_norm_eps``. Raises :class:`InputError` naming the missing field, or a
+    rope_theta, rms_norm_eps``; ``rope_scaling`` of type ``yarn`` (not MLA's) gives
+    ``yarn_rotary_scaling_factor``. Raises :class:`InputError` naming the missing field, or a
     field that changes the model and is not supported (sliding-window attention shorter
     than the sequence, soft-capping, partial rotary, unknown expert or layer fields).
     """
@@ -495,6 +530,12 @@ def from_hf_config(cfg: Mapping[str, Any], name: str = "hf-model") -> ModelSpec:
         if isinstance(theta, float) and theta.is_integer():
             theta = int(theta)
         kw["rotary_base"] = theta
+        scaling = cfg.get("rope_scaling")
+        if (isinstance(scaling, Mapping) and not mtype.startswith("deepseek")
+                and (scaling.get("rope_type") or scaling.get("type")) == "yarn"):
+            # GPT-OSS: factor 32 (MLA's YaRN is its own rotary embedding, not this one)
+            kw["yarn_rotary_scaling_factor"] = v.positive_float(
+                "config.json.rope_scaling.factor", scaling.get("factor"))
     if get("head_dim") is not None and not (mtype.startswith("deepseek")):
         kw["kv_channels"] = get("head_dim")
     attention_bias = flag("attention_bias")

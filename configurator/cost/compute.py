@@ -38,6 +38,8 @@ Per layer and microbatch on one GPU (tokens per rank ``T = b·s/cp``):
   shorter than issuing them (small microbatches, MoE layers with many small kernels and the
   all-to-all dispatcher's host synchronisation) the layer takes the host's time instead
   (:func:`host_layer_s`; ``Efficiency.host_op_s``).
+* YaRN RoPE (GPT-OSS): its concentration factor keeps megatron-core off Transformer Engine's
+  fused RoPE, so q and k are rotated in eager ops (:data:`UNFUSED_ROPE_BYTES`).
 * biased experts (GPT-OSS): megatron-core adds the fc2 biases outside the grouped GEMM, one
   expert at a time in FP32 (:data:`EXPERT_BIAS_BYTES`); a clamped gated MLP (GPT-OSS's
   ``activation_func_clamp_value``) clamps its fc1 output in eager ops (:data:`CLAMP_BYTES`).
@@ -188,10 +190,13 @@ def host_layer_s(model: ModelSpec, c: Candidates, gpu: GPUSpec) -> tuple:
     """Host time (s) to issue one layer's forward for one microbatch: ``(dense, moe)``
     (:data:`HOST_OPS_DENSE` and friends × ``Efficiency.host_op_s``); FP8 doubles a grouped
     GEMM member's operations (its input cast); biased experts add their eager bias's
-    operations (:data:`EXPERT_BIAS_KERNELS`)."""
+    operations (:data:`EXPERT_BIAS_KERNELS`), an unfused RoPE its own
+    (:data:`UNFUSED_ROPE_KERNELS`)."""
     op = gpu.efficiency.host_op_s
     dense = (HOST_OPS_DENSE + CLAMP_KERNELS[0] * (model.activation_func_clamp_value
-                                                  is not None)) * op
+                                                  is not None)
+             # unfused RoPE: its operations on q and k replace the two fused ones
+             + (2 * UNFUSED_ROPE_KERNELS[0] - 2) * model.rope_unfused) * op
     if not model.is_moe:
         return dense, dense
     local = model.num_experts / c.ep.astype(float)
@@ -218,12 +223,13 @@ MOE_EXTRA_KERNELS = 30
 #: (Little's law), not at the HBM bandwidth: an H200 runs them only 10-15 % faster than
 #: an H100 although its HBM is 43 % faster. Measured with ``bench/kernel_shapes.py
 #: --model gpt-oss-120b --ep 8 --mbs 4`` on megatron-core's own functions (torch 2.11,
-#: CUDA 13.0), the bytes of :data:`EXPERT_BIAS_BYTES` and :data:`CLAMP_BYTES` over the time
-#: less the launches, per SM (132): expert bias forward / backward and clamp forward /
-#: backward 16.0, 15.5, 13.6, 13.7 GB/s on an H100 and 18.2, 18.5, 15.2, 14.5 on an H200;
-#: their geometric mean. A GPU attains the lesser of this times its SMs and its vectorised
-#: rate (:func:`eager_bandwidth_Bps`).
-EAGER_BYTES_PER_SM_S = 15.6e9
+#: CUDA 13.0), the bytes of :data:`EXPERT_BIAS_BYTES`, :data:`CLAMP_BYTES` and
+#: :data:`UNFUSED_ROPE_BYTES` over the time less the launches, per SM (132): expert bias
+#: forward / backward, clamp forward / backward and YaRN's unfused RoPE forward / backward
+#: 16.0, 15.6, 14.5, 13.7, 12.3, 12.6 GB/s on an H100 and 18.1, 18.2, 15.6, 14.8, 12.2,
+#: 14.2 on an H200; their geometric mean (the bias and clamp alone: 15.7). A GPU attains the
+#: lesser of this times its SMs and its vectorised rate (:func:`eager_bandwidth_Bps`).
+EAGER_BYTES_PER_SM_S = 14.7e9
 
 
 def eager_bandwidth_Bps(gpu: GPUSpec) -> float:
@@ -267,6 +273,23 @@ EXPERT_BIAS_KERNELS = ((2, 2), (6, 3))
 #: (memory_model.activations).
 CLAMP_BYTES = (8.0, 15.0)
 CLAMP_KERNELS = (3, 7)
+
+#: HBM bytes per query or key element moved by megatron-core's unfused RoPE
+#: (``rope_utils._apply_rotary_pos_emb_bshd``, which ``apply_rotary_pos_emb`` falls back to
+#: when the model's ``mscale`` ≠ 1, i.e. YaRN; core_v0.16.1), ``(forward, backward)``:
+#: ``t·cos`` (read 2, write 2), ``_rotate_half``'s negation of one half (1 + 1) and
+#: concatenation (2 + 2), ``·sin`` (2 + 2), the sum (4 + 2) and the final concatenation with
+#: the empty pass-through part (2 + 2): 24; backward the same chain (a copy fewer: 20), the
+#: empty pass-through slice's gradient zero-filled at full size (``slice_backward``, write 2)
+#: and the two slices' gradients summed (4 + 2): 28. Fused (Transformer Engine), the
+#: model's default RoPE reads and writes each element once. Kernels
+#: :data:`UNFUSED_ROPE_KERNELS` per tensor (q and k: two per layer). Counted op by op on
+#: megatron-core's function (``tests/test_eager_mlp_ops.py``); priced at
+#: :func:`eager_bandwidth_Bps` (its products broadcast cos and sin over the heads).
+UNFUSED_ROPE_BYTES = (24.0, 28.0)
+#: Kernels per tensor, ``(forward, backward)``: forward cos, sin, their two scalings and
+#: casts (on the ``s·d`` table) and the six above; backward 7.
+UNFUSED_ROPE_KERNELS = (12, 7)
 
 
 def eager_s(bytes_moved, kernels, gpu: GPUSpec):
@@ -390,9 +413,9 @@ def layer_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec, profile=None) -> 
     rep = T * h / np.where(c.sequence_parallel, tp, 1.0)  # elements of replicated-or-SP activations
     drop = model.hidden_dropout > 0
     mlp_elem = (6 if model.swiglu else 4) * T * f / tp
-    elem = (2 * 4 * rep + 2 * (6 + drop) * rep + mlp_elem
-            + (4 * T * (a * dqk + g * dqk) / tp
-               if model.position_embedding_type == "rope" else 0.0))
+    rope_qk = T * (a * dqk + g * dqk) / tp          # query and key elements RoPE rotates
+    fused_rope = model.position_embedding_type == "rope" and not model.rope_unfused
+    elem = (2 * 4 * rep + 2 * (6 + drop) * rep + mlp_elem + (4 * rope_qk if fused_rope else 0.0))
     n_kernels = 10
     key_tokens = cp_key_tokens(model.seq_length, c.cp, c.cp_comm_type)  # keys per call
     if c.stores_scores:
@@ -417,10 +440,12 @@ def layer_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec, profile=None) -> 
         cast_f = FP8_CAST_BYTES * T * (2 * hs + a * dv / tp + f / tp)
         cast_b = FP8_CAST_BYTES * T * ((a + 2 * g) * dqk / tp + 2 * hs + fc1_n / tp)
     clamp_f, clamp_b = clamp_s(model, T * fc1_n / tp, gpu)     # the dense MLP's clamp
+    rope_f, rope_b = (eager_s(b * rope_qk, 2 * k, gpu) if model.rope_unfused else 0.0
+                      for b, k in zip(UNFUSED_ROPE_BYTES, UNFUSED_ROPE_KERNELS))
     elem_fwd = ((elem + cast_f) / (hbm * eff.hbm) + n_kernels * eff.kernel_overhead_s
-                + clamp_f)
+                + clamp_f + rope_f)
     elem_bwd = ((2 * elem + cast_b) / (hbm * eff.hbm) + 2 * n_kernels * eff.kernel_overhead_s
-                + clamp_b)
+                + clamp_b + rope_b)
     fwd = gemm_fwd + attn_fwd + elem_fwd
     bwd = 2 * gemm_fwd + attn_bwd + elem_bwd
     if profile is not None:
