@@ -33,6 +33,7 @@ import statistics
 import sys
 
 from configurator.app.profile_jobs import guess_gpu_preset
+from configurator.core.errors import InputError
 from configurator.core.model import load_model
 from configurator.cost import compute
 from topology.gpus import gpu_from_config
@@ -63,11 +64,27 @@ def timed(torch, fn, warmup, repeats):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--models", nargs="+", default=["gpt-oss-120b:8", "qwen3-30b-a3b:16"],
-                    help="MODEL:EP pairs for the expert sweep")
+    def model_ep(text: str) -> tuple[str, int]:
+        name, _, ep = text.rpartition(":")
+        if not name or not ep.isdigit() or int(ep) < 1:
+            raise argparse.ArgumentTypeError(f"{text!r}: give MODEL:EP, e.g. gpt-oss-120b:8")
+        return name, int(ep)
+
+    ap.add_argument("--models", nargs="*", type=model_ep,
+                    default=[("gpt-oss-120b", 8), ("qwen3-30b-a3b", 16)],
+                    help="MODEL:EP pairs for the expert sweep (none: the dense sweep only)")
     ap.add_argument("--rows", type=int, nargs="+",
                     default=[128, 256, 512, 1024, 2048, 4096, 8192])
-    ap.add_argument("--dense-nk", nargs="+", default=["8192x8192"],
+    def shape(text: str) -> tuple[int, int]:
+        try:
+            n, k = (int(x) for x in text.lower().split("x"))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r}: give NxK, e.g. 8192x8192") from None
+        if n < 1 or k < 1:
+            raise argparse.ArgumentTypeError(f"{text!r}: sizes must be positive")
+        return n, k
+
+    ap.add_argument("--dense-nk", nargs="+", type=shape, default=[(8192, 8192)],
                     help="weight shapes NxK of the dense sweep")
     ap.add_argument("--dense-m", type=int, nargs="+",
                     default=[128, 256, 512, 1024, 2048, 4096, 8192, 16384])
@@ -77,6 +94,12 @@ def main(argv=None) -> int:
     ap.add_argument("--json", help="write the rows to this JSON file")
     ap.add_argument("--dry-run", action="store_true")
     args = ap.parse_args(argv)
+    experts = [(load_model(name), ep) for name, ep in args.models]
+    for model, ep in experts:
+        if not model.is_moe or model.num_experts % ep:
+            print(f"gemm_shapes: {model.name}: ep {ep} must divide its experts",
+                  file=sys.stderr)
+            return 2
     import torch
 
     cuda = torch.cuda.is_available()
@@ -90,7 +113,7 @@ def main(argv=None) -> int:
     kw = dict(peak=gpu.peak("bf16"), gpu=gpu, in_bytes=2.0, gemm_eff=eff.gemm)
     dev, bf16, f32 = torch.device("cuda" if cuda else "cpu"), torch.bfloat16, torch.float32
     if args.dry_run and not cuda:
-        args.rows, args.dense_m, args.dense_nk = [16, 64], [32, 64], ["64x96"]
+        args.rows, args.dense_m, args.dense_nk = [16, 64], [32, 64], [(64, 96)]
         args.warmup, args.repeats = 0, 1
     w, r = args.warmup, args.repeats
     rows_out = []
@@ -114,8 +137,7 @@ def main(argv=None) -> int:
             return c.add_(torch.mm(a, b).float())
 
     # dense: output N×K, reduction over M
-    for N, K, M in ((int(nk.split("x")[0]), int(nk.split("x")[1]), M)
-                    for nk in args.dense_nk for M in args.dense_m):
+    for N, K, M in ((n, k, M) for n, k in args.dense_nk for M in args.dense_m):
         wt = torch.randn(N, K, dtype=bf16, device=dev)
         dy = torch.randn(M, N, dtype=bf16, device=dev)
         x = torch.randn(M, K, dtype=bf16, device=dev)
@@ -147,10 +169,8 @@ def main(argv=None) -> int:
             except RuntimeError as err:
                 print(f"_scaled_mm: {str(err).splitlines()[0][:90]}")
 
-    for spec in args.models:
-        mname, ep = spec.split(":")
-        model = load_model(mname)
-        ep = int(ep)
+    for model, ep in experts:
+        mname = model.name
         local = model.num_experts // ep
         h, fe = model.hidden_size, model.moe_ffn_hidden_size
         gate = 2 if model.swiglu else 1
@@ -236,4 +256,8 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except InputError as err:
+        print(f"gemm_shapes: {err}", file=sys.stderr)
+        sys.exit(2)
