@@ -37,11 +37,12 @@ def _cands(**kw):
     return Candidates.from_plan(ParallelPlan(**kw))
 
 
-def _log_errors(with_term: bool):
-    """log(measured / priced) of every accumulated weight gradient in the data file."""
+def _log_errors(with_term: bool, gpu_name: str | None = None):
+    """log(measured / priced) of every accumulated weight gradient in the data file (on
+    ``gpu_name`` only, when given)."""
     out = []
     for r in _rows():
-        if r["main_grad"] == "none":
+        if r["main_grad"] == "none" or gpu_name not in (None, r["gpu"]):
             continue
         gpu = gpu_from_config(r["gpu"])
         n, k, d, b = (int(r[x]) for x in ("weight_rows", "weight_cols", "tokens", "batch"))
@@ -57,9 +58,12 @@ def _log_errors(with_term: bool):
 def test_accumulated_weight_gradients_match_the_measured_gemms():
     """The roofline alone misses an accumulated weight gradient by +23 % on average (up to
     2×, GPT-OSS's experts into FP32); with the accumulation it is within a few per cent on
-    average and 12 % rms, on both GPUs, for BF16 and FP32 main gradients."""
+    average and 12 % rms, for BF16 and FP32 main gradients, and within 7 % on average on
+    each GPU (H100 −0.5 %, H200 +5.6 %)."""
     alone, priced = _log_errors(False), _log_errors(True)
     assert len(priced) >= 90
+    for gpu_name in ("h100-80gb", "h200-141gb"):
+        assert abs(_log_errors(True, gpu_name).mean()) < 0.07
     assert alone.mean() > 0.15                      # the term is needed
     assert abs(priced.mean()) < 0.03
     assert np.sqrt((priced ** 2).mean()) < 0.12
