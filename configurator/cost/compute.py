@@ -104,7 +104,16 @@ def main_grad_accumulation_s(weights, c: Candidates, gpu: GPUSpec, tokens=None):
     0.8 % longer than roofline plus this term (rms 8.9 %); e.g. on the H100 GPT-OSS's 16
     experts' fc1 over 1,024 tokens each: 1.01 ms plainly, 1.16 into BF16 (priced 1.14),
     1.66 into FP32 (priced 1.51). It matters where a weight meets few tokens per
-    microbatch: routed experts and short microbatches."""
+    microbatch: routed experts and short microbatches.
+
+    The fit is on the accumulated GEMM's whole time, so the term also carries what a short
+    reduction costs the GEMM itself, which the roofline does not see: written plainly, a
+    weight gradient over 1,024 tokens runs 1.24× its roofline for dense weights and 1.33×
+    for the experts (≈ 1.0 for dense weights from 4,096 tokens on). Against the plain GEMM
+    alone, the accumulation's own increment is closer to ``(2·main_grad_bytes − 2)`` bytes
+    with the same exposure; priced that way, with the fill cost as its own term
+    (``1 + 256/tokens``), the published runs come out no closer (README, "Main-gradient
+    accumulation")."""
     exposed = 1.0 if tokens is None else np.minimum(1.0, ACCUMULATION_EXPOSED_TOKENS / tokens)
     return (2.0 * main_grad_bytes(c.precision, c.grad_reduce_in_bf16) * weights * exposed
             / (gpu.hbm_bandwidth_Bps * gpu.efficiency.hbm))
