@@ -29,10 +29,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 
-from configurator.app.profile_jobs import guess_gpu_preset
+from configurator.app.profile_jobs import guess_gpu_preset, time_forward_backward
 from configurator.core.errors import InputError
 from configurator.core.model import load_model
 from configurator.cost import compute
@@ -40,26 +39,10 @@ from topology.gpus import gpu_from_config
 
 
 def timed(torch, fn, warmup, repeats):
-    """Median seconds of ``fn()`` (CUDA events; wall clock on the CPU)."""
-    import time
-
-    cuda = torch.cuda.is_available()
-    out = []
-    for i in range(warmup + repeats):
-        if cuda:
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            fn()
-            b.record()
-            torch.cuda.synchronize()
-            t = a.elapsed_time(b) / 1e3
-        else:
-            t0 = time.perf_counter()
-            fn()
-            t = time.perf_counter() - t0
-        if i >= warmup:
-            out.append(t)
-    return statistics.median(out)
+    """Median seconds of ``fn()`` (:func:`configurator.app.profile_jobs.time_forward_backward`
+    with nothing to time backward)."""
+    return time_forward_backward(torch, fn, lambda out: None, warmup=warmup, repeats=repeats,
+                                 cuda=torch.cuda.is_available())[0]
 
 
 def main(argv=None) -> int:

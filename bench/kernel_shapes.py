@@ -23,13 +23,11 @@ measured / analytic.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 
 import numpy as np
 
-from configurator.app.profile_jobs import guess_gpu_preset
+from configurator.app.profile_jobs import guess_gpu_preset, time_forward_backward
 from configurator.core.errors import InputError
 from configurator.core.model import load_model
 from configurator.cost import compute
@@ -37,31 +35,10 @@ from topology.gpus import gpu_from_config
 
 
 def _time(torch, fn, backward, warmup, repeats):
-    """Median forward and backward seconds of ``fn()`` (a tensor) and ``backward(out)``:
-    CUDA events on a GPU, :func:`time.perf_counter` on the CPU (a dry run)."""
-    fwd, bwd = [], []
-    cuda = torch.cuda.is_available()
-    for i in range(warmup + repeats):
-        if cuda:
-            ev = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
-            ev[0].record()
-            out = fn()
-            ev[1].record()
-            backward(out)
-            ev[2].record()
-            torch.cuda.synchronize()
-            f, b = ev[0].elapsed_time(ev[1]) / 1e3, ev[1].elapsed_time(ev[2]) / 1e3
-        else:
-            t0 = time.perf_counter()
-            out = fn()
-            t1 = time.perf_counter()
-            backward(out)
-            f, b = t1 - t0, time.perf_counter() - t1
-        if i >= warmup:
-            fwd.append(f)
-            bwd.append(b)
-        del out
-    return statistics.median(fwd), statistics.median(bwd)
+    """Median forward and backward seconds of ``fn()`` and ``backward(out)``
+    (:func:`configurator.app.profile_jobs.time_forward_backward`)."""
+    return time_forward_backward(torch, fn, backward, warmup=warmup, repeats=repeats,
+                                 cuda=torch.cuda.is_available())
 
 
 def main(argv=None) -> int:

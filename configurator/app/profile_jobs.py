@@ -461,6 +461,39 @@ def analytic_comparison(model: ModelSpec, layer: LayerProfile,
 
 # --- torch: build and time one layer -------------------------------------------------------
 
+def time_forward_backward(torch, forward: Callable, backward: Callable, *, warmup: int,
+                          repeats: int, cuda: bool, before: Callable | None = None
+                          ) -> tuple[float, float]:
+    """Median seconds ``(forward, backward)`` of ``out = forward()`` then ``backward(out)``
+    over ``repeats`` runs after ``warmup`` untimed ones: CUDA events on a GPU (``cuda``),
+    :func:`time.perf_counter` on the CPU; ``before()`` runs ahead of each run, untimed.
+    The profiler's timing, and ``bench/kernel_shapes.py``'s and ``bench/gemm_shapes.py``'s."""
+    fwd_s, bwd_s = [], []
+    for i in range(warmup + repeats):
+        if before is not None:
+            before()
+        if cuda:
+            ev = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
+            ev[0].record()
+            out = forward()
+            ev[1].record()
+            backward(out)
+            ev[2].record()
+            torch.cuda.synchronize()
+            f, b = ev[0].elapsed_time(ev[1]) / 1e3, ev[1].elapsed_time(ev[2]) / 1e3
+        else:
+            t0 = time.perf_counter()
+            out = forward()
+            t1 = time.perf_counter()
+            backward(out)
+            f, b = t1 - t0, time.perf_counter() - t1
+        del out
+        if i >= warmup:
+            fwd_s.append(f)
+            bwd_s.append(b)
+    return statistics.median(fwd_s), statistics.median(bwd_s)
+
+
 def _time_layer(torch, fp8, model: ModelSpec, shape: LayerShapes, device, *, warmup: int,
                 repeats: int, seed: int) -> tuple[float, float]:
     """Median forward and backward seconds of one layer at ``shape`` on ``device``."""
@@ -469,31 +502,15 @@ def _time_layer(torch, fp8, model: ModelSpec, shape: LayerShapes, device, *, war
     try:
         torch.manual_seed(seed)
         forward, params, x, grad = _build_layer(torch, fp8, model, shape, device)
-        fwd_s, bwd_s = [], []
-        for i in range(warmup + repeats):
+
+        def fresh_grads():
             for p in params:
                 p.grad = None
             x.grad = None
-            if cuda:
-                ev = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
-                ev[0].record()
-                out = forward(x)
-                ev[1].record()
-                out.backward(grad)
-                ev[2].record()
-                torch.cuda.synchronize(device)
-                f, b = ev[0].elapsed_time(ev[1]) / 1e3, ev[1].elapsed_time(ev[2]) / 1e3
-            else:
-                t0 = time.perf_counter()
-                out = forward(x)
-                t1 = time.perf_counter()
-                out.backward(grad)
-                t2 = time.perf_counter()
-                f, b = t1 - t0, t2 - t1
-            del out
-            if i >= warmup:
-                fwd_s.append(f)
-                bwd_s.append(b)
+
+        fwd, bwd = time_forward_backward(torch, lambda: forward(x),
+                                         lambda out: out.backward(grad), warmup=warmup,
+                                         repeats=repeats, cuda=cuda, before=fresh_grads)
     except oom:
         raise InputError("tp", shape.tp, f"one layer at cp {shape.cp}, mbs {shape.batch} "
                          f"does not fit in the memory of {device.type}") from None
@@ -502,7 +519,7 @@ def _time_layer(torch, fp8, model: ModelSpec, shape: LayerShapes, device, *, war
             torch.cuda.empty_cache()
     # a timer's resolution can read 0 for a tiny layer: the profile holds positive times
     tiny = 1e-9
-    return max(statistics.median(fwd_s), tiny), max(statistics.median(bwd_s), tiny)
+    return max(fwd, tiny), max(bwd, tiny)
 
 
 def _build_layer(torch, fp8, model: ModelSpec, s: LayerShapes, device):

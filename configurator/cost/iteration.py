@@ -192,12 +192,12 @@ def stage_extras_s(model: ModelSpec, c: Candidates, gpu, lc: dict, tp_bw, tp_lat
     gemm = gemm_time_s(T, v_pad / c.tp, h, **lc["gemm_kw"])
     ce_f, ce_b = (b * T * v_pad / c.tp / hbm
                   for b in CROSS_ENTROPY_BYTES[c.cross_entropy_fusion])
-    vocab_weights = v_pad / c.tp * h      # the embedding's and the output layer's, per rank
-    acc = main_grad_accumulation_s(vocab_weights, c, gpu, T)
+    acc = main_grad_accumulation_s(v_pad / c.tp * h, c, gpu, T)    # the output layer's GEMM
+    emb_weights = embedding_parameters(model, c.tp)      # word (and learned position) tables
     out = {"emb_fwd": act_bytes / hbm + all_reduce_time_s(act_bytes, c.tp.astype(float),
                                                           tp_bw, tp_lat),
-           "emb_bwd": 2 * act_bytes / hbm + EMBEDDING_GRAD_BYTES * vocab_weights / hbm
-                      + main_grad_accumulation_s(vocab_weights, c, gpu),
+           "emb_bwd": 2 * act_bytes / hbm + EMBEDDING_GRAD_BYTES * emb_weights / hbm
+                      + main_grad_accumulation_s(emb_weights, c, gpu),
            "logits_fwd": gemm + ce_f, "logits_bwd": 2 * gemm + ce_b + acc}
     D = model.mtp_num_layers or 0
     if D:
