@@ -65,7 +65,7 @@ Efficiencies (:class:`Efficiency`), one set per GPU type and precision, each wit
   2.765–2.785 PFLOP/s), but training runs them thinner, clock-throttled and behind
   per-tensor scaling bookkeeping, so the presets are fitted to published training runs
   (``configurator calibrate --params gemm_fp8,flash_attention``; see "Fitted on published
-  runs" below): H100/H200 0.64, B200/B300/GB200/GB300 0.52.
+  runs" below): H100/H200 0.65, B200/B300/GB200/GB300 0.52.
 * ``gemm_mxfp8``: the same for MXFP8 GEMMs against the MXFP8 peak; ``None`` for a GPU
   without an MXFP8 rate. The microbenchmark figure (OpenXLA sm_100 table, 4096³ E4M3 at
   0.617 of 4.5 PFLOP/s over 0.865 of wave quantisation: 0.71; block-scaled and
@@ -82,14 +82,15 @@ Efficiencies (:class:`Efficiency`), one set per GPU type and precision, each wit
   6+ TB/s: an MXFP8 quantizer on Blackwell", 2026): 0.75.
 * ``flash_attention``: fraction of the dense 16-bit peak fused attention kernels attain on
   long sequences (forward; backward does 2.5× the forward FLOPs at the same rate); the
-  fraction at ``s`` keys is ``flash_attention · s / (s + 1024)``
-  (:func:`configurator.cost.compute.flash_efficiency`; the shape from FlashAttention-3,
-  Shah et al. 2024, Fig. 5). Kernel papers report far more than Transformer Engine's fused
+  fraction at ``s`` keys is ``flash_attention · s / (s + 1024)`` for causal calls and
+  ``flash_attention · s / (s + 160)`` for unmasked ones (context parallelism's ring steps
+  after the first) (:func:`configurator.cost.compute.flash_efficiency`; the shapes from
+  FlashAttention-3, Shah et al. 2024, Fig. 5). Kernel papers report far more than Transformer Engine's fused
   attention attains inside Megatron/NeMo training (FlashAttention-3: 0.69 on H100;
-  FlashAttention-4: 0.71 forward on B200), so H100/H200 (0.33) and B200/GB200 (0.43) are
+  FlashAttention-4: 0.71 forward on B200), so H100/H200 (0.32) and B200/GB200 (0.42) are
   fitted to published training runs (below). A100: FlashAttention-2 reaches 50–73 %
   (Dao 2023, §4.1), ≈ 0.62 at 16k causal: 0.64 (no published long-context A100 run to
-  check it on). GB300: 0.86, twice B200's: Blackwell Ultra doubles the SFU throughput of
+  check it on). GB300: 0.84, twice B200's: Blackwell Ultra doubles the SFU throughput of
   the exponential that bounds softmax in attention on Blackwell ("2x attention-layer
   acceleration", NVIDIA "Inside NVIDIA Blackwell Ultra", 2025; FlashAttention-4 §3 on the
   exponential as B200's bottleneck). Check: Megatron-Bridge 25.11 runs Llama-3 8B FP8 with
@@ -107,13 +108,13 @@ Efficiencies (:class:`Efficiency`), one set per GPU type and precision, each wit
 Fitted on published runs. ``configurator calibrate`` (least squares on log time) on the
 NeMo long-context runs of ``nemo_long_sequence_cp.csv``, whose sequence lengths (4k–1M
 tokens) separate the GEMM and the attention efficiency: B200 from the eight Llama-3 8B FP8
-runs on DGX B200 (NeMo 25.04): ``gemm_fp8`` 0.522, ``flash_attention`` 0.427, MAPE 0.6 %,
-leave-one-out 0.8 %. H100 from the nine Llama-2 7B FP8 runs on DGX H100 (NeMo 24.03.01,
+runs on DGX B200 (NeMo 25.04): ``gemm_fp8`` 0.523, ``flash_attention`` 0.420, MAPE 0.8 %,
+leave-one-out 1.0 %. H100 from the nine Llama-2 7B FP8 runs on DGX H100 (NeMo 24.03.01,
 cp 1–32) together with Megatron-Bridge 25.11's Llama-3 8B FP8 run on DGX H100, the newest
-software's dense H100 run (the NeMo runs alone give 0.605 and 0.329; Bridge's dense H100
-FP8 runs of 2026, Llama-3 70B and 405B, ran faster than that predicts): 0.638 and 0.328,
-MAPE 2.3 %, leave-one-out 2.9 %. Independent check: Bridge 25.11's Llama-3 8B FP8
-run on B200 is predicted within 2.8 %. These fits price Megatron's main-gradient
+software's dense H100 run (the NeMo runs alone give 0.615 and 0.322; Bridge's dense H100
+FP8 runs of 2026, Llama-3 70B and 405B, ran faster than that predicts): 0.649 and 0.320,
+MAPE 2.2 %, leave-one-out 2.7 %. Independent check: Bridge 25.11's Llama-3 8B FP8
+run on B200 is predicted within 3.4 %. These fits price Megatron's main-gradient
 accumulation (:func:`configurator.cost.compute.main_grad_accumulation_s`), which moves
 them up by 0.4–3.6 % (from 0.616, 0.514 and 0.486; A100's ``gemm`` from 0.689 to 0.699).
 Those NeMo TFLOP/s count the attention scores over all ``s²`` pairs (NeMo's
@@ -226,15 +227,15 @@ def _blackwell_peaks(bf16_tflops: float) -> dict[str, float]:
 
 
 #: H100 (H200: the same tensor cores, its own HBM fraction).
-_HOPPER_EFFICIENCY = Efficiency(gemm=0.72, gemm_fp8=0.64, hbm=0.87, flash_attention=0.33,
+_HOPPER_EFFICIENCY = Efficiency(gemm=0.72, gemm_fp8=0.65, hbm=0.87, flash_attention=0.32,
                                 kernel_overhead_s=4e-6, source=_HOPPER)
 #: sm_100 (B200, GB200): one set, the GEMM fractions shared by sm_103 below.
 _BLACKWELL_EFFICIENCY = Efficiency(gemm=0.73, gemm_fp8=0.52, gemm_mxfp8=0.49, hbm=0.75,
-                                   flash_attention=0.43, kernel_overhead_s=4e-6,
+                                   flash_attention=0.42, kernel_overhead_s=4e-6,
                                    source=_BLACKWELL)
 #: sm_103 (B300, GB300): its own BF16 GEMM and doubled attention, sm_100's FP8/MXFP8 GEMMs.
 _BLACKWELL_ULTRA_EFFICIENCY = dataclasses.replace(_BLACKWELL_EFFICIENCY, gemm=0.70,
-                                                  flash_attention=0.86,
+                                                  flash_attention=0.84,
                                                   source=_BLACKWELL_ULTRA)
 
 GPU_PRESETS: dict[str, GPUSpec] = {

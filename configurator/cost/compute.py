@@ -33,7 +33,8 @@ Per layer and microbatch on one GPU (tokens per rank ``T = b·s/cp``):
   fill, :func:`flash_efficiency`): with context parallelism one K/V block of ``s/cp``
   tokens per call for ``p2p``, the whole sequence for ``a2a`` (heads split instead), the
   visible prefix for ``all_gather``, on average half the sequence
-  (:func:`cp_key_tokens`).
+  (:func:`cp_key_tokens`); ``p2p``'s ring steps after the first run without the causal
+  mask, which saturates at far fewer keys (:func:`cp_causal_share`).
 * the host: PyTorch issues every kernel from one CPU thread; where a layer's kernels are
   shorter than issuing them (small microbatches, MoE layers with many small kernels and the
   all-to-all dispatcher's host synchronisation) the layer takes the host's time instead
@@ -152,6 +153,18 @@ def _attention_gemms_s(model: ModelSpec, T, tp, kw):
 #: 545 and 640 TFLOP/s at 512, 2k, 4k and 16k tokens; this form with 1,024 tokens and
 #: η_flash ≈ 0.69 of 989 TFLOP/s passes within 3 % of each.
 FLASH_HALF_TOKENS = 1024.0
+
+#: The same for a kernel without a mask (every query sees every key of the block), as
+#: context parallelism's ``p2p`` ring runs all but its first step: it saturates at far fewer
+#: keys than a causal kernel, whose diagonal tiles are half wasted and unbalanced. Measured
+#: with ``bench/attention_masks.py`` (cuDNN fused attention through torch 2.11, cuDNN 9.19,
+#: on an H200; 32 heads of 128, 64k query tokens per call, 512–64k keys): the forward plus
+#: 2.5× the backward at one rate, as :func:`layer_costs` prices them, fits a half-efficiency
+#: length of 384 keys unmasked and 901 causal (:data:`FLASH_HALF_TOKENS` is kept), the
+#: unmasked/causal rate ratio within 6 % of the form's at every length; forward alone
+#: 140, as FlashAttention-3's unmasked forward figures (Shah et al. 2024, Fig. 5: 497–648
+#: TFLOP/s at 512–16k keys), the backward 469.
+FLASH_HALF_TOKENS_NO_MASK = 384.0
 #: Bytes moved per element by an FP8 cast of a 16-bit tensor: read 2, write the row-wise and
 #: the column-wise FP8 copies, 1 each (Transformer Engine ``Float8Quantizer`` /
 #: ``MXFP8Quantizer`` with both usages; MXFP8's E8M0 scales add 2/32).
@@ -188,11 +201,29 @@ def cp_key_tokens(seq_length: int, cp, cp_comm_type: str):
     return s / cp
 
 
-def flash_efficiency(eta_max: float, key_tokens):
-    """Attained fraction of peak of a fused attention kernel over ``key_tokens`` keys
-    (:data:`FLASH_HALF_TOKENS`)."""
+def cp_causal_share(cp, cp_comm_type: str):
+    """Share of a causal layer's attention work that runs in causal-masked kernel calls.
+
+    ``p2p`` (Transformer Engine ``AttnFuncWithCPAndKVP2P``, dual-chunk load balancing): of
+    its ``cp`` ring steps, each with the same work (two chunks' queries against two chunks'
+    keys, half of them masked, or one chunk's against two), only the first, the
+    ``"diagonal"`` section, is causal; the ``"lower-triangle"`` and ``"upper-triangle"``
+    sections run with ``attn_mask_type "no_mask"``
+    (transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py):
+    ``1/cp``. ``a2a`` and ``all_gather`` (and ``cp = 1``) run causal calls only: 1."""
+    cp = np.asarray(cp, dtype=float)
+    return 1.0 / cp if cp_comm_type == "p2p" else np.ones(cp.shape)
+
+
+def flash_efficiency(eta_max: float, key_tokens, causal_share=1.0):
+    """Attained fraction of peak of a fused attention kernel over ``key_tokens`` keys per
+    call: ``eta_max · s / (s + FLASH_HALF_TOKENS)`` for causal calls, with
+    :data:`FLASH_HALF_TOKENS_NO_MASK` for unmasked ones; ``causal_share`` of the work in the
+    former (:func:`cp_causal_share`), the two rates combined by time (harmonic mean)."""
     key_tokens = np.asarray(key_tokens, dtype=float)
-    return eta_max * key_tokens / (key_tokens + FLASH_HALF_TOKENS)
+    causal = eta_max * key_tokens / (key_tokens + FLASH_HALF_TOKENS)
+    no_mask = eta_max * key_tokens / (key_tokens + FLASH_HALF_TOKENS_NO_MASK)
+    return 1.0 / (causal_share / causal + (1.0 - causal_share) / no_mask)
 
 
 def host_layer_s(model: ModelSpec, c: Candidates, gpu: GPUSpec) -> tuple:
@@ -427,6 +458,7 @@ def layer_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec, profile=None) -> 
     elem = (2 * 4 * rep + 2 * (6 + drop) * rep + mlp_elem + (4 * rope_qk if fused_rope else 0.0))
     n_kernels = 10
     key_tokens = cp_key_tokens(model.seq_length, c.cp, c.cp_comm_type)  # keys per call
+    causal_share = cp_causal_share(c.cp, c.cp_comm_type)
     if c.stores_scores:
         heads = c.mbs * a / tp
         kw16 = dict(kw, peak=peak16, gemm_eff=eff.gemm, in_bytes=2.0, batch=heads)
@@ -439,9 +471,11 @@ def layer_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec, profile=None) -> 
         pairs = 2.0 * c.mbs * s_q * s_k * a * (dqk + dv) / tp
         attn_fwd = eff.kernel_overhead_s
         for share, fraction, window in model.attention_layer_kinds:
-            keys = key_tokens if window is None else np.minimum(key_tokens, window)
+            # a sliding window's band is masked in every call
+            keys, masked = ((key_tokens, causal_share) if window is None
+                            else (np.minimum(key_tokens, window), 1.0))
             attn_fwd = attn_fwd + share * pairs * fraction / (
-                peak16 * flash_efficiency(eff.flash_attention, keys))
+                peak16 * flash_efficiency(eff.flash_attention, keys, masked))
         attn_bwd = 2.5 * attn_fwd
     cast_f = cast_b = 0.0
     if fp8:   # FP8 casts of the GEMM inputs (forward) and output gradients (backward)
