@@ -14,8 +14,12 @@ the model's ratio; then the half-efficiency key lengths fitted to the measuremen
 at one rate as the model prices them (``--csv FILE`` keeps the rates:
 ``tests/data/attention_masks.csv``).
 
+Causal calls are also timed with attention dropout (``--dropout``, 0.1), which the kernel draws
+for every score it visits: the extra time per visited score against
+:data:`compute.ATTENTION_DROPOUT_SCORES_PER_SM_S`.
+
 Run (needs CUDA; torch ≥ 2.5): ``python bench/attention_masks.py [--heads 32] [--head-dim
-128] [--tokens 65536] [--lengths 512,1024,…]``; ``--dry-run`` runs the smallest shapes on the
+128] [--tokens 65536] [--lengths 512,1024,…] [--dropout 0.1]``; ``--dry-run`` runs the smallest shapes on the
 CPU (the code path, not timings).
 """
 
@@ -29,6 +33,8 @@ from configurator.app.profile_jobs import time_forward_backward
 from configurator.cost import compute
 
 DEFAULT_LENGTHS = (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
+#: Key lengths past which the dropout variant is not timed (training lengths with dropout).
+DROPOUT_MAX_KEYS = 8192
 
 
 def _lengths(text: str) -> tuple[int, ...]:
@@ -67,11 +73,16 @@ def main(argv=None) -> int:
                     help="key lengths, comma-separated (each divides --tokens)")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=10)
+    ap.add_argument("--dropout", type=float, default=0.1,
+                    help="attention dropout also timed on causal calls up to 8k keys "
+                         "(default 0.1)")
     ap.add_argument("--csv", metavar="FILE",
                     help="also write the measured rates (TFLOP/s) to FILE")
     ap.add_argument("--dry-run", action="store_true",
                     help="without CUDA, run the smallest shapes on the CPU (no timings)")
     args = ap.parse_args(argv)
+    if not 0.0 < args.dropout < 1.0:
+        ap.error(f"--dropout {args.dropout}: a probability strictly between 0 and 1")
     for s in args.lengths:
         if args.tokens % s:
             ap.error(f"--lengths: {s} does not divide --tokens {args.tokens}")
@@ -97,10 +108,13 @@ def main(argv=None) -> int:
           f"(useful pairs), median of {args.repeats} after {args.warmup} warm-up")
     print(f"{'backend':<6} {'mask':<7} {'keys':>6} {'fwd':>7} {'bwd':>7} {'fwd/best':>9} "
           f"{'bwd/best':>9} {'model':>7}")
-    results = {}
+    results, seconds, dropped = {}, {}, {}
+    variants = ((True, 0.0), (False, 0.0), (True, args.dropout))
     for label, backend in backends:
-        for causal in (True, False):
+        for causal, p in variants:
             for s in lengths:
+                if p and s > DROPOUT_MAX_KEYS:
+                    continue
                 b = tokens // s
                 q, k, v = (torch.randn(b, heads, s, d, dtype=torch.bfloat16, device=dev,
                                        requires_grad=True) for _ in range(3))
@@ -109,15 +123,19 @@ def main(argv=None) -> int:
                     with sdpa_kernel([backend]):
                         f, bw = time_forward_backward(
                             torch, lambda: F.scaled_dot_product_attention(
-                                q, k, v, is_causal=causal),
+                                q, k, v, is_causal=causal, dropout_p=p),
                             lambda o: o.backward(go), warmup=args.warmup,
                             repeats=args.repeats, cuda=cuda)
                 except RuntimeError as err:
-                    print(f"{label} {'causal' if causal else 'none'} {s}: "
+                    print(f"{label} {'causal' if causal else 'none'} dropout {p} {s}: "
                           f"{str(err).splitlines()[0][:90]}")
                     continue
                 flops = 4.0 * b * heads * s * s * d * (0.5 if causal else 1.0)
-                results[(label, causal, s)] = (flops / f, 2.5 * flops / bw)
+                if p:
+                    dropped[(label, s)] = (f, bw, b * heads * s * s * 0.5)
+                else:
+                    results[(label, causal, s)] = (flops / f, 2.5 * flops / bw)
+                    seconds[(label, causal, s)] = (f, bw)
     for label, _ in backends:
         best = [results[(label, False, s)] for s in lengths if (label, False, s) in results]
         if not best:
@@ -148,12 +166,27 @@ def main(argv=None) -> int:
                     fits.append(f"{pass_name} {k0:.0f}")
             if fits:
                 print(f"  {label} {'causal' if causal else 'unmasked'}: {', '.join(fits)}")
+    sms = torch.cuda.get_device_properties(0).multi_processor_count if cuda else 1
+    model_ps = [1e12 / (r * sms) for r in compute.ATTENTION_DROPOUT_SCORES_PER_SM_S]
+    print(f"\nattention dropout {args.dropout} (causal): extra ps per visited score, forward / "
+          f"backward (model {model_ps[0]:.2f} / {model_ps[1]:.2f} on {sms} SMs):")
+    for (label, s), (f, bw, visited) in dropped.items():
+        if (label, True, s) in seconds:
+            f0, b0 = seconds[(label, True, s)]
+            print(f"  {label} {s}: {1e12 * (f - f0) / visited:.2f} / "
+                  f"{1e12 * (bw - b0) / visited:.2f} (forward {f / f0:.2f}x, backward "
+                  f"{bw / b0:.2f}x)")
     if args.csv:
         with open(args.csv, "w", encoding="utf-8") as fh:
-            fh.write("device,backend,mask,keys,forward_tflops,backward_tflops\n")
+            fh.write("device,sms,backend,heads,head_dim,mask,keys,dropout,forward_tflops,"
+                     "backward_tflops\n")
             for (label, causal, s), (rf, rb) in results.items():
-                fh.write(f"{name},{label},{'causal' if causal else 'none'},{s},"
-                         f"{rf / 1e12:.1f},{rb / 1e12:.1f}\n")
+                fh.write(f"{name},{sms},{label},{heads},{d},{'causal' if causal else 'none'},"
+                         f"{s},0,{rf / 1e12:.1f},{rb / 1e12:.1f}\n")
+            for (label, s), (f, bw, visited) in dropped.items():
+                flops = 4.0 * visited * d
+                fh.write(f"{name},{sms},{label},{heads},{d},causal,{s},{args.dropout},"
+                         f"{flops / f / 1e12:.1f},{2.5 * flops / bw / 1e12:.1f}\n")
     return 0
 
 

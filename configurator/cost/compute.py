@@ -29,6 +29,8 @@ Per layer and microbatch on one GPU (tokens per rank ``T = b·s/cp``):
   ``_Linear.forward`` quantises ``inputmat`` with both usages for the wgrad GEMM). Weights
   are cast once per iteration (``is_first_microbatch``) and not charged per microbatch.
   Attention, norms and element-wise ops stay in BF16.
+* attention dropout in a fused kernel costs a fixed time per visited score for its random
+  draws (:data:`ATTENTION_DROPOUT_SCORES_PER_SM_S`); score-storing attention moves its mask.
 * fused attention efficiency grows with the key length the kernel sees (tile and pipeline
   fill, :func:`flash_efficiency`): with context parallelism one K/V block of ``s/cp``
   tokens per call for ``p2p``, the whole sequence for ``a2a`` (heads split instead), the
@@ -160,11 +162,25 @@ FLASH_HALF_TOKENS = 1024.0
 #: with ``bench/attention_masks.py`` (cuDNN fused attention through torch 2.11, cuDNN 9.19,
 #: on an H200; 32 heads of 128, 64k query tokens per call, 512–64k keys): the forward plus
 #: 2.5× the backward at one rate, as :func:`layer_costs` prices them, fits a half-efficiency
-#: length of 384 keys unmasked and 901 causal (:data:`FLASH_HALF_TOKENS` is kept), the
+#: length of 384 keys unmasked and 901 causal (a second run, ``tests/data/
+#: attention_masks.csv``: 351 and 897; :data:`FLASH_HALF_TOKENS` is kept), the
 #: unmasked/causal rate ratio within 6 % of the form's at every length; forward alone
-#: 140, as FlashAttention-3's unmasked forward figures (Shah et al. 2024, Fig. 5: 497–648
-#: TFLOP/s at 512–16k keys), the backward 469.
+#: 67–140, as FlashAttention-3's unmasked forward figures (Shah et al. 2024, Fig. 5: 497–648
+#: TFLOP/s at 512–16k keys), the backward 450–469.
 FLASH_HALF_TOKENS_NO_MASK = 384.0
+
+#: Attention dropout inside a fused attention kernel (``attention_dropout > 0``): the kernel
+#: draws a Philox random number for every score it visits, forward and again backward, an
+#: ALU cost on top of its matrix work, ``(forward, backward)`` scores per second per SM.
+#: Measured with ``bench/attention_masks.py`` (``tests/data/attention_masks.csv``): cuDNN's
+#: fused attention, Transformer Engine's choice on Hopper and later (``get_attention_backend``:
+#: "FusedAttention preference on Hopper+"), through torch 2.11 on an H200, causal, 32 heads
+#: of 128, 64k tokens per call, 512–8k keys, dropout 0.1 against none: +0.88–0.99 ps per
+#: visited score forward (the forward 1.65–2.05× as long), +0.36–0.68 ps backward
+#: (1.08–1.14×) over two runs; geometric means of the first over 132 SMs. FlashAttention-2
+#: (Transformer Engine's backend on Ampere) pays less forward (+0.25–0.40 ps) and about as
+#: much backward (+0.38–0.94 ps): A100 plans are priced at cuDNN's figures.
+ATTENTION_DROPOUT_SCORES_PER_SM_S = (8.2e9, 1.6e10)
 #: Bytes moved per element by an FP8 cast of a 16-bit tensor: read 2, write the row-wise and
 #: the column-wise FP8 copies, 1 each (Transformer Engine ``Float8Quantizer`` /
 #: ``MXFP8Quantizer`` with both usages; MXFP8's E8M0 scales add 2/32).
@@ -477,6 +493,10 @@ def layer_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec, profile=None) -> 
             attn_fwd = attn_fwd + share * pairs * fraction / (
                 peak16 * flash_efficiency(eff.flash_attention, keys, masked))
         attn_bwd = 2.5 * attn_fwd
+        if model.attention_dropout > 0:   # the in-kernel dropout mask of every visited score
+            visited = c.mbs * s_q * s_k * a / tp * model.attention_score_fraction
+            attn_fwd = attn_fwd + visited / (ATTENTION_DROPOUT_SCORES_PER_SM_S[0] * gpu.num_sms)
+            attn_bwd = attn_bwd + visited / (ATTENTION_DROPOUT_SCORES_PER_SM_S[1] * gpu.num_sms)
     cast_f = cast_b = 0.0
     if fp8:   # FP8 casts of the GEMM inputs (forward) and output gradients (backward)
         hs = h / np.where(c.sequence_parallel, tp, 1.0)   # SP: cast before the all-gather
