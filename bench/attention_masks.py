@@ -19,8 +19,8 @@ for every score it visits: the extra time per visited score against
 :data:`compute.ATTENTION_DROPOUT_SCORES_PER_SM_S`.
 
 Run (needs CUDA; torch ≥ 2.5): ``python bench/attention_masks.py [--heads 32] [--head-dim
-128] [--tokens 65536] [--lengths 512,1024,…] [--dropout 0.1]``; ``--dry-run`` runs the smallest shapes on the
-CPU (the code path, not timings).
+128] [--tokens 65536] [--lengths 512,1024,…] [--dropout 0.1] [--csv FILE]``; ``--dry-run``
+runs the smallest shapes on the CPU (the code path, not timings).
 """
 
 from __future__ import annotations

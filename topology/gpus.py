@@ -83,10 +83,11 @@ Efficiencies (:class:`Efficiency`), one set per GPU type and precision, each wit
 * ``flash_attention``: fraction of the dense 16-bit peak fused attention kernels attain on
   long sequences (forward; backward does 2.5× the forward FLOPs at the same rate); the
   fraction at ``s`` keys is ``flash_attention · s / (s + 1024)`` for causal calls and
-  ``flash_attention · s / (s + 160)`` for unmasked ones (context parallelism's ring steps
-  after the first) (:func:`configurator.cost.compute.flash_efficiency`; the shapes from
-  FlashAttention-3, Shah et al. 2024, Fig. 5). Kernel papers report far more than Transformer Engine's fused
-  attention attains inside Megatron/NeMo training (FlashAttention-3: 0.69 on H100;
+  ``flash_attention · s / (s + 384)`` for unmasked ones (context parallelism's ring steps
+  after the first) (:func:`configurator.cost.compute.flash_efficiency`; the causal shape
+  from FlashAttention-3, Shah et al. 2024, Fig. 5, the unmasked one measured with
+  ``bench/attention_masks.py``). Kernel papers report far more than Transformer Engine's
+  fused attention attains inside Megatron/NeMo training (FlashAttention-3: 0.69 on H100;
   FlashAttention-4: 0.71 forward on B200), so H100/H200 (0.32) and B200/GB200 (0.42) are
   fitted to published training runs (below). A100: FlashAttention-2 reaches 50–73 %
   (Dao 2023, §4.1), ≈ 0.62 at 16k causal: 0.64 (no published long-context A100 run to

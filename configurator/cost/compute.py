@@ -164,7 +164,7 @@ FLASH_HALF_TOKENS = 1024.0
 #: 2.5× the backward at one rate, as :func:`layer_costs` prices them, fits a half-efficiency
 #: length of 384 keys unmasked and 901 causal (a second run, ``tests/data/
 #: attention_masks.csv``: 351 and 897; :data:`FLASH_HALF_TOKENS` is kept), the
-#: unmasked/causal rate ratio within 6 % of the form's at every length; forward alone
+#: unmasked/causal rate ratio within 9 % of the forms' at every length; forward alone
 #: 67–140, as FlashAttention-3's unmasked forward figures (Shah et al. 2024, Fig. 5: 497–648
 #: TFLOP/s at 512–16k keys), the backward 450–469.
 FLASH_HALF_TOKENS_NO_MASK = 384.0
