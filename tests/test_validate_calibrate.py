@@ -194,13 +194,21 @@ def test_cp_search_within_one_step_of_published():
 
 
 def test_calibrate_on_half_predicts_the_other_half():
+    """Fitting ``gemm_fp8`` on half the NeMo Llama-2 rows predicts the other half no worse
+    than 1 point, and lowers what the fit minimises on its own half: the squared log
+    error (its MAPE, not minimised, may move either way by a fraction of a point)."""
     runs = [r for r in nemo_cp_runs() if "LLAMA2" in r.name]
     train, test = runs[0::2], runs[1::2]
     before = validate_runs(test).overall.mape
     cal, fits = calibrate_runs(train, ("gemm_fp8",))
     after = validate_runs(test, cal).overall.mape
     assert after <= before + 0.01
-    assert fits[0].mape_after <= fits[0].mape_before
+
+    def squared_log_error(calibration=None):
+        return sum(math.log1p(c.error) ** 2
+                   for c in validate_runs(train, calibration).checks)
+    assert squared_log_error(cal) <= squared_log_error()
+    assert abs(fits[0].mape_after - fits[0].mape_before) < 0.01
 
 
 def _gpu_precision_halves(gpu, precision):

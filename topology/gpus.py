@@ -47,16 +47,17 @@ Efficiencies (:class:`Efficiency`), one set per GPU type and precision, each wit
 
 * ``gemm``: fraction of dense 16-bit peak a large, well-shaped GEMM attains. A100:
   calibrated once on all ten rows of Narayanan et al. SC'21 Table 1 together
-  (``bench/calibrate.py`` prints the fit: 0.699, preset 0.70). H100/H200: cuBLAS
+  (``bench/calibrate.py`` prints the fit: 0.673, preset 0.67). H100/H200: cuBLAS
   BF16 GEMM at large square sizes reaches ≈ 700–750 of 989 TFLOP/s (NVIDIA "H100 Tensor Core
-  GPU Architecture" whitepaper and Transformer Engine benchmarks), i.e. ≈ 0.72
-  (``bench/gemm_shapes.py``, torch 2.11: 0.69 mean on an H100 and 0.74 on an H200 over its
-  GEMMs of 2048–16384 wide weights reducing over ≥ 4,096).
+  GPU Architecture" whitepaper and Transformer Engine benchmarks), i.e. ≈ 0.72; with
+  :data:`configurator.cost.compute.GEMM_FIXED_S` the 110 BF16 GEMMs ``bench/gemm_shapes.py``
+  timed on an H100 and an H200 (torch 2.11) fit 0.720.
   B200 and GB200 (sm_100): OpenXLA's measured matmul table for sm_100
   (``xla/backends/gpu/cost_model/matmul_interpolator_data.h``, 2025) gives 1.417 PFLOP/s
-  for a 4096³ BF16 GEMM, 0.63 of 2.25 PFLOP/s; :func:`configurator.cost.compute.gemm_time_s`
-  applies wave quantisation on top (4096³: 512 tiles of 256×128 in 4 waves of 148 SMs,
-  0.865), so the fraction at full waves is 0.63 / 0.865 = 0.73. GB300 (sm_103): a cuBLASLt
+  for a 4096³ BF16 GEMM, 0.63 of 2.25 PFLOP/s. That GEMM takes 97 µs, so its fixed cost,
+  not measured on Blackwell, decides the rest: none gives 0.63, Hopper's 22 µs gives 0.82;
+  the preset keeps 0.73, the value the Blackwell runs were checked at (GPT-OSS's 25 Bridge
+  rows: 6.4 % at 0.73, 6.8 % at 0.82). GB300 (sm_103): a cuBLASLt
   BF16 burn-in (brrr, luccabb/brrr README, cuBLASLt 13.8 on 4 GB300) sustains
   1716–1763 TFLOP/s, 0.69–0.71 of 2.5 PFLOP/s: 0.70 (B300 the same).
 * ``gemm_fp8``: the same for FP8 GEMMs against the FP8 peak; ``None`` for a GPU without
@@ -65,16 +66,17 @@ Efficiencies (:class:`Efficiency`), one set per GPU type and precision, each wit
   2.765–2.785 PFLOP/s), but training runs them thinner, clock-throttled and behind
   per-tensor scaling bookkeeping, so the presets are fitted to published training runs
   (``configurator calibrate --params gemm_fp8,flash_attention``; see "Fitted on published
-  runs" below): H100/H200 0.65, B200/B300/GB200/GB300 0.52.
+  runs" below): H100/H200 0.66, B200/B300/GB200/GB300 0.53 (the FP8 weight gradients
+  ``bench/gemm_shapes.py`` timed on an H100 and an H200 fit 0.66 with the fixed cost).
 * ``gemm_mxfp8``: the same for MXFP8 GEMMs against the MXFP8 peak; ``None`` for a GPU
   without an MXFP8 rate. The microbenchmark figure (OpenXLA sm_100 table, 4096³ E4M3 at
-  0.617 of 4.5 PFLOP/s over 0.865 of wave quantisation: 0.71; block-scaled and
+  0.617 of 4.5 PFLOP/s; block-scaled and
   per-tensor-scaled FP8 run the same tensor-core instruction, cuBLAS 12.9 blog above)
   overstates training: Megatron-Bridge 25.11 runs the same Llama-3 8B plan in both recipes
   on B200, GB200 and GB300 (``FP8-CS (FP8-MX)`` rows of ``megatron_bridge_perf_subset.csv``)
   and MXFP8 delivers 3.6–5.5 % *fewer* tokens/s (its casts also write an E8M0 scale per 32
-  elements in each direction). Blackwell: 0.49, fitted on those three runs (0.488, one
-  value for the sm_100/sm_103 tensor cores; MAPE 2.8 %, leave-one-out 4.1 %).
+  elements in each direction). Blackwell: 0.50, fitted on those three runs (0.497, one
+  value for the sm_100/sm_103 tensor cores; MAPE 3.0 %, leave-one-out 4.4 %).
 * ``hbm``: fraction of HBM bandwidth that memory-bound element-wise kernels attain: A100
   80GB ≈ 1.7 of 2.04 TB/s, H100 ≈ 2.9 of 3.35 TB/s, H200 ≈ 4.1 of 4.8 TB/s (BabelStream
   Triad results reported for these parts). Blackwell (8 TB/s HBM3e): a streaming MXFP8
@@ -109,15 +111,18 @@ Efficiencies (:class:`Efficiency`), one set per GPU type and precision, each wit
 Fitted on published runs. ``configurator calibrate`` (least squares on log time) on the
 NeMo long-context runs of ``nemo_long_sequence_cp.csv``, whose sequence lengths (4k–1M
 tokens) separate the GEMM and the attention efficiency: B200 from the eight Llama-3 8B FP8
-runs on DGX B200 (NeMo 25.04): ``gemm_fp8`` 0.523, ``flash_attention`` 0.420, MAPE 0.8 %,
-leave-one-out 1.0 %. H100 from the nine Llama-2 7B FP8 runs on DGX H100 (NeMo 24.03.01,
+runs on DGX B200 (NeMo 25.04): ``gemm_fp8`` 0.535, ``flash_attention`` 0.421, MAPE 0.7 %,
+leave-one-out 0.9 %. H100 from the nine Llama-2 7B FP8 runs on DGX H100 (NeMo 24.03.01,
 cp 1–32) together with Megatron-Bridge 25.11's Llama-3 8B FP8 run on DGX H100, the newest
-software's dense H100 run (the NeMo runs alone give 0.615 and 0.322; Bridge's dense H100
-FP8 runs of 2026, Llama-3 70B and 405B, ran faster than that predicts): 0.649 and 0.320,
-MAPE 2.2 %, leave-one-out 2.7 %. Independent check: Bridge 25.11's Llama-3 8B FP8
-run on B200 is predicted within 3.4 %. These fits price Megatron's main-gradient
+software's dense H100 run (the NeMo runs alone give 0.624 and 0.323; Bridge's dense H100
+FP8 runs of 2026, Llama-3 70B and 405B, ran faster than that predicts): 0.657 and 0.322,
+MAPE 2.2 %, leave-one-out 2.8 %. Independent check: Bridge 25.11's Llama-3 8B FP8
+run on B200 is predicted within 3.3 %. These fits price Megatron's main-gradient
 accumulation (:func:`configurator.cost.compute.main_grad_accumulation_s`), which moves
-them up by 0.4–3.6 % (from 0.616, 0.514 and 0.486; A100's ``gemm`` from 0.689 to 0.699).
+them up by 0.4–3.6 % (from 0.616, 0.514 and 0.486; A100's ``gemm`` from 0.689 to 0.699);
+they were fitted again when :data:`configurator.cost.compute.GEMM_FIXED_S` replaced wave
+quantisation (A100 0.699 → 0.673, H100 FP8 0.646 → 0.657, B200 FP8 0.523 → 0.535, MXFP8
+0.492 → 0.497).
 Those NeMo TFLOP/s count the attention scores over all ``s²`` pairs (NeMo's
 ``flops_formulas`` before commit 6251117, "Discount FLOPs in dot-product att", 2025-08-09:
 NeMo 24.07's Llama-2 7B row, 16,634 tokens/s/GPU at 767 TFLOP/s, is 4.611e10 FLOP per
@@ -169,7 +174,8 @@ class Efficiency:
 class GPUSpec:
     """One GPU type. ``peak_flops_per_s`` maps precision → dense FLOP/s (``fp8``, ``mxfp8``
     may be absent); ``memory_bytes`` usable HBM; ``hbm_bandwidth_Bps`` bytes/s; ``num_sms``
-    streaming multiprocessors (GEMM wave quantisation); ``non_tn_fp8_gemm``: FP8 GEMMs run in
+    streaming multiprocessors (per-SM rates of eager kernels, attention dropout, SMs taken by
+    overlapped communication); ``non_tn_fp8_gemm``: FP8 GEMMs run in
     any operand layout, so Transformer Engine keeps no FP8 transpose of a weight
     (``transformer_engine/pytorch/utils.py`` ``is_non_tn_fp8_gemm_supported``: compute
     capability 10.x or 13+, i.e. B200, B300, GB200, GB300; Hopper runs TN only)."""
@@ -228,10 +234,10 @@ def _blackwell_peaks(bf16_tflops: float) -> dict[str, float]:
 
 
 #: H100 (H200: the same tensor cores, its own HBM fraction).
-_HOPPER_EFFICIENCY = Efficiency(gemm=0.72, gemm_fp8=0.65, hbm=0.87, flash_attention=0.32,
+_HOPPER_EFFICIENCY = Efficiency(gemm=0.72, gemm_fp8=0.66, hbm=0.87, flash_attention=0.32,
                                 kernel_overhead_s=4e-6, source=_HOPPER)
 #: sm_100 (B200, GB200): one set, the GEMM fractions shared by sm_103 below.
-_BLACKWELL_EFFICIENCY = Efficiency(gemm=0.73, gemm_fp8=0.52, gemm_mxfp8=0.49, hbm=0.75,
+_BLACKWELL_EFFICIENCY = Efficiency(gemm=0.73, gemm_fp8=0.53, gemm_mxfp8=0.50, hbm=0.75,
                                    flash_attention=0.42, kernel_overhead_s=4e-6,
                                    source=_BLACKWELL)
 #: sm_103 (B300, GB300): its own BF16 GEMM and doubled attention, sm_100's FP8/MXFP8 GEMMs.
@@ -243,7 +249,7 @@ GPU_PRESETS: dict[str, GPUSpec] = {
     "a100-80gb": GPUSpec(
         name="a100-80gb", peak_flops_per_s={"bf16": 312 * TFLOP, "fp16": 312 * TFLOP},
         memory_bytes=81920 * MiB, hbm_bandwidth_Bps=2039 * GB, num_sms=108,
-        efficiency=Efficiency(gemm=0.70, gemm_fp8=None, hbm=0.83, flash_attention=0.64,
+        efficiency=Efficiency(gemm=0.67, gemm_fp8=None, hbm=0.83, flash_attention=0.64,
                               kernel_overhead_s=4e-6,
                               source="gemm fitted on SC'21 Table 1; others " + _LITERATURE)),
     "h100-80gb": GPUSpec(

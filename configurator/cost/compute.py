@@ -2,11 +2,12 @@
 
 Per layer and microbatch on one GPU (tokens per rank ``T = b·s/cp``):
 
-* GEMMs (QKV, attention output, fc1, fc2; logits on the last stage) timed by a roofline —
-  ``max(FLOPs / (η_gemm·peak·wave_quantisation), bytes / (η_hbm·HBM))`` — so thin or small
-  GEMMs lose efficiency; backward runs the dgrad and wgrad GEMMs (2× forward).
-  (Williams et al. 2009 roofline; wave quantisation per NVIDIA "Matrix Multiplication
-  Background" user guide.) Each weight gradient is accumulated into its FP32 (or BF16)
+* GEMMs (QKV, attention output, fc1, fc2; logits on the last stage) timed by a roofline
+  plus a fixed cost per kernel —
+  ``max(FLOPs / (η_gemm·peak), bytes / (η_hbm·HBM)) + t₀`` (:data:`GEMM_FIXED_S`) — so
+  thin or small GEMMs lose efficiency; backward runs the dgrad and wgrad GEMMs (2× forward).
+  (Williams et al. 2009 roofline; the fixed cost measured, :data:`GEMM_FIXED_S`.) Each
+  weight gradient is accumulated into its FP32 (or BF16)
   ``main_grad`` once per microbatch, read and written, exposed where the GEMM reduces over
   few tokens (:func:`main_grad_accumulation_s`: routed experts, short microbatches).
 * core attention: score-storing backends (``local``/``unfused``) run two batched GEMMs per
@@ -60,18 +61,28 @@ from memory_model.params import dense_layer_parameters, moe_layer_parameters
 from topology.gpus import GPUSpec
 
 
+#: Fixed time of one GEMM kernel (s): launch, the pipeline's fill and drain, the epilogue.
+#: cuBLAS's Hopper kernels (nvjet, with stream-K and a choice of tiles) show no
+#: wave-quantisation steps; ``t = FLOPs / (peak · η) + t₀`` fitted to 110 BF16 forward and
+#: weight-gradient GEMMs timed with ``bench/gemm_shapes.py`` (``tests/data/
+#: gemm_shapes_dense.csv``: weights 896–18,432 wide over 1,024–16,384 tokens) gives
+#: η 0.72, the H100 preset's, and t₀ 21.5 µs (H100 21.0, H200 23.0), rms 6.6 %, where a
+#: wave-quantised roofline (256×128 tiles) was 12.6 % and 14 % too fast below 0.1 TFLOP;
+#: FP8 weight gradients fit η 0.66 and 25–31 µs. One figure for every GPU (not measured
+#: off Hopper).
+GEMM_FIXED_S = 22e-6
+
+
 def gemm_time_s(M, N, K, *, batch, peak, gpu: GPUSpec, in_bytes, gemm_eff):
-    """Roofline time (s) of ``batch`` GEMMs of ``M×K · K×N`` with wave quantisation on
-    ``gpu`` (``peak`` FLOP/s, attained fraction ``gemm_eff``, operands of ``in_bytes``)."""
+    """Time (s) of ``batch`` GEMMs of ``M×K · K×N`` on ``gpu`` in one kernel: the roofline
+    (``peak`` FLOP/s at the attained fraction ``gemm_eff``, or the operands of ``in_bytes``
+    and the 16-bit output at attained HBM bandwidth) plus :data:`GEMM_FIXED_S`."""
     eff = gpu.efficiency
     flops = 2.0 * M * N * K * batch
-    tiles = np.ceil(M / 256.0) * np.ceil(N / 128.0) * batch
-    waves = np.ceil(tiles / gpu.num_sms)
-    quant = tiles / (waves * gpu.num_sms)
-    t_compute = flops / (peak * gemm_eff * quant)
+    t_compute = flops / (peak * gemm_eff)
     t_memory = batch * (in_bytes * (M * K + K * N) + 2.0 * M * N) / (
         gpu.hbm_bandwidth_Bps * eff.hbm)
-    return np.maximum(t_compute, t_memory) + eff.kernel_overhead_s
+    return np.maximum(t_compute, t_memory) + GEMM_FIXED_S
 
 
 #: Reduction depth (tokens) up to which a weight-gradient GEMM's main-gradient traffic is

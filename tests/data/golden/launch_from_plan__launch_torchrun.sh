@@ -9,9 +9,9 @@
 #       tp_comm_overlap=False microbatches=16
 # cluster: nodes=128 gpus_per_node=8 world_size=1024
 # predicted:
-#   iteration_time_s: 17.722
-#   model_tflops_per_gpu: 184.1
-#   mfu: 0.59
+#   iteration_time_s: 18.09
+#   model_tflops_per_gpu: 180.3
+#   mfu: 0.578
 #   peak_memory_GiB: 67.51
 #
 # Usage on every node: MEGATRON_LM_DIR=/path/to/Megatron-LM bash launch_torchrun.sh [NODE_RANK] [extra pretrain_gpt.py flags...]

@@ -9,9 +9,9 @@
 #       tp_comm_overlap=False microbatches=1
 # cluster: nodes=32 gpus_per_node=8 world_size=256
 # predicted:
-#   iteration_time_s: 6.983
-#   model_tflops_per_gpu: 133.3
-#   mfu: 0.427
+#   iteration_time_s: 7.188
+#   model_tflops_per_gpu: 129.5
+#   mfu: 0.415
 #   peak_memory_GiB: 47.15
 #
 # Usage on every node: MEGATRON_LM_DIR=/path/to/Megatron-LM bash launch_torchrun.sh [NODE_RANK] [extra pretrain_gpt.py flags...]

@@ -9,9 +9,9 @@
 #       tp_comm_overlap=False microbatches=8
 # cluster: nodes=4 gpus_per_node=8 world_size=32
 # predicted:
-#   iteration_time_s: 5.115
-#   model_tflops_per_gpu: 659.5
-#   mfu: 0.667
+#   iteration_time_s: 5.09
+#   model_tflops_per_gpu: 662.7
+#   mfu: 0.67
 #   peak_memory_GiB: 64.17
 #
 # Usage on every node: MEGATRON_LM_DIR=/path/to/Megatron-LM bash launch_torchrun.sh [NODE_RANK] [extra pretrain_gpt.py flags...]
