@@ -29,7 +29,8 @@ import argparse
 import math
 import sys
 
-from configurator.app.profile_jobs import time_forward_backward
+from configurator.app.profile_jobs import bench_torch, time_forward_backward
+from configurator.core.errors import InputError
 from configurator.cost import compute
 
 DEFAULT_LENGTHS = (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
@@ -87,16 +88,12 @@ def main(argv=None) -> int:
         if args.tokens % s:
             ap.error(f"--lengths: {s} does not divide --tokens {args.tokens}")
     try:
-        import torch
-        import torch.nn.functional as F
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-    except ImportError:
-        print("attention_masks: needs torch ≥ 2.5", file=sys.stderr)
+        torch, cuda = bench_torch(args.dry_run)
+    except InputError as err:
+        print(f"attention_masks: {err}", file=sys.stderr)
         return 2
-    cuda = torch.cuda.is_available()
-    if not cuda and not args.dry_run:
-        print("attention_masks: needs a CUDA device (--dry-run: the CPU)", file=sys.stderr)
-        return 2
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
     dev = torch.device("cuda" if cuda else "cpu")
     lengths = args.lengths if cuda else (64, 128)
     tokens = args.tokens if cuda else 256

@@ -31,7 +31,7 @@ import argparse
 import json
 import sys
 
-from configurator.app.profile_jobs import guess_gpu_preset, time_forward_backward
+from configurator.app.profile_jobs import bench_torch, guess_gpu_preset, time_forward_backward
 from configurator.core.errors import InputError
 from configurator.core.model import load_model
 from configurator.cost import compute
@@ -83,11 +83,10 @@ def main(argv=None) -> int:
             print(f"gemm_shapes: {model.name}: ep {ep} must divide its experts",
                   file=sys.stderr)
             return 2
-    import torch
-
-    cuda = torch.cuda.is_available()
-    if not cuda and not args.dry_run:
-        print("gemm_shapes: needs a CUDA device (--dry-run: the CPU)", file=sys.stderr)
+    try:
+        torch, cuda = bench_torch(args.dry_run)
+    except InputError as err:
+        print(f"gemm_shapes: {err}", file=sys.stderr)
         return 2
     name = torch.cuda.get_device_name() if cuda else "cpu"
     preset = args.gpu or guess_gpu_preset(name) or "h100-80gb"

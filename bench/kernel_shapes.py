@@ -27,7 +27,7 @@ import sys
 
 import numpy as np
 
-from configurator.app.profile_jobs import guess_gpu_preset, time_forward_backward
+from configurator.app.profile_jobs import bench_torch, guess_gpu_preset, time_forward_backward
 from configurator.core.errors import InputError
 from configurator.core.model import load_model
 from configurator.cost import compute
@@ -58,15 +58,11 @@ def main(argv=None) -> int:
                     help="without CUDA, run every piece on the CPU (the code path, not timings)")
     args = ap.parse_args(argv)
     try:
-        import torch
-        import torch.nn.functional as F
-    except ImportError:
-        print("kernel_shapes: needs torch", file=sys.stderr)
+        torch, cuda = bench_torch(args.dry_run)
+    except InputError as err:
+        print(f"kernel_shapes: {err}", file=sys.stderr)
         return 2
-    cuda = torch.cuda.is_available()
-    if not cuda and not args.dry_run:
-        print("kernel_shapes: needs a CUDA device (--dry-run: the CPU)", file=sys.stderr)
-        return 2
+    import torch.nn.functional as F
     model = load_model(args.model)
     if args.seq_length:
         model = model.with_seq_length(args.seq_length)

@@ -317,3 +317,9 @@ def test_attention_masks_bench_runs_on_the_cpu_and_refuses_bad_lengths(tmp_path)
         res = subprocess.run([sys.executable, "bench/attention_masks.py", "--lengths", bad],
                              cwd=root, capture_output=True, text=True, timeout=60)
         assert res.returncode == 2 and "--lengths" in res.stderr.splitlines()[-1]
+    import torch
+    if not torch.cuda.is_available():   # profile_jobs.bench_torch: one line, exit code 2
+        res = subprocess.run([sys.executable, "bench/attention_masks.py"], cwd=root,
+                             capture_output=True, text=True, timeout=60)
+        assert res.returncode == 2 and res.stderr.strip().splitlines() == [
+            "attention_masks: device='cpu': needs a CUDA device (--dry-run: the CPU)"]

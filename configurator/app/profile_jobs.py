@@ -285,6 +285,18 @@ def _import_torch():
     return torch
 
 
+def bench_torch(dry_run: bool):
+    """``(torch, cuda)`` for a benchmark that times kernels on the local GPU
+    (``bench/kernel_shapes.py``, ``bench/gemm_shapes.py``, ``bench/attention_masks.py``);
+    ``dry_run`` lets it run its code path on the CPU. Raises :class:`InputError` without
+    torch, or without a CUDA device unless ``dry_run``."""
+    torch = _import_torch()
+    cuda = torch.cuda.is_available()
+    if not cuda and not dry_run:
+        raise InputError("device", "cpu", "needs a CUDA device (--dry-run: the CPU)")
+    return torch, cuda
+
+
 def _device(torch, device: str):
     v.choice("device", device, DEVICES)
     if device == "auto":
