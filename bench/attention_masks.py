@@ -87,11 +87,7 @@ def main(argv=None) -> int:
     for s in args.lengths:
         if args.tokens % s:
             ap.error(f"--lengths: {s} does not divide --tokens {args.tokens}")
-    try:
-        torch, cuda = bench_torch(args.dry_run)
-    except InputError as err:
-        print(f"attention_masks: {err}", file=sys.stderr)
-        return 2
+    torch, cuda = bench_torch(args.dry_run)     # InputError: the entry point below
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
     dev = torch.device("cuda" if cuda else "cpu")
@@ -197,4 +193,8 @@ def _rate(rates: tuple[float, float], pass_name: str) -> float:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except InputError as err:
+        print(f"attention_masks: {err}", file=sys.stderr)
+        sys.exit(2)
