@@ -1,13 +1,13 @@
-"""Megatron-Bridge's whole published pre-training tables, not only the shared subset: an
-independent check of the presets on the models the subset leaves out (Llama-3 70B,
+"""Megatron-Bridge's whole published pre-training tables, not only the subset that ships with
+the tool: an independent check of the presets on the models the subset leaves out (Llama-3 70B,
 Llama-3.1 405B, Qwen3-235B-A22B, DeepSeek-V3) and on every release.
 
 Reads the performance-summary pages of a Megatron-Bridge checkout
 (``docs/performance-summary.md`` and ``docs/performance-summary-archive.md``: tables under
 "## <release> NeMo Container" / "### Pre-Training Performance", one per model with a
 ``System`` column or one per system with a ``Model`` column), turns every row into the
-shared ground truth's CSV schema and prices it exactly as ``configurator validate`` prices
-``megatron_bridge_perf_subset.csv`` (:func:`configurator.cost.groundtruth.bridge_rows`: the
+shipped table's CSV schema and prices it exactly as ``configurator validate`` prices
+``configurator/data/published/megatron_bridge_perf.csv`` (:func:`configurator.cost.groundtruth.bridge_rows`: the
 newest release of each configuration, BF16 main gradients, FP8 parameter gather with FP8).
 NVFP4 rows (no such precision here), models without a preset and the recipes of
 ``groundtruth.BRIDGE_UNMODELLED_RECIPES`` are skipped and counted.
@@ -43,7 +43,7 @@ def _cells(line: str) -> list[str]:
 
 
 def page_rows(path: Path) -> list[dict]:
-    """Pre-training rows of one performance-summary page, in the shared CSV's columns."""
+    """Pre-training rows of one performance-summary page, in the shipped CSV's columns."""
     out, release, section, fixed, header = [], None, "", {}, None
     for line in path.read_text(encoding="utf-8").splitlines():
         if m := re.match(r"## (\S+) NeMo Container", line):

@@ -1,8 +1,8 @@
 """Megatron-LM's own A100 figures outside SC'21 Table 1: an independent check of the A100
 preset on selective recompute with sequence parallelism and on GPT-3 175B at scale.
 
-* Korthikanti et al. 2022 (arXiv:2205.05198) configurations (``../shared/ground_truth/
-  korthikanti_table3_configs.csv``: 22B, 175B, 530B, 1T on 8–512 A100, no data
+* Korthikanti et al. 2022 (arXiv:2205.05198) configurations (the shipped table
+  ``configurator/data/published/korthikanti_table3.csv``: 22B, 175B, 530B, 1T on 8–512 A100, no data
   parallelism) with the model FLOPs utilisation Megatron-LM's README reports for them with
   selective recompute and sequence parallelism (README of core_r0.4.0 to core_v0.7.0: 41.5,
   51.4, 56.0 and 56.3 % of 312 TFLOP/s). The paper's model FLOPs are
@@ -22,14 +22,13 @@ Run: ``python bench/megatron_a100.py``.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 
 from configurator.app.validate_jobs import validate_runs
 from configurator.core.model import MODEL_PRESETS
 from configurator.core.plan import ParallelPlan
 from configurator.core.runs import MeasuredRun
-from configurator.cost.groundtruth import ground_truth_dir
+from configurator.cost.groundtruth import KORTHIKANTI_TABLE, published_path, read_table
 
 #: Model FLOPs utilisation (%) with selective recompute and sequence parallelism, per model
 #: size (Megatron-LM README, core_r0.4.0 to core_v0.7.0).
@@ -46,8 +45,7 @@ def _model(size: str, heads: int, hidden: int, layers: int):
 
 
 def runs() -> list[MeasuredRun]:
-    with open(ground_truth_dir() / "korthikanti_table3_configs.csv", encoding="utf-8") as fh:
-        rows = list(csv.DictReader(line for line in fh if not line.startswith("#")))
+    rows = read_table(published_path(KORTHIKANTI_TABLE))
     out = []
     for r in rows:
         tp, pp, gpus = int(r["tp"]), int(r["pp"]), int(r["num_gpus"])

@@ -10,7 +10,7 @@ Run: ``python bench/placement.py [--quick]``. Prints markdown tables. Figures:
    permutations against a communication-only objective), re-implemented here as a
    baseline: both placements priced by the simulator, and both wall times, on the same
    random 16- and 32-host topologies.
-3. *Real 17-node H100 cluster* (../shared/real_clusters): llama3-70b and gpt3-175b on 16
+3. *Real 17-node H100 cluster* (the shipped logs, ``configurator examples``): llama3-70b and gpt3-175b on 16
    of 17 hosts: optimised vs Megatron's default vs median of 100 random placements, and
    the host left out.
 4. *128 hosts*: optimiser wall time per plan (budget 5 s) and its gain.
@@ -37,7 +37,6 @@ from configurator.search.rank import search  # noqa: E402
 from topology.cluster import load_cluster  # noqa: E402
 from topology.placement import search_placement  # noqa: E402
 
-SHARED = os.path.join(os.path.dirname(__file__), "..", "..", "shared")
 
 
 def random_cluster(hosts: int, gpus: int, seed: int, *, slow_links: float = 0.1,
@@ -169,11 +168,9 @@ def real_cluster():
     from topology.importers import import_paths
     from topology.topofile import apply_topology
 
-    logs = os.path.join(SHARED, "real_clusters", "h100_17node_nccl_tests")
-    if not os.path.isdir(logs):
-        print(f"(skipped: {logs} not found)")
-        return
-    topo = import_paths([logs])
+    from configurator.data import EXAMPLES, data_path
+
+    topo = import_paths([data_path(EXAMPLES, "h100-17node-nccl-tests")])
     full = apply_topology(load_cluster("dgx-h100-80gb", len(topo.hosts)), topo)
     print("| model | best plan | optimised (s) | default (s) | random median (s) | gain vs "
           "default | host left out | optimiser wall (s) |")

@@ -8,15 +8,17 @@ May import ``configurator.core`` and ``topology`` (placement), nothing of the se
 """
 
 from launchers.files import (FILE_MODE, SCRIPT_MODE, SLURM_FILE, TORCHRUN_FILE, check_out_dir,
-                             check_out_file, launch_files, placement_kwargs, write_files,
-                             write_launch_files, write_text_file)
+                             check_out_file, launch_files, placement_kwargs,
+                             start_instructions, write_files, write_launch_files,
+                             write_text_file)
 from launchers.megatron_flags import (FLAG_TABLE, MEGATRON_COMMIT, MEGATRON_TAG, ShellVar,
                                       TrainingArgs, megatron_flags)
 from launchers.slurm import render_slurm_script
 from launchers.torchrun import render_torchrun_script
 
 __all__ = ["render_torchrun_script", "render_slurm_script", "write_launch_files",
-           "launch_files", "placement_kwargs", "write_files", "check_out_dir", "check_out_file",
+           "launch_files", "placement_kwargs", "start_instructions", "write_files",
+           "check_out_dir", "check_out_file",
            "write_text_file", "FILE_MODE",
            "SCRIPT_MODE",
            "megatron_flags", "FLAG_TABLE", "TrainingArgs", "ShellVar", "MEGATRON_TAG",

@@ -200,3 +200,31 @@ def write_launch_files(out_dir: str, model: ModelSpec, plan: ParallelPlan, *,
     check_out_dir(out_dir, files, force)
     tr, sl = write_files(out_dir, files, force=force)
     return {"torchrun": tr, "slurm": sl}
+
+
+def start_instructions(out_dir: str, *, nodes: int, placed: bool, data: bool,
+                       plan_file: str | None = None) -> list[str]:
+    """What to run to start the job the scripts in ``out_dir`` launch, as the scripts' own
+    usage lines say (``launchers.torchrun`` and ``launchers.slurm``): the Megatron-LM
+    checkout in ``MEGATRON_LM_DIR``; on SLURM one ``sbatch``; with torchrun the script on
+    every node with its node rank (from the host name when ``placed``; 0 on one node) and,
+    on several nodes without a placement, ``MASTER_ADDR``. Without ``data`` the scripts
+    train on ``--mock-data`` for 100 iterations: the last line says how to point them at a
+    dataset (``launch --data-path``, from ``plan_file``)."""
+    torchrun = os.path.join(out_dir, TORCHRUN_FILE)
+    slurm = os.path.join(out_dir, SLURM_FILE)
+    env = "MEGATRON_LM_DIR=/path/to/Megatron-LM"
+    if nodes == 1 or placed:
+        node = f"{env} bash {torchrun}" + ("" if nodes == 1 else "   (on every host of the "
+                                                                 "placement)")
+    else:
+        node = (f"{env} MASTER_ADDR=<node_rank 0's address> bash {torchrun} NODE_RANK   "
+                f"(on each of the {nodes} nodes, NODE_RANK 0..{nodes - 1})")
+    lines = ["to start the job (a Megatron-LM core_v0.16.1 checkout on every node):",
+             f"  SLURM:    {env} sbatch {slurm}",
+             f"  torchrun: {node}"]
+    if not data:
+        lines.append("it trains on --mock-data for 100 iterations; for your dataset: "
+                     f"configurator launch --plan {plan_file or 'plan.json'} --out DIR "
+                     "--data-path PREFIX --tokenizer-model TOKENIZER")
+    return lines

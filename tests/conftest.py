@@ -5,14 +5,11 @@ from pathlib import Path
 
 import pytest
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
+from configurator.data import EXAMPLES, data_path
 
-
-@pytest.fixture
-def shared_dir():
-    if not SHARED.is_dir():
-        pytest.skip(f"shared data folder not found at {SHARED}")
-    return SHARED
+#: The real 17-node H100 nccl-tests logs that ship with the tool (with their LICENSE,
+#: summary.csv and failures.txt; the logs in ``logs/``).
+REAL_CLUSTER = data_path(EXAMPLES, "h100-17node-nccl-tests")
 
 
 def run_cli(*args, cwd=None, timeout=120):

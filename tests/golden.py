@@ -19,9 +19,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from configurator.data import EXAMPLES, data_path
+
 GOLDEN_DIR = Path(__file__).resolve().parent / "data" / "golden"
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-REAL_LOGS = SHARED / "real_clusters" / "h100_17node_nccl_tests"
+REAL_LOGS = data_path(EXAMPLES, "h100-17node-nccl-tests")
 
 #: Fields that measure this machine, not the model: removed before comparing.
 TIMING_FIELDS = frozenset({"search_time_s", "wall_time_s"})   # wall-clock, not behaviour
@@ -155,10 +156,6 @@ def _strip(obj):
     if isinstance(obj, list):
         return [_strip(v) for v in obj]
     return obj
-
-
-def has_real_logs() -> bool:
-    return REAL_LOGS.is_dir()
 
 
 def produce() -> dict[str, object]:

@@ -19,9 +19,9 @@ from topology.audit import AuditThresholds, audit, is_bimodal, two_mode_split
 from topology.topofile import (CollectiveMeasurement, LinkMeasurement, MissingMeasurement,
                                Topology)
 from topology.topofile_io import save_topology
+from tests.conftest import REAL_CLUSTER
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-REAL_LOGS = SHARED / "real_clusters" / "h100_17node_nccl_tests" / "logs"
+REAL_LOGS = REAL_CLUSTER / "logs"
 METHOD = "synthetic sendrecv busbw"
 
 
@@ -269,10 +269,11 @@ def test_bimodal_collective_class_is_reported():
 
 
 # -- real 17-node H100 data -------------------------------------------------------------------
-# Ground truth: the data's README (shared/real_clusters/README.md) and the source repository's
-# own digest summary.csv (Avg bus bandwidth per log section), not this module's output.
+# Ground truth: the data's README (configurator/data/examples/h100-17node-nccl-tests) and the
+# source repository's own digest summary.csv (Avg bus bandwidth per log section), not this
+# module's output.
 
-REAL_DIR = SHARED / "real_clusters" / "h100_17node_nccl_tests"
+REAL_DIR = REAL_CLUSTER
 
 
 def _summary(test, gpus):
@@ -289,8 +290,6 @@ def _summary(test, gpus):
 
 @pytest.fixture(scope="module")
 def real_report():
-    if not REAL_LOGS.is_dir():
-        pytest.skip(f"real nccl-tests logs not found at {REAL_LOGS}")
     from topology.importers import import_paths
     topo = import_paths([str(REAL_LOGS)])
     return topo, audit(topo)
@@ -387,8 +386,6 @@ def test_real_cluster_bimodal_alltoall_g8(real_report):
 
 
 def test_real_cluster_cli_prints_bimodal_classes(capsys):
-    if not REAL_LOGS.is_dir():
-        pytest.skip(f"real nccl-tests logs not found at {REAL_LOGS}")
     assert main(["audit", str(REAL_LOGS)]) == 0
     out = capsys.readouterr().out
     m = re.search(r"^Bimodal classes \((\d+)\):$", out, re.M)
@@ -399,8 +396,6 @@ def test_real_cluster_cli_prints_bimodal_classes(capsys):
 
 
 def test_real_cluster_cli_from_logs(tmp_path, capsys):
-    if not REAL_LOGS.is_dir():
-        pytest.skip(f"real nccl-tests logs not found at {REAL_LOGS}")
     assert main(["audit", str(REAL_LOGS), "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert "cnode2-003" in [n["host"] for n in d["flagged_nodes"]]

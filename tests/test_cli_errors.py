@@ -53,7 +53,7 @@ def test_gpus_not_divisible():
 def test_gbs_not_divisible():
     check_error(run_cli("estimate", "--model", "gpt-1.7b", "--cluster", "dgx-a100-80gb",
                         "--nodes", "2", "--tp", "1", "--pp", "1", "--mbs", "4", "--gbs", "65"),
-                "global_batch_size=65", "divisible")
+                "--gbs=65", "divisible")
 
 
 @pytest.mark.parametrize("flag,value", [("--nodes", "0"), ("--gbs", "-8"), ("--mbs", "0"),

@@ -76,4 +76,6 @@ def test_search_table_and_python_m_entry():
     lines = res.stdout.splitlines()
     assert "plans evaluated" in lines[0]
     assert lines[1].split()[:3] == ["rank", "tp", "pp"]
-    assert len(lines) == 3 + 5
+    assert len(lines) == 3 + 5 + 1
+    # the last line says how to get scripts and how to see one plan in detail
+    assert lines[-1].startswith("next: --out DIR") and "configurator estimate" in lines[-1]

@@ -173,7 +173,7 @@ def test_estimate_chooses_and_reports_a_split(tmp_path):
                   "--nodes", "128", "--gbs", "512", "--tp", "8", "--pp", "8", "--mbs", "1",
                   "--decoder-first-pipeline-num-layers", "14",
                   "--decoder-last-pipeline-num-layers", "14", "--json")
-    assert res.returncode == 2 and "decoder_first_pipeline_num_layers" in res.stderr
+    assert res.returncode == 2 and "--decoder-first-pipeline-num-layers" in res.stderr
     res = run_cli("estimate", "--model", "qwen3-30b-a3b", "--cluster", "dgx-h100-80gb",
                   "--nodes", "2", "--gbs", "64", "--tp", "1", "--pp", "1", "--mbs", "1",
                   "--ep", "3")

@@ -19,10 +19,10 @@ from topology.importers.nccl_tests import parse_nccl_tests
 from topology.linkfit import fit_alpha_beta
 from topology.importers.nvidia_smi import PCIE_X16_Bps, parse_topo_matrix
 from topology.topofile_io import load_topology, save_topology
+from tests.conftest import REAL_CLUSTER
 
 DATA = Path(__file__).resolve().parent / "data"
-SWEEP = (Path(__file__).resolve().parents[2] / "shared" / "real_clusters"
-         / "h100_17node_nccl_tests")
+SWEEP = REAL_CLUSTER
 
 # nccl-tests ≥ 2.13 layout (root and #wrong columns), as printed by 2.17.6.
 NEW_SENDRECV = """\
@@ -257,8 +257,6 @@ def _pair(file_name):
 
 @pytest.fixture(scope="module")
 def sweep():
-    if not (SWEEP / "logs").is_dir():
-        pytest.skip(f"real-cluster data set not found at {SWEEP}")
     return import_paths([SWEEP / "logs"])
 
 

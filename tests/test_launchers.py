@@ -373,7 +373,7 @@ def test_cli_launch_data_path_words_and_tokenizer_required(tmp_path, fake):
     plan = _plan_json(tmp_path)
     code, err = _cli(["launch", "--plan", plan, "--out", str(tmp_path / "o"),
                       "--data-path", "/d"])
-    assert code == 2 and err.count("\n") == 1 and "tokenizer_model" in err, err
+    assert code == 2 and err.count("\n") == 1 and "--tokenizer-model" in err, err
     assert not (tmp_path / "o").exists()
     code, err = _cli(["launch", "--plan", plan, "--out", str(tmp_path / "o"),
                       "--data-path", "0.3", "/a b", "0.7", "/c;d", "--tokenizer-model", "t"])

@@ -17,10 +17,10 @@ from memory_model.activations import (checkpoint_bytes, layer_activation_bytes,
                                       stage_activation_bytes, stage_activation_phases)
 from memory_model.estimate import memory_arrays, peak_memory_arrays
 from memory_model.params import stage_parameters
-from tests.conftest import SHARED
 
-GROUND_TRUTH = str(SHARED / "ground_truth")
-TABLE2 = os.path.join(GROUND_TRUTH, "korthikanti_table2_activation_memory_formulas.csv")
+#: Korthikanti et al. 2022 Table 2, typed from the paper (its citation is the file's first line).
+TABLE2 = os.path.join(os.path.dirname(__file__), "data",
+                      "korthikanti_table2_activation_memory_formulas.csv")
 
 #: Korthikanti Table 2 rows: (tp > 1, sequence parallel, recompute).
 ROW_SETTINGS = {

@@ -211,7 +211,7 @@ def test_cli_estimate_scripts_and_errors(tmp_path):
         res = run_cli("estimate", *args, "--pipeline-model-parallel-layout", bad)
         assert res.returncode == 2, res.stderr
         line = res.stderr.strip()
-        assert "\n" not in line and "pipeline_model_parallel_layout=" in line and words in line
+        assert "\n" not in line and "--pipeline-model-parallel-layout=" in line and words in line
     plan = ParallelPlan(**{k: doc["config"][k] for k in (
         "tp", "pp", "vp", "dp", "ep", "micro_batch_size", "global_batch_size", "precision",
         "distributed_optimizer", "pipeline_model_parallel_layout")})

@@ -12,13 +12,10 @@ H100 = "dgx-h100-80gb"
 
 @pytest.fixture(scope="module")
 def topo(tmp_path_factory):
-    from tests.conftest import SHARED
+    from tests.conftest import REAL_CLUSTER
 
-    logs = SHARED / "real_clusters" / "h100_17node_nccl_tests"
-    if not logs.is_dir():
-        pytest.skip(f"real nccl-tests logs not found at {logs}")
     out = tmp_path_factory.mktemp("topo") / "topo.json"
-    res = run_cli("topology", "import", logs, "-o", out)
+    res = run_cli("topology", "import", REAL_CLUSTER, "-o", out)
     assert res.returncode == 0, res.stderr
     return out
 
@@ -100,7 +97,7 @@ def test_nodes_range_reports_best_plan_per_count(tmp_path):
     assert (out / "scaling.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     bad = run_cli("search", "--model", "llama3-8b", "--cluster", H100, "--gbs", "64",
                   "--nodes-range", "4:1")
-    assert bad.returncode == 2 and "nodes_range" in bad.stderr
+    assert bad.returncode == 2 and "--nodes-range" in bad.stderr
 
 
 def test_explain_two_plans(tmp_path):

@@ -373,9 +373,10 @@ def test_launch_enforces_and_reports_the_placement(tmp_path):
     res = run_cli("launch", "--plan", tmp_path / "plan.json", "--out", tmp_path / "o",
                   "--nodes", "2")
     assert res.returncode == 0, res.stderr
-    assert res.stdout.splitlines()[-1] == (
+    placement = [ln for ln in res.stdout.splitlines() if ln.startswith("placement:")]
+    assert placement == [(
         "placement: optimized, 2 hosts, excluded cn-3; predicted 1.250 s per iteration "
-        "(default placement 1.500 s, random median 1.750 s)")
+        "(default placement 1.500 s, random median 1.750 s)")]
     tr = (tmp_path / "o" / "launch_torchrun.sh").read_text()
     sb = (tmp_path / "o" / "launch_slurm.sbatch").read_text()
     assert "cn-2|cn-2.*) NODE_RANK=0 ;;" in tr and "0) export CUDA_VISIBLE_DEVICES=3,1,2,0" in tr
@@ -394,8 +395,10 @@ def test_launch_enforces_and_reports_the_placement(tmp_path):
     del doc["placement"]
     (tmp_path / "plain.json").write_text(json.dumps(doc))
     res = run_cli("launch", "--plan", tmp_path / "plain.json", "--out", tmp_path / "o4")
-    assert res.returncode == 0 and res.stdout.splitlines()[-1].startswith(
+    assert res.returncode == 0 and res.stdout.splitlines()[1].startswith(
         "placement: none recorded"), res.stdout
+    # then how to start the job: MASTER_ADDR and a node rank on each of the 2 nodes
+    assert "MASTER_ADDR=<node_rank 0's address>" in res.stdout and "NODE_RANK 0..1" in res.stdout
 
 
 def test_launch_help_documents_nodes():

@@ -217,7 +217,9 @@ def test_configurator_probe_prints_torchrun_line(monkeypatch, capsys):
     assert slurm[:4] == ["srun", "--ntasks-per-node", "1", "bash"]
     assert '--node-rank "$SLURM_NODEID" --master-addr "$MASTER_ADDR"' in slurm[-1]
     assert main(["probe", "--nproc-per-node", "8"]) == 2
-    assert "nnodes=None" in capsys.readouterr().err
+    assert "error: --nnodes: required" in capsys.readouterr().err
+    assert main(["probe"]) == 2     # every missing flag at once, named as a flag
+    assert "error: --nnodes, --nproc-per-node: required" in capsys.readouterr().err
 
 
 def test_store_that_stops_answering_ends_every_rank(tmp_path):

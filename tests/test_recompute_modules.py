@@ -241,7 +241,7 @@ def test_estimate_cli_and_megatron_log_read_the_modules(tmp_path):
     res = subprocess.run(base + ["--recompute-modules", "moe_act"], capture_output=True,
                          text=True, timeout=120)
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1
-    assert "recompute_modules" in res.stderr and "selective" in res.stderr
+    assert "--recompute-modules" in res.stderr and "selective" in res.stderr
 
 
 def test_run_files_carry_the_modules(tmp_path):

@@ -137,9 +137,12 @@ def test_estimate_lines_fit(evals):
 
 
 def _table_lines(stdout):
+    """The ranked table of a search's text output: from its header to the line before the
+    closing ``next:`` line."""
     lines = stdout.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("rank"))
-    return lines[start:]
+    end = next((i for i, line in enumerate(lines) if line.startswith("next:")), len(lines))
+    return lines[start:end]
 
 
 def test_cli_search_table_width_and_wide():

@@ -3,11 +3,8 @@
 import pytest
 
 from configurator.search.evaluate import evaluate_plan
-from configurator.cost.groundtruth import ground_truth_dir, sc21_rows
+from configurator.cost.groundtruth import sc21_rows
 from topology.cluster import load_cluster
-
-if not (ground_truth_dir() / "sc21_table1_weak_scaling.csv").exists():
-    pytest.skip(f"ground truth not found in {ground_truth_dir()}", allow_module_level=True)
 
 ROWS = sc21_rows()
 

@@ -121,4 +121,5 @@ def test_an_option_prefix_is_not_taken_for_it():
                   "--tp", "8")
     assert res.returncode == 2
     assert res.stderr.strip().splitlines() == [
-        "configurator: error: unrecognized arguments: --tp 8"]
+        "configurator search: error: unrecognized arguments: --tp 8; did you mean "
+        "'--tp-comm-overlap' or '--top'?"]

@@ -18,10 +18,7 @@ from configurator.app.validate_jobs import check_run, run_cluster, validate_runs
 from configurator.cli import main
 from configurator.core.errors import InputError
 from configurator.core.runs import load_runs, run_from_mapping
-from configurator.cost.groundtruth import ground_truth_dir, nemo_cp_runs, published_runs
-
-pytestmark = pytest.mark.skipif(not ground_truth_dir().is_dir(),
-                                reason="shared ground truth folder missing")
+from configurator.cost.groundtruth import nemo_cp_runs, published_runs
 
 RUN = dict(model="llama2-7b", cluster="dgx-h100-80gb", num_gpus="16", tp="2", pp="1",
            mbs="1", gbs="256", precision="fp8", seq_length="16384",
@@ -337,11 +334,11 @@ def test_cli_validate_and_calibrate(tmp_path, capsys):
                                                           (65536, 1200), (8192, 4000))]
     path.write_text(json.dumps(rows))
     html = tmp_path / "v.html"
-    assert main(["validate", str(path), "--html", str(html)]) == 0
+    assert main(["validate", str(path), "--out", str(html)]) == 0
     assert "h100-80gb fp8" in capsys.readouterr().out
     page = html.read_text()
     assert "data:image/png;base64," in page and "r16384" in page
-    assert main(["validate", str(path), "--html", str(html)]) == 2     # no overwrite
+    assert main(["validate", str(path), "--out", str(html)]) == 2     # no overwrite
     assert "exists" in capsys.readouterr().err
     cal = tmp_path / "cal.yaml"
     assert main(["calibrate", str(path), "-o", str(cal), "--params", "gemm_fp8"]) == 0

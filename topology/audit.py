@@ -11,7 +11,7 @@ Each class gets a robust baseline: the median ``m`` and the scaled median absolu
 Croux, JASA 1993). A directed link with bandwidth ``x`` is *slow* when both
 
 * ``ratio = x / m < slow_ratio`` (default 0.8: the "below 80 % of the median" rule of the
-  17-node H100 study in shared/real_clusters), and
+  17-node H100 logs that ship in configurator/data/examples), and
 * ``z = (x − m) / max(s, mad_floor_fraction·m) < slow_z`` (default −4: ≈ 3·10⁻⁵ one-sided
   tail for normal noise, so even 10⁴ healthy links give < 1 false alarm; the floor, 1 % of
   the median, keeps ``z`` finite when every link measures the same).
@@ -563,7 +563,9 @@ def audit(topo: Topology, thresholds: AuditThresholds | None = None) -> AuditRep
         thresholds=th, baselines=tuple(baselines), flagged_links=tuple(flagged),
         flagged_nodes=flagged_nodes, node_stats=tuple(stats), missing_links=tuple(missing),
         drain_hosts=drain, report_links=report,
-        recommendation=_recommend(drain, report, missing), warnings=tuple(warnings),
+        recommendation=_recommend(drain, report, missing,
+                                  measured=sum(len(c) for c in classes.values())),
+        warnings=tuple(warnings),
         bimodal_classes=tuple(bimodal))
 
 
@@ -573,7 +575,18 @@ def _pairs_sorted(pairs) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(uniq, key=lambda p: (host_sort_key(p[0]), host_sort_key(p[1]))))
 
 
-def _recommend(drain, report, missing) -> str:
+#: The recommendation of an audit that found nothing to audit.
+NOTHING_MEASURED = ("Measure first: the inputs hold no link measurement, so nothing could be "
+                    "audited. Run the probe (configurator probe prints its torchrun command) "
+                    "or nccl-tests sendrecv_perf and alltoall_perf between every pair of "
+                    "hosts, then configurator topology import the results.")
+
+
+def _recommend(drain, report, missing, *, measured: int) -> str:
+    """The audit's recommendation: the hosts to drain, the links to report, the pairs to
+    re-measure; :data:`NOTHING_MEASURED` when no link was measured at all."""
+    if not measured:
+        return NOTHING_MEASURED
     lines = []
     if drain:
         lines.append("Drain / exclude hosts: " + ", ".join(drain) + ".")

@@ -977,7 +977,8 @@ def cluster_from_config(data: Mapping[str, Any], nodes: int | None = None) -> Cl
 
 
 def load_cluster(ref: str, nodes: int | None = None) -> Cluster:
-    """Resolve a preset name or a YAML/JSON cluster file; ``nodes`` overrides its node count.
+    """Resolve a preset name (any case) or a YAML/JSON cluster file; ``nodes`` overrides its
+    node count.
 
     Raises :class:`InputError` (field ``cluster``, ``nodes``, or the offending key).
     """
@@ -985,9 +986,11 @@ def load_cluster(ref: str, nodes: int | None = None) -> Cluster:
 
     if nodes is not None:
         v.int_in_range("nodes", nodes)
-    if ref in CLUSTER_PRESETS:
-        return cluster_from_config(CLUSTER_PRESETS[ref], nodes)
+    preset = v.preset_name(ref, CLUSTER_PRESETS)
+    if preset is not None:
+        return cluster_from_config(CLUSTER_PRESETS[preset], nodes)
     if not os.path.exists(ref):
-        raise InputError("cluster", ref, "not a preset name (" + ", ".join(CLUSTER_PRESETS)
-                         + ") nor an existing file")
+        raise InputError("cluster", ref, "not a preset name nor an existing file"
+                         + (v.did_you_mean(ref, CLUSTER_PRESETS)
+                            or " (presets: " + ", ".join(CLUSTER_PRESETS) + ")"))
     return cluster_from_config(v.load_mapping_file("cluster", ref), nodes)

@@ -340,14 +340,15 @@ def gpu_from_config(data: Any) -> GPUSpec:
     efficiency: {gemm, gemm_fp8, gemm_mxfp8, hbm, flash_attention, kernel_overhead_us,
     source}`` and optionally ``non_tn_fp8_gemm`` (default false) (units at the edge:
     TFLOP/s, GiB, GB/s, µs). Raises :class:`InputError`
-    naming the field; an unknown preset name lists the known ones and says how to describe
-    a new GPU."""
+    naming the field; an unknown preset name (compared in any case) names the closest
+    presets and says how to describe a new GPU."""
     if isinstance(data, str):
-        if data not in GPU_PRESETS:
-            raise InputError("gpu", data, "unknown GPU preset; known: " + ", ".join(GPU_PRESETS)
-                             + "; or describe the GPU as a mapping with "
-                             + ", ".join(GPU_KEYS_REQUIRED))
-        return GPU_PRESETS[data]
+        preset = v.preset_name(data, GPU_PRESETS)
+        if preset is None:
+            raise InputError("gpu", data, "unknown GPU preset" + (
+                v.did_you_mean(data, GPU_PRESETS) or "; known: " + ", ".join(GPU_PRESETS))
+                + "; or describe the GPU as a mapping with " + ", ".join(GPU_KEYS_REQUIRED))
+        return GPU_PRESETS[preset]
     v.exact_keys("gpu", data, GPU_KEYS_REQUIRED, GPU_KEYS_OPTIONAL)
     peaks = data["peak_tflops"]
     if not isinstance(peaks, Mapping) or not peaks:

@@ -196,7 +196,7 @@ def missing_for(step: Step, done: set[int], hosts: list[str], G: int,
 def add_probe_options(p, *, out_required: bool) -> None:
     """The probe's own options, declared once for ``python -m topology.probe`` and for
     ``configurator probe`` (which passes them through to the command it prints)."""
-    p.add_argument("--out", required=out_required, default=None if out_required else
+    p.add_argument("-o", "--out", required=out_required, default=None if out_required else
                    "topology.json", help="topology file rank 0 writes (.json, else YAML)")
     p.add_argument("--size-mb", type=float, default=32.0, help="message size, MB (1e6 bytes)")
     p.add_argument("--iters", type=int, default=5, help="timed samples per direction")
@@ -265,9 +265,11 @@ def torchrun_command(args) -> str:
     all nodes (``--rdzv-conf timeout``) before any probe process starts. ``master_addr`` is a
     host, an address or a ``$VARIABLE`` (double-quoted: it expands on each node, also inside
     the ``--slurm`` form's ``bash -c '...'``); every value is one shell word (no injection)."""
-    for field, key in (("nnodes", "nodes"), ("nproc_per_node", "gpus_per_node")):
-        if getattr(args, field) is None:
-            raise InputError(field, None, "required to print the torchrun command")
+    fields = (("nnodes", "nodes"), ("nproc_per_node", "gpus_per_node"))
+    missing = [field for field, _ in fields if getattr(args, field) is None]
+    if missing:   # every one at once; the CLI names them as its flags
+        raise InputError(", ".join(missing), None, "required to print the torchrun command")
+    for field, key in fields:
         v.int_in_range(field, getattr(args, field), key=key)
     v.positive_int("master_port", args.master_port)
     check_probe_options(args)

@@ -33,18 +33,33 @@ def script_summary(estimate: dict) -> dict:
             "peak_memory_GiB": round(estimate["peak_memory_bytes"] / 2**30, 2)}
 
 
+def evaluation_placement(e) -> dict | None:
+    """The plan document's ``placement`` record of an evaluation placed on measured links
+    (:func:`configurator.core.document.placement_record`), or None when it was not."""
+    from configurator.core.document import placement_record
+
+    if e.placement is None:
+        return None
+    pl = e.placement
+    return placement_record(
+        pl["hosts"], pl["gpu_order"], pl["excluded_hosts"], pl["method"],
+        **{k: pl.get(k) for k in ("iteration_time_s", "default_iteration_time_s",
+                                  "random_median_iteration_time_s")})
+
+
 def write_search_outputs(out: str, model, cluster, res: SearchResult, header: str,
-                         force: bool, *, placed_on=None) -> list[str]:
+                         force: bool, *, placed_on=None, document: dict | None = None
+                         ) -> list[str]:
     """Write the best plan's launch scripts, ``plan.json`` (the plan document, with the
     placement when the plans were placed), ``plans.json`` (every ranked plan shown),
     ``table.txt`` (``header`` and the wide table), ``plans.png`` (iteration time against
     peak memory of every feasible plan; needs ``res.ranked``) and ``report.html`` (Gantt
     chart of the best plan's simulated schedule, its placement). ``cluster``: the cluster
     searched (the plan's nodes); ``placed_on``: the whole cluster the placement's host
-    names refer to (None: ``cluster``). Every file is rendered first, then all are written
+    names refer to (None: ``cluster``); ``document``: the search's JSON for ``plans.json``
+    (None: the result's). Every file is rendered first, then all are written
     without following a symbolic link (:func:`launchers.write_files`). Returns the names."""
     from configurator.cost.placed import PlacedPlan
-    from configurator.core.document import placement_record
     from configurator.report.gantt import gantt_png
     from configurator.report.plan_html import render_plan_html
     from configurator.report.plot import plot_search
@@ -54,20 +69,15 @@ def write_search_outputs(out: str, model, cluster, res: SearchResult, header: st
     best = res.plans[0]
     estimate = best.to_dict()
     placed_on = placed_on or cluster
-    record = None
-    if best.placement is not None:
-        pl = best.placement
-        record = placement_record(
-            pl["hosts"], pl["gpu_order"], pl["excluded_hosts"], pl["method"],
-            **{k: pl.get(k) for k in ("iteration_time_s", "default_iteration_time_s",
-                                      "random_median_iteration_time_s")})
+    record = evaluation_placement(best)
     files = launch_files(model, best.plan, nodes=cluster.num_nodes,
                          gpus_per_node=cluster.gpus_per_node, summary=script_summary(estimate),
                          placement=record)
     doc = plan_document(model=model, cluster=cluster.to_dict(), plan=best.plan,
                         estimate=estimate, placement=record)
     files["plan.json"] = (jsonout.dumps(doc, indent=2).encode(), FILE_MODE)
-    files["plans.json"] = (jsonout.dumps(res.to_dict(), indent=2).encode(), FILE_MODE)
+    files["plans.json"] = (jsonout.dumps(document or res.to_dict(), indent=2).encode(),
+                           FILE_MODE)
     table = format_table(res.plans, wide=True)
     files["table.txt"] = ((header + "\n" + table + "\n").encode(), FILE_MODE)
     priced = PlacedPlan(model, placed_on, best.plan)

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from configurator.app.inputs import JobInputs, host_pool, resolve
-from configurator.app.outputs import (LAUNCH_FILES, SEARCH_FILES, check_out, script_summary,
+from configurator.app.outputs import (LAUNCH_FILES, SEARCH_FILES, check_out,
+                                      evaluation_placement, script_summary,
                                       write_search_outputs)
 from configurator.core import validate as v
 from configurator.core.document import read_plan_document
@@ -60,6 +61,8 @@ class SearchOutcome:
     result: SearchResult
     header: str
     document: dict
+    #: nodes of the cluster the plans run on
+    nodes: int
     written: list[str] = field(default_factory=list)
 
 
@@ -80,9 +83,13 @@ def run_search(req: SearchRequest) -> SearchOutcome:
     if req.out:
         check_out(req.out, SEARCH_FILES, req.force)
     space = search_space(model, req)
-    res, used = _ranked(req, model, cluster, space, req.top, keep_ranking=bool(req.out))
+    note = nodes_note(req.inputs, cluster)
+    try:
+        res, used = _ranked(req, model, cluster, space, req.top, keep_ranking=bool(req.out))
+    except NoFeasiblePlanError as err:
+        raise NoFeasiblePlanError(f"{err}{note}") from None
     header = (f"{model.name} on {used.num_nodes}x{used.gpus_per_node} "
-              f"{used.gpu.name}, gbs {req.global_batch_size}, seq {model.seq_length}, "
+              f"{used.gpu.name}{note}, gbs {req.global_batch_size}, seq {model.seq_length}, "
               f"{req.precision}{describe_search_options(req.options)}"
               f": {res.candidates_evaluated} plans evaluated, "
               f"{res.feasible} fit, {res.search_time_s:.2f} s")
@@ -95,16 +102,31 @@ def run_search(req: SearchRequest) -> SearchOutcome:
                    f"{pl['iteration_time_s']:.3f} s vs {pl['default_iteration_time_s']:.3f} s "
                    f"Megatron's order on the first hosts ({gain:+.1f} %), random median "
                    f"{pl['random_median_iteration_time_s']:.3f} s")
-    doc = res.to_dict()
+    doc = search_document(model, used, res)
     if req.inputs.exclude_flagged:
         doc["exclusion"] = exclusion_effect(req, model, cluster, res, space)
         header += "\n" + doc["exclusion"]["summary"]
     written = []
     if req.out:
         written = write_search_outputs(req.out, model, used, res, header, req.force,
-                                       placed_on=cluster)
-    return SearchOutcome(result=res, header=header, document=doc,
+                                       placed_on=cluster, document=doc)
+    return SearchOutcome(result=res, header=header, document=doc, nodes=used.num_nodes,
                          written=written)
+
+
+def nodes_note(inputs: JobInputs, cluster) -> str:
+    """`` (N nodes: the cluster's default; --nodes to change)`` when the node count was not
+    given (nor taken from a measured topology), else empty: a defaulted count is stated."""
+    if inputs.nodes is not None or inputs.topology:
+        return ""
+    return f" ({cluster.num_nodes} nodes: the cluster's default; --nodes N to change)"
+
+
+def search_document(model, cluster, res: SearchResult) -> dict:
+    """The JSON of a search (``search --json``, ``plans.json``): the model and the cluster
+    searched (as a plan document has them), then the ranked plans and the search's counts.
+    Entry ``N`` of ``plans`` with them is a plan document (:func:`plans_entry_document`)."""
+    return {"model": model.to_dict(), "cluster": cluster.to_dict(), **res.to_dict()}
 
 
 def _ranked(req: SearchRequest, model, cluster, space: SearchSpace, top: int, *,
@@ -163,12 +185,18 @@ class EstimateRequest:
     placement_time_s: float = 60.0
     placement_evaluations: int = 1000
     seed: int = 0
+    #: where to save the plan document (``plan.json`` schema), or None
+    out: str | None = None
+    force: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
 class EstimateOutcome:
+    """The estimate, its title line and the plan document's path when one was saved."""
+
     evaluation: Evaluation
     title: str
+    written: str | None = None
 
 
 def search_space(model, req: SearchRequest) -> SearchSpace:
@@ -206,15 +234,21 @@ def run_estimate(req: EstimateRequest) -> EstimateOutcome:
     ``default`` (Megatron's order on the first hosts), ``optimized`` (the placement search,
     ``placement_time_s``, ``seed``) or a file (a plan.json with a ``placement``, or a
     mapping with ``hosts`` and ``gpu_order``); the result carries the placement record."""
+    from launchers import check_out_file
+
     model, cluster = resolve(req.inputs, precision=req.fields.get("precision") or "bf16")
+    if req.out:
+        check_out_file(req.out, req.force)
     if not req.inputs.topology:
         if req.placement != "default":
             raise InputError("placement", req.placement, "needs --topology FILE")
         plan = best_layer_split(model, cluster, plan_for_world(req.fields, cluster.num_gpus))
         e = evaluate_plan(model, cluster, plan)
         title = (f"{model.name} on {cluster.num_nodes} x {cluster.gpus_per_node} "
-                 f"{cluster.gpu.name} ({cluster.name})" + split_note(req.fields, plan))
-        return EstimateOutcome(evaluation=e, title=title)
+                 f"{cluster.gpu.name} ({cluster.name})" + nodes_note(req.inputs, cluster)
+                 + split_note(req.fields, plan))
+        return EstimateOutcome(evaluation=e, title=title,
+                               written=_save_plan(req, model, cluster.to_dict(), e))
     v.float_in_range("placement_time_s", req.placement_time_s)
     v.int_in_range("placement_evaluations", req.placement_evaluations)
     v.int_in_range("seed", req.seed)
@@ -238,7 +272,22 @@ def run_estimate(req: EstimateRequest) -> EstimateOutcome:
              f"{cluster.gpu.name} ({cluster.name}), placement {out.method}: "
              f"{out.iteration_time_s:.3f} s vs {out.default_iteration_time_s:.3f} s default, "
              f"random median {out.random_median_iteration_time_s:.3f} s")
-    return EstimateOutcome(evaluation=e, title=title)
+    used = dict(cluster.to_dict(), nodes=nodes, num_gpus=nodes * cluster.gpus_per_node)
+    return EstimateOutcome(evaluation=e, title=title, written=_save_plan(req, model, used, e))
+
+
+def _save_plan(req: EstimateRequest, model, cluster: dict, e: Evaluation) -> str | None:
+    """Write the plan document of ``e`` to ``req.out`` (with its placement, if placed);
+    returns the path, or None without ``req.out``."""
+    if not req.out:
+        return None
+    from configurator.core import jsonout
+    from configurator.core.document import plan_document
+    from launchers import write_text_file
+
+    doc = plan_document(model=model, cluster=cluster, plan=e.plan, estimate=e.to_dict(),
+                        placement=evaluation_placement(e))
+    return write_text_file(req.out, jsonout.dumps(doc, indent=2) + "\n", req.force)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -260,10 +309,12 @@ class LaunchRequest:
 
 @dataclass(frozen=True, kw_only=True)
 class LaunchOutcome:
-    """The scripts written and a line saying which placement they enforce."""
+    """The scripts written, a line saying which placement they enforce, and how to start
+    the job (:func:`launchers.start_instructions`)."""
 
     paths: list[str]
     placement: str
+    next_steps: list[str] = field(default_factory=list)
 
 
 def run_launch(req: LaunchRequest) -> LaunchOutcome:
@@ -271,7 +322,7 @@ def run_launch(req: LaunchRequest) -> LaunchOutcome:
     when it has one (host → node_rank table, per-node GPU order, hosts left out); returns
     the paths. Nothing is written when an input is refused (the scripts are rendered
     first); the output directory and files must not be symbolic links."""
-    from launchers import write_launch_files
+    from launchers import start_instructions, write_launch_files
 
     doc = read_plan_document(v.load_mapping_file("plan", req.plan_path))
     plan = doc.plan
@@ -293,7 +344,9 @@ def run_launch(req: LaunchRequest) -> LaunchOutcome:
     else:
         line = ("placement: none recorded (each node passes its node rank; MASTER_ADDR must "
                 "name node_rank 0)")
-    return LaunchOutcome(paths=list(paths.values()), placement=line)
+    steps = start_instructions(req.out, nodes=doc.nodes, placed=doc.placement is not None,
+                               data=req.data_path is not None, plan_file=req.plan_path)
+    return LaunchOutcome(paths=list(paths.values()), placement=line, next_steps=steps)
 
 
 #: Most node counts one ``--nodes-range`` may ask for.

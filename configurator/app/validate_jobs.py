@@ -194,19 +194,15 @@ LOG_SUFFIXES = (".log", ".txt", ".out")
 def load_run_files(paths, cluster: str | None = None) -> tuple[list[MeasuredRun], list[str]]:
     """Runs from run files (CSV/YAML/JSON, :func:`configurator.core.runs.load_runs`) and
     Megatron-LM logs (``.log``/``.txt``/``.out``; ``cluster`` names their cluster); with no
-    path, the published runs of the shared ground truth
+    path, the published runs that ship with the tool
     (:func:`configurator.cost.groundtruth.published_runs`). Returns ``(runs, skipped)``."""
     import os
 
     from configurator.core.runs import load_runs
 
     if not paths:
-        from configurator.cost.groundtruth import ground_truth_dir, published_runs
+        from configurator.cost.groundtruth import published_runs
 
-        if not ground_truth_dir().is_dir():
-            raise InputError("runs", str(ground_truth_dir()),
-                             "no run file given and the built-in ground truth folder is "
-                             "missing (set CONFIGURATOR_GROUND_TRUTH)")
         return published_runs()
     runs: list[MeasuredRun] = []
     for path in paths:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 
 from configurator.app.topology_jobs import audit_cluster
+from configurator.cli.options import add_force, add_json, add_out, option_groups
 from configurator.core import jsonout
 from configurator.core.units import GB
 
@@ -21,12 +22,14 @@ MAX_PAIRS_SHOWN = 12
 def add_audit_arguments(p) -> None:
     p.add_argument("paths", nargs="*", metavar="LOG_OR_DIR",
                    help="nccl-tests log files or directories of them (instead of --topology)")
-    p.add_argument("--topology", metavar="FILE", help="measured topology (YAML or JSON)")
-    p.add_argument("--out", metavar="DIR",
-                   help="write index.html (heatmap embedded), heatmap.png and audit.json here")
-    p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
-    p.add_argument("--force", action="store_true",
-                   help="overwrite the report files in a non-empty --out directory")
+    groups = option_groups(p)
+    groups["topology and placement"].add_argument(
+        "--topology", metavar="FILE", help="measured topology (YAML or JSON)")
+    g = groups["output"]
+    add_out(g, "write index.html (heatmap embedded), heatmap.png and audit.json here",
+            metavar="DIR")
+    add_json(g, "the report")
+    add_force(g, "the report files in a non-empty --out directory")
 
 
 def run_audit(args) -> int:

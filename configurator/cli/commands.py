@@ -1,35 +1,66 @@
-"""The one table of ``configurator`` commands: name, help, arguments, and the function that
-runs it (which calls one library function in :mod:`configurator.app`)."""
+"""The one table of ``configurator`` commands: name, help, examples, arguments, and the
+function that runs it (which calls one library function in :mod:`configurator.app`).
+
+Every command's ``--help`` opens with its examples (:attr:`Command.examples`), then the
+usage line, the description and the options in named groups (:data:`GROUPS`)."""
 
 from __future__ import annotations
 
 import argparse
+import re
 from dataclasses import dataclass
 from typing import Callable
 
-from configurator.cli import (audit_command, plan_commands, probe_command, profile_command,
-                              topology_commands, validate_commands)
+from configurator.cli import (audit_command, examples_command, plan_commands, probe_command,
+                              profile_command, topology_commands, validate_commands)
 from configurator.core.errors import one_line
-from configurator.core.limits import describe_ranges
+from configurator.core.validate import did_you_mean
 
 EXIT_OK, EXIT_BUG, EXIT_INPUT, EXIT_INFEASIBLE = 0, 1, 2, 3
-#: What ``search``, ``estimate`` and ``launch`` accept (configurator/core/limits.py).
-RANGES_EPILOG = ("Accepted integer ranges (inclusive): " + describe_ranges()
-                 + "; at most 262,144 GPUs in all. Exit codes: 0 ok, 2 bad input, 3 no plan "
-                   "fits.")
+#: Epilogs: what ``search`` and ``estimate`` accept and return (configurator/core/limits.py),
+#: and the exit codes of the commands that can only succeed or refuse their input.
+PLAN_EPILOG = ("Every integer has a documented range (docs/cli.md, 'Limits on input'); a "
+               "value outside it is refused with the range. Exit codes: 0 ok, 2 bad input "
+               "(one line naming the flag, the value and the rule), 3 no plan fits.")
+INPUT_EPILOG = ("Exit codes: 0 ok, 2 bad input (one line naming the flag or field, the value "
+                "and the rule).")
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse exits with 2 on usage errors already; keep its message to one line. Options
-    are matched whole, never by a prefix: ``search --tp 8`` is an unknown option there, not
-    ``--tp-comm-overlap``."""
+    """argparse exits with 2 on usage errors already; keep its message to one line, add "did
+    you mean" to an unknown option or an invalid choice, and open ``--help`` with the
+    command's examples. Options are matched whole, never by a prefix: ``search --tp 8`` is
+    an unknown option there, not ``--tp-comm-overlap``."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, examples: tuple[str, ...] = (), **kwargs):
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
+        self.examples = tuple(examples)
+
+    def format_help(self) -> str:
+        text = super().format_help()
+        if not self.examples:
+            return text
+        return "Examples:\n" + "".join(f"  {e}\n" for e in self.examples) + "\n" + text
+
+    def parse_args(self, args=None, namespace=None):  # noqa: D401 - argparse API
+        ns, extras = self.parse_known_args(args, namespace)
+        if extras:   # named by the (sub)command that was parsed, with its own options
+            target = getattr(ns, "command_parser", self)
+            hints = [did_you_mean(w.split("=")[0], target.long_options())
+                     for w in extras if w.startswith("--")]
+            target.error(f"unrecognized arguments: {' '.join(extras)}"
+                         + next((h for h in hints if h), ""))
+        return ns
+
+    def long_options(self) -> list[str]:
+        return [s for a in self._actions for s in a.option_strings if s.startswith("--")]
 
     def error(self, message: str):  # noqa: D401 - argparse API
-        self.exit(EXIT_INPUT, f"{self.prog}: error: {one_line(message)}\n")
+        m = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+        if m:
+            message += did_you_mean(m.group(1), re.findall(r"'([^']*)'", m.group(2)))
+        self.exit(EXIT_INPUT, f"{self.prog}: error: {one_line(message)}")
 
 
 @dataclass(frozen=True)
@@ -40,14 +71,18 @@ class Command:
     add_arguments: Callable
     run: Callable | None      # None: a group whose sub-commands run
     epilog: str | None = None
+    examples: tuple[str, ...] = ()
+    usage: str | None = None
 
 
 def add_commands(sub, table) -> None:
-    """Add every :class:`Command` of ``table`` to the sub-parsers ``sub``."""
+    """Add every :class:`Command` of ``table`` to the sub-parsers ``sub``. Each parser is
+    its namespace's ``command_parser`` (errors name its flags)."""
     for cmd in table:
         p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.description,
-                           epilog=cmd.epilog)
+                           epilog=cmd.epilog, examples=cmd.examples, usage=cmd.usage)
         cmd.add_arguments(p)
+        p.set_defaults(command_parser=p)
         if cmd.run is not None:
             p.set_defaults(func=cmd.run)
 
@@ -65,62 +100,119 @@ TOPOLOGY_COMMANDS: tuple[Command, ...] = (
             "tests collectives), 'nvidia-smi topo -m' output (nominal intra-node links) and "
             "topology files; files or directories, format detected per file. Duplicate links "
             "are merged with --merge.",
-            topology_commands.add_import_arguments, topology_commands.run_import),
+            topology_commands.add_import_arguments, topology_commands.run_import,
+            INPUT_EPILOG,
+            examples=("configurator topology import ex/h100-17node-nccl-tests -o topo.json",
+                      "configurator topology import logs/ nvidia-smi-topo.txt -o topo.yaml "
+                      "--merge median")),
 )
 
 COMMANDS: tuple[Command, ...] = (
     Command("search", "rank every legal plan that fits in memory",
             "Enumerate every plan Megatron-LM accepts (tp, pp, dp, cp, vp, ep, etp, layer "
             "split, micro batch size, recompute, sequence parallel, distributed optimizer), "
-            "drop those that do not fit, rank the rest by predicted iteration time.",
-            plan_commands.add_search_arguments, plan_commands.run_search, RANGES_EPILOG),
+            "drop those that do not fit, rank the rest by predicted iteration time. --out "
+            "writes the best plan's launch scripts and plan.json.",
+            plan_commands.add_search_arguments, plan_commands.run_search, PLAN_EPILOG,
+            examples=(
+                "configurator search --model llama3-70b --cluster dgx-h100-80gb --nodes 16 "
+                "--gbs 512",
+                "configurator search --model llama3-70b --cluster dgx-h100-80gb --nodes 16 "
+                "--gbs 512 --precision fp8 --out plan/",
+                "configurator search --model llama3-70b --cluster dgx-h100-80gb --gbs 512 "
+                "--topology topo.json --nodes 16 --out plan/"),
+            usage="configurator search --model M --cluster C --gbs G [--nodes N] [options]"),
     Command("estimate", "predict memory and iteration time of one plan",
             "Predict per-stage memory and iteration time of one plan (dp is derived from the "
-            "GPU count). Estimates also plans that do not fit (then fits is false).",
-            plan_commands.add_estimate_arguments, plan_commands.run_estimate, RANGES_EPILOG),
-    Command("launch", "write launch scripts from a saved plan JSON",
-            "Write the torchrun and SLURM launch scripts of a plan saved by "
-            "'configurator search --out' (plan.json).",
-            plan_commands.add_launch_arguments, plan_commands.run_launch, RANGES_EPILOG),
+            "GPU count).Estimates also plans that do not fit (then fits is false); --out "
+            "saves the plan document for 'explain' and 'launch'.",
+            plan_commands.add_estimate_arguments, plan_commands.run_estimate, PLAN_EPILOG,
+            examples=(
+                "configurator estimate --model llama3-70b --cluster dgx-h100-80gb --nodes 16 "
+                "--gbs 512 --tp 4 --pp 4 --mbs 1",
+                "configurator estimate --model llama3-70b --cluster dgx-h100-80gb --nodes 16 "
+                "--gbs 512 --tp 8 --pp 4 --vp 5 --mbs 1 --recompute selective --json",
+                "configurator estimate ... --out mine.json && configurator explain mine.json "
+                "plan/plan.json"),
+            usage="configurator estimate --model M --cluster C --gbs G --tp T --pp P --mbs B "
+                  "[--nodes N] [options]"),
+    Command("launch", "write launch scripts from a saved plan",
+            "Write the torchrun and SLURM launch scripts of a saved plan document (plan.json "
+            "of 'search --out', or 'estimate --out').The scripts need MEGATRON_LM_DIR (a "
+            "Megatron-LM checkout) on every node; without --data-path they train on "
+            "--mock-data for 100 iterations.",
+            plan_commands.add_launch_arguments, plan_commands.run_launch, INPUT_EPILOG,
+            examples=(
+                "configurator launch --plan plan/plan.json --out run/",
+                "configurator launch --plan plan/plan.json --out run/ --data-path "
+                "/data/corpus_text_document --tokenizer-model meta-llama/Meta-Llama-3-70B")),
     Command("explain", "show where two saved plans differ in time and memory",
-            "Compare two plan.json files (search --out): iteration time and each term of its "
-            "breakdown (compute, recompute, bubble, tp/cp/pp/dp communication, optimizer, "
-            "schedule and placement), throughput, and memory per pipeline stage, with B - A.",
-            plan_commands.add_explain_arguments, plan_commands.run_explain),
+            "Compare two saved plans (plan.json of 'search --out' or 'estimate --out', or "
+            "entry N of a plans.json as plans.json:N):a headline (which is faster, by how "
+            "much, the terms that differ most), then iteration time and each term of its "
+            "breakdown, each stage's simulated time, throughput and memory per pipeline "
+            "stage, with B - A.",
+            plan_commands.add_explain_arguments, plan_commands.run_explain, INPUT_EPILOG,
+            examples=("configurator explain plan/plans.json:1 plan/plans.json:2",
+                      "configurator explain plan/plan.json mine.json --json")),
     Command("validate", "compare predicted with measured iteration times of real runs",
             "Price measured runs (run files or Megatron-LM logs; default: the published runs "
-            "of the shared ground truth) as 'estimate' would and report, per group, the mean "
+            "that ship with the tool) as 'estimate' would and report, per group, the mean "
             "absolute percentage error, the worst run and Spearman's rank correlation; "
-            "--html writes a report with a predicted-vs-measured scatter plot.",
-            validate_commands.add_validate_arguments, validate_commands.run_validate),
+            "--out writes an HTML report with a predicted-vs-measured scatter plot.",
+            validate_commands.add_validate_arguments, validate_commands.run_validate,
+            INPUT_EPILOG,
+            examples=("configurator validate",
+                      "configurator validate my-runs.csv --all-runs",
+                      "configurator validate --cluster dgx-h100-80gb train.log --out "
+                      "report.html")),
     Command("calibrate", "fit a GPU's efficiencies to measured runs",
             "Fit, per GPU type and precision, the GEMM and fused-attention efficiencies and "
-            "the host time per operation to measured runs by least squares; report the "
+            "the host time per operation to measured runs by least squares;report the "
             "error before and after and the leave-one-out error; refuse parameters the runs "
             "do not determine. Use the file with search/estimate/validate --calibration.",
-            validate_commands.add_calibrate_arguments, validate_commands.run_calibrate),
+            validate_commands.add_calibrate_arguments, validate_commands.run_calibrate,
+            INPUT_EPILOG,
+            examples=("configurator calibrate -o calib.yaml",
+                      "configurator calibrate my-runs.csv -o calib.yaml && configurator "
+                      "validate my-runs.csv --calibration calib.yaml")),
     Command("profile", "time one transformer layer with torch (CUDA or CPU)",
             "Time one transformer layer's forward and backward with torch on the local device "
-            "(CUDA when present, else the CPU) at the per-rank shapes of each --tp/--cp/--mbs, "
+            "(CUDA when present, else the CPU) at the per-rank shapes of each --tp/--cp/--mbs,"
             "write the profile (estimate/search --profile use it instead of the analytic "
             "layer compute) and, on a GPU, compare it with the analytic layer time.",
-            profile_command.add_profile_arguments, profile_command.run_profile),
+            profile_command.add_profile_arguments, profile_command.run_profile, INPUT_EPILOG,
+            examples=("configurator profile --model llama3-8b --tp 1 2 4 8",
+                      "configurator profile --model llama3-8b --tp 1 2 --precision fp8 "
+                      "-o prof.yaml && configurator search ... --profile prof.yaml")),
     Command("topology", "import and inspect measured cluster topologies",
             "Measured topology files: import nccl-tests logs, nvidia-smi topo -m output and "
             "probe results.",
-            _topology_group, None),
+            _topology_group, None,
+            examples=("configurator topology import ex/h100-17node-nccl-tests -o topo.json",)),
     Command("probe", "print the torchrun command that measures links (or run it under "
             "torchrun)",
             "Print the torchrun command that runs the bandwidth probe on every node "
-            "(node_rank from $NODE_RANK, or $SLURM_NODEID with --slurm). Started by torchrun "
+            "(node_rank from $NODE_RANK, or $SLURM_NODEID with --slurm).Started by torchrun "
             "itself (torchrun ... --no-python configurator probe --out FILE) it runs the "
             "probe, python -m topology.probe.",
-            probe_command.add_probe_arguments, probe_command.run_probe),
+            probe_command.add_probe_arguments, probe_command.run_probe, INPUT_EPILOG,
+            examples=("configurator probe --nnodes 4 --nproc-per-node 8",
+                      "configurator probe --nnodes 4 --nproc-per-node 8 --slurm")),
     Command("audit", "audit measured cluster links (slow links, slow nodes, missing pairs)",
             "Audit a measured topology: per link class (intra/inter-node, method, GPUs per "
-            "host) a robust baseline (median, scaled MAD); flag slow links (< 80 %% of the "
-            "median and robust z < -4), asymmetric pairs (> 20 %% apart), hosts slow with "
+            "host) a robust baseline (median, scaled MAD); flag slow links (< 80 % of the "
+            "median and robust z < -4), asymmetric pairs (> 20 % apart), hosts slow with "
             "half or more of their partners, and host pairs never measured. Exit 0 with a "
             "report even when problems are found.",
-            audit_command.add_audit_arguments, audit_command.run_audit),
+            audit_command.add_audit_arguments, audit_command.run_audit, INPUT_EPILOG,
+            examples=("configurator audit --topology topo.json",
+                      "configurator audit ex/h100-17node-nccl-tests --out audit/")),
+    Command("examples", "copy the example inputs that ship with the tool",
+            "List the example inputs that ship with the tool, or copy them into a directory "
+            "(--out): real nccl-tests logs of a 17-node H100 cluster,a small measured "
+            "topology, a model file, a cluster file and the published runs as a run file.",
+            examples_command.add_examples_arguments, examples_command.run_examples,
+            INPUT_EPILOG,
+            examples=("configurator examples", "configurator examples --out ex")),
 )

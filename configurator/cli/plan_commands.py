@@ -7,8 +7,12 @@ generated from the plan schema (:data:`configurator.core.plan.PLAN_FIELDS`).
 from __future__ import annotations
 
 import argparse
+import os
+import shlex
+import sys
 
 from configurator.app.inputs import JobInputs
+from configurator.cli.options import add_force, add_json, add_out, option_groups
 from configurator.app.plan_jobs import (EstimateRequest, LaunchRequest, SearchRequest,
                                         run_estimate as estimate_job, run_launch as launch_job,
                                         run_search as search_job)
@@ -16,6 +20,7 @@ from configurator.core import jsonout
 from configurator.core.errors import InputError
 from configurator.core.model import MODEL_PRESETS
 from configurator.core.plan import PLAN_FIELD, PLAN_FIELDS, RECOMPUTE, SEARCH_OPTIONS
+from launchers import start_instructions
 from memory_model.estimate import DEFAULT_MAX_MEMORY_FRACTION
 from topology.cluster import CLUSTER_PRESETS
 
@@ -47,30 +52,40 @@ def add_plan_option(p, name: str, *, required: bool = False, default=None) -> No
                        default=None, help=f.help)
 
 
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", required=True,
-                   help="preset name (" + ", ".join(MODEL_PRESETS) + "), a YAML/JSON file "
-                        "with Megatron keys, or a Hugging Face config.json")
-    p.add_argument("--cluster", required=True,
-                   help="preset (" + ", ".join(CLUSTER_PRESETS) + ") or YAML/JSON file")
-    p.add_argument("--nodes", type=int,
-                   help="number of nodes (default: the cluster's own; with --topology, how "
-                        "many of its hosts to use, at most all: the placement picks which)")
-    p.add_argument("--gbs", type=int, required=True, help="global batch size (sequences)")
-    p.add_argument("--seq-length", type=int, help="override the model's sequence length")
-    for name in SEARCH_OPTIONS:
-        add_plan_option(p, name)
-    p.add_argument("--topology", metavar="FILE",
-                   help="measured topology file (configurator topology import / probe): "
-                        "collective and p2p times use its links")
-    p.add_argument("--calibration", metavar="FILE",
+def _group_of(name: str) -> str:
+    """The ``--help`` group of plan field ``name``: precision and kernels, else the plan."""
+    return ("precision and kernels" if PLAN_FIELD[name].flag_group == "precision and kernels"
+            else "plan")
+
+
+def _common(p: argparse.ArgumentParser, groups) -> None:
+    g = groups["model and cluster"]
+    g.add_argument("--model", required=True,
+                   help="preset name, any case (" + ", ".join(MODEL_PRESETS) + "), a YAML/JSON "
+                        "file with Megatron keys, or a Hugging Face config.json")
+    g.add_argument("--cluster", required=True,
+                   help="preset, any case (" + ", ".join(CLUSTER_PRESETS) + ") or a YAML/JSON "
+                        "file")
+    g.add_argument("--nodes", type=int,
+                   help="number of nodes (default: the cluster's own, stated in the output; "
+                        "with --topology, how many of its hosts to use, at most all: the "
+                        "placement picks which)")
+    g.add_argument("--gbs", type=int, required=True, help="global batch size (sequences)")
+    g.add_argument("--seq-length", type=int, help="override the model's sequence length")
+    g.add_argument("--calibration", metavar="FILE",
                    help="calibrated GPU efficiencies (configurator calibrate -o FILE) in "
                         "place of the GPU preset's")
-    p.add_argument("--profile", metavar="FILE",
+    g.add_argument("--profile", metavar="FILE",
                    help="measured layer times (configurator profile -o FILE, taken on the "
                         "cluster's GPU for this model and precision) in place of the analytic "
                         "layer compute at the shapes it holds")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    for name in SEARCH_OPTIONS:
+        add_plan_option(groups[_group_of(name)], name)
+    groups["topology and placement"].add_argument(
+        "--topology", metavar="FILE",
+        help="measured topology file (configurator topology import / probe): collective "
+             "and p2p times use its links")
+    add_json(groups["output"])
 
 
 def _inputs(args, exclude_flagged: bool = False) -> JobInputs:
@@ -81,27 +96,32 @@ def _inputs(args, exclude_flagged: bool = False) -> JobInputs:
                      profile=getattr(args, "profile", None))
 
 
-def _placement_options(p, budget_s: float, evaluations: int) -> None:
-    p.add_argument("--placement-evaluations", type=int, default=evaluations, metavar="N",
+def _placement_options(g, budget_s: float, evaluations: int) -> None:
+    g.add_argument("--placement-evaluations", type=int, default=evaluations, metavar="N",
                    help=f"with --topology: placements the search prices per plan (default "
                         f"{evaluations}; the same result on every run for a seed)")
-    p.add_argument("--placement-time-s", type=float, default=budget_s, metavar="S",
+    g.add_argument("--placement-time-s", type=float, default=budget_s, metavar="S",
                    help=f"with --topology: time cap of the placement search per plan "
                         f"(default {budget_s:g} s; when it binds, results may vary)")
-    p.add_argument("--seed", type=int, default=0,
+    g.add_argument("--seed", type=int, default=0,
                    help="seed of the placement search and of the random placements "
                         "(default 0)")
 
 
 def add_estimate_arguments(p) -> None:
-    _common(p)
+    groups = option_groups(p)
+    _common(p, groups)
     for name in ESTIMATE_FIELDS:
-        add_plan_option(p, name, required=name in ESTIMATE_REQUIRED)
-    p.add_argument("--placement", default="default", metavar="default|optimized|FILE",
+        add_plan_option(groups[_group_of(name)], name, required=name in ESTIMATE_REQUIRED)
+    g = groups["topology and placement"]
+    g.add_argument("--placement", default="default", metavar="default|optimized|FILE",
                    help="with --topology: where the ranks run: 'default' (Megatron's order "
                         "on the first hosts), 'optimized' (searched on the measured links), "
                         "or a plan.json / YAML with hosts and gpu_order (default: default)")
-    _placement_options(p, 60.0, 2000)
+    _placement_options(g, 60.0, 2000)
+    add_out(groups["output"], "save the plan document here (JSON: what 'explain' compares "
+                              "and 'launch --plan' reads); refused if it exists without --force")
+    add_force(groups["output"], "an existing --out file")
 
 
 def run_estimate(args) -> int:
@@ -114,45 +134,53 @@ def run_estimate(args) -> int:
                                        placement=args.placement,
                                        placement_time_s=args.placement_time_s,
                                        placement_evaluations=args.placement_evaluations,
-                                       seed=args.seed))
+                                       seed=args.seed, out=args.out, force=args.force))
     if args.json:
         print(jsonout.dumps(out.evaluation.to_dict(), indent=2))
     else:
         print(out.title)
         print(format_estimate(out.evaluation))
+    if out.written:
+        print(f"wrote {out.written}; compare it with another plan: configurator explain "
+              f"{shlex.quote(out.written)} OTHER.json; scripts: configurator launch --plan "
+              f"{shlex.quote(out.written)} --out DIR", file=sys.stderr if args.json else sys.stdout)
     return 0
 
 
 def add_search_arguments(p) -> None:
-    _common(p)
-    p.add_argument("--top", type=int, default=10, help="plans to show (default 10)")
-    p.add_argument("--wide", action="store_true",
-                   help="show every column of the ranked table (default: fit 100 columns)")
-    p.add_argument("--out", metavar="DIR",
-                   help="write the best plan's launch scripts, plan.json, plans.json, "
-                        "table.txt and plans.png")
-    p.add_argument("--force", action="store_true", help="overwrite files in --out")
-    p.add_argument("--recompute", choices=RECOMPUTE, nargs="+",
+    groups = option_groups(p)
+    _common(p, groups)
+    g = groups["plan"]
+    g.add_argument("--recompute", choices=RECOMPUTE, nargs="+",
                    help="restrict recompute choices (default: all)")
     for name in SEARCH_RESTRICTIONS:
         f = PLAN_FIELD[name]
-        p.add_argument(f.cli_flag, dest=name, type=int, nargs="+",
+        g.add_argument(f.cli_flag, dest=name, type=int, nargs="+",
                        metavar=(f.alias or f.cli_flag.lstrip("-")).upper(),
                        help=f"restrict {f.megatron_name} to these values (default: all legal)")
-    p.add_argument("--max-memory-fraction", type=float, default=DEFAULT_MAX_MEMORY_FRACTION,
+    g = groups["search"]
+    g.add_argument("--top", type=int, default=10, help="plans to show (default 10)")
+    g.add_argument("--max-memory-fraction", type=float, default=DEFAULT_MAX_MEMORY_FRACTION,
                    metavar="F",
                    help="keep plans whose predicted peak is at most F of GPU memory (0 < F "
                         f"<= 1, default {DEFAULT_MAX_MEMORY_FRACTION:g}: the estimate allows "
                         "for activation fragmentation, this leaves room for what it cannot "
                         "see: the caching allocator's split blocks, NCCL buffers of new "
                         "communicators, first-iteration spikes)")
-    p.add_argument("--exclude-flagged", action="store_true",
-                   help="with --topology: plan on the hosts the audit does not flag, and "
-                        "report what the exclusion costs or saves")
-    p.add_argument("--nodes-range", metavar="A:B",
+    g.add_argument("--nodes-range", metavar="A:B",
                    help="best plan for every node count from A to B (iteration time, "
                         "tokens/s, tokens/s per GPU; --out adds scaling.png)")
-    _placement_options(p, 10.0, 100)
+    g = groups["topology and placement"]
+    g.add_argument("--exclude-flagged", action="store_true",
+                   help="with --topology: plan on the hosts the audit does not flag, and "
+                        "report what the exclusion costs or saves")
+    _placement_options(g, 10.0, 100)
+    g = groups["output"]
+    g.add_argument("--wide", action="store_true",
+                   help="show every column of the ranked table (default: fit 100 columns)")
+    add_out(g, "write the best plan's launch scripts, plan.json, plans.json, table.txt, "
+               "plans.png and report.html into this directory", metavar="DIR")
+    add_force(g, "files in --out")
 
 
 def run_search(args) -> int:
@@ -170,15 +198,68 @@ def run_search(args) -> int:
     out = search_job(req)
     if args.json:
         print(jsonout.dumps(out.document, indent=2))
-    else:
-        from configurator.report.table import format_table
+        return 0
+    from configurator.report.table import format_table
 
-        print(out.header)
-        print(format_table(out.result.plans, wide=args.wide))
-    if out.written and not args.json:
-        print(f"wrote {args.out}/" + ", ".join(sorted(out.written, key=lambda n: (
-            not n.startswith("launch"), n))))
+    print(out.header)
+    print(format_table(out.result.plans, wide=args.wide))
+    if not out.written:
+        print(f"next: --out DIR writes plan 1's launch scripts; plan 1 in detail: "
+              f"{estimate_command(args, out.result.plans[0].plan)}")
+        return 0
+    print(f"wrote {args.out}/: " + ", ".join(sorted(out.written, key=lambda n: (
+        not n.startswith("launch"), n))))
+    best = out.result.plans[0]
+    for line in start_instructions(args.out, nodes=out.nodes,
+                                   placed=best.placement is not None, data=False,
+                                   plan_file=os.path.join(args.out, "plan.json")):
+        print(line)
+    if len(out.result.plans) > 1:
+        plans = shlex.quote(os.path.join(args.out, "plans.json"))
+        print(f"compare two plans: configurator explain {plans}:1 {plans}:2")
     return 0
+
+
+def estimate_command(args, plan) -> str:
+    """The ``configurator estimate`` command line that prices ``plan`` as the search did:
+    the search's model, cluster, nodes and options, and every plan field whose value
+    ``estimate`` would not choose by itself (:func:`configurator.core.rules.plan_for_world`
+    fills the ones left out)."""
+    from configurator.core.rules import plan_for_world
+
+    words = ["configurator", "estimate", "--model", args.model, "--cluster", args.cluster]
+    nodes = args.nodes
+    if args.topology:
+        words += ["--topology", args.topology, "--placement", "optimized"]
+    if nodes is not None:
+        words += ["--nodes", str(nodes)]
+    words += ["--gbs", str(args.gbs)]
+    if args.seq_length is not None:
+        words += ["--seq-length", str(args.seq_length)]
+    for name in ("calibration", "profile"):
+        if getattr(args, name):
+            words += [f"--{name}", getattr(args, name)]
+    given: dict = {name: getattr(args, name) for name in SEARCH_OPTIONS
+                   if getattr(args, name) not in (None, PLAN_FIELD[name].default)}
+    for name in ESTIMATE_FIELDS:
+        f = PLAN_FIELD[name]
+        value = getattr(plan, name)
+        if f.type is not bool and (name in ESTIMATE_REQUIRED or value != f.default):
+            given[name] = value
+    chosen = plan_for_world(given, plan.world_size)
+    for name in ESTIMATE_FIELDS:   # switches estimate would set otherwise
+        if PLAN_FIELD[name].type is bool and getattr(chosen, name) != getattr(plan, name):
+            given[name] = getattr(plan, name)
+    for name in (*ESTIMATE_FIELDS, *SEARCH_OPTIONS):
+        if name not in given:
+            continue
+        f = PLAN_FIELD[name]
+        value = given[name]
+        if f.type is bool:
+            words.append(f.cli_flag if value else "--no-" + f.cli_flag[2:])
+        else:
+            words += [f.cli_flag, str(value)]
+    return " ".join(shlex.quote(w) for w in words)
 
 
 def _run_scaling(args, req) -> int:
@@ -201,20 +282,23 @@ def _run_scaling(args, req) -> int:
 
 
 def add_launch_arguments(p) -> None:
-    p.add_argument("--plan", required=True, help="plan.json written by search --out")
-    p.add_argument("--out", required=True, metavar="DIR",
-                   help="directory for the scripts (not a symbolic link)")
-    p.add_argument("--nodes", type=int,
+    groups = option_groups(p)
+    g = groups["model and cluster"]
+    g.add_argument("--plan", required=True,
+                   help="plan document: plan.json of search --out, or estimate --out FILE")
+    g.add_argument("--nodes", type=int,
                    help="the plan's node count (checked; a plan for another count is "
                         "another plan: re-plan with configurator search --nodes N)")
-    p.add_argument("--data-path", nargs="+", metavar="WORD",
+    g = groups["plan"]
+    g.add_argument("--data-path", nargs="+", metavar="WORD",
                    help="Megatron --data-path: one dataset prefix, or a blend of several "
                         "(--data-path 0.3 /a 0.7 /b: weights and prefixes alternating); "
                         "needs --tokenizer-model (default: --mock-data)")
-    p.add_argument("--tokenizer-model",
+    g.add_argument("--tokenizer-model",
                    help="Hugging Face tokenizer name or path (required with --data-path)")
-    p.add_argument("--force", action="store_true",
-                   help="overwrite existing scripts (never through a symbolic link)")
+    add_out(groups["output"], "directory for the scripts (not a symbolic link)",
+            metavar="DIR", required=True)
+    add_force(groups["output"], "existing scripts")
 
 
 def run_launch(args) -> int:
@@ -224,13 +308,17 @@ def run_launch(args) -> int:
                                    force=args.force))
     print("wrote " + " and ".join(out.paths))
     print(out.placement)
+    for line in out.next_steps:
+        print(line)
     return 0
 
 
 def add_explain_arguments(p) -> None:
-    p.add_argument("plan_a", metavar="PLAN_A", help="plan.json written by search --out")
-    p.add_argument("plan_b", metavar="PLAN_B", help="another plan.json")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("plan_a", metavar="PLAN_A",
+                   help="a plan document (plan.json of search --out, estimate --out FILE) "
+                        "or FILE:N, entry N (1 = the best) of a plans.json")
+    p.add_argument("plan_b", metavar="PLAN_B", help="another, as PLAN_A")
+    add_json(option_groups(p)["output"], "the comparison")
 
 
 def run_explain(args) -> int:

@@ -22,11 +22,14 @@ EXIT_INPUT = 2
 
 
 def add_probe_arguments(p) -> None:
-    p.add_argument("--nnodes", type=int, help="number of nodes (required to print)")
-    p.add_argument("--nproc-per-node", type=int, help="GPUs (ranks) per node (required to print)")
-    p.add_argument("--master-addr", default="$MASTER_ADDR", help="host of node_rank 0")
-    p.add_argument("--master-port", type=int, default=29500)
-    p.add_argument("--slurm", action="store_true",
+    g = p.add_argument_group("torchrun")
+    g.add_argument("--nnodes", type=int, help="number of nodes (required to print)")
+    g.add_argument("--nproc-per-node", type=int,
+                   help="GPUs (ranks) per node (required to print)")
+    g.add_argument("--master-addr", default="$MASTER_ADDR",
+                   help="host of node_rank 0 (default: $MASTER_ADDR on each node)")
+    g.add_argument("--master-port", type=int, default=29500, help="(default 29500)")
+    g.add_argument("--slurm", action="store_true",
                    help="wrap in srun, node_rank from $SLURM_NODEID")
     add_probe_options(p.add_argument_group(
         "probe options (passed to python -m topology.probe)"), out_required=False)

@@ -13,6 +13,7 @@ import sys
 
 from configurator.app.profile_jobs import (DEFAULT_REPEATS, DEFAULT_WARMUP, DEVICES,
                                            ProfileRequest, run_profile as profile_job)
+from configurator.cli.options import add_force, add_json, add_out, option_groups
 from configurator.core import jsonout
 from configurator.core.model import MODEL_PRESETS
 from configurator.core.profile import PROFILE_PRECISIONS
@@ -20,9 +21,13 @@ from topology.gpus import GPU_PRESETS
 
 
 def add_profile_arguments(p) -> None:
-    p.add_argument("--model", required=True,
-                   help="preset name (" + ", ".join(MODEL_PRESETS) + "), a YAML/JSON file "
-                        "with Megatron keys, or a Hugging Face config.json")
+    groups = option_groups(p)
+    g = groups["model and cluster"]
+    g.add_argument("--model", required=True,
+                   help="preset name, any case (" + ", ".join(MODEL_PRESETS) + "), a YAML/JSON "
+                        "file with Megatron keys, or a Hugging Face config.json")
+    g.add_argument("--seq-length", type=int, help="override the model's sequence length")
+    p = groups["plan"]
     p.add_argument("--tp", type=int, nargs="+", default=[1], metavar="T",
                    help="tensor_model_parallel_size values to profile (default 1)")
     p.add_argument("--cp", type=int, nargs="+", default=[1], metavar="C",
@@ -32,10 +37,11 @@ def add_profile_arguments(p) -> None:
     p.add_argument("--sequence-parallel", dest="sequence_parallel",
                    action=argparse.BooleanOptionalAction, default=None,
                    help="sequence parallelism (default: on when tp > 1)")
-    p.add_argument("--seq-length", type=int, help="override the model's sequence length")
+    p = groups["precision and kernels"]
     p.add_argument("--precision", choices=PROFILE_PRECISIONS, default="bf16",
                    help="bf16 (default) or fp8 (FP8 GEMMs: Transformer Engine where installed, "
                         "else torch._scaled_mm; the profile's note names which)")
+    p = groups["measurement"]
     p.add_argument("--device", choices=DEVICES, default="auto",
                    help="where to run: auto (CUDA when torch sees it, else the CPU; default), "
                         "cuda or cpu")
@@ -46,11 +52,11 @@ def add_profile_arguments(p) -> None:
                    help=f"untimed runs per shape (default {DEFAULT_WARMUP})")
     p.add_argument("--repeats", type=int, default=DEFAULT_REPEATS, metavar="N",
                    help=f"timed runs per shape, the median reported (default {DEFAULT_REPEATS})")
-    p.add_argument("-o", "--out", default="profile.yaml", metavar="FILE",
-                   help="profile to write (YAML; JSON for a .json name; default profile.yaml); "
-                        "refused if it exists without --force")
-    p.add_argument("--force", action="store_true", help="overwrite an existing --out file")
-    p.add_argument("--json", action="store_true", help="print the profile as JSON")
+    g = groups["output"]
+    add_out(g, "profile to write (YAML; JSON for a .json name; default profile.yaml); "
+               "refused if it exists without --force", default="profile.yaml")
+    add_force(g, "an existing --out file")
+    add_json(g, "the profile")
 
 
 def _progress(shapes):

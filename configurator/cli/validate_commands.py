@@ -9,12 +9,13 @@ from configurator.app.calibrate_jobs import calibrate_runs
 from configurator.app.validate_jobs import load_run_files, validate_runs
 from configurator.core import jsonout
 from configurator.core.errors import InputError
+from configurator.cli.options import add_force, add_json, add_out, option_groups
 from launchers.files import check_out_file, write_text_file
 
-RUNS_HELP = ("measured runs: CSV/YAML/JSON run files (schema: configurator/core/runs.py and "
-             "the README) or Megatron-LM logs (.log/.txt/.out, with --cluster); none: the "
-             "published runs of the shared ground truth (SC'21, NeMo long context, "
-             "Megatron-Bridge)")
+RUNS_HELP = ("measured runs: CSV/YAML/JSON run files (schema: docs/formats.md, 'Measured runs'; "
+             "configurator examples writes one) or Megatron-LM logs (.log/.txt/.out, with "
+             "--cluster); none: the published runs that ship with the tool (SC'21, NeMo "
+             "long context, Megatron-Bridge)")
 
 
 def _progress(total_label):
@@ -26,17 +27,25 @@ def _progress(total_label):
     return wrap
 
 
-def add_validate_arguments(p) -> None:
+def _runs_options(p):
     p.add_argument("runs", nargs="*", metavar="RUNS", help=RUNS_HELP)
-    p.add_argument("--cluster", metavar="PRESET_OR_FILE",
+    groups = option_groups(p)
+    g = groups["model and cluster"]
+    g.add_argument("--cluster", metavar="PRESET_OR_FILE",
                    help="cluster the Megatron logs ran on")
-    p.add_argument("--calibration", metavar="FILE",
-                   help="calibrated efficiencies (configurator calibrate -o FILE)")
-    p.add_argument("--html", metavar="FILE",
-                   help="write an HTML report with the predicted-vs-measured scatter plot")
-    p.add_argument("--all-runs", action="store_true", help="print every run, not only groups")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.add_argument("--force", action="store_true", help="overwrite an existing --html file")
+    return groups
+
+
+def add_validate_arguments(p) -> None:
+    groups = _runs_options(p)
+    groups["model and cluster"].add_argument(
+        "--calibration", metavar="FILE",
+        help="calibrated efficiencies (configurator calibrate -o FILE)")
+    g = groups["output"]
+    add_out(g, "write an HTML report with the predicted-vs-measured scatter plot")
+    g.add_argument("--all-runs", action="store_true", help="print every run, not only groups")
+    add_json(g, "the report")
+    add_force(g, "an existing --out file")
 
 
 def _calibration(path):
@@ -48,15 +57,15 @@ def _calibration(path):
 
 
 def run_validate(args) -> int:
-    if args.html:
-        check_out_file(args.html, args.force, "html")
+    if args.out:
+        check_out_file(args.out, args.force)
     runs, skipped = load_run_files(args.runs, args.cluster)
     report = validate_runs(runs, _calibration(args.calibration), skipped,
                            progress=_progress("validate"))
-    if args.html:
+    if args.out:
         from configurator.report.validate_html import render_validation_html
 
-        path = write_text_file(args.html, render_validation_html(
+        path = write_text_file(args.out, render_validation_html(
             report, "configurator validate: predicted vs measured iteration time"), args.force)
         print(f"wrote {path}", file=sys.stderr)
     if args.json:
@@ -100,18 +109,17 @@ def format_validation(report, all_runs: bool = False) -> str:
 def add_calibrate_arguments(p) -> None:
     from topology.calibration import FIT_PARAMETERS
 
-    p.add_argument("runs", nargs="*", metavar="RUNS", help=RUNS_HELP)
-    p.add_argument("-o", "--out", required=True, metavar="FILE",
-                   help="calibration file to write (YAML); refused if it exists without "
-                        "--force")
-    p.add_argument("--cluster", metavar="PRESET_OR_FILE",
-                   help="cluster the Megatron logs ran on")
-    p.add_argument("--params", metavar="P1,P2",
-                   help="parameters to fit, of: " + ", ".join(FIT_PARAMETERS)
-                        + " (default: the precision's GEMM efficiency, flash_attention and "
-                          "host_op_us, each only where the runs determine it)")
-    p.add_argument("--json", action="store_true", help="print the fits as JSON")
-    p.add_argument("--force", action="store_true", help="overwrite an existing --out file")
+    groups = _runs_options(p)
+    groups["fit"].add_argument(
+        "--params", metavar="P1,P2",
+        help="parameters to fit, of: " + ", ".join(FIT_PARAMETERS)
+             + " (default: the precision's GEMM efficiency, flash_attention and host_op_us, "
+               "each only where the runs determine it)")
+    g = groups["output"]
+    add_out(g, "calibration file to write (YAML); refused if it exists without --force",
+            required=True)
+    add_json(g, "the fits")
+    add_force(g, "an existing --out file")
 
 
 def run_calibrate(args) -> int:
@@ -125,7 +133,7 @@ def run_calibrate(args) -> int:
             raise InputError("params", args.params, "name at least one parameter")
     runs, _ = load_run_files(args.runs, args.cluster)
     cal, fits = calibrate_runs(runs, params, progress=_progress("calibrate"),
-                               source=", ".join(args.runs) or "shared ground truth")
+                               source=", ".join(args.runs) or "published runs")
     path = write_text_file(args.out, yaml.safe_dump(jsonout.finite(cal.to_dict()),
                                                 sort_keys=False), args.force)
     if args.json:

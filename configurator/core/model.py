@@ -666,18 +666,21 @@ def _refuse_unmapped(cfg: Mapping[str, Any], used: set[str]) -> None:
 
 
 def load_model(ref: str) -> ModelSpec:
-    """Resolve ``ref``: a preset name, a Megatron-keyed YAML/JSON file, or an HF config.json.
+    """Resolve ``ref``: a preset name (any case), a Megatron-keyed YAML/JSON file, or an HF
+    config.json.
 
     A JSON file with ``model_type`` or ``num_hidden_layers``/``n_layer`` is read as a Hugging
     Face config, named after its folder (``…/NAME/config.json``) or its file name; any other
     file must hold exactly :data:`MODEL_KEYS`.
     Raises :class:`InputError` (field ``model``) for an unknown preset or unreadable file.
     """
-    if ref in MODEL_PRESETS:
-        return MODEL_PRESETS[ref]
+    preset = v.preset_name(ref, MODEL_PRESETS)
+    if preset is not None:
+        return MODEL_PRESETS[preset]
     if not os.path.exists(ref):
-        raise InputError("model", ref, "not a preset name ("
-                         + ", ".join(MODEL_PRESETS) + ") nor an existing file")
+        raise InputError("model", ref, "not a preset name nor an existing file"
+                         + (v.did_you_mean(ref, MODEL_PRESETS)
+                            or " (presets: " + ", ".join(MODEL_PRESETS) + ")"))
     data = v.load_mapping_file("model", ref)
     if any(k in data for k in ("model_type", "num_hidden_layers", "n_layer")):
         path = os.path.abspath(ref)

@@ -87,6 +87,8 @@ _PLAN_KEYS = tuple(f.name for f in PLAN_FIELDS)
 _ALIASES = {f.alias: f.name for f in PLAN_FIELDS if f.alias}
 RUN_KEYS = (_REQUIRED + ("seq_length", "flops_formula") + tuple(
     k for k in _PLAN_KEYS if k not in _REQUIRED) + MEASURED_KEYS + _LABEL_KEYS)
+#: Longest ``source`` (a citation: paper, table, file and commit).
+MAX_SOURCE_CHARS = 1024
 #: Upper bounds that keep a hostile file from asking for absurd figures.
 _MAX_FIGURE = {"iteration_time_s": 1e7, "tokens_per_s_per_gpu": 1e9, "tflops_per_gpu": 1e6,
                "peak_memory_GiB": 1e5}
@@ -177,6 +179,11 @@ def run_from_mapping(data: Any, where: str = "run") -> MeasuredRun:
         val = row[key]
         if not isinstance(val, str):
             raise InputError(f"{where}.{key}", val, "must be a string")
+        if key == "source":     # a citation: printable, up to MAX_SOURCE_CHARS
+            if len(val) > MAX_SOURCE_CHARS:
+                raise InputError(f"{where}.{key}", val,
+                                 f"must be at most {MAX_SOURCE_CHARS} characters")
+            return v.printable_text(f"{where}.{key}", val.strip())
         return v.display_name(f"{where}.{key}", val.strip())
 
     fields: dict[str, Any] = {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 from typing import Any, Iterable, Mapping
@@ -89,23 +90,57 @@ def display_name(field: str, value: Any) -> str:
     return printable_text(field, value)
 
 
+def close_matches(value: Any, options: Iterable[str], n: int = 3) -> list[str]:
+    """The ``options`` closest to ``value`` (case-insensitive), best first: those that start
+    with it or that it starts with (``dgx-h100`` → ``dgx-h100-80gb``), then difflib's close
+    matches (Ratcliff–Obershelp similarity ≥ 0.6: ``lama3-70b`` → ``llama3-70b``,
+    ``num_query_group`` → ``num_query_groups``). Empty for a value that is not a string."""
+    if not isinstance(value, str) or not value.strip():
+        return []
+    options = list(dict.fromkeys(options))
+    low = {o.lower(): o for o in options}
+    key = value.strip().lower()
+    prefix = [o for o in options if o.lower().startswith(key) or key.startswith(o.lower())]
+    fuzzy = [low[m] for m in difflib.get_close_matches(key, list(low), n=n, cutoff=0.6)]
+    return list(dict.fromkeys(prefix + fuzzy))[:n]
+
+
+def did_you_mean(value: Any, options: Iterable[str]) -> str:
+    """``"; did you mean 'x'?"`` (or ``'x' or 'y'``) for :func:`close_matches`, else ``""``:
+    the tail of a rule that names the options a misspelt name was probably meant to be."""
+    best = close_matches(value, options, n=2)
+    return "; did you mean " + " or ".join(f"'{b}'" for b in best) + "?" if best else ""
+
+
+def preset_name(value: Any, presets: Iterable[str]) -> str | None:
+    """The preset ``value`` names, compared case-insensitively (``llama3-70B`` →
+    ``llama3-70b``), or None."""
+    if not isinstance(value, str):
+        return None
+    low = {p.lower(): p for p in presets}
+    return low.get(value.strip().lower())
+
+
 def choice(field: str, value: Any, allowed: Iterable[str]) -> str:
     allowed = tuple(allowed)
     if value not in allowed:
-        raise InputError(field, value, f"must be one of {', '.join(allowed)}")
+        raise InputError(field, value, f"must be one of {', '.join(allowed)}"
+                         + did_you_mean(value, allowed))
     return value
 
 
 def exact_keys(where: str, data: Any, required: Iterable[str], optional: Iterable[str]) -> Mapping:
-    """Check a mapping has every required key and no unknown key."""
+    """Check a mapping has every required key and no unknown key (an unknown key's error
+    suggests the closest known ones, :func:`did_you_mean`)."""
     if not isinstance(data, Mapping):
         raise InputError(where, type(data).__name__, "must be a mapping of keys to values")
     required, optional = tuple(required), tuple(optional)
     known = set(required) | set(optional)
     for key in data:
         if key not in known:
-            raise InputError(f"{where}.{key}", data[key],
-                             f"unknown key; allowed keys: {', '.join(sorted(known))}")
+            hint = did_you_mean(key, sorted(known))
+            raise InputError(f"{where}.{key}", data[key], "unknown key" + (
+                hint or f"; allowed keys: {', '.join(sorted(known))}"))
     for key in required:
         if key not in data:
             raise InputError(f"{where}.{key}", None, "missing required key")

@@ -1,17 +1,17 @@
 """Published measurements used for calibration and accuracy checks.
 
-The CSVs (SC'21 Table 1, NeMo's long-context runs, Megatron-Bridge's performance summary)
-live in the shared ground-truth folder beside the checkout (``../shared/ground_truth``) or
-wherever ``CONFIGURATOR_GROUND_TRUTH`` points. :func:`published_runs` gives every row we can
-price as a :class:`~configurator.core.runs.MeasuredRun` (the built-in example of
-``configurator validate``), grouped as :func:`published_group` says.
+The CSVs (SC'21 Table 1, Korthikanti et al.'s Table 3, NeMo's long-context runs,
+Megatron-Bridge's performance summary) ship with the tool in ``configurator/data/published``
+(:func:`published_path`), each row with its citation. :func:`published_runs` gives every row
+we can price as a :class:`~configurator.core.runs.MeasuredRun` (what ``configurator
+validate`` and ``calibrate`` price when given no run file), grouped as
+:func:`published_group` says.
 """
 
 from __future__ import annotations
 
 import csv
 import dataclasses
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +20,7 @@ from configurator.core.layers import format_layout
 from configurator.core.model import MODEL_PRESETS, ModelSpec
 from configurator.core.plan import ParallelPlan, is_fp8
 from configurator.core.runs import MeasuredRun
+from configurator.data import PUBLISHED, data_path
 from topology.cluster import CLUSTER_PRESETS
 
 SC21_MODEL_NAMES = {"1.7": "gpt-1.7b", "3.6": "gpt-3.6b", "7.5": "gpt-7.5b",
@@ -28,11 +29,20 @@ SC21_MODEL_NAMES = {"1.7": "gpt-1.7b", "3.6": "gpt-3.6b", "7.5": "gpt-7.5b",
                     "1008.0": "gpt-1t"}
 
 
-def ground_truth_dir() -> Path:
-    env = os.environ.get("CONFIGURATOR_GROUND_TRUTH")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[3] / "shared" / "ground_truth"
+#: The shipped tables (``configurator/data/published``), one per source.
+SC21_TABLE, KORTHIKANTI_TABLE = "sc21_table1.csv", "korthikanti_table3.csv"
+NEMO_CP_TABLE, BRIDGE_TABLE = "nemo_long_sequence_cp.csv", "megatron_bridge_perf.csv"
+
+
+def published_path(name: str) -> Path:
+    """Path of the shipped table ``name`` (e.g. :data:`SC21_TABLE`)."""
+    return data_path(PUBLISHED, name)
+
+
+def read_table(path: Path | str) -> list[dict[str, str]]:
+    """Rows of a published table: a CSV whose ``#`` lines are comments (the source)."""
+    with open(path, encoding="utf-8") as fh:
+        return list(csv.DictReader(line for line in fh if not line.startswith("#")))
 
 
 @dataclass(frozen=True)
@@ -41,6 +51,8 @@ class SC21Row:
     plan: ParallelPlan
     num_gpus: int
     published_tflops_per_gpu: float
+    #: the row's citation (the table's ``source`` column)
+    source: str = ""
 
     @property
     def published_iteration_time_s(self) -> float:
@@ -53,9 +65,7 @@ def sc21_rows(path: Path | None = None) -> list[SC21Row]:
     """Rows of SC'21 Table 1 as plans: the row's tp, pp, mbs and virtual stages (from the
     paper's run_table_1.sh), full recompute, fp16, ``local`` attention (2021 Megatron stored
     the score matrix) and no gradient-reduce overlap (2021 Megatron reduced after backward)."""
-    path = path or ground_truth_dir() / "sc21_table1_weak_scaling.csv"
-    with open(path, encoding="utf-8") as fh:
-        rows = list(csv.DictReader(line for line in fh if not line.startswith("#")))
+    rows = read_table(path or published_path(SC21_TABLE))
     out = []
     for r in rows:
         model = MODEL_PRESETS[SC21_MODEL_NAMES[r["params_billion"]]]
@@ -67,7 +77,7 @@ def sc21_rows(path: Path | None = None) -> list[SC21Row]:
                             global_batch_size=int(r["global_batch_size"]), recompute="full",
                             precision="fp16", attention_backend="local",
                             overlap_grad_reduce=False, overlap_param_gather=False)
-        out.append(SC21Row(model, plan, n, float(r["achieved_tflops_per_gpu"])))
+        out.append(SC21Row(model, plan, n, float(r["achieved_tflops_per_gpu"]), r["source"]))
     return out
 
 
@@ -176,6 +186,8 @@ class BridgeRow:
     nodes: int
     plan: ParallelPlan
     tokens_per_s_per_gpu: float
+    #: the row's citation (the table's ``source`` column)
+    source: str = ""
 
     @property
     def published_iteration_time_s(self) -> float:
@@ -185,12 +197,10 @@ class BridgeRow:
 
 
 def bridge_rows(path: Path | None = None) -> tuple[list[BridgeRow], list[str]]:
-    """Rows of ``megatron_bridge_perf_subset.csv`` we can price, and why the others are not
+    """Rows of the Megatron-Bridge table (:data:`BRIDGE_TABLE`) we can price, and why the others are not
     (a system or model without a preset, a token-dropping variant, a recipe of
     :data:`BRIDGE_UNMODELLED_RECIPES`)."""
-    path = path or ground_truth_dir() / "megatron_bridge_perf_subset.csv"
-    with open(path, encoding="utf-8") as fh:
-        rows = list(csv.DictReader(line for line in fh if not line.startswith("#")))
+    rows = read_table(path or published_path(BRIDGE_TABLE))
     out, skipped = [], []
     for r in rows:
         key = f"{r['release']} {r['model']} {r['system']} {r['precision'][:12]}"
@@ -253,7 +263,8 @@ def bridge_rows(path: Path | None = None) -> tuple[list[BridgeRow], list[str]]:
                                 grad_reduce_in_bf16=True, cross_entropy_fusion="te",
                                 megatron_fsdp=fsdp > 0, **recompute)
             out.append(BridgeRow(r["release"], model, cluster, n // gpus_per_host, plan,
-                                 tokens))
+                                 tokens, f"{r['source']}, {r['release']} {r['section']}: "
+                                         f"{r['model']} {r['system']} {r['precision']} row"))
     return out, skipped
 
 
@@ -295,7 +306,7 @@ def _run(name, source, model, cluster, plan, seq=None, **measured) -> MeasuredRu
 
 def sc21_runs() -> list[MeasuredRun]:
     """SC'21 Table 1 rows (:func:`sc21_rows`) as runs: TFLOP/s counted the SC'21 way."""
-    return [_run(f"sc21 {r.model.name} {r.num_gpus} GPUs", "Narayanan et al. SC'21 Table 1",
+    return [_run(f"sc21 {r.model.name} {r.num_gpus} GPUs", r.source,
                  r.model.name, "dgx-a100-80gb", r.plan,
                  tflops_per_gpu=r.published_tflops_per_gpu, flops_formula="sc21")
             for r in sc21_rows()]
@@ -318,9 +329,7 @@ def nemo_cp_runs(path: Path | None = None) -> list[MeasuredRun]:
     September 2024, nemo/collections/llm/gpt/model/base.py, Megatron's default ``native``
     implementation), the eager one in 24.03.01 (the H100 rows; megatron-core had no fused
     cross entropy before 0.8, June 2024)."""
-    path = path or ground_truth_dir() / "nemo_long_sequence_cp.csv"
-    with open(path, encoding="utf-8") as fh:
-        rows = list(csv.DictReader(line for line in fh if not line.startswith("#")))
+    rows = read_table(path or published_path(NEMO_CP_TABLE))
     models = {"LLAMA2-7B": "llama2-7b", "LLAMA3-8B": "llama3-8b"}
     systems = {"DGX-H100": "dgx-h100-80gb", "DGX-B200": "dgx-b200-180gb"}
     cross_entropy = {"DGX-H100": "none", "DGX-B200": "native"}    # NeMo 24.03.01, 25.04
@@ -334,7 +343,7 @@ def nemo_cp_runs(path: Path | None = None) -> list[MeasuredRun]:
                             fp8_param_gather=True,
                             cross_entropy_fusion=cross_entropy[r["system"]])
         out.append(_run(f"nemo {r['model']} {r['system']} {r['seq_len_k']}k",
-                        "NeMo performance_long_sequence.md", models[r["model"]],
+                        r["source"], models[r["model"]],
                         systems[r["system"]], plan, seq=seq,
                         tflops_per_gpu=float(r["tflops_per_gpu_with_cp"]),
                         flops_formula="megatron-full-attention"))
@@ -365,7 +374,7 @@ def bridge_runs(newest_only: bool = True) -> tuple[list[MeasuredRun], list[str]]
                              for r in rows if newest[(r.model.name, r.cluster, r.plan)] is not r]
         rows = kept
     return [_run(f"bridge {r.release} {r.model.name} {r.cluster} {r.plan.precision} "
-                 f"{r.plan.world_size}", f"Megatron-Bridge performance summary {r.release}",
+                 f"{r.plan.world_size}", r.source,
                  r.model, r.cluster, r.plan,
                  seq=r.model.seq_length, tokens_per_s_per_gpu=r.tokens_per_s_per_gpu)
             for r in rows], skipped

@@ -41,8 +41,21 @@ from memory_model.params import (embedding_parameters, padded_vocab_size,
 from topology.collectives import (all_gather_time_s, all_reduce_time_s, all_to_all_time_s,
                                   p2p_time_s)
 
-BREAKDOWN_KEYS = ("compute", "recompute", "bubble", "tp_comm", "cp_comm", "ep_comm",
-                  "pp_comm", "dp_comm", "optimizer")
+#: The closed form's terms of one iteration (seconds on the pacing rank; they sum to its
+#: iteration time), each with what it holds.
+BREAKDOWN_TERMS = {
+    "compute": "forward and backward of the pacing stage's layers (embedding, logits and "
+               "loss where it holds them) over every microbatch",
+    "recompute": "forward passes run again in backward by activation recompute",
+    "bubble": "pipeline fill and drain: time stages wait for one another",
+    "tp_comm": "tensor-parallel collectives not hidden behind compute",
+    "cp_comm": "context-parallel K/V exchange not hidden behind attention",
+    "ep_comm": "expert-parallel all-to-all (dispatch and combine) not hidden",
+    "pp_comm": "pipeline sends and receives between stages not hidden",
+    "dp_comm": "data-parallel gradient reduction and parameter gather not hidden",
+    "optimizer": "the optimizer step",
+}
+BREAKDOWN_KEYS = tuple(BREAKDOWN_TERMS)
 #: Megatron DDP bucket: ``max(40M, 1M·dp)`` parameters (megatron/core/distributed
 #: distributed_data_parallel_config.py, ``bucket_size``).
 BUCKET_PARAMS = 40_000_000

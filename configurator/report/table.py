@@ -23,7 +23,7 @@ from rich.table import Table
 from configurator.core.plan import (OPTIONAL_PLAN_KEYS, PLAN_FIELD, PLAN_FIELDS, PlanField,
                                      describe_plan, is_fp8)
 from configurator.core.units import GiB
-from configurator.search.evaluate import Evaluation
+from configurator.search.evaluate import SCHEDULE_KEY, Evaluation
 
 #: Longest line of the default (narrow) table and of the estimate text.
 NARROW_WIDTH = 100
@@ -138,8 +138,9 @@ WHEN_USED = {f.column: f for f in PLAN_FIELDS if f.column is not None
 
 
 def select_columns(evals: list[Evaluation], wide: bool = False) -> list[Column]:
-    """The columns shown: all with ``wide``, else all that fit NARROW_WIDTH (DROP_ORDER);
-    either way the :data:`WHEN_USED` columns only where some plan uses them."""
+    """The columns shown: all with ``wide``, else all that fit NARROW_WIDTH (DROP_ORDER) and
+    those that tell two shown plans apart (:func:`_telling_apart`); either way the
+    :data:`WHEN_USED` columns only where some plan uses them."""
     columns = [c for c in COLUMNS if c.header not in WHEN_USED or any(
         getattr(e.plan, WHEN_USED[c.header].name) != WHEN_USED[c.header].default
         for e in evals)]
@@ -147,20 +148,48 @@ def select_columns(evals: list[Evaluation], wide: bool = False) -> list[Column]:
         columns = [c for c in columns if c is not MFU_FP8]
     if wide:
         return columns
-    for header in DROP_ORDER:
-        if _width(_table(columns, evals)) <= NARROW_WIDTH:
-            break
-        columns = [c for c in columns if c.header != header]
-    return columns
+    every, kept = columns, set()
+    while True:
+        columns = every
+        for header in DROP_ORDER:
+            if _width(_table(columns, evals)) <= NARROW_WIDTH:
+                break
+            if header not in kept:
+                columns = [c for c in columns if c.header != header]
+        extra = _telling_apart(columns, every, evals)
+        if extra is None:
+            return columns
+        kept.add(extra.header)
+
+
+def _telling_apart(columns: list[Column], every: list[Column],
+                   evals: list[Evaluation]) -> Column | None:
+    """The first plan column of ``every`` left out of ``columns`` (in table order) whose
+    cells tell apart two plans that read alike in ``columns``, or None when no two do (or
+    nothing shown could): two rows that differ only in hidden columns would look like the
+    same plan."""
+    shown = [c for c in columns if c in PLAN_COLUMNS]
+    seen: dict[tuple, int] = {}
+    for i, e in enumerate(evals):
+        key = tuple(c.cell(i + 1, e) for c in shown)
+        if key in seen:
+            a = evals[seen[key]]
+            extra = next((c for c in every if c in PLAN_COLUMNS and c not in columns
+                          and c.cell(0, a) != c.cell(0, e)), None)
+            if extra is not None:
+                return extra
+        seen[key] = i
+    return None
 
 
 def format_table(evals: list[Evaluation], wide: bool = False) -> str:
     """The ranked table as plain text: a header row, a rule, one row per evaluation.
 
-    Default: every line at most NARROW_WIDTH characters; ``wide``: every column.
+    Default: at most NARROW_WIDTH characters, unless a column that tells two plans apart
+    (:func:`_telling_apart`) needs more; ``wide``: every column.
     """
     table = _table(select_columns(evals, wide), evals)
-    return "\n".join(_render(table, max(_width(table), 1) if wide else NARROW_WIDTH))
+    return "\n".join(_render(table, max(_width(table), 1)))
 
 
 def _wrap(line: str) -> list[str]:
@@ -223,22 +252,35 @@ def format_scaling(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _explain_name(kind: str, name: str) -> str:
+    """A compared figure's name as shown: memory without its ``_bytes`` (the header says
+    GiB), ``mfu`` as a per cent."""
+    if kind == "memory" and name.endswith("_bytes"):
+        return name[:-len("_bytes")]
+    return "mfu (%)" if name == "mfu" else name
+
+
 def format_explanation(ex) -> str:
-    """:class:`configurator.app.explain.Explanation` as text: the plans, the fields that
-    differ, then time (s), throughput and memory (GiB) side by side with B − A."""
-    def val(kind, x):
+    """:class:`configurator.app.explain.Explanation` as text: the headline, the plans, the
+    fields that differ, then time (s), throughput and memory (GiB) side by side with B − A,
+    and what a correction term in the time breakdown is."""
+    def scale(kind, name, x):
+        return x / GiB if kind == "memory" else 100 * x if name == "mfu" else x
+
+    def val(kind, name, x):
         if x is None:
             return "-"
-        if kind == "memory":
-            return f"{x / GiB:.2f}"
-        if kind == "throughput":
-            return f"{x:.3g}"
-        return f"{x:.3f}"
+        x = scale(kind, name, x)
+        return f"{x:.2f}" if kind == "memory" else f"{x:.3g}" if kind == "throughput" \
+            else f"{x:.3f}"
 
-    lines = [f"A: {ex.plan_a}", f"B: {ex.plan_b}"]
+    lead, _, terms = ex.headline.partition("; ")
+    lines = [*_wrap(lead[0].upper() + lead[1:] + ("" if terms else ".")),
+             *(_wrap(terms[0].upper() + terms[1:] + ".") if terms else []), "",
+             f"A: {ex.plan_a}   ({ex.source_a})", f"B: {ex.plan_b}   ({ex.source_b})"]
     if ex.field_changes:
-        lines.append("fields that differ: " + ", ".join(f"{f} {a} -> {b}"
-                                                        for f, a, b in ex.field_changes))
+        lines += _wrap("fields that differ: " + ", ".join(f"{f} {a} -> {b}"
+                                                          for f, a, b in ex.field_changes))
     unit = {"time": "s", "time per stage": "s", "throughput": "", "memory": "GiB"}
     kind = None
     for r in ex.rows:
@@ -248,6 +290,10 @@ def format_explanation(ex) -> str:
                           f"{'A':>12}{'B':>12}{'B - A':>12}"]
         d = r.delta
         dtxt = "-" if d is None else (f"{d / GiB:+.2f}" if kind == "memory" else
-                                      f"{d:+.3g}" if kind == "throughput" else f"{d:+.3f}")
-        lines.append(f"  {r.name:<32}{val(kind, r.a):>12}{val(kind, r.b):>12}{dtxt:>12}")
+                                      f"{scale(kind, r.name, d):+.3g}" if kind == "throughput"
+                                      else f"{d:+.3f}")
+        lines.append(f"  {_explain_name(kind, r.name):<32}{val(kind, r.name, r.a):>12}"
+                     f"{val(kind, r.name, r.b):>12}{dtxt:>12}")
+    if SCHEDULE_KEY in ex.terms:
+        lines += ["", *_wrap(f"{SCHEDULE_KEY}: {ex.terms[SCHEDULE_KEY]}.")]
     return "\n".join(lines)

@@ -12,7 +12,7 @@ from configurator.cost.flops import megatron_model_flops
 from configurator.core.model import ModelSpec
 from configurator.core.plan import ParallelPlan
 from configurator.core.rules import check_plan
-from configurator.cost.iteration import BREAKDOWN_KEYS, iteration_time
+from configurator.cost.iteration import BREAKDOWN_KEYS, BREAKDOWN_TERMS, iteration_time
 from configurator.cost.placed import PlacedPlan
 from memory_model import MemoryBreakdown, estimate_memory
 
@@ -20,6 +20,12 @@ from memory_model import MemoryBreakdown, estimate_memory
 #: Breakdown entry for what the simulated schedule on the placed ranks' links adds to (or
 #: takes from) the closed form.
 SCHEDULE_KEY = "schedule_and_placement"
+#: Every term of ``Evaluation.time_breakdown_s`` with what it holds: the closed form's, then
+#: the correction the simulated schedule makes (negative where it overlaps more).
+TIME_TERMS = {**BREAKDOWN_TERMS,
+              SCHEDULE_KEY: "a correction, not a cost: the simulated schedule on the ranks' "
+                            "own links minus the closed form's terms (negative where the "
+                            "simulation overlaps more than the closed form assumes)"}
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,0 +1,123 @@
+"""``configurator examples``: the example inputs that ship with the tool, listed or copied
+into a directory so a newcomer can try every command on real data.
+
+Copied from the package data (``configurator/data/examples``): the real nccl-tests logs of
+a 17-node H100 cluster (with their licence and attribution) and a small measured topology
+imported from four of its hosts. Written from the tool's own definitions (so they always
+read back as they are): a model file (the ``llama3-8b`` preset in Megatron's keys), a
+cluster file (the ``dgx-h100-80gb`` preset on 4 nodes) and the published runs as a run file
+(what ``configurator validate`` prices by default, one row per run with its citation).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+
+from configurator.core.errors import InputError
+from configurator.data import EXAMPLES, data_path
+
+#: The logs folder and the small topology, copied as they ship.
+LOGS, TOPOLOGY = "h100-17node-nccl-tests", "topology-4host.yaml"
+#: Files written from the tool's definitions.
+MODEL_FILE, CLUSTER_FILE, RUNS_FILE = "model-llama3-8b.yaml", "cluster-dgx-h100.yaml", \
+    "published-runs.csv"
+#: Model keys that only a mixture of experts or multi-latent attention uses: left out of a
+#: dense model's example file (they keep their defaults).
+_MOE_MLA_KEYS = ("moe_router_topk", "moe_layer_freq", "multi_latent_attention", "kv_lora_rank",
+                 "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
+
+
+@dataclass(frozen=True)
+class Example:
+    """One example: its name in the output directory and what it is for."""
+
+    name: str
+    what: str
+    try_it: str
+
+
+EXAMPLE_FILES: tuple[Example, ...] = (
+    Example(LOGS, "real nccl-tests logs of a 17-node H100 cluster (alltoall and sendrecv, "
+                  "1/4/8 GPUs per node; Apache-2.0, see its README)",
+            f"configurator topology import {LOGS} -o topo.json"),
+    Example(TOPOLOGY, "a measured topology of 4 of those hosts (a slow pair included)",
+            f"configurator audit --topology {TOPOLOGY}"),
+    Example(MODEL_FILE, "a model file in Megatron's keys (Llama-3 8B)",
+            f"configurator search --model {MODEL_FILE} --cluster dgx-h100-80gb --nodes 2 "
+            f"--gbs 128"),
+    Example(CLUSTER_FILE, "a cluster file (4 DGX H100 nodes)",
+            f"configurator search --model llama3-8b --cluster {CLUSTER_FILE} --gbs 128"),
+    Example(RUNS_FILE, "the published runs as a run file (one row per run, its source cited)",
+            f"configurator validate {RUNS_FILE}"),
+)
+
+
+def _yaml(header: str, data: dict) -> bytes:
+    import yaml
+
+    return (header + yaml.safe_dump(data, sort_keys=False)).encode()
+
+
+def model_file() -> bytes:
+    """The ``llama3-8b`` preset as a model file (its non-empty keys; no MoE/MLA keys)."""
+    from configurator.core.model import MODEL_PRESETS
+
+    data = {k: val for k, val in MODEL_PRESETS["llama3-8b"].to_dict().items()
+            if val is not None and k not in _MOE_MLA_KEYS}
+    return _yaml("# Llama-3 8B in Megatron's names (docs/formats.md, 'Models'); edit and use\n"
+                 "# with --model model-llama3-8b.yaml\n", data)
+
+
+def cluster_file() -> bytes:
+    """The ``dgx-h100-80gb`` preset as a cluster file on 4 nodes."""
+    from topology.cluster import CLUSTER_PRESETS
+
+    data = dict(CLUSTER_PRESETS["dgx-h100-80gb"], name="my-dgx-h100", nodes=4)
+    return _yaml("# 4 DGX H100 nodes (docs/formats.md, 'Clusters and GPUs'); bandwidths in "
+                 "GB/s per\n# direction, latencies in us; use with --cluster "
+                 "cluster-dgx-h100.yaml\n", data)
+
+
+def runs_file() -> bytes:
+    """The published runs (:func:`configurator.cost.groundtruth.published_runs`) as a run
+    file (:func:`configurator.core.runs.runs_to_rows`): what ``validate`` prices by
+    default, in the format it reads from a user."""
+    import csv
+    import io
+
+    from configurator.core.runs import RUN_KEYS, runs_to_rows
+    from configurator.cost.groundtruth import published_runs
+
+    rows = runs_to_rows(published_runs()[0])
+    keys = [k for k in ("name", "group", "source", *RUN_KEYS) if any(k in r for r in rows)]
+    keys = list(dict.fromkeys(keys))
+    buf = io.StringIO()
+    buf.write("# The published runs configurator validate prices by default, as a run file "
+              "(docs/formats.md, 'Measured runs').\n")
+    writer = csv.DictWriter(buf, fieldnames=keys, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buf.getvalue().encode()
+
+
+def write_examples(out: str, force: bool = False) -> list[str]:
+    """Copy and write every :data:`EXAMPLE_FILES` entry into ``out`` (created if needed).
+    Nothing is written when one of them exists and ``force`` is false, nor through a
+    symbolic link. Returns the paths written. Raises :class:`InputError` (field ``out``)."""
+    from launchers import FILE_MODE, check_out_dir, write_files
+
+    names = [e.name for e in EXAMPLE_FILES]
+    check_out_dir(out, names, force)
+    logs = os.path.join(out, LOGS)
+    if os.path.islink(logs):
+        raise InputError("out", logs, "is a symbolic link; not written through")
+    files = {TOPOLOGY: (data_path(EXAMPLES, TOPOLOGY).read_bytes(), FILE_MODE),
+             MODEL_FILE: (model_file(), FILE_MODE), CLUSTER_FILE: (cluster_file(), FILE_MODE),
+             RUNS_FILE: (runs_file(), FILE_MODE)}
+    if os.path.exists(logs) and force:
+        shutil.rmtree(logs)
+    shutil.copytree(data_path(EXAMPLES, LOGS), logs)
+    write_files(out, files, force=force)
+    return [os.path.join(out, n) for n in names]
