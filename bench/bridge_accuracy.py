@@ -1,6 +1,7 @@
 """Megatron-Bridge pre-training throughput (the shipped table
-``configurator/data/published/megatron_bridge_perf.csv``): predicted vs published iteration time per row, MAPE
-and worst row per model (MoE: Qwen3-30B-A3B, GPT-OSS 120B; dense: Llama-3 8B).
+``configurator/data/published/megatron_bridge_perf.csv``): predicted vs published iteration
+time per row, MAPE and worst row per model (MoE: Qwen3-30B-A3B, GPT-OSS 120B; dense:
+Llama-3 8B).
 
 Run: ``python bench/bridge_accuracy.py`` (≈ 20 s). MoE rows use force-balanced routing, as
 the cost model assumes (imbalance factor 1.0).

@@ -7,8 +7,9 @@ Reads the performance-summary pages of a Megatron-Bridge checkout
 "## <release> NeMo Container" / "### Pre-Training Performance", one per model with a
 ``System`` column or one per system with a ``Model`` column), turns every row into the
 shipped table's CSV schema and prices it exactly as ``configurator validate`` prices
-``configurator/data/published/megatron_bridge_perf.csv`` (:func:`configurator.cost.groundtruth.bridge_rows`: the
-newest release of each configuration, BF16 main gradients, FP8 parameter gather with FP8).
+``configurator/data/published/megatron_bridge_perf.csv``
+(:func:`configurator.cost.groundtruth.bridge_rows`: the newest release of each
+configuration, BF16 main gradients, FP8 parameter gather with FP8).
 NVFP4 rows (no such precision here), models without a preset and the recipes of
 ``groundtruth.BRIDGE_UNMODELLED_RECIPES`` are skipped and counted.
 

@@ -2,8 +2,8 @@
 preset on selective recompute with sequence parallelism and on GPT-3 175B at scale.
 
 * Korthikanti et al. 2022 (arXiv:2205.05198) configurations (the shipped table
-  ``configurator/data/published/korthikanti_table3.csv``: 22B, 175B, 530B, 1T on 8–512 A100, no data
-  parallelism) with the model FLOPs utilisation Megatron-LM's README reports for them with
+  ``configurator/data/published/korthikanti_table3.csv``: 22B, 175B, 530B, 1T on 8–512 A100,
+  no data parallelism) with the model FLOPs utilisation Megatron-LM's README reports for them with
   selective recompute and sequence parallelism (README of core_r0.4.0 to core_v0.7.0: 41.5,
   51.4, 56.0 and 56.3 % of 312 TFLOP/s). The paper's model FLOPs are
   ``72·B·s·l·h²·(1 + s/6h + V/12lh)``, Megatron's count over all ``s²`` attention scores

@@ -1,6 +1,6 @@
 """NeMo's own pre-training table (NeMo 24.07 container, DGX H100, FP8): a check of the
-presets on a release outside the published runs that ship with the tool, priced as ``estimate`` prices a plan
-given only the table's columns (the plan fields' defaults: the distributed optimizer,
+presets on a release outside the published runs that ship with the tool, priced as
+``estimate`` prices a plan given only the table's columns (the plan fields' defaults: the distributed optimizer,
 ``fp8_param_gather`` as NeMo's FP8 presets set it, no recompute, the split ``estimate``
 chooses where pp does not divide the layers).
 

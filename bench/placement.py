@@ -10,8 +10,8 @@ Run: ``python bench/placement.py [--quick]``. Prints markdown tables. Figures:
    permutations against a communication-only objective), re-implemented here as a
    baseline: both placements priced by the simulator, and both wall times, on the same
    random 16- and 32-host topologies.
-3. *Real 17-node H100 cluster* (the shipped logs, ``configurator examples``): llama3-70b and gpt3-175b on 16
-   of 17 hosts: optimised vs Megatron's default vs median of 100 random placements, and
+3. *Real 17-node H100 cluster* (the shipped logs, ``configurator examples``): llama3-70b
+   and gpt3-175b on 16 of 17 hosts: optimised vs Megatron's default vs median of 100 random placements, and
    the host left out.
 4. *128 hosts*: optimiser wall time per plan (budget 5 s) and its gain.
 """

@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import os
 import secrets
+import shlex
 from typing import Any, Iterable, Mapping
 
 from configurator.core.document import PlacementRecord, as_placement
@@ -211,8 +212,9 @@ def start_instructions(out_dir: str, *, nodes: int, placed: bool, data: bool,
     on several nodes without a placement, ``MASTER_ADDR``. Without ``data`` the scripts
     train on ``--mock-data`` for 100 iterations: the last line says how to point them at a
     dataset (``launch --data-path``, from ``plan_file``)."""
-    torchrun = os.path.join(out_dir, TORCHRUN_FILE)
-    slurm = os.path.join(out_dir, SLURM_FILE)
+    torchrun = shlex.quote(os.path.join(out_dir, TORCHRUN_FILE))
+    slurm = shlex.quote(os.path.join(out_dir, SLURM_FILE))
+    plan_file = shlex.quote(plan_file or "plan.json")
     env = "MEGATRON_LM_DIR=/path/to/Megatron-LM"
     if nodes == 1 or placed:
         node = f"{env} bash {torchrun}" + ("" if nodes == 1 else "   (on every host of the "
@@ -225,6 +227,6 @@ def start_instructions(out_dir: str, *, nodes: int, placed: bool, data: bool,
              f"  torchrun: {node}"]
     if not data:
         lines.append("it trains on --mock-data for 100 iterations; for your dataset: "
-                     f"configurator launch --plan {plan_file or 'plan.json'} --out DIR "
+                     f"configurator launch --plan {plan_file} --out DIR "
                      "--data-path PREFIX --tokenizer-model TOKENIZER")
     return lines

@@ -197,8 +197,8 @@ class BridgeRow:
 
 
 def bridge_rows(path: Path | None = None) -> tuple[list[BridgeRow], list[str]]:
-    """Rows of the Megatron-Bridge table (:data:`BRIDGE_TABLE`) we can price, and why the others are not
-    (a system or model without a preset, a token-dropping variant, a recipe of
+    """Rows of the Megatron-Bridge table (:data:`BRIDGE_TABLE`) we can price, and why the others
+    are not (a system or model without a preset, a token-dropping variant, a recipe of
     :data:`BRIDGE_UNMODELLED_RECIPES`)."""
     rows = read_table(path or published_path(BRIDGE_TABLE))
     out, skipped = [], []
