@@ -109,11 +109,16 @@ def test_asymmetric_pair_detected():
     assert f.ratio == pytest.approx(1 / 1.4, abs=0.05)
     assert f.expected_Bps > f.measured_Bps
     assert rep.flagged_nodes == ()
-    assert rep.report_links == (("node05", "node07"),)
-    # One direction at 70 %: slow one way (not both) and asymmetric.
+    # faster one way is no fault: nothing to report, and the recommendation says why
+    assert rep.report_links == () and rep.findings == ()
+    assert rep.recommendation.startswith("No action") and "faster one way" in rep.recommendation
+    # One direction at 70 %: slow one way (not both) and asymmetric: a slow direction.
     rep = audit(synthetic(seed=2, asym=("node05", "node07", 0.7)))
     assert sorted((f.kind, f.src, f.dst, f.both_directions) for f in rep.flagged_links) == [
         ("asymmetric", "node05", "node07", False), ("slow", "node05", "node07", False)]
+    (finding,) = rep.findings
+    assert (finding.kind, finding.direction) == ("slow_direction", "node05->node07")
+    assert rep.report_links == (("node05", "node07"),)
     # 10 % apart is normal send/recv variation: not flagged.
     assert audit(synthetic(seed=2, asym=("node05", "node07", 0.9))).flagged_links == ()
 
@@ -431,7 +436,7 @@ def test_html_report_written(tmp_path, problem_topo):
     assert [n["host"] for n in d["flagged_nodes"]] == ["node13"]
     assert {"host", "reason", "slow_partner_fraction"} <= set(d["flagged_nodes"][0])
     assert ("node03", "node11") in {(m["src"], m["dst"]) for m in d["missing_links"]}
-    assert "node13" in text and "Drain / exclude hosts:</b> node13" in text
+    assert "node13" in text and "Leave out (drain) or repair the NIC of: node13." in text
     # An existing non-empty directory is not overwritten without force.
     from configurator.core.errors import InputError
     with pytest.raises(InputError, match="--force"):
@@ -501,7 +506,8 @@ def test_cli_topology_text_json_and_out(tmp_path, capsys, problem_topo):
     assert main(["audit", "--topology", str(topo_file)]) == 0
     out = capsys.readouterr().out
     assert "Flagged nodes (1):" in out and "node13" in out
-    assert "Recommendation: Drain / exclude hosts: node13." in out
+    assert ("Recommendation: Leave out (drain) or repair the NIC of: node13. Report to the "
+            "network team: node02<->node09." in out)
     assert "node02<->node09" in out and "node03<->node11" in out
 
     out_dir = tmp_path / "report"

@@ -91,7 +91,7 @@ def test_the_wheel_runs_from_outside_the_checkout(installed, tmp_path):
     _run([cli, "topology", "import", "ex/h100-17node-nccl-tests", "-o", "topo.json"],
          cwd=tmp_path, env=env)
     audit = _run([cli, "audit", "--topology", "topo.json"], cwd=tmp_path, env=env).stdout
-    assert "Drain / exclude hosts: cnode2-003." in audit
+    assert "Leave out (drain) or repair the NIC of: cnode2-003." in audit
 
 
 def test_every_readme_shell_block_runs(installed, tmp_path):

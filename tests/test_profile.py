@@ -10,9 +10,9 @@ import pytest
 
 from configurator.app import profile_jobs
 from configurator.app.profile_jobs import (Profile, ProfileRequest, analytic_comparison,
-                                           fp8_backend, guess_gpu_preset, layer_shapes,
-                                           moe_note, run_profile)
+                                           fp8_backend, layer_shapes, moe_note, run_profile)
 from configurator.cli.commands import Parser
+from topology.gpus import guess_gpu_preset
 from configurator.cli.profile_command import (add_profile_arguments, format_profile,
                                               run_profile as run_profile_command)
 from configurator.core.errors import InputError

@@ -65,43 +65,15 @@ import statistics
 from dataclasses import dataclass
 from itertools import combinations
 
-import numpy as np
-
 from configurator.core.units import GB
+from topology.link_classes import (MAD_TO_SIGMA, SPLIT_FIGURES, AuditThresholds, TwoModeSplit,
+                                   class_label, endpoint_key, endpoint_name, gpu_key,
+                                   is_bimodal, measurement_classes, two_mode_split)
+from topology.structure import Finding, Structure, StructureThresholds, find_structure
 from topology.topofile import Topology, host_sort_key
 
 #: A class whose scaled MAD exceeds this fraction of its median (e.g. bimodal) gets a warning.
 WIDE_SPREAD_FRACTION = 0.1
-#: σ ≈ 1.4826 · MAD for normally distributed data (1 / Φ⁻¹(3/4); Rousseeuw & Croux 1993).
-MAD_TO_SIGMA = 1.4826
-
-
-@dataclass(frozen=True, kw_only=True)
-class AuditThresholds:
-    """Flagging rules (dimensionless); see the module docstring for the reasoning.
-
-    Slow links: ``slow_ratio``, ``slow_z``, ``mad_floor_fraction``; asymmetry:
-    ``asymmetry_fraction``; slow nodes: ``node_slow_fraction``, ``min_partners``. Bimodal
-    classes (two-means split of log bandwidth): each group ``≥ bimodal_min_share`` of the
-    class and ``≥ bimodal_min_members`` members; group medians ``≥ bimodal_median_ratio``
-    apart; robust Ashman separation ``≥ bimodal_min_separation``; empty gap between the groups
-    ``≥ bimodal_gap_mads`` pooled scaled MADs; scaled MADs floored at ``bimodal_mad_floor``
-    (log units, i.e. 1 %).
-    """
-    slow_ratio: float = 0.8
-    slow_z: float = -4.0
-    mad_floor_fraction: float = 0.01
-    asymmetry_fraction: float = 0.2
-    node_slow_fraction: float = 0.5
-    min_partners: int = 3
-    bimodal_min_share: float = 0.1
-    bimodal_min_members: int = 2
-    bimodal_median_ratio: float = 1.25
-    bimodal_min_separation: float = 3.0
-    bimodal_gap_mads: float = 1.5
-    bimodal_mad_floor: float = 0.01
-
-
 @dataclass(frozen=True, kw_only=True)
 class ClassBaseline:
     """Robust baseline of one link class: median and scaled MAD, bytes/s."""
@@ -181,7 +153,7 @@ class BimodalClass:
         return self.split.slow_count + self.split.fast_count
 
     def __getattr__(self, name: str):
-        if name in _SPLIT_FIGURES:          # the split's figures, by their own names
+        if name in SPLIT_FIGURES:          # the split's figures, by their own names
             return getattr(self.split, name)
         raise AttributeError(name)
 
@@ -210,6 +182,16 @@ class AuditReport:
     recommendation: str
     warnings: tuple[str, ...] = ()
     bimodal_classes: tuple[BimodalClass, ...] = ()
+    #: the network's structure and what it means (:mod:`topology.structure`)
+    structure: "Structure | None" = None
+
+    @property
+    def islands(self) -> tuple[tuple[str, ...], ...]:
+        return self.structure.islands if self.structure else ()
+
+    @property
+    def findings(self) -> tuple["Finding", ...]:
+        return self.structure.findings if self.structure else ()
 
     def to_dict(self) -> dict:
         """JSON-able summary; bandwidths in GB/s (1e9 B/s)."""
@@ -217,6 +199,8 @@ class AuditReport:
         return {
             "hosts": list(self.hosts),
             "links_measured": self.links_measured,
+            "islands": [list(i) for i in self.islands],
+            "findings": [f.to_dict() for f in self.findings],
             "thresholds": vars(self.thresholds).copy(),
             "baselines": [{
                 "class": b.label, "scope": b.scope, "link_class": b.link_class,
@@ -264,138 +248,6 @@ class AuditReport:
         }
 
 
-def _gpu_key(g: int | None) -> int:
-    return -1 if g is None else g
-
-
-def _endpoint_key(ep: tuple[str, int | None]) -> tuple:
-    return host_sort_key(ep[0]), _gpu_key(ep[1])
-
-
-def _class_of(link) -> tuple:
-    scope = "intra-node" if link.src == link.dst else "inter-node"
-    return scope, link.link_class, link.method, link.gpus_per_host
-
-
-def measurement_classes(topo: Topology, warnings: list[str] | None = None) -> dict:
-    """Group the topology's measurements into classes.
-
-    Returns ``{(scope, link_class, method, gpus_per_host): {((src, src_gpu), (dst, dst_gpu)):
-    [bandwidth_Bps, ...]}}``. Sources: every link that is not a data-sheet rate (method ending
-    ``"(nominal)"``), and every collective over one or two hosts (busbw; link_class
-    ``"<op> collective"``; a two-host one is a pair measurement ``hosts[0] → hosts[1]``, a
-    one-host one an intra-node figure of that host). Records with bandwidth ≤ 0 are skipped
-    and noted in ``warnings``.
-    """
-    out: dict[tuple, dict] = {}
-    notes = [] if warnings is None else warnings
-    for l in topo.links:
-        if l.nominal:
-            continue
-        if not l.bandwidth_Bps > 0:
-            notes.append(f"skipped link {l.src}->{l.dst}: bandwidth {l.bandwidth_Bps!r} B/s "
-                         "is not positive")
-            continue
-        out.setdefault(_class_of(l), {}).setdefault(
-            ((l.src, l.src_gpu), (l.dst, l.dst_gpu)), []).append(l.bandwidth_Bps)
-    for c in topo.collectives:
-        if len(c.hosts) not in (1, 2) or not c.busbw_Bps > 0:
-            continue
-        a, b = c.hosts[0], c.hosts[-1]
-        key = ("intra-node" if a == b else "inter-node", f"{c.op} collective", c.method,
-               c.gpus_per_host)
-        out.setdefault(key, {}).setdefault(((a, None), (b, None)), []).append(c.busbw_Bps)
-    return out
-
-
-def class_label(key: tuple) -> str:
-    scope, link_class, method, gph = key
-    return f"{scope} {link_class} | {method} | G={'?' if gph is None else gph}"
-
-
-def _ep_name(host: str, gpu: int | None) -> str:
-    return host if gpu is None else f"{host}/gpu{gpu}"
-
-
-@dataclass(frozen=True, kw_only=True)
-class TwoModeSplit:
-    """Optimal two-means split of log bandwidth (see :func:`two_mode_split`). Bandwidths in
-    bytes/s (group medians, the slow group's largest and the fast group's smallest value);
-    ``slow_mad``/``fast_mad`` floored scaled MADs of ``ln(bandwidth)``."""
-    slow_count: int
-    fast_count: int
-    slow_median_Bps: float
-    fast_median_Bps: float
-    slow_max_Bps: float
-    fast_min_Bps: float
-    slow_mad: float
-    fast_mad: float
-
-    @property
-    def ratio(self) -> float:
-        return self.fast_median_Bps / self.slow_median_Bps
-
-    @property
-    def separation(self) -> float:
-        """Ashman's D with medians and scaled MADs of the log values."""
-        return (math.sqrt(2) * math.log(self.ratio)
-                / math.hypot(self.slow_mad, self.fast_mad))
-
-    @property
-    def gap_mads(self) -> float:
-        """Empty interval between the groups, in pooled scaled MADs of the log values."""
-        pooled = math.sqrt((self.slow_mad ** 2 + self.fast_mad ** 2) / 2)
-        return math.log(self.fast_min_Bps / self.slow_max_Bps) / pooled
-
-
-#: :class:`TwoModeSplit` figures a :class:`BimodalClass` answers for its split.
-_SPLIT_FIGURES = frozenset({"slow_count", "fast_count", "slow_median_Bps", "fast_median_Bps",
-                            "slow_max_Bps", "fast_min_Bps", "ratio", "separation"})
-
-
-def two_mode_split(values_Bps, mad_floor: float = 0.01) -> TwoModeSplit | None:
-    """Split positive bandwidths (bytes/s, any iterable, ≥ 2 values) into the two groups
-    that minimise the within-group sum of squares of ``ln(value)`` (optimal 1-D two-means,
-    i.e. Jenks natural breaks with two classes; exact: every split of the sorted values is
-    scored with prefix sums, O(m log m)). Ties go to the first minimum. Returns None for
-    fewer than two values or when all values are equal; non-positive or non-finite values
-    are ignored."""
-    x = np.sort(np.asarray([v for v in values_Bps if v > 0 and math.isfinite(v)],
-                           dtype=float))
-    if x.size < 2 or x[0] == x[-1]:
-        return None
-    y = np.log(x)
-    m = y.size
-    c1 = np.cumsum(y)
-    c2 = np.cumsum(y * y)
-    k = np.arange(1, m)                                  # size of the slow group
-    left = c2[:-1] - c1[:-1] ** 2 / k
-    right = (c2[-1] - c2[:-1]) - (c1[-1] - c1[:-1]) ** 2 / (m - k)
-    cut = int(np.argmin(left + right)) + 1
-    lo, hi = y[:cut], y[cut:]
-
-    def smad(v):
-        return max(MAD_TO_SIGMA * float(np.median(np.abs(v - np.median(v)))), mad_floor)
-
-    return TwoModeSplit(slow_count=int(lo.size), fast_count=int(hi.size),
-                        slow_median_Bps=float(np.median(x[:cut])),
-                        fast_median_Bps=float(np.median(x[cut:])),
-                        slow_max_Bps=float(x[cut - 1]), fast_min_Bps=float(x[cut]),
-                        slow_mad=smad(lo), fast_mad=smad(hi))
-
-
-def is_bimodal(split: TwoModeSplit | None, th: AuditThresholds) -> bool:
-    """Whether a :func:`two_mode_split` passes every rule of the module docstring."""
-    if split is None:
-        return False
-    m = split.slow_count + split.fast_count
-    need = max(th.bimodal_min_members, math.ceil(th.bimodal_min_share * m - 1e-9))
-    return (min(split.slow_count, split.fast_count) >= need
-            and split.ratio >= th.bimodal_median_ratio
-            and split.separation >= th.bimodal_min_separation
-            and split.gap_mads >= th.bimodal_gap_mads)
-
-
 def _bimodal_class(key: tuple, label: str, directed: dict, th: AuditThresholds
                    ) -> BimodalClass | None:
     split = two_mode_split(directed.values(), th.bimodal_mad_floor)
@@ -403,8 +255,8 @@ def _bimodal_class(key: tuple, label: str, directed: dict, th: AuditThresholds
         return None
     cut = math.sqrt(split.slow_max_Bps * split.fast_min_Bps)      # inside the empty gap
     slow_dirs = [(a, b) for (a, b), bw in directed.items() if bw < cut]
-    pairs = {tuple(sorted((a, b), key=_endpoint_key)) for a, b in directed}
-    slow = {tuple(sorted(d, key=_endpoint_key)) for d in slow_dirs}
+    pairs = {tuple(sorted((a, b), key=endpoint_key)) for a, b in directed}
+    slow = {tuple(sorted(d, key=endpoint_key)) for d in slow_dirs}
     slow_hosts = []
     hosts = sorted({ep[0] for p in pairs for ep in p}, key=host_sort_key)
     for h in hosts:
@@ -418,8 +270,8 @@ def _bimodal_class(key: tuple, label: str, directed: dict, th: AuditThresholds
             enough = bool(part)
         if enough and len(bad) >= th.node_slow_fraction * len(part):
             slow_hosts.append(h)
-    slow_pairs = tuple((_ep_name(*a), _ep_name(*b)) for a, b in sorted(
-        slow, key=lambda p: (_endpoint_key(p[0]), _endpoint_key(p[1]))))
+    slow_pairs = tuple((endpoint_name(*a), endpoint_name(*b)) for a, b in sorted(
+        slow, key=lambda p: (endpoint_key(p[0]), endpoint_key(p[1]))))
     m = split.slow_count + split.fast_count
     reason = (f"{split.slow_count} of {m} values in a slow mode (median "
               f"{split.slow_median_Bps / GB:.2f} GB/s, up to {split.slow_max_Bps / GB:.2f}) and "
@@ -445,7 +297,7 @@ def audit(topo: Topology, thresholds: AuditThresholds | None = None) -> AuditRep
 
     # Inter-node first; within a scope, links before collectives; then by GPUs per host.
     order = lambda k: (k[0] != "inter-node", k[1].endswith(" collective"), k[1], k[2],  # noqa
-                       _gpu_key(k[3]))
+                       gpu_key(k[3]))
     baselines, flagged, stats, missing, bimodal = [], [], [], [], []
     node_flags: dict[str, list[tuple[str, float, str]]] = {}
     reportable: list[FlaggedLink] = []
@@ -474,12 +326,12 @@ def audit(topo: Topology, thresholds: AuditThresholds | None = None) -> AuditRep
 
         pairs: dict[tuple, dict] = {}
         for (a, b), bw in directed.items():
-            lo, hi = sorted((a, b), key=_endpoint_key)
+            lo, hi = sorted((a, b), key=endpoint_key)
             pairs.setdefault((lo, hi), {})["fwd" if a == lo else "rev"] = bw
         slow_pairs: set[tuple] = set()
         class_flags: list[FlaggedLink] = []
         for (lo, hi), dirs in sorted(pairs.items(), key=lambda kv: (
-                _endpoint_key(kv[0][0]), _endpoint_key(kv[0][1]))):
+                endpoint_key(kv[0][0]), endpoint_key(kv[0][1]))):
             slow = {d: bw for d, bw in dirs.items() if is_slow(bw)}
             if slow:
                 slow_pairs.add((lo, hi))
@@ -503,7 +355,7 @@ def audit(topo: Topology, thresholds: AuditThresholds | None = None) -> AuditRep
                         src=s[0], dst=t[0], src_gpu=s[1], dst_gpu=t[1], link_class=label,
                         kind="asymmetric", measured_Bps=x, expected_Bps=y, ratio=x / y,
                         z_score=z_of(x), both_directions=False,
-                        reason=f"{_ep_name(*s)}->{_ep_name(*t)} {x / GB:.2f} GB/s vs reverse "
+                        reason=f"{endpoint_name(*s)}->{endpoint_name(*t)} {x / GB:.2f} GB/s vs reverse "
                                f"{y / GB:.2f} GB/s ({100 * (1 - x / y):.0f} % apart)"))
         flagged.extend(class_flags)
 
@@ -556,17 +408,22 @@ def audit(topo: Topology, thresholds: AuditThresholds | None = None) -> AuditRep
                     slow_partner_fraction=max(f for _, f, _ in v),
                     reason="; ".join(r for _, _, r in v))
         for h, v in sorted(node_flags.items(), key=lambda kv: host_sort_key(kv[0])))
-    drain = tuple(n.host for n in flagged_nodes)
-    report = _pairs_sorted((f.src, f.dst) for f in reportable)
+    structure = find_structure(topo, StructureThresholds(
+        slow_ratio=th.slow_ratio, slow_z=th.slow_z, mad_floor_fraction=th.mad_floor_fraction,
+        asymmetry_fraction=th.asymmetry_fraction, node_slow_fraction=th.node_slow_fraction,
+        min_partners=th.min_partners), th)
+    drain = tuple(h for f in structure.findings for h in f.leave_out)
+    report = _pairs_sorted(f.hosts for f in structure.findings
+                           if f.kind in ("slow_pair", "slow_direction"))
+    measured = sum(len(c) for c in classes.values())
     return AuditReport(
-        hosts=tuple(topo.hosts), links_measured=sum(len(c) for c in classes.values()),
+        hosts=tuple(topo.hosts), links_measured=measured,
         thresholds=th, baselines=tuple(baselines), flagged_links=tuple(flagged),
         flagged_nodes=flagged_nodes, node_stats=tuple(stats), missing_links=tuple(missing),
         drain_hosts=drain, report_links=report,
-        recommendation=_recommend(drain, report, missing,
-                                  measured=sum(len(c) for c in classes.values())),
-        warnings=tuple(warnings),
-        bimodal_classes=tuple(bimodal))
+        recommendation=recommend(structure, missing, measured=measured,
+                                 asymmetric=sum(f.kind == "asymmetric" for f in flagged)),
+        warnings=tuple(warnings), bimodal_classes=tuple(bimodal), structure=structure)
 
 
 def _pairs_sorted(pairs) -> tuple[tuple[str, str], ...]:
@@ -580,21 +437,50 @@ NOTHING_MEASURED = ("Measure first: the inputs hold no link measurement, so noth
                     "audited. Run the probe (configurator probe prints its torchrun command) "
                     "or nccl-tests sendrecv_perf and alltoall_perf between every pair of "
                     "hosts, then configurator topology import the results.")
+#: Findings a recommendation names one by one; beyond this many of a kind it counts them.
+NAMED_PER_KIND = 6
 
 
-def _recommend(drain, report, missing, *, measured: int) -> str:
-    """The audit's recommendation: the hosts to drain, the links to report, the pairs to
-    re-measure; :data:`NOTHING_MEASURED` when no link was measured at all."""
+def recommend(structure: Structure, missing, *, measured: int, asymmetric: int = 0) -> str:
+    """The audit's recommendation, from its findings (:mod:`topology.structure`), each
+    kind's action in order (islands, hosts to leave out, pairs and directions to report,
+    links to re-test at large messages), then the pairs to re-measure;
+    :data:`NOTHING_MEASURED` when no link was measured. "No action" only when there is no
+    finding and nothing to re-measure."""
     if not measured:
         return NOTHING_MEASURED
     lines = []
-    if drain:
-        lines.append("Drain / exclude hosts: " + ", ".join(drain) + ".")
-    if report:
-        lines.append("Report to the network team: "
-                     + ", ".join(f"{a}<->{b}" for a, b in report) + ".")
+    by_kind: dict[str, list] = {}
+    for f in structure.findings:
+        by_kind.setdefault(f.kind, []).append(f)
+    for f in by_kind.get("islands", []):
+        lines.append(f"Check the fabric between the islands ({_island_names(f.islands)}): "
+                     f"their links run at {100 * f.ratio:.0f} % of the rate inside them.")
+
+    def names(kind):
+        fs = by_kind.get(kind, [])
+        shown = ", ".join(f.subject for f in fs[:NAMED_PER_KIND])
+        more = len(fs) - NAMED_PER_KIND
+        return shown + (f" and {more} more" if more > 0 else "")
+
+    if by_kind.get("slow_host"):
+        lines.append(f"Leave out (drain) or repair the NIC of: {names('slow_host')}.")
+    if by_kind.get("slow_pair") or by_kind.get("slow_direction"):
+        parts = [x for x in (names("slow_pair"), names("slow_direction")) if x]
+        lines.append("Report to the network team: " + "; ".join(parts) + ".")
+    if by_kind.get("degrades_with_size"):
+        lines.append(f"Re-test at large messages (bandwidth falls with size): "
+                     f"{names('degrades_with_size')}.")
     pairs = _pairs_sorted((m.src, m.dst) for m in missing)
     if pairs:
         lines.append("Re-measure unmeasured pairs: "
                      + ", ".join(f"{a}<->{b}" for a, b in pairs) + ".")
-    return " ".join(lines) or "No action: every measured link is within its class baseline."
+    if lines:
+        return " ".join(lines)
+    return ("No action: no link runs below its class's healthy level"
+            + (f" ({asymmetric} pair(s) above run faster one way than the other, not slower)"
+               if asymmetric else "") + ".")
+
+
+def _island_names(islands) -> str:
+    return "; ".join("{" + ", ".join(i) + "}" for i in islands)

@@ -369,3 +369,24 @@ def gpu_from_config(data: Any) -> GPUSpec:
                    efficiency=efficiency_from_config(data["efficiency"], rates),
                    non_tn_fp8_gemm=v.boolean("gpu.non_tn_fp8_gemm",
                                              data.get("non_tn_fp8_gemm", False)))
+
+
+#: CUDA device-name words → GPU preset, first match wins (GB200 before B200, GB300 before
+#: B300). PCIe and NVL boards run at other clocks than the presets' SXM parts: no guess
+#: for them.
+GPU_NAME_PRESETS = (("GB300", "gb300-288gb"), ("GB200", "gb200-186gb"),
+                    ("B300", "b300-288gb"), ("B200", "b200-180gb"), ("H200", "h200-141gb"),
+                    ("H100", "h100-80gb"), ("A100", "a100-80gb"))
+_NO_GUESS_WORDS = ("PCIE", "NVL")
+
+
+def guess_gpu_preset(device_name: str) -> str | None:
+    """The GPU preset of a CUDA device name (``"NVIDIA H100 80GB HBM3"`` → ``h100-80gb``),
+    or None when no preset describes it."""
+    name = device_name.upper()
+    if any(w in name for w in _NO_GUESS_WORDS):
+        return None
+    for word, preset in GPU_NAME_PRESETS:
+        if word in name:
+            return preset
+    return None

@@ -25,7 +25,8 @@ from pathlib import Path
 from configurator.core import jsonout
 from configurator.core.errors import InputError
 from configurator.core.units import GB
-from topology.audit import AuditReport, class_label, measurement_classes
+from topology.audit import AuditReport
+from topology.link_classes import class_label, measurement_classes
 from topology.topofile import Topology, host_sort_key
 
 FILES = ("index.html", "heatmap.png", "audit.json")
@@ -39,14 +40,16 @@ def tick_font_pt(hosts: int) -> float:
     return 10.0 if hosts <= 32 else 9.0 if hosts <= 64 else 7.0
 
 
-def pair_matrices(topo: Topology) -> dict[str, tuple[list[str], list[list[float]]]]:
-    """Host×host matrices of inter-node bandwidth per class label, bytes/s.
+def pair_matrices(topo: Topology, order: list[str] | None = None
+                  ) -> dict[str, tuple[list[str], list[list[float]]]]:
+    """Host×host matrices of inter-node bandwidth per class label, bytes/s, hosts in
+    ``order`` (default: natural order of their names).
 
     ``m[i][j]`` is the median of the links ``hosts[i] → hosts[j]`` (over GPU indices); a pair
     measured in one direction only shows that value both ways (a 2-rank nccl-tests sendrecv is
     bidirectional); ``nan`` = not measured; the diagonal is ``nan``.
     """
-    hosts = sorted(topo.hosts, key=host_sort_key)
+    hosts = list(order) if order else sorted(topo.hosts, key=host_sort_key)
     index = {h: i for i, h in enumerate(hosts)}
     raw: dict[str, dict[tuple[int, int], list[float]]] = {}
     for key, recs in measurement_classes(topo).items():
@@ -69,15 +72,18 @@ def pair_matrices(topo: Topology) -> dict[str, tuple[list[str], list[list[float]
     return out
 
 
-def heatmap_png(report: AuditReport, topo: Topology) -> bytes:
-    """Render the heatmap panels to PNG bytes (matplotlib, Agg backend)."""
+def heatmap_png(report: AuditReport, topo: Topology, dpi: int = 110) -> bytes:
+    """Render the heatmap panels to PNG bytes (matplotlib, Agg backend) at ``dpi``."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
+    from matplotlib.collections import PatchCollection
     from matplotlib.patches import Rectangle
 
-    mats = pair_matrices(topo)
+    islands = report.islands
+    mats = pair_matrices(topo, report.structure.host_order(topo.hosts) if report.structure
+                         else None)
     order = [b.label for b in report.baselines if b.label in mats]
     slow = {(f.link_class, f.src, f.dst) for f in report.flagged_links}
     bimodal = {b.label: b for b in report.bimodal_classes}
@@ -105,20 +111,28 @@ def heatmap_png(report: AuditReport, topo: Topology) -> bytes:
         top = np.nanmax(arr) if np.isfinite(arr).any() else 1.0
         im = ax.imshow(np.ma.masked_invalid(arr), cmap="viridis", interpolation="nearest",
                        vmin=0.0, vmax=top)
-        for i in range(len(hosts)):
-            for j in range(len(hosts)):
-                if i == j:
-                    ax.add_patch(Rectangle((j - .5, i - .5), 1, 1, facecolor="#ffffff",
-                                           edgecolor="#ffffff"))
-                elif math.isnan(arr[i, j]):
-                    ax.add_patch(Rectangle((j - .5, i - .5), 1, 1, facecolor="#e6e6e6",
-                                           edgecolor="#555555", hatch="xx", linewidth=0))
+        # one collection per kind of cell outline: far fewer artists to draw
+        diag = [Rectangle((i - .5, i - .5), 1, 1) for i in range(len(hosts))]
+        ax.add_collection(PatchCollection(diag, facecolor="#ffffff", edgecolor="#ffffff"))
+        unmeasured = [Rectangle((j - .5, i - .5), 1, 1) for i in range(len(hosts))
+                      for j in range(len(hosts)) if i != j and math.isnan(arr[i, j])]
+        if unmeasured:
+            ax.add_collection(PatchCollection(unmeasured, facecolor="#e6e6e6",
+                                              edgecolor="#555555", hatch="xx", linewidth=0))
         idx = {h: i for i, h in enumerate(hosts)}
-        for (lab, s, d) in slow:
-            if lab == label and s in idx and d in idx and s != d:
-                for (i, j) in ((idx[s], idx[d]), (idx[d], idx[s])):
-                    ax.add_patch(Rectangle((j - .5, i - .5), 1, 1, fill=False,
-                                           edgecolor="red", linewidth=1.6))
+        boxes = {(i, j) for (lab, s, d) in slow
+                 if lab == label and s in idx and d in idx and s != d
+                 for (i, j) in ((idx[s], idx[d]), (idx[d], idx[s]))}
+        if boxes:
+            ax.add_collection(PatchCollection(
+                [Rectangle((j - .5, i - .5), 1, 1) for i, j in sorted(boxes)],
+                facecolor="none", edgecolor="red", linewidth=1.6))
+        # island boundaries (hosts are ordered by island)
+        edge = 0
+        for isl in islands[:-1]:
+            edge += len(isl)
+            ax.axhline(edge - 0.5, color="white", linewidth=2.2)
+            ax.axvline(edge - 0.5, color="white", linewidth=2.2)
         # host names and labels come from input files: never parse them as mathtext ($…$)
         ax.set_xticks(range(len(hosts)), hosts, rotation=90, fontsize=tick_pt,
                       parse_math=False)
@@ -135,10 +149,13 @@ def heatmap_png(report: AuditReport, topo: Topology) -> bytes:
         cb = fig.colorbar(im, ax=ax, fraction=0.046, pad=0.02)
         cb.set_label("bandwidth (GB/s)", fontsize=LABEL_FONT_PT)
         cb.ax.tick_params(labelsize=tick_pt)
-    fig.suptitle("Inter-node bandwidth (hatched: not measured; red box: flagged)",
-                 fontsize=TITLE_FONT_PT + 1)
+    sup = ("Inter-node bandwidth (hatched: not measured; red box: flagged"
+           + ("; white lines: island boundaries, hosts ordered by island)" if islands
+              else ")"))
+    sup_wrap = max(30, int(cols * panel_w * 72 / ((TITLE_FONT_PT + 1) * 0.6)))
+    fig.suptitle("\n".join(textwrap.wrap(sup, sup_wrap)), fontsize=TITLE_FONT_PT + 1)
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
+    fig.savefig(buf, format="png", dpi=dpi)
     plt.close(fig)
     return buf.getvalue()
 
@@ -152,9 +169,29 @@ def _table(headers: list[str], rows: list[list[object]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def render_html(report: AuditReport, png: bytes) -> str:
-    """The report page as one string; the PNG is embedded as a data: URI."""
+def findings_table(d: dict, costs: dict | None = None) -> str:
+    """The findings of an audit's JSON ``d`` as an HTML table (kind, what, measured over
+    healthy, evidence, usual cause, action; with ``costs``, finding index -> lines saying
+    what it costs a plan)."""
+    heads = ["#", "kind", "what", "measured / healthy", "evidence", "usual cause", "action"]
+    if costs is not None:
+        heads.append("cost for the plan")
+    rows = []
+    for i, f in enumerate(d["findings"]):
+        row = [i + 1, f["kind"], f["subject"], f["ratio"], "; ".join(f["evidence"]),
+               f["cause"], f["action"]]
+        if costs is not None:
+            row.append("; ".join(costs.get(i, [])) or "-")
+        rows.append(row)
+    return _table(heads, rows)
+
+
+def render_html(report: AuditReport, png: bytes, costs: dict | None = None,
+                priced_for: str = "") -> str:
+    """The report page as one string; the PNG is embedded as a data: URI. ``costs``:
+    finding index -> what it costs the plan ``priced_for`` describes (lines), or None."""
     d = report.to_dict()
+    islands = d["islands"]
     rec = d["recommendation"]
     b64 = base64.b64encode(png).decode("ascii")
     parts = [
@@ -174,6 +211,12 @@ def render_html(report: AuditReport, png: bytes) -> str:
         f"{len(d['missing_links'])} missing measurements.</p>",
         "<h2>Recommendation</h2>",
         _recommendation(rec),
+        "<h2>Structure and findings</h2>",
+        "<p>" + (f"{len(islands)} islands: " + html.escape("; ".join(
+            "{" + ", ".join(i) + "}" for i in islands)) if islands else "No islands")
+        + ".</p>",
+        (f"<p>Costs priced for {html.escape(priced_for)}.</p>" if priced_for else ""),
+        findings_table(d, costs),
         "<h2>Bandwidth heatmap</h2>",
         f"<img alt='host by host bandwidth heatmap' src='data:image/png;base64,{b64}'>",
         "<h2>Flagged nodes</h2>",
@@ -218,18 +261,7 @@ def render_html(report: AuditReport, png: bytes) -> str:
 
 
 def _recommendation(rec: dict) -> str:
-    items = []
-    if rec["drain_hosts"]:
-        items.append("<b>Drain / exclude hosts:</b> " + html.escape(", ".join(rec["drain_hosts"])))
-    if rec["report_links"]:
-        items.append("<b>Report to the network team:</b> " + html.escape(
-            ", ".join(f"{a} \u2194 {b}" for a, b in rec["report_links"])))
-    if rec["remeasure_pairs"]:
-        items.append("<b>Re-measure unmeasured pairs:</b> " + html.escape(
-            ", ".join(f"{a} \u2194 {b}" for a, b in rec["remeasure_pairs"])))
-    if not items:
-        return f"<div class='rec'>{html.escape(rec['text'])}</div>"
-    return "<div class='rec'><ul>" + "".join(f"<li>{i}</li>" for i in items) + "</ul></div>"
+    return f"<div class='rec'>{html.escape(rec['text'])}</div>"
 
 
 def _ep(host: str, gpu) -> str:
@@ -237,8 +269,10 @@ def _ep(host: str, gpu) -> str:
 
 
 def write_audit_html(report: AuditReport, topo: Topology, out_dir: str | os.PathLike,
-                     force: bool = False) -> Path:
-    """Write ``index.html``, ``heatmap.png`` and ``audit.json`` into ``out_dir``.
+                     force: bool = False, *, document: dict | None = None,
+                     costs: dict | None = None, priced_for: str = "") -> Path:
+    """Write ``index.html``, ``heatmap.png`` and ``audit.json`` (``document``, default the
+    report's JSON) into ``out_dir``; ``costs`` and ``priced_for`` as :func:`render_html`.
 
     Returns the path of ``index.html``. Raises :class:`InputError` when ``out_dir`` is a
     file, or an existing non-empty directory and ``force`` is False (nothing is written then).
@@ -253,10 +287,10 @@ def write_audit_html(report: AuditReport, topo: Topology, out_dir: str | os.Path
         out.mkdir(parents=True, exist_ok=True)
         png = heatmap_png(report, topo)
         (out / "heatmap.png").write_bytes(png)
-        (out / "audit.json").write_text(jsonout.dumps(report.to_dict(), indent=2) + "\n",
-                                        encoding="utf-8")
+        (out / "audit.json").write_text(jsonout.dumps(document or report.to_dict(), indent=2)
+                                        + "\n", encoding="utf-8")
         page = out / "index.html"
-        page.write_text(render_html(report, png), encoding="utf-8")
+        page.write_text(render_html(report, png, costs, priced_for), encoding="utf-8")
     except OSError as err:
         raise InputError("--out", str(out), f"cannot write ({err.strerror})") from None
     return page

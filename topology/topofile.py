@@ -161,6 +161,9 @@ class Topology:
     missing: tuple[MissingMeasurement, ...] = ()
     merge_policy: str = "min"
     warnings: tuple[str, ...] = ()
+    #: the GPUs' device name as the measurements report it (nccl-tests' Rank lines:
+    #: ``NVIDIA H100 80GB HBM3``), or None
+    gpu_name: str | None = None
 
     def measured_pairs(self) -> set[frozenset[str]]:
         """Unordered host pairs with at least one inter-node link record."""
@@ -253,6 +256,9 @@ def merge_topologies(topos: Iterable[Topology], policy: str = "min") -> Topology
     missing: dict[MissingMeasurement, None] = {}
     warnings: dict[str, None] = {}
     gpus = [t.gpus_per_host for t in topos if t.gpus_per_host]
+    names = list(dict.fromkeys(t.gpu_name for t in topos if t.gpu_name))
+    if len(names) > 1:
+        warnings[f"the inputs name several GPUs ({', '.join(names)}): no GPU recorded"] = None
     for t in topos:
         hosts.update(dict.fromkeys(t.hosts))
         for l in t.links:
@@ -274,7 +280,8 @@ def merge_topologies(topos: Iterable[Topology], policy: str = "min") -> Topology
     return Topology(hosts=tuple(hosts), gpus_per_host=max(gpus) if gpus else None,
                     links=tuple(_merge_links(g, policy) for g in links.values()),
                     collectives=tuple(merged_colls), missing=tuple(missing),
-                    merge_policy=policy, warnings=tuple(warnings))
+                    merge_policy=policy, warnings=tuple(warnings),
+                    gpu_name=names[0] if len(names) == 1 else None)
 
 
 # -- applying to a cluster -----------------------------------------------------------------

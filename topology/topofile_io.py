@@ -43,7 +43,9 @@ def topology_to_dict(topo: Topology) -> dict[str, Any]:
         links.append(d)
     return dict(
         format=FORMAT, version=VERSION, hosts=list(topo.hosts),
-        gpus_per_host=topo.gpus_per_host, merge_policy=topo.merge_policy, links=links,
+        gpus_per_host=topo.gpus_per_host, **({"gpu_name": topo.gpu_name} if topo.gpu_name
+                                             else {}),
+        merge_policy=topo.merge_policy, links=links,
         collectives=[dict(hosts=list(c.hosts), gpus_per_host=c.gpus_per_host, op=c.op,
                           busbw_GBps=_gbps(c.busbw_Bps), latency_us=_opt(c.latency_s, US),
                           message_bytes=c.message_bytes,
@@ -108,8 +110,8 @@ COLL_KEYS = ("hosts", "gpus_per_host", "op", "busbw_GBps", "message_bytes", "met
              "timestamp")
 COLL_OPTIONAL = ("latency_us",)
 TOPO_KEYS = ("hosts", "links")
-TOPO_OPTIONAL = ("format", "version", "gpus_per_host", "merge_policy", "collectives",
-                 "missing", "warnings")
+TOPO_OPTIONAL = ("format", "version", "gpus_per_host", "gpu_name", "merge_policy",
+                 "collectives", "missing", "warnings")
 
 
 def topology_from_dict(data: Mapping[str, Any], where: str = "topology") -> Topology:
@@ -178,10 +180,12 @@ def topology_from_dict(data: Mapping[str, Any], where: str = "topology") -> Topo
     warnings = tuple(_str(f"{where}.warnings[{i}]", w)
                      for i, w in enumerate(_list(f"{where}.warnings", data.get("warnings"))))
     gph = data.get("gpus_per_host")
+    name = data.get("gpu_name")
     return Topology(hosts=hosts, gpus_per_host=_opt_int(f"{where}.gpus_per_host", gph),
                     links=tuple(links), collectives=tuple(colls), missing=tuple(missing),
                     merge_policy=check_policy(data.get("merge_policy", "min")),
-                    warnings=warnings)
+                    warnings=warnings,
+                    gpu_name=None if name is None else v.display_name(f"{where}.gpu_name", name))
 
 
 
@@ -192,6 +196,33 @@ def load_topology(path: str | os.PathLike) -> Topology:
     is not UTF-8 text, is malformed or nested too deeply, or breaks the schema.
     """
     path = os.fspath(path)
+    key = _file_key(path)
+    if key is None:
+        return _read_topology(path)
+    if key not in _LOADED:
+        while len(_LOADED) >= _LOADED_MAX:
+            _LOADED.pop(next(iter(_LOADED)))
+        _LOADED[key] = _read_topology(path)
+    return _LOADED[key]
+
+
+#: Topology files read in this process, by :func:`_file_key`: the search, its placement
+#: and the audit all load the same file once (a :class:`Topology` is immutable, so they
+#: share it); a changed file has another key.
+_LOADED: dict[tuple, Topology] = {}
+_LOADED_MAX = 8
+
+
+def _file_key(path: str) -> tuple | None:
+    """(real path, inode, size, modification time) of an existing file, else None."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return os.path.realpath(path), st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _read_topology(path: str) -> Topology:
     text = v.read_text_file("topology", path)
     data = v.parse_mapping_text("topology", path, text, as_json=text.lstrip().startswith("{"))
     return topology_from_dict(data)
@@ -215,7 +246,7 @@ def save_topology(topo: Topology, path: str | os.PathLike, force: bool = False) 
     """
     path = os.fspath(path)
     if os.path.exists(path) and not force:
-        raise InputError("output", path, "file exists; pass --force to overwrite")
+        raise InputError("out", path, "file exists; pass --force to overwrite")
     text = dumps_topology(topo, "json" if path.endswith(".json") else "yaml")
     tmp = f"{path}.tmp{os.getpid()}"
     try:
@@ -225,4 +256,7 @@ def save_topology(topo: Topology, path: str | os.PathLike, force: bool = False) 
     except OSError as err:
         if os.path.exists(tmp):
             os.unlink(tmp)
-        raise InputError("output", path, f"cannot write file ({err.strerror})") from None
+        raise InputError("out", path, f"cannot write file ({err.strerror})") from None
+    key = _file_key(path)
+    if key is not None:             # what load_topology would read back
+        _LOADED[key] = topo

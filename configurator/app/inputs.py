@@ -4,6 +4,7 @@ into core objects: a :class:`~configurator.core.model.ModelSpec` and a
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from configurator.core import validate as v
@@ -91,10 +92,7 @@ def host_pool(inputs: JobInputs, cluster: Cluster, *,
     pool = list(range(cluster.num_nodes))
     flagged: list[str] = []
     if inputs.topology and exclude:
-        from topology.audit import audit
-        from topology.topofile_io import load_topology
-
-        drop = set(audit(load_topology(inputs.topology)).drain_hosts)
+        drop = set(flagged_hosts(inputs.topology))
         flagged = [h for h in cluster.hosts if h in drop]
         pool = [i for i, h in enumerate(cluster.hosts) if h not in drop]
     nodes = len(pool) if inputs.nodes is None else inputs.nodes
@@ -102,3 +100,24 @@ def host_pool(inputs: JobInputs, cluster: Cluster, *,
         raise InputError("nodes", nodes, f"must be at most the {len(pool)} hosts the audit "
                          f"does not flag (flagged: {', '.join(flagged)})")
     return pool, nodes, flagged
+
+
+def flagged_hosts(topology: str) -> tuple[str, ...]:
+    """The hosts the audit of the topology file recommends leaving out."""
+    return audit_of(topology).drain_hosts
+
+
+def audit_of(topology: str):
+    """The audit (:func:`topology.audit.audit`) of a topology file, made once per file
+    while it is unchanged (:func:`topology.topofile_io.load_topology` keeps the file's
+    topology; its audit is kept with it)."""
+    from topology.topofile_io import load_topology
+
+    return _audit(load_topology(topology))
+
+
+@functools.lru_cache(maxsize=8)
+def _audit(topo):
+    from topology.audit import audit
+
+    return audit(topo)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from dataclasses import dataclass
 from typing import Iterable
 
 from configurator.core import jsonout
@@ -47,24 +48,33 @@ def evaluation_placement(e) -> dict | None:
                                   "random_median_iteration_time_s")})
 
 
-def write_search_outputs(out: str, model, cluster, res: SearchResult, header: str,
-                         force: bool, *, placed_on=None, document: dict | None = None
-                         ) -> list[str]:
-    """Write the best plan's launch scripts, ``plan.json`` (the plan document, with the
+@dataclass(frozen=True)
+class SearchFiles:
+    """The rendered outputs of a search (:data:`SEARCH_FILES` → ``(bytes, creation mode)``)
+    and what a report built on them reuses: the best plan's placement record and the Gantt
+    chart of its simulated schedule."""
+
+    files: dict
+    placement: dict | None
+    gantt_png: bytes
+
+
+def search_files(model, cluster, res: SearchResult, header: str, *, placed_on=None,
+                 document: dict | None = None, names=SEARCH_FILES) -> SearchFiles:
+    """Render the best plan's launch scripts, ``plan.json`` (the plan document, with the
     placement when the plans were placed), ``plans.json`` (every ranked plan shown),
     ``table.txt`` (``header`` and the wide table), ``plans.png`` (iteration time against
     peak memory of every feasible plan; needs ``res.ranked``) and ``report.html`` (Gantt
     chart of the best plan's simulated schedule, its placement). ``cluster``: the cluster
     searched (the plan's nodes); ``placed_on``: the whole cluster the placement's host
     names refer to (None: ``cluster``); ``document``: the search's JSON for ``plans.json``
-    (None: the result's). Every file is rendered first, then all are written
-    without following a symbolic link (:func:`launchers.write_files`). Returns the names."""
+    (None: the result's); ``names``: the files wanted (default all)."""
     from configurator.cost.placed import PlacedPlan
     from configurator.report.gantt import gantt_png
     from configurator.report.plan_html import render_plan_html
     from configurator.report.plot import plot_search
     from configurator.report.table import format_table
-    from launchers import FILE_MODE, check_out_dir, launch_files, write_files
+    from launchers import FILE_MODE, launch_files
 
     best = res.plans[0]
     estimate = best.to_dict()
@@ -93,6 +103,9 @@ def write_search_outputs(out: str, model, cluster, res: SearchResult, header: st
     files["report.html"] = (render_plan_html(
         title=f"{model.name} on {cluster.num_gpus} x {cluster.gpu.name}", header=header,
         table=table, placement=record, gantt_png=gantt).encode(), FILE_MODE)
+    if "plans.png" not in names:
+        return SearchFiles(files={n: files[n] for n in names}, placement=record,
+                           gantt_png=gantt)
     with tempfile.TemporaryDirectory() as private:      # mode 0700, a fresh name
         png = os.path.join(private, "plans.png")
         plot_search(png, peak_memory_bytes=candidate_memory(model, res.ranked, cluster.gpu),
@@ -102,7 +115,20 @@ def write_search_outputs(out: str, model, cluster, res: SearchResult, header: st
                           f"{res.feasible} feasible plans")
         with open(png, "rb") as fh:
             files["plans.png"] = (fh.read(), FILE_MODE)
-    files = {name: files[name] for name in SEARCH_FILES}
+    return SearchFiles(files={name: files[name] for name in names}, placement=record,
+                       gantt_png=gantt)
+
+
+def write_search_outputs(out: str, model, cluster, res: SearchResult, header: str,
+                         force: bool, *, placed_on=None, document: dict | None = None
+                         ) -> list[str]:
+    """Render (:func:`search_files`) and write the search's outputs into ``out``: every
+    file is rendered first, then all are written without following a symbolic link
+    (:func:`launchers.write_files`). Returns the names."""
+    from launchers import check_out_dir, write_files
+
+    files = search_files(model, cluster, res, header, placed_on=placed_on,
+                         document=document).files
     check_out_dir(out, files, force)
     write_files(out, files, force=force)
     return list(SEARCH_FILES)

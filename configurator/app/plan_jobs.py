@@ -17,7 +17,7 @@ from configurator.core.errors import InputError, NoFeasiblePlanError
 from configurator.core.plan import RECOMPUTE, describe_search_options, search_options
 from configurator.core.rules import SPLIT_FIELDS, plan_for_world
 from configurator.search.evaluate import Evaluation, evaluate_plan
-from configurator.search.placement import (host_health_order, place_plan,
+from configurator.search.placement import (RANDOM_PLACEMENTS, host_health_order, place_plan,
                                            place_search_result, placement_on_cluster)
 from configurator.search.rank import SearchResult, best_layer_split, search
 from configurator.search.space import SearchSpace
@@ -43,6 +43,8 @@ class SearchRequest:
     placement_time_s: float = 10.0
     placement_evaluations: int = 100
     seed: int = 0
+    #: random placements behind each placed plan's random median
+    random_placements: int = RANDOM_PLACEMENTS
 
     def __post_init__(self):
         object.__setattr__(self, "options", search_options(**self.options))
@@ -85,7 +87,7 @@ def run_search(req: SearchRequest) -> SearchOutcome:
     space = search_space(model, req)
     note = nodes_note(req.inputs, cluster)
     try:
-        res, used = _ranked(req, model, cluster, space, req.top, keep_ranking=bool(req.out))
+        res, used = ranked_search(req, model, cluster, space, req.top, keep_ranking=bool(req.out))
     except NoFeasiblePlanError as err:
         raise NoFeasiblePlanError(f"{err}{note}") from None
     header = (f"{model.name} on {used.num_nodes}x{used.gpus_per_node} "
@@ -129,9 +131,9 @@ def search_document(model, cluster, res: SearchResult) -> dict:
     return {"model": model.to_dict(), "cluster": cluster.to_dict(), **res.to_dict()}
 
 
-def _ranked(req: SearchRequest, model, cluster, space: SearchSpace, top: int, *,
-            keep_ranking: bool = False, exclude_flagged: bool | None = None,
-            nodes: int | None = None):
+def ranked_search(req: SearchRequest, model, cluster, space: SearchSpace, top: int, *,
+                  keep_ranking: bool = False, exclude_flagged: bool | None = None,
+                  nodes: int | None = None):
     """The search of ``req`` on ``cluster``: ``(result, cluster searched)``. With a topology
     the result's plans carry their placement (``exclude_flagged`` and ``nodes`` override the
     request's)."""
@@ -145,7 +147,8 @@ def _ranked(req: SearchRequest, model, cluster, space: SearchSpace, top: int, *,
     res = search(model, used, req.global_batch_size, **kw)
     return place_search_result(model, cluster, res, pool=pool,
                                time_budget_s=req.placement_time_s,
-                               max_evaluations=req.placement_evaluations, seed=req.seed), used
+                               max_evaluations=req.placement_evaluations, seed=req.seed,
+                               random_samples=req.random_placements), used
 
 
 def exclusion_effect(req: SearchRequest, model, cluster, res: SearchResult,
@@ -158,7 +161,7 @@ def exclusion_effect(req: SearchRequest, model, cluster, res: SearchResult,
            "iteration_time_s": best.iteration_time_s,
            "tokens_per_s": best.tokens_per_s_per_gpu * kept}
     try:
-        alls, _ = _ranked(req, model, cluster, space, 1, exclude_flagged=False,
+        alls, _ = ranked_search(req, model, cluster, space, 1, exclude_flagged=False,
                           nodes=cluster.num_nodes)
         a = alls.plans[0]
         out["all_hosts_iteration_time_s"] = a.iteration_time_s
@@ -411,11 +414,11 @@ def run_scaling(req: SearchRequest, lo: int, hi: int) -> ScalingOutcome:
         row = {"nodes": n}
         try:
             if req.inputs.topology:
-                res, used = _ranked(req, model, cluster, space, 1, nodes=n)
+                res, used = ranked_search(req, model, cluster, space, 1, nodes=n)
             else:
                 _, cl = resolve(dataclasses.replace(req.inputs, nodes=n),
                                 precision=req.precision)
-                res, used = _ranked(req, model, cl, space, 1)
+                res, used = ranked_search(req, model, cl, space, 1)
         except (InputError, NoFeasiblePlanError) as err:
             row.update(num_gpus=None, plan=None, iteration_time_s=None, tokens_per_s=None,
                        tokens_per_s_per_gpu=None, excluded_hosts=None, reason=str(err))

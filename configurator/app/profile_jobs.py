@@ -71,6 +71,7 @@ from configurator.core.plan import ParallelPlan
 from configurator.core.profile import (PROFILE_PRECISIONS, LayerProfile, ProfileEntry,
                                        fingerprint_of)
 from configurator.core.rules import check_plan
+from topology.gpus import guess_gpu_preset
 
 DEVICES = ("auto", "cuda", "cpu")
 DEFAULT_WARMUP = 3
@@ -79,27 +80,6 @@ MAX_WARMUP = 1000
 MAX_REPEATS = 10_000
 #: Distinct values of each of --tp, --cp, --mbs.
 MAX_VALUES = 64
-#: CUDA device-name words → GPU preset, first match wins (GB200 before B200, GB300 before
-#: B300). PCIe and NVL boards run at other clocks than the presets' SXM parts: no guess
-#: for them.
-GPU_NAME_PRESETS = (("GB300", "gb300-288gb"), ("GB200", "gb200-186gb"),
-                    ("B300", "b300-288gb"), ("B200", "b200-180gb"), ("H200", "h200-141gb"),
-                    ("H100", "h100-80gb"), ("A100", "a100-80gb"))
-_NO_GUESS_WORDS = ("PCIE", "NVL")
-
-
-def guess_gpu_preset(device_name: str) -> str | None:
-    """The GPU preset of a CUDA device name (``"NVIDIA H100 80GB HBM3"`` → ``h100-80gb``),
-    or None when no preset describes it."""
-    name = device_name.upper()
-    if any(w in name for w in _NO_GUESS_WORDS):
-        return None
-    for word, preset in GPU_NAME_PRESETS:
-        if word in name:
-            return preset
-    return None
-
-
 @dataclass(frozen=True, kw_only=True)
 class ProfileRequest:
     """``configurator profile``: the model (preset, YAML/JSON file or HF config.json) at

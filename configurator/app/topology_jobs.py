@@ -31,7 +31,7 @@ def import_topology(paths: Sequence[str], output: str, *, policy: str = "min",
 
     check_policy(policy)
     if os.path.exists(output) and not force:
-        raise InputError("output", output, "file exists; pass --force to overwrite")
+        raise InputError("out", output, "file exists; pass --force to overwrite")
     topo = import_paths(paths, policy=policy)
     save_topology(topo, output, force=force)
     return topo, topology_summary(topo, output)
@@ -39,29 +39,51 @@ def import_topology(paths: Sequence[str], output: str, *, policy: str = "min",
 
 @dataclass(frozen=True, kw_only=True)
 class AuditOutcome:
+    """The audit, the topology it read, the report's path (with ``out``) and, when a model
+    was given, the plan its findings were priced for and their costs
+    (:class:`configurator.app.network_jobs.PricedPlan`)."""
+
     report: object          # topology.audit.AuditReport
     topology: object        # topology.topofile.Topology
     html_path: str | None
+    priced: object = None
 
 
 def audit_cluster(*, topology: str | None, paths: Sequence[str], out: str | None = None,
-                  force: bool = False) -> AuditOutcome:
-    """Audit a topology file or nccl-tests logs (exactly one of them); with ``out`` write the
-    HTML report, heatmap and JSON there."""
-    from topology.audit import audit
+                  force: bool = False, costs=None) -> AuditOutcome:
+    """Audit a topology file or nccl-tests logs (exactly one of them); with ``costs`` (a
+    :class:`configurator.app.network_jobs.CostRequest`) price each finding for a plan of
+    that model; with ``out`` write the HTML report, heatmap and JSON there."""
+    import tempfile
 
     if bool(topology) == bool(paths):
         raise InputError("input", topology or " ".join(paths) or None,
                          "give exactly one of --topology FILE or nccl-tests LOG_OR_DIR paths")
-    if topology:
+    with tempfile.TemporaryDirectory() as tmp:
+        if topology:
+            path = topology
+        else:       # the logs as a topology file the search reads (this process only)
+            from topology.importers import import_paths
+            from topology.topofile_io import save_topology
+
+            path = os.path.join(tmp, "topology.json")
+            save_topology(import_paths(paths), path)
+        from configurator.app.inputs import audit_of
         from topology.topofile_io import load_topology
-        topo = load_topology(topology)
-    else:
-        from topology.importers import import_paths
-        topo = import_paths(paths)
-    report = audit(topo)
+
+        topo, report = load_topology(path), audit_of(path)
+        priced = None
+        if costs is not None:
+            from configurator.app.network_jobs import price_audit
+
+            priced = price_audit(path, report, costs)
     page = None
     if out:
+        from configurator.app.network_jobs import audit_document, cost_lines
         from topology.report_html import write_audit_html
-        page = write_audit_html(report, topo, out, force=force)
-    return AuditOutcome(report=report, topology=topo, html_path=page)
+
+        page = write_audit_html(report, topo, out, force=force,
+                                document=audit_document(report, priced),
+                                costs=cost_lines(priced),
+                                priced_for=priced.description if priced else "")
+    return AuditOutcome(report=report, topology=topo, html_path=page, priced=priced)

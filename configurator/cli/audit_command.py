@@ -1,5 +1,7 @@
-"""``configurator audit``: report slow/asymmetric links, slow nodes, bimodal classes and
-unmeasured pairs.
+"""``configurator audit``: the network's structure (islands, slow hosts, slow pairs and
+directions, links slower at large messages) and its symptoms (slow and asymmetric links,
+bimodal classes, unmeasured pairs); with ``--model`` (and ``--gbs`` or ``--plan``), what each
+finding costs that job.
 
 Input is a topology file (``--topology topo.json``) or nccl-tests logs / directories of them.
 Exit 0 whenever the report was made (problems found are the report, not an error); 2 on bad
@@ -13,18 +15,41 @@ import sys
 from configurator.app.topology_jobs import audit_cluster
 from configurator.cli.options import add_force, add_json, add_out, option_groups
 from configurator.core import jsonout
+from configurator.core.plan import PLAN_FIELD
 from configurator.core.units import GB
 
 MAX_WARNINGS_SHOWN = 5
 MAX_PAIRS_SHOWN = 12
+#: Findings of one kind the text lists before counting the rest.
+MAX_FINDINGS_SHOWN = 8
 
 
 def add_audit_arguments(p) -> None:
     p.add_argument("paths", nargs="*", metavar="LOG_OR_DIR",
                    help="nccl-tests log files or directories of them (instead of --topology)")
     groups = option_groups(p)
+    g = groups["model and cluster"]
+    g.add_argument("--model", help="price each finding for a job of this model (a preset, a "
+                                   "YAML/JSON file or a Hugging Face config.json)")
+    g.add_argument("--gbs", type=int, help="with --model: the global batch size of its plan")
+    g.add_argument("--cluster", metavar="PRESET_OR_FILE",
+                   help="with --model: the cluster preset or file (default: the one whose GPU "
+                        "the measurements name)")
+    g.add_argument("--nodes", type=int,
+                   help="with --model: hosts the plan uses (default all; the placement picks "
+                        "which)")
+    g.add_argument("--seq-length", type=int, help="with --model: its sequence length")
+    g.add_argument("--plan", metavar="FILE",
+                   help="with --model: price the findings for this saved plan (plan.json) "
+                        "instead of the search's best")
+    f = PLAN_FIELD["precision"]
+    groups["precision and kernels"].add_argument(
+        f.cli_flag, dest="precision", choices=f.choices, default=None,
+        help="with --model: the search's precision (default bf16)")
     groups["topology and placement"].add_argument(
         "--topology", metavar="FILE", help="measured topology (YAML or JSON)")
+    groups["topology and placement"].add_argument(
+        "--seed", type=int, default=0, help="seed of the placement search (default 0)")
     g = groups["output"]
     add_out(g, "write index.html (heatmap embedded), heatmap.png and audit.json here",
             metavar="DIR")
@@ -33,12 +58,29 @@ def add_audit_arguments(p) -> None:
 
 
 def run_audit(args) -> int:
-    out = audit_cluster(topology=args.topology, paths=args.paths, out=args.out,
-                        force=args.force)
-    if args.json:
-        print(jsonout.dumps(out.report.to_dict(), indent=2))
+    from configurator.app.network_jobs import CostRequest, audit_document, cost_lines
+    from configurator.core.errors import InputError
+
+    costs = None
+    if args.model:
+        options = {"precision": args.precision} if args.precision else {}
+        costs = CostRequest(model=args.model, global_batch_size=args.gbs,
+                            cluster=args.cluster, nodes=args.nodes,
+                            seq_length=args.seq_length, plan=args.plan, options=options,
+                            seed=args.seed)
     else:
-        print(format_text(out.report))
+        given = [k for k in ("gbs", "cluster", "nodes", "seq_length", "plan", "precision")
+                 if getattr(args, k) is not None]
+        if given:
+            raise InputError(given[0], getattr(args, given[0]), "prices the findings for a "
+                             "job: needs --model")
+    out = audit_cluster(topology=args.topology, paths=args.paths, out=args.out,
+                        force=args.force, costs=costs)
+    if args.json:
+        print(jsonout.dumps(audit_document(out.report, out.priced), indent=2))
+    else:
+        print(format_text(out.report, cost_lines(out.priced),
+                          out.priced.description if out.priced else ""))
     if out.html_path is not None:
         print(f"wrote {out.html_path}", file=sys.stderr if args.json else sys.stdout)
     return 0
@@ -48,10 +90,43 @@ def _ep(host, gpu):
     return host if gpu is None else f"{host}/gpu{gpu}"
 
 
-def format_text(report) -> str:
-    """Readable summary: baselines, flagged nodes and links, bimodal classes, missing pairs,
-    recommendation."""
+def format_findings(report, costs: dict | None = None, priced_for: str = "") -> list[str]:
+    """The structure and the findings, each with its evidence, usual cause and action (and
+    its cost, when ``costs`` maps finding indices to lines): at most
+    :data:`MAX_FINDINGS_SHOWN` of a kind, the rest counted."""
+    from topology.structure import FINDING_KINDS, count_findings
+
+    out = []
+    islands = report.islands
+    out.append("Structure: " + (f"{len(islands)} islands: " + "; ".join(
+        "{" + ", ".join(i) + "}" for i in islands) if islands else "no islands"))
+    found = report.findings
+    out.append(f"Findings ({count_findings(found) or 'none'})"
+               + (f", priced for {priced_for}" if priced_for and found else "") + ":")
+    for kind in FINDING_KINDS:
+        mine = [(i, f) for i, f in enumerate(found) if f.kind == kind]
+        for i, f in mine[:MAX_FINDINGS_SHOWN]:
+            direction = f" ({f.direction})" if f.kind == "slow_host" else ""
+            out.append(f"  [{f.kind}] {f.subject}{direction}: {100 * f.ratio:.0f} % of the "
+                       f"healthy rate")
+            out += [f"      seen in {e}" for e in f.evidence[:3]]
+            if len(f.evidence) > 3:
+                out.append(f"      and in {len(f.evidence) - 3} more classes")
+            out.append(f"      usual cause: {f.cause}")
+            out.append(f"      action: {f.action}")
+            out += [f"      cost: {c}" for c in (costs or {}).get(i, [])]
+        if len(mine) > MAX_FINDINGS_SHOWN:
+            out.append(f"  ... and {len(mine) - MAX_FINDINGS_SHOWN} more [{kind}] findings "
+                       f"(--json lists them)")
+    return out
+
+
+def format_text(report, costs: dict | None = None, priced_for: str = "") -> str:
+    """Readable summary: the structure and findings first (with their costs when priced),
+    then the symptoms (baselines, flagged nodes and links, bimodal classes, missing pairs),
+    and the recommendation."""
     out = [f"Audit of {len(report.hosts)} hosts, {report.links_measured} measured links."]
+    out += format_findings(report, costs, priced_for)
     out.append("Class baselines (median / scaled MAD, GB/s):")
     for b in report.baselines:
         out.append(f"  {b.label}: {b.median_Bps / GB:.2f} / {b.scaled_mad_Bps / GB:.3f} "

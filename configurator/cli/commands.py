@@ -11,8 +11,9 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
-from configurator.cli import (audit_command, examples_command, plan_commands, probe_command,
-                              profile_command, topology_commands, validate_commands)
+from configurator.cli import (audit_command, cluster_plan_command, examples_command,
+                              plan_commands, probe_command, profile_command, topology_commands,
+                              validate_commands)
 from configurator.core.errors import one_line
 from configurator.core.validate import did_you_mean
 
@@ -207,7 +208,24 @@ COMMANDS: tuple[Command, ...] = (
             "report even when problems are found.",
             audit_command.add_audit_arguments, audit_command.run_audit, INPUT_EPILOG,
             examples=("configurator audit --topology topo.json",
-                      "configurator audit ex/h100-17node-nccl-tests --out audit/")),
+                      "configurator audit ex/h100-17node-nccl-tests --out audit/",
+                      "configurator audit --topology topo.json --model llama3-70b --gbs 512 "
+                      "--json")),
+    Command("plan", "from measured links to launch scripts in one command",
+            "Import nccl-tests logs (or read a topology file), audit them, search with the "
+            "ranks placed on the measured links (leaving out the hosts the audit flags when "
+            "that is faster), price what each finding costs the chosen plan, and write the "
+            "launch scripts, plan.json and report.html (the audit with its structure and "
+            "costs, the placement on the islands, the schedule, the scaling curve).",
+            cluster_plan_command.add_plan_arguments, cluster_plan_command.run_plan_command,
+            PLAN_EPILOG,
+            examples=(
+                "configurator plan --model llama3-70b --gbs 512 --logs "
+                "ex/h100-17node-nccl-tests --out job/",
+                "configurator plan --model llama3-70b --gbs 512 --topology topo.json "
+                "--nodes 16 --precision fp8 --out job/"),
+            usage="configurator plan --model M --gbs G (--logs PATH... | --topology FILE) "
+                  "--out DIR [--nodes N] [options]"),
     Command("examples", "copy the example inputs that ship with the tool",
             "List the example inputs that ship with the tool, or copy them into a directory "
             "(--out): real nccl-tests logs of a 17-node H100 cluster,a small measured "

@@ -177,11 +177,13 @@ def place_plan(model: ModelSpec, cluster, plan: ParallelPlan, *,
 
 def place_search_result(model: ModelSpec, cluster, res, *, pool: Sequence[int],
                         time_budget_s: float = 1.0, max_evaluations: int = 20_000,
-                        seed: int = 0, progress: bool | None = None):
+                        seed: int = 0, progress: bool | None = None,
+                        random_samples: int = RANDOM_PLACEMENTS):
     """``res`` (a :class:`~configurator.search.rank.SearchResult` made on some of
     ``cluster``'s hosts) with every plan placed on ``cluster`` (:func:`place_plan`,
     ``optimized``, hosts from ``pool``), re-timed under its placement and re-ranked.
-    ``progress``: a bar on stderr (None: only on a terminal)."""
+    ``progress``: a bar on stderr (None: only on a terminal); ``random_samples``: random
+    placements behind each plan's random median."""
     import dataclasses
 
     from tqdm import tqdm
@@ -192,7 +194,8 @@ def place_search_result(model: ModelSpec, cluster, res, *, pool: Sequence[int],
     for e in tqdm(res.plans, desc="placement", unit="plan", disable=None if progress is None
                   else not progress, leave=False):
         out = place_plan(model, cluster, e.plan, pool=pool, time_budget_s=time_budget_s,
-                         max_evaluations=max_evaluations, seed=seed)
+                         max_evaluations=max_evaluations, seed=seed,
+                         random_samples=random_samples)
         peak = cluster.gpu.peak("fp16" if e.plan.precision == "fp16" else "bf16")
         placed.append(with_placement(model, e, out.to_dict(), out.iteration_time_s, peak,
                                      out.time_per_stage))

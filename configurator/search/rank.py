@@ -67,7 +67,8 @@ def candidate_memory(model: ModelSpec, c: Candidates, gpu) -> np.ndarray:
 def search(model: ModelSpec, cluster, global_batch_size: int, *, top_k: int = 10,
            space: SearchSpace = SearchSpace(), overlap_grad_reduce: bool = True,
            overlap_param_gather: bool = True, keep_ranking: bool = False,
-           max_memory_fraction: float = 1.0, **options) -> SearchResult:
+           max_memory_fraction: float = 1.0, rerank: int = RERANK_K,
+           **options) -> SearchResult:
     """Rank every legal plan for ``model`` on all GPUs of ``cluster``; ``options``: the
     :data:`~configurator.core.plan.SEARCH_OPTIONS` (precision, attention backend, …) every
     plan carries (default: the plan defaults).
@@ -76,7 +77,9 @@ def search(model: ModelSpec, cluster, global_batch_size: int, *, top_k: int = 10
     degree divides) and :class:`NoFeasiblePlanError` when legal plans exist but none fits
     (the message gives the smallest peak memory found against the capacity).
     ``max_memory_fraction`` keeps plans whose peak is at most that fraction of GPU memory
-    (headroom beyond the model's own allowance for fragmentation and buffers).
+    (headroom beyond the model's own allowance for fragmentation and buffers). ``rerank``:
+    how many of the closed form's best the simulated schedule re-ranks (at least
+    ``top_k``).
     """
     t0 = time.perf_counter()
     options = search_options(**options)
@@ -109,7 +112,7 @@ def search(model: ModelSpec, cluster, global_batch_size: int, *, top_k: int = 10
     order = np.argsort(times, kind="stable")
     # the closed form ranks everything; the exact schedule re-ranks its best
     shortlist = [evaluate_plan(model, cluster, feas.plan(int(i)))
-                 for i in order[:max(top_k, RERANK_K)]]
+                 for i in order[:max(top_k, rerank)]]
     best = sorted(shortlist, key=lambda e: e.iteration_time_s)[:top_k]
     return SearchResult(plans=best, candidates_evaluated=n, feasible=nfeas,
                         search_time_s=time.perf_counter() - t0,

@@ -14,6 +14,8 @@ inter-node sweep that has no link measurement.
 
 from __future__ import annotations
 
+import dataclasses
+
 import os
 import re
 from itertools import combinations
@@ -129,9 +131,7 @@ def fill_missing_pairs(topo: Topology) -> Topology:
                   if frozenset((a, b)) not in covered)
     if not extra:
         return topo
-    return Topology(hosts=topo.hosts, gpus_per_host=topo.gpus_per_host, links=topo.links,
-                    collectives=topo.collectives, missing=topo.missing + extra,
-                    merge_policy=topo.merge_policy, warnings=topo.warnings)
+    return dataclasses.replace(topo, missing=topo.missing + extra)
 
 
 def import_paths(paths: Iterable[str | os.PathLike], policy: str = "min",
@@ -178,8 +178,6 @@ def import_paths(paths: Iterable[str | os.PathLike], policy: str = "min",
         shown = ", ".join(skipped[:5]) + (f" and {len(skipped) - 5} more" if len(skipped) > 5
                                           else "")
         warnings += (f"skipped {len(skipped)} file(s) of unknown format: {shown}",)
-    merged = Topology(hosts=tuple(sorted(merged.hosts, key=host_sort_key)),
-                      gpus_per_host=merged.gpus_per_host, links=merged.links,
-                      collectives=merged.collectives, missing=merged.missing,
-                      merge_policy=merged.merge_policy, warnings=warnings)
+    merged = dataclasses.replace(merged, hosts=tuple(sorted(merged.hosts, key=host_sort_key)),
+                                 warnings=warnings)
     return fill_missing_pairs(merged)

@@ -56,7 +56,7 @@ MIN_GOOD_MESSAGE_BYTES = 32 * MiB
 METHOD = "nccl-tests {test} busbw"
 
 _RANK = re.compile(r"^#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+"
-                   r"device\s+(\d+)")
+                   r"device\s+(\d+)(?:\s+\[[^\]]*\]\s+(?P<name>\S.*?))?\s*$")
 _START = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
 _FAIL = re.compile(r"Test (?:NCCL |CUDA )?failure\s+\S+\s*(?:'([^']*)')?")
 _FILENAME = re.compile(r"N(\d+)_G(\d+)_(.+)$")
@@ -78,6 +78,7 @@ def looks_like_nccl_tests(text: str) -> bool:
 class _Section:
     test: str | None = None
     ranks: dict[int, tuple[str, int]] = field(default_factory=dict)
+    gpu_names: dict[str, None] = field(default_factory=dict)
     columns: list[str] | None = None
     rows: list[list[str]] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
@@ -114,6 +115,8 @@ def _split_sections(lines: list[str]) -> list[_Section]:
         m = _RANK.match(line)
         if m:
             cur.ranks[int(m.group(1))] = (m.group(2), int(m.group(3)))
+            if m.group("name"):
+                cur.gpu_names[m.group("name")] = None
             continue
         if line.startswith("#"):
             toks = line[1:].split()
@@ -342,7 +345,11 @@ def parse_nccl_tests(text: str, name: str = "<log>") -> Topology:
                 latency_s=lat, message_bytes=size, method=method, timestamp=None))
         else:
             warnings.append(f"{where}: busbw found but no host names; figure dropped")
+    names = list(dict.fromkeys(n for sec in sections for n in sec.gpu_names))
+    if len(names) > 1:
+        warnings.append(f"{name}: Rank lines name several GPUs ({', '.join(names)})")
     return Topology(hosts=tuple(sorted(hosts_seen, key=host_sort_key)),
                     gpus_per_host=max(gpus_seen) if gpus_seen else None,
                     links=tuple(links), collectives=tuple(colls), missing=tuple(missing),
-                    warnings=tuple(warnings))
+                    warnings=tuple(warnings),
+                    gpu_name=names[0] if len(names) == 1 and names[0].isprintable() else None)

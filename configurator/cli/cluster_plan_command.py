@@ -1,0 +1,77 @@
+"""``configurator plan``: from measurements to a running job in one command: import the
+nccl-tests logs (or read a topology file), audit them, search with the ranks placed on the
+measured links, leaving out the hosts the audit flags when that is faster, price what each
+finding costs the chosen plan, and write the launch scripts, ``plan.json`` and one
+``report.html``."""
+
+from __future__ import annotations
+
+import os
+
+from configurator.app.network_jobs import PlanRequest, run_plan
+from configurator.cli.options import add_force, add_json, add_out, option_groups
+from configurator.cli.plan_commands import _group_of, add_plan_option
+from configurator.core import jsonout
+from configurator.core.plan import SEARCH_OPTIONS
+from launchers import start_instructions
+
+
+def add_plan_arguments(p) -> None:
+    groups = option_groups(p)
+    g = groups["model and cluster"]
+    g.add_argument("--model", required=True,
+                   help="a preset (any case), a YAML/JSON file with Megatron keys, or a Hugging "
+                        "Face config.json")
+    g.add_argument("--gbs", type=int, required=True, help="global batch size (sequences)")
+    g.add_argument("--seq-length", type=int, help="override the model's sequence length")
+    g.add_argument("--cluster", metavar="PRESET_OR_FILE",
+                   help="the cluster's preset or file (default: the preset whose GPU the "
+                        "measurements name, e.g. nccl-tests' NVIDIA H100 80GB HBM3 -> "
+                        "dgx-h100-80gb)")
+    g.add_argument("--nodes", type=int,
+                   help="hosts the plan uses (default: all, or all but the flagged ones when "
+                        "that is faster)")
+    for name in SEARCH_OPTIONS:
+        add_plan_option(groups[_group_of(name)], name)
+    g = groups["topology and placement"]
+    g.add_argument("--logs", nargs="+", metavar="PATH", default=(),
+                   help="nccl-tests logs, 'nvidia-smi topo -m' output or probe files, or "
+                        "directories of them (written to --out as topology.json)")
+    g.add_argument("--topology", metavar="FILE", help="a topology file instead of --logs")
+    g.add_argument("--seed", type=int, default=0, help="seed of the placement search "
+                                                       "(default 0)")
+    g = groups["search"]
+    g.add_argument("--top", type=int, default=3,
+                   help="plans placed on the measured links and shown (default 3)")
+    g = groups["output"]
+    add_out(g, "directory for the scripts, plan.json, plans.json, audit.json and report.html",
+            metavar="DIR", required=True)
+    add_force(g, "files in --out")
+    add_json(g, "the summary")
+
+
+def run_plan_command(args) -> int:
+    out = run_plan(PlanRequest(
+        model=args.model, global_batch_size=args.gbs, logs=tuple(args.logs),
+        topology=args.topology, cluster=args.cluster, nodes=args.nodes,
+        seq_length=args.seq_length, out=args.out, force=args.force, top=args.top,
+        options={name: getattr(args, name) for name in SEARCH_OPTIONS}, seed=args.seed))
+    best = out.chosen.plans[0]
+    steps = start_instructions(args.out, nodes=len(best.placement["hosts"]), placed=True,
+                               data=False, plan_file=os.path.join(args.out, "plan.json"))
+    if args.json:
+        print(jsonout.dumps({"summary": out.summary, "out": args.out, "written": out.written,
+                             "excluded_hosts": list(out.excluded),
+                             "iteration_time_s": best.iteration_time_s,
+                             "plan": best.plan.to_dict(), "placement": best.placement,
+                             "islands": [list(i) for i in out.report.islands],
+                             "next_steps": steps}, indent=2))
+        return 0
+    for line in out.summary:
+        print(line)
+    print(f"wrote {args.out}/: " + ", ".join(out.written))
+    print(f"the audit, its costs, the placement and the schedule: "
+          f"{os.path.join(args.out, 'report.html')}")
+    for line in steps:
+        print(line)
+    return 0

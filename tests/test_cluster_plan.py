@@ -1,0 +1,182 @@
+"""``configurator plan`` and the cost of the audit's findings: from measurements to the launch
+scripts and one report, on a synthetic two-island cluster and on the shipped 17-node logs;
+the report opened in headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from configurator.app.network_jobs import (cluster_ref_for, island_crossings,
+                                           used_host_pairs)
+from configurator.core.plan import ParallelPlan
+from configurator.report.network_html import SECTIONS
+from tests.conftest import REAL_CLUSTER, run_cli
+from tests.test_structure import topo, two_islands
+from topology.topofile_io import save_topology
+
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+@pytest.fixture(scope="module")
+def islands_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("isl") / "islands.json"
+    save_topology(topo(factor=two_islands), path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def islands_plan(islands_file, tmp_path_factory):
+    out = tmp_path_factory.mktemp("plan") / "job"
+    res = run_cli("plan", "--model", "llama3-70b", "--gbs", "512", "--topology", islands_file,
+                  "--out", out, timeout=300)
+    assert res.returncode == 0, res.stderr
+    return out, res.stdout
+
+
+def test_plan_writes_scripts_and_report_and_says_what_the_placement_did(islands_plan):
+    out, stdout = islands_plan
+    for name in ("launch_torchrun.sh", "launch_slurm.sbatch", "plan.json", "plans.json",
+                 "audit.json", "report.html"):
+        assert (out / name).is_file(), name
+    lines = stdout.splitlines()
+    assert "islands {h1, h3, h5, h7}; {h2, h4, h6, h8}" in lines[1]
+    # the placement keeps every data-parallel group inside an island, where Megatron's order
+    # on the first hosts puts every one across
+    groups = next(ln for ln in lines if ln.startswith("groups crossing islands"))
+    dp = re.search(r"dp (\d+)/(\d+) of (\d+)", groups)
+    assert dp and int(dp.group(1)) < int(dp.group(2))
+    placed = next(ln for ln in lines if ln.startswith("placement: "))
+    assert "Megatron's order" in placed
+    assert "MEGATRON_LM_DIR=/path/to/Megatron-LM sbatch" in stdout
+    doc = json.loads((out / "plan.json").read_text())
+    assert doc["placement"]["method"] == "optimized"
+    audit = json.loads((out / "audit.json").read_text())
+    assert audit["islands"] == [["h1", "h3", "h5", "h7"], ["h2", "h4", "h6", "h8"]]
+    (finding,) = audit["findings"]
+    (cost,) = finding["costs"]
+    assert cost["what"] == "repairing the cross-island links"
+    assert cost["delta_s"] <= 0 and cost["iteration_time_s"] == pytest.approx(
+        doc["estimate"]["iteration_time_s"], rel=1e-9)
+
+
+def test_plan_report_holds_every_section(islands_plan):
+    out, _ = islands_plan
+    page = (out / "report.html").read_text()
+    for key, title in SECTIONS:
+        assert f"<h2 id='{key}'>{title}</h2>" in page
+    assert page.count("src='data:image/png;base64,") == 4
+    assert "repairing the cross-island links" in page
+
+
+def test_plan_refuses_bad_input(islands_file, tmp_path):
+    both = run_cli("plan", "--model", "llama3-8b", "--gbs", "64", "--topology", islands_file,
+                   "--logs", REAL_CLUSTER, "--out", tmp_path / "a")
+    assert both.returncode == 2 and "exactly one of --logs" in both.stderr
+    neither = run_cli("plan", "--model", "llama3-8b", "--gbs", "64", "--out", tmp_path / "b")
+    assert neither.returncode == 2 and "--logs" in neither.stderr
+    bare = tmp_path / "bare.json"
+    t = topo(factor=two_islands)
+    save_topology(type(t)(hosts=t.hosts, gpus_per_host=8, links=t.links), bare)
+    unknown = run_cli("plan", "--model", "llama3-8b", "--gbs", "64", "--topology", bare,
+                      "--out", tmp_path / "c")
+    assert unknown.returncode == 2
+    assert "--cluster: required: the measurements do not name their GPU" in unknown.stderr
+    assert len(unknown.stderr.strip().splitlines()) == 1
+
+
+def test_the_gpu_the_logs_name_picks_the_cluster():
+    assert cluster_ref_for(topo(), None) == "dgx-h100-80gb"
+    assert cluster_ref_for(topo(), "dgx-h200-141gb") == "dgx-h200-141gb"
+
+
+def test_used_host_pairs_and_island_crossings():
+    plan = ParallelPlan(tp=8, pp=2, dp=2, micro_batch_size=1, global_batch_size=8)
+    # node rank n on host n: stage 0 on hosts 0,1 (dp 0,1), stage 1 on hosts 2,3
+    used = used_host_pairs(plan, [0, 1, 2, 3], 8)
+    assert used == {(0, 1), (1, 0), (2, 3), (3, 2), (0, 2), (2, 0), (1, 3), (3, 1)}
+    hosts = ["a", "b", "c", "d"]
+    islands = (("a", "b"), ("c", "d"))
+    cross = {c.dim: (c.crossing, c.groups) for c in island_crossings(plan, hosts, 8, islands)}
+    assert cross == {"tp": (0, 4), "dp": (0, 16), "pp boundaries": (1, 1)}
+    other = island_crossings(plan, ["a", "c", "b", "d"], 8, islands)
+    assert {c.dim: c.crossing for c in other} == {"tp": 0, "dp": 16, "pp boundaries": 0}
+    moe = ParallelPlan(tp=1, pp=1, dp=8, ep=8, micro_batch_size=1, global_batch_size=8)
+    assert used_host_pairs(moe, [0], 8) is None
+
+
+def test_audit_prices_a_bad_nic_for_the_search_best(tmp_path, capsys):
+    from configurator.cli import main
+
+    path = tmp_path / "nic.json"
+    save_topology(topo(n=4, factor=lambda a, b: 0.2 if "h2" in (a, b) else 1.0), path)
+    assert main(["audit", "--topology", str(path), "--model", "llama3-8b", "--gbs", "128",
+                 "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["priced_for"].startswith("llama3-8b, the search's best plan")
+    (f,) = d["findings"]
+    assert f["kind"] == "slow_host" and f["hosts"] == ["h2"]
+    whats = {c["what"]: c for c in f["costs"]}
+    assert set(whats) == {"repairing h2's links", "leaving out h2"}
+    assert whats["repairing h2's links"]["delta_s"] <= 0
+    assert main(["audit", "--topology", str(path), "--gbs", "128"]) == 2
+    assert "needs --model" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def real_plan(tmp_path_factory):
+    out = tmp_path_factory.mktemp("real") / "job"
+    res = run_cli("plan", "--model", "llama3-70b", "--gbs", "512", "--logs", REAL_CLUSTER,
+                  "--out", out, timeout=600)
+    assert res.returncode == 0, res.stderr
+    return out, res.stdout
+
+
+def test_plan_on_the_shipped_logs_prices_every_finding(real_plan):
+    out, stdout = real_plan
+    assert (out / "topology.json").is_file()
+    audit = json.loads((out / "audit.json").read_text())
+    assert audit["findings"] and all(f["costs"] for f in audit["findings"])
+    assert "cnode2-003" in audit["recommendation"]["drain_hosts"]
+    # either the plan leaves cnode2-003 out or it says what keeping it gains
+    assert re.search(r"^(left out cnode2-003|kept every host)", stdout, re.M)
+    page = (out / "report.html").read_text()
+    assert "leaving out cnode2-003" in page
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium not installed "
+                                                  "(apt-get install -y chromium)")
+@pytest.mark.parametrize("which", ["islands_plan", "real_plan"])
+def test_report_renders_in_headless_chromium(which, request, tmp_path):
+    """Every section laid out and every image decoded and shown, as Chromium renders the
+    page: a copy of the report gets a script that records them once the page has loaded,
+    read back with --dump-dom."""
+    out, _ = request.getfixturevalue(which)
+    page = (out / "report.html").read_text()
+    probe = ("<script>window.addEventListener('load',()=>{document.body.setAttribute("
+             "'data-check',JSON.stringify({images:[...document.images].map(i=>[i.complete,"
+             "i.naturalWidth,i.naturalHeight,i.getBoundingClientRect().width]),sections:[..."
+             "document.querySelectorAll('h2[id]')].map(e=>[e.id,e.getBoundingClientRect()."
+             "height])}));});</script>")
+    copy = tmp_path / "check.html"
+    copy.write_text(page.replace("</body>", probe + "</body>"))
+    res = subprocess.run([str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu",
+                          "--disable-quic", "--no-first-run", "--disable-background-networking",
+                          "--disable-component-update", "--disable-sync",
+                          f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1400,1000",
+                          "--virtual-time-budget=10000", "--dump-dom", copy.resolve().as_uri()],
+                         capture_output=True, text=True, timeout=120)
+    m = re.search(r'data-check="([^"]*)"', res.stdout)
+    assert m, res.stderr[-2000:]
+    check = json.loads(m.group(1).replace("&quot;", '"'))
+    assert [s[0] for s in check["sections"]] == [key for key, _ in SECTIONS]
+    assert all(height > 0 for _, height in check["sections"])
+    assert len(check["images"]) == 4
+    for complete, w, h, shown in check["images"]:
+        assert complete and w > 100 and h > 100 and shown > 100
+    assert np.isfinite([s[1] for s in check["sections"]]).all()
