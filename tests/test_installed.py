@@ -53,8 +53,13 @@ def installed(tmp_path_factory):
     checkout (plus a path to this environment's third-party packages)."""
     tmp = tmp_path_factory.mktemp("installed")
     wheels = tmp / "wheels"
+    # build from a copy: building in place would leave build/ and *.egg-info in the checkout
+    src = tmp / "src"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
+        ".git", ".ci-venv", "venv", ".venv", "build", "dist", "*.egg-info", "__pycache__",
+        ".pytest_cache", ".hypothesis", "out", "fuzz-failures"))
     build = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(wheels),
-             str(ROOT)]
+             str(src)]
     res = subprocess.run(build, capture_output=True, text=True, timeout=600)
     if res.returncode != 0:      # no package index: this environment's setuptools
         _run(build + ["--no-build-isolation"])
