@@ -443,3 +443,41 @@ def test_bridge_rows_without_mtp_price_the_model_without_its_mtp_layer(tmp_path)
         runs, _ = groundtruth.bridge_runs(newest_only=False)
     assert runs[0].model is off.model and runs[1].model.mtp_num_layers == 1
     assert check_run(runs[0]).problem is None
+
+
+# -- leave one source out ------------------------------------------------------------------
+
+def test_by_source_holds_each_dataset_out():
+    """A100 runs (SC'21) and H100 runs (NeMo) fit disjoint GPUs: holding SC'21 out leaves
+    the A100 GEMM efficiency at its value before any run (0.80), in sample it is fitted on
+    SC'21 (near the preset's 0.67); the held-out error is the larger."""
+    from configurator.app.by_source import validate_by_source
+    from configurator.cost.groundtruth import sc21_runs
+    from topology.gpus import RUN_FITTED
+
+    runs = sc21_runs()[:6] + nemo_cp_runs()[:3]
+    rep = validate_by_source(runs)
+    assert [r.dataset for r in rep.rows] == ["SC'21 Table 1", "NeMo long context"]
+    sc21 = rep.rows[0]
+    assert sc21.runs == 6 and rep.overall.runs == 9
+    held = rep.held_out_values["SC'21 Table 1"]["a100-80gb"]["fp16"]["gemm"]
+    assert held == RUN_FITTED["a100-80gb"]["gemm"].value
+    assert sc21.in_sample.mape < 0.05 < sc21.held_out.mape
+    assert sc21.held_out.mean_error < 0          # a higher GEMM efficiency: too fast
+    assert rep.to_dict()["datasets"][0]["held_out"]["rows"] == 6
+
+
+def test_by_source_needs_two_datasets(capsys):
+    from configurator.app.by_source import validate_by_source
+
+    with pytest.raises(InputError, match="at least two datasets"):
+        validate_by_source(nemo_cp_runs()[:2])
+
+
+def test_run_files_are_their_own_dataset(tmp_path):
+    path = tmp_path / "mine.csv"
+    path.write_text(",".join(RUN) + "\n" + ",".join(RUN.values()) + "\n")
+    (run,) = load_runs(str(path))
+    assert run.dataset == "mine.csv"
+    path.write_text(",".join(RUN) + ",dataset\n" + ",".join(RUN.values()) + ",lab A\n")
+    assert load_runs(str(path))[0].dataset == "lab A"

@@ -289,6 +289,42 @@ GPU_PRESETS: dict[str, GPUSpec] = {
         efficiency=_BLACKWELL_ULTRA_EFFICIENCY, non_tn_fp8_gemm=True),
 }
 
+@dataclass(frozen=True)
+class Prior:
+    """An efficiency's value before any end-to-end run was fitted: ``value`` (a fraction, or
+    microseconds for ``host_op_us``) and where it comes from (a kernel microbenchmark or a
+    paper)."""
+
+    value: float
+    source: str
+
+
+_FA4 = "FlashAttention-4 forward on B200, 0.71 of the dense BF16 peak"
+_CUDNN_H200 = ("cuDNN fused attention on an H200 (bench/attention_masks.py, "
+               "tests/data/attention_masks.csv): 608.9 forward and 524.1 backward TFLOP/s at "
+               "64k causal keys, 0.55 of 989 TFLOP/s with the backward's 2.5x work")
+_EAGER = "PyTorch eager dispatch with autograd, 10-20 us per operation: 15 us"
+#: The presets' efficiencies that were fitted on published end-to-end runs (the module
+#: docstring, "Fitted on published runs"), each with its value before any run: what
+#: ``configurator validate --by-source`` starts from and fits again without the source it
+#: predicts. Every other efficiency comes from a microbenchmark or a paper.
+RUN_FITTED: dict[str, dict[str, Prior]] = {
+    "a100-80gb": {"gemm": Prior(0.80, "FlashAttention-2 (Dao 2023, §1): optimised GEMMs "
+                                      "reach 80-90 % of the A100's peak"),
+                  "host_op_us": Prior(15.0, _EAGER)},
+    "h100-80gb": {"flash_attention": Prior(0.55, _CUDNN_H200),
+                  "host_op_us": Prior(15.0, _EAGER)},
+    "h200-141gb": {"flash_attention": Prior(0.55, _CUDNN_H200),
+                   "host_op_us": Prior(15.0, _EAGER)},
+    **{g: {"gemm_fp8": Prior(0.617, "OpenXLA sm_100 matmul table, 4096^3 E4M3: 2.78 of "
+                                    "4.5 PFLOP/s"),
+           "gemm_mxfp8": Prior(0.617, "OpenXLA sm_100 matmul table, 4096^3 E4M3 (block "
+                                      "scaling runs the same instruction)"),
+           "flash_attention": Prior(0.71, _FA4), "host_op_us": Prior(15.0, _EAGER)}
+       for g in ("b200-180gb", "gb200-186gb", "b300-288gb", "gb300-288gb")},
+}
+
+
 GPU_KEYS_REQUIRED = ("name", "peak_tflops", "memory_GiB", "hbm_bandwidth_GBps", "num_sms",
                      "efficiency")
 GPU_KEYS_OPTIONAL = ("non_tn_fp8_gemm",)

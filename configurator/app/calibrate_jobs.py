@@ -219,11 +219,13 @@ def _fit(prepared, base_gpu, names, before, x0, kept, source):
 
 
 def calibrate_runs(runs: list[MeasuredRun], params: tuple[str, ...] | None = None,
-                   progress=None, source: str = "calibrate") -> tuple[Calibration,
-                                                                       list[GroupFit]]:
-    """Fit every (GPU type, precision) group of ``runs``; returns the calibration and the
-    per-group fits. Runs without a measured time are ignored; a run Megatron would reject
-    or that names an unknown preset is an error naming it."""
+                   progress=None, source: str = "calibrate",
+                   start: Calibration | None = None) -> tuple[Calibration, list[GroupFit]]:
+    """Fit every (GPU type, precision) group of ``runs``, from the GPUs' own figures or,
+    with ``start``, from those values (e.g. :func:`prior_calibration`); returns the
+    calibration (the fitted values only) and the per-group fits. Runs without a measured
+    time are ignored; a run Megatron would reject or that names an unknown preset is an
+    error naming it."""
     groups: dict = {}
     for run in runs:
         if not run.has_time:
@@ -233,7 +235,8 @@ def calibrate_runs(runs: list[MeasuredRun], params: tuple[str, ...] | None = Non
         except InputError as exc:
             raise InputError(f"run {run.name}", exc.value, str(exc)) from None
         key = (cluster.gpu.name, run.plan.precision)
-        groups.setdefault(key, (cluster.gpu, []))[1].append(
+        gpu = start.apply(cluster.gpu, run.plan.precision) if start else cluster.gpu
+        groups.setdefault(key, (gpu, []))[1].append(
             _Prepared(run=run, model=model, cluster=cluster,
                       measured_s=measured_iteration_time_s(model, run)))
     if not groups:
@@ -252,3 +255,35 @@ def calibrate_runs(runs: list[MeasuredRun], params: tuple[str, ...] | None = Non
     cal = Calibration(values=values, fit={"source": source,
                                           "groups": [f.to_dict() for f in fits]})
     return cal, fits
+
+
+def prior_calibration() -> Calibration:
+    """The presets' run-fitted efficiencies at their values before any run
+    (:data:`topology.gpus.RUN_FITTED`), for every precision: where a fit on published runs
+    starts when those runs must not inform it."""
+    from configurator.core.plan import PRECISION
+    from topology.gpus import RUN_FITTED
+
+    return Calibration(values={g: {p: {k: prior.value for k, prior in params.items()}
+                                   for p in PRECISION}
+                               for g, params in RUN_FITTED.items()},
+                       fit={"source": "priors (topology.gpus.RUN_FITTED)"})
+
+
+def merged(base: Calibration, fitted: Calibration) -> Calibration:
+    """``base`` with ``fitted``'s values laid over it (per GPU, precision and parameter)."""
+    values = {g: {p: dict(v) for p, v in by.items()} for g, by in base.values.items()}
+    for g, by in fitted.values.items():
+        for p, vals in by.items():
+            values.setdefault(g, {}).setdefault(p, {}).update(vals)
+    return Calibration(values=values, fit=dict(fitted.fit))
+
+
+def calibrate_from(runs: list[MeasuredRun], start: Calibration) -> Calibration:
+    """``start`` with the values ``runs`` determine fitted over it (:func:`calibrate_runs`
+    from ``start``); ``start`` itself when the runs determine nothing."""
+    try:
+        fitted, _ = calibrate_runs(runs, start=start, source="calibrated from priors")
+    except InputError:
+        return start
+    return merged(start, fitted)

@@ -71,7 +71,8 @@ class RunCheck:
 class GroupStats:
     """Agreement of one group: rows with a time, MAPE and worst |error| (fractions), the
     worst row's name and signed error, Spearman's ρ (None under 3 rows or constant data),
-    and memory rows' MAPE where peak memory was measured."""
+    the mean signed error (negative: predicted too fast on average), and memory rows' MAPE
+    where peak memory was measured."""
 
     group: str
     rows: int
@@ -82,6 +83,7 @@ class GroupStats:
     spearman: float | None
     memory_rows: int = 0
     memory_mape: float | None = None
+    mean_error: float = 0.0
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -170,7 +172,8 @@ def group_stats(name: str, checks: list[RunCheck]) -> GroupStats | None:
         worst_abs_error=abs(worst.error), worst_name=worst.run.name, worst_error=worst.error,
         spearman=_spearman([c.predicted_iteration_time_s for c in timed],
                            [c.measured_iteration_time_s for c in timed]),
-        memory_rows=len(mem), memory_mape=sum(mem) / len(mem) if mem else None)
+        memory_rows=len(mem), memory_mape=sum(mem) / len(mem) if mem else None,
+        mean_error=sum(c.error for c in timed) / len(timed))
 
 
 def validate_runs(runs: list[MeasuredRun], calibration=None, skipped=(),

@@ -41,6 +41,12 @@ def add_validate_arguments(p) -> None:
     groups["model and cluster"].add_argument(
         "--calibration", metavar="FILE",
         help="calibrated efficiencies (configurator calibrate -o FILE)")
+    groups["fit"].add_argument(
+        "--by-source", action="store_true",
+        help="per dataset (run file, or the published tables): the error with the presets, "
+             "fitted on every dataset (in sample) and fitted on the others, this one held out "
+             "(leave one source out; the run-fitted efficiencies start from their values "
+             "before any run)")
     g = groups["output"]
     add_out(g, "write an HTML report with the predicted-vs-measured scatter plot")
     g.add_argument("--all-runs", action="store_true", help="print every run, not only groups")
@@ -60,6 +66,15 @@ def run_validate(args) -> int:
     if args.out:
         check_out_file(args.out, args.force)
     runs, skipped = load_run_files(args.runs, args.cluster)
+    if args.by_source:
+        if args.calibration or args.out:
+            raise InputError("by_source", True, "fits its own calibrations and writes no "
+                             "report: not with --calibration or --out")
+        from configurator.app.by_source import validate_by_source
+
+        rep = validate_by_source(runs, skipped, progress=_progress("dataset"))
+        print(jsonout.dumps(rep.to_dict(), indent=2) if args.json else format_by_source(rep))
+        return 0
     report = validate_runs(runs, _calibration(args.calibration), skipped,
                            progress=_progress("validate"))
     if args.out:
@@ -103,6 +118,28 @@ def format_validation(report, all_runs: bool = False) -> str:
                              f"{c.predicted_iteration_time_s:>11.3f} {100 * c.error:>+7.1f}%")
     if report.skipped:
         lines.append(f"\n{len(report.skipped)} published row(s) skipped (--json lists them).")
+    return "\n".join(lines)
+
+
+def format_by_source(rep) -> str:
+    """One line per dataset, then all: runs; MAPE with the presets, fitted on every dataset
+    (in sample) and on the others (held out); the held-out mean signed error and worst run."""
+    def pct(g, attr="mape"):
+        return "-" if g is None else f"{100 * getattr(g, attr):+.1f}%" if attr == "mean_error" \
+            else f"{100 * getattr(g, attr):.1f}%"
+
+    width = max(len(r.dataset) for r in rep.rows + [rep.overall])
+    lines = [f"{'dataset':<{width}} {'runs':>5} {'presets':>8} {'in sample':>10} "
+             f"{'held out':>9} {'bias':>7}  worst held-out run"]
+    for r in rep.rows + [rep.overall]:
+        worst = "-" if r.held_out is None else (f"{r.held_out.worst_name} "
+                                                f"({100 * r.held_out.worst_error:+.1f}%)")
+        lines.append(f"{r.dataset:<{width}} {r.runs:>5} {pct(r.presets):>8} "
+                     f"{pct(r.in_sample):>10} {pct(r.held_out):>9} "
+                     f"{pct(r.held_out, 'mean_error'):>7}  {worst}")
+    lines.append("in sample: the run-fitted efficiencies (topology/gpus.py RUN_FITTED) fitted "
+                 "on every dataset from their values before any run; held out: fitted on the "
+                 "other datasets; bias: the held-out mean signed error (negative: too fast)")
     return "\n".join(lines)
 
 

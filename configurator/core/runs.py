@@ -47,6 +47,9 @@ flops_formula              how those FLOPs were counted: :data:`FLOPS_FORMULAS` 
                                                                                       tflops
 peak_memory_GiB            peak memory per GPU (``torch.cuda.max_memory_reserved``)   
 name, group, source        label, group for statistics, where the figure comes from  no
+dataset                    the collection the run belongs to (a paper's table, one    no
+                           team's runs): ``validate --by-source`` holds each out in
+                           turn (default: the run file's name)
 =========================  =========================================================  ========
 
 Every measurement given is compared; a row's iteration time comes from the first present
@@ -80,7 +83,7 @@ FLOPS_FORMULAS = ("megatron", "megatron-full-attention", "sc21")
 #: Measurement keys, in the order a run's iteration time is taken from.
 MEASURED_KEYS = ("iteration_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu",
                  "peak_memory_GiB")
-_LABEL_KEYS = ("name", "group", "source")
+_LABEL_KEYS = ("name", "group", "source", "dataset")
 _REQUIRED = ("model", "cluster", "num_gpus", "tp", "pp", "micro_batch_size",
              "global_batch_size", "precision")
 _PLAN_KEYS = tuple(f.name for f in PLAN_FIELDS)
@@ -114,6 +117,8 @@ class MeasuredRun:
     tflops_per_gpu: float | None = None
     flops_formula: str | None = None
     peak_memory_bytes: float | None = None
+    #: the collection it belongs to (``validate --by-source`` holds each out in turn)
+    dataset: str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False)
 
     @property
@@ -224,6 +229,7 @@ def run_from_mapping(data: Any, where: str = "run") -> MeasuredRun:
     mem = figures.pop("peak_memory_GiB", None)
     return MeasuredRun(
         name=text("name", where), group=text("group"), source=text("source", ""),
+        dataset=text("dataset"),
         model=text("model"), cluster=text("cluster"), num_gpus=num_gpus, seq_length=seq,
         plan=plan, flops_formula=formula,
         peak_memory_bytes=None if mem is None else mem * GiB, **figures)
@@ -283,7 +289,8 @@ def load_runs(path: str) -> list[MeasuredRun]:
         return ref
 
     return [MeasuredRun(**{**run.__dict__, "model": local(run.model),
-                           "cluster": local(run.cluster)}) for run in runs]
+                           "cluster": local(run.cluster), "dataset": run.dataset or where})
+            for run in runs]
 
 
 def runs_to_rows(runs: Iterable[MeasuredRun]) -> list[dict]:
@@ -291,7 +298,7 @@ def runs_to_rows(runs: Iterable[MeasuredRun]) -> list[dict]:
     a :class:`ModelSpec` model is written as its name)."""
     out = []
     for r in runs:
-        row = {"name": r.name, "group": r.group, "source": r.source,
+        row = {"name": r.name, "group": r.group, "source": r.source, "dataset": r.dataset,
                "model": r.model if isinstance(r.model, str) else r.model.name,
                "cluster": r.cluster, "num_gpus": r.num_gpus, "seq_length": r.seq_length}
         row.update({k: getattr(r.plan, k) for k in _PLAN_KEYS})

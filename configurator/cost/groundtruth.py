@@ -297,17 +297,22 @@ def published_group(gpu: str, precision: str) -> str:
     return f"{gpu} {precision}"
 
 
-def _run(name, source, model, cluster, plan, seq=None, **measured) -> MeasuredRun:
+#: The collections the published runs come from (``MeasuredRun.dataset``), by table.
+DATASETS = {SC21_TABLE: "SC'21 Table 1", NEMO_CP_TABLE: "NeMo long context",
+            BRIDGE_TABLE: "Megatron-Bridge"}
+
+
+def _run(name, source, model, cluster, plan, table, seq=None, **measured) -> MeasuredRun:
     gpu = CLUSTER_PRESETS[cluster]["gpu"]
     return MeasuredRun(name=name, group=published_group(gpu, plan.precision),
                        source=source, model=model, cluster=cluster, num_gpus=plan.world_size,
-                       seq_length=seq, plan=plan, **measured)
+                       seq_length=seq, plan=plan, dataset=DATASETS[table], **measured)
 
 
 def sc21_runs() -> list[MeasuredRun]:
     """SC'21 Table 1 rows (:func:`sc21_rows`) as runs: TFLOP/s counted the SC'21 way."""
     return [_run(f"sc21 {r.model.name} {r.num_gpus} GPUs", r.source,
-                 r.model.name, "dgx-a100-80gb", r.plan,
+                 r.model.name, "dgx-a100-80gb", r.plan, SC21_TABLE,
                  tflops_per_gpu=r.published_tflops_per_gpu, flops_formula="sc21")
             for r in sc21_rows()]
 
@@ -344,7 +349,7 @@ def nemo_cp_runs(path: Path | None = None) -> list[MeasuredRun]:
                             cross_entropy_fusion=cross_entropy[r["system"]])
         out.append(_run(f"nemo {r['model']} {r['system']} {r['seq_len_k']}k",
                         r["source"], models[r["model"]],
-                        systems[r["system"]], plan, seq=seq,
+                        systems[r["system"]], plan, NEMO_CP_TABLE, seq=seq,
                         tflops_per_gpu=float(r["tflops_per_gpu_with_cp"]),
                         flops_formula="megatron-full-attention"))
     return out
@@ -375,7 +380,7 @@ def bridge_runs(newest_only: bool = True) -> tuple[list[MeasuredRun], list[str]]
         rows = kept
     return [_run(f"bridge {r.release} {r.model.name} {r.cluster} {r.plan.precision} "
                  f"{r.plan.world_size}", r.source,
-                 r.model, r.cluster, r.plan,
+                 r.model, r.cluster, r.plan, BRIDGE_TABLE,
                  seq=r.model.seq_length, tokens_per_s_per_gpu=r.tokens_per_s_per_gpu)
             for r in rows], skipped
 
