@@ -188,8 +188,6 @@ _MODEL_ROWS = _rows(
      lambda m, p, t: moe_layer_freq_value(m) if m.is_moe else None),
     ("--moe-router-pre-softmax", "model.moe_router_topk",   # TransformerConfig: top-1
      lambda m, p, t: (m.is_moe and m.moe_router_topk == 1) or None),
-    ("--moe-token-dispatcher-type", "model.num_experts",
-     lambda m, p, t: "alltoall" if m.is_moe else None),
     ("--moe-grouped-gemm", "model.num_experts", lambda m, p, t: m.is_moe or None),
     ("--multi-latent-attention", "model.multi_latent_attention",
      lambda m, p, t: m.multi_latent_attention or None),
@@ -283,6 +281,16 @@ def megatron_flags(model: ModelSpec, plan: ParallelPlan, *,
     the plan (the renderers call :func:`configurator.core.plan.check_plan` first). Raises
     :class:`InputError` for bad ``training`` values.
     """
+    if plan.fp8_dot_product_attention:
+        raise InputError("fp8_dot_product_attention", True,
+                         f"pretrain_gpt.py of {MEGATRON_TAG} has no flag for it "
+                         f"(TransformerConfig.fp8_dot_product_attention is left out of its "
+                         f"arguments); estimate prices it, a launch script cannot set it")
+    if plan.moe_fused_grouped_mlp:
+        raise InputError("moe_fused_grouped_mlp", True,
+                         f"pretrain_gpt.py of {MEGATRON_TAG} has no such kernel (Transformer "
+                         f"Engine's op fuser for the experts came with later Megatron-Core); "
+                         f"estimate prices it, a launch script cannot set it")
     t = (training or TrainingArgs()).checked()
     groups: dict[str, list[tuple[str, Value]]] = {}
     for rule in FLAG_TABLE:

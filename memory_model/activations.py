@@ -116,7 +116,8 @@ import numpy as np
 
 from configurator.core.model import ModelSpec
 from configurator.core.plan import (RECOMPUTE_CORE_ATTN, RECOMPUTE_FULL, RECOMPUTE_LAYERNORM,
-                                    RECOMPUTE_MOE_ACT)
+                                    RECOMPUTE_MLA_UP_PROJ, RECOMPUTE_MLP, RECOMPUTE_MOE,
+                                    RECOMPUTE_MOE_ACT, RECOMPUTE_SHARED_EXPERTS)
 from configurator.core.schedule import inflight_layers, inflight_microbatches_1f1b
 from memory_model.params import padded_vocab_size
 
@@ -233,17 +234,32 @@ def layer_activation_bytes(model: ModelSpec, *, mbs, seq, tp, sp, recompute,
     out = _proj_input_bytes(model, xh, tp, precision, selective, stores_scores)
     mlp = s * b * f * mlp_bytes_per_ffn_element(model, precision) / tp
     dropped, _ = recompute_module_bytes(model, mbs=b, seq=s, tp=tp, sp=sp, etp=1,
-                                        recompute=recompute, precision=precision)
+                                        recompute=recompute, precision=precision,
+                                        stores_scores=stores_scores)
     return replicated + attention + out + mlp - dropped
 
 
 def recompute_module_bytes(model: ModelSpec, *, mbs, seq, tp, sp, etp, recompute,
-                           precision: str = "bf16"):
+                           precision: str = "bf16", capacity=1.0, whole_moe=True,
+                           stores_scores: bool = False):
     """``(every layer, an MoE layer's MLP)``: bytes per layer and microbatch that selective
-    recompute's ``layernorm`` and ``moe_act`` modules (bits of the recompute code,
+    recompute's modules (bits of the recompute code,
     :func:`configurator.core.plan.recompute_code`) drop from what a layer keeps, and
     re-materialise while that layer's backward recomputes them (arrays broadcast; 0 without
-    those bits).
+    those bits). ``capacity``: the routed copies' share
+    (:func:`configurator.cost.compute.capacity_share`); ``whole_moe``: whether the ``moe``
+    module applies (not under the all-to-all overlap).
+
+    ``mlp`` (a dense layer's ``_forward_mlp`` checkpointed on its input): the MLP terms
+    (:func:`mlp_bytes_per_ffn_element`) go, and with Transformer Engine's layers, whose
+    fc1 carries the pre-MLP norm (its input, the residual stream, is the checkpoint's),
+    also fc1's saved norm output; megatron-core's local layers (``stores_scores``) run the
+    norm apart and the checkpoint keeps its output. An MoE layer ignores the module, so its
+    MLP term gives the bytes back. ``mla_up_proj``: the query, key and value storages
+    (``M``) go, freed after core attention and rebuilt from the latents in backward.
+    ``moe`` (``MoELayer``'s ``custom_forward`` checkpointed on its input, which it keeps):
+    everything else the MoE MLP keeps. ``shared_experts``: the shared expert's fc1 output
+    and fc2 input.
 
     ``layernorm`` (megatron-core 0.16.1 ``TransformerLayer``: ``CheckpointWithoutOutput``
     around a norm that is not an ``IdentityOp``): with Transformer Engine the input norm is
@@ -261,18 +277,52 @@ def recompute_module_bytes(model: ModelSpec, *, mbs, seq, tp, sp, etp, recompute
     h = model.hidden_size
     layernorm = (rc & RECOMPUTE_LAYERNORM) != 0
     xh_rep = s * b * h / np.where(sp, tp, 1.0)
-    every = np.where(layernorm & bool(model.multi_latent_attention),
-                     _qkv_input_bytes(model, precision) * xh_rep, 0.0)
+    q8 = linear_input_bytes(precision)
+    per_ffn = mlp_bytes_per_ffn_element(model, precision)
+    _, _, qkv = _attention_sizes(model, s, b, tp)
+    dense_mlp = (0.0 if stores_scores else q8 * xh_rep) + (
+        s * b * model.ffn_hidden_size * per_ffn / tp)
+    every = (np.where(layernorm & bool(model.multi_latent_attention),
+                      _qkv_input_bytes(model, precision) * xh_rep, 0.0)
+             + np.where((rc & RECOMPUTE_MLP) != 0, dense_mlp, 0.0)
+             + np.where(((rc & RECOMPUTE_MLA_UP_PROJ) != 0)
+                        & bool(model.multi_latent_attention), qkv, 0.0))
     if not model.is_moe:
         return every, 0.0 * every
     gate = 2 if model.swiglu else 1
     X = s * b / tp
-    R = model.moe_router_topk * X * etp
-    routed_act = (R * model.moe_ffn_hidden_size / etp
-                  * (mlp_bytes_per_ffn_element(model, precision) - 2 * gate))
-    moe = (np.where(layernorm, linear_input_bytes(precision) * X * h, 0.0)
-           + np.where((rc & RECOMPUTE_MOE_ACT) != 0, routed_act, 0.0))
+    R = model.moe_router_topk * X * etp * capacity
+    fe, fs = model.moe_ffn_hidden_size, model.moe_shared_expert_intermediate_size or 0
+    routed_act = R * fe / etp * (per_ffn - 2 * gate)
+    shared = s * b * fs * per_ffn / tp
+    whole = ((rc & RECOMPUTE_MOE) != 0) & np.asarray(whole_moe, dtype=bool)
+    moe = np.where(whole,
+                   moe_mlp_kept_bytes(model, mbs=b, seq=s, tp=tp, etp=etp,
+                                      precision=precision, capacity=capacity),
+                   np.where(layernorm, q8 * X * h, 0.0)
+                   + np.where((rc & RECOMPUTE_MOE_ACT) != 0, routed_act, 0.0)
+                   + np.where((rc & RECOMPUTE_SHARED_EXPERTS) != 0, shared, 0.0))
+    # the mlp module's bytes come back in an MoE layer, which does not drop them
+    moe = moe - np.where((rc & RECOMPUTE_MLP) != 0, dense_mlp, 0.0)
     return every, moe
+
+
+def moe_mlp_kept_bytes(model: ModelSpec, *, mbs, seq, tp, etp, precision="bf16",
+                       capacity=1.0):
+    """Bytes an MoE layer's MLP keeps for one microbatch beyond its input, per rank: the
+    routed experts' and router's tensors and the shared expert's
+    (:func:`moe_mlp_activation_delta` lists them)."""
+    s, b, tp, etp = (np.asarray(x, dtype=float) for x in (seq, mbs, tp, etp))
+    h, fe = model.hidden_size, model.moe_ffn_hidden_size
+    q8 = linear_input_bytes(precision)
+    per_ffn = mlp_bytes_per_ffn_element(model, precision)
+    X = s * b / tp
+    R = model.moe_router_topk * X * etp * capacity
+    k = model.moe_router_topk
+    routed = (q8 * R * h + R * fe * per_ffn / etp + 2 * R
+              + 7 * X * model.num_experts + (16 + 4) * X * k)
+    fs = model.moe_shared_expert_intermediate_size or 0
+    return routed + s * b * fs * per_ffn / tp
 
 
 def mlp_bytes_per_ffn_element(model: ModelSpec, precision: str = "bf16") -> float:
@@ -299,7 +349,8 @@ def _proj_input_bytes(model: ModelSpec, xh, tp, precision, selective, stores_sco
 
 
 def moe_mlp_activation_delta(model: ModelSpec, *, mbs, seq, tp, etp, precision="bf16",
-                             recompute=0, sp=True):
+                             recompute=0, sp=True, capacity=1.0, whole_moe=True,
+                             stores_scores: bool = False):
     """Bytes an MoE layer keeps for one microbatch *beyond* a dense layer's, per rank
     (arrays broadcast; 0 for a dense model): the dense MLP's terms (fc1 output, fc2 input)
     replaced by the routed experts', plus the router's and the shared expert's.
@@ -320,26 +371,20 @@ def moe_mlp_activation_delta(model: ModelSpec, *, mbs, seq, tp, etp, precision="
     Under FP8 the experts' and shared expert's fc1 and fc2 inputs are kept quantised
     (:func:`linear_input_bytes`; TE ``GroupedLinear``/``Linear`` save the quantised input as
     ``_Linear`` does, and ``Fp8Padding``/``permute`` keep no 16-bit copy); not measured.
-    ``recompute``: the code whose ``layernorm``/``moe_act`` bits drop
-    :func:`recompute_module_bytes`' MoE terms.
+    ``recompute``: the code whose module bits drop :func:`recompute_module_bytes`' MoE
+    terms; ``capacity``, ``whole_moe``, ``stores_scores``: as there.
     """
     if not model.is_moe:
         return 0.0
     s, b, tp, etp = (np.asarray(x, dtype=float) for x in (seq, mbs, tp, etp))
-    h, fe = model.hidden_size, model.moe_ffn_hidden_size
-    q8 = linear_input_bytes(precision)
     per_ffn = mlp_bytes_per_ffn_element(model, precision)
-    X = s * b / tp
-    R = model.moe_router_topk * X * etp
-    k = model.moe_router_topk
-    routed = (q8 * R * h + R * fe * per_ffn / etp + 2 * R
-              + 7 * X * model.num_experts + (16 + 4) * X * k)
-    fs = model.moe_shared_expert_intermediate_size or 0
-    shared = s * b * fs * per_ffn / tp
     dense = s * b * model.ffn_hidden_size * per_ffn / tp
     _, dropped = recompute_module_bytes(model, mbs=b, seq=s, tp=tp, sp=sp, etp=etp,
-                                        recompute=recompute, precision=precision)
-    return routed + shared - dense - dropped
+                                        recompute=recompute, precision=precision,
+                                        capacity=capacity, whole_moe=whole_moe,
+                                        stores_scores=stores_scores)
+    return (moe_mlp_kept_bytes(model, mbs=b, seq=s, tp=tp, etp=etp, precision=precision,
+                               capacity=capacity) - dense - dropped)
 
 
 def checkpoint_bytes(model: ModelSpec, *, mbs, seq, tp, sp):
@@ -376,9 +421,54 @@ def recompute_working_bytes(model: ModelSpec, *, mbs, seq, tp, sp, recompute,
                     np.where((rc & RECOMPUTE_CORE_ATTN) != 0, selective, 0.0))
 
 
+def offloaded_layer_bytes(model: ModelSpec, modules: str, *, mbs, seq, tp, sp, etp,
+                          recompute, precision: str = "bf16", capacity=1.0,
+                          stores_scores: bool = False):
+    """``(every layer, an MoE layer's extra)``: bytes per layer and microbatch that
+    fine-grained activation offloading of ``modules`` (comma-separated
+    :data:`configurator.core.plan.OFFLOAD_MODULES`) moves to host memory between forward and
+    backward (megatron-core 0.16.1 ``fine_grained_activation_offload.py``: each module's
+    saved tensors). ``qkv_linear``: the QKV linear's saved inputs (with the input norm fused
+    into it, the norm's 16-bit input too); ``attn_norm``: a separate input norm's input
+    (multi-latent attention); ``core_attn``: the attention kernel's saved Q, K, V and
+    log-sum-exp, unless core attention is recomputed; ``attn_proj``: the projection's input;
+    ``mlp_norm``: an MoE layer's separate pre-MLP norm's input; ``expert_fc1``: the permuted
+    expert input; ``moe_act``: the routed experts' fc1 output."""
+    names = set(modules.replace(",", " ").split())
+    s, b, tp, etp = (np.asarray(x, dtype=float) for x in (seq, mbs, tp, etp))
+    h = model.hidden_size
+    xh = s * b * h
+    xh_rep = xh / np.where(sp, tp, 1.0)
+    q8 = linear_input_bytes(precision)
+    mla = bool(model.multi_latent_attention)
+    every = 0.0 * xh
+    if "qkv_linear" in names:
+        every = every + (_qkv_input_bytes(model, precision) + (0 if mla else 2)) * xh_rep
+    if "attn_norm" in names and mla:
+        every = every + 2 * xh_rep
+    if "core_attn" in names and not stores_scores:
+        _, _, qkv = _attention_sizes(model, s, b, tp)
+        every = every + np.where((np.asarray(recompute) & RECOMPUTE_CORE_ATTN) != 0, 0.0,
+                                 qkv + _lse_bytes(model, s, b, tp))
+    if "attn_proj" in names:
+        every = every + q8 * xh / tp
+    moe = 0.0 * xh
+    if model.is_moe:
+        gate = 2 if model.swiglu else 1
+        R = model.moe_router_topk * s * b / tp * etp * capacity
+        if "mlp_norm" in names:
+            moe = moe + 2 * xh_rep
+        if "expert_fc1" in names:
+            moe = moe + q8 * R * h
+        if "moe_act" in names:
+            moe = moe + 2 * gate * R * model.moe_ffn_hidden_size / etp
+    return every, moe
+
+
 def stage_activation_phases(model: ModelSpec, *, mbs, seq, tp, pp, vp, sp, recompute,
                             num_microbatches, stage, stores_scores: bool, rank_layers=None,
-                            rank_moe_layers=None, etp=1, precision: str = "bf16"):
+                            rank_moe_layers=None, etp=1, precision: str = "bf16",
+                            capacity=1.0, a2a_overlap=False, offload_modules: str = ""):
     """Activation bytes on one GPU of ``stage`` at the two candidate peaks (arrays broadcast).
 
     Returns ``(forward_end, recompute)``: at the end of the forward of the last microbatch in
@@ -390,7 +480,14 @@ def stage_activation_phases(model: ModelSpec, *, mbs, seq, tp, pp, vp, sp, recom
     is 0 without recompute. ``rank_layers``/``rank_moe_layers``: the decoder and MoE
     layers the rank builds (default: an even split); an MoE layer keeps
     :func:`moe_mlp_activation_delta` more than a dense one. ``precision``: see
-    :func:`layer_activation_bytes`.
+    :func:`layer_activation_bytes`. ``capacity``: the routed copies' share under a capacity
+    factor. ``a2a_overlap``: the expert all-to-all overlap's schedule, which keeps one more
+    model chunk's microbatch in flight (its extra warm-up microbatch; without pipelining
+    the forward of one microbatch runs beside another's backward) and does not apply the
+    ``moe`` recompute module. ``offload_modules``: fine-grained activation offloading
+    (:func:`offloaded_layer_bytes`) keeps every layer-microbatch's offloaded tensors in host
+    memory but the last one's (the last group of each module stays, so that its reload
+    never waits).
     """
     s, b, tp = (np.asarray(x, dtype=float) for x in (seq, mbs, tp))
     pp, stage = np.asarray(pp), np.asarray(stage)
@@ -404,13 +501,24 @@ def stage_activation_phases(model: ModelSpec, *, mbs, seq, tp, pp, vp, sp, recom
         rank_moe_layers = model.num_moe_layers / pp
     rank_layers = np.asarray(rank_layers, dtype=float)
     moe_share = np.asarray(rank_moe_layers, dtype=float) / np.maximum(rank_layers, 1.0)
+    overlap = np.asarray(a2a_overlap, dtype=bool)
     n = inflight_layers(model.num_layers, pp=pp, vp=vp, num_microbatches=num_microbatches,
-                        stage=stage, rank_layers=rank_layers)
+                        stage=stage, rank_layers=rank_layers) + np.where(
+        overlap, rank_layers / np.asarray(vp, dtype=float), 0.0)
     moe_delta = moe_mlp_activation_delta(model, mbs=b, seq=s, tp=tp, etp=etp,
-                                         precision=precision, recompute=rc, sp=sp)
+                                         precision=precision, recompute=rc, sp=sp,
+                                         capacity=capacity, whole_moe=~overlap,
+                                         stores_scores=stores_scores)
     per_layer = layer_activation_bytes(model, mbs=b, seq=s, tp=tp, sp=sp, recompute=rc,
                                        stores_scores=stores_scores,
                                        precision=precision) + moe_share * moe_delta
+    if offload_modules:
+        off_every, off_moe = offloaded_layer_bytes(
+            model, offload_modules, mbs=b, seq=s, tp=tp, sp=sp, etp=etp, recompute=rc,
+            precision=precision, capacity=capacity, stores_scores=stores_scores)
+        offloaded = off_every + moe_share * off_moe
+    else:
+        offloaded = 0.0
     ckpt = checkpoint_bytes(model, mbs=b, seq=s, tp=tp, sp=sp)
     kept = np.where(rc == RECOMPUTE_FULL, ckpt, per_layer)
     mb_first = inflight_microbatches_1f1b(pp, num_microbatches, stage)
@@ -418,7 +526,9 @@ def stage_activation_phases(model: ModelSpec, *, mbs, seq, tp, pp, vp, sp, recom
     emb = np.where(stage == 0, emb_mask, 0.0)
     v_pad = padded_vocab_size(model.vocab_size, tp)
     last = 4 * xh / rep_div + 4 * s * b * v_pad / tp
-    forward_end = n * kept + emb + np.where(stage == pp - 1, last, 0.0)
+    # the other layer-microbatches' offloaded tensors wait in host memory
+    on_host = np.maximum(n - 1, 0.0) * np.where(rc == RECOMPUTE_FULL, 0.0, offloaded)
+    forward_end = n * kept - on_host + emb + np.where(stage == pp - 1, last, 0.0)
     q, kv, qkv = _attention_sizes(model, s, b, tp)
     # norm input (16-bit) and QKV input (quantised under FP8) plus the checkpointed Q, K, V
     layer_left = np.where(rc == RECOMPUTE_FULL, ckpt,
@@ -429,14 +539,15 @@ def stage_activation_phases(model: ModelSpec, *, mbs, seq, tp, pp, vp, sp, recom
     # a fully recomputed MoE layer re-materialises its routed tokens too
     working = working + np.where((rc == RECOMPUTE_FULL) & (np.asarray(rank_moe_layers) > 0),
                                   moe_delta, 0.0)
-    recompute_peak = (n - 1) * kept + layer_left + working + emb
+    recompute_peak = (n - 1) * kept + layer_left + working + emb - on_host
     attn_or_full = (rc == RECOMPUTE_FULL) | ((rc & RECOMPUTE_CORE_ATTN) != 0)
     # layernorm / moe_act: the last layer's MLP backward re-materialises what they dropped
     every, moe = recompute_module_bytes(model, mbs=b, seq=s, tp=tp, sp=sp, etp=etp,
-                                        recompute=rc, precision=precision)
-    modules = (rc & (RECOMPUTE_LAYERNORM | RECOMPUTE_MOE_ACT)) != 0
+                                        recompute=rc, precision=precision, capacity=capacity,
+                                        whole_moe=~overlap, stores_scores=stores_scores)
+    modules = (rc & ~(RECOMPUTE_CORE_ATTN | RECOMPUTE_FULL)) != 0
     module_peak = ((n - 1) * kept + per_layer + every
-                   + np.where(np.asarray(rank_moe_layers) > 0, moe, 0.0) + emb)
+                   + np.where(np.asarray(rank_moe_layers) > 0, moe, 0.0) + emb - on_host)
     peak = np.maximum(np.where(attn_or_full, recompute_peak, 0.0),
                       np.where(modules, module_peak, 0.0))
     return forward_end, np.where(rc == 0, 0.0, peak)

@@ -3,9 +3,18 @@
 Bytes per parameter with mixed-precision Adam (Rajbhandari et al. 2020, ZeRO §3; Megatron-LM
 theoretical_memory_usage.py; shared REFERENCE §3): 16-bit weights (2), gradients in the
 main-grad buffer (4 in fp32 for bf16/fp8, since Megatron forces
-``accumulate_allreduce_grads_in_fp32`` with bf16; 2 for fp16), fp32 master weights, Adam m
-and v (12). The distributed optimizer shards the 12 over the data-parallel group (dp·cp ranks:
-with context parallelism gradients are reduced over the combined dp-cp group).
+``accumulate_allreduce_grads_in_fp32`` with bf16; 2 for fp16, ``--grad-reduce-in-bf16`` or
+the precision-aware optimizer's ``--main-grads-dtype bf16``), fp32 master weights, Adam m
+and v (12; the precision-aware optimizer's dtypes make it less:
+:func:`configurator.core.plan.optimizer_state_bytes`). The distributed optimizer shards the
+state over the data-parallel group (dp·cp ranks: with context parallelism gradients are
+reduced over the combined dp-cp group).
+
+CUDA graphs add no term: Transformer Engine's graphs (2.7 and later, which core_v0.16.1
+requires) reuse their static inputs' and outputs' buffers once a microbatch's backward is
+done (``_reuse_graph_input_output_buffers``), and what a graphed layer keeps for backward
+is the activations counted here; a full-iteration graph's copies of each microbatch's
+token inputs are of order ``s·b`` bytes.
 
 FP8 weights (:func:`fp8_weight_bytes`): without ``--fp8-param-gather`` (the plans' flags) the
 parameters stay 16-bit and every TE linear keeps a quantised workspace of its weight, cached
@@ -38,8 +47,9 @@ import numpy as np
 
 from configurator.core.layers import rank_layer_counts, stage_class_arrays
 from configurator.core.model import ModelSpec
-from configurator.core.plan import (ParallelPlan, fp8_weights_gathered, is_fp8,
-                                    main_grad_bytes, recompute_code)
+from configurator.core.plan import (ParallelPlan, capacity_share, fp8_weights_gathered,
+                                    is_fp8, main_grad_bytes, optimizer_state_bytes,
+                                    recompute_code)
 from configurator.core.units import GiB
 from memory_model.activations import linear_input_bytes, stage_activation_bytes
 from memory_model.params import (dense_layer_parameters, embedding_parameters,
@@ -117,7 +127,9 @@ def memory_arrays(model: ModelSpec, *, tp, pp, dp, cp, vp, mbs, num_microbatches
                   fp8_param_gather: bool = False,
                   grad_reduce_in_bf16: bool = False,
                   cp_comm_type: str = "p2p",
-                  megatron_fsdp: bool = False) -> dict[str, np.ndarray]:
+                  megatron_fsdp: bool = False, optimizer_bytes: float = 12.0,
+                  main_grads_dtype: str = "fp32", capacity=1.0, a2a_overlap=False,
+                  offload_modules: str = "") -> dict[str, np.ndarray]:
     """Memory per GPU of ``stage`` for arrays of plans (bytes; keys as MemoryBreakdown).
 
     ``rank_layers``/``rank_moe_layers``: decoder and MoE layers the rank builds (default: an
@@ -134,12 +146,17 @@ def memory_arrays(model: ModelSpec, *, tp, pp, dp, cp, vp, mbs, num_microbatches
     (:func:`cp_gather_bytes`). ``megatron_fsdp``: the weights and main gradients are sharded
     like the optimizer state, plus the full weights and gradients of
     :data:`FSDP_LIVE_UNITS` units of the largest (a layer or the embedding) being gathered
-    and reduced."""
+    and reduced. ``optimizer_bytes``: optimizer-state bytes per parameter before sharding
+    (:func:`configurator.core.plan.optimizer_state_bytes`: 12, less with the
+    precision-aware optimizer's dtypes); ``main_grads_dtype``: its main-gradient dtype.
+    ``capacity``, ``a2a_overlap``, ``offload_modules``: the routed copies' share under a
+    capacity factor, the expert all-to-all overlap's schedule and fine-grained activation
+    offloading (:func:`memory_model.activations.stage_activation_phases`)."""
     non_expert, expert = stage_parameter_split(model, tp, pp, stage, layers=rank_layers,
                                                moe_layers=rank_moe_layers, ep=ep, etp=etp)
     params = non_expert + expert
     gemm_params = params - stage_non_gemm_parameters(model, tp, pp, stage)
-    grad_bytes = main_grad_bytes(precision, grad_reduce_in_bf16)
+    grad_bytes = main_grad_bytes(precision, grad_reduce_in_bf16, main_grads_dtype)
     dp_cp = np.asarray(dp) * np.asarray(cp)
     shard = np.where(distributed_optimizer, dp_cp, 1)
     expert_shard = np.where(distributed_optimizer,
@@ -149,7 +166,8 @@ def memory_arrays(model: ModelSpec, *, tp, pp, dp, cp, vp, mbs, num_microbatches
                                  num_microbatches=num_microbatches, stage=stage,
                                  stores_scores=stores_scores, rank_layers=rank_layers,
                                  rank_moe_layers=rank_moe_layers, etp=etp,
-                                 precision=precision)
+                                 precision=precision, capacity=capacity,
+                                 a2a_overlap=a2a_overlap, offload_modules=offload_modules)
     held, gemm_held = params, gemm_params     # parameters whose weights and grads are held
     if megatron_fsdp:
         unit = np.maximum(dense_layer_parameters(model, tp), embedding_parameters(model, tp))
@@ -162,7 +180,8 @@ def memory_arrays(model: ModelSpec, *, tp, pp, dp, cp, vp, mbs, num_microbatches
             precision, non_tn_fp8_gemm=non_tn_fp8_gemm) - 2.0 * (
                 np.asarray(fp8_param_gather, dtype=bool))),
         "gradients_bytes": held * grad_bytes,
-        "optimizer_bytes": non_expert * 12.0 / shard + expert * 12.0 / expert_shard,
+        "optimizer_bytes": (non_expert * optimizer_bytes / shard
+                            + expert * optimizer_bytes / expert_shard),
         "activations_bytes": act,
         "other_bytes": FIXED_OVERHEAD_BYTES + FRAGMENTATION_FRACTION * act + cp_gather_bytes(
             model, tp=tp, cp=cp, mbs=mbs, cp_comm_type=cp_comm_type),
@@ -198,6 +217,14 @@ def peak_memory_arrays(model: ModelSpec, *, first=0, last=0, account_embedding=F
     return peak if np.ndim(kw["pp"]) or np.size(peak) != 1 else peak.reshape(())
 
 
+def plan_memory_options(p) -> dict:
+    """The keyword arguments of :func:`memory_arrays` that a plan's (or candidates')
+    optimizer, MoE and offloading fields give."""
+    return dict(optimizer_bytes=optimizer_state_bytes(p), main_grads_dtype=p.main_grads_dtype,
+                capacity=capacity_share(p), a2a_overlap=p.overlap_moe_expert_parallel_comm,
+                offload_modules=p.offload_modules)
+
+
 def estimate_memory(model: ModelSpec, plan: ParallelPlan, *,
                     non_tn_fp8_gemm: bool = False) -> list[MemoryBreakdown]:
     """Memory of every pipeline stage of ``plan`` (one :class:`MemoryBreakdown` each);
@@ -215,7 +242,8 @@ def estimate_memory(model: ModelSpec, plan: ParallelPlan, *,
         fp8_param_gather=fp8_weights_gathered(plan.fp8_param_gather,
                                               plan.distributed_optimizer, plan.precision),
         grad_reduce_in_bf16=plan.grad_reduce_in_bf16, cp_comm_type=plan.cp_comm_type,
-        megatron_fsdp=plan.megatron_fsdp, non_tn_fp8_gemm=non_tn_fp8_gemm)
+        megatron_fsdp=plan.megatron_fsdp, non_tn_fp8_gemm=non_tn_fp8_gemm,
+        **plan_memory_options(plan))
     return [MemoryBreakdown(stage=int(i), **{k: float(np.broadcast_to(v, stages.shape)[i])
                                              for k, v in arrays.items()})
             for i in stages]

@@ -133,6 +133,40 @@ MODERN_PLANS = [
                           precision="fp8", distributed_optimizer=True, fp8_param_gather=True,
                           grad_reduce_in_bf16=True, cross_entropy_fusion="te",
                           megatron_fsdp=True)),
+    # the expert all-to-all overlapped with the other microbatch's compute, the experts'
+    # weight gradients delayed into it, Transformer Engine's fused permutation and routing
+    (MOE, ParallelPlan(tp=1, pp=1, dp=4, ep=4, etp=1, micro_batch_size=1, global_batch_size=8,
+                       distributed_optimizer=True, overlap_moe_expert_parallel_comm=True,
+                       delay_wgrad_compute=True, moe_permute_fusion=True,
+                       moe_router_fusion=True)),
+    # Megatron-Bridge's DeepSeek-V3 form: a layout, the overlap, HybridEP, Transformer Engine
+    # graphs of attention and router, the precision-aware optimizer with BF16 state
+    (MLA, ParallelPlan(tp=1, pp=2, vp=2, dp=4, ep=2, etp=1, micro_batch_size=1,
+                       global_batch_size=8, distributed_optimizer=True,
+                       pipeline_model_parallel_layout="Et*2|t*3|t*3|t*2mL",
+                       overlap_moe_expert_parallel_comm=True,
+                       moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="hybridep",
+                       cuda_graph_impl="transformer_engine",
+                       cuda_graph_scope="attn,moe_router,moe_preprocess",
+                       use_precision_aware_optimizer=True, main_grads_dtype="bf16",
+                       exp_avg_dtype="bf16", exp_avg_sq_dtype="bf16")),
+    # drop-and-pad experts under a full-iteration graph
+    (MOE, ParallelPlan(tp=1, pp=1, dp=4, ep=4, etp=1, micro_batch_size=1, global_batch_size=8,
+                       distributed_optimizer=True, moe_expert_capacity_factor=1.25,
+                       moe_pad_expert_input_to_capacity=True, cuda_graph_impl="local",
+                       cuda_graph_scope="full_iteration")),
+    # FP8 blockwise scaling with DeepEP and a capacity factor (tokens dropped, not padded)
+    (MOE, ParallelPlan(tp=2, pp=1, dp=2, ep=2, etp=1, micro_batch_size=1, global_batch_size=4,
+                       sequence_parallel=True, distributed_optimizer=True, precision="fp8",
+                       fp8_recipe="blockwise", moe_token_dispatcher_type="flex",
+                       moe_expert_capacity_factor=1.5)),
+    # FP8 current scaling with fine-grained activation offloading
+    (LLAMA8, ParallelPlan(tp=2, pp=1, dp=4, micro_batch_size=1, global_batch_size=8,
+                          sequence_parallel=True, distributed_optimizer=True,
+                          precision="fp8", fp8_recipe="tensorwise",
+                          offload_modules="attn_norm,core_attn,attn_proj,mlp_norm",
+                          use_precision_aware_optimizer=True, main_params_dtype="fp16",
+                          exp_avg_dtype="fp16", exp_avg_sq_dtype="fp8")),
 ]
 for _m, _p in MODERN_PLANS:
     check_plan(_m, _p, _p.world_size)
@@ -269,4 +303,12 @@ import megatron.training.arguments as A
 A.get_device_arch_version = lambda: 9
 import torch
 torch.cuda.get_device_capability = lambda *a: (9, 0)
+# answer as the Transformer Engine core_v0.16.1 pins (>= 2.9) would: its version checks and
+# the fused MoE permutation it provides
+import megatron.core.transformer.transformer_config as TC
+import megatron.core.transformer.moe.moe_utils as MU
+TC.is_te_min_version = A.is_te_min_version = lambda *a, **k: True
+for name in ("fused_permute", "fused_permute_with_probs", "fused_sort_chunks_by_index",
+             "fused_sort_chunks_by_index_with_probs", "fused_unpermute"):
+    setattr(MU, name, getattr(MU, name, None) or object())
 """

@@ -94,6 +94,9 @@ CONFIGS: dict[str, dict] = {
     "llama-gqa": dict(_LLAMA, num_query_groups=2, recompute="none"),
     "llama-gqa-selective": dict(_LLAMA, num_query_groups=2, recompute="selective"),
     "llama-gqa-full": dict(_LLAMA, num_query_groups=2, recompute="full"),
+    # selective recompute of the dense MLP alone (TransformerLayer._forward_mlp)
+    "llama-mlp": dict(_LLAMA, num_query_groups=2, recompute="selective",
+                      recompute_modules="mlp"),
 }
 
 #: Mixture-of-experts layers (Llama-style attention, 4 query groups): 4 experts of 384, top-2,
@@ -115,6 +118,13 @@ MOE_CONFIGS: dict[str, dict] = {
     "moe-selective": dict(_MOE, num_layers=2, recompute="selective"),
     # the whole MoE layer (router, dispatch, experts) is recomputed in backward
     "moe-full": dict(_MOE, num_layers=2, recompute="full"),
+    # selective recompute of the MoE MLP (MoELayer's custom_forward) and of the shared expert
+    "moe-recompute-moe": dict(_MOE, num_layers=2, recompute="selective",
+                              recompute_modules="moe"),
+    "moe-shared-recompute": dict(_MOE, num_layers=2, moe_shared_expert_intermediate_size=256,
+                                 recompute="selective", recompute_modules="shared_experts"),
+    # drop-and-pad: every expert takes ceil(T*k/E*1.5) tokens, padded
+    "moe-capacity-pad": dict(_MOE, num_layers=2, recompute="none", capacity=(1.5, True)),
 }
 
 #: Every reference configuration, dense and MoE.
@@ -123,8 +133,27 @@ ALL_CONFIGS: dict[str, dict] = {**CONFIGS, **MOE_CONFIGS}
 #: Megatron-side settings of the MoE configs that the ModelSpec does not carry.
 MOE_DISPATCHER, MOE_AUX_LOSS_COEFF = "alltoall", 1e-2
 
-#: Keys of a config that are not ModelSpec keywords.
-_NOT_SPEC = ("recompute", "num_layers")
+#: Keys of a config that are not ModelSpec keywords: the recompute (and its
+#: ``recompute_modules``), the measured model's layers and the MoE capacity factor with its
+#: padding.
+_NOT_SPEC = ("recompute", "num_layers", "recompute_modules", "capacity")
+
+
+def recompute_of(name: str) -> int:
+    """The recompute code of config ``name`` (its modules' bits with selective)."""
+    from configurator.core.plan import recompute_code
+    c = ALL_CONFIGS[name]
+    return int(recompute_code(c["recompute"], c.get("recompute_modules", "core_attn")))
+
+
+def capacity_of(name: str) -> float:
+    """The routed copies' share of config ``name`` (``capacity_share`` of its factor)."""
+    from types import SimpleNamespace
+
+    from configurator.core.plan import capacity_share
+    cf, pad = ALL_CONFIGS[name].get("capacity", (0.0, False))
+    return capacity_share(SimpleNamespace(moe_expert_capacity_factor=cf,
+                                          moe_pad_expert_input_to_capacity=pad))
 
 
 def num_layers(name: str) -> int:
@@ -176,21 +205,24 @@ def model_bytes(name: str) -> dict:
     ``expert_parameters`` (the expert part of ``stage_parameter_split``),
     ``active_parameters`` and ``moe_block_bytes`` (what the MoE layer's ``mlp`` keeps:
     its input plus the dense MLP's terms plus :func:`moe_mlp_activation_delta`)."""
-    from configurator.core.plan import RECOMPUTE_CODES
     from memory_model import activations as act
     from memory_model.params import (active_parameters, stage_parameter_split,
                                      total_parameters)
     spec = model_spec(name)
-    rc = RECOMPUTE_CODES[ALL_CONFIGS[name]["recompute"]]
+    rc = recompute_of(name)
+    cap = capacity_of(name)
     kw = dict(mbs=MBS, seq=SEQ, tp=1, sp=False)
     stage = dict(kw, pp=1, vp=1, recompute=rc, num_microbatches=1, stage=0,
                  stores_scores=True)
     layers = {}
     if spec.is_moe:   # the rank builds every layer; experts not split (ep = etp = 1)
-        layers = dict(rank_layers=spec.num_layers, rank_moe_layers=spec.num_moe_layers, etp=1)
+        layers = dict(rank_layers=spec.num_layers, rank_moe_layers=spec.num_moe_layers, etp=1,
+                      capacity=cap)
     layer = (act.checkpoint_bytes(spec, **kw) if rc == 2 else
              act.layer_activation_bytes(spec, recompute=rc, stores_scores=True, **kw))
-    delta = float(act.moe_mlp_activation_delta(spec, mbs=MBS, seq=SEQ, tp=1, etp=1))
+    delta = float(act.moe_mlp_activation_delta(spec, mbs=MBS, seq=SEQ, tp=1, etp=1,
+                                               recompute=rc, capacity=cap,
+                                               stores_scores=True))
     if spec.is_moe and spec.moe_layer_pattern[-1] and rc != 2:
         layer = layer + delta   # the measured layer (the last) is an MoE layer
     fwd, rec = act.stage_activation_phases(spec, **stage, **layers)
@@ -336,7 +368,7 @@ def _init_distributed():
                                              expert_tensor_parallel_size=1)
 
 
-def _build(spec, recompute: str):
+def _build(spec, recompute: str, modules: str | None = None, capacity=(0.0, False)):
     import torch
     import torch.nn.functional as F
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
@@ -358,6 +390,8 @@ def _build(spec, recompute: str):
         use_cpu_initialization=True)
     if recompute == "selective":
         kw.update(recompute_granularity="selective")
+        if modules:
+            kw.update(recompute_modules=modules.split(","))
     elif recompute == "full":
         kw.update(recompute_granularity="full", recompute_method="uniform",
                   recompute_num_layers=1)
@@ -371,6 +405,9 @@ def _build(spec, recompute: str):
                   moe_token_dispatcher_type=MOE_DISPATCHER, moe_grouped_gemm=False,
                   moe_router_load_balancing_type="aux_loss",
                   moe_aux_loss_coeff=MOE_AUX_LOSS_COEFF)
+        if capacity[0] > 0:
+            kw.update(moe_expert_capacity_factor=capacity[0],
+                      moe_pad_expert_input_to_capacity=capacity[1])
     config = TransformerConfig(**kw)
     if spec.is_moe and not all(spec.moe_layer_pattern):
         from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
@@ -467,7 +504,9 @@ def _measure_once(name: str, num_layers: int) -> dict:
     import torch
     spec = model_spec(name, num_layers)
     torch.manual_seed(0)
-    model = _build(spec, ALL_CONFIGS[name]["recompute"])
+    model = _build(spec, ALL_CONFIGS[name]["recompute"],
+                   ALL_CONFIGS[name].get("recompute_modules"),
+                   ALL_CONFIGS[name].get("capacity", (0.0, False)))
     model.train()
     if spec.is_moe:   # the aux-loss logging tracker is sized by the first model's layers
         from megatron.core.transformer.moe.moe_utils import get_moe_layer_wise_logging_tracker

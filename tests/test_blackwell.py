@@ -88,9 +88,10 @@ def test_mxfp8_gemm_rate_and_memory_follow_fp8():
                             recompute=0, sp=False, distributed_optimizer=False, stage=0,
                             precision=prec, stores_scores=False)
         times[prec, "weights"] = float(mem["parameters_bytes"])
-    # the same peak; both efficiencies fitted on published runs (topology/gpus.py): MXFP8
-    # GEMMs train a little slower than per-tensor-scaled FP8 ones, both well ahead of BF16
-    assert b200.efficiency.gemm_mxfp8 < b200.efficiency.gemm_fp8
+    # the same tensor-core instruction and efficiency (topology/gpus.py); MXFP8 trains a
+    # little slower than delayed-scaling FP8 by its casts' block scales, both well ahead of
+    # BF16
+    assert b200.efficiency.gemm_mxfp8 == b200.efficiency.gemm_fp8
     assert times["fp8"] < times["mxfp8"] < times["bf16"]
     # Transformer Engine's cached FP8 weight workspace of every GEMM weight (embedding and
     # output layer excluded): row-wise + transpose for fp8 (2 bytes on Hopper's TN-only FP8

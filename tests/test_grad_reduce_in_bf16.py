@@ -48,9 +48,9 @@ def test_gradients_and_their_reduction_halve(precision):
                    for p in (plan, bf16_grads)]
     no_do = [evaluate_plan(LLAMA8, cl, dataclasses.replace(p, distributed_optimizer=False))
              .time_breakdown_s["dp_comm"] for p in (plan, bf16_grads)]
-    # the all-reduce alone: bytes halve, its per-step latencies do not
-    assert no_do[1] == pytest.approx(ratio * no_do[0], rel=5e-3)
+    # the all-reduce alone: bytes halve, its per-step latencies (one set per bucket) do not
     assert no_do[1] > ratio * no_do[0] or ratio == 1.0
+    assert no_do[1] < no_do[0] or ratio == 1.0
     # latencies cancel in the differences: the reduce-scatter saves half of what the
     # all-reduce does, and nothing else moves
     assert with_gather[0] - with_gather[1] == pytest.approx((no_do[0] - no_do[1]) / 2,

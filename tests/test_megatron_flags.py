@@ -14,6 +14,7 @@ from configurator.core.plan import ParallelPlan, is_fp8
 from launchers import TrainingArgs
 from launchers.megatron_flags import flag_argv, megatron_flags
 from launchers.megatron_flags import FLAG_TABLE
+from launchers.script_parts import environment_block
 from tests.megatron_argv import (GPT3, GPT3_PLAN, LLAMA8, MODERN_PLANS, SMALL, SMALL_PLAN,
                                  SPREAD,
                                  assert_validate_args_rules, megatron_arguments_preamble,
@@ -159,15 +160,17 @@ def test_megatron_own_validate_args(tmp_path):
         argv = flag_argv(megatron_flags(model, plan))
         if model.position_embedding_type == "rope" or model.multi_latent_attention:
             argv.append("--no-rope-fusion")      # rope fusion needs Transformer Engine
+        env = dict(line.split(" ", 1)[1].split("=", 1) for line in environment_block(plan)
+                   if line.startswith("export "))
         cases.append({"argv": argv, "world": plan.world_size,
                       "vpp": plan.vp if plan.vp > 1 else None, "dp": plan.dp,
-                      # what the launch scripts set (launchers/script_parts.py)
-                      "connections": "8" if plan.megatron_fsdp else "1"})
+                      # what the launch scripts set (launchers/script_parts.py; FSDP unsets
+                      # the connections, i.e. the default 8)
+                      "env": {"CUDA_DEVICE_MAX_CONNECTIONS": "8"} | env})
     (tmp_path / "cases.json").write_text(json.dumps(cases))
     code = megatron_arguments_preamble(MEGATRON_SRC) + textwrap.dedent(f"""
         for case in json.load(open({str(tmp_path / "cases.json")!r})):
-            os.environ.update(WORLD_SIZE=str(case["world"]), RANK="0",
-                              CUDA_DEVICE_MAX_CONNECTIONS=case["connections"])
+            os.environ.update(WORLD_SIZE=str(case["world"]), RANK="0", **case["env"])
             sys.argv = ["pretrain_gpt.py"] + case["argv"]
             with contextlib.redirect_stdout(io.StringIO()):
                 args = A.validate_args(A.parse_args())

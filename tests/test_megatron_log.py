@@ -117,7 +117,8 @@ def test_prefixed_lines(prefix):
 
 
 @pytest.mark.parametrize("fp8, recipe, precision, noted", [
-    ("hybrid", "delayed", "fp8", False), ("e4m3", "tensorwise", "fp8", True),
+    ("hybrid", "delayed", "fp8", False), ("e4m3", "tensorwise", "fp8", False),
+    ("e4m3", "custom", "fp8", True),
     ("e4m3", "mxfp8", "mxfp8", False), ("None", "mxfp8", "bf16", False)])
 def test_fp8_args(fp8, recipe, precision, noted):
     run = one(with_args(DENSE_TEXT, fp8=fp8, fp8_recipe=recipe))
@@ -390,16 +391,15 @@ def test_fuzz_corrupted_fixture(edits):
 
 def test_selective_recompute_modules_are_read():
     """Megatron prints the list (``['moe_act', 'layernorm']``): the MoE fixture's plan gets
-    it; a module the cost model does not price is noted and priced as core attention."""
+    it, whichever of Megatron's modules it names."""
     text = with_args(MOE_TEXT, recompute_granularity="selective",
                      recompute_modules="['layernorm', 'moe_act']")
     run = one(text, cluster="dgx-b200")
     assert run.plan == dataclasses.replace(MOE_PLAN, recompute="selective",
                                            recompute_modules="moe_act,layernorm")
     run = one(with_args(MOE_TEXT, recompute_granularity="selective",
-                        recompute_modules="['mla_up_proj']"), cluster="dgx-b200")
-    assert run.plan.recompute_modules == "core_attn"
-    assert "mla_up_proj" in run.extra["notes"][0] and "core attention" in run.extra["notes"][0]
+                        recompute_modules="['moe', 'mlp']"), cluster="dgx-b200")
+    assert run.plan.recompute_modules == "mlp,moe" and not run.extra["notes"]
 
 
 def test_fp8_param_gather_is_read_and_absent_means_megatron_default():
@@ -414,3 +414,37 @@ def test_fp8_param_gather_is_read_and_absent_means_megatron_default():
                         precision="mxfp8").fp8_param_gather is True
     # where the flag does not apply (BF16) the plan keeps its default, as launched
     assert one(DENSE_TEXT, cluster="dgx-h100-16").plan.fp8_param_gather is True
+
+
+def test_moe_communication_graph_optimizer_and_offload_arguments_are_read():
+    """The recipe mechanisms a job ran with come back as plan fields: the expert all-to-all
+    overlap and delayed weight gradients, the flex dispatcher and its backend, the capacity
+    factor with padding, the fusions, Transformer Engine graphs of named scopes (printed as
+    ``CudaGraphScope`` members), the precision-aware optimizer's dtypes (printed as torch
+    dtypes; ``torch.uint8`` is FP8) and the offloaded modules."""
+    text = with_args(
+        MOE_TEXT, overlap_moe_expert_parallel_comm="True", delay_wgrad_compute="True",
+        moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="hybridep",
+        moe_expert_capacity_factor="1.5", moe_pad_expert_input_to_capacity="True",
+        moe_permute_fusion="True", moe_router_fusion="True",
+        cuda_graph_impl="transformer_engine",
+        cuda_graph_scope="[<CudaGraphScope.attn: 2>, <CudaGraphScope.moe_router: 5>, "
+                         "<CudaGraphScope.moe_preprocess: 6>]",
+        use_precision_aware_optimizer="True", main_grads_dtype="torch.bfloat16",
+        exp_avg_dtype="torch.bfloat16", exp_avg_sq_dtype="torch.uint8",
+        fine_grained_activation_offloading="True", offload_modules="['expert_fc1', 'moe_act']")
+    p = one(text, cluster="dgx-b200").plan
+    assert (p.overlap_moe_expert_parallel_comm, p.delay_wgrad_compute) == (True, True)
+    assert (p.moe_token_dispatcher_type, p.moe_flex_dispatcher_backend) == ("flex", "hybridep")
+    assert (p.moe_expert_capacity_factor, p.moe_pad_expert_input_to_capacity) == (1.5, True)
+    assert p.moe_permute_fusion and p.moe_router_fusion
+    assert (p.cuda_graph_impl, p.cuda_graph_scope) == ("transformer_engine",
+                                                       "attn,moe_router,moe_preprocess")
+    assert (p.use_precision_aware_optimizer, p.main_grads_dtype, p.exp_avg_dtype,
+            p.exp_avg_sq_dtype, p.main_params_dtype) == (True, "bf16", "bf16", "fp8", "fp32")
+    assert p.offload_modules == "expert_fc1,moe_act"
+    # the fixture as run: Megatron's defaults everywhere
+    q = one(MOE_TEXT, cluster="dgx-b200").plan
+    assert not (q.overlap_moe_expert_parallel_comm or q.use_precision_aware_optimizer
+                or q.offload_modules or q.moe_expert_capacity_factor)
+    assert q.moe_token_dispatcher_type == "alltoall" and q.cuda_graph_impl == "none"

@@ -22,8 +22,12 @@ if importlib.util.find_spec("torch") is None or importlib.util.find_spec("megatr
 TOLERANCE = 0.05
 
 #: Known gaps of the memory model (strict xfail: an XPASS means the gap is closed; drop
-#: the entry). None at present.
-KNOWN_GAPS: dict = {}
+#: the entry). The shared expert's recompute in backward: the model re-materialises it
+#: beside all the layer's kept tensors, while megatron-core has freed the routed experts'
+#: by then (the shared expert's backward runs after theirs): +29 %, on the safe side, and
+#: below the forward's end, which sets the peak.
+KNOWN_GAPS: dict = {("moe-shared-recompute", "recompute_peak_bytes"): pytest.mark.xfail(
+    strict=True, reason="shared_experts recompute peak overestimated (conservative)")}
 
 
 def _cases(names, key):

@@ -104,8 +104,25 @@ BREAKS = [dict(tp=3), dict(dp=3), dict(tp=8, cp=1, pp=1, vp=1),
           dict(attention_backend="local"), dict(cp_comm_type="a2a"), dict(window=True),
           dict(global_batch_size=15),
           dict(global_batch_size=6),
-          dict(recompute="selective", recompute_modules="mlp"),
+          dict(recompute="selective", recompute_modules="mla_up_proj"),
           dict(recompute="selective", recompute_modules="layernorm", precision="fp8"),
+          dict(overlap_moe_expert_parallel_comm=True),
+          dict(moe=True, ep=2, overlap_moe_expert_parallel_comm=True, vp=1),
+          dict(moe=True, ep=2, overlap_moe_expert_parallel_comm=True, recompute="full"),
+          dict(mtp=True, ep=2, overlap_moe_expert_parallel_comm=True),
+          dict(moe=True, moe_token_dispatcher_type="flex"),
+          dict(moe_pad_expert_input_to_capacity=True),
+          dict(moe_pad_expert_input_to_capacity=True, moe_expert_capacity_factor=1.0,
+               moe_token_dispatcher_type="flex"),
+          dict(cuda_graph_scope="attn"),
+          dict(cuda_graph_impl="transformer_engine", recompute="full"),
+          dict(moe=True, ep=2, overlap_moe_expert_parallel_comm=True,
+               cuda_graph_impl="transformer_engine"),
+          dict(exp_avg_dtype="bf16"),
+          dict(use_precision_aware_optimizer=True, distributed_optimizer=False),
+          dict(offload_modules="expert_fc1"),
+          dict(moe_fused_grouped_mlp=True),
+          dict(fp8_dot_product_attention=True),
           dict(tp=1, dp=4),
           dict(megatron_fsdp=True, distributed_optimizer=False), dict(overlap_grad_reduce=False)]
 
@@ -119,6 +136,7 @@ def test_base_plan_is_legal_and_each_rule_can_fail():
     windowed = make_model(name="w", num_layers=12, hidden_size=768, num_attention_heads=12,
                           num_query_groups=6, vocab_size=1024, seq_length=1028,
                           window_size=256)
+    mtp = dataclasses.replace(moe, name="mtp", mtp_num_layers=2)
     check_plan(model, ParallelPlan(**BASE), 16)
     check_plan(moe, ParallelPlan(**BASE), 16)
     check_plan(windowed, ParallelPlan(**BASE, cp_comm_type="all_gather"), 16)
@@ -126,7 +144,7 @@ def test_base_plan_is_legal_and_each_rule_can_fail():
     for rule, change in zip(RULES, BREAKS):
         change = dict(change)
         m = moe if change.pop("moe", False) else windowed if change.pop("window", False) \
-            else model
+            else mtp if change.pop("mtp", False) else model
         plan = ParallelPlan(**(BASE | change))
         values = {f.name: getattr(plan, f.name) for f in PLAN_FIELDS}
         assert not bool(rule.ok(m, values, 16)), (rule.name, change)
@@ -150,7 +168,7 @@ def test_vectorised_rules_equal_scalar_check():
             rows.append(dataclasses.replace(rows[-1], pipeline_model_parallel_layout=layout))
     cols = {f.name: np.array([column_value(f, getattr(p, f.name)) for p in rows],
                              dtype=column_dtype(f))
-            for f in PLAN_FIELDS if f.per_candidate and (f.type is not str or not f.choices)}
+            for f in PLAN_FIELDS if f.per_candidate}
     cols |= {f.name: getattr(rows[0], f.name) for f in PLAN_FIELDS if not f.per_candidate}
     mask = rules_mask(SMALL, cols, world)
     for ok, p in zip(mask, rows):

@@ -43,8 +43,7 @@ def test_module_lists_are_megatron_choices_in_megatron_order():
         "core_attn", "moe_act", "layernorm")
     assert set(recompute_module_list("core_attn")) <= set(RECOMPUTE_MODULES)
     for bad, what in (("", "at least one"), ("attn", "not a Megatron"),
-                      ("moe_act,moe_act", "twice"), ("mlp", "does not price"),
-                      ("mla_up_proj,moe_act", "does not price")):
+                      ("moe_act,moe_act", "twice"), ("mlp,moe,mlpx", "not a Megatron")):
         with pytest.raises(InputError, match=what) as err:
             recompute_module_list(bad)
         assert err.value.field == "recompute_modules" and "\n" not in str(err.value)
@@ -79,10 +78,12 @@ def test_modules_need_selective_recompute():
 
 @pytest.mark.parametrize("plan, model, field, rule", [
     (dataclasses.replace(PLAN, recompute="selective", recompute_modules="moe_act"), LLAMA,
-     "recompute_modules", "no experts"),
+     "recompute_modules", "needs experts"),
     (dataclasses.replace(BRIDGE, precision="fp8"), OSS, "recompute_modules", "delayed"),
-    (dataclasses.replace(BRIDGE, recompute_modules="mlp"), OSS, "recompute_modules",
-     "does not price"),
+    (dataclasses.replace(BRIDGE, recompute_modules="mla_up_proj"), OSS, "recompute_modules",
+     "multi-latent attention"),
+    (dataclasses.replace(BRIDGE, recompute_modules="shared_experts"), OSS,
+     "recompute_modules", "shared expert"),
 ])
 def test_rules_name_the_field(plan, model, field, rule):
     if model is LLAMA:

@@ -49,3 +49,23 @@ def all_to_all_time_s(size_bytes, n, on_node, intra_bw_Bps, intra_lat_s, inter_b
     inter = (n - g) / n * size_bytes / inter_bw_Bps
     lat = np.where(n > g, inter_lat_s, intra_lat_s)
     return np.where(n > 1, lat + np.maximum(intra, inter), 0.0)
+
+
+#: NCCL's latency model for a small all-reduce on its tree algorithm with the LL protocol
+#: (NVIDIA/nccl v2.27.7 src/graph/tuning.cc: ``baseLat`` Tree/LL 6.8 us, ``hwLat`` NVLink
+#: Tree/LL 0.6 us and network Tree/LL 5.0 us per hop; the tree all-reduce's latency
+#: ``baseLat + 2·((ppn - 1)·intraLat + log2(nodes)·interLat)``), what NCCL picks for
+#: messages of a few kilobytes at any scale.
+NCCL_TREE_LL_BASE_S, NCCL_TREE_LL_NVLINK_S, NCCL_TREE_LL_NET_S = 6.8e-6, 0.6e-6, 5.0e-6
+
+
+def small_all_reduce_s(ranks, ranks_per_node):
+    """Seconds of an all-reduce of a few kilobytes over ``ranks`` GPUs,
+    ``ranks_per_node`` of them per host (NCCL's tree/LL latency model,
+    :data:`NCCL_TREE_LL_BASE_S`); 0 for one rank. Broadcasts."""
+    n = np.asarray(ranks, dtype=float)
+    ppn = np.minimum(np.asarray(ranks_per_node, dtype=float), n)
+    nodes = np.maximum(n / np.maximum(ppn, 1.0), 1.0)
+    t = NCCL_TREE_LL_BASE_S + 2 * ((ppn - 1) * NCCL_TREE_LL_NVLINK_S
+                                   + np.floor(np.log2(nodes)) * NCCL_TREE_LL_NET_S)
+    return np.where(n > 1, t, 0.0)

@@ -46,37 +46,28 @@ Blackwell. NVIDIA prints these peaks *with sparsity*; the figures below are thos
 Efficiencies (:class:`Efficiency`), one set per GPU type and precision, each with its source:
 
 * ``gemm``: fraction of dense 16-bit peak a large, well-shaped GEMM attains. A100:
-  calibrated once on all ten rows of Narayanan et al. SC'21 Table 1 together
-  (``bench/calibrate.py`` prints the fit: 0.673, preset 0.67). H100/H200: cuBLAS
-  BF16 GEMM at large square sizes reaches ≈ 700–750 of 989 TFLOP/s (NVIDIA "H100 Tensor Core
-  GPU Architecture" whitepaper and Transformer Engine benchmarks), i.e. ≈ 0.72; with
-  :data:`configurator.cost.compute.GEMM_FIXED_S` the 110 BF16 GEMMs ``bench/gemm_shapes.py``
-  timed on an H100 and an H200 (torch 2.11) fit 0.720.
+  run-fitted (below) from FlashAttention-2's "optimised GEMMs reach 80-90 %" (0.80 × the
+  GEMM factor: 0.70). H100/H200: cuBLAS BF16 GEMM at large square sizes reaches ≈ 700–750 of
+  989 TFLOP/s (NVIDIA "H100 Tensor Core GPU Architecture" whitepaper and Transformer Engine
+  benchmarks), i.e. ≈ 0.72; with :data:`configurator.cost.compute.GEMM_FIXED_S` the 110
+  BF16 GEMMs ``bench/gemm_shapes.py`` timed on an H100 and an H200 (torch 2.11) fit 0.720.
   B200 and GB200 (sm_100): OpenXLA's measured matmul table for sm_100
   (``xla/backends/gpu/cost_model/matmul_interpolator_data.h``, 2025) gives 1.417 PFLOP/s
   for a 4096³ BF16 GEMM, 0.63 of 2.25 PFLOP/s. That GEMM takes 97 µs, so its fixed cost,
   not measured on Blackwell, decides the rest: none gives 0.63, Hopper's 22 µs gives 0.82;
-  the preset keeps 0.73, the value the Blackwell runs were checked at (GPT-OSS's 25 Bridge
-  rows: 6.4 % at 0.73, 6.8 % at 0.82). GB300 (sm_103): a cuBLASLt
-  BF16 burn-in (brrr, luccabb/brrr README, cuBLASLt 13.8 on 4 GB300) sustains
-  1716–1763 TFLOP/s, 0.69–0.71 of 2.5 PFLOP/s: 0.70 (B300 the same).
+  the preset keeps 0.73 (GPT-OSS's BF16 Bridge rows: 6.4 % at 0.73, 6.8 % at 0.82).
+  GB300 (sm_103): a cuBLASLt BF16 burn-in (brrr, luccabb/brrr README, cuBLASLt 13.8 on 4
+  GB300) sustains 1716–1763 TFLOP/s, 0.69–0.71 of 2.5 PFLOP/s: 0.70 (B300 the same).
 * ``gemm_fp8``: the same for FP8 GEMMs against the FP8 peak; ``None`` for a GPU without
-  FP8 tensor cores (A100). cuBLAS FP8 GEMMs at large square sizes reach 0.55–0.65 of the
-  FP8 peak on H100 and 0.62 of 4.5 PFLOP/s on B200 (OpenXLA sm_100 table, 4096³ E4M3:
-  2.765–2.785 PFLOP/s), but training runs them thinner, clock-throttled and behind
-  per-tensor scaling bookkeeping, so the presets are fitted to published training runs
-  (``configurator calibrate --params gemm_fp8,flash_attention``; see "Fitted on published
-  runs" below): H100/H200 0.66, B200/B300/GB200/GB300 0.53 (the FP8 weight gradients
-  ``bench/gemm_shapes.py`` timed on an H100 and an H200 fit 0.66 with the fixed cost).
+  FP8 tensor cores (A100). H100/H200: the FP8 weight gradients ``bench/gemm_shapes.py``
+  timed on an H100 and an H200 fit 0.66 with the fixed cost. Blackwell: run-fitted (below)
+  from OpenXLA's sm_100 table (4096³ E4M3: 2.765–2.785 of 4.5 PFLOP/s, 0.617 × the GEMM
+  factor: 0.54), the same for B300/GB300 (the same tensor cores).
 * ``gemm_mxfp8``: the same for MXFP8 GEMMs against the MXFP8 peak; ``None`` for a GPU
-  without an MXFP8 rate. The microbenchmark figure (OpenXLA sm_100 table, 4096³ E4M3 at
-  0.617 of 4.5 PFLOP/s; block-scaled and
-  per-tensor-scaled FP8 run the same tensor-core instruction, cuBLAS 12.9 blog above)
-  overstates training: Megatron-Bridge 25.11 runs the same Llama-3 8B plan in both recipes
-  on B200, GB200 and GB300 (``FP8-CS (FP8-MX)`` rows of ``megatron_bridge_perf_subset.csv``)
-  and MXFP8 delivers 3.6–5.5 % *fewer* tokens/s (its casts also write an E8M0 scale per 32
-  elements in each direction). Blackwell: 0.50, fitted on those three runs (0.497, one
-  value for the sm_100/sm_103 tensor cores; MAPE 3.0 %, leave-one-out 4.4 %).
+  without an MXFP8 rate. Block-scaled and per-tensor-scaled FP8 run the same tensor-core
+  instruction (NVIDIA's cuBLAS 12.9 blog above), so it is ``gemm_fp8``'s, run-fitted the
+  same way; MXFP8 trains a little slower by the block scales its casts write
+  (:data:`configurator.cost.compute.FP8_SCALING_EXTRA_BYTES`).
 * ``hbm``: fraction of HBM bandwidth that memory-bound element-wise kernels attain: A100
   80GB ≈ 1.7 of 2.04 TB/s, H100 ≈ 2.9 of 3.35 TB/s, H200 ≈ 4.1 of 4.8 TB/s (BabelStream
   Triad results reported for these parts). Blackwell (8 TB/s HBM3e): a streaming MXFP8
@@ -88,46 +79,37 @@ Efficiencies (:class:`Efficiency`), one set per GPU type and precision, each wit
   ``flash_attention · s / (s + 384)`` for unmasked ones (context parallelism's ring steps
   after the first) (:func:`configurator.cost.compute.flash_efficiency`; the causal shape
   from FlashAttention-3, Shah et al. 2024, Fig. 5, the unmasked one measured with
-  ``bench/attention_masks.py``). Kernel papers report far more than Transformer Engine's
-  fused attention attains inside Megatron/NeMo training (FlashAttention-3: 0.69 on H100;
-  FlashAttention-4: 0.71 forward on B200), so H100/H200 (0.32) and B200/GB200 (0.42) are
-  fitted to published training runs (below). A100: FlashAttention-2 reaches 50–73 %
-  (Dao 2023, §4.1), ≈ 0.62 at 16k causal: 0.64 (no published long-context A100 run to
-  check it on). GB300: 0.84, twice B200's: Blackwell Ultra doubles the SFU throughput of
-  the exponential that bounds softmax in attention on Blackwell ("2x attention-layer
-  acceleration", NVIDIA "Inside NVIDIA Blackwell Ultra", 2025; FlashAttention-4 §3 on the
-  exponential as B200's bottleneck). Check: Megatron-Bridge 25.11 runs Llama-3 8B FP8 with
-  the same plan 1.19× faster on GB300 than on GB200; the presets predict 1.15×.
+  ``bench/attention_masks.py``). Run-fitted (below) on every GPU from its kernel's figure:
+  cuDNN's on an H200 (0.55, H100 and H200), FlashAttention-4's forward on B200 (0.71,
+  B200 and GB200), twice that for Blackwell Ultra, which doubles the SFU throughput of the
+  exponential that bounds softmax in attention on Blackwell ("2x attention-layer
+  acceleration", NVIDIA "Inside NVIDIA Blackwell Ultra", 2025; FlashAttention-4 §3), capped
+  at the peak. A100: FlashAttention-2 reaches 50–73 % (Dao 2023, §4.1), ≈ 0.62 at 16k
+  causal: 0.64 (no published long-context A100 run to check it on).
 * ``kernel_overhead_s``: launch and tail per kernel (≈ 4 µs on CUDA 11/12, Nsight traces;
   Blackwell kept at 4 µs, same launch path).
 * ``host_op_s``: host (CPU) time to issue one PyTorch operation of a training step in eager
-  mode: Python, autograd and dispatcher work before the kernel launch. 16 µs: fitted once,
-  over every GPU type together, to the Megatron-Bridge MoE rows at micro batch 1 (where the
-  published time per layer and microbatch is ≈ 9 ms on H100 and B200 alike, far above the
-  kernels' own time); PyTorch's own measurements of eager dispatch are ≈ 10–20 µs per op
-  with autograd. Used only where a layer's kernels are shorter than issuing them
-  (:func:`configurator.cost.compute.host_layer_s`).
+  mode: Python, autograd and dispatcher work before the kernel launch; run-fitted (below)
+  from PyTorch's eager dispatch with autograd, 10–20 µs per operation (15 µs × the host
+  factor: 8.9 µs), the same on every GPU. Used only where a layer's kernels are shorter than
+  issuing them (:func:`configurator.cost.compute.host_layer_s`).
 
-Fitted on published runs. ``configurator calibrate`` (least squares on log time) on the
-NeMo long-context runs of ``nemo_long_sequence_cp.csv``, whose sequence lengths (4k–1M
-tokens) separate the GEMM and the attention efficiency: B200 from the eight Llama-3 8B FP8
-runs on DGX B200 (NeMo 25.04): ``gemm_fp8`` 0.535, ``flash_attention`` 0.421, MAPE 0.7 %,
-leave-one-out 0.9 %. H100 from the nine Llama-2 7B FP8 runs on DGX H100 (NeMo 24.03.01,
-cp 1–32) together with Megatron-Bridge 25.11's Llama-3 8B FP8 run on DGX H100, the newest
-software's dense H100 run (the NeMo runs alone give 0.624 and 0.323; Bridge's dense H100
-FP8 runs of 2026, Llama-3 70B and 405B, ran faster than that predicts): 0.657 and 0.322,
-MAPE 2.2 %, leave-one-out 2.8 %. Independent check: Bridge 25.11's Llama-3 8B FP8
-run on B200 is predicted within 3.3 %. These fits price Megatron's main-gradient
-accumulation (:func:`configurator.cost.compute.main_grad_accumulation_s`), which moves
-them up by 0.4–3.6 % (from 0.616, 0.514 and 0.486; A100's ``gemm`` from 0.689 to 0.699);
-they were fitted again when :data:`configurator.cost.compute.GEMM_FIXED_S` replaced wave
-quantisation (A100 0.699 → 0.673, H100 FP8 0.646 → 0.657, B200 FP8 0.523 → 0.535, MXFP8
-0.492 → 0.497).
-Those NeMo TFLOP/s count the attention scores over all ``s²`` pairs (NeMo's
-``flops_formulas`` before commit 6251117, "Discount FLOPs in dot-product att", 2025-08-09:
-NeMo 24.07's Llama-2 7B row, 16,634 tokens/s/GPU at 767 TFLOP/s, is 4.611e10 FLOP per
-token, the full-score count 4.608e10, not the causal 4.286e10). GB200, GB300 and B300 take B200's FP8 GEMM figures (the same
-sm_100 tensor cores).
+Fitted on published runs (:data:`RUN_FITTED`, :data:`IN_TRAINING`). A training step
+attains less of a GEMM's, a fused attention kernel's and the host's figures than the kernel
+or the dispatch does alone (thinner GEMMs and clocks under a full node's power; the
+attention kernels Transformer Engine runs inside Megatron; the host's mix of operations):
+one factor per kind of figure, the same on every GPU, scales each run-fitted efficiency's
+microbenchmark figure (:func:`run_fitted`). The three factors are fitted together, by least
+squares on the log time with every published source weighted alike, on the published runs
+(``configurator validate --by-source``, "in sample": SC'21 Table 1, Korthikanti et al.
+Table 5, Megatron-LM's H100 table, NeMo's long-context and performance-summary tables,
+Megatron-Bridge's newest release of each recipe): GEMM 0.88, attention 0.60, host 0.59.
+Leaving one source out at a time moves them by at most 0.02, 0.05 and, where Megatron-Bridge
+(whose MoE rows at micro-batch 1 are the only host-bound ones) is left out, to the prior
+(1.0). Those NeMo long-context TFLOP/s count the attention scores over all ``s²`` pairs
+(NeMo's ``flops_formulas`` before commit 6251117, "Discount FLOPs in dot-product att",
+2025-08-09: NeMo 24.07's Llama-2 7B row, 16,634 tokens/s/GPU at 767 TFLOP/s, is 4.611e10
+FLOP per token, the full-score count 4.608e10, not the causal 4.286e10).
 
 A GPU not in :data:`GPU_PRESETS` is given in the cluster file with all of these figures
 (:func:`gpu_from_config`); there is no fallback to another GPU's numbers.
@@ -144,6 +126,72 @@ from configurator.core.errors import InputError
 from configurator.core.plan import PRECISION
 from configurator.core.units import GB, GiB, MiB, TFLOP, US
 
+@dataclass(frozen=True)
+class Prior:
+    """A run-fitted efficiency's value before any end-to-end run was fitted: ``value`` (a
+    fraction of a peak, which a multiple of another GPU's figure may exceed before the factor
+    applies, or microseconds for ``host_op_us``), where it comes from (a kernel
+    microbenchmark or a paper) and its ``kind``, the :data:`IN_TRAINING` factor that turns
+    it into the preset."""
+
+    value: float
+    source: str
+    kind: str
+
+
+_FA4 = "FlashAttention-4 forward on B200, 0.71 of the dense BF16 peak"
+_CUDNN_H200 = ("cuDNN fused attention on an H200 (bench/attention_masks.py, "
+               "tests/data/attention_masks.csv): 608.9 forward and 524.1 backward TFLOP/s at "
+               "64k causal keys, 0.55 of 989 TFLOP/s with the backward's 2.5x work")
+_EAGER = "PyTorch eager dispatch with autograd, 10-20 us per operation: 15 us"
+_XLA_SM100 = "OpenXLA sm_100 matmul table, 4096^3 E4M3: 2.78 of 4.5 PFLOP/s"
+#: The presets' efficiencies that rest on published end-to-end runs, each with its value
+#: before any run (a microbenchmark's or a paper's figure of the kernel alone): the preset
+#: is that value times the :data:`IN_TRAINING` factor of its kind (:func:`run_fitted`).
+#: ``configurator validate --by-source`` fits the factors again without the source it
+#: predicts. Every other efficiency comes from a microbenchmark or a paper.
+RUN_FITTED: dict[str, dict[str, Prior]] = {
+    "a100-80gb": {"gemm": Prior(0.80, "FlashAttention-2 (Dao 2023, §1): optimised GEMMs "
+                                      "reach 80-90 % of the A100's peak", "gemm")},
+    **{g: {"flash_attention": Prior(0.55, _CUDNN_H200, "attention")}
+       for g in ("h100-80gb", "h200-141gb")},
+    **{g: {"gemm_fp8": Prior(0.617, _XLA_SM100, "gemm"),
+           "gemm_mxfp8": Prior(0.617, _XLA_SM100 + " (block scaling runs the same "
+                                                    "instruction)", "gemm"),
+           "flash_attention": Prior(0.71, _FA4, "attention")}
+       for g in ("b200-180gb", "gb200-186gb")},
+    **{g: {"gemm_fp8": Prior(0.617, _XLA_SM100, "gemm"),
+           "gemm_mxfp8": Prior(0.617, _XLA_SM100 + " (block scaling runs the same "
+                                                    "instruction)", "gemm"),
+           "flash_attention": Prior(1.42, "twice B200's figure (" + _FA4 + "): Blackwell "
+                                    "Ultra runs the exponential that bounds it at twice the "
+                                    "rate (NVIDIA 'Inside NVIDIA Blackwell Ultra', 2025)",
+                                    "attention")}
+       for g in ("b300-288gb", "gb300-288gb")},
+}
+#: The host's time per operation (:data:`HOST_OP_S`) before any run, shared by every GPU.
+HOST_OP_PRIOR = Prior(15.0, _EAGER, "host")
+#: What a training step attains of the figure its kernel reaches alone, one factor per kind
+#: of figure and the same on every GPU: ``gemm`` (a large square GEMM's fraction of the peak
+#: against the GEMMs of a training step: thinner shapes, clocks under a full node's power),
+#: ``attention`` (a fused-attention microbenchmark against Transformer Engine's attention in
+#: training) and ``host`` (eager dispatch per operation against a training step's).
+#: Fitted together on every published run (``configurator validate --by-source``, "in
+#: sample"; leave one source out, each source is predicted from the others' fit).
+IN_TRAINING = {"gemm": 0.88, "attention": 0.60, "host": 0.59}
+
+
+def run_fitted(gpu: str, name: str, factors=None) -> float:
+    """The preset value of a :data:`RUN_FITTED` efficiency (``host_op_us``:
+    :data:`HOST_OP_PRIOR`): its prior times the factor of its kind in ``factors`` (default
+    :data:`IN_TRAINING`), a fraction capped at 1."""
+    factors = IN_TRAINING if factors is None else factors
+    if name == "host_op_us":
+        return HOST_OP_PRIOR.value * factors["host"]
+    prior = RUN_FITTED[gpu][name]
+    return min(1.0, prior.value * factors[prior.kind])
+
+
 #: Why a GPU may lack a precision's tensor-core rate (appended to :meth:`GPUSpec.peak`'s error).
 _RATE_NOTES = {"fp8": "FP8 tensor cores start with Hopper",
                "mxfp8": "mxfp8 on Blackwell only (B200, B300, GB200, GB300): MXFP8 block scaling "
@@ -152,7 +200,7 @@ _RATE_NOTES = {"fp8": "FP8 tensor cores start with Hopper",
 
 #: Host time per PyTorch operation of a training step in eager mode (s): see the module
 #: docstring, ``host_op_s``.
-HOST_OP_S = 16e-6
+HOST_OP_S = run_fitted("", "host_op_us") * US
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -178,7 +226,9 @@ class GPUSpec:
     overlapped communication); ``non_tn_fp8_gemm``: FP8 GEMMs run in
     any operand layout, so Transformer Engine keeps no FP8 transpose of a weight
     (``transformer_engine/pytorch/utils.py`` ``is_non_tn_fp8_gemm_supported``: compute
-    capability 10.x or 13+, i.e. B200, B300, GB200, GB300; Hopper runs TN only)."""
+    capability 10.x or 13+, i.e. B200, B300, GB200, GB300; Hopper runs TN only);
+    ``host_link_Bps``: bytes/s each way between the GPU and host memory, what offloaded
+    activations cross (:data:`PCIE5_X16_BPS`, :data:`NVLINK_C2C_BPS`)."""
 
     name: str
     peak_flops_per_s: Mapping[str, float] = field(hash=False)
@@ -187,6 +237,7 @@ class GPUSpec:
     num_sms: int
     efficiency: Efficiency
     non_tn_fp8_gemm: bool = False
+    host_link_Bps: float = 64 * GB
 
     def peak(self, precision: str) -> float:
         """Dense peak FLOP/s for ``precision``; InputError if the GPU has no such rate."""
@@ -217,14 +268,15 @@ _LITERATURE = "literature (see topology/gpus.py)"
 # measured matmul table, GB300's BF16 one from a cuBLASLt burn-in; FP8 GEMM and fused
 # attention fitted on NeMo's B200 runs (GB300's attention doubled); HBM from a streaming
 # kernel on B200.
-_BLACKWELL = ("OpenXLA sm_100 matmul table; gemm_fp8 and flash_attention fitted on NeMo's "
-              "B200 long-context runs, gemm_mxfp8 on Megatron-Bridge's dense MXFP8 runs; "
-              "fal.ai B200 streaming (see topology/gpus.py)")
+_RUN_FITTED = "x the in-training factor fitted on the published runs"
+_BLACKWELL = ("OpenXLA sm_100 matmul table; gemm_fp8, gemm_mxfp8 (OpenXLA's 4096^3 E4M3) and "
+              "flash_attention (FlashAttention-4) " + _RUN_FITTED + "; fal.ai B200 streaming "
+              "(see topology/gpus.py)")
 _BLACKWELL_ULTRA = ("brrr cuBLASLt BF16 burn-in on GB300; FP8 and MXFP8 as B200; "
-                    "flash_attention twice B200's (doubled SFU exponential); fal.ai B200 "
-                    "streaming (see topology/gpus.py)")
-_HOPPER = ("gemm and hbm " + _LITERATURE + "; gemm_fp8 and flash_attention fitted on NeMo's "
-           "H100 long-context runs and Megatron-Bridge's dense H100 FP8 run")
+                    "flash_attention twice B200's kernel figure (doubled SFU exponential) "
+                    + _RUN_FITTED + "; fal.ai B200 streaming (see topology/gpus.py)")
+_HOPPER = ("gemm, gemm_fp8 (bench/gemm_shapes.py) and hbm " + _LITERATURE + "; "
+           "flash_attention (cuDNN on an H200) " + _RUN_FITTED)
 
 def _blackwell_peaks(bf16_tflops: float) -> dict[str, float]:
     """Dense peaks of a Blackwell GPU from its dense BF16 TFLOP/s: FP16 the same, FP8 and
@@ -234,24 +286,36 @@ def _blackwell_peaks(bf16_tflops: float) -> dict[str, float]:
 
 
 #: H100 (H200: the same tensor cores, its own HBM fraction).
-_HOPPER_EFFICIENCY = Efficiency(gemm=0.72, gemm_fp8=0.66, hbm=0.87, flash_attention=0.32,
+_HOPPER_EFFICIENCY = Efficiency(gemm=0.72, gemm_fp8=0.66, hbm=0.87,
+                                flash_attention=run_fitted("h100-80gb", "flash_attention"),
                                 kernel_overhead_s=4e-6, source=_HOPPER)
 #: sm_100 (B200, GB200): one set, the GEMM fractions shared by sm_103 below.
-_BLACKWELL_EFFICIENCY = Efficiency(gemm=0.73, gemm_fp8=0.53, gemm_mxfp8=0.50, hbm=0.75,
-                                   flash_attention=0.42, kernel_overhead_s=4e-6,
-                                   source=_BLACKWELL)
+_BLACKWELL_EFFICIENCY = Efficiency(gemm=0.73, gemm_fp8=run_fitted("b200-180gb", "gemm_fp8"),
+                                   gemm_mxfp8=run_fitted("b200-180gb", "gemm_mxfp8"),
+                                   hbm=0.75,
+                                   flash_attention=run_fitted("b200-180gb", "flash_attention"),
+                                   kernel_overhead_s=4e-6, source=_BLACKWELL)
 #: sm_103 (B300, GB300): its own BF16 GEMM and doubled attention, sm_100's FP8/MXFP8 GEMMs.
-_BLACKWELL_ULTRA_EFFICIENCY = dataclasses.replace(_BLACKWELL_EFFICIENCY, gemm=0.70,
-                                                  flash_attention=0.84,
-                                                  source=_BLACKWELL_ULTRA)
+_BLACKWELL_ULTRA_EFFICIENCY = dataclasses.replace(
+    _BLACKWELL_EFFICIENCY, gemm=0.70,
+    flash_attention=run_fitted("gb300-288gb", "flash_attention"), source=_BLACKWELL_ULTRA)
+
+#: GPU-host links, each way: PCIe Gen4 x16 (A100: "PCIe Gen4 64 GB/s", NVIDIA A100 data
+#: sheet, both ways), PCIe Gen5 x16 (H100 SXM and H200: "PCIe Gen5 128 GB/s", their data
+#: sheets; HGX B200 and B300 boards), NVLink-C2C between Grace and a Blackwell GPU in GB200
+#: and GB300 (900 GB/s both ways, NVIDIA GB200 NVL72 specifications).
+PCIE4_X16_BPS, PCIE5_X16_BPS, NVLINK_C2C_BPS = 32 * GB, 64 * GB, 450 * GB
 
 GPU_PRESETS: dict[str, GPUSpec] = {
     "a100-80gb": GPUSpec(
         name="a100-80gb", peak_flops_per_s={"bf16": 312 * TFLOP, "fp16": 312 * TFLOP},
         memory_bytes=81920 * MiB, hbm_bandwidth_Bps=2039 * GB, num_sms=108,
-        efficiency=Efficiency(gemm=0.67, gemm_fp8=None, hbm=0.83, flash_attention=0.64,
+        efficiency=Efficiency(gemm=run_fitted("a100-80gb", "gemm"), gemm_fp8=None, hbm=0.83,
+                              flash_attention=0.64,
                               kernel_overhead_s=4e-6,
-                              source="gemm fitted on SC'21 Table 1; others " + _LITERATURE)),
+                              source="gemm (FlashAttention-2's GEMM figure) " + _RUN_FITTED
+                              + "; others " + _LITERATURE),
+        host_link_Bps=PCIE4_X16_BPS),
     "h100-80gb": GPUSpec(
         name="h100-80gb", peak_flops_per_s={"bf16": 989.4 * TFLOP, "fp16": 989.4 * TFLOP,
                                             "fp8": 1978.9 * TFLOP},
@@ -273,7 +337,8 @@ GPU_PRESETS: dict[str, GPUSpec] = {
     "gb200-186gb": GPUSpec(
         name="gb200-186gb", peak_flops_per_s=_blackwell_peaks(2500),
         memory_bytes=189471 * MiB, hbm_bandwidth_Bps=8000 * GB, num_sms=152,
-        efficiency=_BLACKWELL_EFFICIENCY, non_tn_fp8_gemm=True),
+        efficiency=_BLACKWELL_EFFICIENCY, non_tn_fp8_gemm=True,
+        host_link_Bps=NVLINK_C2C_BPS),
     # HGX B300: 4.5 (BF16) and 9 (FP8) PFLOPS with sparsity per GPU, halved; 288 GB HBM3e at
     # 8 TB/s; DGX B300's "B300 SXM6 AC": 275040 MiB, 148 SMs (module docstring).
     "b300-288gb": GPUSpec(
@@ -286,48 +351,13 @@ GPU_PRESETS: dict[str, GPUSpec] = {
     "gb300-288gb": GPUSpec(
         name="gb300-288gb", peak_flops_per_s=_blackwell_peaks(2500),
         memory_bytes=284208 * MiB, hbm_bandwidth_Bps=8000 * GB, num_sms=160,
-        efficiency=_BLACKWELL_ULTRA_EFFICIENCY, non_tn_fp8_gemm=True),
+        efficiency=_BLACKWELL_ULTRA_EFFICIENCY, non_tn_fp8_gemm=True,
+        host_link_Bps=NVLINK_C2C_BPS),
 }
-
-@dataclass(frozen=True)
-class Prior:
-    """An efficiency's value before any end-to-end run was fitted: ``value`` (a fraction, or
-    microseconds for ``host_op_us``) and where it comes from (a kernel microbenchmark or a
-    paper)."""
-
-    value: float
-    source: str
-
-
-_FA4 = "FlashAttention-4 forward on B200, 0.71 of the dense BF16 peak"
-_CUDNN_H200 = ("cuDNN fused attention on an H200 (bench/attention_masks.py, "
-               "tests/data/attention_masks.csv): 608.9 forward and 524.1 backward TFLOP/s at "
-               "64k causal keys, 0.55 of 989 TFLOP/s with the backward's 2.5x work")
-_EAGER = "PyTorch eager dispatch with autograd, 10-20 us per operation: 15 us"
-#: The presets' efficiencies that were fitted on published end-to-end runs (the module
-#: docstring, "Fitted on published runs"), each with its value before any run: what
-#: ``configurator validate --by-source`` starts from and fits again without the source it
-#: predicts. Every other efficiency comes from a microbenchmark or a paper.
-RUN_FITTED: dict[str, dict[str, Prior]] = {
-    "a100-80gb": {"gemm": Prior(0.80, "FlashAttention-2 (Dao 2023, §1): optimised GEMMs "
-                                      "reach 80-90 % of the A100's peak"),
-                  "host_op_us": Prior(15.0, _EAGER)},
-    "h100-80gb": {"flash_attention": Prior(0.55, _CUDNN_H200),
-                  "host_op_us": Prior(15.0, _EAGER)},
-    "h200-141gb": {"flash_attention": Prior(0.55, _CUDNN_H200),
-                   "host_op_us": Prior(15.0, _EAGER)},
-    **{g: {"gemm_fp8": Prior(0.617, "OpenXLA sm_100 matmul table, 4096^3 E4M3: 2.78 of "
-                                    "4.5 PFLOP/s"),
-           "gemm_mxfp8": Prior(0.617, "OpenXLA sm_100 matmul table, 4096^3 E4M3 (block "
-                                      "scaling runs the same instruction)"),
-           "flash_attention": Prior(0.71, _FA4), "host_op_us": Prior(15.0, _EAGER)}
-       for g in ("b200-180gb", "gb200-186gb", "b300-288gb", "gb300-288gb")},
-}
-
 
 GPU_KEYS_REQUIRED = ("name", "peak_tflops", "memory_GiB", "hbm_bandwidth_GBps", "num_sms",
                      "efficiency")
-GPU_KEYS_OPTIONAL = ("non_tn_fp8_gemm",)
+GPU_KEYS_OPTIONAL = ("non_tn_fp8_gemm", "host_link_bandwidth_GBps")
 EFFICIENCY_KEYS_REQUIRED = ("gemm", "hbm", "flash_attention")
 EFFICIENCY_KEYS_OPTIONAL = ("gemm_fp8", "gemm_mxfp8", "kernel_overhead_us", "host_op_us",
                             "source")
@@ -374,7 +404,8 @@ def gpu_from_config(data: Any) -> GPUSpec:
     """A GPU from a preset name or a mapping with every figure the cost model needs:
     ``name, peak_tflops: {bf16, fp16, fp8, mxfp8}, memory_GiB, hbm_bandwidth_GBps, num_sms,
     efficiency: {gemm, gemm_fp8, gemm_mxfp8, hbm, flash_attention, kernel_overhead_us,
-    source}`` and optionally ``non_tn_fp8_gemm`` (default false) (units at the edge:
+    source}`` and optionally ``non_tn_fp8_gemm`` (default false) and
+    ``host_link_bandwidth_GBps`` (default PCIe Gen5 x16's 64) (units at the edge:
     TFLOP/s, GiB, GB/s, µs). Raises :class:`InputError`
     naming the field; an unknown preset name (compared in any case) names the closest
     presets and says how to describe a new GPU."""
@@ -404,7 +435,11 @@ def gpu_from_config(data: Any) -> GPUSpec:
                    num_sms=v.int_in_range("gpu.num_sms", data["num_sms"]),
                    efficiency=efficiency_from_config(data["efficiency"], rates),
                    non_tn_fp8_gemm=v.boolean("gpu.non_tn_fp8_gemm",
-                                             data.get("non_tn_fp8_gemm", False)))
+                                             data.get("non_tn_fp8_gemm", False)),
+                   host_link_Bps=v.float_in_range(
+                       "gpu.host_link_bandwidth_GBps",
+                       data.get("host_link_bandwidth_GBps", PCIE5_X16_BPS / GB),
+                       key="gpu.hbm_bandwidth_GBps") * GB)
 
 
 #: CUDA device-name words → GPU preset, first match wins (GB200 before B200, GB300 before

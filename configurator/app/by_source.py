@@ -5,9 +5,10 @@ Runs belong to datasets (:attr:`configurator.core.runs.MeasuredRun.dataset`: a p
 table, one release's page, one team's runs). Three figures per dataset:
 
 * **presets**: the shipped GPU figures, as ``validate`` prices;
-* **in sample**: the efficiencies the presets fitted on published runs
-  (:data:`topology.gpus.RUN_FITTED`) fitted again on every dataset together, from their
-  values before any run (``configurator calibrate``'s fit, :func:`calibrate_from`);
+* **in sample**: the in-training factors (:data:`topology.gpus.IN_TRAINING`: what a
+  training step attains of its GEMM, attention and host figures measured alone, one factor
+  per kind for every GPU) fitted on every dataset together, from the values before any run
+  (:func:`configurator.app.calibrate_jobs.fit_factors`);
 * **held out**: the same fit on every *other* dataset, then this one predicted: the error
   on a source the model has not seen (leave one source out).
 
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from configurator.app.calibrate_jobs import calibrate_from, prior_calibration
+from configurator.app.calibrate_jobs import factor_calibration, fit_factors
 from configurator.app.validate_jobs import GroupStats, check_run, group_stats
 from configurator.core.errors import InputError
 from configurator.core.runs import MeasuredRun
@@ -48,17 +49,20 @@ class SourceRow:
 
 @dataclass(frozen=True, kw_only=True)
 class BySourceReport:
-    """Per dataset (:class:`SourceRow`), then every run together; ``held_out_values``: the
-    values each held-out fit used (dataset → GPU → precision → parameter)."""
+    """Per dataset (:class:`SourceRow`), then every run together; ``in_sample_factors``:
+    the factors fitted on every dataset; ``held_out_factors``: those each held-out fit used
+    (dataset → kind → factor)."""
 
     rows: list[SourceRow]
     overall: SourceRow
-    held_out_values: dict = field(default_factory=dict)
+    in_sample_factors: dict = field(default_factory=dict)
+    held_out_factors: dict = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {"datasets": [r.to_dict() for r in self.rows], "overall": self.overall.to_dict(),
-                "held_out_values": self.held_out_values, "skipped": list(self.skipped)}
+                "in_sample_factors": self.in_sample_factors,
+                "held_out_factors": self.held_out_factors, "skipped": list(self.skipped)}
 
 
 def dataset_of(run: MeasuredRun) -> str:
@@ -67,21 +71,20 @@ def dataset_of(run: MeasuredRun) -> str:
 
 def validate_by_source(runs: list[MeasuredRun], skipped=(), progress=None) -> BySourceReport:
     """Leave one dataset out in turn (module docstring). ``progress``: optional callable
-    wrapping the datasets (a progress bar). Raises :class:`InputError` with fewer than two
-    datasets."""
+    called with no argument after each pricing of the runs in a fit (a progress bar's
+    update). Raises :class:`InputError` with fewer than two datasets."""
     names = list(dict.fromkeys(dataset_of(r) for r in runs))
     if len(names) < 2:
         raise InputError("runs", names, "--by-source needs runs of at least two datasets "
                                         "(run files, or a dataset column)")
-    prior = prior_calibration()
     presets = [check_run(r) for r in runs]
-    everything = calibrate_from(runs, prior)
-    in_sample = [check_run(r, everything) for r in runs]
+    everything = fit_factors(runs, progress)
+    in_sample = [check_run(r, factor_calibration(everything)) for r in runs]
     held: list = [None] * len(runs)
     values = {}
-    for name in (progress(names) if progress else names):
-        cal = calibrate_from([r for r in runs if dataset_of(r) != name], prior)
-        values[name] = {g: {p: dict(v) for p, v in by.items()} for g, by in cal.values.items()}
+    for name in names:
+        values[name] = fit_factors([r for r in runs if dataset_of(r) != name], progress)
+        cal = factor_calibration(values[name])
         for i, r in enumerate(runs):
             if dataset_of(r) == name:
                 held[i] = check_run(r, cal)
@@ -96,4 +99,5 @@ def validate_by_source(runs: list[MeasuredRun], skipped=(), progress=None) -> By
 
     rows = [row(n, lambda r, n=n: dataset_of(r) == n) for n in names]
     return BySourceReport(rows=rows, overall=row("all", lambda r: True),
-                          held_out_values=values, skipped=list(skipped))
+                          in_sample_factors=everything, held_out_factors=values,
+                          skipped=list(skipped))

@@ -1,4 +1,6 @@
-"""``configurator calibrate``: fit a GPU's efficiencies to measured runs.
+"""``configurator calibrate``: fit a GPU's efficiencies to measured runs; and the fit of the
+presets' in-training factors on the published runs (:func:`fit_factors`, what
+``configurator validate --by-source`` runs with each source left out).
 
 Runs are grouped by GPU type and plan precision; each group gets its own fit of a few
 :data:`topology.calibration.FIT_PARAMETERS` (default: the precision's GEMM efficiency,
@@ -29,7 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from configurator.app.validate_jobs import run_cluster, run_model
+from configurator.app.validate_jobs import priced_run
 from configurator.core.errors import InputError
 from configurator.core.runs import MeasuredRun
 from configurator.cost.measured import measured_iteration_time_s
@@ -77,7 +79,8 @@ class _Prepared:
 
 
 def _predict(p: _Prepared, gpu) -> float:
-    return evaluate_plan(p.model, p.cluster.with_gpu(gpu), p.run.plan).iteration_time_s
+    return evaluate_plan(p.model, p.cluster.with_gpu(gpu), p.run.plan,
+                         measured=True).iteration_time_s
 
 
 def _residuals(prepared, base_gpu, names, logx, source):
@@ -218,29 +221,37 @@ def _fit(prepared, base_gpu, names, before, x0, kept, source):
     return values, r, loo, notes
 
 
-def calibrate_runs(runs: list[MeasuredRun], params: tuple[str, ...] | None = None,
-                   progress=None, source: str = "calibrate",
-                   start: Calibration | None = None) -> tuple[Calibration, list[GroupFit]]:
-    """Fit every (GPU type, precision) group of ``runs``, from the GPUs' own figures or,
-    with ``start``, from those values (e.g. :func:`prior_calibration`); returns the
-    calibration (the fitted values only) and the per-group fits. Runs without a measured
-    time are ignored; a run Megatron would reject or that names an unknown preset is an
-    error naming it."""
-    groups: dict = {}
+def prepared_runs(runs: list[MeasuredRun]) -> list[_Prepared]:
+    """The runs with a measured time, priced as ``validate`` prices them
+    (:func:`configurator.app.validate_jobs.priced_run`), each with its measured time. Raises
+    :class:`InputError` naming a run Megatron would reject or that names an unknown preset,
+    and when no run has a time."""
+    out = []
     for run in runs:
         if not run.has_time:
             continue
         try:
-            model, cluster = run_model(run), run_cluster(run)
+            model, cluster, run = priced_run(run)
         except InputError as exc:
             raise InputError(f"run {run.name}", exc.value, str(exc)) from None
-        key = (cluster.gpu.name, run.plan.precision)
-        gpu = start.apply(cluster.gpu, run.plan.precision) if start else cluster.gpu
-        groups.setdefault(key, (gpu, []))[1].append(
-            _Prepared(run=run, model=model, cluster=cluster,
-                      measured_s=measured_iteration_time_s(model, run)))
-    if not groups:
+        out.append(_Prepared(run=run, model=model, cluster=cluster,
+                             measured_s=measured_iteration_time_s(model, run)))
+    if not out:
         raise InputError("runs", len(runs), "no run with a measured iteration time")
+    return out
+
+
+def calibrate_runs(runs: list[MeasuredRun], params: tuple[str, ...] | None = None,
+                   progress=None, source: str = "calibrate"
+                   ) -> tuple[Calibration, list[GroupFit]]:
+    """Fit every (GPU type, precision) group of ``runs`` from the GPUs' own figures; returns
+    the calibration (the fitted values only) and the per-group fits. Runs without a measured
+    time are ignored; a run Megatron would reject or that names an unknown preset is an
+    error naming it (:func:`prepared_runs`)."""
+    groups: dict = {}
+    for p in prepared_runs(runs):
+        key = (p.cluster.gpu.name, p.run.plan.precision)
+        groups.setdefault(key, (p.cluster.gpu, []))[1].append(p)
     fits = []
     items = list(groups.items())
     for (gname, prec), (gpu, prepared) in (progress(items) if progress else items):
@@ -257,33 +268,69 @@ def calibrate_runs(runs: list[MeasuredRun], params: tuple[str, ...] | None = Non
     return cal, fits
 
 
-def prior_calibration() -> Calibration:
-    """The presets' run-fitted efficiencies at their values before any run
-    (:data:`topology.gpus.RUN_FITTED`), for every precision: where a fit on published runs
-    starts when those runs must not inform it."""
+#: The kinds of run-fitted figure (:data:`topology.gpus.IN_TRAINING`), in fit order.
+FACTOR_KINDS = ("gemm", "attention", "host")
+#: Bounds of an in-training factor (a fraction capped at 1 after it applies; the host's up
+#: to 20 times its prior).
+FACTOR_BOUNDS = {"gemm": (0.05, 2.0), "attention": (0.05, 2.0), "host": (0.05, 20.0)}
+
+
+def factor_calibration(factors) -> Calibration:
+    """Every preset GPU's run-fitted efficiencies (:data:`topology.gpus.RUN_FITTED`, and the
+    host time per operation) at ``factors`` (kind → factor, as
+    :data:`topology.gpus.IN_TRAINING`), for every precision. All factors 1: the values
+    before any run, where a fit that must not see the published runs starts."""
     from configurator.core.plan import PRECISION
-    from topology.gpus import RUN_FITTED
+    from topology.gpus import GPU_PRESETS, RUN_FITTED, run_fitted
 
-    return Calibration(values={g: {p: {k: prior.value for k, prior in params.items()}
-                                   for p in PRECISION}
-                               for g, params in RUN_FITTED.items()},
-                       fit={"source": "priors (topology.gpus.RUN_FITTED)"})
-
-
-def merged(base: Calibration, fitted: Calibration) -> Calibration:
-    """``base`` with ``fitted``'s values laid over it (per GPU, precision and parameter)."""
-    values = {g: {p: dict(v) for p, v in by.items()} for g, by in base.values.items()}
-    for g, by in fitted.values.items():
-        for p, vals in by.items():
-            values.setdefault(g, {}).setdefault(p, {}).update(vals)
-    return Calibration(values=values, fit=dict(fitted.fit))
+    values = {}
+    for g in GPU_PRESETS:
+        vals = {k: run_fitted(g, k, factors) for k in RUN_FITTED.get(g, {})}
+        vals["host_op_us"] = run_fitted(g, "host_op_us", factors)
+        values[g] = {p: dict(vals) for p in PRECISION}
+    return Calibration(values=values, fit={"source": "topology.gpus priors x factors "
+                                                     + str(dict(factors))})
 
 
-def calibrate_from(runs: list[MeasuredRun], start: Calibration) -> Calibration:
-    """``start`` with the values ``runs`` determine fitted over it (:func:`calibrate_runs`
-    from ``start``); ``start`` itself when the runs determine nothing."""
-    try:
-        fitted, _ = calibrate_runs(runs, start=start, source="calibrated from priors")
-    except InputError:
-        return start
-    return merged(start, fitted)
+def fit_factors(runs: list[MeasuredRun], progress=None) -> dict:
+    """The in-training factors (:data:`topology.gpus.IN_TRAINING`) that best predict
+    ``runs`` (every GPU type together), by nonlinear least squares on the log ratio of
+    predicted to measured time from the values before any run (factors 1; a factor the
+    runs' times do not depend on, |d log T / d log f| below :data:`MIN_SENSITIVITY` on every
+    run, stays 1). Returns kind → factor. ``progress``: called with no argument after each
+    pricing of the runs. Raises :class:`InputError` for a run that cannot be priced."""
+    from scipy.optimize import least_squares
+
+    prepared = prepared_runs(runs)
+
+    # every dataset weighs the same, however many rows it has
+    counts: dict = {}
+    for p in prepared:
+        counts[p.run.dataset] = counts.get(p.run.dataset, 0) + 1
+    weight = np.array([1.0 / math.sqrt(counts[p.run.dataset]) for p in prepared])
+
+    def resid(kinds, x):
+        factors = {k: 1.0 for k in FACTOR_KINDS} | dict(zip(kinds, np.exp(x)))
+        cal = factor_calibration(factors)
+        if progress:
+            progress()
+        return weight * np.array([math.log(_predict(p, cal.apply(p.cluster.gpu,
+                                                                   p.run.plan.precision))
+                                           / p.measured_s) for p in prepared])
+
+    step = 0.05
+    r0 = resid(FACTOR_KINDS, np.zeros(len(FACTOR_KINDS)))
+    kinds = []
+    for j, k in enumerate(FACTOR_KINDS):
+        x = np.zeros(len(FACTOR_KINDS))
+        x[j] = -step
+        if np.max(np.abs((r0 - resid(FACTOR_KINDS, x)) / step)) >= MIN_SENSITIVITY:
+            kinds.append(k)
+    if not kinds:
+        return {k: 1.0 for k in FACTOR_KINDS}
+    lo = np.log([FACTOR_BOUNDS[k][0] for k in kinds])
+    hi = np.log([FACTOR_BOUNDS[k][1] for k in kinds])
+    sol = least_squares(lambda x: resid(kinds, x), np.zeros(len(kinds)), bounds=(lo, hi),
+                        diff_step=0.02, xtol=1e-3, ftol=1e-4, max_nfev=40)
+    return {k: 1.0 for k in FACTOR_KINDS} | {k: round(float(v), 4)
+                                              for k, v in zip(kinds, np.exp(sol.x))}

@@ -127,6 +127,16 @@ def run_cluster(run: MeasuredRun) -> Cluster:
     return load_cluster(run.cluster, run.num_gpus // g)
 
 
+def priced_run(run: MeasuredRun) -> tuple:
+    """``(model, cluster, run)`` as ``validate`` and ``calibrate`` price a run: its model and
+    cluster resolved, and a pp that does not divide the layers, with no split named, given the
+    split ``estimate`` would choose (:func:`configurator.search.rank.best_layer_split`).
+    Raises :class:`InputError` for an unknown preset or a plan Megatron rejects."""
+    model, cluster = run_model(run), run_cluster(run)
+    return model, cluster, dataclasses.replace(
+        run, plan=best_layer_split(model, cluster, run.plan))
+
+
 def check_run(run: MeasuredRun, calibration=None) -> RunCheck:
     """Price one run (:class:`RunCheck`); an input problem of the run (unknown preset,
     a plan Megatron rejects) is recorded in ``problem`` rather than raised. A run whose pp
@@ -134,13 +144,11 @@ def check_run(run: MeasuredRun, calibration=None) -> RunCheck:
     ``estimate`` would choose (:func:`configurator.search.rank.best_layer_split`)."""
     group = run.group
     try:
-        model = run_model(run)
-        cluster = run_cluster(run)
+        model, cluster, run = priced_run(run)
         if calibration is not None:
             cluster = cluster.with_gpu(calibration.apply(cluster.gpu, run.plan.precision))
         group = group or f"{cluster.gpu.name} {run.plan.precision}"
-        run = dataclasses.replace(run, plan=best_layer_split(model, cluster, run.plan))
-        ev: Evaluation = evaluate_plan(model, cluster, run.plan)
+        ev: Evaluation = evaluate_plan(model, cluster, run.plan, measured=True)
     except InputError as exc:
         return RunCheck(run=run, group=group or "unpriced", problem=str(exc))
     return RunCheck(run=run, group=group,

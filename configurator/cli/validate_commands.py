@@ -72,7 +72,11 @@ def run_validate(args) -> int:
                              "report: not with --calibration or --out")
         from configurator.app.by_source import validate_by_source
 
-        rep = validate_by_source(runs, skipped, progress=_progress("dataset"))
+        from tqdm import tqdm
+
+        with tqdm(desc="fitting (runs priced)", unit="pass", leave=False, file=sys.stderr,
+                  disable=None) as bar:
+            rep = validate_by_source(runs, skipped, progress=bar.update)
         print(jsonout.dumps(rep.to_dict(), indent=2) if args.json else format_by_source(rep))
         return 0
     report = validate_runs(runs, _calibration(args.calibration), skipped,
@@ -137,9 +141,14 @@ def format_by_source(rep) -> str:
         lines.append(f"{r.dataset:<{width}} {r.runs:>5} {pct(r.presets):>8} "
                      f"{pct(r.in_sample):>10} {pct(r.held_out):>9} "
                      f"{pct(r.held_out, 'mean_error'):>7}  {worst}")
-    lines.append("in sample: the run-fitted efficiencies (topology/gpus.py RUN_FITTED) fitted "
-                 "on every dataset from their values before any run; held out: fitted on the "
-                 "other datasets; bias: the held-out mean signed error (negative: too fast)")
+    def factors(f):
+        return ", ".join(f"{k} {v:.3f}" for k, v in f.items())
+
+    lines.append(f"\nin sample: the in-training factors (topology/gpus.py IN_TRAINING) fitted "
+                 f"on every dataset: {factors(rep.in_sample_factors)}")
+    lines += [f"held out {name}: {factors(f)}" for name, f in rep.held_out_factors.items()]
+    lines.append("held out: fitted on the other datasets, from the figures before any run; "
+                 "bias: the held-out mean signed error (negative: too fast)")
     return "\n".join(lines)
 
 

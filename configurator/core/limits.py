@@ -69,6 +69,8 @@ FLOAT_RANGES: dict[str, tuple[float, float]] = {
     "gpu.peak_tflops": (1e-3, 1e7),
     # placement search budget per plan, seconds
     "placement_time_s": (1e-3, 3600.0),
+    # plan: tokens per expert as a multiple of the even share (0: dropless)
+    "moe_expert_capacity_factor": (0.0, 1000.0),
 }
 
 #: Longest text of a value echoed in an error message (characters).

@@ -75,7 +75,9 @@ from typing import Any, Iterable, Iterator, Mapping
 
 from configurator.core.errors import InputError
 from configurator.core.model import MODEL_KEYS, ModelSpec, make_model
-from configurator.core.plan import CP_COMM_TYPES, PLAN_FIELDS, is_fp8, recompute_module_list
+from configurator.core.plan import (CP_COMM_TYPES, CUDA_GRAPH_IMPLS, CUDA_GRAPH_SCOPES,
+                                    MOE_DISPATCHERS, MOE_FLEX_BACKENDS, PLAN_FIELD, PLAN_FIELDS,
+                                    is_fp8, recompute_module_list)
 from configurator.core.runs import RUN_KEYS, MeasuredRun, run_from_mapping
 
 #: Largest log read (bytes or characters).
@@ -143,7 +145,18 @@ PLAN_ARGS: tuple[tuple[str, str, Any], ...] = (
     ("decoder_last_pipeline_num_layers", "decoder_last_pipeline_num_layers", ...),
     ("account_for_embedding_in_pipeline_split", "account_for_embedding_in_pipeline_split", ...),
     ("account_for_loss_in_pipeline_split", "account_for_loss_in_pipeline_split", ...),
+    ("overlap_moe_expert_parallel_comm", "overlap_moe_expert_parallel_comm", ...),
+    ("delay_wgrad_compute", "delay_wgrad_compute", ...),
+    ("moe_permute_fusion", "moe_permute_fusion", ...),
+    ("moe_router_fusion", "moe_router_fusion", ...),
+    ("moe_pad_expert_input_to_capacity", "moe_pad_expert_input_to_capacity", ...),
+    ("use_precision_aware_optimizer", "use_precision_aware_optimizer", ...),
 )
+#: Optimizer-state dtypes as ``validate_args`` leaves them in the dump (torch dtypes;
+#: ``fp8`` moments are stored as ``torch.uint8``).
+_TORCH_DTYPES = {"torch.float32": "fp32", "torch.float16": "fp16", "torch.bfloat16": "bf16",
+                 "torch.uint8": "fp8", "fp32": "fp32", "fp16": "fp16", "bf16": "bf16",
+                 "fp8": "fp8"}
 _INT_PLAN = {"num_gpus", "tp", "pp", "dp", "cp", "vp", "micro_batch_size", "global_batch_size",
              "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers"}
 
@@ -479,8 +492,44 @@ def _plan_fields(a: _Args, moe: bool) -> tuple[dict[str, Any], list[str]]:
         # the flag applies to FP8 with the distributed optimizer only: elsewhere the plan's
         # default, as the plan that launched the job has it
         row.pop("fp8_param_gather", None)
-    if row.get("precision") == "fp8" and a.raw("fp8_recipe") not in (None, "delayed"):
-        notes.append(f"fp8 recipe {a.raw('fp8_recipe')}: priced as delayed scaling")
+    recipe = a.raw("fp8_recipe")
+    if row.get("precision") == "fp8" and recipe not in (None, "delayed"):
+        if recipe in PLAN_FIELD["fp8_recipe"].choices:
+            row["fp8_recipe"] = recipe
+        else:
+            notes.append(f"fp8 recipe {recipe}: priced as delayed scaling")
+    if moe:
+        dispatcher = a.raw("moe_token_dispatcher_type")
+        if dispatcher in MOE_DISPATCHERS:
+            row["moe_token_dispatcher_type"] = dispatcher
+            backend = a.raw("moe_flex_dispatcher_backend")
+            if dispatcher == "flex" and backend in MOE_FLEX_BACKENDS:
+                row["moe_flex_dispatcher_backend"] = backend
+        elif dispatcher is not None:
+            notes.append(f"moe_token_dispatcher_type {dispatcher}: priced as alltoall")
+        factor = a.raw("moe_expert_capacity_factor")
+        if factor not in (None, "None"):
+            try:
+                row["moe_expert_capacity_factor"] = max(float(factor), 0.0)
+            except ValueError:
+                raise a.error("moe_expert_capacity_factor", "must be a number") from None
+    impl = a.raw("cuda_graph_impl")
+    if impl in CUDA_GRAPH_IMPLS and impl != "none":
+        row["cuda_graph_impl"] = impl
+        scope = a.raw("cuda_graph_scope")    # printed as [<CudaGraphScope.attn: 2>, ...]
+        if scope not in (None, "None", "[]"):
+            row["cuda_graph_scope"] = ",".join(re.findall(
+                r"\b(" + "|".join(CUDA_GRAPH_SCOPES) + r")\b", scope))
+    if row.get("use_precision_aware_optimizer"):
+        for key in ("main_grads_dtype", "main_params_dtype", "exp_avg_dtype",
+                    "exp_avg_sq_dtype"):
+            val = a.raw(key)
+            if val is not None and val in _TORCH_DTYPES:
+                row[key] = _TORCH_DTYPES[val]
+    if a.bool("fine_grained_activation_offloading"):
+        modules = a.raw("offload_modules")
+        if modules not in (None, "None", "[]"):
+            row["offload_modules"] = ",".join(_printed_list(modules))
     return row, notes
 
 

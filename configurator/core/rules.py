@@ -22,9 +22,9 @@ from configurator.core.errors import InputError
 from configurator.core.layers import (LayoutError, layout_code, layout_problem, layout_text,
                                       parse_layout, split_ok)
 from configurator.core.model import ModelSpec
-from configurator.core.plan import (PLAN_FIELD, PLAN_FIELDS, SCORE_STORING_BACKENDS,
-                                    ParallelPlan, check_field, param_gather_overlap,
-                                    recompute_module_list)
+from configurator.core.plan import (CUDA_GRAPH_SCOPES, OFFLOAD_MODULES, PLAN_FIELD,
+                                    PLAN_FIELDS, SCORE_STORING_BACKENDS, ParallelPlan,
+                                    check_field, param_gather_overlap, recompute_module_list)
 
 Fields = Mapping[str, Any]   # plan field name -> scalar or numpy array
 
@@ -38,6 +38,9 @@ class Rule:
     needs: frozenset[str]
     ok: Callable[[ModelSpec, Fields, int], Any]
     error: Callable[[ModelSpec, Fields, int], InputError]
+    #: a limit of core_v0.16.1 that later Megatron-Core lifts: it holds for the plans the tool
+    #: launches, not for runs measured elsewhere (:func:`check_plan` ``measured``)
+    launch_only: bool = False
 
 
 def _not(x):
@@ -52,8 +55,8 @@ def _microbatches(f: Fields):
     return f["global_batch_size"] // (f["micro_batch_size"] * f["dp"])
 
 
-def _rule(name: str, needs: Iterable[str], ok, error) -> Rule:
-    return Rule(name, frozenset(needs), ok, error)
+def _rule(name: str, needs: Iterable[str], ok, error, launch_only: bool = False) -> Rule:
+    return Rule(name, frozenset(needs), ok, error, launch_only)
 
 
 #: The plan fields that decide which layers each pipeline rank builds.
@@ -254,14 +257,120 @@ RULES: tuple[Rule, ...] = (
           lambda m, f, w: _modules_problem(m, f) is None,
           lambda m, f, w: _modules_problem(m, f)),
     _rule("layernorm and moe_act recompute do not run with FP8 delayed scaling",
-          ("recompute_modules", "precision"),
-          lambda m, f, w: not (f["precision"] == "fp8" and _modules_of(f) & {"layernorm",
-                                                                            "moe_act"}),
+          ("recompute_modules", "precision", "fp8_recipe"),
+          lambda m, f, w: not (f["precision"] == "fp8" and f["fp8_recipe"] == "delayed"
+                               and _modules_of(f) & {"layernorm", "moe_act"}),
           lambda m, f, w: InputError(
               "recompute_modules", f["recompute_modules"], "layernorm and moe_act recompute "
                                                            "do not support FP8 delayed scaling "
                                                            "(precision fp8; TransformerConfig): "
-                                                           "use mxfp8 or bf16")),
+                                                           "use fp8_recipe tensorwise, mxfp8 or "
+                                                           "bf16")),
+    _rule("the all-to-all overlap needs experts over ep > 1",
+          ("overlap_moe_expert_parallel_comm", "ep"),
+          lambda m, f, w: _not(f["overlap_moe_expert_parallel_comm"]) | (
+              bool(m.is_moe) & (np.asarray(f["ep"]) > 1)),
+          lambda m, f, w: InputError("overlap_moe_expert_parallel_comm", True,
+                                     "needs an MoE model with expert_model_parallel_size > 1 "
+                                     "(TransformerConfig)")),
+    _rule("the all-to-all overlap with pp > 1 needs interleaving",
+          ("overlap_moe_expert_parallel_comm", "pp", "vp"),
+          lambda m, f, w: _not(f["overlap_moe_expert_parallel_comm"]) | (
+              np.asarray(f["pp"]) == 1) | (np.asarray(f["vp"]) > 1),
+          lambda m, f, w: InputError("vp", f["vp"], "overlap_moe_expert_parallel_comm with "
+                                                    "pp > 1 runs in the interleaved schedule "
+                                                    "only: vp > 1 (TransformerConfig)")),
+    _rule("the all-to-all overlap does not run with full recompute",
+          ("overlap_moe_expert_parallel_comm", "recompute"),
+          lambda m, f, w: _not(np.asarray(f["overlap_moe_expert_parallel_comm"])
+                               & (_recompute_name(f) == "full")),
+          lambda m, f, w: InputError("recompute", "full", "overlap_moe_expert_parallel_comm "
+                                                          "allows no full recompute "
+                                                          "(TransformerConfig)")),
+    _rule("the all-to-all overlap takes at most one MTP layer, with pp > 1",
+          ("overlap_moe_expert_parallel_comm", "pp"),
+          lambda m, f, w: _not(f["overlap_moe_expert_parallel_comm"]) | (
+              (m.mtp_num_layers or 0) == 0) | (
+              ((m.mtp_num_layers or 0) == 1) & (np.asarray(f["pp"]) > 1)),
+          lambda m, f, w: InputError("overlap_moe_expert_parallel_comm", True,
+                                     f"with {m.mtp_num_layers} MTP layer(s) it needs at most "
+                                     f"one, and pp > 1 (TransformerConfig)")),
+    _rule("the flex dispatcher needs etp*ep > 1", ("moe_token_dispatcher_type", "ep", "etp"),
+          lambda m, f, w: (f["moe_token_dispatcher_type"] != "flex") | (not m.is_moe) | (
+              np.asarray(f["ep"]) * np.asarray(f["etp"]) > 1),
+          lambda m, f, w: InputError("moe_token_dispatcher_type", "flex",
+                                     "the flex dispatcher needs etp*ep > 1 "
+                                     "(MoEFlexTokenDispatcher)")),
+    _rule("padding to capacity needs a capacity factor",
+          ("moe_pad_expert_input_to_capacity", "moe_expert_capacity_factor"),
+          lambda m, f, w: not (f["moe_pad_expert_input_to_capacity"]
+                               and not f["moe_expert_capacity_factor"] > 0),
+          lambda m, f, w: InputError("moe_pad_expert_input_to_capacity", True,
+                                     "needs moe_expert_capacity_factor > 0 "
+                                     "(TransformerConfig)")),
+    _rule("DeepEP does not pad to capacity",
+          ("moe_pad_expert_input_to_capacity", "moe_token_dispatcher_type",
+           "moe_flex_dispatcher_backend"),
+          lambda m, f, w: not (f["moe_pad_expert_input_to_capacity"]
+                               and f["moe_token_dispatcher_type"] == "flex"
+                               and f["moe_flex_dispatcher_backend"] == "deepep"),
+          lambda m, f, w: InputError("moe_pad_expert_input_to_capacity", True,
+                                     "the flex dispatcher with DeepEP does not pad to capacity "
+                                     "(TransformerConfig): use hybridep or alltoall")),
+    _rule("CUDA graph scopes are Megatron's and fit the implementation",
+          ("cuda_graph_impl", "cuda_graph_scope", "moe_expert_capacity_factor",
+           "moe_pad_expert_input_to_capacity", "moe_token_dispatcher_type"),
+          lambda m, f, w: _graph_problem(m, f) is None,
+          lambda m, f, w: _graph_problem(m, f)),
+    _rule("full recompute with CUDA graphs needs full_iteration",
+          ("cuda_graph_impl", "cuda_graph_scope", "recompute"),
+          lambda m, f, w: (f["cuda_graph_impl"] == "none") | (
+              "full_iteration" in _words(f["cuda_graph_scope"])) | (
+              _recompute_name(f) != "full"),
+          lambda m, f, w: InputError("recompute", "full", "with CUDA graphs full recompute "
+                                                          "needs cuda_graph_scope "
+                                                          "full_iteration (TransformerConfig)")),
+    _rule("the all-to-all overlap takes Transformer Engine graphs of attention and router",
+          ("overlap_moe_expert_parallel_comm", "cuda_graph_impl", "cuda_graph_scope"),
+          lambda m, f, w: _not(f["overlap_moe_expert_parallel_comm"]) | (
+              f["cuda_graph_impl"] == "none") | (
+              (f["cuda_graph_impl"] == "transformer_engine")
+              and bool(_words(f["cuda_graph_scope"]))
+              and not _words(f["cuda_graph_scope"]) & {"moe", "mlp"}),
+          lambda m, f, w: InputError("cuda_graph_scope", f["cuda_graph_scope"],
+                                     "with overlap_moe_expert_parallel_comm only "
+                                     "transformer_engine graphs of attn, moe_router, "
+                                     "moe_preprocess (TransformerConfig)"),
+          # Megatron-Core after 0.16.1 graphs the whole iteration with the overlap
+          # (cuda_graph_impl "full_iteration", Megatron-Bridge's 26.06 MoE recipes)
+          launch_only=True),
+    _rule("the optimizer-state dtypes need the precision-aware optimizer",
+          ("use_precision_aware_optimizer", "main_grads_dtype", "main_params_dtype",
+           "exp_avg_dtype", "exp_avg_sq_dtype"),
+          lambda m, f, w: _pao_problem(f) is None,
+          lambda m, f, w: _pao_problem(f)),
+    _rule("the precision-aware optimizer needs the distributed optimizer",
+          ("use_precision_aware_optimizer", "distributed_optimizer"),
+          lambda m, f, w: _not(f["use_precision_aware_optimizer"])
+          | np.asarray(f["distributed_optimizer"], dtype=bool),
+          lambda m, f, w: InputError("use_precision_aware_optimizer", True,
+                                     "needs the distributed optimizer (OptimizerConfig)")),
+    _rule("offloaded modules are Megatron's", ("offload_modules",),
+          lambda m, f, w: _offload_problem(m, f) is None,
+          lambda m, f, w: _offload_problem(m, f)),
+    _rule("the fused grouped MLP needs experts", ("moe_fused_grouped_mlp",),
+          lambda m, f, w: not f["moe_fused_grouped_mlp"] or bool(m.is_moe),
+          lambda m, f, w: InputError("moe_fused_grouped_mlp", True,
+                                     f"fuses the routed experts' MLP: {m.name} has none")),
+    _rule("FP8 attention needs fp8 with delayed or tensorwise scaling",
+          ("fp8_dot_product_attention", "precision", "fp8_recipe", "attention_backend"),
+          lambda m, f, w: not f["fp8_dot_product_attention"] or (
+              f["precision"] == "fp8" and f["fp8_recipe"] in ("delayed", "tensorwise")
+              and f["attention_backend"] in ("auto", "fused")),
+          lambda m, f, w: InputError("fp8_dot_product_attention", True,
+                                     "needs precision fp8 with fp8_recipe delayed or "
+                                     "tensorwise and cuDNN fused attention (attention_backend "
+                                     "auto or fused; TransformerConfig, Transformer Engine)")),
     _rule("sequence parallelism needs tp > 1", ("sequence_parallel", "tp"),
           lambda m, f, w: np.logical_or(_not(f["sequence_parallel"]), f["tp"] > 1),
           lambda m, f, w: InputError("sequence_parallel", True, "needs tp > 1")),
@@ -278,6 +387,83 @@ RULES: tuple[Rule, ...] = (
               _not(f["overlap_grad_reduce"]))),
           lambda m, f, w: InputError("overlap_param_gather", True, "needs overlap_grad_reduce")),
 )
+
+
+def _words(text) -> set[str]:
+    return set(str(text).replace(",", " ").split())
+
+
+def _recompute_name(f: Fields):
+    """The plans' recompute as names (a plan's text, or the search's codes)."""
+    rc = f["recompute"]
+    if isinstance(rc, str):
+        return np.asarray(rc)
+    return np.asarray(PLAN_FIELD["recompute"].choices)[np.asarray(rc, dtype=np.int64)]
+
+
+def _graph_problem(model: ModelSpec, f: Fields) -> InputError | None:
+    """Why ``cuda_graph_impl``/``cuda_graph_scope`` cannot run (core_v0.16.1
+    ``TransformerConfig.__post_init__`` and ``--cuda-graph-scope``'s help), or None."""
+    impl, text = f["cuda_graph_impl"], f["cuda_graph_scope"]
+    scopes = _words(text)
+    def err(rule):
+        return InputError("cuda_graph_scope", text, rule)
+    unknown = scopes - set(CUDA_GRAPH_SCOPES)
+    if unknown:
+        return err(f"not a Megatron CUDA graph scope: {', '.join(sorted(unknown))} (of "
+                   + ", ".join(CUDA_GRAPH_SCOPES) + ")")
+    if impl == "none":
+        return err("needs cuda_graph_impl") if scopes else None
+    if ("full_iteration" in scopes) != (impl == "local"):
+        return err("full_iteration goes with cuda_graph_impl local, the other scopes (or "
+                   "whole layers) with transformer_engine")
+    if scopes & {"moe", "moe_router", "moe_preprocess"} and not model.is_moe:
+        return err(f"the moe scopes need experts: {model.name} has none")
+    if "mlp" in scopes and model.is_moe and all(model.moe_layer_pattern):
+        return err("the mlp scope graphs dense layers: every layer of the model is MoE")
+    if {"moe", "moe_router"} <= scopes:
+        return err("moe and moe_router exclude one another")
+    if "moe_preprocess" in scopes and "moe_router" not in scopes:
+        return err("moe_preprocess needs moe_router")
+    drop_pad = (f["moe_expert_capacity_factor"] > 0) and f["moe_pad_expert_input_to_capacity"]
+    if "moe" in scopes and not drop_pad:
+        return err("the moe scope needs drop-and-pad (moe_expert_capacity_factor and "
+                   "moe_pad_expert_input_to_capacity)")
+    if ("moe_preprocess" in scopes and f["moe_token_dispatcher_type"] == "alltoall"
+            and f["moe_expert_capacity_factor"] > 0 and not drop_pad):
+        return err("moe_preprocess with the alltoall dispatcher and a capacity factor needs "
+                   "padding to capacity")
+    return None
+
+
+def _pao_problem(f: Fields) -> InputError | None:
+    """Why the optimizer-state dtypes cannot run (megatron/core/optimizer/optimizer_config.py
+    ``__post_init__``: without the precision-aware optimizer every dtype is fp32), or None."""
+    dtypes = {k: f[k] for k in ("main_grads_dtype", "main_params_dtype", "exp_avg_dtype",
+                                "exp_avg_sq_dtype")}
+    if not f["use_precision_aware_optimizer"]:
+        for k, val in dtypes.items():
+            if val != "fp32":
+                return InputError(k, val, "a dtype other than fp32 needs "
+                                          "use_precision_aware_optimizer")
+    return None
+
+
+def _offload_problem(model: ModelSpec, f: Fields) -> InputError | None:
+    """Why ``offload_modules`` cannot run (``TransformerConfig.__post_init__``), or None."""
+    text = f["offload_modules"]
+    modules = _words(text)
+    unknown = modules - set(OFFLOAD_MODULES)
+    if unknown:
+        return InputError("offload_modules", text, "not a Megatron offload module: "
+                          + ", ".join(sorted(unknown)) + " (of " + ", ".join(OFFLOAD_MODULES)
+                          + ")")
+    if "attn_proj" in modules and "core_attn" not in modules:
+        return InputError("offload_modules", text, "attn_proj needs core_attn")
+    if modules & {"expert_fc1", "moe_act"} and not model.is_moe:
+        return InputError("offload_modules", text, f"expert_fc1 and moe_act need experts: "
+                                                   f"{model.name} has none")
+    return None
 
 
 def _modules_of(f: Fields) -> set[str]:
@@ -305,10 +491,16 @@ def _modules_problem(model: ModelSpec, f: Fields) -> InputError | None:
         modules = recompute_module_list(f["recompute_modules"])
     except InputError as err:
         return err
-    if "moe_act" in modules and not model.is_moe:
-        return InputError("recompute_modules", f["recompute_modules"],
-                          f"moe_act recomputes the routed experts' activation: {model.name} "
-                          f"has no experts")
+    for name, needs, what in (("moe_act", model.is_moe, "experts"),
+                              ("moe", model.is_moe, "experts"),
+                              ("shared_experts", bool(model.moe_shared_expert_intermediate_size),
+                               "a shared expert"),
+                              ("mla_up_proj", bool(model.multi_latent_attention),
+                               "multi-latent attention")):
+        if name in modules and not needs:
+            return InputError("recompute_modules", f["recompute_modules"],
+                              f"{name} needs {what}: {model.name} has none "
+                              f"(TransformerConfig)")
     return None
 
 
@@ -333,13 +525,18 @@ def rules_mask(model: ModelSpec, fields: Fields, world_size: int,
     return ok
 
 
-def check_plan(model: ModelSpec, plan: ParallelPlan, world_size: int) -> None:
+def check_plan(model: ModelSpec, plan: ParallelPlan, world_size: int, *,
+               measured: bool = False) -> None:
     """Raise :class:`InputError` naming the first field or Megatron rule ``plan`` breaks
-    (types and choices first, then :data:`RULES` in order)."""
+    (types and choices first, then :data:`RULES` in order). ``measured``: the plan of a run
+    measured elsewhere, which ran under whatever Megatron-Core it ran on: the limits of
+    core_v0.16.1 that later versions lift (``Rule.launch_only``) are not checked."""
     for f in PLAN_FIELDS:
         check_field(f, getattr(plan, f.name))
     values = {f.name: getattr(plan, f.name) for f in PLAN_FIELDS}
     for r in RULES:
+        if measured and r.launch_only:
+            continue
         if not bool(r.ok(model, values, world_size)):
             raise r.error(model, values, world_size)
 

@@ -201,6 +201,12 @@ def run_from_mapping(data: Any, where: str = "run") -> MeasuredRun:
             fields[key] = _integer(f"{where}.{key}", val, key)
         elif spec.type is bool:
             fields[key] = _truthy(f"{where}.{key}", val)
+        elif spec.type is float:
+            try:
+                num = float(val) if isinstance(val, str) else val
+            except ValueError:
+                num = val
+            fields[key] = v.float_in_range(f"{where}.{key}", num, key=key)
         elif spec.choices is None:    # free text: the pipeline layout, checked by its rule
             fields[key] = str(val).strip()
         else:

@@ -77,7 +77,7 @@ def pipeline_figures(cluster, stride: int, size: int, world: int) -> tuple[float
 
 #: Keys of :func:`expert_comm_figures`.
 EXPERT_NAMES = ("ep_on_node", "ep_intra_bw", "ep_intra_lat", "ep_inter_bw", "ep_inter_lat",
-                "etp_bw", "etp_lat", "edp_bw", "edp_lat")
+                "etp_bw", "etp_lat", "edp_bw", "edp_lat", "gpus_per_node")
 
 
 def expert_comm_figures(cluster, c: Candidates) -> dict[str, np.ndarray]:
@@ -85,7 +85,8 @@ def expert_comm_figures(cluster, c: Candidates) -> dict[str, np.ndarray]:
     (``etp-ep-edp-pp``, megatron/core/parallel_state.py): the EP group (stride ``etp``,
     size ``ep``) as members per NVLink domain and NVLink / network (bandwidth B/s, latency s) for
     its all-to-all; the ETP and expert-data-parallel (stride ``etp·ep``) rings' bus
-    bandwidth and latency. Arrays keyed :data:`EXPERT_NAMES`; dense plans get (1, inf, 0…)."""
+    bandwidth and latency; the GPUs per host. Arrays keyed :data:`EXPERT_NAMES`; dense plans
+    get (1, inf, 0…)."""
     world = int(c.tp[0] * c.pp[0] * c.dp[0] * c.cp[0]) if len(c) else 1
     ep, etp, pp = (np.asarray(x, dtype=np.int64) for x in (c.ep, c.etp, c.pp))
     # one int64 key per plan (ep < 2^17, etp < 2^19, pp < 2^12): a fast 1-D unique
@@ -104,4 +105,5 @@ def expert_comm_figures(cluster, c: Candidates) -> dict[str, np.ndarray]:
         table[i, 3:5] = inter
         table[i, 5:7] = cluster.group_busbw(1, etp, world)
         table[i, 7:9] = cluster.group_busbw(etp * ep, edp, world)
+        table[i, 9] = cluster.gpus_per_node
     return {k: table[np.asarray(inv).reshape(-1), j] for j, k in enumerate(EXPERT_NAMES)}

@@ -22,14 +22,18 @@ Per layer and microbatch on one GPU (tokens per rank ``T = b·s/cp``):
 * recompute: ``full`` repeats the layer's forward (and its tensor-parallel collectives);
   ``selective`` repeats its ``recompute_modules``: core attention (the default; Korthikanti
   et al. 2022 §5), the norms not fused into a linear (``layernorm``: an MoE layer's pre-MLP
-  norm, MLA's input norm) and the routed experts' activation with its clamp (``moe_act``).
+  norm, MLA's input norm), the routed experts' activation with its clamp (``moe_act``), a
+  dense layer's MLP (``mlp``, with its tensor-parallel collectives), an MoE layer's MLP
+  with router and all-to-alls (``moe``), the shared expert (``shared_experts``) and MLA's
+  up projections with RoPE (``mla_up_proj``).
 * FP8 (``fp8``, ``mxfp8``): Transformer Engine quantises every FP8 GEMM's activation input
-  (forward) and output gradient (backward) with a memory-bound cast that reads the 16-bit
-  tensor and writes the row-wise and column-wise (transposed) FP8 copies
-  (:data:`FP8_CAST_BYTES` per element; transformer_engine/pytorch/module/linear.py
-  ``_Linear.forward`` quantises ``inputmat`` with both usages for the wgrad GEMM). Weights
-  are cast once per iteration (``is_first_microbatch``) and not charged per microbatch.
-  Attention, norms and element-wise ops stay in BF16.
+  (forward) and output gradient (backward) into row-wise and column-wise (transposed) FP8
+  copies (transformer_engine/pytorch/module/linear.py ``_Linear.forward`` quantises
+  ``inputmat`` with both usages for the wgrad GEMM), at the bandwidth that kernel attains,
+  measured far below the HBM's (:data:`FP8_CAST_HBM_FRACTION`, :func:`fp8_quantize_s`).
+  Weights are cast once per iteration (``is_first_microbatch``) and not charged per
+  microbatch. Attention, norms, element-wise ops and the logits GEMM (Megatron's own
+  output layer) stay in 16-bit.
 * attention dropout in a fused kernel costs a fixed time per visited score for its random
   draws (:data:`ATTENTION_DROPOUT_SCORES_PER_SM_S`); score-storing attention moves its mask.
 * fused attention efficiency grows with the key length the kernel sees (tile and pipeline
@@ -56,7 +60,10 @@ import numpy as np
 from configurator.core.candidates import Candidates
 from configurator.core.model import ModelSpec
 from configurator.core.plan import (RECOMPUTE_CORE_ATTN, RECOMPUTE_FULL, RECOMPUTE_LAYERNORM,
-                                    RECOMPUTE_MOE_ACT, is_fp8, main_grad_bytes)
+                                    RECOMPUTE_MLA_UP_PROJ, RECOMPUTE_MLP, RECOMPUTE_MOE,
+                                    RECOMPUTE_MOE_ACT, RECOMPUTE_SHARED_EXPERTS,
+                                    capacity_share, is_fp8, main_grad_bytes)
+from memory_model.activations import offloaded_layer_bytes
 from memory_model.params import dense_layer_parameters, moe_layer_parameters
 from topology.gpus import GPUSpec
 
@@ -140,6 +147,19 @@ def main_grad_accumulation_s(weights, c: Candidates, gpu: GPUSpec, tokens=None):
 EMBEDDING_GRAD_BYTES = 4.0
 
 
+def mla_up_projection_s(model: ModelSpec, T, tp, kw):
+    """Forward GEMM time of multi-latent attention's up projections (the query's from its
+    latent, or its one projection without ``q_lora_rank``, and the key/value one), what
+    ``mla_up_proj`` recompute re-runs; 0 without MLA."""
+    if not model.multi_latent_attention:
+        return 0.0 * T
+    a, qk, pos, vd = (model.num_attention_heads, model.qk_head_dim,
+                      model.qk_pos_emb_head_dim, model.v_head_dim)
+    q_in = model.q_lora_rank or model.hidden_size
+    return (gemm_time_s(T, a * (qk + pos) / tp, q_in, **kw)
+            + gemm_time_s(T, a * (qk + vd) / tp, model.kv_lora_rank, **kw))
+
+
 def _attention_gemms_s(model: ModelSpec, T, tp, kw):
     """Forward GEMM time of the attention projections ``(input side, output projection)``:
     QKV (or MLA's down and up projections; the down ones are replicated over tp) and the
@@ -192,10 +212,43 @@ FLASH_HALF_TOKENS_NO_MASK = 384.0
 #: (Transformer Engine's backend on Ampere) pays less forward (+0.25–0.40 ps) and about as
 #: much backward (+0.38–0.94 ps): A100 plans are priced at cuDNN's figures.
 ATTENTION_DROPOUT_SCORES_PER_SM_S = (8.2e9, 1.6e10)
-#: Bytes moved per element by an FP8 cast of a 16-bit tensor: read 2, write the row-wise and
-#: the column-wise FP8 copies, 1 each (Transformer Engine ``Float8Quantizer`` /
+#: Bytes moved per element by Transformer Engine's FP8 quantisation of a 16-bit tensor: read
+#: 2, write the row-wise and the column-wise FP8 copies, 1 each (``Float8Quantizer`` /
 #: ``MXFP8Quantizer`` with both usages; MXFP8's E8M0 scales add 2/32).
 FP8_CAST_BYTES = 4.0
+#: Fraction of the HBM bandwidth that quantisation kernel attains: far below element-wise
+#: kernels' (``Efficiency.hbm``). Measured: Transformer Engine PR #101 (H100 SXM, 3.35 TB/s):
+#: the FP16 -> FP8 cast-transpose of a 4096 x 4096 tensor in 51.5 us, 67 MB at 1.30 TB/s,
+#: 0.39. Check: Transformer Engine's GEMM profiling guide (docs/examples/gemm_profiling,
+#: H200 NVL, 4.8 TB/s, 2026) puts current scaling's quantisation at ~17 % of 20.3 ms per
+#: layer of hidden 4096, FFN 16384 over 15,872 tokens: 1.04e9 elements of 6 bytes (its amax
+#: pass reads the tensor once more) at 1.8 TB/s, 0.38 of that GPU's HBM.
+FP8_CAST_HBM_FRACTION = 0.39
+
+
+#: Bytes per element a quantisation moves beyond :data:`FP8_CAST_BYTES`, by scaling:
+#: current (``tensorwise``) scaling reads the tensor once more for its amax before the cast
+#: ("two tensor reads per quantization", Transformer Engine docs, "FP8 Delayed Scaling");
+#: block scales (``blockwise`` 1x128, ``mxfp8`` 1x32) write a 4-byte or 1-byte scale per
+#: block in each of the two copies, their amax taken in the cast's own pass.
+FP8_SCALING_EXTRA_BYTES = {"delayed": 0.0, "tensorwise": 2.0, "blockwise": 2 * 4 / 128,
+                           "mxfp8": 2 * 1 / 32}
+
+
+def fp8_scaling(c) -> str:
+    """The plans' FP8 scaling: ``mxfp8`` for that precision, else ``fp8_recipe``."""
+    return "mxfp8" if c.precision == "mxfp8" else c.fp8_recipe
+
+
+def fp8_quantize_s(elements, gpu, scaling: str = "delayed"):
+    """Time (s) of Transformer Engine quantising ``elements`` 16-bit elements into FP8
+    row-wise and column-wise copies on ``gpu`` (:data:`FP8_CAST_BYTES` per element plus the
+    scaling's :data:`FP8_SCALING_EXTRA_BYTES`, at :data:`FP8_CAST_HBM_FRACTION` of the HBM
+    bandwidth; arrays ok)."""
+    return (elements * (FP8_CAST_BYTES + FP8_SCALING_EXTRA_BYTES[scaling])
+            / (gpu.hbm_bandwidth_Bps * FP8_CAST_HBM_FRACTION))
+
+
 #: PyTorch operations the host issues per layer and microbatch, forward (backward issues
 #: :data:`HOST_BACKWARD_FACTOR` times as many): a dense layer through Transformer Engine
 #: (norm, QKV, RoPE ×2, core attention, projection, bias-dropout-add, norm, fc1,
@@ -210,6 +263,29 @@ HOST_OPS_DENSE = 40
 HOST_OPS_MOE = 90
 HOST_OPS_PER_EXPERT = 2
 HOST_BACKWARD_FACTOR = 2.0
+#: The dense layer's operations by CUDA graph scope, in proportion to the operations listed
+#: above (attention: norm, QKV, RoPE x2, core attention, projection, bias-dropout-add, 7 of
+#: 12; MLP: norm, fc1, activation, fc2, bias-dropout-add): ``attn`` and ``mlp``.
+HOST_OPS_ATTN = 23
+#: An MoE layer's operations beyond the dense attention by part: the router (``moe_router``
+#: scope: gating GEMM, score function, top-k, routing map, auxiliary loss), the dispatcher's
+#: preprocessing (``moe_preprocess``: token counts and their exchange, the host
+#: synchronisation, permutation indices) and the permutations and all-to-alls around the
+#: experts (in neither scope, captured only by ``moe``, which needs drop-and-pad, or
+#: ``full_iteration``), a third each of :data:`HOST_OPS_MOE`.
+HOST_OPS_MOE_PARTS = {"router": 30, "preprocess": 30, "dispatch": 30}
+#: Operations (host) and kernels (GPU) ``(unfused, fused)`` of an MoE layer's routing
+#: (megatron-core 0.16.1 moe_utils.py ``topk_softmax_with_capacity``,
+#: ``compute_routing_scores_for_aux_loss`` and the load-balancing loss: score function,
+#: top-k, scatter into the routing map and probabilities, the auxiliary scores, their
+#: top-k and scatter and the loss's reductions, forward; against Transformer Engine's
+#: ``fused_topk_with_score_function``, ``fused_compute_score_for_moe_aux_loss`` and
+#: ``fused_moe_aux_loss`` with ``--moe-router-fusion``) and of its token permutations
+#: (``permute``, ``unpermute`` and ``sort_chunks_by_idxs``, each an index computation, a
+#: gather or scatter and the probabilities' product in eager ops, against one Transformer
+#: Engine kernel each with ``--moe-permute-fusion``). Counted from the functions.
+MOE_ROUTER_OPS = (15, 3)
+MOE_PERMUTE_OPS = (13, 3)
 
 
 def cp_key_tokens(seq_length: int, cp, cp_comm_type: str):
@@ -253,23 +329,86 @@ def flash_efficiency(eta_max: float, key_tokens, causal_share=1.0):
     return 1.0 / (causal_share / causal + (1.0 - causal_share) / no_mask)
 
 
+def moe_fused_ops(c: Candidates) -> float:
+    """Operations an MoE layer's forward saves with the plans' ``moe_router_fusion`` and
+    ``moe_permute_fusion`` (:data:`MOE_ROUTER_OPS`, :data:`MOE_PERMUTE_OPS`), on the host
+    and as GPU kernels alike."""
+    return ((MOE_ROUTER_OPS[0] - MOE_ROUTER_OPS[1]) * bool(c.moe_router_fusion)
+            + (MOE_PERMUTE_OPS[0] - MOE_PERMUTE_OPS[1]) * bool(c.moe_permute_fusion))
+
+
+def graph_scopes(c: Candidates) -> set[str]:
+    """What the plans' CUDA graphs capture: ``cuda_graph_scope``'s names, ``layer`` for
+    whole layers (Transformer Engine graphs without a scope), nothing without graphs."""
+    if c.cuda_graph_impl == "none":
+        return set()
+    scopes = set(c.cuda_graph_scope.replace(",", " ").split())
+    return scopes or {"layer"}
+
+
 def host_layer_s(model: ModelSpec, c: Candidates, gpu: GPUSpec) -> tuple:
     """Host time (s) to issue one layer's forward for one microbatch: ``(dense, moe)``
     (:data:`HOST_OPS_DENSE` and friends × ``Efficiency.host_op_s``); FP8 doubles a grouped
     GEMM member's operations (its input cast); biased experts add their eager bias's
     operations (:data:`EXPERT_BIAS_KERNELS`), an unfused RoPE its own
-    (:data:`UNFUSED_ROPE_KERNELS`)."""
+    (:data:`UNFUSED_ROPE_KERNELS`); the routing and permutation fusions remove theirs
+    (:func:`moe_fused_ops`). What CUDA graphs capture (:func:`graph_scopes`) the host
+    replays without issuing its operations (Megatron's ``TECudaGraphHelper`` and
+    ``FullCudaGraphWrapper``; megatron/core/transformer/moe/README.md lists graphs as the
+    cure for a "CPU Overhead Bottleneck"): ``attn`` and ``mlp`` the dense layer's parts
+    (:data:`HOST_OPS_ATTN`), ``moe_router`` and ``moe_preprocess`` theirs
+    (:data:`HOST_OPS_MOE_PARTS`), ``moe`` an MoE layer's whole MLP, whole-layer graphs every
+    dense layer and the MoE layers that drop and pad (static shapes), ``full_iteration``
+    everything."""
     op = gpu.efficiency.host_op_s
-    dense = (HOST_OPS_DENSE + CLAMP_KERNELS[0] * (model.activation_func_clamp_value
-                                                  is not None)
+    scopes = graph_scopes(c)
+    full = "full_iteration" in scopes
+    extra = (CLAMP_KERNELS[0] * (model.activation_func_clamp_value is not None)
              # unfused RoPE: its operations on q and k replace the two fused ones
-             + (2 * UNFUSED_ROPE_KERNELS[0] - 2) * model.rope_unfused) * op
+             + (2 * UNFUSED_ROPE_KERNELS[0] - 2) * model.rope_unfused)
+    attn = 0 if scopes & {"attn", "layer"} or full else HOST_OPS_ATTN
+    mlp_ops = HOST_OPS_DENSE - HOST_OPS_ATTN + extra
+    dense = (attn + (0 if scopes & {"mlp", "layer"} or full else mlp_ops)) * op
     if not model.is_moe:
         return dense, dense
     local = model.num_experts / c.ep.astype(float)
     per_expert = (HOST_OPS_PER_EXPERT * (2 if is_fp8(c.precision) else 1)
                   + EXPERT_BIAS_KERNELS[0][0] * model.add_bias_linear)
-    return dense, dense + (HOST_OPS_MOE + per_expert * local) * op
+    parts = HOST_OPS_MOE_PARTS
+    drop_pad = c.moe_expert_capacity_factor > 0 and c.moe_pad_expert_input_to_capacity
+    if full or "moe" in scopes or ("layer" in scopes and drop_pad):
+        moe_mlp = 0.0 * local
+    else:
+        moe_mlp = (mlp_ops + parts["dispatch"] + per_expert * local - moe_fused_ops(c)
+                   + (0 if "moe_router" in scopes else parts["router"])
+                   + (0 if "moe_preprocess" in scopes else parts["preprocess"]))
+    return dense, (attn + moe_mlp) * op
+
+
+def moe_host_synchronised(c: Candidates) -> bool:
+    """Whether the plans' token dispatcher stops the host once per MoE layer's forward until
+    the GPU has routed the tokens: dropless routing sizes the exchange on the host
+    (megatron-core 0.16.1 token_dispatcher.py: the all-to-all dispatcher's
+    ``_maybe_dtoh_and_synchronize`` "if not self.drop_and_pad"; DeepEP's ``.item()`` of the
+    token count; HybridEP knows its sizes on the host only in drop-and-pad mode); padding to
+    capacity, or graphs that capture the preprocessing (``moe_preprocess``, the whole MoE
+    MLP or the whole iteration), remove it."""
+    scopes = graph_scopes(c)
+    drop_pad = c.moe_expert_capacity_factor > 0 and c.moe_pad_expert_input_to_capacity
+    return not (drop_pad or scopes & {"moe_preprocess", "moe", "full_iteration"})
+
+
+def moe_host_before_sync_s(model: ModelSpec, c: Candidates, gpu: GPUSpec) -> float:
+    """Host time (s) of an MoE layer's forward before the dispatcher's synchronisation
+    (:func:`moe_host_synchronised`): its attention and its router (what graphs capture of
+    them excepted; :func:`host_layer_s`)."""
+    scopes = graph_scopes(c)
+    if "full_iteration" in scopes:
+        return 0.0
+    attn = 0 if scopes & {"attn", "layer"} else HOST_OPS_ATTN
+    router = 0 if "moe_router" in scopes else HOST_OPS_MOE_PARTS["router"] - (
+        MOE_ROUTER_OPS[0] - MOE_ROUTER_OPS[1]) * bool(c.moe_router_fusion)
+    return (attn + router) * gpu.efficiency.host_op_s
 
 
 #: Load-imbalance factor of routed experts: the busiest rank's tokens over the mean. 1.0
@@ -393,7 +532,7 @@ def moe_mlp_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec, T, kw):
     h, fe, E = model.hidden_size, model.moe_ffn_hidden_size, model.num_experts
     tp, etp, ep = (x.astype(float) for x in (c.tp, c.etp, c.ep))
     X = T / tp
-    R = model.moe_router_topk * X * etp * MOE_IMBALANCE
+    R = model.moe_router_topk * X * etp * MOE_IMBALANCE * capacity_share(c)
     local = E / ep
     rows = R / local
     gate = 2 if model.swiglu else 1
@@ -408,24 +547,45 @@ def moe_mlp_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec, T, kw):
     if fs:
         shared = (gemm_time_s(T, gate * fs / tp, h, **kw) + gemm_time_s(T, h, fs / tp, **kw)
                   + act_bytes * T * fs / tp / hbm_bw)
-    routed_act = act_bytes * R * fe / etp       # the routed experts' activation's bytes
+    # the routed experts' activation's bytes (fused into the grouped GEMMs' epilogues by the
+    # op fuser, moe_fused_grouped_mlp, with the clamp, probabilities and fc2 bias)
+    fused = bool(c.moe_fused_grouped_mlp)
+    routed_act = 0.0 if fused else act_bytes * R * fe / etp
     elem = 2 * 2 * (X * h + R * h) + routed_act + 3 * 4 * X * E
-    if kw["in_bytes"] < 2:   # FP8 casts of the grouped GEMMs' inputs (forward)
-        elem = elem + FP8_CAST_BYTES * R * (h + fe / etp)
+    cast = (fp8_quantize_s(R * (h + fe / etp), gpu, fp8_scaling(c))   # FP8 casts of the
+            if kw["in_bytes"] < 2 else 0.0)     # grouped GEMMs' inputs (forward)
     bias_f = bias_b = 0.0 * R
-    if model.add_bias_linear:
+    if model.add_bias_linear and not fused:
         bias_f, bias_b = (eager_s(b * R * h, k[0] * local + k[1], gpu)
                           for b, k in zip(EXPERT_BIAS_BYTES, EXPERT_BIAS_KERNELS))
-    clamp_f, clamp_b = clamp_s(model, R * gate * fe / etp, gpu)
+    clamp_f, clamp_b = (0.0 * R, 0.0 * R) if fused else clamp_s(model, R * gate * fe / etp,
+                                                                gpu)
     # the routed experts' activation alone (what moe_act recompute re-runs) and its clamp
     act_fwd = routed_act / hbm_bw + eff.kernel_overhead_s + clamp_f
+    # the experts' own work (what the all-to-all overlap runs as its "mlp" node)
+    experts_fwd = experts + routed_act / hbm_bw + cast + bias_f + clamp_f
     if fs:
         shared_f, shared_b = clamp_s(model, T * gate * fs / tp, gpu)
         clamp_f, clamp_b = clamp_f + shared_f, clamp_b + shared_b
-    fwd = (experts + router + shared + elem / hbm_bw
-           + MOE_EXTRA_KERNELS * eff.kernel_overhead_s + bias_f + clamp_f)
+        shared = shared + shared_f
+    kernels = MOE_EXTRA_KERNELS - moe_fused_ops(c)
+    fwd = (experts + router + shared + elem / hbm_bw + cast
+           + kernels * eff.kernel_overhead_s + bias_f + clamp_f)
     return {"fwd": fwd, "eager_fwd": bias_f + clamp_f, "eager_bwd": bias_b + clamp_b,
-            "act_fwd": act_fwd, "tokens_routed": R, "tokens_in": X}
+            "act_fwd": act_fwd, "experts_fwd": experts_fwd, "shared_fwd": shared,
+            "tokens_routed": R, "tokens_in": X}
+
+
+def offload_exposed(offloaded_bytes, gpu: GPUSpec, fwd, bwd) -> tuple:
+    """A layer's ``(forward, backward)`` seconds with fine-grained activation offloading:
+    its offloaded tensors (:func:`memory_model.activations.offloaded_layer_bytes`) go to host
+    memory during the forward and come back, prefetched, during the backward, each on a side
+    stream beside the layer's compute (megatron-core 0.16.1
+    ``fine_grained_activation_offload.py``: ``d2h_stream``, ``h2d_stream``); a copy longer
+    than the pass it hides behind, at the GPU-host link's rate (``GPUSpec.host_link_Bps``),
+    sets the pass's time."""
+    copy = offloaded_bytes / gpu.host_link_Bps
+    return np.maximum(fwd, copy), np.maximum(bwd, copy)
 
 
 def profiled_layer_s(profile, c: Candidates, fwd, bwd) -> tuple:
@@ -504,21 +664,33 @@ def layer_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec, profile=None) -> 
             attn_fwd = attn_fwd + share * pairs * fraction / (
                 peak16 * flash_efficiency(eff.flash_attention, keys, masked))
         attn_bwd = 2.5 * attn_fwd
+        if c.fp8_dot_product_attention:
+            # FP8 attention (cuDNN through Transformer Engine, fp8_dpa): the kernels at the
+            # FP8 peak with the attained fraction of the 16-bit ones; Q, K, V quantised and
+            # the output cast back forward, the output gradient quantised and dQ, dK, dV cast
+            # back backward (transformer_engine/common/recipe: "DPA casts the inputs from
+            # higher precision to FP8, performs attention in FP8, and casts tensors back")
+            speed = gpu.peak("fp8") / peak16
+            qkv_o = T * ((a + 2 * g) * dqk + a * dv) / tp
+            attn_fwd = attn_fwd / speed + fp8_quantize_s(qkv_o, gpu)
+            attn_bwd = attn_bwd / speed + fp8_quantize_s(qkv_o + T * a * dv / tp, gpu)
         if model.attention_dropout > 0:   # the in-kernel dropout mask of every visited score
             visited = c.mbs * s_q * s_k * a / tp * model.attention_score_fraction
             attn_fwd = attn_fwd + visited / (ATTENTION_DROPOUT_SCORES_PER_SM_S[0] * gpu.num_sms)
             attn_bwd = attn_bwd + visited / (ATTENTION_DROPOUT_SCORES_PER_SM_S[1] * gpu.num_sms)
     cast_f = cast_b = 0.0
+    hs = h / np.where(c.sequence_parallel, tp, 1.0)   # SP: cast before the all-gather
     if fp8:   # FP8 casts of the GEMM inputs (forward) and output gradients (backward)
-        hs = h / np.where(c.sequence_parallel, tp, 1.0)   # SP: cast before the all-gather
-        cast_f = FP8_CAST_BYTES * T * (2 * hs + a * dv / tp + f / tp)
-        cast_b = FP8_CAST_BYTES * T * ((a + 2 * g) * dqk / tp + 2 * hs + fc1_n / tp)
+        scaling = fp8_scaling(c)
+        cast_f = fp8_quantize_s(T * (2 * hs + a * dv / tp + f / tp), gpu, scaling)
+        cast_b = fp8_quantize_s(T * ((a + 2 * g) * dqk / tp + 2 * hs + fc1_n / tp), gpu,
+                                scaling)
     clamp_f, clamp_b = clamp_s(model, T * fc1_n / tp, gpu)     # the dense MLP's clamp
     rope_f, rope_b = (eager_s(b * rope_qk, 2 * k, gpu) if model.rope_unfused else 0.0
                       for b, k in zip(UNFUSED_ROPE_BYTES, UNFUSED_ROPE_KERNELS))
-    elem_fwd = ((elem + cast_f) / (hbm * eff.hbm) + n_kernels * eff.kernel_overhead_s
+    elem_fwd = (elem / (hbm * eff.hbm) + cast_f + n_kernels * eff.kernel_overhead_s
                 + clamp_f + rope_f)
-    elem_bwd = ((2 * elem + cast_b) / (hbm * eff.hbm) + 2 * n_kernels * eff.kernel_overhead_s
+    elem_bwd = (2 * elem / (hbm * eff.hbm) + cast_b + 2 * n_kernels * eff.kernel_overhead_s
                 + clamp_b + rope_b)
     fwd = gemm_fwd + attn_fwd + elem_fwd
     bwd = 2 * gemm_fwd + attn_bwd + elem_bwd
@@ -531,38 +703,63 @@ def layer_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec, profile=None) -> 
     layernorm = (rc & RECOMPUTE_LAYERNORM) != 0
     # one norm's forward (read 2, write 2 bytes per element of the replicated or SP slice)
     norm_fwd = 4 * rep / (hbm * eff.hbm) + eff.kernel_overhead_s
+    # a dense MLP's forward: its GEMMs, activation, clamp and FP8 casts
+    dense_mlp = gemm_mlp + mlp_elem / (hbm * eff.hbm) + clamp_f + (
+        fp8_quantize_s(T * (hs + f / tp), gpu, fp8_scaling(c)) if fp8 else 0.0)
+    up_proj = mla_up_projection_s(model, T, tp, kw) + (
+        4 * rope_qk / (hbm * eff.hbm) + 2 * eff.kernel_overhead_s if fused_rope else rope_f)
     recompute = (np.select([rc == RECOMPUTE_FULL, (rc & RECOMPUTE_CORE_ATTN) != 0],
                            [fwd, attn_fwd], 0.0)
                  # layernorm: MLA's input norm is not fused into a linear (every layer)
-                 + np.where(layernorm & bool(model.multi_latent_attention), norm_fwd, 0.0))
+                 + np.where(layernorm & bool(model.multi_latent_attention), norm_fwd, 0.0)
+                 + np.where((rc & RECOMPUTE_MLA_UP_PROJ) != 0, up_proj, 0.0))
+    # the MLP module: a dense layer's (an MoE layer ignores it)
+    mlp_module = np.where((rc & RECOMPUTE_MLP) != 0, dense_mlp, 0.0)
     host_dense, host_moe = host_layer_s(model, c, gpu)
-    out = {"fwd": fwd, "bwd": bwd, "recompute": recompute, "attn": attn_fwd + attn_bwd,
+    off_every = off_moe = 0.0
+    if c.offload_modules:
+        off_every, off_moe = offloaded_layer_bytes(
+            model, c.offload_modules, mbs=c.mbs, seq=s_q, tp=tp, sp=c.sequence_parallel,
+            etp=c.etp, recompute=rc, precision=c.precision, capacity=capacity_share(c),
+            stores_scores=c.stores_scores)
+        fwd, bwd = offload_exposed(off_every, gpu, fwd, bwd)
+    out = {"fwd": fwd, "bwd": bwd, "recompute": recompute + mlp_module,
+           "attn": attn_fwd + attn_bwd,
            "attn_fwd": attn_fwd, "attn_bwd": attn_bwd,
            "tp_gemm_pairs": ((gemm_qkv, gemm_proj), (gemm_fc1, gemm_fc2)),
-           "host": host_dense, "moe_host": host_moe, "main_grad_acc": grad_acc,
+           "host": host_dense, "moe_host": host_moe,
+           "moe_host_pre": moe_host_before_sync_s(model, c, gpu), "main_grad_acc": grad_acc,
            "tokens": T, "gemm_kw": kw}
     if model.is_moe:
         moe = moe_mlp_costs(model, c, gpu, T, kw)
-        dense_mlp = gemm_mlp + (mlp_elem + (FP8_CAST_BYTES * T * (hs + f / tp)
-                                            if fp8 else 0.0)) / (hbm * eff.hbm)
-        delta = moe["fwd"] - dense_mlp - clamp_f
+        delta = moe["fwd"] - dense_mlp
         # the dense MLP's backward (2x its forward, and its clamp's) replaced by the MoE
         # MLP's (2x its forward, the eager bias and clamp by their own counts)
         # an MoE layer's pre-MLP norm (layernorm) and its experts' activation (moe_act)
+        # (moe: the whole MLP with the router, not under the all-to-all overlap, whose
+        # schedule calls the pieces itself; its all-to-alls are the EP term's)
+        whole = ((rc & RECOMPUTE_MOE) != 0) & ~np.asarray(c.overlap_moe_expert_parallel_comm,
+                                                          dtype=bool)
         moe_modules = (np.where(layernorm, norm_fwd, 0.0)
-                       + np.where((rc & RECOMPUTE_MOE_ACT) != 0, moe["act_fwd"], 0.0))
+                       + np.where(whole, moe["fwd"],
+                                  np.where((rc & RECOMPUTE_MOE_ACT) != 0, moe["act_fwd"], 0.0)
+                                  + np.where((rc & RECOMPUTE_SHARED_EXPERTS) != 0,
+                                             moe["shared_fwd"], 0.0)))
         non_expert, expert = moe_layer_parameters(model, c.tp, c.ep, c.etp)
         moe_acc = (main_grad_accumulation_s(non_expert, c, gpu, T)
                    + main_grad_accumulation_s(expert, c, gpu, moe["tokens_routed"]
                                               * c.ep / model.num_experts))
-        out.update(moe_fwd=fwd + delta,
-                   moe_bwd=(bwd - 2 * dense_mlp - clamp_b - grad_acc + moe_acc
-                            + 2 * (moe["fwd"] - moe["eager_fwd"]) + moe["eager_bwd"]),
+        moe_fwd, moe_bwd = offload_exposed(
+            off_every + off_moe, gpu, fwd + delta,
+            bwd - 2 * (dense_mlp - clamp_f) - clamp_b - grad_acc + moe_acc
+            + 2 * (moe["fwd"] - moe["eager_fwd"]) + moe["eager_bwd"])
+        out.update(moe_fwd=moe_fwd, moe_bwd=moe_bwd,
                    moe_recompute=np.where(rc == RECOMPUTE_FULL, fwd + delta,
                                           recompute + moe_modules),
-                   tokens_routed=moe["tokens_routed"], tokens_in=moe["tokens_in"])
+                   tokens_routed=moe["tokens_routed"], tokens_in=moe["tokens_in"],
+                   moe_experts_fwd=moe["experts_fwd"])
     else:
-        out.update(moe_fwd=fwd, moe_bwd=bwd, moe_recompute=recompute,
-                   tokens_routed=0.0 * T, tokens_in=0.0 * T)
+        out.update(moe_fwd=fwd, moe_bwd=bwd, moe_recompute=recompute + mlp_module,
+                   tokens_routed=0.0 * T, tokens_in=0.0 * T, moe_experts_fwd=0.0 * T)
     out["moe_main_grad_acc"] = moe_acc if model.is_moe else grad_acc
     return out

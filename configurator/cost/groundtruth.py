@@ -18,7 +18,7 @@ from pathlib import Path
 from configurator.cost.flops import sc21_flops
 from configurator.core.layers import format_layout
 from configurator.core.model import MODEL_PRESETS, ModelSpec
-from configurator.core.plan import ParallelPlan, is_fp8
+from configurator.core.plan import ParallelPlan
 from configurator.core.runs import MeasuredRun
 from configurator.data import PUBLISHED, data_path
 from topology.cluster import CLUSTER_PRESETS
@@ -31,7 +31,9 @@ SC21_MODEL_NAMES = {"1.7": "gpt-1.7b", "3.6": "gpt-3.6b", "7.5": "gpt-7.5b",
 
 #: The shipped tables (``configurator/data/published``), one per source.
 SC21_TABLE, KORTHIKANTI_TABLE = "sc21_table1.csv", "korthikanti_table3.csv"
+KORTHIKANTI_TIMES_TABLE = "korthikanti_table5.csv"
 NEMO_CP_TABLE, BRIDGE_TABLE = "nemo_long_sequence_cp.csv", "megatron_bridge_perf.csv"
+NEMO_SUMMARY_TABLE, MEGATRON_LM_TABLE = "nemo_perf_summary.csv", "megatron_lm_h100_table.csv"
 
 
 def published_path(name: str) -> Path:
@@ -88,6 +90,19 @@ BRIDGE_SYSTEMS = {"DGX-H100": "dgx-h100-80gb", "DGX-B200": "dgx-b200-180gb",
 #: What a Megatron-Bridge model name adds for a run without multi-token prediction
 #: ("DeepSeekV3 (w/o MTP)", 25.11): the preset with ``mtp_num_layers`` unset.
 MTP_OFF_SUFFIX = "(w/o MTP)"
+#: Labels a Megatron-Bridge page appends to a model name that leave the model as its preset:
+#: "(dropless)" (25.09: the default routing, every token kept) and "(w/ MTP)" (25.11: the
+#: preset's multi-token prediction layer). "(w/o MTP)" (:data:`MTP_OFF_SUFFIX`) removes it.
+BRIDGE_PRESET_LABELS = ("(dropless)", "(w/ MTP)", MTP_OFF_SUFFIX)
+
+
+def _bridge_model_name(name: str) -> str:
+    """A Megatron-Bridge model name without the labels of :data:`BRIDGE_PRESET_LABELS`."""
+    for label in BRIDGE_PRESET_LABELS:
+        name = name.replace(label, "")
+    return name.strip()
+
+
 #: Megatron-Bridge model names as model presets; other names (a token-dropping variant such
 #: as "Qwen3_30B_a3B (tokendrop)", a model without a preset) are skipped and listed.
 BRIDGE_MODELS = {"LLAMA3_8B": "llama3-8b", "LLAMA3_70B": "llama3-70b",
@@ -96,41 +111,91 @@ BRIDGE_MODELS = {"LLAMA3_8B": "llama3-8b", "LLAMA3_70B": "llama3-70b",
                  "GPT OSS 120B": "gpt-oss-120b", "DeepSeekV3": "deepseek-v3"}
 
 
-#: Megatron-Bridge MoE recipes that run, from release 26.06 on GB200/GB300 in MXFP8, what no
-#: plan field models: full-iteration CUDA graphs (no host issue time at all), the CuTe DSL
-#: fused grouped MLP (Transformer Engine op fuser: fc1, activation, probabilities, clamp and
-#: fc2 bias in the grouped GEMMs), the expert-parallel all-to-all overlapped with compute
-#: (``moe_a2a_overlap``), HybridEP and FP8 attention. Bridge ``scripts/performance/configs``
-#: commits 5f98743d5 "full-iter CG for GPT-OSS 120B" (2026-06-09), 55443cbfb "Enable Qwen3
-#: GB200/GB300 MXFP8 CuTeDSL Fusion and Full-Iter CUDA Graphs" (2026-06-10), 8af195c0a and
-#: afb5dd47c (DeepSeek-V3 GB300 / GB200 MXFP8 full-iteration CUDA graphs, 2026-06-06/10).
-#: Their rows are skipped and listed, as token-dropping rows are.
-BRIDGE_UNMODELLED_RECIPES = {"gpt-oss-120b": "5f98743d5", "qwen3-30b-a3b": "55443cbfb",
-                             "deepseek-v3": "8af195c0a, afb5dd47c"}
-BRIDGE_UNMODELLED_FROM = (26, 6)
-BRIDGE_UNMODELLED_SYSTEMS = ("DGX-GB200", "DGX-GB300")
+#: The recipe settings behind each Megatron-Bridge row (``megatron_bridge_recipes.csv``:
+#: read from each release's launcher code at its commit, every value with its file:line).
+BRIDGE_RECIPES_TABLE = "megatron_bridge_recipes.csv"
+#: A row's plan precision as the recipe table's ``compute_dtype``.
+BRIDGE_COMPUTE_DTYPES = {"fp8": "fp8_cs", "mxfp8": "fp8_mx", "bf16": "bf16"}
+#: Megatron's dtype names in the table as plan dtypes.
+_TORCH_DTYPE = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "uint8": "fp8"}
 
 
-def bridge_recipe_unmodelled(release: str, model: str, system: str,
-                             precision: str) -> str | None:
-    """Why a Megatron-Bridge row's recipe is outside what plans model
-    (:data:`BRIDGE_UNMODELLED_RECIPES`), or None."""
-    commits = BRIDGE_UNMODELLED_RECIPES.get(model)
-    if (commits is None or system not in BRIDGE_UNMODELLED_SYSTEMS
-            or "MX" not in precision.upper() or _release_key(release) < BRIDGE_UNMODELLED_FROM):
-        return None
-    return (f"recipe runs full-iteration CUDA graphs, the fused grouped MLP, the all-to-all "
-            f"overlap and FP8 attention, which no plan field models (Bridge {commits})")
+def bridge_recipes() -> dict[tuple, dict[str, str]]:
+    """The recipe table's rows by ``(release, model label, system, precision cell,
+    compute_dtype)``."""
+    return {(r["release"], r["model"], r["system"], r["precision"], r["compute_dtype"]): r
+            for r in read_table(published_path(BRIDGE_RECIPES_TABLE))}
 
 
-#: Selective recompute of Megatron-Bridge's recipes, by model and system: GPT-OSS 120B on
-#: H100, B200 and GB200 recomputes its norms and its experts' activation in every release
-#: (``recompute_modules=["layernorm", "moe_act"]`` in ``scripts/performance/configs/gpt_oss``
-#: from v0.2.0, 25.11, to 26.04, and in ``perf_recipes/gpt_oss`` since; its FP8 variants
-#: alias the BF16 configurations); GB300 and B300 recompute nothing.
-BRIDGE_RECOMPUTE_MODULES = {("gpt-oss-120b", "DGX-H100"): "layernorm,moe_act",
-                            ("gpt-oss-120b", "DGX-B200"): "layernorm,moe_act",
-                            ("gpt-oss-120b", "DGX-GB200"): "layernorm,moe_act"}
+def _words(cell: str) -> str:
+    """A printed list (``['mla_up_proj','mlp']``) as comma-separated words."""
+    return ",".join(w for w in cell.strip("[]").replace("'", "").replace('"', "")
+                    .replace(" ", "").split(",") if w)
+
+
+def bridge_recipe_fields(rec: dict[str, str], precision: str,
+                         model: ModelSpec) -> tuple[dict, str | None, list[str]]:
+    """The plan fields a recipe row sets, why a row is outside what plans model (or None)
+    and what the plan leaves unpriced: ``(fields, unmodelled, notes)``. CPU offloading of
+    whole layers (``--cpu-offloading-num-layers``) and a block recompute of some layers are
+    not plan fields; the paged stash of full-iteration graphs and the parameter all-gather
+    overlapped with the optimizer step run unpriced."""
+    def on(key):
+        return rec.get(key, "").startswith("True")
+
+    if on("cpu_offloading"):
+        return {}, (f"CPU offloading of {rec['cpu_offloading_num_layers']} layers "
+                    f"(--cpu-offloading-num-layers) is not a plan field"), []
+    if rec.get("recompute_method"):
+        return {}, (f"recompute {rec['recompute_granularity']} of "
+                    f"{rec['recompute_num_layers']} layers by {rec['recompute_method']} is not "
+                    f"a plan field"), []
+    f: dict = {}
+    modules = _words(rec["recompute_modules"])
+    if rec["recompute_granularity"] == "selective" and modules:
+        f.update(recompute="selective", recompute_modules=modules)
+    elif rec["recompute_granularity"] == "full":
+        f.update(recompute="full")
+    if model.is_moe:
+        dispatcher = rec["moe_token_dispatcher_type"]
+        f["moe_token_dispatcher_type"] = "flex" if dispatcher == "flex" else "alltoall"
+        if dispatcher == "flex":
+            f["moe_flex_dispatcher_backend"] = rec["moe_flex_dispatcher_backend"] or "deepep"
+        f.update(overlap_moe_expert_parallel_comm=on("overlap_moe_expert_parallel_comm"),
+                 delay_wgrad_compute=on("delay_wgrad_compute"),
+                 moe_permute_fusion=on("moe_permute_fusion"),
+                 moe_router_fusion=on("moe_router_fusion"))
+        if rec["moe_expert_capacity_factor"]:
+            f.update(moe_expert_capacity_factor=float(rec["moe_expert_capacity_factor"]),
+                     moe_pad_expert_input_to_capacity=on("moe_pad_expert_input_to_capacity"))
+    impl, scope = rec["cuda_graph_impl"], _words(rec["cuda_graph_scope"])
+    if impl == "full_iteration" or (impl == "local" and "full_iteration" in scope):
+        f.update(cuda_graph_impl="local", cuda_graph_scope="full_iteration")
+    elif impl == "transformer_engine":
+        f.update(cuda_graph_impl="transformer_engine",
+                 cuda_graph_scope="" if scope == "full" else scope)
+    if on("use_precision_aware_optimizer"):
+        f["use_precision_aware_optimizer"] = True
+        for key in ("main_grads_dtype", "main_params_dtype", "exp_avg_dtype",
+                    "exp_avg_sq_dtype"):
+            if rec[key]:
+                f[key] = _TORCH_DTYPE[rec[key]]
+    if precision == "fp8":
+        recipe = rec["fp8_recipe"].split()[0] if rec["fp8_recipe"] else "tensorwise"
+        f["fp8_recipe"] = recipe if recipe in ("delayed", "tensorwise", "blockwise") else (
+            "tensorwise")
+    f["fp8_param_gather"] = on("fp8_param_gather")
+    f["fp8_dot_product_attention"] = on("fp8_dot_product_attention") and precision == "fp8"
+    f["tp_comm_overlap"] = rec["tp_comm_overlap"] == "True"
+    if on("use_megatron_fsdp"):
+        f["megatron_fsdp"] = True
+    if on("use_transformer_engine_op_fuser") and model.is_moe:
+        f["moe_fused_grouped_mlp"] = True
+    notes = [name for key, name in (
+        ("moe_paged_stash", "the paged stash"),
+        ("fp8_dot_product_attention", "FP8 attention under MXFP8")) if on(key) and not (
+            key == "fp8_dot_product_attention" and precision == "fp8")]
+    return f, None, notes
 
 
 #: Decoder layers per virtual stage of Megatron-Bridge's DeepSeek-V3 pipeline layouts, by
@@ -197,36 +262,38 @@ class BridgeRow:
 
 
 def bridge_rows(path: Path | None = None) -> tuple[list[BridgeRow], list[str]]:
-    """Rows of the Megatron-Bridge table (:data:`BRIDGE_TABLE`) we can price, and why the others
-    are not (a system or model without a preset, a token-dropping variant, a recipe of
-    :data:`BRIDGE_UNMODELLED_RECIPES`)."""
+    """Rows of the Megatron-Bridge table (:data:`BRIDGE_TABLE`) we can price, each plan with
+    its recipe's settings (:data:`BRIDGE_RECIPES_TABLE`, :func:`bridge_recipe_fields`; a row
+    the recipe table does not hold keeps Megatron's defaults), and why the others are not (a
+    system or model without a preset, NVFP4, a recipe setting no plan field has)."""
     rows = read_table(path or published_path(BRIDGE_TABLE))
+    recipes = bridge_recipes()
     out, skipped = [], []
     for r in rows:
         key = f"{r['release']} {r['model']} {r['system']} {r['precision'][:12]}"
+        label = r["model"]
         if r["system"] not in BRIDGE_SYSTEMS:
             skipped.append(f"{key}: no {r['system']} preset")
             continue
         # "DeepSeekV3 (w/o MTP)": the same model trained without its MTP layer
         without_mtp = MTP_OFF_SUFFIX in r["model"]
-        r = dict(r, model=r["model"].replace(MTP_OFF_SUFFIX, "").strip())
-        if r["model"] not in BRIDGE_MODELS:
-            why = ("token-dropping routing (not dropless)" if "tokendrop" in r["model"].lower()
-                   else f"no model preset for {r['model']}")
-            skipped.append(f"{key}: {why}")
+        r = dict(r, model=_bridge_model_name(r["model"]))
+        if r["precision"].upper().startswith("NVFP4"):
+            skipped.append(f"{key}: NVFP4 (no plan precision prices 4-bit GEMMs)")
             continue
-        unmodelled = bridge_recipe_unmodelled(r["release"], BRIDGE_MODELS[r["model"]],
-                                              r["system"], r["precision"])
-        if unmodelled:
-            skipped.append(f"{key}: {unmodelled}")
+        r = dict(r, model=r["model"].replace("(tokendrop)", "").strip())
+        if r["model"] not in BRIDGE_MODELS:
+            skipped.append(f"{key}: no model preset for {r['model']}")
             continue
         cluster = BRIDGE_SYSTEMS[r["system"]]
         gpus_per_host = CLUSTER_PRESETS[cluster]["gpus_per_node"]
         # a cell "a (b)" gives the plan of the first figure and an alternative's
         first = {k: r[k].split("(")[0].strip() for k in _BRIDGE_PLAN_COLUMNS}
         try:
-            n, seq, tp, pp, cp, ep, mbs, gbs = (int(first[k]) for k in (
-                "num_gpus", "seq_len", "tp", "pp", "cp", "ep", "mbs", "gbs"))
+            # a dense model's ep (and a page's unused cp) reads "n/a": 1
+            n, seq, tp, pp, cp, ep, mbs, gbs = (1 if first[k] == "n/a" else int(first[k])
+                                                for k in ("num_gpus", "seq_len", "tp", "pp",
+                                                          "cp", "ep", "mbs", "gbs"))
             fsdp = int(first["fsdp"] or 0)
             vp = 1 if first["vp"] in ("n/a", "") else int(first["vp"])
         except ValueError as exc:
@@ -247,24 +314,33 @@ def bridge_rows(path: Path | None = None) -> tuple[list[BridgeRow], list[str]]:
         accounted = accounted and not layout
         # an alternative in a plan column ran another plan: only the first figure is read
         same_plan = not any("(" in r[k] for k in _BRIDGE_PLAN_COLUMNS)
-        modules = BRIDGE_RECOMPUTE_MODULES.get((model.name, r["system"]))
-        recompute = dict(recompute="selective", recompute_modules=modules) if modules else {}
         for precision, tokens in _bridge_figures(r["precision"], r["tokens_per_sec_per_gpu"],
                                                  same_plan):
-            plan = ParallelPlan(tp=tp, pp=pp, cp=cp, dp=n // (tp * pp * cp), vp=vp,
-                                account_for_embedding_in_pipeline_split=accounted,
-                                account_for_loss_in_pipeline_split=accounted,
-                                pipeline_model_parallel_layout=layout,
-                                ep=ep if model.is_moe else 1, etp=1,
-                                micro_batch_size=mbs, global_batch_size=gbs,
-                                sequence_parallel=tp > 1,
-                                distributed_optimizer=True, precision=precision,
-                                fp8_param_gather=is_fp8(precision),
-                                grad_reduce_in_bf16=True, cross_entropy_fusion="te",
-                                megatron_fsdp=fsdp > 0, **recompute)
+            rec = recipes.get((r["release"], label, r["system"], r["precision"],
+                               BRIDGE_COMPUTE_DTYPES[precision]))
+            if rec is None:       # a row the recipe table does not hold: Megatron's defaults
+                fields, unmodelled, notes = {}, None, ["no recipe settings"]
+                rec = {"commit_ref": "unknown"}
+            else:
+                fields, unmodelled, notes = bridge_recipe_fields(rec, precision, model)
+            if unmodelled:
+                skipped.append(f"{key} {precision}: {unmodelled}")
+                continue
+            plan = ParallelPlan(**(dict(
+                tp=tp, pp=pp, cp=cp, dp=n // (tp * pp * cp), vp=vp,
+                account_for_embedding_in_pipeline_split=accounted,
+                account_for_loss_in_pipeline_split=accounted,
+                pipeline_model_parallel_layout=layout,
+                ep=ep if model.is_moe else 1, etp=1,
+                micro_batch_size=mbs, global_batch_size=gbs, sequence_parallel=tp > 1,
+                distributed_optimizer=True, precision=precision,
+                grad_reduce_in_bf16=True, cross_entropy_fusion="te",
+                megatron_fsdp=fsdp > 0) | fields))
+            note = f"; not priced: {', '.join(notes)}" if notes else ""
             out.append(BridgeRow(r["release"], model, cluster, n // gpus_per_host, plan,
                                  tokens, f"{r['source']}, {r['release']} {r['section']}: "
-                                         f"{r['model']} {r['system']} {r['precision']} row"))
+                                         f"{r['model']} {r['system']} {r['precision']} row; "
+                                         f"recipe {rec['commit_ref']}{note}"))
     return out, skipped
 
 
@@ -298,8 +374,9 @@ def published_group(gpu: str, precision: str) -> str:
 
 
 #: The collections the published runs come from (``MeasuredRun.dataset``), by table.
-DATASETS = {SC21_TABLE: "SC'21 Table 1", NEMO_CP_TABLE: "NeMo long context",
-            BRIDGE_TABLE: "Megatron-Bridge"}
+DATASETS = {SC21_TABLE: "SC'21 Table 1", KORTHIKANTI_TIMES_TABLE: "Korthikanti Table 5",
+            MEGATRON_LM_TABLE: "Megatron-LM H100 table", NEMO_CP_TABLE: "NeMo long context",
+            NEMO_SUMMARY_TABLE: "NeMo performance summary", BRIDGE_TABLE: "Megatron-Bridge"}
 
 
 def _run(name, source, model, cluster, plan, table, seq=None, **measured) -> MeasuredRun:
@@ -355,6 +432,120 @@ def nemo_cp_runs(path: Path | None = None) -> list[MeasuredRun]:
     return out
 
 
+def gpt_model(name: str, heads: int, hidden: int, layers: int, *, vocab: int = 51200,
+              seq: int = 2048, untied: bool = False) -> ModelSpec:
+    """A GPT model of the shape a paper's table gives (heads, hidden size, layers): the
+    ``gpt3-175b`` preset's architecture (4h GeLU MLP with biases, LayerNorm, learned
+    positions, dropout 0.1) with that shape, vocabulary, sequence length and, with
+    ``untied``, an output layer of its own."""
+    return dataclasses.replace(MODEL_PRESETS["gpt3-175b"], name=name, num_layers=layers,
+                               hidden_size=hidden, ffn_hidden_size=4 * hidden,
+                               num_attention_heads=heads, num_query_groups=heads,
+                               kv_channels=hidden // heads, vocab_size=vocab, seq_length=seq,
+                               untie_embeddings_and_output_weights=untied)
+
+
+def korthikanti_runs() -> list[MeasuredRun]:
+    """Korthikanti et al. 2022 (arXiv:2205.05198) Table 5: the iteration time of the Table 3
+    configurations (``korthikanti_table3.csv``: 22B, 175B, 530B, 1T on 8-512 A100, no data
+    parallelism; 3 model chunks for 175B and 530B) with full recompute and with the paper's
+    method, selective recompute and sequence parallelism (``korthikanti_table5.csv``).
+    Megatron-LM of 2022: fp16, the attention scores stored (``local``), no distributed
+    optimizer (dp = 1); sequence 2048, vocabulary 51,200 (§6)."""
+    configs = {r["model_size"].split()[0]: r for r in read_table(published_path(
+        KORTHIKANTI_TABLE))}
+    out = []
+    for r in read_table(published_path(KORTHIKANTI_TIMES_TABLE)):
+        cfg = configs[r["model_size"]]
+        tp, pp, gpus = int(cfg["tp"]), int(cfg["pp"]), int(cfg["num_gpus"])
+        selective = r["recompute"] == "selective"
+        plan = ParallelPlan(tp=tp, pp=pp, dp=gpus // (tp * pp),
+                            vp=int(cfg["interleave_chunks"] or 1),
+                            micro_batch_size=int(cfg["micro_batch_size"]),
+                            global_batch_size=int(cfg["global_batch_size"]), precision="fp16",
+                            recompute=r["recompute"], sequence_parallel=selective,
+                            attention_backend="local", distributed_optimizer=False,
+                            overlap_grad_reduce=False, overlap_param_gather=False)
+        model = gpt_model(f"gpt-{r['model_size'].lower()}", int(cfg["attention_heads"]),
+                          int(cfg["hidden_size"]), int(cfg["num_layers"]))
+        out.append(_run(f"korthikanti {r['model_size']} {r['recompute']} recompute",
+                        r["source"], model, "dgx-a100-80gb", plan, KORTHIKANTI_TIMES_TABLE,
+                        iteration_time_s=float(r["iteration_time_s"])))
+    return out
+
+
+def megatron_lm_runs() -> list[MeasuredRun]:
+    """Megatron-LM's H100 weak-scaling table (README "Training Speed and Scalability",
+    ``images/model_table.png``, Megatron-Core r0.8.0, ``megatron_lm_h100_table.csv``): GPT
+    models of 1.7B-462B (vocabulary 131,072, sequence 4096; untied output layers, as the
+    parameter counts the table names imply) on 48-6,144 H100, dp 48. The README's flags:
+    ``--overlap-grad-reduce --overlap-param-gather --tp-comm-overlap`` (hence sequence
+    parallelism and the distributed optimizer, which those flags require). Not published,
+    so the plan takes Megatron's defaults: BF16 (the table's MFU is against the BF16 peak),
+    micro batch 1, no interleaving, no recompute. TFLOP/s counted by Megatron-LM's
+    ``num_floating_point_operations`` of 2024, over all ``s²`` attention scores."""
+    out = []
+    for r in read_table(published_path(MEGATRON_LM_TABLE)):
+        tp, pp, dp = int(r["tp"]), int(r["pp"]), int(r["dp"])
+        model = gpt_model(f"gpt-{r['model_size'].lower()}", int(r["attention_heads"]),
+                          int(r["hidden_size"]), int(r["num_layers"]),
+                          vocab=int(r["vocab_size"]), seq=int(r["seq_len"]), untied=True)
+        plan = ParallelPlan(tp=tp, pp=pp, dp=dp, micro_batch_size=1,
+                            global_batch_size=int(r["global_batch_size"]), precision="bf16",
+                            sequence_parallel=tp > 1, tp_comm_overlap=tp > 1,
+                            distributed_optimizer=True)
+        out.append(_run(f"megatron-lm {r['model_size']} {r['num_gpus']} H100", r["source"],
+                        model, "dgx-h100-80gb", plan, MEGATRON_LM_TABLE,
+                        tflops_per_gpu=float(r["tflops_per_gpu"]),
+                        flops_formula="megatron-full-attention"))
+    return out
+
+
+#: NeMo performance-summary systems and models as presets (the others are skipped).
+NEMO_SYSTEMS = {"DGX-H100": "dgx-h100-80gb", "DGX-B200": "dgx-b200-180gb",
+                "DGX-GB200": "gb200-nvl72"}
+
+
+def nemo_summary_runs() -> tuple[list[MeasuredRun], list[str]]:
+    """NeMo's performance summary (``nemo_perf_summary.csv``): the pre-training rows of NeMo
+    24.07 on DGX H100 (the file's last revision; earlier revisions of the same table are
+    skipped) and the rows of 25.02-25.07 on B200 and GB200 that were readable, FP8, each
+    row's plan as published (the first plan and figure of a cell with an alternative).
+    NeMo's performance recipes: sequence parallelism and Transformer Engine's tensor-parallel
+    overlap with tp > 1 (``tp_comm_overlap``), the distributed optimizer, FP8 weights
+    gathered in FP8 (NeMo's ``fp8_params``), Megatron FSDP where the FSDP column reads 1;
+    the cross entropy fused from NeMo 2.0 (25.02 on; ``GPTConfig.cross_entropy_loss_fusion``),
+    eager before. Priced from the published tokens/s/GPU."""
+    out, skipped = [], []
+    for r in read_table(published_path(NEMO_SUMMARY_TABLE)):
+        key = f"nemo {r['release']} {r['model']} {r['system']} {r['num_gpus']}"
+        if r["revision_status"].startswith("superseded"):
+            skipped.append(f"{key}: superseded revision of the table")
+            continue
+        if r["preset"] not in MODEL_PRESETS or r["system"] not in NEMO_SYSTEMS:
+            skipped.append(f"{key}: no preset for {r['model']} or {r['system']}")
+            continue
+        first = {k: r[k].split("(")[0].strip() for k in (
+            "num_gpus", "gbs", "mbs", "seq_len", "tp", "pp", "cp", "vp", "ep", "fsdp",
+            "tokens_per_sec_per_gpu")}
+        n, gbs, mbs, seq, tp, pp, cp, vp, ep = (
+            1 if first[k] in ("n/a", "") else int(first[k])
+            for k in ("num_gpus", "gbs", "mbs", "seq_len", "tp", "pp", "cp", "vp", "ep"))
+        model = MODEL_PRESETS[r["preset"]].with_seq_length(seq)
+        fsdp = first["fsdp"] == "1"
+        plan = ParallelPlan(tp=tp, pp=pp, cp=cp, dp=n // (tp * pp * cp), vp=vp,
+                            ep=ep if model.is_moe else 1, micro_batch_size=mbs,
+                            global_batch_size=gbs, sequence_parallel=tp > 1,
+                            tp_comm_overlap=tp > 1, distributed_optimizer=True,
+                            precision="fp8", fp8_param_gather=True, megatron_fsdp=fsdp,
+                            cross_entropy_fusion="none" if r["release"] == "24.07"
+                            else "native")
+        out.append(_run(key, r["source"], model, NEMO_SYSTEMS[r["system"]], plan,
+                        NEMO_SUMMARY_TABLE, seq=seq,
+                        tokens_per_s_per_gpu=float(first["tokens_per_sec_per_gpu"])))
+    return out, skipped
+
+
 def _release_key(release: str) -> tuple[int, ...]:
     return tuple(int(x) for x in release.split(".") if x.isdigit())
 
@@ -362,21 +553,29 @@ def _release_key(release: str) -> tuple[int, ...]:
 def bridge_runs(newest_only: bool = True) -> tuple[list[MeasuredRun], list[str]]:
     """Megatron-Bridge rows (:func:`bridge_rows`) as runs, and the skipped rows' reasons.
 
-    ``newest_only``: of the rows that publish the same configuration (model, system,
-    precision, plan) in several releases keep the newest release's: the figure of one
-    configuration moves by up to 1.6× between releases as the software improves, and the
-    cost model describes today's software."""
+    ``newest_only``: of the rows of one recipe family (model, system and precision) keep
+    the newest release's: the figure of one configuration moves by up to 1.8× between
+    releases as the software improves (Qwen3-30B-A3B on 16 H100 in FP8, tp 1 pp 2 vp 12 ep 8:
+    51.3 s in 26.02, 28.9 s in 26.02.01), more than the recipe settings the plans carry
+    explain; the 25.11 GB200/GB300 rows were replaced on the page by plans no public recipe
+    of the time holds; and the cost model describes today's Megatron-Core. A release that
+    publishes several plans of a family keeps them all."""
     rows, skipped = bridge_rows()
     if newest_only:
-        newest: dict = {}
+        def family(r):
+            return (r.model.name, r.cluster, r.plan.precision)
+        latest: dict = {}
         for r in rows:
-            key = (r.model.name, r.cluster, r.plan)
-            if key not in newest or _release_key(r.release) > _release_key(newest[key].release):
-                newest[key] = r
-        kept = [r for r in rows if newest[(r.model.name, r.cluster, r.plan)] is r]
+            k = family(r)
+            if k not in latest or _release_key(r.release) > _release_key(latest[k]):
+                latest[k] = r.release
+
+        def key(r):
+            return family(r)
+        kept = [r for r in rows if r.release == latest[key(r)]]
         skipped = skipped + [f"{r.release} {r.model.name} {r.cluster} {r.plan.precision}: "
-                             f"superseded by release {newest[(r.model.name, r.cluster, r.plan)].release}"
-                             for r in rows if newest[(r.model.name, r.cluster, r.plan)] is not r]
+                             f"superseded by release {latest[key(r)]}"
+                             for r in rows if r.release != latest[key(r)]]
         rows = kept
     return [_run(f"bridge {r.release} {r.model.name} {r.cluster} {r.plan.precision} "
                  f"{r.plan.world_size}", r.source,
@@ -387,7 +586,9 @@ def bridge_runs(newest_only: bool = True) -> tuple[list[MeasuredRun], list[str]]
 
 
 def published_runs() -> tuple[list[MeasuredRun], list[str]]:
-    """Every published row we can price (SC'21, NeMo long context, Megatron-Bridge) and why
-    the others are skipped."""
+    """Every published row we can price (:data:`DATASETS`) and why the others are
+    skipped."""
     bridge, skipped = bridge_runs()
-    return sc21_runs() + nemo_cp_runs() + bridge, skipped
+    nemo, nemo_skipped = nemo_summary_runs()
+    return (sc21_runs() + korthikanti_runs() + megatron_lm_runs() + nemo_cp_runs() + nemo
+            + bridge, nemo_skipped + skipped)

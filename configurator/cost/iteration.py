@@ -29,17 +29,19 @@ import numpy as np
 
 from configurator.core.candidates import Candidates
 from configurator.core.model import ModelSpec
-from configurator.core.plan import (RECOMPUTE_FULL, fp8_weights_gathered, main_grad_bytes,
-                                     tp_comm_overlapped)
+from configurator.core.plan import (RECOMPUTE_FULL, RECOMPUTE_MLP, RECOMPUTE_MOE,
+                                     fp8_weights_gathered, main_grad_bytes,
+                                     optimizer_state_bytes, tp_comm_overlapped)
 from configurator.core.schedule import p2p_transfers
 from configurator.core.layers import stage_class_arrays
 from configurator.cost.communication import comm_figures, expert_comm_figures
 from configurator.cost.compute import (EMBEDDING_GRAD_BYTES, HOST_BACKWARD_FACTOR, gemm_time_s,
-                                      layer_costs, main_grad_accumulation_s)
+                                      layer_costs, main_grad_accumulation_s,
+                                      moe_host_synchronised)
 from memory_model.params import (embedding_parameters, padded_vocab_size,
                                  stage_parameter_split)
 from topology.collectives import (all_gather_time_s, all_reduce_time_s, all_to_all_time_s,
-                                  p2p_time_s)
+                                  p2p_time_s, small_all_reduce_s)
 
 #: The closed form's terms of one iteration (seconds on the pacing rank; they sum to its
 #: iteration time), each with what it holds.
@@ -94,8 +96,11 @@ def tp_layer_s(lc: dict, c: Candidates, act_bytes, tp_bw, tp_lat, num_sms: int):
     t_coll = all_reduce_time_s(act_bytes, c.tp.astype(float), tp_bw, tp_lat)
     fwd = 2.0 * t_coll
     weight_grads = sum(g_in for g_in, _ in lc["tp_gemm_pairs"])    # QKV and fc1
-    bwd = (np.where(c.recompute == RECOMPUTE_FULL, 2.0 * t_coll, 0.0)
-           + np.maximum(2 * t_coll - weight_grads, 0.0))
+    # the forward's collectives again where backward re-runs them: both with full
+    # recompute, the MLP's pair with the mlp module
+    rerun = np.where(c.recompute == RECOMPUTE_FULL, 2.0,
+                     np.where((c.recompute_code & RECOMPUTE_MLP) != 0, 1.0, 0.0))
+    bwd = rerun * t_coll + np.maximum(2 * t_coll - weight_grads, 0.0)
     on = tp_comm_overlapped(c.tp_comm_overlap, c.tp, c.sequence_parallel,
                             c.attention_backend)
     if not np.any(on):
@@ -111,7 +116,7 @@ def tp_layer_s(lc: dict, c: Candidates, act_bytes, tp_bw, tp_lat, num_sms: int):
 
     fwd_o = sum(ring(g_in) + margin(g_out) for g_in, g_out in lc["tp_gemm_pairs"])
     bwd_o = sum(ring(g_out) + 2.0 * margin(g_in) for g_in, g_out in lc["tp_gemm_pairs"])
-    bwd_o = np.where(c.recompute == RECOMPUTE_FULL, fwd_o, 0.0) + bwd_o
+    bwd_o = rerun / 2.0 * fwd_o + bwd_o
     return np.where(on, fwd_o, fwd), np.where(on, bwd_o, bwd)
 
 
@@ -195,14 +200,20 @@ def stage_extras_s(model: ModelSpec, c: Candidates, gpu, lc: dict, tp_bw, tp_lat
     (:func:`~configurator.cost.compute.main_grad_accumulation_s`), the cross entropy's
     memory-bound passes (:data:`CROSS_ENTROPY_BYTES`), and the multi-token-prediction
     modules) for one microbatch: ``{"emb_fwd", "emb_bwd", "logits_fwd", "logits_bwd"}``
-    seconds."""
+    seconds. The logits GEMM runs in 16-bit in every precision: the output layer is
+    Megatron's own ``tensor_parallel.ColumnParallelLinear``
+    (megatron/core/models/gpt/gpt_model.py), not a Transformer Engine module, so FP8
+    autocast leaves it alone (the memory model keeps no FP8 copy of it either,
+    :func:`memory_model.params.stage_non_gemm_parameters`)."""
     eff = gpu.efficiency
     T = lc["tokens"]
     h = model.hidden_size
     act_bytes = 2.0 * T * h
     v_pad = padded_vocab_size(model.vocab_size, c.tp)
     hbm = gpu.hbm_bandwidth_Bps * eff.hbm
-    gemm = gemm_time_s(T, v_pad / c.tp, h, **lc["gemm_kw"])
+    kw16 = dict(lc["gemm_kw"], peak=gpu.peak("fp16" if c.precision == "fp16" else "bf16"),
+                gemm_eff=eff.gemm, in_bytes=2.0)
+    gemm = gemm_time_s(T, v_pad / c.tp, h, **kw16)
     ce_f, ce_b = (b * T * v_pad / c.tp / hbm
                   for b in CROSS_ENTROPY_BYTES[c.cross_entropy_fusion])
     acc = main_grad_accumulation_s(v_pad / c.tp * h, c, gpu, T)    # the output layer's GEMM
@@ -241,7 +252,7 @@ def p2p_message_s(model: ModelSpec, c: Candidates, lc: dict, pp_bw, pp_lat, tp_b
 def grad_bytes(c: Candidates) -> float:
     """Bytes of one main gradient of the plans
     (:func:`configurator.core.plan.main_grad_bytes`)."""
-    return main_grad_bytes(c.precision, c.grad_reduce_in_bf16)
+    return main_grad_bytes(c.precision, c.grad_reduce_in_bf16, c.main_grads_dtype)
 
 
 def dp_exposed_s(c: Candidates, stage_params, dp_bw, dp_lat, bwd_window_s, fwd_window_s,
@@ -272,14 +283,16 @@ def dp_exposed_s(c: Candidates, stage_params, dp_bw, dp_lat, bwd_window_s, fwd_w
         return c.num_microbatches * (np.maximum(gather - fwd_window_s, 0.0)
                                      + np.maximum(gather + scatter - bwd_window_s, 0.0))
     do = c.distributed_optimizer
-    t_grad = np.where(do, all_gather_time_s(stage_params * gb, n_dp, dp_bw, dp_lat),
-                      all_reduce_time_s(stage_params * gb, n_dp, dp_bw, dp_lat))
+    # one collective per bucket: the latency once per bucket, the bytes once in all
+    bucket = np.minimum(1.0, np.maximum(BUCKET_PARAMS, 1e6 * n_dp) / stage_params)
+    lat = dp_lat * np.ceil(1.0 / bucket)
+    t_grad = np.where(do, all_gather_time_s(stage_params * gb, n_dp, dp_bw, lat),
+                      all_reduce_time_s(stage_params * gb, n_dp, dp_bw, lat))
     # --fp8-param-gather gathers FP8 weights (the embedding's 16-bit share is neglected)
     gather_bytes = np.where(fp8_weights_gathered(c.fp8_param_gather, do, c.precision),
                             1.0, 2.0)
     t_gather = np.where(do, all_gather_time_s(stage_params * gather_bytes, n_dp, dp_bw,
-                                              dp_lat), 0.0)
-    bucket = np.minimum(1.0, np.maximum(BUCKET_PARAMS, 1e6 * n_dp) / stage_params)
+                                              lat), 0.0)
     if c.overlap_grad_reduce:
         t_grad = np.maximum(t_grad - bwd_window_s, t_grad * bucket)
     if c.overlap_param_gather:
@@ -298,36 +311,143 @@ def tied_embedding_s(model: ModelSpec, c: Candidates, pp_bw, pp_lat):
 
 
 def optimizer_s(c: Candidates, gpu, stage_params, expert_params=0.0):
-    """Adam step over the local shard (s): fp32 master, m, v, grad read; master, m, v
-    written; 16-bit copy written (≈ 30 bytes per parameter, sharded over dp·cp with the
-    distributed optimizer, expert parameters over the expert-data-parallel group) plus a
-    gradient-norm pass, at attained HBM bandwidth."""
+    """Adam step over the local shard (s): master, m, v and the gradient read; master, m, v
+    written; 16-bit copy written (the state bytes twice, :func:`configurator.core.plan
+    .optimizer_state_bytes`: 12 with FP32 state, and the gradient and weight: ≈ 30 bytes
+    per parameter; sharded over dp·cp with the distributed optimizer, expert parameters over
+    the expert-data-parallel group) plus a gradient-norm pass, at attained HBM bandwidth."""
     eff = gpu.efficiency
     shard = np.where(c.distributed_optimizer, (c.dp * c.cp).astype(float), 1.0)
     eshard = np.where(c.distributed_optimizer,
                       (c.tp * c.dp * c.cp).astype(float) / (c.ep * c.etp), 1.0)
-    opt_bytes = (stage_params * (30.0 / shard + grad_bytes(c))
-                 + expert_params * (30.0 / eshard + grad_bytes(c)))
+    step = 2.0 * optimizer_state_bytes(c) + grad_bytes(c) + 2.0
+    opt_bytes = (stage_params * (step / shard + grad_bytes(c))
+                 + expert_params * (step / eshard + grad_bytes(c)))
     return opt_bytes / (gpu.hbm_bandwidth_Bps * eff.hbm) + 20 * eff.kernel_overhead_s
 
 
-def ep_layer_s(model: ModelSpec, lc: dict, c: Candidates, x: dict):
-    """Expert-parallel communication of one MoE layer for one microbatch, ``(forward,
-    backward)`` seconds: the all-to-all dispatcher's token exchange over the EP group
-    (dispatch and combine forward, their gradients backward, again in a full recompute's
-    re-run forward) of the ``k·X`` routed token copies (16-bit), and with ``etp > 1`` the
-    all-gather / reduce-scatter of the ``k·X·etp`` copies over the ETP group
-    (megatron/core/transformer/moe/token_dispatcher.py ``MoEAlltoAllTokenDispatcher``).
-    Not overlapped (Megatron's ``--overlap-moe-expert-parallel-comm`` is off by default).
-    ``x``: :func:`configurator.cost.communication.expert_comm_figures`."""
+def distinct_share(num_experts: int, topk: int, groups) -> np.ndarray:
+    """Expected share of ``groups`` equal groups of experts (ranks, or NVLink domains) that
+    a token routed to ``topk`` of ``num_experts`` experts reaches (uniform routing without
+    replacement, as force-balanced routing spreads it): ``1 - C(E - E/G, k) / C(E, k)``."""
+    groups = np.asarray(groups, dtype=float)
+    miss = np.ones(groups.shape)
+    per = num_experts / groups
+    for i in range(topk):
+        miss = miss * np.clip((num_experts - per - i) / (num_experts - i), 0.0, 1.0)
+    return 1.0 - miss
+
+
+#: How much slower compute runs while communication runs beside it: 18.9 % on average,
+#: measured on GPT and Llama training steps on 4 A100/H100 (Lee et al. 2025, "Characterizing
+#: Compute-Communication Overlap in GPU-Accelerated Distributed Deep Learning",
+#: arXiv:2507.03114: SMs and memory bandwidth shared). It covers the SMs the
+#: communication kernels hold: NCCL's all-to-all launches one 640-thread block per channel,
+#: two per remote node for messages above 128 KiB (NVIDIA/nccl 2.27 src/enqueue.cc,
+#: src/graph/paths.cc), 3-6 % of an H100's SMs on 2-4 nodes; DeepEP and HybridEP 20 and 16
+#: (Megatron's ``--moe-deepep-num-sms`` and ``--moe-hybridep-num-sms``), 12-15 %.
+OVERLAP_COMPUTE_SLOWDOWN = 0.189
+
+
+def a2a_s(model: ModelSpec, lc: dict, c: Candidates, x: dict):
+    """One expert-parallel exchange (the dispatch, or the combine) of one MoE layer for one
+    microbatch, seconds (arrays broadcast over plans).
+
+    ``alltoall`` (megatron/core/transformer/moe/token_dispatcher.py
+    ``MoEAlltoAllTokenDispatcher``): every routed token copy (``k·X·etp``, 16-bit; the
+    capacity factor's share, :func:`configurator.cost.compute.capacity_share`) travels to
+    its expert's rank, those of other NVLink domains over the network
+    (:func:`topology.collectives.all_to_all_time_s`), plus with ``etp > 1`` the all-gather
+    over the ETP group.
+
+    ``flex`` (``MoEFlexTokenDispatcher``: DeepEP's normal kernels, or HybridEP, which first
+    send a token over RDMA to the peer GPU of each destination domain and then spread it
+    over NVLink, "similar to DeepEP", deepseek-ai/DeepEP hybrid-ep branch,
+    docs/Hybrid-EP_Implementation.md): a token crosses the network once per remote domain
+    its ``k`` experts lie in and NVLink once per other rank they lie on
+    (:func:`distinct_share`; DeepEP tests/test_internode.py counts its RDMA bytes on those
+    de-duplicated tokens), the two phases pipelined: ``max(RDMA bytes / network, NVLink
+    bytes / NVLink)``. Their published rates match the links' own: DeepEP 43-58 GB/s per
+    GPU over 400 Gb/s InfiniBand (EP 16-64) and 153-158 GB/s inside an H800 (its NVLink
+    measured at 160), HybridEP 42-58 GB/s per H100 over the network at 32-64 ranks; the
+    cluster's link figures are used for both."""
     h = model.hidden_size
+    n = c.ep.astype(float)
+    g = np.minimum(np.asarray(x["ep_on_node"], dtype=float), n)
     per_rank = 2.0 * lc["tokens_routed"] / c.etp * h
-    a2a = all_to_all_time_s(per_rank, c.ep.astype(float), x["ep_on_node"], x["ep_intra_bw"],
-                            x["ep_intra_lat"], x["ep_inter_bw"], x["ep_inter_lat"])
+    nccl = all_to_all_time_s(per_rank, n, g, x["ep_intra_bw"], x["ep_intra_lat"],
+                             x["ep_inter_bw"], x["ep_inter_lat"])
     etp_coll = all_gather_time_s(2.0 * lc["tokens_routed"] * h, c.etp.astype(float),
                                  x["etp_bw"], x["etp_lat"])
-    one = 2 * (a2a + etp_coll)
-    return one, one + np.where(c.recompute == RECOMPUTE_FULL, one, 0.0)
+    if c.moe_token_dispatcher_type != "flex":
+        return nccl + etp_coll
+    k, E = model.moe_router_topk, model.num_experts
+    tokens = lc["tokens_routed"] / k          # the rank's tokens (capacity share included)
+    domains = n / g
+    rdma = 2.0 * h * tokens * (domains - 1) * distinct_share(E, k, domains)
+    nvl = 2.0 * h * tokens * (n - 1) / n * n * distinct_share(E, k, n)
+    lat = np.where(n > g, x["ep_inter_lat"], x["ep_intra_lat"])
+    flex = lat + np.maximum(rdma / x["ep_inter_bw"], nvl / x["ep_intra_bw"])
+    return np.where(n > 1, flex, 0.0) + etp_coll
+
+
+def overlapped_share(c: Candidates) -> np.ndarray:
+    """Share of a rank's microbatch passes through a layer that the all-to-all overlap's
+    schedule pairs with another's (forward of one beside backward of another): all but the
+    first forward and the last backward without pipelining
+    (``combined_1f1b_schedule_for_no_pipelining``); in the interleaved schedule all but the
+    warm-up passes, ``(pp - r - 1)·2 + (vp - 1)·pp`` plus the one extra microbatch the
+    overlap schedules before its 1F1B phase (megatron/core/pipeline_parallel/schedules.py),
+    at the middle rank ``r = (pp - 1)/2``."""
+    pp, vp = c.pp.astype(float), c.vp.astype(float)
+    passes = c.num_microbatches * vp
+    warmup = np.where(pp > 1, (pp - 1) + (vp - 1) * pp + 1, 1.0)
+    return np.clip((passes - warmup) / np.maximum(passes, 1.0), 0.0, 1.0)
+
+
+def ep_layer_s(model: ModelSpec, lc: dict, c: Candidates, x: dict):
+    """Exposed expert-parallel communication of one MoE layer for one microbatch,
+    ``(forward, backward)`` seconds: the dispatch and the combine forward, their
+    gradients backward (:func:`a2a_s` each), again where backward re-runs the forward (full
+    recompute, the ``moe`` module). ``x``:
+    :func:`configurator.cost.communication.expert_comm_figures`.
+
+    With ``overlap_moe_expert_parallel_comm`` (Megatron's combined 1F1B,
+    megatron/core/models/common/model_chunk_schedule_plan.py: "comm_stream: combine_bwd |
+    dispatch_fwd->dispatch_bwd | combine_fwd; comp_stream: attn_fwd | mlp_bwd->mlp_bwd_dw->
+    mlp_fwd | attn_bwd"), a paired forward and backward of one layer take
+    ``S(C_b, A_f) + S(D_f, M_b) + S(D_b, M_f) + S(C_f, A_b)`` with ``A`` the layer's work
+    before dispatch and after combine (attention, router, shared expert), ``M`` the
+    experts' (:func:`configurator.cost.compute.moe_mlp_costs` ``experts_fwd``, backward
+    twice), and ``S(comm, comp) = max(comm, comp + σ·min(comm, comp))`` (compute slowed by
+    :data:`OVERLAP_COMPUTE_SLOWDOWN` while the exchange runs); with
+    ``delay_wgrad_compute`` the experts' weight gradients (half their backward) run while
+    ``dispatch_bwd`` travels: ``S(D_f, M_b/2) + S(D_b, M_b/2 + M_f)``. What the pair takes
+    beyond its compute is exposed, on the passes the schedule pairs
+    (:func:`overlapped_share`); the others expose all four exchanges. ``moe`` recompute
+    does not apply under the overlap (its schedule calls the pieces itself)."""
+    one = a2a_s(model, lc, c, x)
+    overlap = np.asarray(c.overlap_moe_expert_parallel_comm, dtype=bool)
+    rerun = (c.recompute == RECOMPUTE_FULL) | (((c.recompute_code & RECOMPUTE_MOE) != 0)
+                                               & ~overlap)
+    plain_f, plain_b = 2 * one, 2 * one + np.where(rerun, 2 * one, 0.0)
+    if not np.any(overlap):
+        return plain_f, plain_b
+    def seg(comm, comp):
+        return np.maximum(comm, comp + OVERLAP_COMPUTE_SLOWDOWN * np.minimum(comm, comp))
+
+    m_f = lc["moe_experts_fwd"]
+    m_b = 2.0 * m_f
+    a_f = np.maximum(lc["moe_fwd"] - m_f, 0.0)
+    a_b = np.maximum(lc["moe_bwd"] - m_b, 0.0)
+    delay = bool(c.delay_wgrad_compute)
+    middle = (seg(one, m_b / 2) + seg(one, m_b / 2 + m_f) if delay
+              else seg(one, m_b) + seg(one, m_f))
+    pair = seg(one, a_f) + middle + seg(one, a_b)
+    exposed_pair = np.maximum(pair - (a_f + a_b + m_f + m_b), 0.0)
+    share = overlapped_share(c)
+    exposed = share * exposed_pair + (1.0 - share) * 4 * one
+    return (np.where(overlap, exposed / 2, plain_f), np.where(overlap, exposed / 2, plain_b))
 
 
 def layer_type_times(model: ModelSpec, c: Candidates, lc: dict, comm: dict) -> dict:
@@ -338,6 +458,8 @@ def layer_type_times(model: ModelSpec, c: Candidates, lc: dict, comm: dict) -> d
     act_bytes = 2.0 * lc["tokens"] * model.hidden_size
     tp_f, tp_b = tp_layer_s(lc, c, act_bytes, comm["tp_bw"], comm["tp_lat"],
                             lc["gemm_kw"]["gpu"].num_sms)
+    amax = amax_reduction_s(model, c, comm["gpus_per_node"])
+    tp_f, tp_b = tp_f + amax, tp_b + amax
     cp_f, cp_b = cp_layer_s(model, lc, c, comm["cp_bw"], comm["cp_lat"],
                             lc["gemm_kw"]["gpu"])
     zero = 0.0 * tp_f
@@ -351,20 +473,48 @@ def layer_type_times(model: ModelSpec, c: Candidates, lc: dict, comm: dict) -> d
     moe = host_bound(c, dict(fwd=lc["moe_fwd"], bwd=lc["moe_bwd"],
                              recompute=lc["moe_recompute"], tp_f=share * tp_f,
                              tp_b=share * tp_b, cp_f=cp_f, cp_b=cp_b, ep_f=ep_f, ep_b=ep_b),
-                     lc["moe_host"])
+                     lc["moe_host"], sync=(lc["moe_host_pre"], lc["moe_fwd"]
+                                           - lc["moe_experts_fwd"] + share * tp_f + cp_f)
+                     if moe_host_synchronised(c) else None)
     return {"dense": dense, "moe": moe}
 
 
-def host_bound(c: Candidates, t: dict, host_fwd_s) -> dict:
+def amax_reduction_s(model: ModelSpec, c: Candidates, gpus_per_node):
+    """Seconds per layer and microbatch pass (forward or backward) of FP8 delayed scaling's
+    amax reduction: Transformer Engine all-reduces the amaxes of a whole autocast region, a
+    model chunk's layers, once per forward and once per backward (TE 2.10
+    ``quantization.py`` ``reduce_and_update_fp8_tensors``) over the tp·dp·cp ranks of the
+    stage (megatron-core ``get_amax_reduction_group``); a message of a few kilobytes
+    (:func:`topology.collectives.small_all_reduce_s`), spread over the chunk's layers here.
+    0 for other recipes (current and block scaling reduce nothing across ranks beyond the
+    tensor-parallel collectives they ride on)."""
+    if not (c.precision == "fp8" and c.fp8_recipe == "delayed"):
+        return 0.0
+    ranks = (c.tp * c.dp * c.cp).astype(float)
+    layers = model.num_layers / (c.pp * c.vp).astype(float)
+    return small_all_reduce_s(ranks, gpus_per_node) / np.maximum(layers, 1.0)
+
+
+def host_bound(c: Candidates, t: dict, host_fwd_s, sync=None) -> dict:
     """A layer's times ``t`` with the host's issue time as a floor: where the forward's GPU
     work and communication take less than ``host_fwd_s`` (the backward's less than
     :data:`~configurator.cost.compute.HOST_BACKWARD_FACTOR` times it; a full recompute's
     re-run forward less than it) the GPU waits for the host, and the wait is charged to
-    compute (:func:`configurator.cost.compute.host_layer_s`)."""
+    compute (:func:`configurator.cost.compute.host_layer_s`). ``sync``: ``(host, GPU)``
+    seconds of the forward before a synchronisation of the host with the GPU
+    (:func:`configurator.cost.compute.moe_host_synchronised`): the two parts of the forward
+    cannot overlap one another, so it takes ``max(host₁, GPU₁) + max(host₂, GPU₂)``."""
     gpu_f = t["fwd"] + t["tp_f"] + t["cp_f"] + t["ep_f"]
     gpu_b = t["bwd"] + t["tp_b"] + t["cp_b"] + t["ep_b"]
     out = dict(t)
-    out["fwd"] = t["fwd"] + np.maximum(host_fwd_s - gpu_f, 0.0)
+    if sync is None:
+        out["fwd"] = t["fwd"] + np.maximum(host_fwd_s - gpu_f, 0.0)
+    else:
+        host_pre, gpu_pre = sync
+        gpu_pre = np.minimum(gpu_pre, gpu_f)
+        waits = (np.maximum(host_pre - gpu_pre, 0.0)
+                 + np.maximum(host_fwd_s - host_pre - (gpu_f - gpu_pre), 0.0))
+        out["fwd"] = t["fwd"] + waits
     out["bwd"] = t["bwd"] + np.maximum(HOST_BACKWARD_FACTOR * host_fwd_s - gpu_b, 0.0)
     out["recompute"] = np.where(c.recompute == RECOMPUTE_FULL,
                                 np.maximum(t["recompute"], host_fwd_s), t["recompute"])

@@ -177,7 +177,9 @@ class ScheduleOrder:
         return int(self.level_bounds.shape[0] - 1)
 
 
-@functools.lru_cache(maxsize=32)    # a search re-ranks 16 plans; an order is ~200 B per op
+# a search re-ranks 16 plans; validate prices ~50 schedule shapes over and over in a fit (the
+# published runs' 48 orders take 34 MB: ~70 B per op)
+@functools.lru_cache(maxsize=128)
 def schedule_order(pp: int, vp: int, num_microbatches: int) -> ScheduleOrder:
     """Compile (and cache) the schedule DAG of ``pp`` ranks, ``vp`` chunks per rank and
     ``num_microbatches`` microbatches; see :class:`ScheduleOrder`.

@@ -85,9 +85,10 @@ def throughput(model: ModelSpec, global_batch_size: int, world_size, iteration_t
 
 
 def evaluate_plan(model: ModelSpec, cluster, plan: ParallelPlan, *,
-                  node_hosts=None, gpu_order=None) -> Evaluation:
+                  node_hosts=None, gpu_order=None, measured: bool = False) -> Evaluation:
     """Estimate one plan on ``cluster`` (it need not fit). Raises InputError if Megatron
-    would reject the plan (see :func:`configurator.core.plan.check_plan`).
+    would reject the plan (see :func:`configurator.core.rules.check_plan`; ``measured``: the
+    plan of a measured run, checked as that function says).
 
     The iteration time is the exact schedule simulated on the ranks' own links
     (:class:`configurator.cost.placed.PlacedPlan`) under the placement ``node_hosts`` /
@@ -96,7 +97,7 @@ def evaluate_plan(model: ModelSpec, cluster, plan: ParallelPlan, *,
     ``schedule_and_placement``: what the exact schedule and the ranks' own links change
     against it, so the breakdown sums to the iteration time.
     """
-    check_plan(model, plan, plan.world_size)
+    check_plan(model, plan, plan.world_size, measured=measured)
     peak = cluster.gpu.peak("fp16" if plan.precision == "fp16" else "bf16")
     cluster.gpu.peak(plan.precision)  # raises for fp8 on a GPU without it
     t = iteration_time(model, cluster, Candidates.from_plan(plan))

@@ -25,7 +25,7 @@ from configurator.core.rules import check_search_options
 from configurator.search.space import (SearchSpace, enumerate_plans, layer_splits,
                                         layout_splits)
 from configurator.cost.iteration import iteration_time
-from memory_model.estimate import peak_memory_arrays
+from memory_model.estimate import peak_memory_arrays, plan_memory_options
 
 
 #: Plans of the closed-form ranking re-ranked by the simulated schedule (at least).
@@ -61,7 +61,7 @@ def candidate_memory(model: ModelSpec, c: Candidates, gpu) -> np.ndarray:
                                               c.precision),
         grad_reduce_in_bf16=c.grad_reduce_in_bf16, cp_comm_type=c.cp_comm_type,
         megatron_fsdp=c.megatron_fsdp,
-        non_tn_fp8_gemm=gpu.non_tn_fp8_gemm)
+        non_tn_fp8_gemm=gpu.non_tn_fp8_gemm, **plan_memory_options(c))
 
 
 def search(model: ModelSpec, cluster, global_batch_size: int, *, top_k: int = 10,

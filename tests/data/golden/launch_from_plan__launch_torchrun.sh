@@ -6,12 +6,12 @@
 #       distributed_optimizer=True precision=bf16 cp_comm_type=p2p attention_backend=auto
 #       overlap_grad_reduce=True overlap_param_gather=True fp8_param_gather=True
 #       grad_reduce_in_bf16=False cross_entropy_fusion=none megatron_fsdp=False
-#       tp_comm_overlap=False microbatches=16
+#       tp_comm_overlap=False a2a_overlap=False microbatches=16
 # cluster: nodes=128 gpus_per_node=8 world_size=1024
 # predicted:
-#   iteration_time_s: 18.09
-#   model_tflops_per_gpu: 180.3
-#   mfu: 0.578
+#   iteration_time_s: 17.43
+#   model_tflops_per_gpu: 187.2
+#   mfu: 0.6
 #   peak_memory_GiB: 67.51
 #
 # Usage on every node: MEGATRON_LM_DIR=/path/to/Megatron-LM bash launch_torchrun.sh [NODE_RANK] [extra pretrain_gpt.py flags...]

@@ -6,12 +6,12 @@
 #       distributed_optimizer=True precision=bf16 cp_comm_type=p2p attention_backend=auto
 #       overlap_grad_reduce=True overlap_param_gather=True fp8_param_gather=True
 #       grad_reduce_in_bf16=False cross_entropy_fusion=none megatron_fsdp=False
-#       tp_comm_overlap=False microbatches=4
+#       tp_comm_overlap=False a2a_overlap=False microbatches=4
 # cluster: nodes=4 gpus_per_node=8 world_size=32
 # predicted:
-#   iteration_time_s: 2.508
-#   model_tflops_per_gpu: 519.7
-#   mfu: 0.525
+#   iteration_time_s: 2.501
+#   model_tflops_per_gpu: 521.1
+#   mfu: 0.527
 #   peak_memory_GiB: 54.71
 #
 # Usage on every node: MEGATRON_LM_DIR=/path/to/Megatron-LM bash launch_torchrun.sh [NODE_RANK] [extra pretrain_gpt.py flags...]

@@ -6,12 +6,12 @@
 #       distributed_optimizer=True precision=fp16 cp_comm_type=p2p attention_backend=local
 #       overlap_grad_reduce=True overlap_param_gather=True fp8_param_gather=True
 #       grad_reduce_in_bf16=False cross_entropy_fusion=none megatron_fsdp=False
-#       tp_comm_overlap=False microbatches=1
+#       tp_comm_overlap=False a2a_overlap=False microbatches=1
 # cluster: nodes=32 gpus_per_node=8 world_size=256
 # predicted:
-#   iteration_time_s: 7.188
-#   model_tflops_per_gpu: 129.5
-#   mfu: 0.415
+#   iteration_time_s: 6.912
+#   model_tflops_per_gpu: 134.7
+#   mfu: 0.432
 #   peak_memory_GiB: 47.15
 #
 # Usage on every node: MEGATRON_LM_DIR=/path/to/Megatron-LM bash launch_torchrun.sh [NODE_RANK] [extra pretrain_gpt.py flags...]

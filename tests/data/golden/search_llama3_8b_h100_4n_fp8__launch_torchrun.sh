@@ -6,12 +6,12 @@
 #       distributed_optimizer=True precision=fp8 cp_comm_type=p2p attention_backend=auto
 #       overlap_grad_reduce=True overlap_param_gather=True fp8_param_gather=True
 #       grad_reduce_in_bf16=False cross_entropy_fusion=none megatron_fsdp=False
-#       tp_comm_overlap=False microbatches=8
+#       tp_comm_overlap=False a2a_overlap=False microbatches=8
 # cluster: nodes=4 gpus_per_node=8 world_size=32
 # predicted:
-#   iteration_time_s: 5.09
-#   model_tflops_per_gpu: 662.7
-#   mfu: 0.67
+#   iteration_time_s: 5.416
+#   model_tflops_per_gpu: 622.8
+#   mfu: 0.629
 #   peak_memory_GiB: 64.17
 #
 # Usage on every node: MEGATRON_LM_DIR=/path/to/Megatron-LM bash launch_torchrun.sh [NODE_RANK] [extra pretrain_gpt.py flags...]
