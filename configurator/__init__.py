@@ -9,9 +9,12 @@ checks with import-linter)::
                             topology import, audit), inputs resolved, outputs written
     configurator.report | launchers
                             ranked table, estimate text, plots | torchrun / SLURM scripts
-    configurator.search     enumeration under Megatron's rules, memory filter, ranking
-    configurator.cost       compute, communication, FLOPs, iteration time
-    memory_model | topology per-stage memory | GPUs, cluster graph, placement, collectives,
+    configurator.search     enumeration under Megatron's rules, memory filter, ranking,
+                            the placement search
+    configurator.cost       compute, communication, FLOPs, iteration time, the placed
+                            schedule
+    configurator.profiler   one decoder layer timed with torch (imported inside functions)
+    memory_model | topology per-stage memory | GPUs, cluster graph, rank order, collectives,
                             importers, probe, audit
     configurator.core       errors, units, validation, ModelSpec, ParallelPlan (the plan
                             schema), Megatron's rules, pipeline schedule, plan document

@@ -4,7 +4,8 @@
 ``torchrun`` and ``slurm`` render bash around it; ``files`` writes both scripts (and the
 search's other outputs) without following symbolic links.
 
-May import ``configurator.core`` and ``topology`` (placement), nothing of the search.
+May import ``configurator.core`` (the plan document and its placement record) and
+``topology``, nothing of the search.
 """
 
 from launchers.files import (FILE_MODE, SCRIPT_MODE, SLURM_FILE, TORCHRUN_FILE, check_out_dir,

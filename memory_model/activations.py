@@ -89,7 +89,8 @@ views of ``M`` (MHA without RoPE) or contiguous, selective keeps at most what th
 Multi-latent attention (DeepSeek-V3): Q and K have ``a`` heads of ``qk + qk_pos`` and V of
 ``v`` (``_attention_sizes``), plus the replicated low-rank latents (:func:`mla_latent_bytes`).
 Mixture-of-experts layers: :func:`moe_mlp_activation_delta`. Neither is measured against
-megatron-core with Transformer Engine here (the MoE one is, on CPU: ``tests/megatron_reference.py``).
+megatron-core with Transformer Engine here (the MoE one is, on CPU:
+``tests/megatron_reference.py``).
 
 Terms of order ``X`` or ``s·d`` (norm statistics, RoPE frequencies, int64 token ids and
 cross-entropy targets) are left out: below 0.1 % of a layer at ``h ≥ 1024``.
@@ -115,9 +116,9 @@ from __future__ import annotations
 import numpy as np
 
 from configurator.core.model import ModelSpec
-from configurator.core.plan import (RECOMPUTE_CORE_ATTN, RECOMPUTE_FULL, RECOMPUTE_LAYERNORM,
-                                    RECOMPUTE_MLA_UP_PROJ, RECOMPUTE_MLP, RECOMPUTE_MOE,
-                                    RECOMPUTE_MOE_ACT, RECOMPUTE_SHARED_EXPERTS)
+from configurator.core.plan_values import (RECOMPUTE_CORE_ATTN, RECOMPUTE_FULL, RECOMPUTE_LAYERNORM,
+                                           RECOMPUTE_MLA_UP_PROJ, RECOMPUTE_MLP, RECOMPUTE_MOE,
+                                           RECOMPUTE_MOE_ACT, RECOMPUTE_SHARED_EXPERTS)
 from configurator.core.schedule import inflight_layers, inflight_microbatches_1f1b
 from memory_model.params import padded_vocab_size
 
@@ -244,10 +245,10 @@ def recompute_module_bytes(model: ModelSpec, *, mbs, seq, tp, sp, etp, recompute
                            stores_scores: bool = False):
     """``(every layer, an MoE layer's MLP)``: bytes per layer and microbatch that selective
     recompute's modules (bits of the recompute code,
-    :func:`configurator.core.plan.recompute_code`) drop from what a layer keeps, and
+    :func:`configurator.core.plan_terms.recompute_code`) drop from what a layer keeps, and
     re-materialise while that layer's backward recomputes them (arrays broadcast; 0 without
     those bits). ``capacity``: the routed copies' share
-    (:func:`configurator.cost.compute.capacity_share`); ``whole_moe``: whether the ``moe``
+    (:func:`configurator.core.plan_terms.capacity_share`); ``whole_moe``: whether the ``moe``
     module applies (not under the all-to-all overlap).
 
     ``mlp`` (a dense layer's ``_forward_mlp`` checkpointed on its input): the MLP terms
@@ -426,7 +427,7 @@ def offloaded_layer_bytes(model: ModelSpec, modules: str, *, mbs, seq, tp, sp, e
                           stores_scores: bool = False):
     """``(every layer, an MoE layer's extra)``: bytes per layer and microbatch that
     fine-grained activation offloading of ``modules`` (comma-separated
-    :data:`configurator.core.plan.OFFLOAD_MODULES`) moves to host memory between forward and
+    :data:`configurator.core.plan_values.OFFLOAD_MODULES`) moves to host memory between forward and
     backward (megatron-core 0.16.1 ``fine_grained_activation_offload.py``: each module's
     saved tensors). ``qkv_linear``: the QKV linear's saved inputs (with the input norm fused
     into it, the norm's 16-bit input too); ``attn_norm``: a separate input norm's input
@@ -465,10 +466,46 @@ def offloaded_layer_bytes(model: ModelSpec, modules: str, *, mbs, seq, tp, sp, e
     return every, moe
 
 
+def _layer_terms(model: ModelSpec, *, b, s, tp, sp, rc, etp, overlap, precision: str,
+                 capacity, offload_modules: str, stores_scores: bool) -> dict:
+    """What one layer and microbatch keep and re-materialise, by what they depend on alone
+    (micro_batch_size ``b``, sequence per rank ``s``, tp, sp, the recompute code ``rc``,
+    etp, the all-to-all ``overlap``): the terms :func:`stage_activation_phases` combines
+    with the stage's layers and microbatches in flight (arrays broadcast; bytes)."""
+    xh = s * b * model.hidden_size
+    rep_div = np.where(sp, tp, 1.0)
+    t = {"moe_delta": moe_mlp_activation_delta(model, mbs=b, seq=s, tp=tp, etp=etp,
+                                               precision=precision, recompute=rc, sp=sp,
+                                               capacity=capacity, whole_moe=~overlap,
+                                               stores_scores=stores_scores),
+         "layer": layer_activation_bytes(model, mbs=b, seq=s, tp=tp, sp=sp, recompute=rc,
+                                         stores_scores=stores_scores, precision=precision)}
+    if offload_modules:
+        t["off_every"], t["off_moe"] = offloaded_layer_bytes(
+            model, offload_modules, mbs=b, seq=s, tp=tp, sp=sp, etp=etp, recompute=rc,
+            precision=precision, capacity=capacity, stores_scores=stores_scores)
+    t["ckpt"] = checkpoint_bytes(model, mbs=b, seq=s, tp=tp, sp=sp)
+    t["emb_mask"] = (model.hidden_dropout > 0) * xh / rep_div
+    v_pad = padded_vocab_size(model.vocab_size, tp)
+    t["last"] = 4 * xh / rep_div + 4 * s * b * v_pad / tp
+    q, kv, qkv = _attention_sizes(model, s, b, tp)
+    # norm input (16-bit) and QKV input (quantised under FP8) plus the checkpointed Q, K, V
+    t["layer_left"] = np.where(rc == RECOMPUTE_FULL, t["ckpt"],
+                               (2 + _qkv_input_bytes(model, precision)) * xh / rep_div
+                               + _handed_qkv_bytes(model, q, kv, qkv))
+    t["working"] = recompute_working_bytes(model, mbs=b, seq=s, tp=tp, sp=sp, recompute=rc,
+                                           stores_scores=stores_scores, precision=precision)
+    t["every"], t["moe"] = recompute_module_bytes(
+        model, mbs=b, seq=s, tp=tp, sp=sp, etp=etp, recompute=rc, precision=precision,
+        capacity=capacity, whole_moe=~overlap, stores_scores=stores_scores)
+    return t
+
+
 def stage_activation_phases(model: ModelSpec, *, mbs, seq, tp, pp, vp, sp, recompute,
                             num_microbatches, stage, stores_scores: bool, rank_layers=None,
                             rank_moe_layers=None, etp=1, precision: str = "bf16",
-                            capacity=1.0, a2a_overlap=False, offload_modules: str = ""):
+                            capacity=1.0, a2a_overlap=False, offload_modules: str = "",
+                            rows=None):
     """Activation bytes on one GPU of ``stage`` at the two candidate peaks (arrays broadcast).
 
     Returns ``(forward_end, recompute)``: at the end of the forward of the last microbatch in
@@ -487,67 +524,50 @@ def stage_activation_phases(model: ModelSpec, *, mbs, seq, tp, pp, vp, sp, recom
     ``moe`` recompute module. ``offload_modules``: fine-grained activation offloading
     (:func:`offloaded_layer_bytes`) keeps every layer-microbatch's offloaded tensors in host
     memory but the last one's (the last group of each module stays, so that its reload
-    never waits).
+    never waits). ``rows``: ``(first, inverse)`` of :func:`configurator.core.rows.row_groups`
+    over the plans' (micro_batch_size, cp, tp, sp, recompute, etp, all-to-all overlap): the
+    layer's own terms are computed once per distinct row (same values).
     """
     s, b, tp = (np.asarray(x, dtype=float) for x in (seq, mbs, tp))
     pp, stage = np.asarray(pp), np.asarray(stage)
     rc = np.asarray(recompute)
-    h = model.hidden_size
-    xh = s * b * h
-    rep_div = np.where(sp, tp, 1.0)
+    overlap = np.asarray(a2a_overlap, dtype=bool)
+    inputs = dict(b=b, s=s, tp=tp, sp=np.asarray(sp), rc=rc, etp=np.asarray(etp),
+                  overlap=overlap)
+    if rows is not None:
+        first, inverse = rows
+        inputs = {k: np.broadcast_to(v, inverse.shape)[first] if np.ndim(v) else v
+                  for k, v in inputs.items()}
+    t = _layer_terms(model, **inputs, precision=precision, capacity=capacity,
+                     offload_modules=offload_modules, stores_scores=stores_scores)
+    if rows is not None:
+        t = {k: v[inverse] if np.ndim(v) else v for k, v in t.items()}
     if rank_layers is None:
         rank_layers = model.num_layers / pp
     if rank_moe_layers is None:
         rank_moe_layers = model.num_moe_layers / pp
     rank_layers = np.asarray(rank_layers, dtype=float)
     moe_share = np.asarray(rank_moe_layers, dtype=float) / np.maximum(rank_layers, 1.0)
-    overlap = np.asarray(a2a_overlap, dtype=bool)
     n = inflight_layers(model.num_layers, pp=pp, vp=vp, num_microbatches=num_microbatches,
                         stage=stage, rank_layers=rank_layers) + np.where(
         overlap, rank_layers / np.asarray(vp, dtype=float), 0.0)
-    moe_delta = moe_mlp_activation_delta(model, mbs=b, seq=s, tp=tp, etp=etp,
-                                         precision=precision, recompute=rc, sp=sp,
-                                         capacity=capacity, whole_moe=~overlap,
-                                         stores_scores=stores_scores)
-    per_layer = layer_activation_bytes(model, mbs=b, seq=s, tp=tp, sp=sp, recompute=rc,
-                                       stores_scores=stores_scores,
-                                       precision=precision) + moe_share * moe_delta
-    if offload_modules:
-        off_every, off_moe = offloaded_layer_bytes(
-            model, offload_modules, mbs=b, seq=s, tp=tp, sp=sp, etp=etp, recompute=rc,
-            precision=precision, capacity=capacity, stores_scores=stores_scores)
-        offloaded = off_every + moe_share * off_moe
-    else:
-        offloaded = 0.0
-    ckpt = checkpoint_bytes(model, mbs=b, seq=s, tp=tp, sp=sp)
-    kept = np.where(rc == RECOMPUTE_FULL, ckpt, per_layer)
+    per_layer = t["layer"] + moe_share * t["moe_delta"]
+    offloaded = t["off_every"] + moe_share * t["off_moe"] if offload_modules else 0.0
+    kept = np.where(rc == RECOMPUTE_FULL, t["ckpt"], per_layer)
     mb_first = inflight_microbatches_1f1b(pp, num_microbatches, stage)
-    emb_mask = (model.hidden_dropout > 0) * xh / rep_div * mb_first
-    emb = np.where(stage == 0, emb_mask, 0.0)
-    v_pad = padded_vocab_size(model.vocab_size, tp)
-    last = 4 * xh / rep_div + 4 * s * b * v_pad / tp
+    emb = np.where(stage == 0, t["emb_mask"] * mb_first, 0.0)
     # the other layer-microbatches' offloaded tensors wait in host memory
     on_host = np.maximum(n - 1, 0.0) * np.where(rc == RECOMPUTE_FULL, 0.0, offloaded)
-    forward_end = n * kept - on_host + emb + np.where(stage == pp - 1, last, 0.0)
-    q, kv, qkv = _attention_sizes(model, s, b, tp)
-    # norm input (16-bit) and QKV input (quantised under FP8) plus the checkpointed Q, K, V
-    layer_left = np.where(rc == RECOMPUTE_FULL, ckpt,
-                          (2 + _qkv_input_bytes(model, precision)) * xh / rep_div
-                          + _handed_qkv_bytes(model, q, kv, qkv))
-    working = recompute_working_bytes(model, mbs=b, seq=s, tp=tp, sp=sp, recompute=rc,
-                                      stores_scores=stores_scores, precision=precision)
+    forward_end = n * kept - on_host + emb + np.where(stage == pp - 1, t["last"], 0.0)
     # a fully recomputed MoE layer re-materialises its routed tokens too
-    working = working + np.where((rc == RECOMPUTE_FULL) & (np.asarray(rank_moe_layers) > 0),
-                                  moe_delta, 0.0)
-    recompute_peak = (n - 1) * kept + layer_left + working + emb - on_host
+    working = t["working"] + np.where(
+        (rc == RECOMPUTE_FULL) & (np.asarray(rank_moe_layers) > 0), t["moe_delta"], 0.0)
+    recompute_peak = (n - 1) * kept + t["layer_left"] + working + emb - on_host
     attn_or_full = (rc == RECOMPUTE_FULL) | ((rc & RECOMPUTE_CORE_ATTN) != 0)
     # layernorm / moe_act: the last layer's MLP backward re-materialises what they dropped
-    every, moe = recompute_module_bytes(model, mbs=b, seq=s, tp=tp, sp=sp, etp=etp,
-                                        recompute=rc, precision=precision, capacity=capacity,
-                                        whole_moe=~overlap, stores_scores=stores_scores)
     modules = (rc & ~(RECOMPUTE_CORE_ATTN | RECOMPUTE_FULL)) != 0
-    module_peak = ((n - 1) * kept + per_layer + every
-                   + np.where(np.asarray(rank_moe_layers) > 0, moe, 0.0) + emb - on_host)
+    module_peak = ((n - 1) * kept + per_layer + t["every"]
+                   + np.where(np.asarray(rank_moe_layers) > 0, t["moe"], 0.0) + emb - on_host)
     peak = np.maximum(np.where(attn_or_full, recompute_peak, 0.0),
                       np.where(modules, module_peak, 0.0))
     return forward_end, np.where(rc == 0, 0.0, peak)

@@ -6,7 +6,7 @@ main-grad buffer (4 in fp32 for bf16/fp8, since Megatron forces
 ``accumulate_allreduce_grads_in_fp32`` with bf16; 2 for fp16, ``--grad-reduce-in-bf16`` or
 the precision-aware optimizer's ``--main-grads-dtype bf16``), fp32 master weights, Adam m
 and v (12; the precision-aware optimizer's dtypes make it less:
-:func:`configurator.core.plan.optimizer_state_bytes`). The distributed optimizer shards the
+:func:`configurator.core.plan_terms.optimizer_state_bytes`). The distributed optimizer shards the
 state over the data-parallel group (dp·cp ranks: with context parallelism gradients are
 reduced over the combined dp-cp group).
 
@@ -45,11 +45,14 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from configurator.core.candidates import Candidates
 from configurator.core.layers import rank_layer_counts, stage_class_arrays
 from configurator.core.model import ModelSpec
-from configurator.core.plan import (ParallelPlan, capacity_share, fp8_weights_gathered,
-                                    is_fp8, main_grad_bytes, optimizer_state_bytes,
-                                    recompute_code)
+from configurator.core.rows import row_groups
+from configurator.core.plan import ParallelPlan
+from configurator.core.plan_terms import (capacity_share, fp8_weights_gathered, main_grad_bytes,
+                                          optimizer_state_bytes)
+from configurator.core.plan_values import is_fp8
 from configurator.core.units import GiB
 from memory_model.activations import linear_input_bytes, stage_activation_bytes
 from memory_model.params import (dense_layer_parameters, embedding_parameters,
@@ -129,7 +132,8 @@ def memory_arrays(model: ModelSpec, *, tp, pp, dp, cp, vp, mbs, num_microbatches
                   cp_comm_type: str = "p2p",
                   megatron_fsdp: bool = False, optimizer_bytes: float = 12.0,
                   main_grads_dtype: str = "fp32", capacity=1.0, a2a_overlap=False,
-                  offload_modules: str = "") -> dict[str, np.ndarray]:
+                  offload_modules: str = "", rows=None,
+                  activations: bool = True) -> dict[str, np.ndarray]:
     """Memory per GPU of ``stage`` for arrays of plans (bytes; keys as MemoryBreakdown).
 
     ``rank_layers``/``rank_moe_layers``: decoder and MoE layers the rank builds (default: an
@@ -138,20 +142,22 @@ def memory_arrays(model: ModelSpec, *, tp, pp, dp, cp, vp, mbs, num_microbatches
     over ``dp·cp``. ``non_tn_fp8_gemm``: the GPU runs FP8 GEMMs in any layout (Blackwell), so
     ``fp8`` keeps no weight transpose (:func:`fp8_weight_bytes`). ``fp8_param_gather``:
     whether the GEMM weights are FP8 only, without the 16-bit copy (arrays broadcast; the
-    plan's :func:`configurator.core.plan.fp8_weights_gathered`). ``grad_reduce_in_bf16``:
+    plan's :func:`configurator.core.plan_terms.fp8_weights_gathered`). ``grad_reduce_in_bf16``:
     the plan field (``--grad-reduce-in-bf16``; Megatron-Bridge's
     ``grad_reduce_in_fp32=False``), a 16-bit main-grad buffer
-    (:func:`configurator.core.plan.main_grad_bytes`). ``cp_comm_type``: the plans'
+    (:func:`configurator.core.plan_terms.main_grad_bytes`). ``cp_comm_type``: the plans'
     context-parallel communication
     (:func:`cp_gather_bytes`). ``megatron_fsdp``: the weights and main gradients are sharded
     like the optimizer state, plus the full weights and gradients of
     :data:`FSDP_LIVE_UNITS` units of the largest (a layer or the embedding) being gathered
     and reduced. ``optimizer_bytes``: optimizer-state bytes per parameter before sharding
-    (:func:`configurator.core.plan.optimizer_state_bytes`: 12, less with the
+    (:func:`configurator.core.plan_terms.optimizer_state_bytes`: 12, less with the
     precision-aware optimizer's dtypes); ``main_grads_dtype``: its main-gradient dtype.
     ``capacity``, ``a2a_overlap``, ``offload_modules``: the routed copies' share under a
     capacity factor, the expert all-to-all overlap's schedule and fine-grained activation
-    offloading (:func:`memory_model.activations.stage_activation_phases`)."""
+    offloading (:func:`memory_model.activations.stage_activation_phases`, as is ``rows``,
+    the plans grouped by what a layer's activations depend on). ``activations=False``:
+    leave the activations out (0), a lower bound of the total."""
     non_expert, expert = stage_parameter_split(model, tp, pp, stage, layers=rank_layers,
                                                moe_layers=rank_moe_layers, ep=ep, etp=etp)
     params = non_expert + expert
@@ -161,13 +167,12 @@ def memory_arrays(model: ModelSpec, *, tp, pp, dp, cp, vp, mbs, num_microbatches
     shard = np.where(distributed_optimizer, dp_cp, 1)
     expert_shard = np.where(distributed_optimizer,
                             np.asarray(tp) * dp_cp / (np.asarray(ep) * np.asarray(etp)), 1)
-    act = stage_activation_bytes(model, mbs=mbs, seq=model.seq_length / np.asarray(cp), tp=tp,
-                                 pp=pp, vp=vp, sp=sp, recompute=recompute,
-                                 num_microbatches=num_microbatches, stage=stage,
-                                 stores_scores=stores_scores, rank_layers=rank_layers,
-                                 rank_moe_layers=rank_moe_layers, etp=etp,
-                                 precision=precision, capacity=capacity,
-                                 a2a_overlap=a2a_overlap, offload_modules=offload_modules)
+    act = 0.0 if not activations else stage_activation_bytes(
+        model, mbs=mbs, seq=model.seq_length / np.asarray(cp), tp=tp, pp=pp, vp=vp, sp=sp,
+        recompute=recompute, num_microbatches=num_microbatches, stage=stage,
+        stores_scores=stores_scores, rank_layers=rank_layers, rank_moe_layers=rank_moe_layers,
+        etp=etp, precision=precision, capacity=capacity, a2a_overlap=a2a_overlap,
+        offload_modules=offload_modules, rows=rows)
     held, gemm_held = params, gemm_params     # parameters whose weights and grads are held
     if megatron_fsdp:
         unit = np.maximum(dense_layer_parameters(model, tp), embedding_parameters(model, tp))
@@ -190,15 +195,45 @@ def memory_arrays(model: ModelSpec, *, tp, pp, dp, cp, vp, mbs, num_microbatches
     return out
 
 
+#: Plans above which :func:`peak_memory_arrays` groups them by their layer's inputs.
+GROUP_ROWS_ABOVE = 1024
+
+
 def peak_memory_arrays(model: ModelSpec, *, first=0, last=0, account_embedding=False,
-                       account_loss=False, layout: str = "", **kw) -> np.ndarray:
+                       account_loss=False, layout: str = "", limit_bytes: float | None = None,
+                       **kw) -> np.ndarray:
     """Worst stage's total bytes. Ranks are grouped by what they hold
     (:func:`configurator.core.layers.stage_class_arrays`); within a group the lowest rank
     holds the most microbatches in flight, so only it is evaluated. ``first``, ``last``,
-    ``account_*``, ``layout``: the plan's layer-split fields (default: even)."""
-    classes = stage_class_arrays(model, pp=kw["pp"], vp=kw["vp"], first=first, last=last,
-                                 account_embedding=account_embedding, account_loss=account_loss,
-                                 layout=layout)
+    ``account_*``, ``layout``: the plan's layer-split fields (default: even). Above
+    :data:`GROUP_ROWS_ABOVE` plans, a layer's activation terms are computed once per
+    distinct (micro_batch_size, cp, tp, sp, recompute, etp, all-to-all overlap) row
+    (:func:`configurator.core.rows.row_groups`) and shared by every stage class.
+
+    ``limit_bytes`` (a capacity): plans whose weights, gradients, optimizer state and fixed
+    allowance alone exceed it get that figure, a lower bound above the limit, instead of
+    their peak (their activations are not computed); the others get their peak."""
+    split = dict(first=first, last=last, account_embedding=account_embedding,
+                 account_loss=account_loss, layout=layout)
+    classes = stage_class_arrays(model, pp=kw["pp"], vp=kw["vp"], **split)
+    n = np.size(kw["pp"])
+    if limit_bytes is not None and np.ndim(kw["pp"]) == 1 and n > GROUP_ROWS_ABOVE:
+        peak = _class_peak(model, classes, dict(kw, activations=False))
+        keep = np.flatnonzero(peak <= limit_bytes)
+        if len(keep) < n:
+            if len(keep):
+                sub = {k: v[keep] if np.ndim(v) == 1 else v for k, v in {**split, **kw}.items()}
+                peak[keep] = peak_memory_arrays(model, **sub)
+            return peak
+    if n > GROUP_ROWS_ABOVE:
+        kw["rows"] = row_groups(kw["mbs"], kw["cp"], kw["tp"], kw["sp"], kw["recompute"],
+                                kw.get("etp", 1), kw.get("a2a_overlap", False))
+    peak = _class_peak(model, classes, kw)
+    return peak if np.ndim(kw["pp"]) or np.size(peak) != 1 else peak.reshape(())
+
+
+def _class_peak(model: ModelSpec, classes: dict, kw: dict) -> np.ndarray:
+    """The largest :func:`memory_arrays` total over the stage ``classes``' lowest ranks."""
     peak = None
     last = np.asarray(kw["pp"]) - 1
     for k in range(classes["stage"].shape[1]):
@@ -214,15 +249,36 @@ def peak_memory_arrays(model: ModelSpec, *, first=0, last=0, account_embedding=F
                             rank_moe_layers=classes["moe_layers"][:, k], **kw)["total_bytes"]
         tot = np.where(classes["count"][:, k] > 0, tot, 0.0)
         peak = tot if peak is None else np.maximum(peak, tot)
-    return peak if np.ndim(kw["pp"]) or np.size(peak) != 1 else peak.reshape(())
+    return peak
 
 
-def plan_memory_options(p) -> dict:
-    """The keyword arguments of :func:`memory_arrays` that a plan's (or candidates')
-    optimizer, MoE and offloading fields give."""
-    return dict(optimizer_bytes=optimizer_state_bytes(p), main_grads_dtype=p.main_grads_dtype,
-                capacity=capacity_share(p), a2a_overlap=p.overlap_moe_expert_parallel_comm,
-                offload_modules=p.offload_modules)
+def memory_inputs(c: Candidates, *, non_tn_fp8_gemm: bool = False) -> dict:
+    """The keyword arguments of :func:`memory_arrays` and :func:`peak_memory_arrays` for the
+    plans of ``c`` (:class:`configurator.core.candidates.Candidates`; one plan:
+    ``Candidates.from_plan``): the one place the memory model reads plan fields.
+    ``non_tn_fp8_gemm``: the GPU's (:func:`fp8_weight_bytes`)."""
+    return dict(
+        tp=c.tp, pp=c.pp, dp=c.dp, cp=c.cp, vp=c.vp, mbs=c.mbs,
+        num_microbatches=c.num_microbatches, recompute=c.recompute_code,
+        sp=c.sequence_parallel, distributed_optimizer=c.distributed_optimizer,
+        precision=c.precision, stores_scores=c.stores_scores, ep=c.ep, etp=c.etp,
+        fp8_param_gather=fp8_weights_gathered(c.fp8_param_gather, c.distributed_optimizer,
+                                              c.precision),
+        grad_reduce_in_bf16=c.grad_reduce_in_bf16, cp_comm_type=c.cp_comm_type,
+        megatron_fsdp=c.megatron_fsdp, non_tn_fp8_gemm=non_tn_fp8_gemm,
+        optimizer_bytes=optimizer_state_bytes(c), main_grads_dtype=c.main_grads_dtype,
+        capacity=capacity_share(c), a2a_overlap=c.overlap_moe_expert_parallel_comm,
+        offload_modules=c.offload_modules)
+
+
+def peak_memory(model: ModelSpec, c: Candidates, *, non_tn_fp8_gemm: bool = False,
+                limit_bytes: float | None = None) -> np.ndarray:
+    """Peak bytes over pipeline stages for every plan of ``c`` (shape ``(len(c),)``), its
+    layer-split fields included (:func:`peak_memory_arrays`, as is ``limit_bytes``)."""
+    return peak_memory_arrays(
+        model, first=c.first, last=c.last, account_embedding=c.acct_emb,
+        account_loss=c.acct_loss, layout=c.layout, limit_bytes=limit_bytes,
+        **memory_inputs(c, non_tn_fp8_gemm=non_tn_fp8_gemm))
 
 
 def estimate_memory(model: ModelSpec, plan: ParallelPlan, *,
@@ -231,19 +287,10 @@ def estimate_memory(model: ModelSpec, plan: ParallelPlan, *,
     ``non_tn_fp8_gemm``: the GPU's (:func:`fp8_weight_bytes`)."""
     stages = np.arange(plan.pp)
     counts = rank_layer_counts(model, *plan.layer_split)
-    arrays = memory_arrays(
-        model, tp=plan.tp, pp=plan.pp, dp=plan.dp, cp=plan.cp, vp=plan.vp,
-        mbs=plan.micro_batch_size, num_microbatches=plan.num_microbatches,
-        recompute=recompute_code(plan.recompute, plan.recompute_modules),
-        sp=plan.sequence_parallel,
-        distributed_optimizer=plan.distributed_optimizer, stage=stages,
-        precision=plan.precision, stores_scores=plan.stores_attention_scores,
-        ep=plan.ep, etp=plan.etp, rank_layers=counts[:, 0], rank_moe_layers=counts[:, 1],
-        fp8_param_gather=fp8_weights_gathered(plan.fp8_param_gather,
-                                              plan.distributed_optimizer, plan.precision),
-        grad_reduce_in_bf16=plan.grad_reduce_in_bf16, cp_comm_type=plan.cp_comm_type,
-        megatron_fsdp=plan.megatron_fsdp, non_tn_fp8_gemm=non_tn_fp8_gemm,
-        **plan_memory_options(plan))
+    arrays = memory_arrays(model, stage=stages, rank_layers=counts[:, 0],
+                           rank_moe_layers=counts[:, 1],
+                           **memory_inputs(Candidates.from_plan(plan),
+                                           non_tn_fp8_gemm=non_tn_fp8_gemm))
     return [MemoryBreakdown(stage=int(i), **{k: float(np.broadcast_to(v, stages.shape)[i])
                                              for k, v in arrays.items()})
             for i in stages]

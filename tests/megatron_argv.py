@@ -12,8 +12,10 @@ from pathlib import Path
 
 from configurator.core.errors import InputError
 from configurator.core.layers import parse_layout
-from configurator.core.model import MODEL_PRESETS, make_model
-from configurator.core.plan import CP_COMM_TYPES, CROSS_ENTROPY_FUSIONS, ParallelPlan
+from configurator.core.model import make_model
+from configurator.core.model_presets import MODEL_PRESETS
+from configurator.core.plan import ParallelPlan
+from configurator.core.plan_values import CP_COMM_TYPES, CROSS_ENTROPY_FUSIONS
 from configurator.core.rules import check_plan
 
 FLAGS_FILE = Path(__file__).parent / "data" / "megatron_core_v0_16_flags.txt"

@@ -141,7 +141,7 @@ _NOT_SPEC = ("recompute", "num_layers", "recompute_modules", "capacity")
 
 def recompute_of(name: str) -> int:
     """The recompute code of config ``name`` (its modules' bits with selective)."""
-    from configurator.core.plan import recompute_code
+    from configurator.core.plan_terms import recompute_code
     c = ALL_CONFIGS[name]
     return int(recompute_code(c["recompute"], c.get("recompute_modules", "core_attn")))
 
@@ -150,7 +150,7 @@ def capacity_of(name: str) -> float:
     """The routed copies' share of config ``name`` (``capacity_share`` of its factor)."""
     from types import SimpleNamespace
 
-    from configurator.core.plan import capacity_share
+    from configurator.core.plan_terms import capacity_share
     cf, pad = ALL_CONFIGS[name].get("capacity", (0.0, False))
     return capacity_share(SimpleNamespace(moe_expert_capacity_factor=cf,
                                           moe_pad_expert_input_to_capacity=pad))

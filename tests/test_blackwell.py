@@ -16,8 +16,9 @@ import pytest
 import topology.gpus as gpus_module
 from configurator.core.candidates import Candidates
 from configurator.core.errors import InputError
-from configurator.core.model import MODEL_PRESETS
-from configurator.core.plan import PLAN_FIELD, PRECISION, ParallelPlan, is_fp8
+from configurator.core.model_presets import MODEL_PRESETS
+from configurator.core.plan import PLAN_FIELD, ParallelPlan
+from configurator.core.plan_values import PRECISION, is_fp8
 from configurator.core.rules import plan_for_world
 from configurator.cost.compute import layer_costs
 from configurator.cost.placed import PlacedPlan
@@ -26,13 +27,14 @@ from launchers.megatron_flags import flag_argv, megatron_flags
 from memory_model.estimate import memory_arrays
 from memory_model.params import stage_non_gemm_parameters, stage_parameters
 from tests.conftest import run_cli
-from tests.placement_cases import assert_links_agree
+from tests.support.placement_cases import assert_links_agree
 from tests.megatron_argv import LLAMA8, assert_validate_args_rules, parse_argv
 from tests.test_scale import shapes, slow_group_busbw, slow_p2p_worst
-from topology.cluster import (CLUSTER_PRESETS, build_cluster, cluster_from_config,
-                              load_cluster, ring_figures)
+from topology.cluster import build_cluster
+from topology.cluster_files import CLUSTER_PRESETS, cluster_from_config, load_cluster
+from topology.group_figures import ring_figures
 from topology.gpus import GPU_PRESETS
-from topology.placement import group_shape
+from topology.rank_order import group_shape
 
 NVL72 = ("gb200-nvl72", "gb300-nvl72")
 TP_BYTES = 1e9

@@ -18,12 +18,12 @@ from configurator.cli import build_parser, main
 from configurator.cli.commands import COMMANDS
 from configurator.cli.options import GROUPS
 from configurator.cli.reference import _subparsers, reference
-from configurator.core.model import MODEL_PRESETS, load_model
+from configurator.core.model_presets import MODEL_PRESETS, load_model
 from configurator.core.validate import close_matches, did_you_mean, preset_name
 from configurator.report.table import format_table
 from configurator.search.rank import search
 from tests.conftest import run_cli
-from topology.cluster import CLUSTER_PRESETS, load_cluster
+from topology.cluster_files import CLUSTER_PRESETS, load_cluster
 
 H100 = "dgx-h100-80gb"
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,8 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from configurator.app.network_jobs import (cluster_ref_for, island_crossings,
-                                           used_host_pairs)
+from configurator.app.audit_costs import cluster_ref_for, island_crossings, used_host_pairs
 from configurator.core.plan import ParallelPlan
 from configurator.report.network_html import SECTIONS
 from tests.conftest import REAL_CLUSTER, run_cli

@@ -13,8 +13,9 @@ import pytest
 
 from configurator.core.candidates import Candidates
 from configurator.core.errors import InputError
-from configurator.core.model import MODEL_PRESETS
-from configurator.core.plan import CP_COMM_TYPES, ParallelPlan
+from configurator.core.model_presets import MODEL_PRESETS
+from configurator.core.plan import ParallelPlan
+from configurator.core.plan_values import CP_COMM_TYPES
 from configurator.core.rules import check_plan
 from configurator.cost.communication import comm_figures
 from configurator.cost.compute import layer_costs
@@ -23,7 +24,7 @@ from configurator.search.evaluate import evaluate_plan
 from configurator.search.space import enumerate_plans
 from launchers.megatron_flags import megatron_flags
 from memory_model.estimate import cp_gather_bytes, estimate_memory
-from topology.cluster import load_cluster
+from topology.cluster_files import load_cluster
 from topology.collectives import all_gather_time_s
 
 LLAMA = MODEL_PRESETS["llama3-8b"]          # 32 heads, 8 query groups
@@ -169,7 +170,7 @@ def test_search_takes_it_and_says_so(capsys):
 
 
 def _measured_attention():
-    """``tests/data/attention_masks.csv`` (``bench/attention_masks.py --csv`` on an H200):
+    """``tests/data/attention_masks.csv`` (``bench.kernels.attention_masks --csv``, H200):
     ``{(backend, mask): {keys: rate}}``, the forward and 2.5× the backward at one rate."""
     import csv
     from pathlib import Path
@@ -298,15 +299,17 @@ def test_attention_dropout_costs_what_the_kernel_pays_per_visited_score():
 
 
 def test_attention_masks_bench_runs_on_the_cpu_and_refuses_bad_lengths(tmp_path):
-    """``bench/attention_masks.py --dry-run`` times both masks with torch's math backend and
-    writes its CSV in the columns the test data uses; bad ``--lengths`` exit 2 in one line."""
+    """``python -m bench.kernels.attention_masks --dry-run`` times both masks with torch's
+    math backend and writes its CSV in the columns the test data uses; bad ``--lengths`` exit
+    2 in one line."""
     from pathlib import Path
 
     root = Path(__file__).resolve().parent.parent
     out = tmp_path / "rates.csv"
-    res = subprocess.run([sys.executable, "bench/attention_masks.py", "--dry-run", "--heads",
-                          "2", "--head-dim", "16", "--repeats", "1", "--warmup", "0", "--csv",
-                          str(out)], cwd=root, capture_output=True, text=True, timeout=120)
+    res = subprocess.run([sys.executable, "-m", "bench.kernels.attention_masks", "--dry-run",
+                          "--heads", "2", "--head-dim", "16", "--repeats", "1", "--warmup", "0",
+                          "--csv", str(out)], cwd=root, capture_output=True, text=True,
+                         timeout=120)
     assert res.returncode == 0, res.stderr
     lines = out.read_text().splitlines()
     assert lines[0] == (root / "tests/data/attention_masks.csv").read_text().splitlines()[0]
@@ -314,12 +317,13 @@ def test_attention_masks_bench_runs_on_the_cpu_and_refuses_bad_lengths(tmp_path)
         ("math", m, k, p) for m, p in (("causal", "0"), ("none", "0"), ("causal", "0.1"))
         for k in ("64", "128")}
     for bad in ("3,x", "3000"):
-        res = subprocess.run([sys.executable, "bench/attention_masks.py", "--lengths", bad],
+        res = subprocess.run([sys.executable, "-m", "bench.kernels.attention_masks",
+                              "--lengths", bad],
                              cwd=root, capture_output=True, text=True, timeout=60)
         assert res.returncode == 2 and "--lengths" in res.stderr.splitlines()[-1]
     import torch
-    if not torch.cuda.is_available():   # profile_jobs.bench_torch: one line, exit code 2
-        res = subprocess.run([sys.executable, "bench/attention_masks.py"], cwd=root,
-                             capture_output=True, text=True, timeout=60)
+    if not torch.cuda.is_available():   # profiler.timing.bench_torch: one line, exit code 2
+        res = subprocess.run([sys.executable, "-m", "bench.kernels.attention_masks"],
+                             cwd=root, capture_output=True, text=True, timeout=60)
         assert res.returncode == 2 and res.stderr.strip().splitlines() == [
             "attention_masks: device='cpu': needs a CUDA device (--dry-run: the CPU)"]

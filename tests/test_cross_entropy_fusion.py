@@ -11,8 +11,9 @@ import json
 import pytest
 
 from configurator.core.candidates import Candidates
-from configurator.core.model import MODEL_PRESETS
-from configurator.core.plan import CROSS_ENTROPY_FUSIONS, ParallelPlan
+from configurator.core.model_presets import MODEL_PRESETS
+from configurator.core.plan import ParallelPlan
+from configurator.core.plan_values import CROSS_ENTROPY_FUSIONS
 from configurator.cost.compute import layer_costs
 from configurator.cost.groundtruth import bridge_runs
 from configurator.cost.iteration import CROSS_ENTROPY_BYTES, stage_extras_s
@@ -20,7 +21,7 @@ from launchers.megatron_flags import flag_argv, megatron_flags
 from memory_model.params import padded_vocab_size
 from tests.conftest import run_cli
 from tests.test_megatron_log import DENSE_TEXT, one, with_args
-from topology.cluster import load_cluster
+from topology.cluster_files import load_cluster
 
 LLAMA8 = MODEL_PRESETS["llama3-8b"]
 PLAN = ParallelPlan(tp=2, pp=1, dp=4, micro_batch_size=2, global_batch_size=16,

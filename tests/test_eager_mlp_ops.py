@@ -22,14 +22,15 @@ import types
 import pytest
 
 from configurator.core.candidates import Candidates
-from configurator.core.model import MODEL_PRESETS
+from configurator.core.model_presets import MODEL_PRESETS
 from configurator.core.plan import ParallelPlan
-from configurator.cost.compute import (CLAMP_BYTES, CLAMP_KERNELS, EAGER_BYTES_PER_SM_S,
-                                       EXPERT_BIAS_BYTES, EXPERT_BIAS_KERNELS,
-                                       HOST_BACKWARD_FACTOR, UNFUSED_ROPE_BYTES,
-                                       UNFUSED_ROPE_KERNELS, eager_s, layer_costs)
+from configurator.cost.compute import layer_costs
+from configurator.cost.host_ops import (CLAMP_BYTES, CLAMP_KERNELS, EAGER_BYTES_PER_SM_S,
+                                        EXPERT_BIAS_BYTES, EXPERT_BIAS_KERNELS,
+                                        HOST_BACKWARD_FACTOR, UNFUSED_ROPE_BYTES,
+                                        UNFUSED_ROPE_KERNELS, eager_s)
 from memory_model.activations import layer_activation_bytes, moe_mlp_activation_delta
-from topology.cluster import load_cluster
+from topology.cluster_files import load_cluster
 
 OSS = MODEL_PRESETS["gpt-oss-120b"]
 PLAN = ParallelPlan(tp=1, pp=4, dp=16, ep=8, etp=1, micro_batch_size=1,
@@ -225,7 +226,8 @@ def test_megatron_core_keeps_both_copies_on_the_cpu():
 
 def test_clamp_value_is_checked_and_read_from_hugging_face():
     from configurator.core.errors import InputError
-    from configurator.core.model import from_hf_config, make_model
+    from configurator.core.hf_import import from_hf_config
+    from configurator.core.model import make_model
     base = dict(num_layers=2, hidden_size=64, num_attention_heads=4, vocab_size=100,
                 seq_length=64)
     assert make_model(**base, swiglu=True,
@@ -249,7 +251,7 @@ def test_eager_kernels_run_at_the_per_sm_rate_or_the_vectorised_one():
     """Latency-bound eager kernels scale with SMs: an H100 and an H200 (same 132 SMs) run them
     at the same rate though the H200's HBM is 43 % faster; a GPU whose vectorised rate is the
     lower (many SMs, slow HBM) runs them at that."""
-    from configurator.cost.compute import eager_bandwidth_Bps
+    from configurator.cost.host_ops import eager_bandwidth_Bps
     from topology.gpus import GPU_PRESETS
 
     h100, h200 = GPU_PRESETS["h100-80gb"], GPU_PRESETS["h200-141gb"]
@@ -308,7 +310,8 @@ def test_yarn_rope_adds_its_eager_bytes_kernels_and_host_operations():
 
 def test_yarn_is_checked_and_read_from_hugging_face():
     from configurator.core.errors import InputError
-    from configurator.core.model import from_hf_config, make_model
+    from configurator.core.hf_import import from_hf_config
+    from configurator.core.model import make_model
     base = dict(num_layers=2, hidden_size=64, num_attention_heads=4, vocab_size=100,
                 seq_length=64)
     m = make_model(**base, position_embedding_type="rope", yarn_rotary_scaling_factor=32)

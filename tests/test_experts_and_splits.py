@@ -11,14 +11,14 @@ import pytest
 from configurator.core.candidates import Candidates
 from configurator.core.layers import (layout_problem, rank_layer_counts, split_ok,
                                       stage_classes, virtual_stage_layers)
-from configurator.core.model import MODEL_PRESETS
+from configurator.core.model_presets import MODEL_PRESETS
 from configurator.core.rules import check_plan, plan_for_world
 from configurator.cost.iteration import iteration_time
 from configurator.cost.placed import PlacedPlan
 from configurator.search.space import layer_splits
 from memory_model.estimate import estimate_memory, peak_memory_arrays
 from tests.conftest import run_cli
-from topology.cluster import load_cluster
+from topology.cluster_files import load_cluster
 from topology.collectives import all_to_all_time_s
 
 L405 = MODEL_PRESETS["llama3.1-405b"]

@@ -6,7 +6,7 @@
 around one forward, the language-model loss and ``loss.backward()`` of Hugging Face
 ``transformers`` models built on the CPU from small configs (random init, float32). The same
 ``config.json``-style dict builds the Hugging Face model and, through
-:func:`configurator.core.model.from_hf_config`, our :class:`ModelSpec`.
+:func:`configurator.core.hf_import.from_hf_config`, our :class:`ModelSpec`.
 
 Both sides count a GEMM of an m×k by a k×n matrix as ``2·m·n·k`` FLOPs, and every weight
 GEMM three times (forward, data gradient, weight gradient): FlopCounterMode sees the
@@ -49,7 +49,8 @@ import torch
 import transformers
 from torch.utils.flop_counter import FlopCounterMode
 
-from configurator.core.model import ModelSpec, from_hf_config
+from configurator.core.hf_import import from_hf_config
+from configurator.core.model import ModelSpec
 from configurator.cost.flops import megatron_model_flops
 from memory_model.params import padded_vocab_size
 

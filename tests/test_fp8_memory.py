@@ -13,7 +13,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from configurator.core.model import MODEL_PRESETS, make_model
+from configurator.core.model import make_model
+from configurator.core.model_presets import MODEL_PRESETS
 from configurator.core.schedule import inflight_layers
 from configurator.core.units import GiB
 from memory_model.activations import (layer_activation_bytes, linear_input_bytes,
@@ -280,8 +281,8 @@ def test_blackwell_presets_keep_no_fp8_weight_transpose():
     from configurator.core.errors import InputError
     from configurator.core.plan import ParallelPlan
     from configurator.search.evaluate import evaluate_plan
-    from configurator.search.rank import candidate_memory
-    from topology.cluster import load_cluster
+    from memory_model.estimate import peak_memory
+    from topology.cluster_files import load_cluster
     from topology.gpus import GPU_PRESETS, gpu_from_config
 
     assert {n for n, g in GPU_PRESETS.items() if g.non_tn_fp8_gemm} == {
@@ -292,10 +293,12 @@ def test_blackwell_presets_keep_no_fp8_weight_transpose():
     gemm = float(stage_parameters(model, 1, 1, 0) - stage_non_gemm_parameters(model, 1, 1, 0))
     hopper, blackwell = (GPU_PRESETS[n] for n in ("h100-80gb", "b200-180gb"))
     c = Candidates.from_plan(plan)
-    assert float(candidate_memory(model, c, hopper)[0] - candidate_memory(model, c, blackwell)[0]) \
+    assert float(peak_memory(model, c, non_tn_fp8_gemm=hopper.non_tn_fp8_gemm)[0]
+                 - peak_memory(model, c, non_tn_fp8_gemm=blackwell.non_tn_fp8_gemm)[0]) \
         == pytest.approx(gemm)
     b200 = evaluate_plan(model, load_cluster("dgx-b200-180gb", 1), plan)
-    assert b200.peak_memory_bytes == pytest.approx(float(candidate_memory(model, c, blackwell)[0]))
+    assert b200.peak_memory_bytes == pytest.approx(
+        float(peak_memory(model, c, non_tn_fp8_gemm=blackwell.non_tn_fp8_gemm)[0]))
     custom = {"name": "x", "peak_tflops": {"bf16": 100, "fp8": 200}, "memory_GiB": 80,
               "hbm_bandwidth_GBps": 1000, "num_sms": 100, "non_tn_fp8_gemm": True,
               "efficiency": {"gemm": 0.7, "gemm_fp8": 0.6, "hbm": 0.8, "flash_attention": 0.5}}

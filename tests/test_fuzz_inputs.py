@@ -1,4 +1,4 @@
-"""Quick fuzzing profile: a fixed corpus of known hostile inputs (tests/fuzzing.py
+"""Quick fuzzing profile: a fixed corpus of known hostile inputs (tests/support/fuzzing
 ``regression_cases``) and derandomized Hypothesis examples for every input format (model,
 cluster, HF config, topology file, nccl-tests log, nvidia-smi topo -m, plan.json, argv), fed
 through the real CLI in worker subprocesses. Every call must end with exit 0/2/3 (2 and 3
@@ -7,7 +7,7 @@ strict JSON.
 
 Reproducible: Hypothesis derandomized, no example database, no deadline (the 10 s hang limit
 is the runner's). The full report with grouped, shrunk reproducers is
-``python bench/fuzz.py --examples 300``.
+``python -m bench.robustness.fuzz --examples 300``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 
-from tests.fuzzing import TARGETS, Runner, case_strategy, regression_cases, shrink
+from tests.support.fuzzing import TARGETS, Runner, case_strategy, regression_cases, shrink
 
 #: Examples per target (about 480 calls, plus ~80 corpus inputs: ~45 s on 2 cores).
 QUICK_EXAMPLES = {"model": 65, "cluster": 60, "hf_config": 60, "topofile": 60, "nccl": 60,

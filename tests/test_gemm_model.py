@@ -1,5 +1,5 @@
-"""The GEMM time model (:func:`configurator.cost.compute.gemm_time_s`) against 165 GEMMs timed
-with ``bench/gemm_shapes.py`` on an H100 and an H200 (``tests/data/gemm_shapes_dense.csv``:
+"""The GEMM time model (:func:`configurator.cost.gemm.gemm_time_s`) against 165 GEMMs timed
+with ``bench/kernels/gemm_shapes.py`` on an H100 and an H200 (``tests/data/gemm_shapes_dense.csv``:
 forward and weight-gradient GEMMs in BF16 and weight-gradient GEMMs in FP8, weights 896 to
 18,432 wide over 1,024 to 16,384 tokens, among them every GEMM of Megatron-LM's H100 table
 models at their tensor-parallel sizes)."""
@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from configurator.cost.compute import GEMM_FIXED_S, gemm_time_s
+from configurator.cost.gemm import GEMM_FIXED_S, gemm_time_s
 from topology.gpus import GPU_PRESETS
 
 DATA = Path(__file__).parent / "data" / "gemm_shapes_dense.csv"

@@ -11,14 +11,15 @@ import json
 import pytest
 
 from configurator.core.megatron_log import runs_from_megatron_log
-from configurator.core.model import MODEL_PRESETS
-from configurator.core.plan import ParallelPlan, main_grad_bytes
+from configurator.core.model_presets import MODEL_PRESETS
+from configurator.core.plan import ParallelPlan
+from configurator.core.plan_terms import main_grad_bytes
 from configurator.cost.groundtruth import bridge_runs
 from configurator.search.evaluate import evaluate_plan
 from memory_model.estimate import estimate_memory
 from tests.conftest import run_cli
 from tests.test_megatron_log import DENSE
-from topology.cluster import load_cluster
+from topology.cluster_files import load_cluster
 
 LLAMA8 = MODEL_PRESETS["llama3-8b"]
 PLAN = ParallelPlan(tp=1, pp=1, dp=16, micro_batch_size=1, global_batch_size=16,

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from configurator.core.errors import InputError
-from configurator.core.model import from_hf_config, load_model
+from configurator.core.hf_import import from_hf_config
+from configurator.core.model_presets import load_model
 from launchers.megatron_flags import flag_argv, megatron_flags
 from memory_model.params import active_parameters, embedding_parameters, total_parameters
 from configurator.core.plan import ParallelPlan
@@ -84,6 +85,6 @@ def test_unsupported_fields_are_errors_never_dropped(change, field):
 @pytest.mark.parametrize("name", ["qwen3-30b-a3b", "qwen3-235b-a22b", "mixtral-8x7b",
                                   "deepseek-v3", "gpt-oss-120b"])
 def test_moe_presets_are_their_hf_configs(name):
-    from configurator.core.model import MODEL_PRESETS
+    from configurator.core.model_presets import MODEL_PRESETS
     preset = MODEL_PRESETS[name]
     assert load_model(str(HERE / f"{name}.json")).with_seq_length(preset.seq_length) == preset

@@ -1,7 +1,7 @@
 """Megatron's main-gradient accumulation (``--gradient-accumulation-fusion``): priced against
 weight-gradient GEMMs measured on an H100 and an H200 (``tests/data/wgrad_accumulation.csv``,
-``bench/gemm_shapes.py``), and wired into the layer, the MoE layer, the embedding, the output
-layer and the profile comparison."""
+``bench/kernels/gemm_shapes.py``), and wired into the layer, the MoE layer, the embedding, the
+output layer and the profile comparison."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from configurator.core.candidates import Candidates
-from configurator.core.model import load_model
+from configurator.core.model_presets import load_model
 from configurator.core.plan import ParallelPlan
-from configurator.cost import compute
+from configurator.cost import compute, gemm
 from configurator.cost.iteration import stage_extras_s
 from memory_model.params import dense_layer_parameters, moe_layer_parameters, padded_vocab_size
 from topology.gpus import gpu_from_config
@@ -47,10 +47,10 @@ def _log_errors(with_term: bool, gpu_name: str | None = None):
         gpu = gpu_from_config(r["gpu"])
         n, k, d, b = (int(r[x]) for x in ("weight_rows", "weight_cols", "tokens", "batch"))
         kw = dict(peak=gpu.peak("bf16"), gpu=gpu, in_bytes=2.0, gemm_eff=gpu.efficiency.gemm)
-        priced = float(compute.gemm_time_s(n, k, d, batch=b, **kw))
+        priced = float(gemm.gemm_time_s(n, k, d, batch=b, **kw))
         if with_term:
             c = _cands(grad_reduce_in_bf16=r["main_grad"] == "bf16")
-            priced += float(compute.main_grad_accumulation_s(b * n * k, c, gpu, d))
+            priced += float(gemm.main_grad_accumulation_s(b * n * k, c, gpu, d))
         out.append(math.log(float(r["measured_s"]) / priced))
     return np.array(out)
 
@@ -73,15 +73,15 @@ def test_accumulated_weight_gradients_match_the_measured_gemms():
 def test_term_reads_main_grad_dtype_and_hides_behind_deep_reductions():
     gpu = gpu_from_config("h100-80gb")
     w = 1e9
-    fp32 = float(compute.main_grad_accumulation_s(w, _cands(), gpu, 1024))
-    bf16 = float(compute.main_grad_accumulation_s(w, _cands(grad_reduce_in_bf16=True), gpu, 1024))
+    fp32 = float(gemm.main_grad_accumulation_s(w, _cands(), gpu, 1024))
+    bf16 = float(gemm.main_grad_accumulation_s(w, _cands(grad_reduce_in_bf16=True), gpu, 1024))
     assert fp32 == pytest.approx(8 * w / (gpu.hbm_bandwidth_Bps * gpu.efficiency.hbm))
     assert bf16 == pytest.approx(fp32 / 2)
-    depth0 = compute.ACCUMULATION_EXPOSED_TOKENS
-    assert float(compute.main_grad_accumulation_s(w, _cands(), gpu, depth0)) == fp32
-    assert float(compute.main_grad_accumulation_s(w, _cands(), gpu, 4 * depth0)) == \
+    depth0 = gemm.ACCUMULATION_EXPOSED_TOKENS
+    assert float(gemm.main_grad_accumulation_s(w, _cands(), gpu, depth0)) == fp32
+    assert float(gemm.main_grad_accumulation_s(w, _cands(), gpu, 4 * depth0)) == \
         pytest.approx(fp32 / 4)
-    assert float(compute.main_grad_accumulation_s(w, _cands(), gpu)) == fp32   # element-wise
+    assert float(gemm.main_grad_accumulation_s(w, _cands(), gpu)) == fp32   # element-wise
 
 
 def test_layer_backward_carries_the_accumulation_of_its_own_weights():
@@ -89,7 +89,7 @@ def test_layer_backward_carries_the_accumulation_of_its_own_weights():
     dense = load_model("llama3-8b").with_seq_length(1024)
     c = _cands(tp=2, micro_batch_size=1)
     lc = compute.layer_costs(dense, c, gpu)
-    expect = compute.main_grad_accumulation_s(dense_layer_parameters(dense, 2), c, gpu, 1024)
+    expect = gemm.main_grad_accumulation_s(dense_layer_parameters(dense, 2), c, gpu, 1024)
     assert _f(lc["main_grad_acc"]) == pytest.approx(_f(expect))
     assert _f(lc["moe_main_grad_acc"]) == _f(lc["main_grad_acc"])
 
@@ -99,8 +99,8 @@ def test_layer_backward_carries_the_accumulation_of_its_own_weights():
         lc = compute.layer_costs(moe, c, gpu)
         non_expert, expert = moe_layer_parameters(moe, 1, 8, 1)
         rows = moe.moe_router_topk * mbs * 4096 / (moe.num_experts / 8)   # per local expert
-        expect = (compute.main_grad_accumulation_s(non_expert, c, gpu, mbs * 4096)
-                  + compute.main_grad_accumulation_s(expert, c, gpu, rows))
+        expect = (gemm.main_grad_accumulation_s(non_expert, c, gpu, mbs * 4096)
+                  + gemm.main_grad_accumulation_s(expert, c, gpu, rows))
         assert _f(lc["moe_main_grad_acc"]) == pytest.approx(_f(np.ravel(expect)[0]))
     # per token, a microbatch of 1 pays 4x the experts' accumulation of a microbatch of 4
     one = compute.layer_costs(moe, _cands(ep=8, micro_batch_size=1), gpu)["moe_main_grad_acc"]
@@ -116,11 +116,11 @@ def test_embedding_and_output_layer_accumulate_their_vocabulary_weights():
     x = stage_extras_s(model, c, gpu, lc, 1e11, 1e-6)
     v = _f(padded_vocab_size(model.vocab_size, 1)) * model.hidden_size
     hbm = gpu.hbm_bandwidth_Bps * gpu.efficiency.hbm
-    emb_acc = compute.EMBEDDING_GRAD_BYTES * v / hbm + compute.main_grad_accumulation_s(v, c, gpu)
+    emb_acc = compute.EMBEDDING_GRAD_BYTES * v / hbm + gemm.main_grad_accumulation_s(v, c, gpu)
     assert _f(x["emb_bwd"]) == pytest.approx(2 * 2.0 * 8192 * model.hidden_size / hbm
                                                 + _f(emb_acc))
     assert _f(x["emb_bwd"]) > 0.002      # 525M parameters: milliseconds per microbatch
-    out_acc = _f(compute.main_grad_accumulation_s(v, c, gpu, 8192))
+    out_acc = _f(gemm.main_grad_accumulation_s(v, c, gpu, 8192))
     assert 0 < out_acc < _f(emb_acc)     # the GEMM's reduction over 8,192 tokens hides some
 
 

@@ -10,7 +10,8 @@ import pytest
 
 from configurator.core.errors import InputError
 from configurator.core.layers import parse_layout
-from configurator.core.plan import ParallelPlan, is_fp8
+from configurator.core.plan import ParallelPlan
+from configurator.core.plan_values import is_fp8
 from launchers import TrainingArgs
 from launchers.megatron_flags import flag_argv, megatron_flags
 from launchers.megatron_flags import FLAG_TABLE

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from configurator.core import megatron_log as ml
 from configurator.core.errors import InputError
 from configurator.core.megatron_log import load_megatron_log, runs_from_megatron_log
-from configurator.core.model import MODEL_PRESETS
+from configurator.core.model_presets import MODEL_PRESETS
 from configurator.core.plan import ParallelPlan
 from configurator.core.runs import run_from_mapping, runs_to_rows
 from configurator.core.units import GiB

@@ -7,8 +7,10 @@ import os
 import numpy as np
 import pytest
 
-from configurator.core.model import MODEL_PRESETS, make_model
-from configurator.core.plan import RECOMPUTE_CODES, ParallelPlan
+from configurator.core.model import make_model
+from configurator.core.model_presets import MODEL_PRESETS
+from configurator.core.plan import ParallelPlan
+from configurator.core.plan_values import RECOMPUTE_CODES
 from configurator.core.rules import check_plan
 from configurator.core.units import GiB
 from memory_model import estimate_memory

@@ -23,18 +23,19 @@ from configurator.core.errors import InputError
 from configurator.core.layers import (LAYOUT_MAX_EXPANDED, LayoutError, format_layout,
                                       layout_problem, layout_text, parse_layout,
                                       virtual_stage_layers)
-from configurator.core.model import MODEL_PRESETS
+from configurator.core.model_presets import MODEL_PRESETS
 from configurator.core.plan import ParallelPlan, plan_from_dict
 from configurator.core.rules import check_plan, plan_for_world
 from configurator.cost.groundtruth import bridge_layout
 from configurator.cost.iteration import iteration_time
-from configurator.search.rank import best_layer_split, candidate_memory
+from configurator.search.rank import best_layer_split
+from memory_model.estimate import peak_memory
 from configurator.search.space import layout_splits
 from launchers import render_slurm_script, render_torchrun_script
 from launchers.megatron_flags import flag_argv, megatron_flags
 from tests.conftest import run_cli
 from tests.test_megatron_log import DENSE_TEXT, one, with_args
-from topology.cluster import load_cluster
+from topology.cluster_files import load_cluster
 
 DSV3 = MODEL_PRESETS["deepseek-v3"]
 LLAMA8 = MODEL_PRESETS["llama3-8b"]
@@ -98,7 +99,7 @@ def _price(model, plan, cluster="dgx-h100-80gb"):
     c = Candidates.from_plan(plan)
     cl = load_cluster(cluster) if isinstance(cluster, str) else cluster
     return (float(iteration_time(model, cl, c)["iteration_time_s"][0]),
-            float(candidate_memory(model, c, cl.gpu)[0]))
+            float(peak_memory(model, c, non_tn_fp8_gemm=cl.gpu.non_tn_fp8_gemm)[0]))
 
 
 @pytest.mark.parametrize("fields, layout", [

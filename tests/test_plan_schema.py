@@ -13,15 +13,16 @@ from configurator.core.candidates import (COLUMN_FIELDS, Candidates, column_dtyp
                                          column_value)
 from configurator.core.document import SCHEMA_VERSION, read_plan_document
 from configurator.core.errors import InputError
-from configurator.core.model import MODEL_PRESETS, make_model
+from configurator.core.model import make_model
+from configurator.core.model_presets import MODEL_PRESETS
 from configurator.core.plan import (DERIVED_KEYS, OPTIONAL_PLAN_KEYS, PLAN_FIELDS, ParallelPlan,
                                     plan_from_dict)
 from configurator.core.rules import RULES, check_plan, rules_mask
 from configurator.core.schedule import bubble_stage_times, p2p_transfers
 from configurator.core.version import __version__
 from tests.conftest import run_cli
-from topology.cluster import load_cluster
-from topology.placement import RANK_ORDER, group_shape, group_stride, rank_groups
+from topology.cluster_files import load_cluster
+from topology.rank_order import RANK_ORDER, group_shape, group_stride, rank_groups
 
 SMALL = make_model(name="small", num_layers=12, hidden_size=768, num_attention_heads=12,
                    num_query_groups=4, vocab_size=1024, seq_length=1024)

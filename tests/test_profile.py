@@ -8,16 +8,18 @@ import sys
 
 import pytest
 
-from configurator.app import profile_jobs
 from configurator.app.profile_jobs import (Profile, ProfileRequest, analytic_comparison,
-                                           fp8_backend, layer_shapes, moe_note, run_profile)
+                                           moe_note, run_profile)
 from configurator.cli.commands import Parser
 from topology.gpus import guess_gpu_preset
 from configurator.cli.profile_command import (add_profile_arguments, format_profile,
                                               run_profile as run_profile_command)
 from configurator.core.errors import InputError
-from configurator.core.model import MODEL_PRESETS, make_model
+from configurator.core.model import make_model
+from configurator.core.model_presets import MODEL_PRESETS
 from configurator.core.profile import FORMAT, load_profile, profile_from_dict
+from configurator.profiler import layer as profiler_layer
+from configurator.profiler.layer import fp8_backend, layer_shapes
 
 torch = pytest.importorskip("torch")
 
@@ -46,13 +48,13 @@ def _request(model, out, **kw):
 
 def test_profile_tiny_model_on_cpu_round_trips(tiny_yaml, tmp_path, monkeypatch):
     used = []
-    build = profile_jobs._build_layer
+    build = profiler_layer.build_layer
 
     def spy(torch_, te, model, shape, device):
         used.append(shape)
         return build(torch_, te, model, shape, device)
 
-    monkeypatch.setattr(profile_jobs, "_build_layer", spy)
+    monkeypatch.setattr(profiler_layer, "build_layer", spy)
     out = tmp_path / "profile.yaml"
     res = run_profile(_request(tiny_yaml, out))
     assert isinstance(res, Profile) and res.written == str(out)
@@ -91,7 +93,7 @@ def test_profile_tiny_model_on_cpu_round_trips(tiny_yaml, tmp_path, monkeypatch)
 def test_refuses_to_overwrite_before_running(tiny_yaml, tmp_path, monkeypatch):
     out = tmp_path / "profile.yaml"
     out.write_text("keep me")
-    monkeypatch.setattr(profile_jobs, "_build_layer", None)     # must not get that far
+    monkeypatch.setattr(profiler_layer, "build_layer", None)   # must not get that far
     with pytest.raises(InputError) as err:
         run_profile(_request(tiny_yaml, out))
     assert err.value.field == "out" and "--force" in str(err.value)
@@ -117,7 +119,7 @@ def test_fp8_linear_matches_bf16_within_fp8_rounding():
     """The torch FP8 backend's GEMMs (E4M3 forward, E5M2 gradients, unit scales): output,
     data, weight and bias gradients within FP8 rounding of bf16 F.linear (E5M2 keeps 2
     mantissa bits: ~6 % relative), and far from it for a wrong operand order."""
-    fn = profile_jobs._fp8_linear_fn(torch)
+    fn = profiler_layer.fp8_linear_fn(torch)
     torch.manual_seed(0)
     x = torch.randn(2, 32, 64, dtype=torch.bfloat16, requires_grad=True)
     w = (0.5 * torch.randn(48, 64, dtype=torch.bfloat16)).requires_grad_(True)
@@ -163,8 +165,8 @@ def test_layer_parameters_split_over_tp():
     sizes = {}
     for tp in (1, 2):
         shape = layer_shapes(model, tp, 1, 1, tp > 1)
-        _, params, x, grad = profile_jobs._build_layer(torch, (None, None), model, shape,
-                                                       torch.device("cpu"))
+        _, params, x, grad = profiler_layer.build_layer(torch, (None, None), model, shape,
+                                                        torch.device("cpu"))
         sizes[tp] = sum(p.numel() for p in params if p.dim() == 2)
         assert x.shape == grad.shape == (1, shape.seq_in, 128)
     h, d = 128, 32

@@ -14,16 +14,17 @@ import numpy as np
 import pytest
 
 from configurator.core.candidates import Candidates
-from configurator.core.model import MODEL_PRESETS
-from configurator.core.plan import (ParallelPlan, capacity_share, main_grad_bytes,
-                                    optimizer_state_bytes)
-from configurator.cost import compute
-from configurator.cost.iteration import (OVERLAP_COMPUTE_SLOWDOWN, a2a_s, distinct_share,
-                                         ep_layer_s, iteration_time, overlapped_share)
+from configurator.core.model_presets import MODEL_PRESETS
+from configurator.core.plan import ParallelPlan
+from configurator.core.plan_terms import capacity_share, main_grad_bytes, optimizer_state_bytes
+from configurator.cost import compute, host_ops
+from configurator.cost.expert_comm import (OVERLAP_COMPUTE_SLOWDOWN, a2a_s, distinct_share,
+                                           ep_layer_s, overlapped_share)
+from configurator.cost.iteration import iteration_time
 from configurator.cost.communication import expert_comm_figures
 from configurator.search.evaluate import evaluate_plan
 from memory_model.estimate import estimate_memory
-from topology.cluster import load_cluster
+from topology.cluster_files import load_cluster
 
 QWEN30 = MODEL_PRESETS["qwen3-30b-a3b"]
 DSV3 = MODEL_PRESETS["deepseek-v3"]
@@ -160,24 +161,24 @@ def test_padding_costs_compute_and_memory():
 def test_fusions_and_graphs_cut_host_time():
     c0 = Candidates.from_plan(QWEN_PLAN)
     gpu = cluster().gpu
-    _, moe0 = compute.host_layer_s(QWEN30, c0, gpu)
+    _, moe0 = host_ops.host_layer_s(QWEN30, c0, gpu)
     fused = Candidates.from_plan(dataclasses.replace(QWEN_PLAN, moe_permute_fusion=True,
                                                      moe_router_fusion=True))
-    _, moe1 = compute.host_layer_s(QWEN30, fused, gpu)
-    saved = (compute.MOE_ROUTER_OPS[0] - compute.MOE_ROUTER_OPS[1]
-             + compute.MOE_PERMUTE_OPS[0] - compute.MOE_PERMUTE_OPS[1])
+    _, moe1 = host_ops.host_layer_s(QWEN30, fused, gpu)
+    saved = (host_ops.MOE_ROUTER_OPS[0] - host_ops.MOE_ROUTER_OPS[1]
+             + host_ops.MOE_PERMUTE_OPS[0] - host_ops.MOE_PERMUTE_OPS[1])
     assert float(moe0[0] - moe1[0]) == pytest.approx(saved * gpu.efficiency.host_op_s)
     graphs = Candidates.from_plan(dataclasses.replace(
         QWEN_PLAN, cuda_graph_impl="transformer_engine",
         cuda_graph_scope="attn,moe_router,moe_preprocess"))
-    _, moe2 = compute.host_layer_s(QWEN30, graphs, gpu)
-    parts = compute.HOST_OPS_MOE_PARTS
+    _, moe2 = host_ops.host_layer_s(QWEN30, graphs, gpu)
+    parts = host_ops.HOST_OPS_MOE_PARTS
     assert float(moe0[0] - moe2[0]) == pytest.approx(
-        (compute.HOST_OPS_ATTN + parts["router"] + parts["preprocess"])
+        (host_ops.HOST_OPS_ATTN + parts["router"] + parts["preprocess"])
         * gpu.efficiency.host_op_s)
     full = Candidates.from_plan(dataclasses.replace(
         QWEN_PLAN, cuda_graph_impl="local", cuda_graph_scope="full_iteration"))
-    dense, moe = compute.host_layer_s(QWEN30, full, gpu)
+    dense, moe = host_ops.host_layer_s(QWEN30, full, gpu)
     assert float(dense) == 0.0 and float(np.max(moe)) == 0.0
 
 

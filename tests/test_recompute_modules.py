@@ -17,16 +17,17 @@ import pytest
 
 from configurator.core.candidates import Candidates
 from configurator.core.errors import InputError
-from configurator.core.model import MODEL_PRESETS
-from configurator.core.plan import (RECOMPUTE_MODULES, ParallelPlan, plan_from_dict,
-                                    recompute_code, recompute_module_list)
+from configurator.core.model_presets import MODEL_PRESETS
+from configurator.core.plan import ParallelPlan, plan_from_dict
+from configurator.core.plan_terms import recompute_code
+from configurator.core.plan_values import RECOMPUTE_MODULES, recompute_module_list
 from configurator.core.rules import check_plan
 from configurator.cost.compute import layer_costs
 from launchers.megatron_flags import flag_argv, format_value, megatron_flags
 from memory_model.activations import (linear_input_bytes, mlp_bytes_per_ffn_element,
                                       moe_mlp_activation_delta, recompute_module_bytes)
 from memory_model.estimate import estimate_memory
-from topology.cluster import load_cluster
+from topology.cluster_files import load_cluster
 
 OSS = MODEL_PRESETS["gpt-oss-120b"]
 LLAMA = MODEL_PRESETS["llama3-8b"]

@@ -6,13 +6,13 @@ import re
 
 import pytest
 
-from configurator.core.model import MODEL_PRESETS
+from configurator.core.model_presets import MODEL_PRESETS
 from configurator.core.plan import PLAN_FIELDS
 from configurator.core.units import GiB
 from configurator.report.table import WHEN_USED, format_estimate, format_table
 from configurator.search.rank import search
 from tests.conftest import run_cli
-from topology.cluster import load_cluster
+from topology.cluster_files import load_cluster
 
 LIMIT = 100
 #: Plan columns of a dense model's even-split plans (the expert and layer-split columns show

@@ -4,7 +4,7 @@ import pytest
 
 from configurator.search.evaluate import evaluate_plan
 from configurator.cost.groundtruth import sc21_rows
-from topology.cluster import load_cluster
+from topology.cluster_files import load_cluster
 
 ROWS = sc21_rows()
 

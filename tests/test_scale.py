@@ -11,12 +11,14 @@ from dataclasses import dataclass
 
 import pytest
 
-from configurator.core.model import load_model
+from configurator.core.model_presets import load_model
 from configurator.core.units import GB, US
 from configurator.search.rank import search
-from topology.cluster import build_cluster, load_cluster, uniform_group_shape
+from topology.cluster import build_cluster
+from topology.cluster_files import load_cluster
+from topology.group_figures import uniform_group_shape
 from topology.gpus import gpu_from_config
-from topology.placement import Placement, rank_groups
+from topology.rank_order import Placement, rank_groups
 from topology.topofile import LinkMeasurement, Topology, apply_topology
 
 INF = float("inf")

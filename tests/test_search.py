@@ -5,13 +5,16 @@ import pytest
 
 from configurator.core.errors import InputError, NoFeasiblePlanError
 from configurator.search.evaluate import evaluate_plan
-from configurator.core.model import MODEL_PRESETS, make_model
-from configurator.core.plan import RECOMPUTE, ParallelPlan
+from configurator.core.model import make_model
+from configurator.core.model_presets import MODEL_PRESETS
+from configurator.core.plan import ParallelPlan
+from configurator.core.plan_values import RECOMPUTE
 from configurator.core.rules import check_plan
-from configurator.search.rank import candidate_memory, search
+from configurator.search.rank import search
+from memory_model.estimate import peak_memory
 from configurator.search.space import enumerate_plans
 from configurator.cost.iteration import iteration_time
-from topology.cluster import load_cluster
+from topology.cluster_files import load_cluster
 
 SMALL = make_model(name="small", num_layers=12, hidden_size=768, num_attention_heads=12,
                    num_query_groups=4, vocab_size=1024, seq_length=1024)
@@ -59,7 +62,7 @@ def test_vectorised_time_and_memory_equal_single_plan_estimates():
     cluster = load_cluster("dgx-h100-80gb", nodes=2)
     cand = enumerate_plans(SMALL, 16, 64)
     times = iteration_time(SMALL, cluster, cand)["iteration_time_s"]
-    mem = candidate_memory(SMALL, cand, cluster.gpu)
+    mem = peak_memory(SMALL, cand, non_tn_fp8_gemm=cluster.gpu.non_tn_fp8_gemm)
     rng = np.random.default_rng(0)
     for i in rng.choice(len(cand), 25, replace=False):
         e = evaluate_plan(SMALL, cluster, cand.plan(int(i)))

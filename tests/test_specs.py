@@ -3,9 +3,10 @@ import json
 import pytest
 
 from configurator.core.errors import InputError
-from configurator.core.model import MODEL_PRESETS, load_model, swiglu_ffn_hidden_size
+from configurator.core.model import swiglu_ffn_hidden_size
+from configurator.core.model_presets import MODEL_PRESETS, load_model
 from memory_model.params import total_parameters
-from topology.cluster import CLUSTER_PRESETS, load_cluster
+from topology.cluster_files import CLUSTER_PRESETS, load_cluster
 
 
 @pytest.mark.parametrize("name,billions", [

@@ -3,10 +3,11 @@ import pytest
 from configurator.core.candidates import Candidates
 from configurator.search.evaluate import SCHEDULE_KEY, evaluate_plan
 from configurator.cost.flops import megatron_model_flops, sc21_flops
-from configurator.core.model import MODEL_PRESETS, make_model
+from configurator.core.model import make_model
+from configurator.core.model_presets import MODEL_PRESETS
 from configurator.core.plan import ParallelPlan
 from configurator.cost.iteration import BREAKDOWN_KEYS, iteration_time
-from topology.cluster import load_cluster
+from topology.cluster_files import load_cluster
 from topology.collectives import all_gather_time_s, all_reduce_time_s, p2p_time_s
 
 GPT175 = MODEL_PRESETS["gpt3-175b"]

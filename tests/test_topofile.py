@@ -8,7 +8,7 @@ import pytest
 
 from configurator.core.errors import InputError
 from configurator.core.units import GB, US
-from topology.cluster import load_cluster
+from topology.cluster_files import load_cluster
 from topology.topofile import CollectiveMeasurement, LinkMeasurement, MissingMeasurement, Topology, apply_topology, combine, merge_topologies
 from topology.topofile_io import load_topology, save_topology, topology_to_dict
 

@@ -14,14 +14,15 @@ import numpy as np
 import pytest
 
 from configurator.core.candidates import Candidates
-from configurator.core.model import MODEL_PRESETS
-from configurator.core.plan import ParallelPlan, tp_comm_overlapped
+from configurator.core.model_presets import MODEL_PRESETS
+from configurator.core.plan import ParallelPlan
+from configurator.core.plan_terms import tp_comm_overlapped
 from configurator.cost.compute import layer_costs
 from configurator.cost.iteration import UB_COMM_SMS, tp_layer_s
 from configurator.search.evaluate import evaluate_plan
 from tests.conftest import run_cli
 from tests.test_megatron_log import DENSE_TEXT, one, with_args
-from topology.cluster import load_cluster
+from topology.cluster_files import load_cluster
 
 LLAMA70 = MODEL_PRESETS["llama3-70b"]
 PLAN = ParallelPlan(tp=8, pp=1, dp=2, micro_batch_size=1, global_batch_size=8,

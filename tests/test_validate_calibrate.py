@@ -56,7 +56,7 @@ def test_nemo_tflops_count_the_full_attention_scores():
     7B FP8 row (8 H100, 4k tokens, 16,634 tokens/s/GPU at 767 TFLOP/s) is the full count
     per token within 0.1 % and 7 % above the causal one; the long-context rows (24.03.01,
     25.04) are read the same way."""
-    from configurator.core.model import MODEL_PRESETS
+    from configurator.core.model_presets import MODEL_PRESETS
     from configurator.cost.flops import megatron_model_flops
 
     model = MODEL_PRESETS["llama2-7b"]
@@ -164,10 +164,10 @@ def test_context_parallelism_costs_something():
     """cp = 2 on 2k-token GPT-3 is not free (it tied with cp = 1 when the K/V ring hid
     behind attention): per-step kernels and the fp32 output correction are charged, and the
     halved blocks run GEMMs and attention less efficiently."""
-    from configurator.core.model import MODEL_PRESETS
+    from configurator.core.model_presets import MODEL_PRESETS
     from configurator.core.plan import ParallelPlan
     from configurator.search.evaluate import evaluate_plan
-    from topology.cluster import load_cluster
+    from topology.cluster_files import load_cluster
 
     model, cluster = MODEL_PRESETS["gpt3-175b"], load_cluster("dgx-h100-80gb", 128)
     t = {}
@@ -258,7 +258,7 @@ def test_calibrate_without_params_selects_by_leave_one_out():
 def test_calibrate_moves_a_wrong_efficiency_back():
     """Start from an H100 whose FP8 GEMMs are said to be far slower than they are: the fit on
     the dense H100 FP8 runs moves back to the range of the microbenchmarks (0.66 of the FP8
-    peak on the GEMMs bench/gemm_shapes.py times) and the error drops."""
+    peak on the GEMMs bench/kernels/gemm_shapes.py times) and the error drops."""
     import dataclasses
     from unittest import mock
 

@@ -26,7 +26,7 @@ from typing import Any, Mapping
 
 from configurator.core import validate as v
 from configurator.core.errors import InputError
-from configurator.core.plan import PRECISION
+from configurator.core.plan_values import PRECISION
 from configurator.core.units import US
 from topology.gpus import GPUSpec
 

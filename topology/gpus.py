@@ -49,8 +49,8 @@ Efficiencies (:class:`Efficiency`), one set per GPU type and precision, each wit
   run-fitted (below) from FlashAttention-2's "optimised GEMMs reach 80-90 %" (0.80 × the
   GEMM factor: 0.70). H100/H200: cuBLAS BF16 GEMM at large square sizes reaches ≈ 700–750 of
   989 TFLOP/s (NVIDIA "H100 Tensor Core GPU Architecture" whitepaper and Transformer Engine
-  benchmarks), i.e. ≈ 0.72; with :data:`configurator.cost.compute.GEMM_FIXED_S` the 110
-  BF16 GEMMs ``bench/gemm_shapes.py`` timed on an H100 and an H200 (torch 2.11) fit 0.720.
+  benchmarks), i.e. ≈ 0.72; with :data:`configurator.cost.gemm.GEMM_FIXED_S` the 110
+  BF16 GEMMs ``bench/kernels/gemm_shapes.py`` timed on an H100 and an H200 (torch 2.11) fit 0.720.
   B200 and GB200 (sm_100): OpenXLA's measured matmul table for sm_100
   (``xla/backends/gpu/cost_model/matmul_interpolator_data.h``, 2025) gives 1.417 PFLOP/s
   for a 4096³ BF16 GEMM, 0.63 of 2.25 PFLOP/s. That GEMM takes 97 µs, so its fixed cost,
@@ -59,7 +59,7 @@ Efficiencies (:class:`Efficiency`), one set per GPU type and precision, each wit
   GB300 (sm_103): a cuBLASLt BF16 burn-in (brrr, luccabb/brrr README, cuBLASLt 13.8 on 4
   GB300) sustains 1716–1763 TFLOP/s, 0.69–0.71 of 2.5 PFLOP/s: 0.70 (B300 the same).
 * ``gemm_fp8``: the same for FP8 GEMMs against the FP8 peak; ``None`` for a GPU without
-  FP8 tensor cores (A100). H100/H200: the FP8 weight gradients ``bench/gemm_shapes.py``
+  FP8 tensor cores (A100). H100/H200: the FP8 weight gradients ``bench/kernels/gemm_shapes.py``
   timed on an H100 and an H200 fit 0.66 with the fixed cost. Blackwell: run-fitted (below)
   from OpenXLA's sm_100 table (4096³ E4M3: 2.765–2.785 of 4.5 PFLOP/s, 0.617 × the GEMM
   factor: 0.54), the same for B300/GB300 (the same tensor cores).
@@ -67,7 +67,7 @@ Efficiencies (:class:`Efficiency`), one set per GPU type and precision, each wit
   without an MXFP8 rate. Block-scaled and per-tensor-scaled FP8 run the same tensor-core
   instruction (NVIDIA's cuBLAS 12.9 blog above), so it is ``gemm_fp8``'s, run-fitted the
   same way; MXFP8 trains a little slower by the block scales its casts write
-  (:data:`configurator.cost.compute.FP8_SCALING_EXTRA_BYTES`).
+  (:data:`configurator.cost.gemm.FP8_SCALING_EXTRA_BYTES`).
 * ``hbm``: fraction of HBM bandwidth that memory-bound element-wise kernels attain: A100
   80GB ≈ 1.7 of 2.04 TB/s, H100 ≈ 2.9 of 3.35 TB/s, H200 ≈ 4.1 of 4.8 TB/s (BabelStream
   Triad results reported for these parts). Blackwell (8 TB/s HBM3e): a streaming MXFP8
@@ -79,7 +79,7 @@ Efficiencies (:class:`Efficiency`), one set per GPU type and precision, each wit
   ``flash_attention · s / (s + 384)`` for unmasked ones (context parallelism's ring steps
   after the first) (:func:`configurator.cost.compute.flash_efficiency`; the causal shape
   from FlashAttention-3, Shah et al. 2024, Fig. 5, the unmasked one measured with
-  ``bench/attention_masks.py``). Run-fitted (below) on every GPU from its kernel's figure:
+  ``bench/kernels/attention_masks.py``). Run-fitted (below) on every GPU from its kernel's figure:
   cuDNN's on an H200 (0.55, H100 and H200), FlashAttention-4's forward on B200 (0.71,
   B200 and GB200), twice that for Blackwell Ultra, which doubles the SFU throughput of the
   exponential that bounds softmax in attention on Blackwell ("2x attention-layer
@@ -92,7 +92,7 @@ Efficiencies (:class:`Efficiency`), one set per GPU type and precision, each wit
   mode: Python, autograd and dispatcher work before the kernel launch; run-fitted (below)
   from PyTorch's eager dispatch with autograd, 10–20 µs per operation (15 µs × the host
   factor: 8.9 µs), the same on every GPU. Used only where a layer's kernels are shorter than
-  issuing them (:func:`configurator.cost.compute.host_layer_s`).
+  issuing them (:func:`configurator.cost.host_ops.host_layer_s`).
 
 Fitted on published runs (:data:`RUN_FITTED`, :data:`IN_TRAINING`). A training step
 attains less of a GEMM's, a fused attention kernel's and the host's figures than the kernel
@@ -123,7 +123,7 @@ from typing import Any, Mapping
 
 from configurator.core import validate as v
 from configurator.core.errors import InputError
-from configurator.core.plan import PRECISION
+from configurator.core.plan_values import PRECISION
 from configurator.core.units import GB, GiB, MiB, TFLOP, US
 
 @dataclass(frozen=True)
@@ -140,7 +140,7 @@ class Prior:
 
 
 _FA4 = "FlashAttention-4 forward on B200, 0.71 of the dense BF16 peak"
-_CUDNN_H200 = ("cuDNN fused attention on an H200 (bench/attention_masks.py, "
+_CUDNN_H200 = ("cuDNN fused attention on an H200 (bench/kernels/attention_masks.py, "
                "tests/data/attention_masks.csv): 608.9 forward and 524.1 backward TFLOP/s at "
                "64k causal keys, 0.55 of 989 TFLOP/s with the backward's 2.5x work")
 _EAGER = "PyTorch eager dispatch with autograd, 10-20 us per operation: 15 us"
@@ -275,7 +275,7 @@ _BLACKWELL = ("OpenXLA sm_100 matmul table; gemm_fp8, gemm_mxfp8 (OpenXLA's 4096
 _BLACKWELL_ULTRA = ("brrr cuBLASLt BF16 burn-in on GB300; FP8 and MXFP8 as B200; "
                     "flash_attention twice B200's kernel figure (doubled SFU exponential) "
                     + _RUN_FITTED + "; fal.ai B200 streaming (see topology/gpus.py)")
-_HOPPER = ("gemm, gemm_fp8 (bench/gemm_shapes.py) and hbm " + _LITERATURE + "; "
+_HOPPER = ("gemm, gemm_fp8 (bench/kernels/gemm_shapes.py) and hbm " + _LITERATURE + "; "
            "flash_attention (cuDNN on an H200) " + _RUN_FITTED)
 
 def _blackwell_peaks(bf16_tflops: float) -> dict[str, float]:

@@ -280,7 +280,7 @@ def factor_calibration(factors) -> Calibration:
     host time per operation) at ``factors`` (kind → factor, as
     :data:`topology.gpus.IN_TRAINING`), for every precision. All factors 1: the values
     before any run, where a fit that must not see the published runs starts."""
-    from configurator.core.plan import PRECISION
+    from configurator.core.plan_values import PRECISION
     from topology.gpus import GPU_PRESETS, RUN_FITTED, run_fitted
 
     values = {}

@@ -62,7 +62,7 @@ def _yaml(header: str, data: dict) -> bytes:
 
 def model_file() -> bytes:
     """The ``llama3-8b`` preset as a model file (its non-empty keys; no MoE/MLA keys)."""
-    from configurator.core.model import MODEL_PRESETS
+    from configurator.core.model_presets import MODEL_PRESETS
 
     data = {k: val for k, val in MODEL_PRESETS["llama3-8b"].to_dict().items()
             if val is not None and k not in _MOE_MLA_KEYS}
@@ -72,7 +72,7 @@ def model_file() -> bytes:
 
 def cluster_file() -> bytes:
     """The ``dgx-h100-80gb`` preset as a cluster file on 4 nodes."""
-    from topology.cluster import CLUSTER_PRESETS
+    from topology.cluster_files import CLUSTER_PRESETS
 
     data = dict(CLUSTER_PRESETS["dgx-h100-80gb"], name="my-dgx-h100", nodes=4)
     return _yaml("# 4 DGX H100 nodes (docs/formats.md, 'Clusters and GPUs'); bandwidths in "

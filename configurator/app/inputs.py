@@ -1,6 +1,7 @@
-"""Resolve what the user named (model, cluster, nodes, sequence length, measured topology)
-into core objects: a :class:`~configurator.core.model.ModelSpec` and a
-:class:`~topology.cluster.Cluster` whose links are the measured ones where given."""
+"""Resolve what the user named (model, cluster, nodes, sequence length, measured topology,
+calibration, layer profile) into core objects: a :class:`~configurator.core.model.ModelSpec`,
+a :class:`~topology.cluster.Cluster` whose links are the measured ones where given, and the
+:class:`~configurator.core.profile.LayerProfile` the cost model prices layers with, if any."""
 
 from __future__ import annotations
 
@@ -9,8 +10,11 @@ from dataclasses import dataclass
 
 from configurator.core import validate as v
 from configurator.core.errors import InputError
-from configurator.core.model import ModelSpec, load_model
-from topology.cluster import Cluster, load_cluster
+from configurator.core.model import ModelSpec
+from configurator.core.model_presets import load_model
+from configurator.core.profile import LayerProfile, load_profile
+from topology.cluster import Cluster
+from topology.cluster_files import load_cluster
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,23 +40,23 @@ class JobInputs:
 
 
 def resolve(inputs: JobInputs, *, exclude_flagged: bool | None = None,
-            precision: str = "bf16") -> tuple[ModelSpec, Cluster]:
+            precision: str = "bf16") -> tuple[ModelSpec, Cluster, LayerProfile | None]:
     """:func:`resolve_uncalibrated`, then the calibration's values for ``precision`` (the
-    plan's) on the cluster's GPU and the layer profile (checked against the model, the GPU
-    and ``precision``: :meth:`configurator.core.profile.LayerProfile.check_job`)."""
+    plan's) on the cluster's GPU; ``(model, cluster, profile)`` with ``profile`` the layer
+    profile (checked against the model, the GPU and ``precision``:
+    :meth:`configurator.core.profile.LayerProfile.check_job`) the cost takes as its
+    ``profile``, or None."""
     model, cluster = resolve_uncalibrated(inputs, exclude_flagged=exclude_flagged)
+    profile = None
     if inputs.profile:
-        from configurator.core.profile import load_profile
-
-        prof = load_profile(inputs.profile)
-        prof.check_job(model, cluster.gpu.name, precision)
-        cluster = cluster.with_layer_profile(prof)
+        profile = load_profile(inputs.profile)
+        profile.check_job(model, cluster.gpu.name, precision)
     if inputs.calibration:
         from topology.calibration import load_calibration
 
         cal = load_calibration(inputs.calibration)
         cluster = cluster.with_gpu(cal.apply(cluster.gpu, precision))
-    return model, cluster
+    return model, cluster, profile
 
 
 def resolve_uncalibrated(inputs: JobInputs, *, exclude_flagged: bool | None = None

@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from configurator.core import jsonout
-from configurator.core.document import plan_document
-from configurator.search.rank import SearchResult, candidate_memory
+from configurator.core.document import PlacementRecord, plan_document
+from configurator.search.rank import SearchResult
+from memory_model.estimate import peak_memory
 
 SEARCH_FILES = ("plan.json", "plans.json", "table.txt", "plans.png", "report.html",
                 "launch_torchrun.sh", "launch_slurm.sbatch")
@@ -34,20 +35,6 @@ def script_summary(estimate: dict) -> dict:
             "peak_memory_GiB": round(estimate["peak_memory_bytes"] / 2**30, 2)}
 
 
-def evaluation_placement(e) -> dict | None:
-    """The plan document's ``placement`` record of an evaluation placed on measured links
-    (:func:`configurator.core.document.placement_record`), or None when it was not."""
-    from configurator.core.document import placement_record
-
-    if e.placement is None:
-        return None
-    pl = e.placement
-    return placement_record(
-        pl["hosts"], pl["gpu_order"], pl["excluded_hosts"], pl["method"],
-        **{k: pl.get(k) for k in ("iteration_time_s", "default_iteration_time_s",
-                                  "random_median_iteration_time_s")})
-
-
 @dataclass(frozen=True)
 class SearchFiles:
     """The rendered outputs of a search (:data:`SEARCH_FILES` → ``(bytes, creation mode)``)
@@ -55,21 +42,20 @@ class SearchFiles:
     chart of its simulated schedule."""
 
     files: dict
-    placement: dict | None
+    placement: PlacementRecord | None
     gantt_png: bytes
 
 
-def search_files(model, cluster, res: SearchResult, header: str, *, placed_on=None,
+def search_files(model, cluster, res: SearchResult, header: str, *,
                  document: dict | None = None, names=SEARCH_FILES) -> SearchFiles:
     """Render the best plan's launch scripts, ``plan.json`` (the plan document, with the
     placement when the plans were placed), ``plans.json`` (every ranked plan shown),
     ``table.txt`` (``header`` and the wide table), ``plans.png`` (iteration time against
     peak memory of every feasible plan; needs ``res.ranked``) and ``report.html`` (Gantt
     chart of the best plan's simulated schedule, its placement). ``cluster``: the cluster
-    searched (the plan's nodes); ``placed_on``: the whole cluster the placement's host
-    names refer to (None: ``cluster``); ``document``: the search's JSON for ``plans.json``
-    (None: the result's); ``names``: the files wanted (default all)."""
-    from configurator.cost.placed import PlacedPlan
+    searched (the plan's nodes); ``document``: the search's JSON for ``plans.json`` (None:
+    the result's); ``names``: the files wanted (default all). The best plan's placement and
+    schedule are those its evaluation carries (priced when it was placed, not again)."""
     from configurator.report.gantt import gantt_png
     from configurator.report.plan_html import render_plan_html
     from configurator.report.plot import plot_search
@@ -78,8 +64,7 @@ def search_files(model, cluster, res: SearchResult, header: str, *, placed_on=No
 
     best = res.plans[0]
     estimate = best.to_dict()
-    placed_on = placed_on or cluster
-    record = evaluation_placement(best)
+    record = best.placement
     files = launch_files(model, best.plan, nodes=cluster.num_nodes,
                          gpus_per_node=cluster.gpus_per_node, summary=script_summary(estimate),
                          placement=record)
@@ -90,16 +75,10 @@ def search_files(model, cluster, res: SearchResult, header: str, *, placed_on=No
                            FILE_MODE)
     table = format_table(res.plans, wide=True)
     files["table.txt"] = ((header + "\n" + table + "\n").encode(), FILE_MODE)
-    priced = PlacedPlan(model, placed_on, best.plan)
-    if record is not None:
-        index = {h: i for i, h in enumerate(placed_on.hosts)}
-        node_hosts = [index[h] for h in record["hosts"]]
-        gpu_order = record["gpu_order"]
-    else:
-        node_hosts, gpu_order = priced.default_placement()
-    timed = priced.time(node_hosts, gpu_order, record=True)
-    gantt = gantt_png(timed.sim, title=f"{model.name}: simulated schedule of the slowest "
-                                      f"data-parallel replica ({timed.critical_replica})")
+    timed = best.schedule
+    gantt = gantt_png(timed.recorded(), title=f"{model.name}: simulated schedule of the "
+                                              f"slowest data-parallel replica "
+                                              f"({timed.critical_replica})")
     files["report.html"] = (render_plan_html(
         title=f"{model.name} on {cluster.num_gpus} x {cluster.gpu.name}", header=header,
         table=table, placement=record, gantt_png=gantt).encode(), FILE_MODE)
@@ -108,7 +87,8 @@ def search_files(model, cluster, res: SearchResult, header: str, *, placed_on=No
                            gantt_png=gantt)
     with tempfile.TemporaryDirectory() as private:      # mode 0700, a fresh name
         png = os.path.join(private, "plans.png")
-        plot_search(png, peak_memory_bytes=candidate_memory(model, res.ranked, cluster.gpu),
+        plot_search(png, peak_memory_bytes=peak_memory(
+                        model, res.ranked, non_tn_fp8_gemm=cluster.gpu.non_tn_fp8_gemm),
                     iteration_time_s=res.ranked_time_s, recompute=res.ranked.recompute,
                     capacity_bytes=cluster.gpu.memory_bytes,
                     title=f"{model.name} on {cluster.num_gpus} x {cluster.gpu.name}: "
@@ -120,15 +100,13 @@ def search_files(model, cluster, res: SearchResult, header: str, *, placed_on=No
 
 
 def write_search_outputs(out: str, model, cluster, res: SearchResult, header: str,
-                         force: bool, *, placed_on=None, document: dict | None = None
-                         ) -> list[str]:
+                         force: bool, *, document: dict | None = None) -> list[str]:
     """Render (:func:`search_files`) and write the search's outputs into ``out``: every
     file is rendered first, then all are written without following a symbolic link
     (:func:`launchers.write_files`). Returns the names."""
     from launchers import check_out_dir, write_files
 
-    files = search_files(model, cluster, res, header, placed_on=placed_on,
-                         document=document).files
+    files = search_files(model, cluster, res, header, document=document).files
     check_out_dir(out, files, force)
     write_files(out, files, force=force)
     return list(SEARCH_FILES)

@@ -8,17 +8,18 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from configurator.app.inputs import JobInputs, host_pool, resolve
-from configurator.app.outputs import (LAUNCH_FILES, SEARCH_FILES, check_out,
-                                      evaluation_placement, script_summary,
+from configurator.app.outputs import (LAUNCH_FILES, SEARCH_FILES, check_out, script_summary,
                                       write_search_outputs)
 from configurator.core import validate as v
 from configurator.core.document import read_plan_document
 from configurator.core.errors import InputError, NoFeasiblePlanError
-from configurator.core.plan import RECOMPUTE, describe_search_options, search_options
+from configurator.core.plan import describe_search_options, search_options
+from configurator.core.plan_values import RECOMPUTE
 from configurator.core.rules import SPLIT_FIELDS, plan_for_world
 from configurator.search.evaluate import Evaluation, evaluate_plan
-from configurator.search.placement import (RANDOM_PLACEMENTS, host_health_order, place_plan,
-                                           place_search_result, placement_on_cluster)
+from configurator.search.placement_search import (RANDOM_PLACEMENTS, host_health_order,
+                                                  place_plan, place_search_result,
+                                                  placement_on_cluster)
 from configurator.search.rank import SearchResult, best_layer_split, search
 from configurator.search.space import SearchSpace
 from memory_model.estimate import DEFAULT_MAX_MEMORY_FRACTION
@@ -68,26 +69,35 @@ class SearchOutcome:
     written: list[str] = field(default_factory=list)
 
 
+def check_placement_options(req: SearchRequest | EstimateRequest) -> None:
+    """Check the placement search's settings of ``req``: its time cap
+    (``placement_time_s``), placements priced per plan (``placement_evaluations``) and
+    ``seed``. Raises :class:`InputError` naming the first out of range."""
+    v.float_in_range("placement_time_s", req.placement_time_s)
+    v.int_in_range("placement_evaluations", req.placement_evaluations)
+    v.int_in_range("seed", req.seed)
+
+
 def run_search(req: SearchRequest) -> SearchOutcome:
     """Rank every legal plan that fits; with ``req.out`` write the outputs there. With a
     topology, the plan uses ``nodes`` of its hosts (the healthiest for the ranking), then
     every ranked plan is placed on the measured links (hosts and GPU order chosen,
-    :func:`configurator.search.placement.place_plan`) and re-ranked by its placed time.
+    :func:`configurator.search.placement_search.place_plan`) and re-ranked by its placed
+    time.
     Raises :class:`InputError` (bad input) or :class:`NoFeasiblePlanError`."""
-    model, cluster = resolve(req.inputs, precision=req.precision)
+    model, cluster, profile = resolve(req.inputs, precision=req.precision)
     v.int_in_range("gbs", req.global_batch_size)
     v.int_in_range("top", req.top)
     if not 0 < req.max_memory_fraction <= 1:
         raise InputError("max_memory_fraction", req.max_memory_fraction, "must be in (0, 1]")
-    v.float_in_range("placement_time_s", req.placement_time_s)
-    v.int_in_range("placement_evaluations", req.placement_evaluations)
-    v.int_in_range("seed", req.seed)
+    check_placement_options(req)
     if req.out:
         check_out(req.out, SEARCH_FILES, req.force)
     space = search_space(model, req)
     note = nodes_note(req.inputs, cluster)
     try:
-        res, used = ranked_search(req, model, cluster, space, req.top, keep_ranking=bool(req.out))
+        res, used = ranked_search(req, model, cluster, space, req.top, keep_ranking=bool(req.out),
+                                  profile=profile)
     except NoFeasiblePlanError as err:
         raise NoFeasiblePlanError(f"{err}{note}") from None
     header = (f"{model.name} on {used.num_nodes}x{used.gpus_per_node} "
@@ -96,22 +106,22 @@ def run_search(req: SearchRequest) -> SearchOutcome:
               f": {res.candidates_evaluated} plans evaluated, "
               f"{res.feasible} fit, {res.search_time_s:.2f} s")
     best = res.plans[0]
-    if best.placement:
+    if best.placement is not None:
         pl = best.placement
-        gain = 100 * (pl["iteration_time_s"] / pl["default_iteration_time_s"] - 1)
-        header += (f"\nplaced on {len(pl['hosts'])} of {cluster.num_nodes} hosts (idle: "
-                   f"{', '.join(pl['excluded_hosts']) or 'none'}): "
-                   f"{pl['iteration_time_s']:.3f} s vs {pl['default_iteration_time_s']:.3f} s "
+        gain = 100 * (pl.iteration_time_s / pl.default_iteration_time_s - 1)
+        header += (f"\nplaced on {pl.nodes} of {cluster.num_nodes} hosts (idle: "
+                   f"{', '.join(pl.excluded_hosts) or 'none'}): "
+                   f"{pl.iteration_time_s:.3f} s vs {pl.default_iteration_time_s:.3f} s "
                    f"Megatron's order on the first hosts ({gain:+.1f} %), random median "
-                   f"{pl['random_median_iteration_time_s']:.3f} s")
+                   f"{pl.random_median_iteration_time_s:.3f} s")
     doc = search_document(model, used, res)
     if req.inputs.exclude_flagged:
-        doc["exclusion"] = exclusion_effect(req, model, cluster, res, space)
+        doc["exclusion"] = exclusion_effect(req, model, cluster, res, space, profile)
         header += "\n" + doc["exclusion"]["summary"]
     written = []
     if req.out:
         written = write_search_outputs(req.out, model, used, res, header, req.force,
-                                       placed_on=cluster, document=doc)
+                                       document=doc)
     return SearchOutcome(result=res, header=header, document=doc, nodes=used.num_nodes,
                          written=written)
 
@@ -133,12 +143,12 @@ def search_document(model, cluster, res: SearchResult) -> dict:
 
 def ranked_search(req: SearchRequest, model, cluster, space: SearchSpace, top: int, *,
                   keep_ranking: bool = False, exclude_flagged: bool | None = None,
-                  nodes: int | None = None):
+                  nodes: int | None = None, profile=None):
     """The search of ``req`` on ``cluster``: ``(result, cluster searched)``. With a topology
     the result's plans carry their placement (``exclude_flagged`` and ``nodes`` override the
-    request's)."""
+    request's). ``profile``: the layer profile :func:`resolve` gave, or None."""
     kw = dict(req.options, top_k=top, space=space, keep_ranking=keep_ranking,
-              max_memory_fraction=req.max_memory_fraction)
+              max_memory_fraction=req.max_memory_fraction, profile=profile)
     if not req.inputs.topology:
         return search(model, cluster, req.global_batch_size, **kw), cluster
     inputs = req.inputs if nodes is None else dataclasses.replace(req.inputs, nodes=nodes)
@@ -148,12 +158,13 @@ def ranked_search(req: SearchRequest, model, cluster, space: SearchSpace, top: i
     return place_search_result(model, cluster, res, pool=pool,
                                time_budget_s=req.placement_time_s,
                                max_evaluations=req.placement_evaluations, seed=req.seed,
-                               random_samples=req.random_placements), used
+                               random_samples=req.random_placements, profile=profile), used
 
 
 def exclusion_effect(req: SearchRequest, model, cluster, res: SearchResult,
-                     space: SearchSpace) -> dict:
-    """Compare the best plan without the flagged hosts with the best on every host."""
+                     space: SearchSpace, profile=None) -> dict:
+    """Compare the best plan without the flagged hosts with the best on every host
+    (``profile``: the layer profile, or None)."""
     pool, _, flagged = host_pool(req.inputs, cluster)
     best = res.plans[0]
     kept = best.plan.world_size
@@ -162,7 +173,7 @@ def exclusion_effect(req: SearchRequest, model, cluster, res: SearchResult,
            "tokens_per_s": best.tokens_per_s_per_gpu * kept}
     try:
         alls, _ = ranked_search(req, model, cluster, space, 1, exclude_flagged=False,
-                          nodes=cluster.num_nodes)
+                          nodes=cluster.num_nodes, profile=profile)
         a = alls.plans[0]
         out["all_hosts_iteration_time_s"] = a.iteration_time_s
         out["all_hosts_tokens_per_s"] = a.tokens_per_s_per_gpu * cluster.num_gpus
@@ -239,42 +250,43 @@ def run_estimate(req: EstimateRequest) -> EstimateOutcome:
     mapping with ``hosts`` and ``gpu_order``); the result carries the placement record."""
     from launchers import check_out_file
 
-    model, cluster = resolve(req.inputs, precision=req.fields.get("precision") or "bf16")
+    model, cluster, profile = resolve(req.inputs,
+                                      precision=req.fields.get("precision") or "bf16")
     if req.out:
         check_out_file(req.out, req.force)
     if not req.inputs.topology:
         if req.placement != "default":
             raise InputError("placement", req.placement, "needs --topology FILE")
-        plan = best_layer_split(model, cluster, plan_for_world(req.fields, cluster.num_gpus))
-        e = evaluate_plan(model, cluster, plan)
+        plan = best_layer_split(model, cluster, plan_for_world(req.fields, cluster.num_gpus),
+                                profile)
+        e = evaluate_plan(model, cluster, plan, profile=profile)
         title = (f"{model.name} on {cluster.num_nodes} x {cluster.gpus_per_node} "
                  f"{cluster.gpu.name} ({cluster.name})" + nodes_note(req.inputs, cluster)
                  + split_note(req.fields, plan))
         return EstimateOutcome(evaluation=e, title=title,
                                written=_save_plan(req, model, cluster.to_dict(), e))
-    v.float_in_range("placement_time_s", req.placement_time_s)
-    v.int_in_range("placement_evaluations", req.placement_evaluations)
-    v.int_in_range("seed", req.seed)
+    check_placement_options(req)
     pool, nodes, _ = host_pool(req.inputs, cluster)
     plan = best_layer_split(model, cluster,
-                            plan_for_world(req.fields, nodes * cluster.gpus_per_node))
+                            plan_for_world(req.fields, nodes * cluster.gpus_per_node), profile)
     method, hosts, order = req.placement, None, None
     if method not in ("default", "optimized"):
-        hosts, order = placement_on_cluster(v.load_mapping_file("placement", method), cluster, nodes)
+        hosts, order = placement_on_cluster(v.load_mapping_file("placement", method), cluster,
+                                            nodes)
         method = "file"
     try:
-        out = place_plan(model, cluster, plan, pool=pool, method=method, node_hosts=hosts,
-                         gpu_order=order, time_budget_s=req.placement_time_s,
-                         max_evaluations=req.placement_evaluations, seed=req.seed)
+        placed = place_plan(model, cluster, plan, pool=pool, method=method, node_hosts=hosts,
+                            gpu_order=order, time_budget_s=req.placement_time_s,
+                            max_evaluations=req.placement_evaluations, seed=req.seed,
+                            profile=profile)
     except ValueError as err:
         raise InputError("placement", req.placement, str(err)) from None
-    e = evaluate_plan(model, cluster, plan, node_hosts=list(out.node_hosts),
-                      gpu_order=out.gpu_order)
-    e = dataclasses.replace(e, placement=out.to_dict())
+    e = evaluate_plan(model, cluster, plan, placed=placed, profile=profile)
+    pl = e.placement
     title = (f"{model.name} on {nodes} of {cluster.num_nodes} x {cluster.gpus_per_node} "
-             f"{cluster.gpu.name} ({cluster.name}), placement {out.method}: "
-             f"{out.iteration_time_s:.3f} s vs {out.default_iteration_time_s:.3f} s default, "
-             f"random median {out.random_median_iteration_time_s:.3f} s")
+             f"{cluster.gpu.name} ({cluster.name}), placement {pl.method}: "
+             f"{pl.iteration_time_s:.3f} s vs {pl.default_iteration_time_s:.3f} s default, "
+             f"random median {pl.random_median_iteration_time_s:.3f} s")
     used = dict(cluster.to_dict(), nodes=nodes, num_gpus=nodes * cluster.gpus_per_node)
     return EstimateOutcome(evaluation=e, title=title, written=_save_plan(req, model, used, e))
 
@@ -289,7 +301,7 @@ def _save_plan(req: EstimateRequest, model, cluster: dict, e: Evaluation) -> str
     from launchers import write_text_file
 
     doc = plan_document(model=model, cluster=cluster, plan=e.plan, estimate=e.to_dict(),
-                        placement=evaluation_placement(e))
+                        placement=e.placement)
     return write_text_file(req.out, jsonout.dumps(doc, indent=2) + "\n", req.force)
 
 
@@ -393,12 +405,10 @@ def run_scaling(req: SearchRequest, lo: int, hi: int) -> ScalingOutcome:
     (tokens/s and per-GPU tokens/s against nodes) and ``scaling.json``."""
     from tqdm import tqdm
 
-    model, cluster = resolve(dataclasses.replace(req.inputs, nodes=None),
-                             precision=req.precision)
+    model, cluster, profile = resolve(dataclasses.replace(req.inputs, nodes=None),
+                                      precision=req.precision)
     v.int_in_range("gbs", req.global_batch_size)
-    v.float_in_range("placement_time_s", req.placement_time_s)
-    v.int_in_range("placement_evaluations", req.placement_evaluations)
-    v.int_in_range("seed", req.seed)
+    check_placement_options(req)
     if not 0 < req.max_memory_fraction <= 1:
         raise InputError("max_memory_fraction", req.max_memory_fraction, "must be in (0, 1]")
     if req.inputs.topology:
@@ -414,11 +424,12 @@ def run_scaling(req: SearchRequest, lo: int, hi: int) -> ScalingOutcome:
         row = {"nodes": n}
         try:
             if req.inputs.topology:
-                res, used = ranked_search(req, model, cluster, space, 1, nodes=n)
+                res, used = ranked_search(req, model, cluster, space, 1, nodes=n,
+                                          profile=profile)
             else:
-                _, cl = resolve(dataclasses.replace(req.inputs, nodes=n),
-                                precision=req.precision)
-                res, used = ranked_search(req, model, cl, space, 1)
+                _, cl, _ = resolve(dataclasses.replace(req.inputs, nodes=n),
+                                   precision=req.precision)
+                res, used = ranked_search(req, model, cl, space, 1, profile=profile)
         except (InputError, NoFeasiblePlanError) as err:
             row.update(num_gpus=None, plan=None, iteration_time_s=None, tokens_per_s=None,
                        tokens_per_s_per_gpu=None, excluded_hosts=None, reason=str(err))
@@ -429,7 +440,8 @@ def run_scaling(req: SearchRequest, lo: int, hi: int) -> ScalingOutcome:
         row.update(num_gpus=gpus, plan=e.plan.to_dict(), iteration_time_s=e.iteration_time_s,
                    tokens_per_s=e.tokens_per_s_per_gpu * gpus,
                    tokens_per_s_per_gpu=e.tokens_per_s_per_gpu,
-                   excluded_hosts=(e.placement or {}).get("excluded_hosts"), reason=None)
+                   excluded_hosts=None if e.placement is None
+                   else list(e.placement.excluded_hosts), reason=None)
         rows.append(row)
     header = (f"{model.name} on {lo}..{hi} nodes of {cluster.gpus_per_node} "
               f"{cluster.gpu.name}, gbs {req.global_batch_size}, seq {model.seq_length}, "

@@ -41,7 +41,7 @@ def import_topology(paths: Sequence[str], output: str, *, policy: str = "min",
 class AuditOutcome:
     """The audit, the topology it read, the report's path (with ``out``) and, when a model
     was given, the plan its findings were priced for and their costs
-    (:class:`configurator.app.network_jobs.PricedPlan`)."""
+    (:class:`configurator.app.audit_costs.PricedPlan`)."""
 
     report: object          # topology.audit.AuditReport
     topology: object        # topology.topofile.Topology
@@ -52,7 +52,7 @@ class AuditOutcome:
 def audit_cluster(*, topology: str | None, paths: Sequence[str], out: str | None = None,
                   force: bool = False, costs=None) -> AuditOutcome:
     """Audit a topology file or nccl-tests logs (exactly one of them); with ``costs`` (a
-    :class:`configurator.app.network_jobs.CostRequest`) price each finding for a plan of
+    :class:`configurator.app.audit_costs.CostRequest`) price each finding for a plan of
     that model; with ``out`` write the HTML report, heatmap and JSON there."""
     import tempfile
 
@@ -74,12 +74,12 @@ def audit_cluster(*, topology: str | None, paths: Sequence[str], out: str | None
         topo, report = load_topology(path), audit_of(path)
         priced = None
         if costs is not None:
-            from configurator.app.network_jobs import price_audit
+            from configurator.app.audit_costs import price_audit
 
             priced = price_audit(path, report, costs)
     page = None
     if out:
-        from configurator.app.network_jobs import audit_document, cost_lines
+        from configurator.app.audit_costs import audit_document, cost_lines
         from topology.report_html import write_audit_html
 
         page = write_audit_html(report, topo, out, force=force,

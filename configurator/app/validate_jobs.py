@@ -15,13 +15,15 @@ import math
 from dataclasses import dataclass, field
 
 from configurator.core.errors import InputError
-from configurator.core.model import ModelSpec, load_model
+from configurator.core.model import ModelSpec
+from configurator.core.model_presets import load_model
 from configurator.core.runs import MeasuredRun
 from configurator.cost.measured import measured_iteration_time_s
 from configurator.search.evaluate import Evaluation, evaluate_plan
 from configurator.search.rank import best_layer_split
 from configurator.core import validate as v
-from topology.cluster import CLUSTER_PRESETS, Cluster, cluster_from_config, load_cluster
+from topology.cluster import Cluster
+from topology.cluster_files import CLUSTER_PRESETS, cluster_from_config, load_cluster
 
 
 @dataclass(frozen=True, kw_only=True)

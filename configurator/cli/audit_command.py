@@ -58,7 +58,7 @@ def add_audit_arguments(p) -> None:
 
 
 def run_audit(args) -> int:
-    from configurator.app.network_jobs import CostRequest, audit_document, cost_lines
+    from configurator.app.audit_costs import CostRequest, audit_document, cost_lines
     from configurator.core.errors import InputError
 
     costs = None

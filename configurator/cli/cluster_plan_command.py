@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from configurator.app.network_jobs import PlanRequest, run_plan
+from configurator.app.cluster_plan_jobs import PlanRequest, run_plan
 from configurator.cli.options import add_force, add_json, add_out, option_groups
 from configurator.cli.plan_commands import _group_of, add_plan_option
 from configurator.core import jsonout
@@ -57,13 +57,14 @@ def run_plan_command(args) -> int:
         seq_length=args.seq_length, out=args.out, force=args.force, top=args.top,
         options={name: getattr(args, name) for name in SEARCH_OPTIONS}, seed=args.seed))
     best = out.chosen.plans[0]
-    steps = start_instructions(args.out, nodes=len(best.placement["hosts"]), placed=True,
+    steps = start_instructions(args.out, nodes=best.placement.nodes, placed=True,
                                data=False, plan_file=os.path.join(args.out, "plan.json"))
     if args.json:
         print(jsonout.dumps({"summary": out.summary, "out": args.out, "written": out.written,
                              "excluded_hosts": list(out.excluded),
                              "iteration_time_s": best.iteration_time_s,
-                             "plan": best.plan.to_dict(), "placement": best.placement,
+                             "plan": best.plan.to_dict(),
+                             "placement": best.placement.to_estimate_dict(),
                              "islands": [list(i) for i in out.report.islands],
                              "next_steps": steps}, indent=2))
         return 0

@@ -18,11 +18,12 @@ from configurator.app.plan_jobs import (EstimateRequest, LaunchRequest, SearchRe
                                         run_search as search_job)
 from configurator.core import jsonout
 from configurator.core.errors import InputError
-from configurator.core.model import MODEL_PRESETS
-from configurator.core.plan import PLAN_FIELD, PLAN_FIELDS, RECOMPUTE, SEARCH_OPTIONS
+from configurator.core.model_presets import MODEL_PRESETS
+from configurator.core.plan import PLAN_FIELD, PLAN_FIELDS, SEARCH_OPTIONS
+from configurator.core.plan_values import RECOMPUTE
 from launchers import start_instructions
 from memory_model.estimate import DEFAULT_MAX_MEMORY_FRACTION
-from topology.cluster import CLUSTER_PRESETS
+from topology.cluster_files import CLUSTER_PRESETS
 
 #: Plan fields ``estimate`` takes as options (every field with a CLI flag; dp is derived).
 ESTIMATE_FIELDS = tuple(f.name for f in PLAN_FIELDS

@@ -3,7 +3,7 @@ the local device (CUDA when present, else the CPU) at the per-rank shapes of eac
 ``--cp``, ``--mbs``, write the profile (``--out``, default ``profile.yaml``; never over an
 existing file without ``--force``) and, on a GPU, compare with the analytic layer time.
 
-torch is imported only when the command runs (:mod:`configurator.app.profile_jobs`).
+torch is imported only when the command runs (:mod:`configurator.profiler`).
 """
 
 from __future__ import annotations
@@ -11,12 +11,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from configurator.app.profile_jobs import (DEFAULT_REPEATS, DEFAULT_WARMUP, DEVICES,
-                                           ProfileRequest, run_profile as profile_job)
+from configurator.app.profile_jobs import (DEFAULT_REPEATS, DEFAULT_WARMUP, ProfileRequest,
+                                           run_profile as profile_job)
 from configurator.cli.options import add_force, add_json, add_out, option_groups
 from configurator.core import jsonout
-from configurator.core.model import MODEL_PRESETS
+from configurator.core.model_presets import MODEL_PRESETS
 from configurator.core.profile import PROFILE_PRECISIONS
+from configurator.profiler.timing import DEVICES
 from topology.gpus import GPU_PRESETS
 
 

@@ -14,8 +14,9 @@ from typing import Any, Mapping
 import numpy as np
 
 from configurator.core.layers import layout_code, layout_text
-from configurator.core.plan import (PLAN_FIELDS, SCORE_STORING_BACKENDS, ParallelPlan,
-                                    param_gather_overlap, recompute_code)
+from configurator.core.plan import PLAN_FIELDS, ParallelPlan
+from configurator.core.plan_terms import param_gather_overlap, recompute_code
+from configurator.core.plan_values import SCORE_STORING_BACKENDS
 
 COLUMN_FIELDS = tuple(f for f in PLAN_FIELDS if f.per_candidate)
 SHARED_FIELDS = tuple(f for f in PLAN_FIELDS if not f.per_candidate)
@@ -78,7 +79,7 @@ class Candidates:
 
     @property
     def recompute_code(self) -> np.ndarray:
-        """Each plan's recompute code (:func:`configurator.core.plan.recompute_code`: 0 none,
+        """Each plan's recompute code (:func:`configurator.core.plan_terms.recompute_code`: 0 none,
         2 full, the module bits of ``recompute_modules`` for selective)."""
         return recompute_code(self.recompute, self.recompute_modules)
 

@@ -51,6 +51,12 @@ PLACEMENT_METHODS = ("default", "optimized", "file")
 PLACEMENT_FIGURES = ("iteration_time_s", "default_iteration_time_s",
                      "random_median_iteration_time_s")
 PLACEMENT_KEYS = ("hosts", "gpu_order", "excluded_hosts", *PLACEMENT_FIGURES, "method")
+#: What the placement search did (kept in an estimate's ``placement``, not in ``plan.json``'s):
+#: distinct placements priced, its wall-clock seconds, whether it priced every placement.
+SEARCH_FIGURES = ("evaluations", "wall_time_s", "exhaustive")
+#: Keys of an estimate's ``placement`` (``Evaluation.to_dict()``), in the order written.
+ESTIMATE_PLACEMENT_KEYS = ("hosts", "gpu_order", "excluded_hosts", "method", *PLACEMENT_FIGURES,
+                           *SEARCH_FIGURES)
 #: A host name, matched in full (``re.fullmatch``): letters, digits, '.', '-' and '_', not
 #: starting with a punctuation character; safe unquoted in a bash ``case`` pattern.
 HOST_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -69,13 +75,19 @@ def check_host_name(field: str, value: Any) -> str:
 
 @dataclass(frozen=True, kw_only=True)
 class PlacementRecord:
-    """Where each rank of a plan runs (a validated ``plan.json`` ``placement``).
+    """Where each rank of a plan runs: the placement search's result
+    (:func:`configurator.search.placement_search.place_plan`), an evaluation's ``placement``,
+    the plan document's ``placement`` (validated by :func:`read_placement`) and what the
+    launch scripts enforce.
 
     ``hosts``: host name of node_rank 0..nodes-1. ``gpu_order``: per node_rank, the physical
     GPU index (PCI bus order, as ``CUDA_VISIBLE_DEVICES`` with ``CUDA_DEVICE_ORDER=PCI_BUS_ID``)
     of local rank 0..G-1, a permutation of 0..G-1. ``excluded_hosts``: hosts kept out of the
     job (disjoint from ``hosts``). Figures: predicted iteration times in seconds, or None.
-    ``method``: one of :data:`PLACEMENT_METHODS`.
+    ``method``: one of :data:`PLACEMENT_METHODS`. :data:`SEARCH_FIGURES`: what the search
+    did (``evaluations`` placements priced, ``wall_time_s`` seconds, ``exhaustive``: every
+    placement priced); an estimate shows them, ``plan.json`` does not (read back: 0, 0.0,
+    False).
     """
 
     hosts: tuple[str, ...]
@@ -85,6 +97,9 @@ class PlacementRecord:
     default_iteration_time_s: float | None = None
     random_median_iteration_time_s: float | None = None
     method: str = "default"
+    evaluations: int = 0
+    wall_time_s: float = 0.0
+    exhaustive: bool = False
 
     @property
     def nodes(self) -> int:
@@ -105,6 +120,13 @@ class PlacementRecord:
         return {"hosts": list(self.hosts), "gpu_order": [list(p) for p in self.gpu_order],
                 "excluded_hosts": list(self.excluded_hosts),
                 **{k: getattr(self, k) for k in PLACEMENT_FIGURES}, "method": self.method}
+
+    def to_estimate_dict(self) -> dict:
+        """An estimate's ``placement`` object: :meth:`to_dict`'s keys and the search's
+        figures, in :data:`ESTIMATE_PLACEMENT_KEYS` order."""
+        return {"hosts": list(self.hosts), "gpu_order": [list(p) for p in self.gpu_order],
+                "excluded_hosts": list(self.excluded_hosts), "method": self.method,
+                **{k: getattr(self, k) for k in (*PLACEMENT_FIGURES, *SEARCH_FIGURES)}}
 
     def describe(self) -> str:
         """One line, e.g. ``optimized, 16 hosts, excluded cnode2-003; predicted 1.234 s per
@@ -223,10 +245,13 @@ def placement_record(hosts: Sequence[str], gpu_order: Sequence[Sequence[int]],
 def as_placement(placement: PlacementRecord | Mapping[str, Any], where: str = "placement", *,
                  nodes: int | None = None,
                  gpus_per_node: int | None = None) -> PlacementRecord:
-    """A :class:`PlacementRecord` from itself or a ``placement`` object
-    (:func:`read_placement`), checked against ``nodes``/``gpus_per_node`` when given."""
-    data = placement.to_dict() if isinstance(placement, PlacementRecord) else placement
-    return read_placement(data, where, nodes=nodes, gpus_per_node=gpus_per_node)
+    """``placement`` checked (:func:`read_placement`, against ``nodes``/``gpus_per_node``
+    when given): a :class:`PlacementRecord` comes back unchanged, a ``placement`` object as
+    the record it validates to."""
+    if isinstance(placement, PlacementRecord):
+        read_placement(placement.to_dict(), where, nodes=nodes, gpus_per_node=gpus_per_node)
+        return placement
+    return read_placement(placement, where, nodes=nodes, gpus_per_node=gpus_per_node)
 
 
 def plan_document(*, model: ModelSpec, cluster: Mapping[str, Any], plan: ParallelPlan,

@@ -22,9 +22,10 @@ from configurator.core.errors import InputError
 from configurator.core.layers import (LayoutError, layout_code, layout_problem, layout_text,
                                       parse_layout, split_ok)
 from configurator.core.model import ModelSpec
-from configurator.core.plan import (CUDA_GRAPH_SCOPES, OFFLOAD_MODULES, PLAN_FIELD,
-                                    PLAN_FIELDS, SCORE_STORING_BACKENDS, ParallelPlan,
-                                    check_field, param_gather_overlap, recompute_module_list)
+from configurator.core.plan import PLAN_FIELD, PLAN_FIELDS, ParallelPlan, check_field
+from configurator.core.plan_terms import param_gather_overlap
+from configurator.core.plan_values import (CUDA_GRAPH_SCOPES, OFFLOAD_MODULES,
+                                           SCORE_STORING_BACKENDS, recompute_module_list)
 
 Fields = Mapping[str, Any]   # plan field name -> scalar or numpy array
 

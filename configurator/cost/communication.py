@@ -13,13 +13,13 @@ from __future__ import annotations
 import numpy as np
 
 from configurator.core.candidates import Candidates
-from topology.placement import group_shape
+from topology.rank_order import group_shape
 
 
 def comm_figures(cluster, c: Candidates) -> dict[str, np.ndarray]:
     """Worst ring bus bandwidth (B/s) and latency (s) of each plan's tp, cp, dp·cp groups and
     pipeline neighbours on ``cluster``, the groups laid out by Megatron's rank order
-    (:func:`topology.placement.group_shape`) and placed on GPUs by ``cluster.placement``.
+    (:func:`topology.rank_order.group_shape`) and placed on GPUs by ``cluster.placement``.
     Returns arrays (one value per plan) keyed ``{tp,cp,dp,pp}_{bw,lat}`` and the pipeline's
     ``pp_{path,ring,end}_{bw,lat}`` (:func:`pipeline_figures`): :data:`NAMES`."""
     world = int(c.tp[0] * c.pp[0] * c.dp[0] * c.cp[0])

@@ -17,11 +17,12 @@ from pathlib import Path
 
 from configurator.cost.flops import sc21_flops
 from configurator.core.layers import format_layout
-from configurator.core.model import MODEL_PRESETS, ModelSpec
+from configurator.core.model import ModelSpec
+from configurator.core.model_presets import MODEL_PRESETS
 from configurator.core.plan import ParallelPlan
 from configurator.core.runs import MeasuredRun
 from configurator.data import PUBLISHED, data_path
-from topology.cluster import CLUSTER_PRESETS
+from topology.cluster_files import CLUSTER_PRESETS
 
 SC21_MODEL_NAMES = {"1.7": "gpt-1.7b", "3.6": "gpt-3.6b", "7.5": "gpt-7.5b",
                     "18.4": "gpt-18.4b", "39.1": "gpt-39.1b", "76.1": "gpt-76.1b",

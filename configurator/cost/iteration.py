@@ -1,7 +1,8 @@
 """Critical-path model of one Megatron-LM training iteration, vectorised over plans.
 
 Layer compute comes from :mod:`configurator.cost.compute`, group links from
-:mod:`configurator.cost.communication`, collective formulas from :mod:`topology.collectives`
+:mod:`configurator.cost.communication`, the expert-parallel exchanges from
+:mod:`configurator.cost.expert_comm`, collective formulas from :mod:`topology.collectives`
 and pipeline-schedule facts (bubble, p2p count) from :mod:`configurator.core.schedule`.
 
 * tensor parallel: 2 all-reduces forward and 2 backward (all-gather + reduce-scatter pairs
@@ -29,15 +30,17 @@ import numpy as np
 
 from configurator.core.candidates import Candidates
 from configurator.core.model import ModelSpec
-from configurator.core.plan import (RECOMPUTE_FULL, RECOMPUTE_MLP, RECOMPUTE_MOE,
-                                     fp8_weights_gathered, main_grad_bytes,
-                                     optimizer_state_bytes, tp_comm_overlapped)
+from configurator.core.plan_terms import (fp8_weights_gathered, main_grad_bytes,
+                                          optimizer_state_bytes, tp_comm_overlapped)
+from configurator.core.plan_values import RECOMPUTE_FULL, RECOMPUTE_MLP
 from configurator.core.schedule import p2p_transfers
 from configurator.core.layers import stage_class_arrays
 from configurator.cost.communication import comm_figures, expert_comm_figures
-from configurator.cost.compute import (EMBEDDING_GRAD_BYTES, HOST_BACKWARD_FACTOR, gemm_time_s,
-                                      layer_costs, main_grad_accumulation_s,
-                                      moe_host_synchronised)
+from configurator.cost.compute import EMBEDDING_GRAD_BYTES, layer_costs
+from configurator.cost.expert_comm import ep_layer_s
+from configurator.cost.gemm import gemm_time_s, main_grad_accumulation_s
+from configurator.cost.host_ops import HOST_BACKWARD_FACTOR
+from configurator.cost.moe_compute import moe_host_synchronised
 from memory_model.params import (embedding_parameters, padded_vocab_size,
                                  stage_parameter_split)
 from topology.collectives import (all_gather_time_s, all_reduce_time_s, all_to_all_time_s,
@@ -82,7 +85,7 @@ def tp_layer_s(lc: dict, c: Candidates, act_bytes, tp_bw, tp_lat, num_sms: int):
     (megatron/core/tensor_parallel/layers.py, LinearWithGradAccumulationAndAsyncCommunication),
     exposed only beyond them.
 
-    With it (:func:`configurator.core.plan.tp_comm_overlapped`), Transformer Engine's
+    With it (:func:`configurator.core.plan_terms.tp_comm_overlapped`), Transformer Engine's
     userbuffers overlap each all-gather or reduce-scatter (half a collective pair, ``t``)
     with a GEMM ``g`` of the same sublayer (``lc["tp_gemm_pairs"]``: the QKV/fc1 GEMM after
     the all-gather, the projection/fc2 GEMM before the reduce-scatter; backward GEMMs as
@@ -197,7 +200,7 @@ def stage_extras_s(model: ModelSpec, c: Candidates, gpu, lc: dict, tp_bw, tp_lat
     dense weight gradient added into the main gradient,
     :data:`~configurator.cost.compute.EMBEDDING_GRAD_BYTES`) and last-stage extras (logits
     GEMM forward and 2× backward with its main-gradient accumulation
-    (:func:`~configurator.cost.compute.main_grad_accumulation_s`), the cross entropy's
+    (:func:`~configurator.cost.gemm.main_grad_accumulation_s`), the cross entropy's
     memory-bound passes (:data:`CROSS_ENTROPY_BYTES`), and the multi-token-prediction
     modules) for one microbatch: ``{"emb_fwd", "emb_bwd", "logits_fwd", "logits_bwd"}``
     seconds. The logits GEMM runs in 16-bit in every precision: the output layer is
@@ -251,7 +254,7 @@ def p2p_message_s(model: ModelSpec, c: Candidates, lc: dict, pp_bw, pp_lat, tp_b
 
 def grad_bytes(c: Candidates) -> float:
     """Bytes of one main gradient of the plans
-    (:func:`configurator.core.plan.main_grad_bytes`)."""
+    (:func:`configurator.core.plan_terms.main_grad_bytes`)."""
     return main_grad_bytes(c.precision, c.grad_reduce_in_bf16, c.main_grads_dtype)
 
 
@@ -312,10 +315,10 @@ def tied_embedding_s(model: ModelSpec, c: Candidates, pp_bw, pp_lat):
 
 def optimizer_s(c: Candidates, gpu, stage_params, expert_params=0.0):
     """Adam step over the local shard (s): master, m, v and the gradient read; master, m, v
-    written; 16-bit copy written (the state bytes twice, :func:`configurator.core.plan
-    .optimizer_state_bytes`: 12 with FP32 state, and the gradient and weight: ≈ 30 bytes
-    per parameter; sharded over dp·cp with the distributed optimizer, expert parameters over
-    the expert-data-parallel group) plus a gradient-norm pass, at attained HBM bandwidth."""
+    written; 16-bit copy written (the state bytes twice,
+    :func:`configurator.core.plan_terms.optimizer_state_bytes`: 12 with FP32 state, and the
+    gradient and weight: ≈ 30 bytes per parameter; sharded over dp·cp with the distributed
+    optimizer, expert parameters over the expert-data-parallel group) plus a gradient-norm pass, at attained HBM bandwidth."""
     eff = gpu.efficiency
     shard = np.where(c.distributed_optimizer, (c.dp * c.cp).astype(float), 1.0)
     eshard = np.where(c.distributed_optimizer,
@@ -324,130 +327,6 @@ def optimizer_s(c: Candidates, gpu, stage_params, expert_params=0.0):
     opt_bytes = (stage_params * (step / shard + grad_bytes(c))
                  + expert_params * (step / eshard + grad_bytes(c)))
     return opt_bytes / (gpu.hbm_bandwidth_Bps * eff.hbm) + 20 * eff.kernel_overhead_s
-
-
-def distinct_share(num_experts: int, topk: int, groups) -> np.ndarray:
-    """Expected share of ``groups`` equal groups of experts (ranks, or NVLink domains) that
-    a token routed to ``topk`` of ``num_experts`` experts reaches (uniform routing without
-    replacement, as force-balanced routing spreads it): ``1 - C(E - E/G, k) / C(E, k)``."""
-    groups = np.asarray(groups, dtype=float)
-    miss = np.ones(groups.shape)
-    per = num_experts / groups
-    for i in range(topk):
-        miss = miss * np.clip((num_experts - per - i) / (num_experts - i), 0.0, 1.0)
-    return 1.0 - miss
-
-
-#: How much slower compute runs while communication runs beside it: 18.9 % on average,
-#: measured on GPT and Llama training steps on 4 A100/H100 (Lee et al. 2025, "Characterizing
-#: Compute-Communication Overlap in GPU-Accelerated Distributed Deep Learning",
-#: arXiv:2507.03114: SMs and memory bandwidth shared). It covers the SMs the
-#: communication kernels hold: NCCL's all-to-all launches one 640-thread block per channel,
-#: two per remote node for messages above 128 KiB (NVIDIA/nccl 2.27 src/enqueue.cc,
-#: src/graph/paths.cc), 3-6 % of an H100's SMs on 2-4 nodes; DeepEP and HybridEP 20 and 16
-#: (Megatron's ``--moe-deepep-num-sms`` and ``--moe-hybridep-num-sms``), 12-15 %.
-OVERLAP_COMPUTE_SLOWDOWN = 0.189
-
-
-def a2a_s(model: ModelSpec, lc: dict, c: Candidates, x: dict):
-    """One expert-parallel exchange (the dispatch, or the combine) of one MoE layer for one
-    microbatch, seconds (arrays broadcast over plans).
-
-    ``alltoall`` (megatron/core/transformer/moe/token_dispatcher.py
-    ``MoEAlltoAllTokenDispatcher``): every routed token copy (``k·X·etp``, 16-bit; the
-    capacity factor's share, :func:`configurator.cost.compute.capacity_share`) travels to
-    its expert's rank, those of other NVLink domains over the network
-    (:func:`topology.collectives.all_to_all_time_s`), plus with ``etp > 1`` the all-gather
-    over the ETP group.
-
-    ``flex`` (``MoEFlexTokenDispatcher``: DeepEP's normal kernels, or HybridEP, which first
-    send a token over RDMA to the peer GPU of each destination domain and then spread it
-    over NVLink, "similar to DeepEP", deepseek-ai/DeepEP hybrid-ep branch,
-    docs/Hybrid-EP_Implementation.md): a token crosses the network once per remote domain
-    its ``k`` experts lie in and NVLink once per other rank they lie on
-    (:func:`distinct_share`; DeepEP tests/test_internode.py counts its RDMA bytes on those
-    de-duplicated tokens), the two phases pipelined: ``max(RDMA bytes / network, NVLink
-    bytes / NVLink)``. Their published rates match the links' own: DeepEP 43-58 GB/s per
-    GPU over 400 Gb/s InfiniBand (EP 16-64) and 153-158 GB/s inside an H800 (its NVLink
-    measured at 160), HybridEP 42-58 GB/s per H100 over the network at 32-64 ranks; the
-    cluster's link figures are used for both."""
-    h = model.hidden_size
-    n = c.ep.astype(float)
-    g = np.minimum(np.asarray(x["ep_on_node"], dtype=float), n)
-    per_rank = 2.0 * lc["tokens_routed"] / c.etp * h
-    nccl = all_to_all_time_s(per_rank, n, g, x["ep_intra_bw"], x["ep_intra_lat"],
-                             x["ep_inter_bw"], x["ep_inter_lat"])
-    etp_coll = all_gather_time_s(2.0 * lc["tokens_routed"] * h, c.etp.astype(float),
-                                 x["etp_bw"], x["etp_lat"])
-    if c.moe_token_dispatcher_type != "flex":
-        return nccl + etp_coll
-    k, E = model.moe_router_topk, model.num_experts
-    tokens = lc["tokens_routed"] / k          # the rank's tokens (capacity share included)
-    domains = n / g
-    rdma = 2.0 * h * tokens * (domains - 1) * distinct_share(E, k, domains)
-    nvl = 2.0 * h * tokens * (n - 1) / n * n * distinct_share(E, k, n)
-    lat = np.where(n > g, x["ep_inter_lat"], x["ep_intra_lat"])
-    flex = lat + np.maximum(rdma / x["ep_inter_bw"], nvl / x["ep_intra_bw"])
-    return np.where(n > 1, flex, 0.0) + etp_coll
-
-
-def overlapped_share(c: Candidates) -> np.ndarray:
-    """Share of a rank's microbatch passes through a layer that the all-to-all overlap's
-    schedule pairs with another's (forward of one beside backward of another): all but the
-    first forward and the last backward without pipelining
-    (``combined_1f1b_schedule_for_no_pipelining``); in the interleaved schedule all but the
-    warm-up passes, ``(pp - r - 1)·2 + (vp - 1)·pp`` plus the one extra microbatch the
-    overlap schedules before its 1F1B phase (megatron/core/pipeline_parallel/schedules.py),
-    at the middle rank ``r = (pp - 1)/2``."""
-    pp, vp = c.pp.astype(float), c.vp.astype(float)
-    passes = c.num_microbatches * vp
-    warmup = np.where(pp > 1, (pp - 1) + (vp - 1) * pp + 1, 1.0)
-    return np.clip((passes - warmup) / np.maximum(passes, 1.0), 0.0, 1.0)
-
-
-def ep_layer_s(model: ModelSpec, lc: dict, c: Candidates, x: dict):
-    """Exposed expert-parallel communication of one MoE layer for one microbatch,
-    ``(forward, backward)`` seconds: the dispatch and the combine forward, their
-    gradients backward (:func:`a2a_s` each), again where backward re-runs the forward (full
-    recompute, the ``moe`` module). ``x``:
-    :func:`configurator.cost.communication.expert_comm_figures`.
-
-    With ``overlap_moe_expert_parallel_comm`` (Megatron's combined 1F1B,
-    megatron/core/models/common/model_chunk_schedule_plan.py: "comm_stream: combine_bwd |
-    dispatch_fwd->dispatch_bwd | combine_fwd; comp_stream: attn_fwd | mlp_bwd->mlp_bwd_dw->
-    mlp_fwd | attn_bwd"), a paired forward and backward of one layer take
-    ``S(C_b, A_f) + S(D_f, M_b) + S(D_b, M_f) + S(C_f, A_b)`` with ``A`` the layer's work
-    before dispatch and after combine (attention, router, shared expert), ``M`` the
-    experts' (:func:`configurator.cost.compute.moe_mlp_costs` ``experts_fwd``, backward
-    twice), and ``S(comm, comp) = max(comm, comp + σ·min(comm, comp))`` (compute slowed by
-    :data:`OVERLAP_COMPUTE_SLOWDOWN` while the exchange runs); with
-    ``delay_wgrad_compute`` the experts' weight gradients (half their backward) run while
-    ``dispatch_bwd`` travels: ``S(D_f, M_b/2) + S(D_b, M_b/2 + M_f)``. What the pair takes
-    beyond its compute is exposed, on the passes the schedule pairs
-    (:func:`overlapped_share`); the others expose all four exchanges. ``moe`` recompute
-    does not apply under the overlap (its schedule calls the pieces itself)."""
-    one = a2a_s(model, lc, c, x)
-    overlap = np.asarray(c.overlap_moe_expert_parallel_comm, dtype=bool)
-    rerun = (c.recompute == RECOMPUTE_FULL) | (((c.recompute_code & RECOMPUTE_MOE) != 0)
-                                               & ~overlap)
-    plain_f, plain_b = 2 * one, 2 * one + np.where(rerun, 2 * one, 0.0)
-    if not np.any(overlap):
-        return plain_f, plain_b
-    def seg(comm, comp):
-        return np.maximum(comm, comp + OVERLAP_COMPUTE_SLOWDOWN * np.minimum(comm, comp))
-
-    m_f = lc["moe_experts_fwd"]
-    m_b = 2.0 * m_f
-    a_f = np.maximum(lc["moe_fwd"] - m_f, 0.0)
-    a_b = np.maximum(lc["moe_bwd"] - m_b, 0.0)
-    delay = bool(c.delay_wgrad_compute)
-    middle = (seg(one, m_b / 2) + seg(one, m_b / 2 + m_f) if delay
-              else seg(one, m_b) + seg(one, m_f))
-    pair = seg(one, a_f) + middle + seg(one, a_b)
-    exposed_pair = np.maximum(pair - (a_f + a_b + m_f + m_b), 0.0)
-    share = overlapped_share(c)
-    exposed = share * exposed_pair + (1.0 - share) * 4 * one
-    return (np.where(overlap, exposed / 2, plain_f), np.where(overlap, exposed / 2, plain_b))
 
 
 def layer_type_times(model: ModelSpec, c: Candidates, lc: dict, comm: dict) -> dict:
@@ -498,11 +377,11 @@ def amax_reduction_s(model: ModelSpec, c: Candidates, gpus_per_node):
 def host_bound(c: Candidates, t: dict, host_fwd_s, sync=None) -> dict:
     """A layer's times ``t`` with the host's issue time as a floor: where the forward's GPU
     work and communication take less than ``host_fwd_s`` (the backward's less than
-    :data:`~configurator.cost.compute.HOST_BACKWARD_FACTOR` times it; a full recompute's
+    :data:`~configurator.cost.host_ops.HOST_BACKWARD_FACTOR` times it; a full recompute's
     re-run forward less than it) the GPU waits for the host, and the wait is charged to
-    compute (:func:`configurator.cost.compute.host_layer_s`). ``sync``: ``(host, GPU)``
+    compute (:func:`configurator.cost.host_ops.host_layer_s`). ``sync``: ``(host, GPU)``
     seconds of the forward before a synchronisation of the host with the GPU
-    (:func:`configurator.cost.compute.moe_host_synchronised`): the two parts of the forward
+    (:func:`configurator.cost.moe_compute.moe_host_synchronised`): the two parts of the forward
     cannot overlap one another, so it takes ``max(host₁, GPU₁) + max(host₂, GPU₂)``."""
     gpu_f = t["fwd"] + t["tp_f"] + t["cp_f"] + t["ep_f"]
     gpu_b = t["bwd"] + t["tp_b"] + t["cp_b"] + t["ep_b"]
@@ -522,19 +401,22 @@ def host_bound(c: Candidates, t: dict, host_fwd_s, sync=None) -> dict:
 
 
 def iteration_time(model: ModelSpec, cluster, c: Candidates,
-                   comm: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+                   comm: dict[str, np.ndarray] | None = None,
+                   profile=None) -> dict[str, np.ndarray]:
     """Iteration time (s) and its breakdown (keys :data:`BREAKDOWN_KEYS`) for every plan,
     in closed form: every stage as slow as the slowest, every group as slow as its slowest
     hop (the exact schedule on the placed ranks is :mod:`configurator.cost.placed`).
 
-    ``comm`` defaults to :func:`comm_figures` on ``cluster``. Returns arrays of seconds plus
+    ``comm`` defaults to :func:`comm_figures` on ``cluster``; ``profile``: measured layer
+    times (:class:`configurator.core.profile.LayerProfile` of the model and precision) in
+    place of the analytic layer compute, or None. Returns arrays of seconds plus
     ``iteration_time_s``; the breakdown sums to the iteration time.
     """
     gpu = cluster.gpu
     comm = comm_figures(cluster, c) if comm is None else comm
     if "ep_on_node" not in comm:
         comm = dict(comm, **expert_comm_figures(cluster, c))
-    lc = layer_costs(model, c, gpu, cluster.layer_profile)
+    lc = layer_costs(model, c, gpu, profile)
     pp, vp = (x.astype(float) for x in (c.pp, c.vp))
     m = c.num_microbatches.astype(float)
     types = layer_type_times(model, c, lc, comm)

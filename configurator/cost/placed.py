@@ -27,11 +27,12 @@ The terms themselves (collective counts, overlap windows, extras, optimizer byte
 closed form's (:mod:`configurator.cost.iteration`), so on a uniform cluster the two agree
 (``tests/test_placed.py``: within 1 % over a grid of pp, m and vp).
 
-Rank order: Megatron's ``tp-cp-ep-dp-pp`` (:mod:`topology.placement`), ``ep = 1``.
+Rank order: Megatron's ``tp-cp-ep-dp-pp`` (:mod:`topology.rank_order`), ``ep = 1``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,7 +47,7 @@ from configurator.cost.iteration import (dp_exposed_s, layer_type_times, optimiz
                                          p2p_message_s, stage_extras_s, tied_embedding_s)
 from configurator.cost.schedule_sim import SimResult, simulate
 from memory_model.params import stage_parameter_split
-from topology.cluster import ring_figures
+from topology.group_figures import ring_figures
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,18 @@ class PlacedTime:
                         "dp_exposed_s": tail, "idle_s": max(makespan - f - b - tail, 0.0)})
         return out
 
+    def recorded(self) -> SimResult:
+        """The schedule of the replica that sets the pace with every op's times and the
+        critical path (what a Gantt chart draws): :attr:`sim`, or, when this iteration was
+        priced without ``record``, that replica simulated again from the chunk, send and
+        tail times kept here (no link is looked up again)."""
+        if self.sim is not None:
+            return self.sim
+        w = self.critical_replica
+        return simulate(self.stage_fwd_s[w], self.stage_bwd_s[w], self.p2p_fwd_s[w],
+                        self.p2p_bwd_s[w], self.num_microbatches, tail_s=self.dp_tail_s,
+                        record=True)
+
 
 class PlacedPlan:
     """Prices ``plan`` for ``model`` on ``cluster`` under any placement.
@@ -96,10 +109,12 @@ class PlacedPlan:
     Everything that does not depend on where ranks sit (layer compute, extras, message
     sizes, rank grid) is computed once here; :meth:`time` then only looks up the links of
     the given placement (:meth:`topology.cluster.Cluster.link_table`) and simulates.
-    Raises ValueError if the plan needs more GPUs than ``cluster`` has.
+    ``profile``: measured layer times (:class:`configurator.core.profile.LayerProfile`) in
+    place of the analytic layer compute, or None. Raises ValueError if the plan needs more
+    GPUs than ``cluster`` has.
     """
 
-    def __init__(self, model: ModelSpec, cluster, plan: ParallelPlan):
+    def __init__(self, model: ModelSpec, cluster, plan: ParallelPlan, profile=None):
         self.model, self.cluster, self.plan = model, cluster, plan
         G = cluster.gpus_per_node
         world = plan.world_size
@@ -110,7 +125,7 @@ class PlacedPlan:
         self.table = cluster.link_table()
         c = Candidates.from_plan(plan)
         self.c = c
-        self.lc = layer_costs(model, c, cluster.gpu, cluster.layer_profile)
+        self.lc = layer_costs(model, c, cluster.gpu, profile)
         self.act_bytes = 2.0 * self.lc["tokens"] * model.hidden_size
         pp, dp, cp, tp = plan.pp, plan.dp, plan.cp, plan.tp
         # global rank grid [pp, dp, cp, tp] (rank = t + tp·(c + cp·(d + dp·s)))
@@ -283,7 +298,10 @@ class PlacedPlan:
         :meth:`_replica_rows` output, each distinct row simulated once, all in one call."""
         pp, vp = self.plan.pp, self.plan.vp
         n = pp * vp
-        uniq, inv = np.unique(rows, axis=0, return_inverse=True)
+        if (rows == rows[:1]).all():       # every replica alike (a uniform cluster)
+            uniq, inv = rows[:1], np.zeros(len(rows), dtype=np.int64)
+        else:
+            uniq, inv = np.unique(rows, axis=0, return_inverse=True)
         sim = simulate(uniq[:, :n].reshape(-1, pp, vp), uniq[:, n:2 * n].reshape(-1, pp, vp),
                        uniq[:, 2 * n:2 * n + pp], uniq[:, 2 * n + pp:2 * n + 2 * pp],
                        self.plan.num_microbatches, tail_s=uniq[:, 2 * n + 2 * pp:])
@@ -319,14 +337,12 @@ class PlacedPlan:
         t = self._scheduled_terms(node_hosts, gpu_order)
         per_replica = self._makespans(self._replica_rows(t))
         worst = int(np.argmax(per_replica))
-        sim = (simulate(t["fwd"][worst], t["bwd"][worst], t["p2p_f"][worst],
-                        t["p2p_b"][worst], self.plan.num_microbatches, tail_s=t["tail"],
-                        record=True) if record else None)
-        return PlacedTime(iteration_time_s=float(per_replica[worst]) + t["opt"],
-                          stage_fwd_s=t["fwd"], stage_bwd_s=t["bwd"], p2p_fwd_s=t["p2p_f"],
-                          p2p_bwd_s=t["p2p_b"], dp_tail_s=t["tail"], optimizer_s=t["opt"],
-                          critical_replica=worst, sim=sim,
-                          num_microbatches=self.plan.num_microbatches)
+        timed = PlacedTime(iteration_time_s=float(per_replica[worst]) + t["opt"],
+                           stage_fwd_s=t["fwd"], stage_bwd_s=t["bwd"], p2p_fwd_s=t["p2p_f"],
+                           p2p_bwd_s=t["p2p_b"], dp_tail_s=t["tail"], optimizer_s=t["opt"],
+                           critical_replica=worst, sim=None,
+                           num_microbatches=self.plan.num_microbatches)
+        return dataclasses.replace(timed, sim=timed.recorded()) if record else timed
 
     def default_placement(self) -> tuple[np.ndarray, np.ndarray]:
         """Megatron's sequential mapping on the first N hosts: node rank ``n`` on host

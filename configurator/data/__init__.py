@@ -9,8 +9,11 @@ a path beside the checkout), so an installed wheel finds them as an editable che
     What ``configurator examples --out DIR`` copies for a newcomer: real nccl-tests logs of a
     17-node H100 cluster (Apache-2.0, with their licence and attribution), a small measured
     topology, an example run file, model file and cluster file.
+``clusters/``
+    ``presets.yaml``: the cluster presets (``--cluster NAME``), each with its ``source``
+    (:data:`topology.cluster_files.CLUSTER_PRESETS` reads them).
 
-Each folder's ``README.md`` names the sources.
+The ``README.md`` of ``published/`` and ``examples/`` names their sources.
 """
 
 from __future__ import annotations
@@ -18,10 +21,10 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-__all__ = ["data_path", "EXAMPLES", "PUBLISHED"]
+__all__ = ["data_path", "CLUSTERS", "EXAMPLES", "PUBLISHED"]
 
 #: Sub-folders of the package data.
-PUBLISHED, EXAMPLES = "published", "examples"
+PUBLISHED, EXAMPLES, CLUSTERS = "published", "examples", "clusters"
 
 
 def data_path(*parts: str) -> Path:

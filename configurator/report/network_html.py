@@ -11,6 +11,8 @@ import base64
 import html
 import io
 
+from configurator.core.document import PlacementRecord
+
 #: The page's sections, in order: (id, title).
 SECTIONS = (("summary", "Summary"), ("next-steps", "How to start the job"),
             ("audit", "Audit of the measured links"), ("findings", "Findings and their cost"),
@@ -95,14 +97,15 @@ def _span(values: list[int]) -> str:
 
 
 def render_network_html(*, title: str, summary: list[str], next_steps: list[str], report,
-                        costs: dict, heatmap_png: bytes, table: str, placement: dict | None,
+                        costs: dict, heatmap_png: bytes, table: str,
+                        placement: PlacementRecord | None,
                         crossings: list, default_crossings: list, placement_png: bytes,
                         gantt_png: bytes, scaling_png: bytes | None,
                         scaling_note: str = "") -> str:
     """The page as one string (see the module docstring). ``report``: the
     :class:`topology.audit.AuditReport`; ``costs``: finding index → its
-    :class:`configurator.app.network_jobs.FindingCost` list; ``crossings`` /
-    ``default_crossings``: :class:`~configurator.app.network_jobs.GroupCrossing` lists of
+    :class:`configurator.app.audit_costs.FindingCost` list; ``crossings`` /
+    ``default_crossings``: :class:`~configurator.app.audit_costs.GroupCrossing` lists of
     the chosen placement and of Megatron's order on the first hosts."""
     css = ("body{font-family:sans-serif;margin:1.5em;color:#222;max-width:1400px}"
            "table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:13px}"
@@ -143,10 +146,10 @@ def render_network_html(*, title: str, summary: list[str], next_steps: list[str]
               "<p>Hosts ordered by island; hatched: not measured; red box: a flagged link."
               "</p>", _img(heatmap_png, "host by host bandwidth heatmap")]
     parts += [section("plan"), f"<pre>{_esc(table)}</pre>"]
-    if placement:
+    if placement is not None:
         parts.append(_table(["node rank", "host", "GPU of local rank 0, 1, …"],
                             [[n, h, " ".join(map(str, o))] for n, (h, o) in
-                             enumerate(zip(placement["hosts"], placement["gpu_order"]))]))
+                             enumerate(zip(placement.hosts, placement.gpu_order))]))
     parts += [section("placement"),
               "<p>Which groups of ranks span more than one island, with this placement and "
               "with Megatron's order on the first hosts:</p>",

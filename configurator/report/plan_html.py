@@ -8,6 +8,8 @@ from __future__ import annotations
 import base64
 import html
 
+from configurator.core.document import PlacementRecord
+
 
 def _table(headers: list[str], rows: list[list[object]]) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
@@ -16,8 +18,8 @@ def _table(headers: list[str], rows: list[list[object]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def render_plan_html(*, title: str, header: str, table: str, placement: dict | None,
-                     gantt_png: bytes) -> str:
+def render_plan_html(*, title: str, header: str, table: str,
+                     placement: PlacementRecord | None, gantt_png: bytes) -> str:
     """The page as one string; the Gantt PNG is embedded as a data: URI. ``table``: the
     ranked table as text; ``placement``: the best plan's placement record or None."""
     b64 = base64.b64encode(gantt_png).decode("ascii")
@@ -41,19 +43,18 @@ def render_plan_html(*, title: str, header: str, table: str, placement: dict | N
         "<h2>Ranked plans</h2>",
         f"<pre>{html.escape(table)}</pre>",
     ]
-    if placement:
+    if placement is not None:
         p = placement
         parts += [
             "<h2>Placement</h2>",
             _table(["method", "iteration time (s)", "Megatron's order on the first hosts (s)",
                     "random median (s)", "idle hosts"],
-                   [[p.get("method"), _num(p.get("iteration_time_s")),
-                     _num(p.get("default_iteration_time_s")),
-                     _num(p.get("random_median_iteration_time_s")),
-                     ", ".join(p.get("excluded_hosts") or []) or "none"]]),
+                   [[p.method, _num(p.iteration_time_s), _num(p.default_iteration_time_s),
+                     _num(p.random_median_iteration_time_s),
+                     ", ".join(p.excluded_hosts) or "none"]]),
             _table(["node rank", "host", "GPU of local rank 0, 1, …"],
                    [[i, h, " ".join(map(str, o))]
-                    for i, (h, o) in enumerate(zip(p["hosts"], p["gpu_order"]))]),
+                    for i, (h, o) in enumerate(zip(p.hosts, p.gpu_order))]),
         ]
     parts.append("</body></html>\n")
     return "\n".join(parts)

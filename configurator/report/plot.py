@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from configurator.core.plan import RECOMPUTE
+from configurator.core.plan_values import RECOMPUTE
 from configurator.core.units import GiB
 
 

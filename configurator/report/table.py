@@ -21,7 +21,8 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from configurator.core.plan import (OPTIONAL_PLAN_KEYS, PLAN_FIELD, PLAN_FIELDS, PlanField,
-                                     describe_plan, is_fp8)
+                                    describe_plan)
+from configurator.core.plan_values import is_fp8
 from configurator.core.units import GiB
 from configurator.search.evaluate import SCHEDULE_KEY, Evaluation
 

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import Mapping
 
 import numpy as np
 
 from configurator.core.candidates import Candidates
+from configurator.core.document import PlacementRecord
 from configurator.cost.flops import megatron_model_flops
 from configurator.core.model import ModelSpec
 from configurator.core.plan import ParallelPlan
 from configurator.core.rules import check_plan
 from configurator.cost.iteration import BREAKDOWN_KEYS, BREAKDOWN_TERMS, iteration_time
-from configurator.cost.placed import PlacedPlan
+from configurator.cost.placed import PlacedPlan, PlacedTime
 from memory_model import MemoryBreakdown, estimate_memory
 
 
@@ -46,8 +48,11 @@ class Evaluation:
     memory_per_stage: list[MemoryBreakdown] = field(default_factory=list)
     infeasible_reasons: tuple[str, ...] = ()
     closed_form_iteration_time_s: float | None = None
-    placement: dict | None = None
+    placement: PlacementRecord | None = None
     time_per_stage: list[dict] = field(default_factory=list)
+    #: the simulated iteration under the plan's placement, priced once (its ``recorded()``
+    #: schedule draws the Gantt chart); not in :meth:`to_dict`
+    schedule: PlacedTime | None = field(default=None, compare=False, repr=False)
 
     @property
     def fits(self) -> bool:
@@ -71,7 +76,8 @@ class Evaluation:
             "time_per_stage": [dict(t) for t in self.time_per_stage],
             "infeasible_reasons": list(self.infeasible_reasons),
             "closed_form_iteration_time_s": self.closed_form_iteration_time_s,
-            **({"placement": dict(self.placement)} if self.placement is not None else {}),
+            **({"placement": self.placement.to_estimate_dict()}
+               if self.placement is not None else {}),
         }
 
 
@@ -85,29 +91,38 @@ def throughput(model: ModelSpec, global_batch_size: int, world_size, iteration_t
 
 
 def evaluate_plan(model: ModelSpec, cluster, plan: ParallelPlan, *,
-                  node_hosts=None, gpu_order=None, measured: bool = False) -> Evaluation:
+                  placed: tuple[PlacementRecord, PlacedTime] | None = None,
+                  measured: bool = False, profile=None,
+                  closed_form: Mapping[str, float] | None = None) -> Evaluation:
     """Estimate one plan on ``cluster`` (it need not fit). Raises InputError if Megatron
     would reject the plan (see :func:`configurator.core.rules.check_plan`; ``measured``: the
     plan of a measured run, checked as that function says).
 
     The iteration time is the exact schedule simulated on the ranks' own links
-    (:class:`configurator.cost.placed.PlacedPlan`) under the placement ``node_hosts`` /
-    ``gpu_order`` (default: Megatron's sequential mapping on the cluster's first hosts).
+    (:class:`configurator.cost.placed.PlacedPlan`) under Megatron's sequential mapping on
+    the cluster's first hosts, or under a placement already priced: ``placed``, the
+    ``(record, schedule)`` of :func:`configurator.search.placement_search.place_plan` (its
+    schedule is used, not priced again; the record becomes ``placement``).
     ``time_breakdown_s`` is the closed form's (:func:`iteration_time`) plus
     ``schedule_and_placement``: what the exact schedule and the ranks' own links change
-    against it, so the breakdown sums to the iteration time.
+    against it, so the breakdown sums to the iteration time. ``profile``: measured layer
+    times (:class:`configurator.core.profile.LayerProfile`) in place of the analytic layer
+    compute, or None. ``closed_form``: the plan's :func:`iteration_time` terms where the
+    caller has them (a search's batch gives the same floats), not computed again.
     """
     check_plan(model, plan, plan.world_size, measured=measured)
     peak = cluster.gpu.peak("fp16" if plan.precision == "fp16" else "bf16")
     cluster.gpu.peak(plan.precision)  # raises for fp8 on a GPU without it
-    t = iteration_time(model, cluster, Candidates.from_plan(plan))
+    t = ({k: np.asarray([v]) for k, v in closed_form.items()} if closed_form is not None
+         else iteration_time(model, cluster, Candidates.from_plan(plan), profile=profile))
     stages = estimate_memory(model, plan, non_tn_fp8_gemm=cluster.gpu.non_tn_fp8_gemm)
     peak_mem = max(s.total_bytes for s in stages)
     closed = float(t["iteration_time_s"][0])
-    priced = PlacedPlan(model, cluster, plan)
-    if node_hosts is None:
-        node_hosts, gpu_order = priced.default_placement()
-    timed = priced.time(node_hosts, gpu_order)
+    if placed is None:
+        priced = PlacedPlan(model, cluster, plan, profile)
+        placement, timed = None, priced.time(*priced.default_placement())
+    else:
+        placement, timed = placed
     it = timed.iteration_time_s
     breakdown = {k: float(t[k][0]) for k in BREAKDOWN_KEYS}
     breakdown[SCHEDULE_KEY] = it - closed
@@ -124,14 +139,17 @@ def evaluate_plan(model: ModelSpec, cluster, plan: ParallelPlan, *,
                       tokens_per_s_per_gpu=float(tokens), peak_memory_bytes=peak_mem,
                       memory_capacity_bytes=cluster.gpu.memory_bytes,
                       memory_per_stage=stages, infeasible_reasons=tuple(reasons),
-                      closed_form_iteration_time_s=closed, time_per_stage=timed.stage_times())
+                      closed_form_iteration_time_s=closed, placement=placement,
+                      time_per_stage=timed.stage_times(), schedule=timed)
 
 
-def with_placement(model: ModelSpec, e: Evaluation, placement: dict, iteration_time_s: float,
-                   peak_flops_per_s: float, time_per_stage: list[dict]) -> Evaluation:
-    """``e`` re-timed under a placement: its iteration time, throughput, breakdown
-    (``schedule_and_placement`` absorbs the change), per-stage times and the ``placement``
-    record."""
+def with_placement(model: ModelSpec, e: Evaluation, placement: PlacementRecord,
+                   schedule: PlacedTime, peak_flops_per_s: float) -> Evaluation:
+    """``e`` re-timed under ``placement`` (its ``iteration_time_s``) and ``schedule`` (its
+    simulated iteration, from the same :func:`~configurator.search.placement_search.place_plan`):
+    throughput, breakdown (``schedule_and_placement`` absorbs the change), per-stage times,
+    the record and the schedule."""
+    iteration_time_s = placement.iteration_time_s
     tflops, mfu, tokens = throughput(model, e.plan.global_batch_size, e.plan.world_size,
                                      iteration_time_s, peak_flops_per_s)
     breakdown = dict(e.time_breakdown_s)
@@ -143,5 +161,5 @@ def with_placement(model: ModelSpec, e: Evaluation, placement: dict, iteration_t
                                mfu_precision_peak=None if e.mfu_precision_peak is None
                                else e.mfu_precision_peak * e.iteration_time_s
                                / float(iteration_time_s),
-                               placement=dict(placement),
-                               time_per_stage=[dict(t) for t in time_per_stage])
+                               placement=placement, time_per_stage=schedule.stage_times(),
+                               schedule=schedule)

@@ -20,12 +20,12 @@ from configurator.core.errors import InputError, NoFeasiblePlanError
 from configurator.core.layers import split_ok
 from configurator.search.evaluate import Evaluation, evaluate_plan
 from configurator.core.model import ModelSpec
-from configurator.core.plan import fp8_weights_gathered, search_options
+from configurator.core.plan import search_options
 from configurator.core.rules import check_search_options
 from configurator.search.space import (SearchSpace, enumerate_plans, layer_splits,
                                         layout_splits)
 from configurator.cost.iteration import iteration_time
-from memory_model.estimate import peak_memory_arrays, plan_memory_options
+from memory_model.estimate import peak_memory
 
 
 #: Plans of the closed-form ranking re-ranked by the simulated schedule (at least).
@@ -47,27 +47,10 @@ class SearchResult:
                 "feasible": self.feasible, "search_time_s": self.search_time_s}
 
 
-def candidate_memory(model: ModelSpec, c: Candidates, gpu) -> np.ndarray:
-    """Peak bytes over pipeline stages for every plan in ``c`` on ``gpu`` (a
-    :class:`topology.gpus.GPUSpec`: whether FP8 weights keep a transpose)."""
-    return peak_memory_arrays(
-        model, tp=c.tp, pp=c.pp, dp=c.dp, cp=c.cp, vp=c.vp, mbs=c.mbs,
-        num_microbatches=c.num_microbatches, recompute=c.recompute_code,
-        sp=c.sequence_parallel,
-        distributed_optimizer=c.distributed_optimizer, precision=c.precision,
-        stores_scores=c.stores_scores, ep=c.ep, etp=c.etp, first=c.first, last=c.last,
-        account_embedding=c.acct_emb, account_loss=c.acct_loss, layout=c.layout,
-        fp8_param_gather=fp8_weights_gathered(c.fp8_param_gather, c.distributed_optimizer,
-                                              c.precision),
-        grad_reduce_in_bf16=c.grad_reduce_in_bf16, cp_comm_type=c.cp_comm_type,
-        megatron_fsdp=c.megatron_fsdp,
-        non_tn_fp8_gemm=gpu.non_tn_fp8_gemm, **plan_memory_options(c))
-
-
 def search(model: ModelSpec, cluster, global_batch_size: int, *, top_k: int = 10,
            space: SearchSpace = SearchSpace(), overlap_grad_reduce: bool = True,
            overlap_param_gather: bool = True, keep_ranking: bool = False,
-           max_memory_fraction: float = 1.0, rerank: int = RERANK_K,
+           max_memory_fraction: float = 1.0, rerank: int = RERANK_K, profile=None,
            **options) -> SearchResult:
     """Rank every legal plan for ``model`` on all GPUs of ``cluster``; ``options``: the
     :data:`~configurator.core.plan.SEARCH_OPTIONS` (precision, attention backend, …) every
@@ -79,7 +62,8 @@ def search(model: ModelSpec, cluster, global_batch_size: int, *, top_k: int = 10
     ``max_memory_fraction`` keeps plans whose peak is at most that fraction of GPU memory
     (headroom beyond the model's own allowance for fragmentation and buffers). ``rerank``:
     how many of the closed form's best the simulated schedule re-ranks (at least
-    ``top_k``).
+    ``top_k``). ``profile``: measured layer times the cost prices layers with
+    (:class:`configurator.core.profile.LayerProfile`), or None.
     """
     t0 = time.perf_counter()
     options = search_options(**options)
@@ -95,11 +79,13 @@ def search(model: ModelSpec, cluster, global_batch_size: int, *, top_k: int = 10
                          f"no legal plan: no tp*pp*cp*dp layout of {world} GPUs with "
                          f"global_batch_size % (micro_batch_size*dp) == 0 under the "
                          f"search restrictions")
-    mem = candidate_memory(model, cand, cluster.gpu)
     limit = cluster.gpu.memory_bytes * max_memory_fraction
+    mem = peak_memory(model, cand, non_tn_fp8_gemm=cluster.gpu.non_tn_fp8_gemm,
+                      limit_bytes=limit)
     fits = mem <= limit
     nfeas = int(fits.sum())
     if nfeas == 0:
+        mem = peak_memory(model, cand, non_tn_fp8_gemm=cluster.gpu.non_tn_fp8_gemm)
         i = int(np.argmin(mem))
         p = cand.plan(i)
         raise NoFeasiblePlanError(
@@ -108,10 +94,12 @@ def search(model: ModelSpec, cluster, global_batch_size: int, *, top_k: int = 10
             f"dp={p.dp} cp={p.cp} mbs={p.micro_batch_size} recompute={p.recompute}); "
             f"add GPUs or lower the batch size per GPU")
     feas = cand.take(np.flatnonzero(fits))
-    times = iteration_time(model, cluster, feas)["iteration_time_s"]
+    closed = iteration_time(model, cluster, feas, profile=profile)
+    times = closed["iteration_time_s"]
     order = np.argsort(times, kind="stable")
     # the closed form ranks everything; the exact schedule re-ranks its best
-    shortlist = [evaluate_plan(model, cluster, feas.plan(int(i)))
+    shortlist = [evaluate_plan(model, cluster, feas.plan(int(i)), profile=profile,
+                               closed_form={k: float(v[i]) for k, v in closed.items()})
                  for i in order[:max(top_k, rerank)]]
     best = sorted(shortlist, key=lambda e: e.iteration_time_s)[:top_k]
     return SearchResult(plans=best, candidates_evaluated=n, feasible=nfeas,
@@ -120,14 +108,14 @@ def search(model: ModelSpec, cluster, global_batch_size: int, *, top_k: int = 10
                         ranked_time_s=times[order] if keep_ranking else None)
 
 
-def best_layer_split(model: ModelSpec, cluster, plan):
+def best_layer_split(model: ModelSpec, cluster, plan, profile=None):
     """``plan`` with the fastest legal layer split at its pp and vp that fits in memory (the
     smallest in memory when none fits; closed form), for a plan whose pp does not divide the
     layers and which names no split itself: an uneven or embedding/loss-aware one
     (:func:`configurator.search.space.layer_splits`), else a pipeline layout
     (:func:`configurator.search.space.layout_splits`); ``plan`` unchanged when its split is
     already legal. Raises :class:`InputError` when Megatron builds none at that pp and
-    vp."""
+    vp. ``profile``: as :func:`search` takes it."""
     if plan.custom_layer_split or split_ok(
             model.num_layers, pp=plan.pp, vp=plan.vp, first=0, last=0,
             account_embedding=False, account_loss=False):
@@ -147,8 +135,8 @@ def best_layer_split(model: ModelSpec, cluster, plan):
         pipeline_model_parallel_layout=layout)
         for _vp, first, last, ae, al, layout in options]
     cand = Candidates.from_plans(plans)
-    times = iteration_time(model, cluster, cand)["iteration_time_s"]
-    mem = candidate_memory(model, cand, cluster.gpu)
+    times = iteration_time(model, cluster, cand, profile=profile)["iteration_time_s"]
+    mem = peak_memory(model, cand, non_tn_fp8_gemm=cluster.gpu.non_tn_fp8_gemm)
     fits = mem <= cluster.gpu.memory_bytes
     best = int(np.argmin(np.where(fits, times, np.inf))) if fits.any() else int(np.argmin(mem))
     return plans[best]

@@ -15,7 +15,8 @@ from __future__ import annotations
 import numpy as np
 
 from configurator.core.model import ModelSpec
-from configurator.core.plan import PLAN_FIELD, param_gather_overlap, search_options
+from configurator.core.plan import PLAN_FIELD, search_options
+from configurator.core.plan_terms import param_gather_overlap
 from configurator.core.layers import format_layout, split_ok, virtual_stage_layers
 from configurator.core.rules import SPLIT_FIELDS, rules_for, rules_mask
 from configurator.core.candidates import (COLUMN_FIELDS, Candidates, column_dtype,

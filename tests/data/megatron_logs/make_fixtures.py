@@ -32,7 +32,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 
-from configurator.core.model import MODEL_PRESETS  # noqa: E402
+from configurator.core.model_presets import MODEL_PRESETS  # noqa: E402
 from configurator.core.plan import ParallelPlan  # noqa: E402
 from configurator.cost.flops import megatron_model_flops  # noqa: E402
 from launchers.megatron_flags import TrainingArgs, flag_argv, megatron_flags  # noqa: E402

@@ -1,0 +1,290 @@
+"""``configurator plan``: from measured links to the launch scripts in one command: import
+the measurements, audit them, search with the ranks placed on the measured links (with and
+without the hosts the audit flags), price the findings for the chosen plan
+(:mod:`configurator.app.audit_costs`) and write the scripts, the plan files and the report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from configurator.app.audit_costs import (PLAN_RANDOM_PLACEMENTS, VARIANT_EVALUATIONS,
+                                          FindingCost, GroupCrossing, PricedPlan,
+                                          audit_document, cluster_ref_for, costs_by_finding,
+                                          island_crossings, price_findings)
+from configurator.core.errors import InputError
+from topology.structure import count_findings
+
+#: Plans the scaling curve's search re-ranks with the simulated schedule, per node count.
+SCALING_RERANK = 4
+#: Resolution of the heatmap in ``plan``'s report (the audit's own report: 110).
+HEATMAP_DPI = 80
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanRequest:
+    """``configurator plan``: the model and batch, the measurements (nccl-tests logs or a
+    topology file, exactly one), the cluster (None: from the measurements' GPU), how many
+    hosts the plan uses (None: the search's choice of all of them), where to write, and the
+    search's settings (``top`` plans placed; ``options`` the plan settings every plan
+    shares, as ``search``'s)."""
+
+    model: str
+    global_batch_size: int
+    logs: tuple[str, ...] = ()
+    topology: str | None = None
+    cluster: str | None = None
+    nodes: int | None = None
+    seq_length: int | None = None
+    out: str = ""
+    force: bool = False
+    top: int = 3
+    options: dict = field(default_factory=dict)
+    seed: int = 0
+    placement_evaluations: int = 100
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanOutcome:
+    """What ``plan`` decided and wrote: the audit, the chosen search result and whether the
+    flagged hosts were left out (with both times), the findings' costs, the files."""
+
+    report: object
+    topology: object
+    chosen: object                      # SearchOutcome-like: result, header
+    excluded: tuple[str, ...]
+    alternative_iteration_time_s: float | None
+    costs: list[FindingCost]
+    crossings: list[GroupCrossing]
+    written: list[str]
+    summary: list[str]
+
+
+#: Files ``configurator plan`` writes (besides the launch scripts and, from logs,
+#: ``topology.json``).
+PLAN_FILES = ("plan.json", "plans.json", "table.txt", "audit.json", "report.html")
+
+
+def run_plan(req: PlanRequest) -> PlanOutcome:
+    """Import the measurements (or read the topology file), audit them, search with the
+    ranks placed on the measured links (on every host, and without the hosts the audit
+    flags when there are any: the faster is kept), price every finding for the chosen plan,
+    and write the launch scripts, ``plan.json``, ``plans.json``, ``table.txt``,
+    ``plans.png``, ``topology.json`` (when imported from logs), ``audit.json`` and
+    ``report.html`` into ``req.out``. Raises :class:`InputError` or
+    :class:`~configurator.core.errors.NoFeasiblePlanError`."""
+    import os
+
+    from configurator.app.inputs import JobInputs, audit_of, resolve
+    from configurator.app.outputs import LAUNCH_FILES, check_out
+    from configurator.app.plan_jobs import (SearchRequest, ranked_search, search_document,
+                                            search_space)
+    from configurator.core import validate as v
+    from configurator.core.errors import NoFeasiblePlanError
+    from topology.cluster_files import load_cluster
+
+    if bool(req.logs) == bool(req.topology):
+        raise InputError("logs", list(req.logs) or req.topology,
+                         "give exactly one of --logs PATH... or --topology FILE")
+    if not req.out:
+        raise InputError("out", req.out, "required: the directory the scripts and the report "
+                                         "go to")
+    v.int_in_range("gbs", req.global_batch_size)
+    v.int_in_range("top", req.top)
+    names = list(dict.fromkeys([*LAUNCH_FILES, *PLAN_FILES]
+                               + (["topology.json"] if req.logs else [])))
+    check_out(req.out, names, req.force)
+    if req.logs:
+        from topology.importers import import_paths
+        from topology.topofile_io import save_topology
+
+        topo = import_paths(req.logs)
+        cluster_ref = cluster_ref_for(topo, req.cluster)
+        os.makedirs(req.out, exist_ok=True)
+        topo_path = os.path.join(req.out, "topology.json")
+        save_topology(topo, topo_path, force=req.force)
+    else:
+        from topology.topofile_io import load_topology
+
+        topo, topo_path = load_topology(req.topology), req.topology
+        cluster_ref = cluster_ref_for(topo, req.cluster)
+    report = audit_of(topo_path)
+    sreq = SearchRequest(inputs=JobInputs(model=req.model, cluster=cluster_ref, nodes=req.nodes,
+                                          seq_length=req.seq_length, topology=topo_path),
+                         global_batch_size=req.global_batch_size, options=req.options,
+                         top=req.top, placement_evaluations=req.placement_evaluations,
+                         seed=req.seed, random_placements=PLAN_RANDOM_PLACEMENTS)
+    model, cluster, _ = resolve(sreq.inputs, precision=sreq.precision)  # no profile
+    space = search_space(model, sreq)
+    drain = tuple(h for h in report.drain_hosts if h in cluster.hosts)
+    res = used = None
+    try:
+        res, used = ranked_search(sreq, model, cluster, space, req.top)
+    except (InputError, NoFeasiblePlanError):
+        if not drain:
+            raise
+    excluded, alternative, known = (), None, {}
+    if drain and (req.nodes is None or req.nodes <= cluster.num_nodes - len(drain)):
+        try:
+            res_x, used_x = ranked_search(sreq, model, cluster, space, 1,
+                                          exclude_flagged=True)
+        except (InputError, NoFeasiblePlanError):
+            if res is None:
+                raise
+            res_x = None
+        if res_x is not None:
+            known[drain] = res_x.plans[0]
+        if res_x is not None and (res is None or res_x.plans[0].iteration_time_s
+                                  < res.plans[0].iteration_time_s):
+            alternative = None if res is None else res.plans[0].iteration_time_s
+            res, used, excluded = res_x, used_x, drain
+        elif res_x is not None:
+            alternative = res_x.plans[0].iteration_time_s
+    best = res.plans[0]
+    base = load_cluster(cluster_ref, cluster.num_nodes)
+    costs = price_findings(model, base, topo, report, best,
+                           pool=list(range(cluster.num_nodes)), seed=req.seed,
+                           evaluations=VARIANT_EVALUATIONS, search_space=space,
+                           options=dict(sreq.options), known=known)
+    pl = best.placement
+    crossings = island_crossings(best.plan, pl.hosts, cluster.gpus_per_node, report.islands)
+    first = [h for h in cluster.hosts if h not in excluded][:pl.nodes]
+    default_crossings = island_crossings(best.plan, first, cluster.gpus_per_node,
+                                         report.islands)
+    summary = plan_summary(model, cluster, req, best, report, excluded, alternative, costs,
+                           crossings, default_crossings)
+    header = summary[0]
+    doc = search_document(model, used, res)
+    written = _write_plan(req, model, cluster, used, res, header, doc, report, costs, summary,
+                          crossings, default_crossings, topo, space, sreq, excluded)
+    return PlanOutcome(report=report, topology=topo, chosen=res, excluded=excluded,
+                       alternative_iteration_time_s=alternative, costs=costs,
+                       crossings=crossings, written=written, summary=summary)
+
+
+def plan_summary(model, cluster, req, best, report, excluded, alternative, costs,
+                 crossings, default_crossings) -> list[str]:
+    """The lines ``plan`` prints (and the report's summary): the chosen plan, the audit in
+    one line, the hosts left out and why, the islands the placement keeps groups in, and
+    the findings that cost most."""
+    p = best.plan
+    nodes = best.placement.nodes
+    lines = [f"{model.name} on {nodes} of {cluster.num_nodes} measured hosts "
+             f"({cluster.gpus_per_node} x {cluster.gpu.name} each), gbs "
+             f"{p.global_batch_size}: tp {p.tp} pp {p.pp} dp {p.dp} cp {p.cp} vp {p.vp} mbs "
+             f"{p.micro_batch_size} recompute {p.recompute}, {best.iteration_time_s:.3f} s "
+             f"per iteration, {best.tokens_per_s_per_gpu:,.0f} tokens/s per GPU"]
+    found = count_findings(report.findings) or "no finding"
+    isl = "; ".join("{" + ", ".join(i) + "}" for i in report.islands)
+    lines.append(f"audit: {found}" + (f"; islands {isl}" if isl else ""))
+    if excluded:
+        lines.append(f"left out {', '.join(excluded)} (flagged by the audit): "
+                     f"{best.iteration_time_s:.3f} s"
+                     + (f" vs {alternative:.3f} s with every host" if alternative else ""))
+    elif alternative is not None:
+        lines.append(f"kept every host: {best.iteration_time_s:.3f} s vs {alternative:.3f} s "
+                     f"without the flagged ones")
+    pl = best.placement
+    if pl.default_iteration_time_s:
+        gain = 100 * (best.iteration_time_s / pl.default_iteration_time_s - 1)
+        lines.append(f"placement: {best.iteration_time_s:.3f} s vs "
+                     f"{pl.default_iteration_time_s:.3f} s in Megatron's order on the first "
+                     f"hosts ({gain:+.1f} %)")
+    if report.islands and crossings:
+        lines.append("groups crossing islands (this placement / Megatron's order): " + ", ".join(
+            f"{c.dim} {c.crossing}/{d.crossing} of {c.groups}"
+            for c, d in zip(crossings, default_crossings)))
+    priced = [c for c in costs if c.delta_s is not None][:3]
+    if priced:
+        lines.append("what the findings cost this plan (best first): "
+                     + "; ".join(f"{c.what} {c.delta_percent:+.1f} %" for c in priced))
+    return lines
+
+
+def _write_plan(req, model, cluster, used, res, header, doc, report, costs, summary,
+                crossings, default_crossings, topo, space, sreq, excluded) -> list[str]:
+    """Render every file of ``plan`` and write them into ``req.out``; returns the names."""
+    from configurator.app.outputs import LAUNCH_FILES, search_files
+    from configurator.core import jsonout
+    from configurator.report.network_html import placement_png, render_network_html
+    from configurator.report.table import format_table
+    from launchers import FILE_MODE, start_instructions, write_files
+    from topology.report_html import heatmap_png
+
+    import os
+
+    best = res.plans[0]
+    made = search_files(model, used, res, header, document=doc,
+                        names=(*LAUNCH_FILES, "plan.json", "plans.json", "table.txt"))
+    files = dict(made.files)
+    by = costs_by_finding(costs)
+    priced = PricedPlan(description=summary[0], evaluation=best, costs=costs)
+    files["audit.json"] = (jsonout.dumps(audit_document(report, priced), indent=2).encode(),
+                           FILE_MODE)
+    steps = start_instructions(req.out, nodes=best.placement.nodes, placed=True,
+                               data=False, plan_file=os.path.join(req.out, "plan.json"))
+    rows, note = scaling_rows(model, cluster, req.global_batch_size, space, sreq,
+                              [h for h in cluster.hosts if h not in excluded])
+    from configurator.report.plot import scaling_png
+
+    scaling = scaling_png(rows, title=f"{model.name}: best plan per node count") if any(
+        r.get("tokens_per_s") for r in rows) else None
+    pl = best.placement
+    page = render_network_html(
+        title=f"{model.name} on the measured cluster ({cluster.num_nodes} hosts)",
+        summary=summary, next_steps=steps, report=report, costs=by,
+        heatmap_png=heatmap_png(report, topo, dpi=HEATMAP_DPI),
+        table=format_table(res.plans, wide=True),
+        placement=made.placement, crossings=crossings, default_crossings=default_crossings,
+        placement_png=placement_png(list(report.structure.host_order(cluster.hosts)),
+                                    list(pl.hosts), report.islands, best.plan,
+                                    cluster.gpus_per_node,
+                                    title=f"tp {best.plan.tp} pp {best.plan.pp} dp "
+                                          f"{best.plan.dp}: node rank, pipeline stages and "
+                                          "data-parallel ranks per host"),
+        gantt_png=made.gantt_png, scaling_png=scaling, scaling_note=note)
+    files["report.html"] = (page.encode(), FILE_MODE)
+    write_files(req.out, files, force=req.force)
+    return sorted(files) + (["topology.json"] if req.logs else [])
+
+
+#: Node counts the report's scaling curve prices (powers of two and the pool's size).
+def scaling_counts(pool_size: int) -> list[int]:
+    counts = {pool_size}
+    n = 1
+    while n < pool_size:
+        counts.add(n)
+        n *= 2
+    return sorted(counts)
+
+
+def scaling_rows(model, cluster, gbs: int, space, sreq, pool_hosts: list[str]
+                 ) -> tuple[list[dict], str]:
+    """The best plan per node count of :func:`scaling_counts` on the healthiest hosts of
+    ``pool_hosts`` (the closed form with the simulated schedule of the best, on their
+    measured links, Megatron's order: no placement search), as ``run_scaling`` rows; and a
+    sentence saying so."""
+    from configurator.core.errors import NoFeasiblePlanError
+    from configurator.search.placement_search import host_health_order
+    from configurator.search.rank import search
+
+    index = {h: i for i, h in enumerate(cluster.hosts)}
+    order = host_health_order(cluster, [index[h] for h in pool_hosts])
+    rows = []
+    for n in scaling_counts(len(pool_hosts)):
+        row = {"nodes": n}
+        try:
+            res = search(model, cluster.subset(sorted(order[:n])), gbs, top_k=1, space=space,
+                         max_memory_fraction=sreq.max_memory_fraction,
+                         rerank=SCALING_RERANK, **sreq.options)
+        except (InputError, NoFeasiblePlanError) as err:
+            rows.append(dict(row, tokens_per_s=None, reason=str(err)))
+            continue
+        e = res.plans[0]
+        rows.append(dict(row, num_gpus=e.plan.world_size, iteration_time_s=e.iteration_time_s,
+                         tokens_per_s=e.tokens_per_s_per_gpu * e.plan.world_size,
+                         tokens_per_s_per_gpu=e.tokens_per_s_per_gpu))
+    note = ("Best plan per node count on the healthiest hosts (their measured links, "
+            "Megatron's rank order), counts " + ", ".join(str(r["nodes"]) for r in rows)
+            + "; a count with no plan that fits is left out.")
+    return rows, note

@@ -1,0 +1,250 @@
+"""Hugging Face ``config.json`` import: :func:`from_hf_config` maps a model's config (Llama,
+Mistral, Qwen2/Qwen3 and their MoE variants, Mixtral, DeepSeek-V2/V3, GPT-2, GPT-OSS) to a
+:class:`~configurator.core.model.ModelSpec`, refusing any key that changes the model and is
+not mapped.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from configurator.core import validate as v
+from configurator.core.errors import InputError
+from configurator.core.model import ModelSpec, make_model
+
+
+#: Hugging Face ``config.json`` keys that do not change what is trained or what it costs
+#: (tokens, initialisation, inference caches, routing losses and scoring, RoPE scaling that
+#: keeps the parameter count (a ``yarn`` one is read: megatron-core applies it unfused),
+#: quantisation of released weights). Any other key the import does not map and that names
+#: a model dimension is an error, never silently dropped.
+HF_KEYS_NO_COST = frozenset((
+    "architectures", "model_type", "torch_dtype", "dtype", "transformers_version",
+    "bos_token_id", "eos_token_id", "pad_token_id", "initializer_range", "use_cache",
+    "rope_scaling", "rope_theta", "rms_norm_eps", "layer_norm_epsilon", "layer_norm_eps",
+    "max_position_embeddings", "max_window_layers", "use_sliding_window", "sliding_window",
+    "output_router_logits", "router_aux_loss_coef", "router_jitter_noise", "norm_topk_prob",
+    "scoring_func", "routed_scaling_factor", "n_group", "topk_group", "topk_method",
+    "aux_loss_alpha", "seq_aux", "ep_size", "quantization_config", "auto_map",
+    "pretraining_tp", "tie_word_embeddings", "attention_dropout", "hidden_dropout",
+    "resid_pdrop", "attn_pdrop", "embd_pdrop", "summary_activation", "summary_first_dropout",
+    "summary_proj_to_labels", "summary_type", "summary_use_proj", "task_specific_params",
+    "scale_attn_weights", "reorder_and_upcast_attn", "scale_attn_by_inverse_layer_idx",
+    "activation_function", "hidden_act", "torchscript", "return_dict", "name_or_path",
+    "_name_or_path", "id2label", "label2id", "tokenizer_class", "problem_type",
+    "swiglu_limit", "router_bias", "experts_per_token", "rope_interleave",
+))
+#: A key naming one of these, when not mapped, changes the model: refuse to drop it.
+_HF_ARCH_WORDS = ("expert", "moe", "lora", "head_dim", "layer", "hidden", "intermediate",
+                  "inner", "heads", "window", "softcap", "partial_rotary", "nextn", "mtp",
+                  "dense", "sparse", "shared", "latent", "vocab", "embd", "n_", "num_",
+                  "bias", "norm")
+
+
+def from_hf_config(cfg: Mapping[str, Any], name: str = "hf-model") -> ModelSpec:
+    """Map a Hugging Face ``config.json`` to a :class:`ModelSpec`.
+
+    Families (``model_type``): Llama, Mistral, Qwen2/Qwen3 (dense), GPT-2; Mixtral
+    (``num_local_experts``, ``num_experts_per_tok``, experts of ``intermediate_size``),
+    Qwen2-MoE/Qwen3-MoE (``num_experts``, ``moe_intermediate_size``,
+    ``shared_expert_intermediate_size``, ``decoder_sparse_step``, ``mlp_only_layers``),
+    DeepSeek-V2/V3 (``n_routed_experts``, ``n_shared_experts``, ``first_k_dense_replace``,
+    ``moe_layer_freq``, multi-latent attention ``q_lora_rank``, ``kv_lora_rank``,
+    ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim``, ``num_nextn_predict_layers``)
+    and GPT-OSS (``num_local_experts``, ``experts_per_token``, biases everywhere). Common
+    fields: ``num_hidden_layers, hidden_size, num_attention_heads, num_key_value_heads,
+    head_dim, intermediate_size, vocab_size, max_position_embeddings, tie_word_embeddings,
+    rope_theta, rms_norm_eps``; ``rope_scaling`` of type ``yarn`` (not MLA's) gives
+    ``yarn_rotary_scaling_factor``. Raises :class:`InputError` naming the missing field, or a
+    field that changes the model and is not supported (sliding-window attention shorter
+    than the sequence, soft-capping, partial rotary, unknown expert or layer fields).
+    """
+    used: set[str] = set()
+
+    def get(key, default=None):
+        used.add(key)
+        val = cfg.get(key, default)
+        return default if val is None else val
+
+    def need(*keys):
+        for k in keys:
+            used.add(k)
+            if k in cfg and cfg[k] is not None:
+                return cfg[k]
+        raise InputError(f"config.json.{keys[0]}", None, "missing required key")
+
+    def flag(key, default=False):
+        return v.boolean(f"config.json.{key}", get(key, default))
+
+    mtype = cfg.get("model_type", "")
+    if not isinstance(mtype, str):
+        raise InputError("config.json.model_type", mtype, "must be a string")
+    if mtype == "gpt2" or "n_embd" in cfg:
+        hidden = v.int_in_range("config.json.n_embd", need("n_embd"), key="hidden_size")
+        spec = make_model(
+            name=name, num_layers=need("n_layer"), hidden_size=hidden,
+            num_attention_heads=need("n_head"),
+            ffn_hidden_size=get("n_inner") or 4 * hidden, vocab_size=need("vocab_size"),
+            seq_length=need("n_positions", "n_ctx"),
+            hidden_dropout=get("resid_pdrop", 0.1), attention_dropout=get("attn_pdrop", 0.1),
+            norm_epsilon=get("layer_norm_epsilon", 1e-5))
+        _refuse_unmapped(cfg, used)
+        return spec
+    layers = v.int_in_range("config.json.num_hidden_layers", need("num_hidden_layers"),
+                            key="num_layers")
+    heads = need("num_attention_heads")
+    hidden = need("hidden_size")
+    act = get("hidden_act", "silu")
+    if act not in ("silu", "swiglu", "gelu", "gelu_new", "gelu_pytorch_tanh"):
+        raise InputError("config.json.hidden_act", act, "supported: silu/swiglu (gated), gelu")
+    kw: dict[str, Any] = dict(
+        name=name, num_layers=layers, hidden_size=hidden, num_attention_heads=heads,
+        num_query_groups=get("num_key_value_heads") or heads,
+        vocab_size=need("vocab_size"), seq_length=need("max_position_embeddings"),
+        swiglu=act in ("silu", "swiglu"),
+        untie_embeddings_and_output_weights=not flag("tie_word_embeddings"),
+        normalization="RMSNorm" if "rms_norm_eps" in cfg else "LayerNorm",
+        norm_epsilon=get("rms_norm_eps", get("layer_norm_eps", 1e-5)),
+        hidden_dropout=get("hidden_dropout", 0.0), attention_dropout=get("attention_dropout",
+                                                                         0.0),
+        position_embedding_type="rope" if "rope_theta" in cfg or mtype in (
+            "llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe",
+            "deepseek_v2", "deepseek_v3", "gpt_oss") else "learned_absolute")
+    if kw["position_embedding_type"] == "rope":
+        theta = get("rope_theta", 10000)
+        if isinstance(theta, float) and theta.is_integer():
+            theta = int(theta)
+        kw["rotary_base"] = theta
+        scaling = cfg.get("rope_scaling")
+        if (isinstance(scaling, Mapping) and not mtype.startswith("deepseek")
+                and (scaling.get("rope_type") or scaling.get("type")) == "yarn"):
+            # GPT-OSS: factor 32 (MLA's YaRN is its own rotary embedding, not this one)
+            kw["yarn_rotary_scaling_factor"] = v.positive_float(
+                "config.json.rope_scaling.factor", scaling.get("factor"))
+    if get("head_dim") is not None and not (mtype.startswith("deepseek")):
+        kw["kv_channels"] = get("head_dim")
+    attention_bias = flag("attention_bias")
+    mlp_bias = flag("mlp_bias")
+    # Qwen2 (dense and MoE) always has q/k/v biases and no others (modeling_qwen2.py).
+    kw["add_qkv_bias"] = mtype in ("qwen2", "qwen2_moe")
+    kw["add_bias_linear"] = attention_bias or mlp_bias
+    kw["qk_layernorm"] = mtype in ("qwen3", "qwen3_moe")
+    window = get("sliding_window")
+    if window is not None:
+        window = v.int_in_range("config.json.sliding_window", window, key="window_size")
+    seq = v.int_in_range("config.json.max_position_embeddings", kw["seq_length"],
+                         key="seq_length")
+    if window is not None and (get("use_sliding_window", True) is not False) and (
+            mtype not in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe")
+            or cfg.get("use_sliding_window")) and window < seq:
+        kw.update(_hf_window(cfg, window, layers))
+        used.add("layer_types")
+    for key in ("attn_logit_softcapping", "final_logit_softcapping"):
+        if cfg.get(key):
+            raise InputError(f"config.json.{key}", cfg[key], "soft-capping is not supported")
+    if cfg.get("partial_rotary_factor", 1.0) != 1.0:
+        raise InputError("config.json.partial_rotary_factor", cfg["partial_rotary_factor"],
+                         "partial rotary embeddings are not supported")
+    used.add("partial_rotary_factor")
+
+    if mtype in ("mixtral", "gpt_oss"):
+        kw.update(num_experts=need("num_local_experts"),
+                  moe_router_topk=need("num_experts_per_tok", "experts_per_token"),
+                  ffn_hidden_size=need("intermediate_size"))
+        used.update(("experts_per_token",))
+        if mtype == "gpt_oss":
+            # biases on q/k/v/o and on the experts (modeling_gpt_oss.py); the per-head
+            # attention sinks (a·L parameters, < 1e-7 of the model) are not counted.
+            kw["add_bias_linear"] = True
+            if get("swiglu_limit") is not None:   # GptOssExperts clamps gate and up
+                kw["activation_func_clamp_value"] = get("swiglu_limit")
+    elif mtype in ("qwen2_moe", "qwen3_moe"):
+        dense = get("mlp_only_layers", []) or []
+        if not isinstance(dense, list) or any(isinstance(i, bool) or not isinstance(i, int)
+                                              for i in dense):
+            raise InputError("config.json.mlp_only_layers", dense,
+                             "must be a list of layer numbers")
+        step = v.int_in_range("config.json.decoder_sparse_step", get("decoder_sparse_step", 1),
+                              key="moe_layer_freq")
+        # modeling_qwen2_moe.py: layer i is sparse when i not in mlp_only_layers and
+        # (i + 1) % decoder_sparse_step == 0
+        pattern = [int(i not in dense and (i + 1) % step == 0) for i in range(layers)]
+        kw.update(num_experts=need("num_experts"),
+                  moe_router_topk=need("num_experts_per_tok"),
+                  moe_ffn_hidden_size=need("moe_intermediate_size"),
+                  ffn_hidden_size=get("intermediate_size") or need("moe_intermediate_size"),
+                  moe_layer_freq=1 if all(pattern) else pattern)
+        shared = get("shared_expert_intermediate_size")
+        if shared is not None and shared != 0:
+            kw["moe_shared_expert_intermediate_size"] = shared
+    elif mtype in ("deepseek_v2", "deepseek_v3"):
+        first_dense = get("first_k_dense_replace", 0)
+        if isinstance(first_dense, bool) or not isinstance(first_dense, int) or not (
+                0 <= first_dense < layers):
+            raise InputError("config.json.first_k_dense_replace", first_dense,
+                             f"must be an integer in [0, {layers})")
+        freq = v.int_in_range("config.json.moe_layer_freq", get("moe_layer_freq", 1),
+                              key="moe_layer_freq")
+        pattern = [int(i >= first_dense and i % freq == 0) for i in range(layers)]
+        kw.update(num_experts=need("n_routed_experts"),
+                  moe_router_topk=need("num_experts_per_tok"),
+                  moe_ffn_hidden_size=need("moe_intermediate_size"),
+                  ffn_hidden_size=need("intermediate_size"),
+                  moe_layer_freq=1 if all(pattern) else pattern,
+                  multi_latent_attention=True, qk_layernorm=True,   # q_a/kv_a layernorms
+                  q_lora_rank=get("q_lora_rank"),
+                  kv_lora_rank=need("kv_lora_rank"), qk_head_dim=need("qk_nope_head_dim"),
+                  qk_pos_emb_head_dim=need("qk_rope_head_dim"), v_head_dim=need("v_head_dim"))
+        n_shared = get("n_shared_experts", 0)
+        if n_shared:
+            n_shared = v.int_in_range("config.json.n_shared_experts", n_shared,
+                                      key="num_experts")
+            kw["moe_shared_expert_intermediate_size"] = n_shared * v.int_in_range(
+                "config.json.moe_intermediate_size", need("moe_intermediate_size"),
+                key="moe_ffn_hidden_size")
+        mtp = get("num_nextn_predict_layers", 0)
+        if mtp is not False and mtp != 0:
+            kw["mtp_num_layers"] = mtp
+        used.add("head_dim")
+    else:
+        for key in ("num_local_experts", "num_experts", "n_routed_experts"):
+            if cfg.get(key):
+                raise InputError(f"config.json.{key}", cfg[key],
+                                 f"experts in a model_type {mtype!r} config are not supported "
+                                 "(supported MoE families: mixtral, qwen2_moe, qwen3_moe, "
+                                 "deepseek_v2, deepseek_v3, gpt_oss)")
+        kw["ffn_hidden_size"] = need("intermediate_size")
+    spec = make_model(**kw)
+    _refuse_unmapped(cfg, used)
+    return spec
+
+
+def _hf_window(cfg: Mapping[str, Any], window: Any, layers: int) -> dict:
+    """``window_size`` and ``window_attn_skip_freq`` from ``sliding_window`` and, where
+    given, ``layer_types`` (every layer windowed, or a full-attention layer every N-th,
+    1-based, as Megatron's ``is_layer_window_attention``). Any other pattern is an error."""
+    w = v.int_in_range("config.json.sliding_window", window, key="window_size")
+    types = cfg.get("layer_types")
+    if not types:
+        return {"window_size": w}
+    if not isinstance(types, list) or len(types) != layers:
+        raise InputError("config.json.layer_types", types, f"must list {layers} layer types")
+    full = [i + 1 for i, t in enumerate(types) if t == "full_attention"]
+    if not full:
+        return {"window_size": w}
+    n = full[0]
+    if full != list(range(n, layers + 1, n)) or any(
+            t not in ("full_attention", "sliding_attention") for t in types):
+        raise InputError("config.json.layer_types", types,
+                         "only a full-attention layer every N-th layer is supported")
+    return {"window_size": w, "window_attn_skip_freq": n}
+
+
+def _refuse_unmapped(cfg: Mapping[str, Any], used: set[str]) -> None:
+    for key, val in cfg.items():
+        if key in used or key in HF_KEYS_NO_COST or val in (None, False, 0, [], {}):
+            continue
+        low = key.lower()
+        if any(w in low for w in _HF_ARCH_WORDS):
+            raise InputError(f"config.json.{key}", val,
+                             "changes the model and is not supported by the import")

@@ -1,0 +1,60 @@
+"""Distinct rows of a few integer columns, for evaluating a term once per distinct input.
+
+A search holds hundreds of thousands of plans whose terms often depend on a handful of
+columns with few distinct values (a layer's activations on tp, cp, micro_batch_size,
+sequence_parallel, the recompute code): :func:`row_groups` maps every plan to its row of
+distinct values so such a term is computed once per row and gathered back
+(``term_of_rows[inverse]``), giving element for element what the whole arrays give.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: Largest value range of a column (max − min + 1) coded with a lookup table rather than
+#: a sort; above it, and when the product of the columns' distinct counts exceeds it, the
+#: rows are coded with :func:`numpy.unique`.
+DENSE_RANGE = 1 << 20
+
+
+def _codes(col: np.ndarray) -> tuple[np.ndarray, int]:
+    """``(codes, count)``: each entry's rank among the column's distinct values."""
+    lo, hi = int(col.min()), int(col.max())
+    if hi - lo < DENSE_RANGE:
+        present = np.zeros(hi - lo + 1, dtype=bool)
+        present[col - lo] = True
+        rank = np.cumsum(present) - 1
+        return rank[col - lo], int(rank[-1]) + 1
+    values, codes = np.unique(col, return_inverse=True)
+    return codes.ravel(), len(values)
+
+
+def row_groups(*columns) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(first, inverse)`` for integer or boolean ``columns`` of one length ``n`` (scalars
+    broadcast): ``first`` — the index of one plan (any) per distinct row; ``inverse``
+    (shape ``(n,)``) — for each plan the position of its row in ``first``, so
+    ``x[first][inverse]`` equals ``x`` for any column ``x`` among ``columns``. ``None`` when no column is an array (nothing to group)."""
+    arrays = [np.asarray(c) for c in columns]
+    shape = np.broadcast_shapes(*(a.shape for a in arrays))
+    if len(shape) != 1:
+        return None
+    key = np.zeros(shape, dtype=np.int64)
+    radix = 1
+    for a in arrays:
+        if a.ndim == 0:
+            continue
+        codes, count = _codes(a.astype(np.int64, copy=False))
+        if radix * count >= DENSE_RANGE:        # keep the combined key dense
+            key, radix = _codes(key)
+        key = key * count + codes
+        radix *= count
+    if radix < DENSE_RANGE:
+        present = np.zeros(radix, dtype=bool)
+        present[key] = True
+        rank = np.cumsum(present) - 1
+        inverse = rank[key]
+        first = np.empty(int(rank[-1]) + 1, dtype=np.int64)
+        first[inverse] = np.arange(len(key))
+        return first, inverse
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    return first, inverse.ravel()

@@ -1,0 +1,126 @@
+"""GEMM kernels of a transformer layer: the time of one (batched) GEMM by a roofline plus a
+fixed cost per kernel (:func:`gemm_time_s`), the accumulation of a weight gradient into its
+main gradient on top of its GEMM (:func:`main_grad_accumulation_s`) and Transformer Engine's
+quantisation of an FP8 GEMM's 16-bit inputs (:func:`fp8_quantize_s`).
+
+Used by the layer model (:mod:`configurator.cost.compute`), the mixture-of-experts MLP
+(:mod:`configurator.cost.moe_compute`) and the last stage's logits GEMM
+(:mod:`configurator.cost.iteration`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from configurator.core.candidates import Candidates
+from configurator.core.plan_terms import main_grad_bytes
+from topology.gpus import GPUSpec
+
+
+#: Fixed time of one GEMM kernel (s): launch, the pipeline's fill and drain, the epilogue.
+#: cuBLAS's Hopper kernels (nvjet, with stream-K and a choice of tiles) show no
+#: wave-quantisation steps; ``t = FLOPs / (peak · η) + t₀`` fitted to 110 BF16 forward and
+#: weight-gradient GEMMs timed with ``bench/kernels/gemm_shapes.py`` (``tests/data/
+#: gemm_shapes_dense.csv``: weights 896–18,432 wide over 1,024–16,384 tokens) gives
+#: η 0.72, the H100 preset's, and t₀ 21.5 µs (H100 21.0, H200 23.0), rms 6.6 %, where a
+#: wave-quantised roofline (256×128 tiles) was 12.6 % and 14 % too fast below 0.1 TFLOP;
+#: FP8 weight gradients fit η 0.66 and 25–31 µs. One figure for every GPU (not measured
+#: off Hopper).
+GEMM_FIXED_S = 22e-6
+
+
+def gemm_time_s(M, N, K, *, batch, peak, gpu: GPUSpec, in_bytes, gemm_eff):
+    """Time (s) of ``batch`` GEMMs of ``M×K · K×N`` on ``gpu`` in one kernel: the roofline
+    (``peak`` FLOP/s at the attained fraction ``gemm_eff``, or the operands of ``in_bytes``
+    and the 16-bit output at attained HBM bandwidth) plus :data:`GEMM_FIXED_S`."""
+    eff = gpu.efficiency
+    flops = 2.0 * M * N * K * batch
+    t_compute = flops / (peak * gemm_eff)
+    t_memory = batch * (in_bytes * (M * K + K * N) + 2.0 * M * N) / (
+        gpu.hbm_bandwidth_Bps * eff.hbm)
+    return np.maximum(t_compute, t_memory) + GEMM_FIXED_S
+
+
+#: Reduction depth (tokens) up to which a weight-gradient GEMM's main-gradient traffic is
+#: fully exposed; a deeper reduction hides the fraction ``1 − depth₀/depth`` of it under the
+#: other tiles' reductions (:func:`main_grad_accumulation_s`). From ``bench/kernels/gemm_shapes.py``
+#: on H100 and H200, the time an FP32 accumulation adds to the plain GEMM over the time of
+#: its extra bytes (6 per weight) is ≈ 1.0 at 1,024 tokens, ≈ 0.85 at 2,048, ≈ 0.55 at 4,096
+#: and 0.3–0.7 at 8,192 (dense weights and GPT-OSS's experts); ``min(1, 2048/depth)`` gives
+#: 1, 1, 0.5 and 0.25.
+ACCUMULATION_EXPOSED_TOKENS = 2048.0
+
+
+def main_grad_accumulation_s(weights, c: Candidates, gpu: GPUSpec, tokens=None):
+    """Seconds per microbatch to accumulate the gradients of ``weights`` parameters (per rank;
+    broadcasts over plans) into their main gradients, on top of the weight-gradient GEMM:
+    ``main_grad`` is read and written once per microbatch
+    (:func:`configurator.core.plan_terms.main_grad_bytes` each way) at the attained HBM bandwidth,
+    the exposed fraction ``min(1, ACCUMULATION_EXPOSED_TOKENS / tokens)`` of it for a GEMM
+    that reduces over ``tokens`` rows (None: an element-wise add, all of it).
+
+    Megatron-LM's ``--gradient-accumulation-fusion`` (on by default) runs every weight-gradient
+    GEMM with ``beta = 1`` into the parameter's ``main_grad``
+    (megatron/core/tensor_parallel/layers.py ``LinearWithGradAccumulationAndAsyncCommunication``;
+    Transformer Engine ``fuse_wgrad_accumulation``), and a parameter without it (norms, the
+    embedding) is added by the DDP hook (``main_grad.add_(param.grad)``,
+    megatron/core/distributed/distributed_data_parallel.py ``_make_backward_post_hook``).
+    Hopper's cooperative GEMM kernels read and write an output tile after its reduction, so
+    where the reduction is short the traffic adds to the GEMM's time; a long one hides part
+    of it under the other tiles' reductions. Measured with ``bench/kernels/gemm_shapes.py`` (torch
+    2.11, cuBLAS, H100 and H200; ``tests/data/wgrad_accumulation.csv``): 97 weight gradients
+    accumulated into FP32 or BF16 (dense 2048–16384-wide weights and GPT-OSS's 16 local
+    experts, over 1,024–16,384 tokens) take 23 % longer than their roofline on average and
+    0.8 % longer than roofline plus this term (rms 8.9 %); e.g. on the H100 GPT-OSS's 16
+    experts' fc1 over 1,024 tokens each: 1.01 ms plainly, 1.16 into BF16 (priced 1.14),
+    1.66 into FP32 (priced 1.51). It matters where a weight meets few tokens per
+    microbatch: routed experts and short microbatches.
+
+    The fit is on the accumulated GEMM's whole time, so the term also carries what a short
+    reduction costs the GEMM itself, which the roofline does not see: written plainly, a
+    weight gradient over 1,024 tokens runs 1.24× its roofline for dense weights and 1.33×
+    for the experts (≈ 1.0 for dense weights from 4,096 tokens on). Against the plain GEMM
+    alone, the accumulation's own increment is closer to ``(2·main_grad_bytes − 2)`` bytes
+    with the same exposure; priced that way, with the fill cost as its own term
+    (``1 + 256/tokens``), the published runs come out no closer (README, "Main-gradient
+    accumulation")."""
+    exposed = 1.0 if tokens is None else np.minimum(1.0, ACCUMULATION_EXPOSED_TOKENS / tokens)
+    return (2.0 * main_grad_bytes(c.precision, c.grad_reduce_in_bf16) * weights * exposed
+            / (gpu.hbm_bandwidth_Bps * gpu.efficiency.hbm))
+
+
+#: Bytes moved per element by Transformer Engine's FP8 quantisation of a 16-bit tensor: read
+#: 2, write the row-wise and the column-wise FP8 copies, 1 each (``Float8Quantizer`` /
+#: ``MXFP8Quantizer`` with both usages; MXFP8's E8M0 scales add 2/32).
+FP8_CAST_BYTES = 4.0
+#: Fraction of the HBM bandwidth that quantisation kernel attains: far below element-wise
+#: kernels' (``Efficiency.hbm``). Measured: Transformer Engine PR #101 (H100 SXM, 3.35 TB/s):
+#: the FP16 -> FP8 cast-transpose of a 4096 x 4096 tensor in 51.5 us, 67 MB at 1.30 TB/s,
+#: 0.39. Check: Transformer Engine's GEMM profiling guide (docs/examples/gemm_profiling,
+#: H200 NVL, 4.8 TB/s, 2026) puts current scaling's quantisation at ~17 % of 20.3 ms per
+#: layer of hidden 4096, FFN 16384 over 15,872 tokens: 1.04e9 elements of 6 bytes (its amax
+#: pass reads the tensor once more) at 1.8 TB/s, 0.38 of that GPU's HBM.
+FP8_CAST_HBM_FRACTION = 0.39
+
+
+#: Bytes per element a quantisation moves beyond :data:`FP8_CAST_BYTES`, by scaling:
+#: current (``tensorwise``) scaling reads the tensor once more for its amax before the cast
+#: ("two tensor reads per quantization", Transformer Engine docs, "FP8 Delayed Scaling");
+#: block scales (``blockwise`` 1x128, ``mxfp8`` 1x32) write a 4-byte or 1-byte scale per
+#: block in each of the two copies, their amax taken in the cast's own pass.
+FP8_SCALING_EXTRA_BYTES = {"delayed": 0.0, "tensorwise": 2.0, "blockwise": 2 * 4 / 128,
+                           "mxfp8": 2 * 1 / 32}
+
+
+def fp8_scaling(c) -> str:
+    """The plans' FP8 scaling: ``mxfp8`` for that precision, else ``fp8_recipe``."""
+    return "mxfp8" if c.precision == "mxfp8" else c.fp8_recipe
+
+
+def fp8_quantize_s(elements, gpu, scaling: str = "delayed"):
+    """Time (s) of Transformer Engine quantising ``elements`` 16-bit elements into FP8
+    row-wise and column-wise copies on ``gpu`` (:data:`FP8_CAST_BYTES` per element plus the
+    scaling's :data:`FP8_SCALING_EXTRA_BYTES`, at :data:`FP8_CAST_HBM_FRACTION` of the HBM
+    bandwidth; arrays ok)."""
+    return (elements * (FP8_CAST_BYTES + FP8_SCALING_EXTRA_BYTES[scaling])
+            / (gpu.hbm_bandwidth_Bps * FP8_CAST_HBM_FRACTION))

@@ -1,0 +1,215 @@
+"""What PyTorch's eager execution costs a layer beyond its fused kernels: the host's time
+to issue its operations for one microbatch (:func:`host_layer_s`; CUDA graphs replay what
+they capture, :func:`graph_scopes`), the eager element-wise kernels outside any fusion (an
+MoE layer's per-expert fc2 bias, a gated MLP's clamp, YaRN's unfused RoPE), priced at the
+bandwidth those kernels attain (:func:`eager_bandwidth_Bps`, :func:`eager_s`), and the
+copies to and from host memory of fine-grained activation offloading
+(:func:`offload_exposed`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from configurator.core.candidates import Candidates
+from configurator.core.model import ModelSpec
+from configurator.core.plan_values import is_fp8
+from topology.gpus import GPUSpec
+
+
+#: PyTorch operations the host issues per layer and microbatch, forward (backward issues
+#: :data:`HOST_BACKWARD_FACTOR` times as many): a dense layer through Transformer Engine
+#: (norm, QKV, RoPE ×2, core attention, projection, bias-dropout-add, norm, fc1,
+#: activation, fc2, bias-dropout-add, their autograd bookkeeping and, with FP8, the casts
+#: and amax/scale updates) and, for an MoE layer, the router (GEMM, softmax or sigmoid,
+#: top-k, auxiliary-loss reductions), the permutation and the all-to-all dispatcher's
+#: token counts, host synchronisation, exchanges and sorts (megatron-core 0.16.1
+#: ``MoELayer.forward``, ``MoEAlltoAllTokenDispatcher``), plus per local expert the grouped
+#: GEMMs' members (Transformer Engine ``GroupedLinear`` runs one GEMM per expert; with FP8
+#: a cast per member input).
+HOST_OPS_DENSE = 40
+HOST_OPS_MOE = 90
+HOST_OPS_PER_EXPERT = 2
+HOST_BACKWARD_FACTOR = 2.0
+#: The dense layer's operations by CUDA graph scope, in proportion to the operations listed
+#: above (attention: norm, QKV, RoPE x2, core attention, projection, bias-dropout-add, 7 of
+#: 12; MLP: norm, fc1, activation, fc2, bias-dropout-add): ``attn`` and ``mlp``.
+HOST_OPS_ATTN = 23
+#: An MoE layer's operations beyond the dense attention by part: the router (``moe_router``
+#: scope: gating GEMM, score function, top-k, routing map, auxiliary loss), the dispatcher's
+#: preprocessing (``moe_preprocess``: token counts and their exchange, the host
+#: synchronisation, permutation indices) and the permutations and all-to-alls around the
+#: experts (in neither scope, captured only by ``moe``, which needs drop-and-pad, or
+#: ``full_iteration``), a third each of :data:`HOST_OPS_MOE`.
+HOST_OPS_MOE_PARTS = {"router": 30, "preprocess": 30, "dispatch": 30}
+#: Operations (host) and kernels (GPU) ``(unfused, fused)`` of an MoE layer's routing
+#: (megatron-core 0.16.1 moe_utils.py ``topk_softmax_with_capacity``,
+#: ``compute_routing_scores_for_aux_loss`` and the load-balancing loss: score function,
+#: top-k, scatter into the routing map and probabilities, the auxiliary scores, their
+#: top-k and scatter and the loss's reductions, forward; against Transformer Engine's
+#: ``fused_topk_with_score_function``, ``fused_compute_score_for_moe_aux_loss`` and
+#: ``fused_moe_aux_loss`` with ``--moe-router-fusion``) and of its token permutations
+#: (``permute``, ``unpermute`` and ``sort_chunks_by_idxs``, each an index computation, a
+#: gather or scatter and the probabilities' product in eager ops, against one Transformer
+#: Engine kernel each with ``--moe-permute-fusion``). Counted from the functions.
+MOE_ROUTER_OPS = (15, 3)
+MOE_PERMUTE_OPS = (13, 3)
+
+
+def moe_fused_ops(c: Candidates) -> float:
+    """Operations an MoE layer's forward saves with the plans' ``moe_router_fusion`` and
+    ``moe_permute_fusion`` (:data:`MOE_ROUTER_OPS`, :data:`MOE_PERMUTE_OPS`), on the host
+    and as GPU kernels alike."""
+    return ((MOE_ROUTER_OPS[0] - MOE_ROUTER_OPS[1]) * bool(c.moe_router_fusion)
+            + (MOE_PERMUTE_OPS[0] - MOE_PERMUTE_OPS[1]) * bool(c.moe_permute_fusion))
+
+
+def graph_scopes(c: Candidates) -> set[str]:
+    """What the plans' CUDA graphs capture: ``cuda_graph_scope``'s names, ``layer`` for
+    whole layers (Transformer Engine graphs without a scope), nothing without graphs."""
+    if c.cuda_graph_impl == "none":
+        return set()
+    scopes = set(c.cuda_graph_scope.replace(",", " ").split())
+    return scopes or {"layer"}
+
+
+def host_layer_s(model: ModelSpec, c: Candidates, gpu: GPUSpec) -> tuple:
+    """Host time (s) to issue one layer's forward for one microbatch: ``(dense, moe)``
+    (:data:`HOST_OPS_DENSE` and friends × ``Efficiency.host_op_s``); FP8 doubles a grouped
+    GEMM member's operations (its input cast); biased experts add their eager bias's
+    operations (:data:`EXPERT_BIAS_KERNELS`), an unfused RoPE its own
+    (:data:`UNFUSED_ROPE_KERNELS`); the routing and permutation fusions remove theirs
+    (:func:`moe_fused_ops`). What CUDA graphs capture (:func:`graph_scopes`) the host
+    replays without issuing its operations (Megatron's ``TECudaGraphHelper`` and
+    ``FullCudaGraphWrapper``; megatron/core/transformer/moe/README.md lists graphs as the
+    cure for a "CPU Overhead Bottleneck"): ``attn`` and ``mlp`` the dense layer's parts
+    (:data:`HOST_OPS_ATTN`), ``moe_router`` and ``moe_preprocess`` theirs
+    (:data:`HOST_OPS_MOE_PARTS`), ``moe`` an MoE layer's whole MLP, whole-layer graphs every
+    dense layer and the MoE layers that drop and pad (static shapes), ``full_iteration``
+    everything."""
+    op = gpu.efficiency.host_op_s
+    scopes = graph_scopes(c)
+    full = "full_iteration" in scopes
+    extra = (CLAMP_KERNELS[0] * (model.activation_func_clamp_value is not None)
+             # unfused RoPE: its operations on q and k replace the two fused ones
+             + (2 * UNFUSED_ROPE_KERNELS[0] - 2) * model.rope_unfused)
+    attn = 0 if scopes & {"attn", "layer"} or full else HOST_OPS_ATTN
+    mlp_ops = HOST_OPS_DENSE - HOST_OPS_ATTN + extra
+    dense = (attn + (0 if scopes & {"mlp", "layer"} or full else mlp_ops)) * op
+    if not model.is_moe:
+        return dense, dense
+    local = model.num_experts / c.ep.astype(float)
+    per_expert = (HOST_OPS_PER_EXPERT * (2 if is_fp8(c.precision) else 1)
+                  + EXPERT_BIAS_KERNELS[0][0] * model.add_bias_linear)
+    parts = HOST_OPS_MOE_PARTS
+    drop_pad = c.moe_expert_capacity_factor > 0 and c.moe_pad_expert_input_to_capacity
+    if full or "moe" in scopes or ("layer" in scopes and drop_pad):
+        moe_mlp = 0.0 * local
+    else:
+        moe_mlp = (mlp_ops + parts["dispatch"] + per_expert * local - moe_fused_ops(c)
+                   + (0 if "moe_router" in scopes else parts["router"])
+                   + (0 if "moe_preprocess" in scopes else parts["preprocess"]))
+    return dense, (attn + moe_mlp) * op
+
+
+#: Attained HBM bytes per second and SM of PyTorch's eager element-wise kernels outside
+#: any fusion: mixed-precision operands (16-bit with FP32), broadcasts, strided halves of a
+#: tensor and 1-byte masks keep TensorIterator off its vectorised path, so each SM keeps
+#: few bytes in flight and the kernels run at the rate memory latency allows per SM
+#: (Little's law), not at the HBM bandwidth: an H200 runs them only 10-15 % faster than
+#: an H100 although its HBM is 43 % faster. Measured with ``bench/kernels/kernel_shapes.py
+#: --model gpt-oss-120b --ep 8 --mbs 4`` on megatron-core's own functions (torch 2.11,
+#: CUDA 13.0), the bytes of :data:`EXPERT_BIAS_BYTES`, :data:`CLAMP_BYTES` and
+#: :data:`UNFUSED_ROPE_BYTES` over the time less the launches, per SM (132): expert bias
+#: forward / backward, clamp forward / backward and YaRN's unfused RoPE forward / backward
+#: 16.0, 15.6, 14.5, 13.7, 12.3, 12.6 GB/s on an H100 and 18.1, 18.2, 15.6, 14.8, 12.2,
+#: 14.2 on an H200; their geometric mean (the bias and clamp alone: 15.7). A GPU attains the
+#: lesser of this times its SMs and its vectorised rate (:func:`eager_bandwidth_Bps`).
+EAGER_BYTES_PER_SM_S = 14.7e9
+
+
+def eager_bandwidth_Bps(gpu: GPUSpec) -> float:
+    """Attained HBM bandwidth (bytes/s) of eager element-wise kernels on ``gpu``:
+    ``min(η_hbm · HBM, EAGER_BYTES_PER_SM_S · SMs)`` (:data:`EAGER_BYTES_PER_SM_S`)."""
+    return min(gpu.hbm_bandwidth_Bps * gpu.efficiency.hbm, EAGER_BYTES_PER_SM_S * gpu.num_sms)
+
+
+#: HBM bytes per element of the routed experts' ``R×h`` output moved by megatron-core's
+#: eager fc2 bias (models with ``add_bias_linear``: the grouped fc2 hands back its per-expert
+#: biases, ``skip_bias_add=True``, and ``TEGroupedMLP._apply_bias`` adds them weighted by the
+#: FP32 router probabilities, one expert at a time; megatron-core 0.16.1 and 0.17.1
+#: ``transformer/moe/experts.py``), ``(forward, backward)``: per local expert ``b·p`` (write
+#: 4) and ``t + b·p`` (read 2 + 4, write 4), then ``torch.cat`` (read 4, write 4) and the
+#: cast back to 16 bits (read 4, write 2); backward the cast's gradient to FP32 (read 2,
+#: write 4), per expert the add's gradient cast to 16 bits (read 4, write 2) and the
+#: product's two, ``Σ grad·p`` and ``Σ grad·b`` (multiply: read 4, write 4; sum: read 4;
+#: each), then the 16-bit gradients joined for the split (read 2, write 2). Counted op by
+#: op on megatron-core's function (``tests/test_eager_mlp_ops.py``). The fc1 bias runs in
+#: the grouped GEMM. Priced at :func:`eager_bandwidth_Bps`.
+EXPERT_BIAS_BYTES = (28.0, 40.0)
+#: Kernels of that path, ``(forward, backward)``, each ``(per local expert, once)``: the
+#: multiply and the add, then the concatenation and the cast; backward per expert the add's
+#: cast, the product's two multiplies and two sums and the bias gradient's cast, then the
+#: cast's gradient and the two concatenations (probabilities' and inputs' gradients).
+EXPERT_BIAS_KERNELS = ((2, 2), (6, 3))
+
+
+#: HBM bytes per element of a gated MLP's fc1 output (``gate·f`` wide) moved by clamping it
+#: (``activation_func_clamp_value``: megatron-core's ``weighted_bias_quick_geglu_impl``
+#: clamps the two halves and concatenates them in eager ops before its fused activation;
+#: core 0.16.1 ``fusions/fused_bias_geglu.py``), ``(forward, backward)``: the two clamps (read
+#: 2, write 2) and ``torch.cat`` (read 2, write 2); backward PyTorch's ``clamp_backward``
+#: (``torch/csrc/autograd/FunctionsManual.cpp``), over half the elements each: the two-sided
+#: clamp ``where((x >= lo).logical_and_(x <= hi), grad, 0)`` (``>=`` and ``<=`` read 2, write
+#: a 1-byte mask; the ``and`` reads 2 masks, writes 1; ``where`` reads the mask and 2, writes
+#: 2: 14) and the one-sided ``where(x <= hi, grad, 0)`` (3 + 5: 8), then the halves'
+#: gradients joined (read 2, write 2). Counted op by op on megatron-core's function
+#: (``tests/test_eager_mlp_ops.py``). Kernels :data:`CLAMP_KERNELS`. Priced at
+#: :func:`eager_bandwidth_Bps`. The clamps keep the unclamped fc1 output for backward
+#: (memory_model.activations).
+CLAMP_BYTES = (8.0, 15.0)
+CLAMP_KERNELS = (3, 7)
+
+#: HBM bytes per query or key element moved by megatron-core's unfused RoPE
+#: (``rope_utils._apply_rotary_pos_emb_bshd``, which ``apply_rotary_pos_emb`` falls back to
+#: when the model's ``mscale`` ≠ 1, i.e. YaRN; core_v0.16.1), ``(forward, backward)``:
+#: ``t·cos`` (read 2, write 2), ``_rotate_half``'s negation of one half (1 + 1) and
+#: concatenation (2 + 2), ``·sin`` (2 + 2), the sum (4 + 2) and the final concatenation with
+#: the empty pass-through part (2 + 2): 24; backward the same chain (a copy fewer: 20), the
+#: empty pass-through slice's gradient zero-filled at full size (``slice_backward``, write 2)
+#: and the two slices' gradients summed (4 + 2): 28. Fused (Transformer Engine), the
+#: model's default RoPE reads and writes each element once. Kernels
+#: :data:`UNFUSED_ROPE_KERNELS` per tensor (q and k: two per layer). Counted op by op on
+#: megatron-core's function (``tests/test_eager_mlp_ops.py``); priced at
+#: :func:`eager_bandwidth_Bps` (its products broadcast cos and sin over the heads).
+UNFUSED_ROPE_BYTES = (24.0, 28.0)
+#: Kernels per tensor, ``(forward, backward)``: forward cos, sin, their two scalings and
+#: casts (on the ``s·d`` table) and the six above; backward 7.
+UNFUSED_ROPE_KERNELS = (12, 7)
+
+
+def eager_s(bytes_moved, kernels, gpu: GPUSpec):
+    """Seconds of eager element-wise kernels moving ``bytes_moved`` HBM bytes in ``kernels``
+    launches (:func:`eager_bandwidth_Bps`)."""
+    return (bytes_moved / eager_bandwidth_Bps(gpu)
+            + kernels * gpu.efficiency.kernel_overhead_s)
+
+
+def clamp_s(model: ModelSpec, elements, gpu: GPUSpec) -> tuple:
+    """``(forward, backward)`` seconds of clamping ``elements`` fc1 outputs
+    (:data:`CLAMP_BYTES`); 0 for a model without ``activation_func_clamp_value``."""
+    if model.activation_func_clamp_value is None:
+        return 0.0 * elements, 0.0 * elements
+    return tuple(eager_s(b * elements, k, gpu) for b, k in zip(CLAMP_BYTES, CLAMP_KERNELS))
+
+
+def offload_exposed(offloaded_bytes, gpu: GPUSpec, fwd, bwd) -> tuple:
+    """A layer's ``(forward, backward)`` seconds with fine-grained activation offloading:
+    its offloaded tensors (:func:`memory_model.activations.offloaded_layer_bytes`) go to host
+    memory during the forward and come back, prefetched, during the backward, each on a side
+    stream beside the layer's compute (megatron-core 0.16.1
+    ``fine_grained_activation_offload.py``: ``d2h_stream``, ``h2d_stream``); a copy longer
+    than the pass it hides behind, at the GPU-host link's rate (``GPUSpec.host_link_Bps``),
+    sets the pass's time."""
+    copy = offloaded_bytes / gpu.host_link_Bps
+    return np.maximum(fwd, copy), np.maximum(bwd, copy)

@@ -1,0 +1,118 @@
+"""Compute of a mixture-of-experts layer's MLP for one microbatch on one rank: the router,
+the routed experts' grouped GEMMs, a shared expert and the memory-bound passes around them
+(:func:`moe_mlp_costs`); and the host synchronisation of the token dispatcher, which splits
+the layer's forward in two parts that cannot overlap (:func:`moe_host_synchronised`,
+:func:`moe_host_before_sync_s`).
+"""
+
+from __future__ import annotations
+
+from configurator.core.candidates import Candidates
+from configurator.core.model import ModelSpec
+from configurator.core.plan_terms import capacity_share
+from configurator.cost.gemm import fp8_quantize_s, fp8_scaling, gemm_time_s
+from configurator.cost.host_ops import (EXPERT_BIAS_BYTES, EXPERT_BIAS_KERNELS, HOST_OPS_ATTN,
+                                        HOST_OPS_MOE_PARTS, MOE_ROUTER_OPS, clamp_s, eager_s,
+                                        graph_scopes, moe_fused_ops)
+from topology.gpus import GPUSpec
+
+
+def moe_host_synchronised(c: Candidates) -> bool:
+    """Whether the plans' token dispatcher stops the host once per MoE layer's forward until
+    the GPU has routed the tokens: dropless routing sizes the exchange on the host
+    (megatron-core 0.16.1 token_dispatcher.py: the all-to-all dispatcher's
+    ``_maybe_dtoh_and_synchronize`` "if not self.drop_and_pad"; DeepEP's ``.item()`` of the
+    token count; HybridEP knows its sizes on the host only in drop-and-pad mode); padding to
+    capacity, or graphs that capture the preprocessing (``moe_preprocess``, the whole MoE
+    MLP or the whole iteration), remove it."""
+    scopes = graph_scopes(c)
+    drop_pad = c.moe_expert_capacity_factor > 0 and c.moe_pad_expert_input_to_capacity
+    return not (drop_pad or scopes & {"moe_preprocess", "moe", "full_iteration"})
+
+
+def moe_host_before_sync_s(model: ModelSpec, c: Candidates, gpu: GPUSpec) -> float:
+    """Host time (s) of an MoE layer's forward before the dispatcher's synchronisation
+    (:func:`moe_host_synchronised`): its attention and its router (what graphs capture of
+    them excepted; :func:`~configurator.cost.host_ops.host_layer_s`)."""
+    scopes = graph_scopes(c)
+    if "full_iteration" in scopes:
+        return 0.0
+    attn = 0 if scopes & {"attn", "layer"} else HOST_OPS_ATTN
+    router = 0 if "moe_router" in scopes else HOST_OPS_MOE_PARTS["router"] - (
+        MOE_ROUTER_OPS[0] - MOE_ROUTER_OPS[1]) * bool(c.moe_router_fusion)
+    return (attn + router) * gpu.efficiency.host_op_s
+
+
+#: Load-imbalance factor of routed experts: the busiest rank's tokens over the mean. 1.0
+#: under force-balanced routing (Megatron ``--moe-router-force-load-balancing``, which the
+#: published Megatron-Bridge MoE benchmarks use); dropless training with an auxiliary loss
+#: runs above it, by an amount the routing decides, not the plan.
+MOE_IMBALANCE = 1.0
+#: Kernels an MoE layer launches beyond a dense MLP's, forward (router GEMM, top-k, softmax,
+#: auxiliary loss, token counts, permutations, dispatcher bookkeeping and its host sync):
+#: counted from megatron-core 0.16.1's ``MoELayer.forward`` with the all-to-all dispatcher.
+MOE_EXTRA_KERNELS = 30
+
+
+def moe_mlp_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec, T, kw):
+    """Forward time (s) of one MoE layer's MLP part for one microbatch on one rank and the
+    per-rank routed tokens: ``{"fwd", "eager_fwd", "eager_bwd", "act_fwd", "tokens_routed",
+    "tokens_in"}`` (``eager_*``: the eager expert bias of
+    :data:`~configurator.cost.host_ops.EXPERT_BIAS_BYTES` and the clamp of
+    :data:`~configurator.cost.host_ops.CLAMP_BYTES`, each priced by its own backward count, 0
+    for a model with neither; ``fwd`` includes ``eager_fwd``; ``act_fwd``: the routed
+    experts' activation with its clamp, what ``moe_act`` recompute re-runs).
+
+    Tokens per rank ``X = T/tp`` (sequence parallel), routed copies ``R = k·X·etp`` over
+    ``E/ep`` local experts (grouped GEMMs: ``E/ep`` GEMMs of ``R·ep/E`` rows, fc1 ``h →
+    f_e/etp`` (×2 SwiGLU), fc2 back), times :data:`MOE_IMBALANCE`; the router GEMM ``X×h×E``
+    (fp32 scores); a shared expert as a dense MLP over the ``T`` gathered tokens; memory-bound
+    passes: permute and unpermute (read and write ``R·h``), the activation over ``R·f_e``,
+    router softmax/top-k over ``X·E`` in fp32, plus :data:`MOE_EXTRA_KERNELS` launches."""
+    eff = gpu.efficiency
+    hbm_bw = gpu.hbm_bandwidth_Bps * eff.hbm   # attained by the fused element-wise kernels
+    h, fe, E = model.hidden_size, model.moe_ffn_hidden_size, model.num_experts
+    tp, etp, ep = (x.astype(float) for x in (c.tp, c.etp, c.ep))
+    X = T / tp
+    R = model.moe_router_topk * X * etp * MOE_IMBALANCE * capacity_share(c)
+    local = E / ep
+    rows = R / local
+    gate = 2 if model.swiglu else 1
+    grouped = dict(kw, batch=local)
+    experts = (gemm_time_s(rows, gate * fe / etp, h, **grouped)
+               + gemm_time_s(rows, h, fe / etp, **grouped))
+    router = gemm_time_s(X, E, h, **dict(kw, peak=gpu.peak("bf16"), gemm_eff=eff.gemm,
+                                         in_bytes=2.0))
+    act_bytes = 2 * gate + 2     # the activation: read gate·f 16-bit inputs, write f
+    shared = 0.0
+    fs = model.moe_shared_expert_intermediate_size
+    if fs:
+        shared = (gemm_time_s(T, gate * fs / tp, h, **kw) + gemm_time_s(T, h, fs / tp, **kw)
+                  + act_bytes * T * fs / tp / hbm_bw)
+    # the routed experts' activation's bytes (fused into the grouped GEMMs' epilogues by the
+    # op fuser, moe_fused_grouped_mlp, with the clamp, probabilities and fc2 bias)
+    fused = bool(c.moe_fused_grouped_mlp)
+    routed_act = 0.0 if fused else act_bytes * R * fe / etp
+    elem = 2 * 2 * (X * h + R * h) + routed_act + 3 * 4 * X * E
+    cast = (fp8_quantize_s(R * (h + fe / etp), gpu, fp8_scaling(c))   # FP8 casts of the
+            if kw["in_bytes"] < 2 else 0.0)     # grouped GEMMs' inputs (forward)
+    bias_f = bias_b = 0.0 * R
+    if model.add_bias_linear and not fused:
+        bias_f, bias_b = (eager_s(b * R * h, k[0] * local + k[1], gpu)
+                          for b, k in zip(EXPERT_BIAS_BYTES, EXPERT_BIAS_KERNELS))
+    clamp_f, clamp_b = (0.0 * R, 0.0 * R) if fused else clamp_s(model, R * gate * fe / etp,
+                                                                gpu)
+    # the routed experts' activation alone (what moe_act recompute re-runs) and its clamp
+    act_fwd = routed_act / hbm_bw + eff.kernel_overhead_s + clamp_f
+    # the experts' own work (what the all-to-all overlap runs as its "mlp" node)
+    experts_fwd = experts + routed_act / hbm_bw + cast + bias_f + clamp_f
+    if fs:
+        shared_f, shared_b = clamp_s(model, T * gate * fs / tp, gpu)
+        clamp_f, clamp_b = clamp_f + shared_f, clamp_b + shared_b
+        shared = shared + shared_f
+    kernels = MOE_EXTRA_KERNELS - moe_fused_ops(c)
+    fwd = (experts + router + shared + elem / hbm_bw + cast
+           + kernels * eff.kernel_overhead_s + bias_f + clamp_f)
+    return {"fwd": fwd, "eager_fwd": bias_f + clamp_f, "eager_bwd": bias_b + clamp_b,
+            "act_fwd": act_fwd, "experts_fwd": experts_fwd, "shared_fwd": shared,
+            "tokens_routed": R, "tokens_in": X}

@@ -1,0 +1,95 @@
+"""The search's shortcuts give what the plain evaluation gives: a layer's terms computed once
+per distinct row (:func:`configurator.core.rows.row_groups`), the weights-only lower bound
+that spares activations of plans that cannot fit (``limit_bytes``), the memory model read
+from candidates or a plan (:func:`memory_model.estimate.memory_inputs`), and the closed
+form of the shortlisted plans taken from the ranking's batch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from configurator.core.candidates import Candidates
+from configurator.core.model_presets import load_model
+from configurator.core.rows import row_groups
+from configurator.search.evaluate import evaluate_plan
+from configurator.search.rank import search
+from configurator.search.space import enumerate_plans
+from topology.cluster_files import load_cluster
+from memory_model.estimate import (GROUP_ROWS_ABOVE, estimate_memory, memory_inputs,
+                                   peak_memory)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_row_groups_gather_back_every_column(seed):
+    rng = np.random.default_rng(seed)
+    n = 5000
+    cols = [rng.integers(1, 9, n), rng.integers(0, 2, n).astype(bool),
+            rng.choice([1, 7, 1 << 30], n), 3, rng.integers(-5, 5, n)]
+    first, inverse = row_groups(*cols)
+    assert inverse.shape == (n,)
+    arrays = [np.broadcast_to(c, (n,)) for c in cols]
+    rows = np.stack([a.astype(np.int64) for a in arrays], axis=1)
+    assert len(first) == len(np.unique(rows, axis=0))       # one entry per distinct row
+    for a in arrays:
+        assert np.array_equal(a[first][inverse], a)
+
+
+def test_row_groups_many_distinct_rows_fall_back_to_a_sort():
+    rng = np.random.default_rng(1)
+    a, b = rng.integers(0, 1 << 40, 3000), rng.integers(0, 1 << 40, 3000)
+    first, inverse = row_groups(a, b)
+    assert np.array_equal(a[first][inverse], a) and np.array_equal(b[first][inverse], b)
+    assert row_groups(1, 2) is None
+
+
+def _plain(model, cand):
+    """Peak memory without grouping: small batches, under the grouping threshold."""
+    step = GROUP_ROWS_ABOVE
+    return np.concatenate([peak_memory(model, cand.take(np.arange(i, min(i + step,
+                                                                        len(cand)))))
+                           for i in range(0, len(cand), step)])
+
+
+@pytest.mark.parametrize("name,world,gbs,options", [
+    ("gpt3-175b", 256, 512, {}),
+    ("mixtral-8x7b", 64, 256, {"precision": "fp8"}),
+    ("llama3-70b", 128, 256, {"attention_backend": "local"}),
+])
+def test_grouped_and_bounded_memory_equal_the_plain_evaluation(name, world, gbs, options):
+    model = load_model(name)
+    cand = enumerate_plans(model, world, gbs, **options)
+    assert len(cand) > 2 * GROUP_ROWS_ABOVE
+    plain = _plain(model, cand)
+    grouped = peak_memory(model, cand)
+    assert np.array_equal(grouped, plain)                 # same floats, not just close
+    limit = float(np.quantile(plain, 0.3))
+    bounded = peak_memory(model, cand, limit_bytes=limit)
+    fits = plain <= limit
+    assert 0 < fits.sum() < len(cand)
+    assert np.array_equal(bounded <= limit, fits)
+    assert np.array_equal(bounded[fits], plain[fits])
+    assert np.all(bounded[~fits] <= plain[~fits])          # a lower bound where skipped
+
+
+def test_memory_of_a_plan_is_its_candidates_row():
+    model = load_model("llama3-8b")
+    cand = enumerate_plans(model, 16, 64)
+    for i in (0, len(cand) // 2, len(cand) - 1):
+        plan = cand.plan(i)
+        stages = estimate_memory(model, plan)
+        one = peak_memory(model, Candidates.from_plan(plan))
+        assert max(s.total_bytes for s in stages) == pytest.approx(float(one[0]), rel=1e-12)
+    kw = memory_inputs(cand.take(np.arange(3)))
+    assert kw["recompute"].tolist() == cand.recompute_code[:3].tolist()
+    assert kw["tp"].tolist() == cand.tp[:3].tolist()
+
+
+def test_shortlisted_plans_keep_the_closed_form_they_were_ranked_with():
+    model, cluster = load_model("gpt3-175b"), load_cluster("dgx-a100-80gb", nodes=32)
+    res = search(model, cluster, 512)
+    for e in res.plans:
+        again = evaluate_plan(model, cluster, e.plan)
+        assert e.time_breakdown_s == again.time_breakdown_s       # the same floats
+        assert e.closed_form_iteration_time_s == again.closed_form_iteration_time_s
+        assert e.iteration_time_s == again.iteration_time_s

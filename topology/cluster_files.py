@@ -1,0 +1,100 @@
+"""Cluster presets and cluster files: the YAML schema a cluster is described in, the presets
+(:data:`CLUSTER_PRESETS`, shipped with their sources as
+``configurator/data/clusters/presets.yaml``) and :func:`load_cluster`, which builds a
+:class:`topology.cluster.Cluster` from either.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from configurator.core import validate as v
+from configurator.core.errors import InputError
+from configurator.core.units import GB, US
+from configurator.data import CLUSTERS, data_path
+from topology.cluster import (DEFAULT_INTER_EFFICIENCY, DEFAULT_INTRA_EFFICIENCY, Cluster,
+                              build_cluster)
+from topology.gpus import gpu_from_config
+
+#: Keys of a cluster file (:func:`cluster_from_config`): those it must have, those it may.
+CLUSTER_KEYS_REQUIRED = ("gpu", "gpus_per_node", "nodes", "intra_node_bandwidth_GBps",
+                         "inter_node_bandwidth_GBps", "intra_node_latency_us",
+                         "inter_node_latency_us")
+CLUSTER_KEYS_OPTIONAL = ("name", "intra_node_efficiency", "inter_node_efficiency",
+                         "nvlink_domain_gpus")
+
+
+def _load_presets() -> dict[str, dict[str, Any]]:
+    """The presets of ``configurator/data/clusters/presets.yaml``, in its order, each in the
+    cluster-file schema with its key as ``name`` (its ``source`` stays in the file)."""
+    import yaml
+
+    with data_path(CLUSTERS, "presets.yaml").open(encoding="utf-8") as fh:
+        doc = yaml.safe_load(fh)
+    return {key: {"name": key, **{k: val for k, val in entry.items() if k != "source"}}
+            for key, entry in doc.items()}
+
+
+#: Presets, in the YAML schema of a cluster file (:func:`cluster_from_config`), by name.
+#: Bandwidths are nominal, per GPU, per direction; the ``intra_node_*`` figures are those of
+#: the NVLink domain (a host unless ``nvlink_domain_gpus`` says otherwise), the
+#: ``inter_node_*`` ones those between domains. Each figure's source is in the data file.
+CLUSTER_PRESETS: dict[str, dict[str, Any]] = _load_presets()
+
+
+def cluster_from_config(data: Mapping[str, Any], nodes: int | None = None) -> Cluster:
+    """Build a cluster from the YAML schema (see :data:`CLUSTER_PRESETS`); ``nodes`` overrides.
+
+    ``nodes`` counts hosts of ``gpus_per_node`` GPUs (torchrun/SLURM nodes; an NVL72 compute
+    tray). Optional ``nvlink_domain_gpus``: GPUs of one NVLink domain, a positive multiple
+    of ``gpus_per_node`` (default: one host); hosts are grouped into domains in order, the
+    last one possibly partial. The ``intra_node_*`` figures apply inside a domain."""
+    v.exact_keys("cluster", data, CLUSTER_KEYS_REQUIRED, CLUSTER_KEYS_OPTIONAL)
+    gpu = gpu_from_config(data["gpu"])
+    gpn = v.int_in_range("gpus_per_node", data["gpus_per_node"])
+    n = v.int_in_range("nodes", data["nodes"] if nodes is None else nodes)
+    v.int_in_range("nodes*gpus_per_node", n * gpn, key="num_gpus")
+    domain = v.int_in_range("nvlink_domain_gpus", data.get("nvlink_domain_gpus", gpn),
+                            key="num_gpus")
+    if domain % gpn:
+        raise InputError("nvlink_domain_gpus", domain,
+                         f"must be a positive multiple of gpus_per_node ({gpn}): an NVLink "
+                         "domain is made of whole hosts")
+    eff = {}
+    for key, default in (("intra_node_efficiency", DEFAULT_INTRA_EFFICIENCY),
+                         ("inter_node_efficiency", DEFAULT_INTER_EFFICIENCY)):
+        val = v.positive_float(key, data.get(key, default))
+        if val > 1:
+            raise InputError(key, val, "must be a fraction in (0, 1]")
+        eff[key] = val
+    name = v.display_name("name", data.get("name", "custom-cluster"))
+    figure = {key: v.float_in_range(key, data[key]) for key in CLUSTER_KEYS_REQUIRED
+              if key.endswith(("_GBps", "_us"))}
+    return build_cluster(
+        name=name, gpu=gpu, gpus_per_node=gpn, hosts=[f"node{i:04d}" for i in range(n)],
+        intra_bandwidth_Bps=figure["intra_node_bandwidth_GBps"] * GB,
+        inter_bandwidth_Bps=figure["inter_node_bandwidth_GBps"] * GB,
+        intra_latency_s=figure["intra_node_latency_us"] * US,
+        inter_latency_s=figure["inter_node_latency_us"] * US,
+        intra_efficiency=eff["intra_node_efficiency"],
+        inter_efficiency=eff["inter_node_efficiency"], nvlink_domain_gpus=domain)
+
+
+def load_cluster(ref: str, nodes: int | None = None) -> Cluster:
+    """Resolve a preset name (any case) or a YAML/JSON cluster file; ``nodes`` overrides its
+    node count.
+
+    Raises :class:`InputError` (field ``cluster``, ``nodes``, or the offending key).
+    """
+    import os
+
+    if nodes is not None:
+        v.int_in_range("nodes", nodes)
+    preset = v.preset_name(ref, CLUSTER_PRESETS)
+    if preset is not None:
+        return cluster_from_config(CLUSTER_PRESETS[preset], nodes)
+    if not os.path.exists(ref):
+        raise InputError("cluster", ref, "not a preset name nor an existing file"
+                         + (v.did_you_mean(ref, CLUSTER_PRESETS)
+                            or " (presets: " + ", ".join(CLUSTER_PRESETS) + ")"))
+    return cluster_from_config(v.load_mapping_file("cluster", ref), nodes)
