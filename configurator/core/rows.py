@@ -19,12 +19,18 @@ DENSE_RANGE = 1 << 20
 
 def _codes(col: np.ndarray) -> tuple[np.ndarray, int]:
     """``(codes, count)``: each entry's rank among the column's distinct values."""
+    if col.dtype == bool:
+        return col.view(np.uint8), 2
     lo, hi = int(col.min()), int(col.max())
     if hi - lo < DENSE_RANGE:
+        if lo:
+            col = col - lo
         present = np.zeros(hi - lo + 1, dtype=bool)
-        present[col - lo] = True
+        present[col] = True
+        if present.all():                       # every value in the range: its own code
+            return col, hi - lo + 1
         rank = np.cumsum(present) - 1
-        return rank[col - lo], int(rank[-1]) + 1
+        return rank[col], int(rank[-1]) + 1
     values, codes = np.unique(col, return_inverse=True)
     return codes.ravel(), len(values)
 
@@ -43,7 +49,7 @@ def row_groups(*columns) -> tuple[np.ndarray, np.ndarray] | None:
     for a in arrays:
         if a.ndim == 0:
             continue
-        codes, count = _codes(a.astype(np.int64, copy=False))
+        codes, count = _codes(a if a.dtype == bool else a.astype(np.int64, copy=False))
         if radix * count >= DENSE_RANGE:        # keep the combined key dense
             key, radix = _codes(key)
         key = key * count + codes

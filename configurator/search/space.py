@@ -280,7 +280,8 @@ def enumerate_plans(model: ModelSpec, world_size: int, global_batch_size: int, *
                 for name, val in (("tp", tp), ("pp", pp), ("dp", dp), ("cp", cp)):
                     cols[name].append(np.full(n, val, dtype=np.int64))
                 groups.append(np.full(n, len(keys) - 1, dtype=np.int64))
-    cat = lambda parts, dt: np.concatenate(parts).astype(dt) if parts else np.zeros(0, dt)  # noqa
+    cat = lambda parts, dt: (np.concatenate(parts).astype(dt, copy=False)  # noqa: E731
+                             if parts else np.zeros(0, dt))
     columns = {f.name: cat(cols[f.name], column_dtype(f)) for f in COLUMN_FIELDS}
     return Candidates(columns, shared, group=cat(groups, np.int64),
                       group_keys=np.array(keys, dtype=np.int64).reshape(-1, 4))
