@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from configurator.core.errors import InputError
+from configurator.core.plan_values import mfu_peak_precision
 
 #: Placements searched per priced variant (a finding repaired, a host left out).
 VARIANT_EVALUATIONS = 30
@@ -366,7 +367,7 @@ def price_audit(topo_path: str, report, req: CostRequest) -> PricedPlan:
             placed = place_plan(model, cluster, doc.plan, seed=req.seed, random_samples=0,
                                 max_evaluations=100)
         e = evaluate_plan(model, cluster, doc.plan, placed=placed)
-        peak = cluster.gpu.peak("fp16" if doc.plan.precision == "fp16" else "bf16")
+        peak = cluster.gpu.peak(mfu_peak_precision(doc.plan.precision))
         best = with_placement(model, e, *placed, peak)
         where = f"the plan of {req.plan}"
         space, options = None, None

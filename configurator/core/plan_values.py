@@ -103,6 +103,12 @@ def is_fp8(precision: str) -> bool:
     return precision in FP8_PRECISIONS
 
 
+def mfu_peak_precision(precision: str) -> str:
+    """The 16-bit peak a plan's MFU is quoted against: ``fp16`` for an fp16 plan, else
+    ``bf16`` (FP8 plans included; their FP8 MFU is reported beside it)."""
+    return "fp16" if precision == "fp16" else "bf16"
+
+
 def recompute_module_list(value: str, name: str = "recompute_modules") -> tuple[str, ...]:
     """The modules of a ``recompute_modules`` value (names separated by commas or spaces),
     in :data:`RECOMPUTE_MODULES` order. Raises :class:`InputError` naming ``name`` for an

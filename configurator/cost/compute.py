@@ -69,7 +69,8 @@ from configurator.core.model import ModelSpec
 from configurator.core.plan_terms import capacity_share
 from configurator.core.plan_values import (RECOMPUTE_CORE_ATTN, RECOMPUTE_FULL, RECOMPUTE_LAYERNORM,
                                            RECOMPUTE_MLA_UP_PROJ, RECOMPUTE_MLP, RECOMPUTE_MOE,
-                                           RECOMPUTE_MOE_ACT, RECOMPUTE_SHARED_EXPERTS, is_fp8)
+                                           RECOMPUTE_MOE_ACT, RECOMPUTE_SHARED_EXPERTS, is_fp8,
+                                           mfu_peak_precision)
 from configurator.cost.gemm import (fp8_quantize_s, fp8_scaling, gemm_time_s,
                                     main_grad_accumulation_s)
 from configurator.cost.host_ops import (UNFUSED_ROPE_BYTES, UNFUSED_ROPE_KERNELS, clamp_s,
@@ -234,7 +235,7 @@ def layer_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec, profile=None) -> 
     s_k = float(model.seq_length)
     T = c.mbs * s_q
     fp8 = is_fp8(c.precision)
-    peak16 = gpu.peak("fp16" if c.precision == "fp16" else "bf16")
+    peak16 = gpu.peak(mfu_peak_precision(c.precision))
     gemm_peak, gemm_eff = gpu.gemm_rate(c.precision) if fp8 else (peak16, eff.gemm)
     hbm = gpu.hbm_bandwidth_Bps
     kw = dict(batch=1.0, peak=gemm_peak, gpu=gpu, in_bytes=1.0 if fp8 else 2.0,

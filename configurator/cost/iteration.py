@@ -32,7 +32,7 @@ from configurator.core.candidates import Candidates
 from configurator.core.model import ModelSpec
 from configurator.core.plan_terms import (fp8_weights_gathered, main_grad_bytes,
                                           optimizer_state_bytes, tp_comm_overlapped)
-from configurator.core.plan_values import RECOMPUTE_FULL, RECOMPUTE_MLP
+from configurator.core.plan_values import RECOMPUTE_FULL, RECOMPUTE_MLP, mfu_peak_precision
 from configurator.core.schedule import p2p_transfers
 from configurator.core.layers import stage_class_arrays
 from configurator.cost.communication import comm_figures, expert_comm_figures
@@ -214,7 +214,7 @@ def stage_extras_s(model: ModelSpec, c: Candidates, gpu, lc: dict, tp_bw, tp_lat
     act_bytes = 2.0 * T * h
     v_pad = padded_vocab_size(model.vocab_size, c.tp)
     hbm = gpu.hbm_bandwidth_Bps * eff.hbm
-    kw16 = dict(lc["gemm_kw"], peak=gpu.peak("fp16" if c.precision == "fp16" else "bf16"),
+    kw16 = dict(lc["gemm_kw"], peak=gpu.peak(mfu_peak_precision(c.precision)),
                 gemm_eff=eff.gemm, in_bytes=2.0)
     gemm = gemm_time_s(T, v_pad / c.tp, h, **kw16)
     ce_f, ce_b = (b * T * v_pad / c.tp / hbm

@@ -16,6 +16,7 @@ from configurator.core.plan import ParallelPlan
 from configurator.core.rules import check_plan
 from configurator.cost.iteration import BREAKDOWN_KEYS, BREAKDOWN_TERMS, iteration_time
 from configurator.cost.placed import PlacedPlan, PlacedTime
+from configurator.core.plan_values import mfu_peak_precision
 from memory_model import MemoryBreakdown, estimate_memory
 
 
@@ -64,7 +65,7 @@ class Evaluation:
             "iteration_time_s": self.iteration_time_s,
             "model_tflops_per_gpu": self.model_tflops_per_gpu,
             "mfu": self.mfu,
-            "mfu_peak": "bf16" if self.plan.precision != "fp16" else "fp16",
+            "mfu_peak": mfu_peak_precision(self.plan.precision),
             "mfu_precision_peak": self.mfu_precision_peak,
             "mfu_precision": self.plan.precision,
             "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
@@ -111,7 +112,7 @@ def evaluate_plan(model: ModelSpec, cluster, plan: ParallelPlan, *,
     caller has them (a search's batch gives the same floats), not computed again.
     """
     check_plan(model, plan, plan.world_size, measured=measured)
-    peak = cluster.gpu.peak("fp16" if plan.precision == "fp16" else "bf16")
+    peak = cluster.gpu.peak(mfu_peak_precision(plan.precision))
     cluster.gpu.peak(plan.precision)  # raises for fp8 on a GPU without it
     t = ({k: np.asarray([v]) for k, v in closed_form.items()} if closed_form is not None
          else iteration_time(model, cluster, Candidates.from_plan(plan), profile=profile))

@@ -31,6 +31,7 @@ from configurator.core.document import PlacementRecord
 from configurator.core.model import ModelSpec
 from configurator.core.plan import ParallelPlan
 from configurator.cost.placed import PlacedPlan, PlacedTime
+from configurator.core.plan_values import mfu_peak_precision
 
 # -- searching placements under any objective -----------------------------------------------
 
@@ -356,7 +357,7 @@ def place_search_result(model: ModelSpec, cluster, res, *, pool: Sequence[int],
                                       time_budget_s=time_budget_s,
                                       max_evaluations=max_evaluations, seed=seed,
                                       random_samples=random_samples, profile=profile)
-        peak = cluster.gpu.peak("fp16" if e.plan.precision == "fp16" else "bf16")
+        peak = cluster.gpu.peak(mfu_peak_precision(e.plan.precision))
         placed.append(with_placement(model, e, record, schedule, peak))
     placed.sort(key=lambda e: e.iteration_time_s)
     return dataclasses.replace(res, plans=placed)
