@@ -11,7 +11,7 @@ import pytest
 
 from configurator.core.candidates import Candidates
 from configurator.core.model_presets import load_model
-from configurator.core.rows import row_groups
+from configurator.core.rows import distinct_rows, row_groups
 from configurator.search.evaluate import evaluate_plan
 from configurator.search.rank import search
 from configurator.search.space import enumerate_plans
@@ -41,6 +41,17 @@ def test_row_groups_many_distinct_rows_fall_back_to_a_sort():
     first, inverse = row_groups(a, b)
     assert np.array_equal(a[first][inverse], a) and np.array_equal(b[first][inverse], b)
     assert row_groups(1, 2) is None
+
+
+def test_distinct_rows_in_first_appearance_order():
+    rng = np.random.default_rng(2)
+    base = rng.random((4, 7))
+    a = base[rng.integers(0, 4, 50)]
+    rows, inverse = distinct_rows(a)
+    assert np.array_equal(rows[inverse], a)
+    assert len(rows) == len(np.unique(a, axis=0))
+    firsts = [int(np.flatnonzero((a == r).all(axis=1))[0]) for r in rows]
+    assert firsts == sorted(firsts)                     # first appearance order
 
 
 def _plain(model, cand):

@@ -1,4 +1,4 @@
-"""Distinct rows of a few integer columns, for evaluating a term once per distinct input.
+"""Distinct rows of a few columns, for evaluating a term once per distinct input.
 
 A search holds hundreds of thousands of plans whose terms often depend on a handful of
 columns with few distinct values (a layer's activations on tp, cp, micro_batch_size,
@@ -64,3 +64,22 @@ def row_groups(*columns) -> tuple[np.ndarray, np.ndarray] | None:
         return first, inverse
     _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
     return first, inverse.ravel()
+
+
+def distinct_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(rows, inverse)``: the distinct rows of the 2-D array ``a`` in order of first
+    appearance (rows equal bit for bit) and, for each row of ``a``, its index among them
+    (``rows[inverse]`` equals ``a``). For the tens of rows a placement prices (one per
+    data-parallel replica), a dictionary of the rows' bytes is much quicker than
+    :func:`numpy.unique` with ``axis=0``, which sorts structured copies."""
+    a = np.ascontiguousarray(a)
+    index: dict[bytes, int] = {}
+    inverse = np.empty(len(a), dtype=np.int64)
+    keep: list[int] = []
+    for i, row in enumerate(a):
+        j = index.setdefault(row.tobytes(), len(keep))
+        if j == len(keep):
+            keep.append(i)
+        inverse[i] = j
+    return a[keep], inverse
+

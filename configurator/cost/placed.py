@@ -42,6 +42,7 @@ from configurator.core.model import ModelSpec
 from configurator.core.plan import ParallelPlan
 from configurator.cost.compute import layer_costs
 from configurator.core.layers import chunk_layer_counts, rank_layer_counts
+from configurator.core.rows import distinct_rows
 from configurator.cost.communication import expert_comm_figures
 from configurator.cost.iteration import (dp_exposed_s, layer_type_times, optimizer_s,
                                          p2p_message_s, stage_extras_s, tied_embedding_s)
@@ -139,6 +140,9 @@ class PlacedPlan:
                                        moe_layers=counts[:, 1], ep=plan.ep, etp=plan.etp)
         self.stage_params = np.broadcast_to(np.asarray(ne, dtype=float), (pp,)).copy()
         self.stage_expert_params = np.broadcast_to(np.asarray(ex, dtype=float), (pp,)).copy()
+        # the optimizer step of the slowest stage: the same under every placement
+        self.opt_s = float(np.max(optimizer_s(c, cluster.gpu, self.stage_params,
+                                              self.stage_expert_params)))
         self.expert_comm = expert_comm_figures(cluster, c)
         # On a uniform cluster a link's figures depend only on whether its GPUs share an
         # NVLink domain, which no node-granular placement changes while domains are hosts
@@ -268,9 +272,7 @@ class PlacedPlan:
             t_emb = tied_embedding_s(model, c, pf_bw[:, pp - 1].min(), pf_lat[:, pp - 1].max())
             tail[0] += float(np.asarray(t_emb).reshape(-1)[0])
             tail[pp - 1] += float(np.asarray(t_emb).reshape(-1)[0])
-        opt = float(np.max(optimizer_s(c, self.cluster.gpu, self.stage_params,
-                                       self.stage_expert_params)))
-        return dict(fwd=fwd, bwd=bwd, p2p_f=p2p_f, p2p_b=p2p_b, tail=tail, opt=opt)
+        return dict(fwd=fwd, bwd=bwd, p2p_f=p2p_f, p2p_b=p2p_b, tail=tail, opt=self.opt_s)
 
     def _scheduled_terms(self, node_hosts, gpu_order) -> dict:
         """:meth:`terms` of a placement with 1F1B's sends folded into their senders."""
@@ -301,7 +303,7 @@ class PlacedPlan:
         if (rows == rows[:1]).all():       # every replica alike (a uniform cluster)
             uniq, inv = rows[:1], np.zeros(len(rows), dtype=np.int64)
         else:
-            uniq, inv = np.unique(rows, axis=0, return_inverse=True)
+            uniq, inv = distinct_rows(rows)
         sim = simulate(uniq[:, :n].reshape(-1, pp, vp), uniq[:, n:2 * n].reshape(-1, pp, vp),
                        uniq[:, 2 * n:2 * n + pp], uniq[:, 2 * n + pp:2 * n + 2 * pp],
                        self.plan.num_microbatches, tail_s=uniq[:, 2 * n + 2 * pp:])
@@ -320,7 +322,7 @@ class PlacedPlan:
         rows, owner, opt = [], [], []
         for k, (nh, go) in enumerate(placements):
             t = self._scheduled_terms(nh, go)
-            r = np.unique(self._replica_rows(t), axis=0)    # a placement's distinct replicas
+            r = distinct_rows(self._replica_rows(t))[0]    # a placement's distinct replicas
             rows.append(r)
             owner.append(np.full(len(r), k))
             opt.append(t["opt"])
