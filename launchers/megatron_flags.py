@@ -278,7 +278,7 @@ def megatron_flags(model: ModelSpec, plan: ParallelPlan, *,
     """The flags for ``pretrain_gpt.py``, grouped: ``[(group, [(flag, value), ...]), ...]``.
 
     Entries whose value is ``None`` are left out; ``True`` is a bare switch. Does not check
-    the plan (the renderers call :func:`configurator.core.plan.check_plan` first). Raises
+    the plan (the renderers call :func:`configurator.core.rules.check_plan` first). Raises
     :class:`InputError` for bad ``training`` values.
     """
     if plan.fp8_dot_product_attention:

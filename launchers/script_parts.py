@@ -81,7 +81,7 @@ def check_inputs(model: ModelSpec, plan: ParallelPlan, *, nodes: Any, gpus_per_n
                  summary: Mapping[str, Any] | None = None) -> LaunchInputs:
     """Validate the renderers' arguments; raise :class:`InputError` naming the bad field.
 
-    ``plan`` must satisfy :func:`configurator.core.plan.check_plan` for ``nodes * gpus_per_node``
+    ``plan`` must satisfy :func:`configurator.core.rules.check_plan` for ``nodes * gpus_per_node``
     GPUs. ``hosts``: ``nodes`` distinct host names in node_rank order.
     ``cuda_visible_devices``: one list per node of ``gpus_per_node`` distinct device indices
     (physical, PCI bus order). ``excluded_hosts``: distinct host names not in ``hosts``

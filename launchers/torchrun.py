@@ -49,7 +49,7 @@ def render_torchrun_script(model: ModelSpec, plan: ParallelPlan, *, nodes: int,
 
     Usage of the script: ``MEGATRON_LM_DIR=... bash launch_torchrun.sh [NODE_RANK]
     [extra Megatron flags...]``. Raises :class:`configurator.core.errors.InputError` for bad
-    inputs or a plan Megatron would reject (:func:`configurator.core.plan.check_plan`).
+    inputs or a plan Megatron would reject (:func:`configurator.core.rules.check_plan`).
     """
     inp = check_inputs(model, plan, nodes=nodes, gpus_per_node=gpus_per_node,
                        master_addr=master_addr, master_port=master_port, hosts=hosts,

@@ -39,7 +39,8 @@ def row_groups(*columns) -> tuple[np.ndarray, np.ndarray] | None:
     """``(first, inverse)`` for integer or boolean ``columns`` of one length ``n`` (scalars
     broadcast): ``first`` — the index of one plan (any) per distinct row; ``inverse``
     (shape ``(n,)``) — for each plan the position of its row in ``first``, so
-    ``x[first][inverse]`` equals ``x`` for any column ``x`` among ``columns``. ``None`` when no column is an array (nothing to group)."""
+    ``x[first][inverse]`` equals ``x`` for any column ``x`` among ``columns``. ``None`` when
+    no column is an array (nothing to group)."""
     arrays = [np.asarray(c) for c in columns]
     shape = np.broadcast_shapes(*(a.shape for a in arrays))
     if len(shape) != 1:
