@@ -68,6 +68,18 @@ def test_nccl_parser_never_raises(text):
     well_formed(parse_nccl_tests(text, "nccl_N2_G1_hostA_hostB.log"))
 
 
+def test_a_gpu_name_too_long_to_save_is_left_out():
+    """A Rank line whose device name runs into the header (a log with a lost line break)
+    gives no GPU name rather than one the topology file refuses on reading back."""
+    text = ("#  Rank  0 Group  0 Pid 440651 on hostA device  0 [0000:1b:00] 0# nThread 1 "
+            "nGpus 1 minBytes 33554432 maxBytes 134217728 step: 2(factor) warmup iters: 5 "
+            "iters: 20 agg iters: 1 validation: 1 graph: 0\n# Collective test starting: "
+            "sendrecv_perf\n#\n# Using devices\n")
+    topo = parse_nccl_tests(text, "nccl_N2_G1_hostA_hostB.log")
+    assert topo.gpu_name is None and any("GPU name" in w for w in topo.warnings)
+    well_formed(topo)
+
+
 @FUZZ
 @given(st.text(max_size=2000), st.text(max_size=40))
 def test_nccl_parser_on_arbitrary_text(text, name):

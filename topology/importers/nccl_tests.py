@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 
 from configurator.core.units import GB, US, MiB
+from configurator.core.validate import MAX_NAME_CHARS
 from topology.linkfit import bus_factor, fit_alpha_beta
 from topology.topofile import (CollectiveMeasurement, LinkMeasurement, MissingMeasurement,
                                Topology, host_sort_key)
@@ -348,8 +349,14 @@ def parse_nccl_tests(text: str, name: str = "<log>") -> Topology:
     names = list(dict.fromkeys(n for sec in sections for n in sec.gpu_names))
     if len(names) > 1:
         warnings.append(f"{name}: Rank lines name several GPUs ({', '.join(names)})")
+    gpu_name = names[0] if len(names) == 1 else None
+    if gpu_name is not None and not (gpu_name.isprintable()
+                                     and len(gpu_name) <= MAX_NAME_CHARS):
+        warnings.append(f"{name}: the Rank lines' GPU name is not a printable name of at most "
+                        f"{MAX_NAME_CHARS} characters; left out")
+        gpu_name = None
     return Topology(hosts=tuple(sorted(hosts_seen, key=host_sort_key)),
                     gpus_per_host=max(gpus_seen) if gpus_seen else None,
                     links=tuple(links), collectives=tuple(colls), missing=tuple(missing),
                     warnings=tuple(warnings),
-                    gpu_name=names[0] if len(names) == 1 and names[0].isprintable() else None)
+                    gpu_name=gpu_name)
