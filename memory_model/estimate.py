@@ -222,14 +222,21 @@ def peak_memory_arrays(model: ModelSpec, *, first=0, last=0, account_embedding=F
         keep = np.flatnonzero(peak <= limit_bytes)
         if len(keep) < n:
             if len(keep):
-                sub = {k: v[keep] if np.ndim(v) == 1 else v for k, v in {**split, **kw}.items()}
-                peak[keep] = peak_memory_arrays(model, **sub)
+                peak[keep] = _grouped_peak(
+                    model, {k: v[keep] for k, v in classes.items()},
+                    {k: v[keep] if np.ndim(v) == 1 else v for k, v in kw.items()})
             return peak
-    if n > GROUP_ROWS_ABOVE:
-        kw["rows"] = row_groups(kw["mbs"], kw["cp"], kw["tp"], kw["sp"], kw["recompute"],
-                                kw.get("etp", 1), kw.get("a2a_overlap", False))
-    peak = _class_peak(model, classes, kw)
+    peak = _grouped_peak(model, classes, kw)
     return peak if np.ndim(kw["pp"]) or np.size(peak) != 1 else peak.reshape(())
+
+
+def _grouped_peak(model: ModelSpec, classes: dict, kw: dict) -> np.ndarray:
+    """:func:`_class_peak`, a layer's activation terms computed once per distinct row above
+    :data:`GROUP_ROWS_ABOVE` plans."""
+    if np.size(kw["pp"]) > GROUP_ROWS_ABOVE:
+        kw = dict(kw, rows=row_groups(kw["mbs"], kw["cp"], kw["tp"], kw["sp"], kw["recompute"],
+                                      kw.get("etp", 1), kw.get("a2a_overlap", False)))
+    return _class_peak(model, classes, kw)
 
 
 def _class_peak(model: ModelSpec, classes: dict, kw: dict) -> np.ndarray:

@@ -300,14 +300,11 @@ class PlacedPlan:
         :meth:`_replica_rows` output, each distinct row simulated once, all in one call."""
         pp, vp = self.plan.pp, self.plan.vp
         n = pp * vp
-        if (rows == rows[:1]).all():       # every replica alike (a uniform cluster)
-            uniq, inv = rows[:1], np.zeros(len(rows), dtype=np.int64)
-        else:
-            uniq, inv = distinct_rows(rows)
+        uniq, inv = distinct_rows(rows)
         sim = simulate(uniq[:, :n].reshape(-1, pp, vp), uniq[:, n:2 * n].reshape(-1, pp, vp),
                        uniq[:, 2 * n:2 * n + pp], uniq[:, 2 * n + pp:2 * n + 2 * pp],
                        self.plan.num_microbatches, tail_s=uniq[:, 2 * n + 2 * pp:])
-        return sim.iteration_time_s[np.asarray(inv).reshape(-1)]
+        return sim.iteration_time_s[inv]
 
     def times(self, placements) -> np.ndarray:
         """Simulated iteration times ``[K]`` (seconds) of ``K`` placements, each a
