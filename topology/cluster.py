@@ -17,12 +17,13 @@ asks "same domain?" (:meth:`Cluster.same_domain`), never "same host?", while lau
 placements keep counting hosts. Inside a domain a transfer goes GPU→switch→GPU; between
 domains over the GPUs' NICs; a ring crossing domains runs one rail per member a domain holds.
 
-Scale: the graph is built on first access of :attr:`Cluster.graph` (measured links are added
-to it); a cluster nobody asked the graph of answers :meth:`Cluster.link` from its nominal
-:attr:`Cluster.spec`. On a uniform cluster with the identity placement, the worst group
-figures come from the groups' shape (:func:`topology.group_figures.uniform_group_shape`), in
-time independent of the GPU count and bit for bit what walking every hop gives
-(``tests/test_scale.py``).
+Scale: the graph is built on first access of :attr:`Cluster.graph`; a cluster nobody asked the
+graph of answers :meth:`Cluster.link` from its nominal :attr:`Cluster.spec`, with a measured
+topology's links laid over it sparse (:attr:`Cluster.measured_links`,
+:mod:`topology.measured_links`) until then. On a uniform cluster with the identity
+placement, the worst group figures come from the groups' shape
+(:func:`topology.group_figures.uniform_group_shape`), in time independent of the GPU count
+and bit for bit what walking every hop gives (``tests/test_scale.py``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from topology.group_figures import GroupFigures
 from topology.link_graph import (SPEC_KEYS, GraphFacts, build_graph, nominal_edges,
                                  path_value, switch_name)
 from topology.link_table import LinkTable
+from topology.measured_links import MeasuredLinks
 from topology.rank_order import Placement
 
 
@@ -111,6 +113,7 @@ class Cluster(GroupFigures):
         self.domains_in_order = bool(np.array_equal(_by_first_appearance(self.host_domain),
                                                     in_order))
         self._graph = graph
+        self._measured: MeasuredLinks | None = None
         #: Global rank -> physical GPU (torchrun's default order).
         self.placement = Placement(gpus_per_node)
         self._cache: dict = {}
@@ -170,12 +173,32 @@ class Cluster(GroupFigures):
         if self._graph is None:
             self._graph = build_graph(self.hosts, self.gpus_per_node, self.spec,
                                       self.host_domain, self.one_host_domains)
+            if self._measured is not None:
+                self._graph.add_edges_from(self._measured.graph_edges())
+                self._measured = None
             self.invalidate()  # from here on the (editable) graph is the source
         return self._graph
 
     @graph.setter
     def graph(self, graph: nx.DiGraph) -> None:
-        self._graph = graph
+        self._graph, self._measured = graph, None
+        self.invalidate()
+
+    @property
+    def measured_links(self) -> MeasuredLinks | None:
+        """The measured edges while the graph is not built (sparse,
+        :class:`~topology.measured_links.MeasuredLinks`), or None."""
+        return self._measured
+
+    def set_measured_links(self, measured: MeasuredLinks) -> None:
+        """Lay ``measured`` (made for this cluster's hosts) over the nominal links: kept
+        sparse while the graph is not built, added to the graph's edges once it is."""
+        if measured.hosts != self.hosts or measured.gpus_per_node != self.gpus_per_node:
+            raise ValueError("measured links made for other hosts")
+        if self._graph is not None:
+            self._graph.add_edges_from(measured.graph_edges())
+        else:
+            self._measured = measured
         self.invalidate()
 
     @property
@@ -185,10 +208,11 @@ class Cluster(GroupFigures):
 
     def graph_facts(self) -> GraphFacts | None:
         """Facts of the built graph (None while there is none), cached until invalidate."""
-        if self._graph is None:
+        if self._graph is None and self._measured is None:
             return None
         if "facts" not in self._cache:
-            self._cache["facts"] = GraphFacts(self)
+            self._cache["facts"] = (GraphFacts(self) if self._graph is not None
+                                    else GraphFacts.of_measured(self._measured))
         return self._cache["facts"]
 
     @property
@@ -231,13 +255,13 @@ class Cluster(GroupFigures):
         GPU→NVLink switch→GPU (same NVLink domain: one host, or two hosts of one NVL72 rack)
         or GPU→NIC→fabric→NIC→GPU (same rail, other domain), with a measured NIC↔NIC or
         host↔host edge replacing the fabric hop. Before the graph is built: the same figures
-        from :attr:`spec`.
+        from :attr:`spec`, with :attr:`measured_links` laid over them.
         """
         if self._graph is None:
             n = self.num_gpus
             if not (0 <= a < n and 0 <= b < n):
                 raise IndexError(f"GPU index out of range 0..{n - 1}: {a}, {b}")
-            return self.nominal_link(bool(self.same_domain(a, b)))
+            return self._unbuilt_link(a, b)
         g = self._graph
         ga, gb = self.gpu_id(a), self.gpu_id(b)
         e = self.edge(ga, gb)
@@ -255,6 +279,27 @@ class Cluster(GroupFigures):
             path = [g.edges[ga, na], *hops, g.edges[nb, gb]]
         return path_value(path)
 
+    def _unbuilt_link(self, a: int, b: int) -> tuple[float, float]:
+        """:meth:`link` before the graph is built: the path's nominal edges, a measured edge
+        of :attr:`measured_links` replacing the direct or the middle hop as in the graph."""
+        same = bool(self.same_domain(a, b))
+        m = self._measured
+        if m is None:
+            return self.nominal_link(same)
+        e = m.edges.get((self.gpu_id(a), self.gpu_id(b)))
+        if e is not None:
+            return e["bandwidth_Bps"], e["latency_s"]
+        if same:
+            return self.nominal_link(True)
+        ha, la = divmod(a, self.gpus_per_node)
+        hb, lb = divmod(b, self.gpus_per_node)
+        mid = (m.edges.get((f"{self.hosts[ha]}/nic{la}", f"{self.hosts[hb]}/nic{lb}"))
+               or m.host_edge(ha, hb))
+        if mid is None:
+            return self.nominal_link(False)
+        hop = nominal_edges(self.spec)["inter"]
+        return path_value([hop, mid, hop])
+
     def links(self, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`link` of every pair ``(a[i], b[i])`` (arrays of GPU indices): the nominal
         figures where both hosts have only nominal links, :meth:`link` (once per distinct
@@ -263,11 +308,13 @@ class Cluster(GroupFigures):
         n, G = self.num_gpus, self.gpus_per_node
         if a.size and (min(a.min(), b.min()) < 0 or max(a.max(), b.max()) >= n):
             raise IndexError(f"GPU index out of range 0..{n - 1}")
+        facts = self.graph_facts()
+        if self._graph is None and facts is not None:     # measured links laid over
+            return self.link_table().links(a, b)
         ha, hb = a // G, b // G
         same = self.host_domain[ha] == self.host_domain[hb]
         (bi, li), (be, le) = self.nominal_link(True), self.nominal_link(False)
         bw, lat = np.where(same, bi, be), np.where(same, li, le)
-        facts = self.graph_facts()
         if facts is not None:
             slow = (np.ones(a.shape, dtype=bool) if facts.all_special
                     else facts.special[ha] | facts.special[hb])
@@ -302,6 +349,8 @@ class Cluster(GroupFigures):
                       graph=None if self._graph is None else nx.DiGraph(),
                       nvlink_domain_gpus=self.nvlink_domain_gpus,
                       host_domains=self.host_domain[idx] if idx else [])
+        if self._measured is not None:
+            sub.set_measured_links(self._measured.subset(idx))
         if self._graph is not None:
             keep = set(names)
             g = self._graph

@@ -139,6 +139,31 @@ def ring_figures(gpus: np.ndarray, links, domains) -> tuple[np.ndarray, np.ndarr
     return out_bw, out_lat
 
 
+def host_ring_figures(gpus: np.ndarray, links, domains, table) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`ring_figures` of every row of ``gpus``, the same numbers, where a link's
+    figures depend on its two hosts alone (``table``, a
+    :class:`topology.link_table.LinkTable` whose :attr:`~topology.link_table.LinkTable.host_level`
+    holds): a run of consecutive rows with the same host member by member (the rails of one
+    data-parallel group) is priced once, and a row inside one host takes the intra-host
+    figures. Returns two ``[rows]`` float arrays."""
+    gpus = np.asarray(gpus, dtype=np.int64)
+    rows, n = gpus.shape
+    if rows == 0 or n < 2:
+        return ring_figures(gpus, links, domains)
+    hosts = gpus // table.gpus_per_node
+    start = np.ones(rows, dtype=bool)
+    start[1:] = (hosts[1:] != hosts[:-1]).any(axis=1)
+    run = np.cumsum(start) - 1
+    reps = np.flatnonzero(start)
+    inside = (hosts[reps] == hosts[reps, :1]).all(axis=1)
+    bw, lat = np.empty(reps.size), np.empty(reps.size)
+    bw[inside], lat[inside] = table.intra_figures
+    across = ~inside
+    if across.any():
+        bw[across], lat[across] = ring_figures(gpus[reps[across]], links, domains)
+    return bw[run], lat[run]
+
+
 class GroupFigures:
     """The ring-group and pipeline-neighbour figures of a :class:`topology.cluster.Cluster`,
     which it inherits: they read its :attr:`placement`, :attr:`is_uniform`,
@@ -206,8 +231,17 @@ class GroupFigures:
                              f"(stride {stride}, size {size}, world {world})")
 
     def _hop_group_busbw(self, gpus: np.ndarray) -> tuple[float, float]:
-        """:meth:`ring_busbw`'s rules over every row of ``gpus`` at once; the worst row."""
-        bw, lat = ring_figures(gpus, self.links, self.gpu_domains)
+        """:meth:`ring_busbw`'s rules over every row of ``gpus`` at once; the worst row.
+
+        Where a link's figures depend on its two hosts alone
+        (:attr:`topology.link_table.LinkTable.host_level`, e.g. a measured topology of
+        host-to-host records), rows with the same hosts member by member have the same
+        figures and rows inside one host the intra-host one (:func:`host_ring_figures`)."""
+        t = self.link_table() if self.graph_facts() is not None else None
+        if t is not None and t.host_level:
+            bw, lat = host_ring_figures(gpus, self.links, self.gpu_domains, t)
+        else:
+            bw, lat = ring_figures(gpus, self.links, self.gpu_domains)
         return float(bw.min()), float(lat.max())
 
     def group_busbw(self, stride: int, size: int, world: int) -> tuple[float, float]:

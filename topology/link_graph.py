@@ -9,7 +9,8 @@ Edges are directional and carry ``bandwidth_Bps`` (what a transfer attains, byte
 ``nominal_bandwidth_Bps``, ``latency_s`` and ``link_class``. Measured links (a later import)
 are added as direct edges ``gpu→gpu``, ``nic→nic`` (same rail, two hosts) or ``host→host``
 (applies to every rail) with ``measured=True``; they take precedence over the nominal path
-(:meth:`topology.cluster.Cluster.link`).
+(:meth:`topology.cluster.Cluster.link`). Until the graph is built they are kept apart,
+sparse (:class:`topology.measured_links.MeasuredLinks`), with the same precedence.
 """
 
 from __future__ import annotations
@@ -137,4 +138,16 @@ class GraphFacts:
                         and all(len(v) <= 1 for v in values.values()))
         self.special = special
         self.all_special = all_special or not complete or not ref
+
+    @classmethod
+    def of_measured(cls, measured) -> "GraphFacts":
+        """The same facts of a cluster whose graph is not built, from the measured edges laid
+        over its nominal ones (a :class:`topology.measured_links.MeasuredLinks`): special are
+        the hosts those edges (or an imputed pair) touch."""
+        out = cls.__new__(cls)
+        out.special = measured.touched_hosts()
+        out.measured = measured.measured
+        out.uniform = not measured.edges and measured.imputed is None
+        out.all_special = False
+        return out
 

@@ -52,8 +52,6 @@ would be overwritten without ``force``.
 
 from __future__ import annotations
 
-import statistics
-
 import re
 from dataclasses import dataclass, replace
 from typing import Iterable, Sequence
@@ -62,6 +60,7 @@ import numpy as np
 
 from configurator.core.errors import InputError
 from topology.cluster import build_cluster
+from topology.measured_links import MeasuredLinks
 
 FORMAT = "configurator-topology"
 VERSION = 1
@@ -204,6 +203,8 @@ def combine(values: Sequence[float], policy: str) -> float:
     check_policy(policy)
     if not values:
         raise ValueError("combine() needs at least one value")
+    if len(values) == 1:          # every policy's figure of one value is that value
+        return float(values[0])
     if policy == "min":
         return float(min(values))
     if policy == "median":
@@ -299,7 +300,8 @@ def apply_topology(cluster, topo: Topology, policy: str | None = None):
     nominal spec and NVLink-domain size (hosts grouped into domains in this order), so
     earlier measured edges are dropped. Between two hosts of one NVLink domain a transfer
     takes the domain's switch, so inter-node records of such a pair do not change it (only
-    a direct GPU→GPU edge would). Edges added (bandwidth per direction):
+    a direct GPU→GPU edge would). Edges added (bandwidth per direction), kept sparse
+    (:attr:`topology.cluster.Cluster.measured_links`) until someone asks for the graph:
 
     * host-level inter-node record → ``"<A>" → "<B>"``, per-rail bandwidth
       ``bandwidth / rails`` (see :attr:`LinkMeasurement.rails`);
@@ -311,25 +313,30 @@ def apply_topology(cluster, topo: Topology, policy: str | None = None):
     that side (intra/inter) so they estimate attained rates. Latency of a measured inter-node
     edge is what remains of the measured end-to-end latency after the two GPU↔NIC hops; when
     unmeasured, the nominal path latency is kept. Host pairs of the topology with no
-    inter-node record get the median of the measured host pairs (``imputed=True``). Raises
+    inter-node record get the median of the measured host pairs (``imputed=True``; one
+    figure for all of them, not an edge each, until the graph is built). Raises
     InputError when a record names a GPU index the cluster's nodes do not have.
     """
     policy = check_policy(policy or topo.merge_policy)
     spec = _cluster_spec(cluster)
     n = max(cluster.num_nodes, len(topo.hosts))
-    extra = [h for h in cluster.hosts if h not in topo.hosts]
+    named = set(topo.hosts)
+    extra = [h for h in cluster.hosts if h not in named]
     hosts = list(topo.hosts) + extra[: n - len(topo.hosts)]
+    taken = set(hosts)
     i = 0
     while len(hosts) < n:  # cluster names collided with topology names: invent fresh ones
         name = f"node{i:04d}"
-        if name not in hosts:
+        if name not in taken:
             hosts.append(name)
+            taken.add(name)
         i += 1
     new = build_cluster(name=cluster.name, gpu=cluster.gpu, gpus_per_node=cluster.gpus_per_node,
                         hosts=hosts, nvlink_domain_gpus=cluster.nvlink_domain_gpus, **spec)
     gpn = cluster.gpus_per_node
     hop_lat = spec["inter_latency_s"] / 4
-    edges: dict[tuple[str, str], list[tuple[float, float | None, LinkMeasurement]]] = {}
+    edges: dict[tuple, list[tuple[float, float | None, LinkMeasurement]]] = {}
+    measured = MeasuredLinks(new.hosts, gpn)
     for l in topo.links:
         for field, idx in (("src_gpu", l.src_gpu), ("dst_gpu", l.dst_gpu)):
             if idx is not None and idx >= gpn:
@@ -338,56 +345,38 @@ def apply_topology(cluster, topo: Topology, policy: str | None = None):
         if l.intra_node:
             if l.src_gpu is None or l.src_gpu == l.dst_gpu:
                 continue  # host-level intra-node figures belong to collectives
-            u, w = f"{l.src}/gpu{l.src_gpu}", f"{l.dst}/gpu{l.dst_gpu}"
+            u, w = ("gpu", l.src, l.src_gpu), ("gpu", l.dst, l.dst_gpu)
             bw = l.bandwidth_Bps * (spec["intra_efficiency"] if l.nominal else 1.0)
             lat = l.latency_s
         else:
             if l.src_gpu is None:
-                u, w = l.src, l.dst
+                u, w = ("host", l.src, None), ("host", l.dst, None)
                 bw = l.bandwidth_Bps / l.rails
             else:
-                u, w = f"{l.src}/nic{l.src_gpu}", f"{l.dst}/nic{l.dst_gpu}"
+                u, w = ("nic", l.src, l.src_gpu), ("nic", l.dst, l.dst_gpu)
                 bw = l.bandwidth_Bps
             bw *= spec["inter_efficiency"] if l.nominal else 1.0
             lat = None if l.latency_s is None else max(l.latency_s - 2 * hop_lat, 0.0)
         edges.setdefault((u, w), []).append((bw, lat, l))
+    lat_policy = _opposite(policy)
     for (u, w), recs in edges.items():
-        lats = [r[1] for r in recs if r[1] is not None]
-        intra = recs[0][2].intra_node
-        if lats:
-            lat = combine(lats, _opposite(policy))
+        first = recs[0][2]
+        if len(recs) == 1:         # one record: its own figures whatever the policy
+            bw, lat, method = recs[0][0], recs[0][1], first.method
         else:
-            lat = spec["intra_latency_s"] if intra else 2 * hop_lat
-        nominal = (spec["intra_bandwidth_Bps"] if intra else spec["inter_bandwidth_Bps"])
-        new.graph.add_edge(u, w, bandwidth_Bps=combine([r[0] for r in recs], policy),
-                           nominal_bandwidth_Bps=nominal, latency_s=lat,
-                           link_class=recs[0][2].link_class, measured=True,
-                           method=" + ".join(dict.fromkeys(r[2].method for r in recs)))
-    _impute_unmeasured_host_pairs(new, list(topo.hosts))
-    new.invalidate()
+            lats = [r[1] for r in recs if r[1] is not None]
+            bw = combine([r[0] for r in recs], policy)
+            lat = combine(lats, lat_policy) if lats else None
+            method = " + ".join(dict.fromkeys(r[2].method for r in recs))
+        if lat is None:
+            lat = spec["intra_latency_s"] if first.intra_node else 2 * hop_lat
+        nominal = (spec["intra_bandwidth_Bps"] if first.intra_node
+                   else spec["inter_bandwidth_Bps"])
+        measured.add(u[0], u[1:], w[1:], bandwidth_Bps=float(bw), nominal_bandwidth_Bps=nominal,
+                     latency_s=float(lat), link_class=first.link_class, measured=True,
+                     method=method)
+    # every unmeasured pair of the topology's hosts: the median of the measured pairs, so it
+    # is neither the fastest (nominal) nor the slowest link of the cluster
+    measured.impute_host_pairs(list(topo.hosts), spec["inter_bandwidth_Bps"])
+    new.set_measured_links(measured)
     return new
-
-
-def _impute_unmeasured_host_pairs(cluster, hosts: list[str]) -> None:
-    """Give every ordered pair of measured hosts with no inter-node measurement the median
-    per-rail bandwidth (and latency) of the measured host pairs, so an unmeasured pair is
-    neither the fastest (nominal) nor the slowest link of the cluster. Edges are marked
-    ``measured=True, imputed=True``."""
-    g = cluster.graph
-    known = [(u, w) for u in hosts for w in hosts
-             if u != w and g.has_edge(u, w) and g.edges[u, w].get("measured")]
-    if not known:
-        return
-    bw = statistics.median(g.edges[e]["bandwidth_Bps"] for e in known)
-    lat = statistics.median(g.edges[e]["latency_s"] for e in known)
-    nominal = cluster.spec["inter_bandwidth_Bps"]
-    for u in hosts:
-        for w in hosts:
-            if u == w or g.has_edge(u, w):
-                continue
-            if any(g.has_edge(f"{u}/nic{k}", f"{w}/nic{k}")
-                   for k in range(cluster.gpus_per_node)):
-                continue
-            g.add_edge(u, w, bandwidth_Bps=bw, nominal_bandwidth_Bps=nominal, latency_s=lat,
-                       link_class="network", measured=True, imputed=True,
-                       method="imputed: median of measured host pairs")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import functools
 import math
 import os
 from typing import Any, Iterable, Mapping
@@ -129,13 +130,18 @@ def choice(field: str, value: Any, allowed: Iterable[str]) -> str:
     return value
 
 
+@functools.lru_cache(maxsize=256)
+def _known_keys(required: tuple, optional: tuple) -> frozenset:
+    return frozenset(required) | frozenset(optional)
+
+
 def exact_keys(where: str, data: Any, required: Iterable[str], optional: Iterable[str]) -> Mapping:
     """Check a mapping has every required key and no unknown key (an unknown key's error
     suggests the closest known ones, :func:`did_you_mean`)."""
-    if not isinstance(data, Mapping):
+    if type(data) is not dict and not isinstance(data, Mapping):
         raise InputError(where, type(data).__name__, "must be a mapping of keys to values")
     required, optional = tuple(required), tuple(optional)
-    known = set(required) | set(optional)
+    known = _known_keys(required, optional)
     for key in data:
         if key not in known:
             hint = did_you_mean(key, sorted(known))
@@ -199,6 +205,8 @@ def parse_mapping_text(field: str, path: str, text: str, as_json: bool) -> Mappi
         raise InputError(field, path, f"malformed YAML/JSON ({first})") from None
     if not isinstance(data, Mapping):
         raise InputError(field, path, "file must hold a mapping of keys to values")
+    if as_json:
+        return data               # a JSON object's keys are strings (RFC 8259 §4)
     stack = [(data, field)]
     while stack:
         node, where = stack.pop()

@@ -48,7 +48,11 @@ from configurator.cost.iteration import (dp_exposed_s, layer_type_times, optimiz
                                          p2p_message_s, stage_extras_s, tied_embedding_s)
 from configurator.cost.schedule_sim import SimResult, simulate
 from memory_model.params import stage_parameter_split
-from topology.group_figures import ring_figures
+from topology.group_figures import host_ring_figures, ring_figures
+
+
+#: Distinct replicas whose simulated makespan a :class:`PlacedPlan` keeps (some 10 MiB).
+MEMO_REPLICAS = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -151,6 +155,9 @@ class PlacedPlan:
         # host, so each is priced once per residue (the cost no longer grows with the world
         # size).
         self.uniform = cluster.placement_invariant
+        #: simulated makespan of every distinct replica row priced so far, by its bytes:
+        #: placements a search tries differ in a few replicas, and only those are simulated
+        self._simulated: dict[bytes, float] = {}
 
     # -- placement → physical GPUs ------------------------------------------------------
     def rank_gpus(self, node_hosts, gpu_order) -> np.ndarray:
@@ -191,6 +198,9 @@ class PlacedPlan:
 
         def rings(rows):
             rep, inv = by_residue(rows[:, 0])
+            if rep is None and self.table.host_level:
+                return host_ring_figures(rows, table_links, self.cluster.gpu_domains,
+                                         self.table)
             if rep is None:
                 return ring_figures(rows, table_links, self.cluster.gpu_domains)
             bw, lat = ring_figures(rows[rep], table_links, self.cluster.gpu_domains)
@@ -301,10 +311,18 @@ class PlacedPlan:
         pp, vp = self.plan.pp, self.plan.vp
         n = pp * vp
         uniq, inv = distinct_rows(rows)
-        sim = simulate(uniq[:, :n].reshape(-1, pp, vp), uniq[:, n:2 * n].reshape(-1, pp, vp),
-                       uniq[:, 2 * n:2 * n + pp], uniq[:, 2 * n + pp:2 * n + 2 * pp],
-                       self.plan.num_microbatches, tail_s=uniq[:, 2 * n + 2 * pp:])
-        return sim.iteration_time_s[inv]
+        keys = [r.tobytes() for r in uniq]
+        memo = self._simulated
+        if len(memo) + len(keys) > MEMO_REPLICAS:
+            memo.clear()
+        new = [i for i, k in enumerate(keys) if k not in memo]
+        if new:
+            u = uniq[new]
+            sim = simulate(u[:, :n].reshape(-1, pp, vp), u[:, n:2 * n].reshape(-1, pp, vp),
+                           u[:, 2 * n:2 * n + pp], u[:, 2 * n + pp:2 * n + 2 * pp],
+                           self.plan.num_microbatches, tail_s=u[:, 2 * n + 2 * pp:])
+            memo.update(zip((keys[i] for i in new), sim.iteration_time_s.tolist()))
+        return np.array([memo[k] for k in keys])[inv]
 
     def times(self, placements) -> np.ndarray:
         """Simulated iteration times ``[K]`` (seconds) of ``K`` placements, each a

@@ -394,8 +394,9 @@ def _critical_path(order: ScheduleOrder, start: list[float], end: list[float],
 #: 500 bytes per op while it is built): beyond, the iteration is extrapolated from the
 #: first microbatches (:func:`_extrapolation_base`).
 MAX_OPS = 1 << 17
-#: Replicas × ops walked in one pass at most (four float64 arrays of this size).
-MAX_CELLS = 1 << 22
+#: Replicas × ops walked in one pass at most (four float64 arrays of this size: 32 MiB; a
+#: measured cluster of 10⁵ GPUs gives a plan 10³ distinct replicas of 10³–10⁴ ops).
+MAX_CELLS = 1 << 20
 #: Microbatch groups (of pp) the extrapolation steps by: 12, so that a steady state
 #: repeating every 1, 2, 3, 4, 6 or 12 groups (uneven stages make the per-group increment
 #: alternate) extrapolates exactly, any other period within a fraction of one group's spread.

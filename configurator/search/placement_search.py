@@ -59,6 +59,12 @@ def placement_count(num_hosts: int, num_nodes: int, gpus_per_node: int,
     return n * math.factorial(gpus_per_node) ** num_nodes if move_gpus else n
 
 
+#: Moves from a placement the local search lists and scans in a random order; beyond it
+#: (some 360 node ranks on as many hosts) it scans MOVES_DRAWN moves drawn at random.
+MOVES_LISTED = 1 << 16
+MOVES_DRAWN = 4096
+
+
 def search_placement(objective: Callable[[np.ndarray, np.ndarray], float], *,
                      num_hosts: int, num_nodes: int, gpus_per_node: int,
                      host_preference: Sequence[int] | None = None, move_gpus: bool = True,
@@ -80,7 +86,8 @@ def search_placement(objective: Callable[[np.ndarray, np.ndarray], float], *,
     Megatron's sequential mapping on the first N hosts and the N hosts listed first in
     ``host_preference`` (e.g. healthiest first); moves are swapping two node ranks' hosts,
     replacing a node rank's host by an idle one, and (``move_gpus``) swapping two local
-    ranks' GPUs; the first improving move is taken (moves in a seeded random order); at a
+    ranks' GPUs; the first improving move is taken (moves in a seeded random order; beyond
+    :data:`MOVES_LISTED` moves, :data:`MOVES_DRAWN` of them drawn at random); at a
     local optimum the best placement is kicked by a few random swaps and the search goes on,
     until ``patience`` kicks in a row found nothing better, or ``max_evaluations``, or
     ``time_budget_s``. Deterministic for a ``seed`` when the
@@ -162,6 +169,43 @@ def search_placement(objective: Callable[[np.ndarray, np.ndarray], float], *,
                     for b in range(a + 1, G)]
         return out
 
+    # the moves from a placement: N(N-1)/2 swaps, N(M-N) idle swaps, N·G(G-1)/2 GPU swaps;
+    # listed (and scanned in a random order) up to MOVES_LISTED, else drawn at random
+    num_moves = (N * (N - 1) // 2 + N * (M - N)
+                 + (N * G * (G - 1) // 2 if move_gpus and G > 1 else 0))
+    listed = num_moves <= MOVES_LISTED
+
+    def idle_of(nh) -> np.ndarray:
+        used = np.zeros(M, dtype=bool)
+        used[nh] = True
+        return np.flatnonzero(~used)
+
+    def pair(n):                   # two distinct indices below n, the smaller first
+        i, j = int(rng.integers(n)), int(rng.integers(n - 1))
+        j += j >= i
+        return min(i, j), max(i, j)
+
+    def draw(idle):
+        """One move drawn at random (``idle``: the hosts no node rank uses), each kind as
+        likely as its share of the moves."""
+        k = int(rng.integers(num_moves))
+        if k < N * (N - 1) // 2:
+            return ("swap", *pair(N))
+        if k < N * (N - 1) // 2 + N * (M - N):
+            return ("idle", int(rng.integers(N)), int(idle[rng.integers(idle.size)]))
+        return ("gpu", int(rng.integers(N)), pair(G))
+
+    def scan_order(nh):
+        """The moves from ``nh`` in the order the scan tries them: all of them shuffled, or
+        up to MOVES_DRAWN drawn one by one as the scan reaches them."""
+        if listed:
+            cand = moves(nh)
+            yield from (cand[k] for k in rng.permutation(len(cand)).tolist())
+        else:
+            idle = idle_of(nh)
+            for _ in range(MOVES_DRAWN):
+                yield draw(idle)
+
     def apply(nh, go, mv):
         nh, go = nh.copy(), go.copy()
         kind, i, j = mv
@@ -177,13 +221,14 @@ def search_placement(objective: Callable[[np.ndarray, np.ndarray], float], *,
     stale = 0
     while not done() and stale < patience:
         improved = False
-        cand = moves(cur[0])
-        order = rng.permutation(len(cand)).tolist()
-        pos, size = 0, 1
-        while pos < len(order) and not improved and not done():
+        order = scan_order(cur[0])
+        size = 1
+        while not improved and not done():
             room = max(1, max_evaluations - evals)
-            batch = [apply(cur[0], cur[1], cand[k]) for k in order[pos:pos + min(size, room)]]
-            pos += len(batch)
+            batch = [apply(cur[0], cur[1], mv)
+                     for mv in itertools.islice(order, min(size, room))]
+            if not batch:
+                break
             size = size if objective_many is None else min(2 * size, 64)
             for (nh, go), val in zip(batch, price_many(batch)):
                 if val < cur[2] * (1 - 1e-12):
@@ -197,8 +242,11 @@ def search_placement(objective: Callable[[np.ndarray, np.ndarray], float], *,
             stale += 1
             nh, go = best[0].copy(), best[1].copy()
             for _ in range(max(2, N // 8)):
-                cand = moves(nh)
-                nh, go = apply(nh, go, cand[int(rng.integers(len(cand)))])
+                if listed:
+                    cand = moves(nh)
+                    nh, go = apply(nh, go, cand[int(rng.integers(len(cand)))])
+                else:
+                    nh, go = apply(nh, go, draw(idle_of(nh)))
             cur = [nh, go, price(nh, go)]
             if cur[2] < best[2]:
                 best = (cur[0].copy(), cur[1].copy(), cur[2])
@@ -211,6 +259,9 @@ def search_placement(objective: Callable[[np.ndarray, np.ndarray], float], *,
 
 #: Random placements behind ``random_median_iteration_time_s``.
 RANDOM_PLACEMENTS = 100
+#: GPUs of the random placements priced in one batch at most (their rank → GPU maps: some
+#: 8 MiB; a 16,384-host plan is priced 8 placements at a time, a 17-host one all at once).
+RANDOM_BATCH_GPUS = 1 << 20
 
 
 def host_health_order(cluster, pool: Sequence[int]) -> list[int]:
@@ -218,13 +269,12 @@ def host_health_order(cluster, pool: Sequence[int]) -> list[int]:
     host-to-host bandwidths (out and in), then their slowest NVLink pair; ties by index."""
     table = cluster.link_table()
     G = cluster.gpus_per_node
-    src, dst = np.divmod(table.host_keys, cluster.num_nodes)
+    pool = [int(h) for h in pool]
+    medians = table.host_bandwidth_medians(pool)
     off = ~np.eye(G, dtype=bool)
-    score = {}
-    for h in pool:
-        vals = table.host_bw[(src == h) | (dst == h)].tolist()
-        nv = float(np.min(table.intra_bw[h][off])) if G > 1 else 0.0
-        score[h] = (-(statistics.median(vals) if vals else 0.0), -nv, h)
+    slowest_nvlink = (table.intra_bw[:, off].min(axis=1) if G > 1
+                      else np.zeros(cluster.num_nodes))
+    score = {h: (-(medians[h] or 0.0), -float(slowest_nvlink[h]), h) for h in pool}
     return sorted(pool, key=lambda h: score[h])
 
 
@@ -291,12 +341,15 @@ def place_plan(model: ModelSpec, cluster, plan: ParallelPlan, *,
     pool_arr = np.array(pool, dtype=np.int64)
     move_gpus = gpu_links_vary(cluster)
     rng = np.random.default_rng(seed)
-    draws = []
-    for _ in range(random_samples):
-        nh = rng.permutation(pool_arr)[:N]
-        go = (np.array([rng.permutation(G) for _ in range(N)]) if move_gpus else ident)
-        draws.append((nh, go))
-    rand = objective_many(draws) if draws else []
+    rand = []
+    batch = max(1, RANDOM_BATCH_GPUS // (N * G))     # placements priced at once
+    for start in range(0, random_samples, batch):
+        draws = []
+        for _ in range(min(batch, random_samples - start)):
+            nh = rng.permutation(pool_arr)[:N]
+            go = (np.array([rng.permutation(G) for _ in range(N)]) if move_gpus else ident)
+            draws.append((nh, go))
+        rand += objective_many(draws)
     rand_med = float(statistics.median(rand)) if rand else None
 
     evals, wall, exhaustive = 0, 0.0, False

@@ -80,8 +80,8 @@ def search(model: ModelSpec, cluster, global_batch_size: int, *, top_k: int = 10
                          f"global_batch_size % (micro_batch_size*dp) == 0 under the "
                          f"search restrictions")
     limit = cluster.gpu.memory_bytes * max_memory_fraction
-    mem = peak_memory(model, cand, non_tn_fp8_gemm=cluster.gpu.non_tn_fp8_gemm,
-                      limit_bytes=limit)
+    mem = in_chunks(cand, lambda c: peak_memory(model, c, limit_bytes=limit,
+                                                non_tn_fp8_gemm=cluster.gpu.non_tn_fp8_gemm))
     fits = mem <= limit
     nfeas = int(fits.sum())
     if nfeas == 0:
@@ -94,7 +94,7 @@ def search(model: ModelSpec, cluster, global_batch_size: int, *, top_k: int = 10
             f"dp={p.dp} cp={p.cp} mbs={p.micro_batch_size} recompute={p.recompute}); "
             f"add GPUs or lower the batch size per GPU")
     feas = cand.take(np.flatnonzero(fits))
-    closed = iteration_time(model, cluster, feas, profile=profile)
+    closed = in_chunks(feas, lambda c: iteration_time(model, cluster, c, profile=profile))
     times = closed["iteration_time_s"]
     order = np.argsort(times, kind="stable")
     # the closed form ranks everything; the exact schedule re-ranks its best
@@ -106,6 +106,25 @@ def search(model: ModelSpec, cluster, global_batch_size: int, *, top_k: int = 10
                         search_time_s=time.perf_counter() - t0,
                         ranked=feas.take(order) if keep_ranking else None,
                         ranked_time_s=times[order] if keep_ranking else None)
+
+
+#: Candidates priced at once by the memory model and the closed form: their temporaries take
+#: about 1 KiB a candidate, so a search of 10⁵–10⁶ candidates (a cluster of 10⁵ GPUs) runs
+#: in slices of this many. Every figure is computed row by row, so slicing changes none.
+CHUNK_CANDIDATES = 1 << 15
+
+
+def in_chunks(cand: Candidates, price):
+    """``price(cand)`` (an array, or a dict of arrays, one entry per candidate) computed on
+    slices of :data:`CHUNK_CANDIDATES` candidates and joined."""
+    n = len(cand)
+    if n <= CHUNK_CANDIDATES:
+        return price(cand)
+    parts = [price(cand.take(slice(i, i + CHUNK_CANDIDATES)))
+             for i in range(0, n, CHUNK_CANDIDATES)]
+    if isinstance(parts[0], dict):
+        return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    return np.concatenate(parts)
 
 
 def best_layer_split(model: ModelSpec, cluster, plan, profile=None):
