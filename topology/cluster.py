@@ -30,9 +30,8 @@ from __future__ import annotations
 
 import copy
 import functools
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
-import networkx as nx
 import numpy as np
 
 from topology.gpus import GPUSpec
@@ -42,6 +41,9 @@ from topology.link_graph import (SPEC_KEYS, GraphFacts, build_graph, nominal_edg
 from topology.link_table import LinkTable
 from topology.measured_links import MeasuredLinks
 from topology.rank_order import Placement
+
+if TYPE_CHECKING:   # networkx is imported where a graph is built (a tenth of a second)
+    import networkx as nx
 
 
 # Attained fraction of the nominal per-direction link rate for large NCCL transfers.
@@ -346,7 +348,7 @@ class Cluster(GroupFigures):
         names = [self.hosts[i] for i in idx]
         sub = Cluster(name=self.name, gpu=self.gpu, gpus_per_node=self.gpus_per_node,
                       hosts=names, spec=self.spec,
-                      graph=None if self._graph is None else nx.DiGraph(),
+                      graph=None if self._graph is None else self._graph.__class__(),
                       nvlink_domain_gpus=self.nvlink_domain_gpus,
                       host_domains=self.host_domain[idx] if idx else [])
         if self._measured is not None:

@@ -15,10 +15,12 @@ sparse (:class:`topology.measured_links.MeasuredLinks`), with the same precedenc
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from typing import TYPE_CHECKING, Iterable, Mapping
 
-import networkx as nx
 import numpy as np
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 #: Edge roles of :func:`build_graph`'s graph, by the kinds of their end nodes, and which of
 #: the two nominal edges (``intra`` NVLink, ``inter`` network) each carries.
@@ -60,6 +62,8 @@ def build_graph(hosts: list[str], gpus_per_node: int, spec: Mapping[str, float],
     """The per-GPU link graph of a homogeneous cluster (see
     :func:`topology.cluster.build_cluster`); host ``h`` belongs to NVLink domain
     ``host_domain[h]``."""
+    import networkx as nx   # here, not at import: most runs never build a graph
+
     e = nominal_edges(spec)
     intra, inter = e["intra"], e["inter"]
     g = nx.DiGraph()

@@ -7,7 +7,7 @@ the table is printed twice: from the presets, and from the kernel-literature val
 starts from on a GPU nobody has fitted yet (:data:`LITERATURE`: FlashAttention-3/-4 and
 cuBLAS microbenchmark figures).
 
-Run: ``python -m bench.accuracy.calibrate_halves`` (≈ 15 s).
+Run: ``python -m bench.accuracy.calibrate_halves`` (about a minute on a 2-core machine).
 """
 
 from __future__ import annotations
