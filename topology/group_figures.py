@@ -167,6 +167,7 @@ def host_ring_figures(gpus: np.ndarray, links, domains, table) -> tuple[np.ndarr
 class GroupFigures:
     """The ring-group and pipeline-neighbour figures of a :class:`topology.cluster.Cluster`,
     which it inherits: they read its :attr:`placement`, :attr:`is_uniform`,
+    :attr:`measured_links`, :meth:`link_table`,
     :attr:`domains_in_order`, :attr:`nvlink_domain_gpus`, :attr:`num_gpus`,
     :attr:`gpu_domains`, :meth:`link` and :meth:`links`, and keep their results in its
     ``_cache`` (dropped by its ``invalidate``)."""
@@ -236,8 +237,11 @@ class GroupFigures:
         Where a link's figures depend on its two hosts alone
         (:attr:`topology.link_table.LinkTable.host_level`, e.g. a measured topology of
         host-to-host records), rows with the same hosts member by member have the same
-        figures and rows inside one host the intra-host one (:func:`host_ring_figures`)."""
-        t = self.link_table() if self.graph_facts() is not None else None
+        figures and rows inside one host the intra-host one (:func:`host_ring_figures`).
+        Asked of a cluster with measured links laid over (or whose link table exists): a
+        built graph's link table is not made for it."""
+        t = (self.link_table() if self.measured_links is not None or "table" in self._cache
+             else None)
         if t is not None and t.host_level:
             bw, lat = host_ring_figures(gpus, self.links, self.gpu_domains, t)
         else:

@@ -51,8 +51,8 @@ from memory_model.params import stage_parameter_split
 from topology.group_figures import host_ring_figures, ring_figures
 
 
-#: Distinct replicas whose simulated makespan a :class:`PlacedPlan` keeps (some 10 MiB).
-MEMO_REPLICAS = 1 << 16
+#: Bytes of distinct replica rows whose simulated makespan a :class:`PlacedPlan` keeps.
+MEMO_BYTES = 32 << 20
 
 
 @dataclass(frozen=True)
@@ -313,7 +313,7 @@ class PlacedPlan:
         uniq, inv = distinct_rows(rows)
         keys = [r.tobytes() for r in uniq]
         memo = self._simulated
-        if len(memo) + len(keys) > MEMO_REPLICAS:
+        if (len(memo) + len(keys)) * uniq.itemsize * uniq.shape[1] > MEMO_BYTES:
             memo.clear()
         new = [i for i, k in enumerate(keys) if k not in memo]
         if new:
