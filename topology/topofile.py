@@ -52,6 +52,7 @@ would be overwritten without ``force``.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, replace
 from typing import Iterable, Sequence
@@ -185,14 +186,18 @@ def host_sort_key(name: str) -> tuple:
                  for t in re.split(r"([0-9]+)", name) if t)
 
 
+@functools.lru_cache(maxsize=64)
+def _policy_ok(policy: str) -> bool:
+    if policy in ("min", "median"):
+        return True
+    m = re.fullmatch(r"p([0-9]{1,3}(?:\.[0-9]+)?)", policy)
+    return bool(m) and 0 <= float(m.group(1)) <= 100
+
+
 def check_policy(policy: str) -> str:
     """Validate a merge policy: ``min``, ``median`` or ``pNN`` (0 ≤ NN ≤ 100)."""
-    if isinstance(policy, str):
-        if policy in ("min", "median"):
-            return policy
-        m = re.fullmatch(r"p([0-9]{1,3}(?:\.[0-9]+)?)", policy)
-        if m and 0 <= float(m.group(1)) <= 100:
-            return policy
+    if isinstance(policy, str) and _policy_ok(policy):
+        return policy
     raise InputError("merge", policy, "must be min, median or pNN with 0 <= NN <= 100 "
                                       "(e.g. p10)")
 
@@ -361,13 +366,10 @@ def apply_topology(cluster, topo: Topology, policy: str | None = None):
     lat_policy = _opposite(policy)
     for (u, w), recs in edges.items():
         first = recs[0][2]
-        if len(recs) == 1:         # one record: its own figures whatever the policy
-            bw, lat, method = recs[0][0], recs[0][1], first.method
-        else:
-            lats = [r[1] for r in recs if r[1] is not None]
-            bw = combine([r[0] for r in recs], policy)
-            lat = combine(lats, lat_policy) if lats else None
-            method = " + ".join(dict.fromkeys(r[2].method for r in recs))
+        lats = [r[1] for r in recs if r[1] is not None]
+        bw = combine([r[0] for r in recs], policy)
+        lat = combine(lats, lat_policy) if lats else None
+        method = " + ".join(dict.fromkeys(r[2].method for r in recs))
         if lat is None:
             lat = spec["intra_latency_s"] if first.intra_node else 2 * hop_lat
         nominal = (spec["intra_bandwidth_Bps"] if first.intra_node
