@@ -72,6 +72,11 @@ class TrainingArgs:
     with Llama 2's optimiser settings (Touvron et al. 2023, §2.2: AdamW β2 = 0.95, peak lr
     3e-4 decayed by cosine to 10 %, weight decay 0.1, gradient clipping 1.0).
     ``lr_warmup_iters`` counts iterations; ``eval_iters = 0`` runs no evaluation.
+    ``eval_interval`` is always passed: core_v0.16.1 no longer defaults it
+    (``megatron/training/training_config.py``: ``eval_interval: int | None = None``) and
+    ``get_train_valid_test_num_samples`` (``megatron/training/training.py``) divides
+    ``train_iters`` by it, so a script without it stops with a ``TypeError`` before the first
+    iteration; 1000 is the value Megatron-LM's earlier default and its example scripts use.
     """
 
     train_iters: int = 100
@@ -84,12 +89,14 @@ class TrainingArgs:
     clip_grad: float = 1.0
     log_interval: int = 1
     eval_iters: int = 0
+    eval_interval: int = 1000
     seed: int = 1234
 
     def checked(self) -> "TrainingArgs":
         """Return self; raise :class:`InputError` for a value Megatron would reject."""
         v.positive_int("train_iters", self.train_iters)
         v.positive_int("log_interval", self.log_interval)
+        v.positive_int("eval_interval", self.eval_interval)
         v.positive_float("lr", self.lr)
         for name in ("lr_warmup_iters", "eval_iters", "seed"):
             val = getattr(self, name)
@@ -234,6 +241,7 @@ _TRAINING_ROWS = _rows(
     ("--clip-grad", "training.clip_grad", lambda m, p, t: t.clip_grad),
     ("--log-interval", "training.log_interval", lambda m, p, t: t.log_interval),
     ("--eval-iters", "training.eval_iters", lambda m, p, t: t.eval_iters),
+    ("--eval-interval", "training.eval_interval", lambda m, p, t: t.eval_interval),
     ("--seed", "training.seed", lambda m, p, t: t.seed))
 
 _OWN_ROWS = {"model": _MODEL_ROWS, "training": _TRAINING_ROWS}

@@ -104,7 +104,7 @@ def test_exact_flags_gpt3_175b():
         "--train-iters", "100", "--lr", "0.0003", "--min-lr", "3e-05",
         "--lr-decay-style", "cosine", "--lr-warmup-iters", "10", "--weight-decay", "0.1",
         "--adam-beta2", "0.95", "--clip-grad", "1.0", "--log-interval", "1",
-        "--eval-iters", "0", "--seed", "1234",
+        "--eval-iters", "0", "--eval-interval", "1000", "--seed", "1234",
         "--mock-data", "--tokenizer-type", "NullTokenizer", "--vocab-size", "51199"]
 
 
@@ -143,6 +143,20 @@ def test_training_args_checked():
                                             training=TrainingArgs(train_iters=7, eval_iters=3,
                                                                   lr_warmup_iters=1))))
     assert a["--train-iters"] == "7" and a["--eval-iters"] == "3"
+
+
+def test_every_script_passes_eval_interval():
+    """core_v0.16.1 defaults eval_interval to None (training_config.py) and
+    get_train_valid_test_num_samples computes train_iters // eval_interval before the first
+    iteration: a script without the flag stops with a TypeError (seen on a GPU, docs/accuracy.md
+    'Megatron-LM on one GPU')."""
+    a = parse_argv(flag_argv(megatron_flags(SMALL, SMALL_PLAN)))
+    assert int(a["--eval-interval"]) == 1000
+    a = parse_argv(flag_argv(megatron_flags(SMALL, SMALL_PLAN,
+                                            training=TrainingArgs(eval_interval=50))))
+    assert a["--eval-interval"] == "50"
+    with pytest.raises(InputError, match="eval_interval"):
+        megatron_flags(SMALL, SMALL_PLAN, training=TrainingArgs(eval_interval=0))
 
 
 MEGATRON_SRC = os.environ.get("MEGATRON_LM_SRC")

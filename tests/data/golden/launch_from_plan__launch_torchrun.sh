@@ -116,6 +116,7 @@ MEGATRON_ARGS=(
     --clip-grad 1.0
     --log-interval 1
     --eval-iters 0
+    --eval-interval 1000
     --seed 1234
     # data
     --data-path "${DATA_PATHS[@]}"

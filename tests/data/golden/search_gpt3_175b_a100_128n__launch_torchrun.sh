@@ -105,6 +105,7 @@ MEGATRON_ARGS=(
     --clip-grad 1.0
     --log-interval 1
     --eval-iters 0
+    --eval-interval 1000
     --seed 1234
     # data
     --mock-data
