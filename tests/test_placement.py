@@ -262,6 +262,35 @@ def test_batched_search_takes_the_same_path_as_one_at_a_time():
     assert many.evaluations >= one.evaluations
 
 
+def test_pricing_ahead_changes_the_calls_not_the_search(monkeypatch):
+    """A listed scan prices its first SCAN_AHEAD moves in one batch: the same placement,
+    value and evaluation count as the doubling batches alone, in fewer batches; the
+    placements priced ahead but never reached are not counted."""
+    import configurator.search.placement_search as ps
+
+    cl = measured_cluster(8, 2, seed=23, slow_links=0.3, slow_hosts=1, gpu_spread=0.1)
+    priced = PlacedPlan(TINY, cl, _plan(14, pp=7, global_batch_size=28))
+    kw = dict(num_hosts=8, num_nodes=7, gpus_per_node=2, exhaustive_limit=0,
+              max_evaluations=100_000, time_budget_s=600, seed=4, patience=5)
+    runs = {}
+    for ahead in (0, 8):
+        calls, priced_n = [], []
+
+        def many(cands):
+            calls.append(len(cands))
+            priced_n.append(len(cands))
+            return priced.times(cands)
+
+        monkeypatch.setattr(ps, "SCAN_AHEAD", ahead)
+        runs[ahead] = (search_placement(priced.objective, objective_many=many, **kw),
+                       len(calls), sum(priced_n))
+    (plain, plain_calls, plain_priced), (ahead, ahead_calls, ahead_priced) = runs[0], runs[8]
+    assert (ahead.node_hosts, ahead.gpu_order, ahead.objective, ahead.evaluations) == (
+        plain.node_hosts, plain.gpu_order, plain.objective, plain.evaluations)
+    assert ahead_calls < plain_calls
+    assert ahead_priced > ahead.evaluations          # priced ahead, never reached: uncounted
+
+
 def test_pipeline_boundaries_inside_and_across_hosts():
     """tp·cp·dp = 2 ranks per stage on 8-GPU hosts: 4 stages per host, so boundaries 3, 7, …
     cross hosts and the rest stay on NVLink; the closed form's path figure is the harmonic

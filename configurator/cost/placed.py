@@ -53,6 +53,9 @@ from topology.group_figures import host_ring_figures, ring_figures
 
 #: Bytes of distinct replica rows whose simulated makespan a :class:`PlacedPlan` keeps.
 MEMO_BYTES = 32 << 20
+#: Ranks (placements × world size) whose rank → GPU maps :meth:`PlacedPlan.times` prices
+#: in one pass; more placements are priced in slices of this size.
+BATCH_GPUS = 1 << 18
 
 
 @dataclass(frozen=True)
@@ -172,13 +175,30 @@ class PlacedPlan:
 
     # -- the time -------------------------------------------------------------------------
     def terms(self, gpus: np.ndarray) -> dict:
-        """Stage and boundary times for the rank → GPU map ``gpus`` (``[pp, dp, cp, tp]``)."""
+        """Stage and boundary times for the rank → GPU map ``gpus`` (``[pp, dp, cp, tp]``):
+        ``fwd``/``bwd`` ``[dp, pp, vp]``, ``p2p_f``/``p2p_b`` ``[dp, pp]``, ``tail``
+        ``[pp]``, ``opt`` (seconds; :meth:`terms_many` of one map)."""
+        t = self.terms_many(np.asarray(gpus)[None])
+        return {k: v if k == "opt" else v[0] for k, v in t.items()}
+
+    def terms_many(self, gpus: np.ndarray) -> dict:
+        """:meth:`terms` of ``K`` rank → GPU maps at once (``gpus`` ``[K, pp, dp, cp, tp]``):
+        every array gains a leading ``K`` axis. Each figure is the same float the map alone
+        gives (elementwise arithmetic and min/max over the same groups), so a batch of
+        placements is priced in one pass over numpy instead of ``K`` (``opt`` stays one
+        float)."""
+        if self.uniform:           # every placement prices as Megatron's order
+            one = self._terms_batch(self.ranks[None])
+            return {k: v if k == "opt" else np.repeat(v, gpus.shape[0], axis=0)
+                    for k, v in one.items()}
+        return self._terms_batch(gpus)
+
+    def _terms_batch(self, gpus: np.ndarray) -> dict:
         plan, c, lc, model = self.plan, self.c, self.lc, self.model
         pp, dp, cp, tp, vp = plan.pp, plan.dp, plan.cp, plan.tp, plan.vp
+        K = gpus.shape[0]
         G = self.cluster.gpus_per_node
         table_links = self.table.links
-        if self.uniform:
-            gpus = self.ranks
 
         def by_residue(first: np.ndarray, backward: np.ndarray | None = None):
             """Representatives and inverse of the rows (uniform clusters; else None):
@@ -213,23 +233,25 @@ class PlacedPlan:
             bw, lat = table_links(a[rep], b[rep])
             return bw[inv], lat[inv]
 
-        # tensor groups: [pp, dp, cp] rows of tp; the stage waits for its slowest
-        tbw, tlat = rings(gpus.reshape(-1, tp))
-        tp_bw = tbw.reshape(pp, dp, cp).min(axis=2).T            # [dp, pp]
-        tp_lat = tlat.reshape(pp, dp, cp).max(axis=2).T
-        # context rings: [pp, dp, tp] rows of cp
-        cbw, clat = rings(gpus.transpose(0, 1, 3, 2).reshape(-1, cp))
-        cp_bw = cbw.reshape(pp, dp, tp).min(axis=2).T
-        cp_lat = clat.reshape(pp, dp, tp).max(axis=2).T
-        # data-parallel (dp·cp) rings of each stage: [pp, tp] rows
-        dbw, dlat = rings(gpus.transpose(0, 3, 1, 2).reshape(-1, dp * cp))
-        dp_bw = dbw.reshape(pp, tp).min(axis=1)                  # [pp]
-        dp_lat = dlat.reshape(pp, tp).max(axis=1)
+        def slowest(bw, lat, groups: int):
+            """Per ``[K, pp, dp]`` cell, the slowest of its ``groups`` rows, as
+            ``[K, dp, pp]`` (bandwidth: the least; latency: the most)."""
+            bw, lat = bw.reshape(K, pp, dp, groups), lat.reshape(K, pp, dp, groups)
+            return bw.min(axis=3).transpose(0, 2, 1), lat.max(axis=3).transpose(0, 2, 1)
+
+        # tensor groups: [K, pp, dp, cp] rows of tp; the stage waits for its slowest
+        tp_bw, tp_lat = slowest(*rings(gpus.reshape(-1, tp)), cp)            # [K, dp, pp]
+        # context rings: [K, pp, dp, tp] rows of cp
+        cp_bw, cp_lat = slowest(*rings(gpus.transpose(0, 1, 2, 4, 3).reshape(-1, cp)), tp)
+        # data-parallel (dp·cp) rings of each stage: [K, pp, tp] rows
+        dbw, dlat = rings(gpus.transpose(0, 1, 4, 2, 3).reshape(-1, dp * cp))
+        dp_bw = dbw.reshape(K, pp, tp).min(axis=2)                            # [K, pp]
+        dp_lat = dlat.reshape(K, pp, tp).max(axis=2)
 
         types = layer_type_times(model, c, lc, dict(self.expert_comm, tp_bw=tp_bw,
                                                    tp_lat=tp_lat, cp_bw=cp_bw, cp_lat=cp_lat))
         tp_f, tp_b = types["dense"]["tp_f"], types["dense"]["tp_b"]
-        x = {k: np.broadcast_to(v, (dp, pp))
+        x = {k: np.broadcast_to(v, (K, dp, pp))
              for k, v in stage_extras_s(model, c, self.cluster.gpu, lc, tp_bw, tp_lat).items()}
 
         def layer_s(t, back):
@@ -237,77 +259,84 @@ class PlacedPlan:
                 return t["bwd"] + t["recompute"] + t["tp_b"] + t["cp_b"] + t["ep_b"]
             return t["fwd"] + t["tp_f"] + t["cp_f"] + t["ep_f"]
 
-        dense_n = (self.chunk_layers - self.chunk_moe)[None]       # [1, pp, vp]
-        moe_n = self.chunk_moe[None]
-        fwd = (dense_n * np.broadcast_to(layer_s(types["dense"], False), (dp, pp))[:, :, None]
-               + moe_n * np.broadcast_to(layer_s(types["moe"], False), (dp, pp))[:, :, None])
-        bwd = (dense_n * np.broadcast_to(layer_s(types["dense"], True), (dp, pp))[:, :, None]
-               + moe_n * np.broadcast_to(layer_s(types["moe"], True), (dp, pp))[:, :, None])
-        fwd[:, 0, 0] += x["emb_fwd"][:, 0]
-        bwd[:, 0, 0] += x["emb_bwd"][:, 0]
-        fwd[:, pp - 1, vp - 1] += x["logits_fwd"][:, pp - 1]
-        bwd[:, pp - 1, vp - 1] += x["logits_bwd"][:, pp - 1]
+        def chunks(back):
+            """``[K, dp, pp, vp]``: each chunk's dense and MoE layers at their layer times."""
+            dense_n = (self.chunk_layers - self.chunk_moe)[None, None]       # [1, 1, pp, vp]
+            moe_n = self.chunk_moe[None, None]
+            return (dense_n * np.broadcast_to(layer_s(types["dense"], back),
+                                              (K, dp, pp))[..., None]
+                    + moe_n * np.broadcast_to(layer_s(types["moe"], back),
+                                              (K, dp, pp))[..., None])
+
+        fwd, bwd = chunks(False), chunks(True)
+        fwd[:, :, 0, 0] += x["emb_fwd"][:, :, 0]
+        bwd[:, :, 0, 0] += x["emb_bwd"][:, :, 0]
+        fwd[:, :, pp - 1, vp - 1] += x["logits_fwd"][:, :, pp - 1]
+        bwd[:, :, pp - 1, vp - 1] += x["logits_bwd"][:, :, pp - 1]
 
         # pipeline sends s → s+1 (and pp-1 → 0 when interleaved), tp·cp pairs in parallel
-        p2p_f = np.zeros((dp, pp))
-        p2p_b = np.zeros((dp, pp))
+        p2p_f = np.zeros((K, dp, pp))
+        p2p_b = np.zeros((K, dp, pp))
         if pp > 1:
             src = gpus
-            dst = np.roll(gpus, -1, axis=0)
-            fbw, flat = links(src.reshape(-1), dst.reshape(-1))
-            bbw, blat = links(dst.reshape(-1), src.reshape(-1))
-            shape = (pp, dp, cp * tp)
-            pf_bw = fbw.reshape(shape).min(axis=2).T
-            pf_lat = flat.reshape(shape).max(axis=2).T
-            pb_bw = bbw.reshape(shape).min(axis=2).T
-            pb_lat = blat.reshape(shape).max(axis=2).T
+            dst = np.roll(gpus, -1, axis=1)
+            pf_bw, pf_lat = slowest(*links(src.reshape(-1), dst.reshape(-1)), cp * tp)
+            pb_bw, pb_lat = slowest(*links(dst.reshape(-1), src.reshape(-1)), cp * tp)
             p2p_f = p2p_message_s(model, c, lc, pf_bw, pf_lat, tp_bw, tp_lat)
             p2p_b = p2p_message_s(model, c, lc, pb_bw, pb_lat, tp_bw, tp_lat)
-            p2p_f = np.broadcast_to(p2p_f, (dp, pp)).copy()
-            p2p_b = np.broadcast_to(p2p_b, (dp, pp)).copy()
+            p2p_f = np.broadcast_to(p2p_f, (K, dp, pp)).copy()
+            p2p_b = np.broadcast_to(p2p_b, (K, dp, pp)).copy()
 
         # data-parallel reduction per stage, windows as in the closed form (per rank)
         layers = self.chunk_layers.sum(axis=1)                     # [pp]
+        tp_fb = np.broadcast_to(tp_f + tp_b, (K, dp, pp)).max(axis=1)             # [K, pp]
         tail = dp_exposed_s(c, self.stage_params, dp_bw, dp_lat,
-                            bwd_window_s=layers * (lc["bwd"] + lc["recompute"]
-                                                   + (tp_f + tp_b).max(axis=0)),
+                            bwd_window_s=layers * (lc["bwd"] + lc["recompute"] + tp_fb),
                             fwd_window_s=layers * lc["fwd"])
-        tail = np.broadcast_to(tail, (pp,)).astype(float).copy()
+        tail = np.broadcast_to(tail, (K, pp)).astype(float).copy()
         if model.is_moe:
             xc = self.expert_comm
             tail += np.broadcast_to(dp_exposed_s(
                 c, self.stage_expert_params, xc["edp_bw"], xc["edp_lat"], bwd_window_s=0.0,
                 fwd_window_s=0.0, group=(tp * cp * dp) / (plan.ep * plan.etp)), (pp,))
         if pp > 1:
-            t_emb = tied_embedding_s(model, c, pf_bw[:, pp - 1].min(), pf_lat[:, pp - 1].max())
-            tail[0] += float(np.asarray(t_emb).reshape(-1)[0])
-            tail[pp - 1] += float(np.asarray(t_emb).reshape(-1)[0])
+            t_emb = np.broadcast_to(tied_embedding_s(model, c, pf_bw[:, :, pp - 1].min(axis=1),
+                                                     pf_lat[:, :, pp - 1].max(axis=1)), (K,))
+            tail[:, 0] += t_emb
+            tail[:, pp - 1] += t_emb
         return dict(fwd=fwd, bwd=bwd, p2p_f=p2p_f, p2p_b=p2p_b, tail=tail, opt=self.opt_s)
 
-    def _scheduled_terms(self, node_hosts, gpu_order) -> dict:
-        """:meth:`terms` of a placement with 1F1B's sends folded into their senders."""
-        t = self.terms(self.ranks if self.uniform else self.rank_gpus(node_hosts, gpu_order))
-        dp, pp = t["p2p_f"].shape
+    def _scheduled_terms(self, placements) -> dict:
+        """:meth:`terms_many` of ``(node_hosts, gpu_order)`` placements with 1F1B's sends
+        folded into their senders."""
+        if self.uniform:
+            gpus = np.broadcast_to(self.ranks, (len(placements), *self.ranks.shape))
+        else:
+            gpus = np.stack([self.rank_gpus(nh, go) for nh, go in placements])
+        t = self.terms_many(gpus)
+        pp = t["p2p_f"].shape[2]
         if self.plan.vp == 1 and pp > 1:
             # 1F1B: Megatron batches each send with the next receive and waits for both
             # (overlap_p2p_comm is forced off without interleaving, megatron/training/
             # arguments.py): the sending rank is busy for the send
-            t["fwd"][:, :pp - 1, 0] += t["p2p_f"][:, :pp - 1]
-            t["bwd"][:, 1:, 0] += t["p2p_b"][:, :pp - 1]
+            t["fwd"][:, :, :pp - 1, 0] += t["p2p_f"][:, :, :pp - 1]
+            t["bwd"][:, :, 1:, 0] += t["p2p_b"][:, :, :pp - 1]
             t["p2p_f"], t["p2p_b"] = np.zeros_like(t["p2p_f"]), np.zeros_like(t["p2p_b"])
         return t
 
     def _replica_rows(self, t: dict) -> np.ndarray:
-        """One row per data-parallel replica ``[dp, 2·pp·vp + 3·pp]``: its forward and
-        backward chunk times, sends both ways and the stages' tails (what it simulates)."""
-        dp, pp = t["p2p_f"].shape
-        return np.concatenate([t["fwd"].reshape(dp, -1), t["bwd"].reshape(dp, -1),
-                               t["p2p_f"], t["p2p_b"], np.broadcast_to(t["tail"], (dp, pp))],
-                              axis=1)
+        """One row per placement and data-parallel replica ``[K, dp, 2·pp·vp + 3·pp]``: its
+        forward and backward chunk times, sends both ways and the stages' tails (what it
+        simulates)."""
+        K, dp, pp = t["p2p_f"].shape
+        return np.concatenate([t["fwd"].reshape(K, dp, -1), t["bwd"].reshape(K, dp, -1),
+                               t["p2p_f"], t["p2p_b"],
+                               np.broadcast_to(t["tail"][:, None], (K, dp, pp))], axis=2)
 
     def _makespans(self, rows: np.ndarray) -> np.ndarray:
         """Simulated makespan (before the optimizer step) of every row of
-        :meth:`_replica_rows` output, each distinct row simulated once, all in one call."""
+        :meth:`_replica_rows` output (flattened to ``[rows, columns]``), each distinct row
+        simulated once, all in one call."""
         pp, vp = self.plan.pp, self.plan.vp
         n = pp * vp
         uniq, inv = distinct_rows(rows)
@@ -327,23 +356,22 @@ class PlacedPlan:
     def times(self, placements) -> np.ndarray:
         """Simulated iteration times ``[K]`` (seconds) of ``K`` placements, each a
         ``(node_hosts, gpu_order)`` pair as :meth:`time` takes; the same floats as
-        :meth:`time`, but every distinct replica of every placement is simulated in one
-        batched call (:func:`simulate` walks the schedule level by level over all of them),
-        which is what makes pricing a placement neighbourhood or 100 random placements
-        cheap."""
+        :meth:`time`, but the placements are priced together (:meth:`terms_many`, at most
+        :data:`BATCH_GPUS` ranks at once) and every distinct replica of every placement is
+        simulated in one batched call (:func:`simulate` walks the schedule level by level
+        over all of them), which is what makes pricing a placement neighbourhood or 100
+        random placements cheap."""
         placements = list(placements)
         if not placements:
             return np.zeros(0)
-        rows, owner, opt = [], [], []
-        for k, (nh, go) in enumerate(placements):
-            t = self._scheduled_terms(nh, go)
-            r = distinct_rows(self._replica_rows(t))[0]    # a placement's distinct replicas
-            rows.append(r)
-            owner.append(np.full(len(r), k))
-            opt.append(t["opt"])
-        worst = np.full(len(placements), -np.inf)
-        np.maximum.at(worst, np.concatenate(owner), self._makespans(np.concatenate(rows)))
-        return worst + np.asarray(opt)
+        step = max(1, BATCH_GPUS // self.plan.world_size)
+        rows = []
+        for start in range(0, len(placements), step):
+            t = self._scheduled_terms(placements[start:start + step])
+            rows.append(self._replica_rows(t))
+        rows = np.concatenate(rows)                                # [K, dp, columns]
+        K, dp = rows.shape[:2]
+        return self._makespans(rows.reshape(K * dp, -1)).reshape(K, dp).max(axis=1) + self.opt_s
 
     def time(self, node_hosts, gpu_order, *, record: bool = False) -> PlacedTime:
         """Simulated iteration time under the placement ``node_hosts`` (``[N]`` host
@@ -351,8 +379,9 @@ class PlacedPlan:
         local rank). Replicas with identical stage and link times are simulated once.
         ``record`` keeps the slowest replica's op times and critical path (``sim`` then
         holds that one replica)."""
-        t = self._scheduled_terms(node_hosts, gpu_order)
-        per_replica = self._makespans(self._replica_rows(t))
+        t = self._scheduled_terms([(node_hosts, gpu_order)])
+        per_replica = self._makespans(self._replica_rows(t)[0])
+        t = {k: v if k == "opt" else v[0] for k, v in t.items()}
         worst = int(np.argmax(per_replica))
         timed = PlacedTime(iteration_time_s=float(per_replica[worst]) + t["opt"],
                            stage_fwd_s=t["fwd"], stage_bwd_s=t["bwd"], p2p_fwd_s=t["p2p_f"],

@@ -63,6 +63,10 @@ def placement_count(num_hosts: int, num_nodes: int, gpus_per_node: int,
 #: (some 360 node ranks on as many hosts) it scans MOVES_DRAWN moves drawn at random.
 MOVES_LISTED = 1 << 16
 MOVES_DRAWN = 4096
+#: Moves of a listed scan priced in one batch before the scan reaches them: most scans
+#: find their improving move among the first few, which the doubling batches (1, 2, 4, …)
+#: would price in as many calls.
+SCAN_AHEAD = 8
 
 
 def search_placement(objective: Callable[[np.ndarray, np.ndarray], float], *,
@@ -79,7 +83,9 @@ def search_placement(objective: Callable[[np.ndarray, np.ndarray], float], *,
     :meth:`configurator.cost.placed.PlacedPlan.times`): the exhaustive pass and each
     neighbourhood scan then price in batches (of 1, 2, 4, … up to 64 moves within one
     scan), taking the first improving move in the same order as one at a time, so the
-    search path is the same and only extra moves of the last batch are priced.
+    search path is the same and only extra moves of the last batch are priced; a listed
+    scan's first :data:`SCAN_AHEAD` moves are priced in one batch when it starts, counted
+    as evaluations only when the scan reaches them.
 
     Every placement is priced when there are at most ``exhaustive_limit``
     (:func:`placement_count`). Otherwise an iterated local search: start from the better of
@@ -108,22 +114,44 @@ def search_placement(objective: Callable[[np.ndarray, np.ndarray], float], *,
     def price(nh, go) -> float:
         return price_many([(nh, go)])[0]
 
+    ahead_values: dict[int, float] = {}     # priced ahead of the scan, not yet counted
+
+    def key_of(nh, go) -> int:
+        return hash(nh.tobytes() + go.tobytes())
+
     def price_many(cands: list) -> list[float]:
-        """Values of ``cands`` (``(nh, go)`` pairs), new ones priced in one batch."""
+        """Values of ``cands`` (``(nh, go)`` pairs), new ones priced in one batch (or taken
+        from those :func:`price_ahead` priced); each new one counts as an evaluation."""
         nonlocal evals
-        keys = [hash(nh.tobytes() + go.tobytes()) for nh, go in cands]
+        keys = [key_of(nh, go) for nh, go in cands]
         new = {}
         for key, c in zip(keys, cands):
             if key not in seen and key not in new:
                 new[key] = c
         if new:
-            if objective_many is None:
-                vals = [float(objective(nh, go)) for nh, go in new.values()]
-            else:
-                vals = [float(x) for x in objective_many(list(new.values()))]
-            seen.update(zip(new.keys(), vals))
+            todo = {k: c for k, c in new.items() if k not in ahead_values}
+            if todo:
+                if objective_many is None:
+                    vals = [float(objective(nh, go)) for nh, go in todo.values()]
+                else:
+                    vals = [float(x) for x in objective_many(list(todo.values()))]
+                ahead_values.update(zip(todo.keys(), vals))
+            seen.update((k, ahead_values.pop(k)) for k in new)
             evals += len(new)
         return [seen[key] for key in keys]
+
+    def price_ahead(cands: list) -> None:
+        """Price ``cands`` in one batch before the scan reaches them (their values wait,
+        uncounted, until :func:`price_many` asks): one batch instead of the doubling ones,
+        the same values, evaluations and path."""
+        todo = {}
+        for nh, go in cands:
+            key = key_of(nh, go)
+            if key not in seen and key not in ahead_values and key not in todo:
+                todo[key] = (nh, go)
+        if todo:
+            ahead_values.update(zip(todo.keys(), (float(x) for x in
+                                                  objective_many(list(todo.values())))))
 
     def done() -> bool:
         return evals >= max_evaluations or time.perf_counter() - t0 > time_budget_s
@@ -218,15 +246,25 @@ def search_placement(objective: Callable[[np.ndarray, np.ndarray], float], *,
             go[i, a], go[i, b] = go[i, b], go[i, a]
         return nh, go
 
+    # a listed scan's order is fixed when it starts, so its first moves can be priced ahead
+    # in one batch; a drawn one draws from the generator the kicks draw from, so it is not
+    look_ahead = SCAN_AHEAD if listed and objective_many is not None else 0
     stale = 0
     while not done() and stale < patience:
         improved = False
         order = scan_order(cur[0])
+        ahead: list = []                # placements taken from ``order``, not yet scanned
+        ahead_values.clear()
         size = 1
         while not improved and not done():
             room = max(1, max_evaluations - evals)
-            batch = [apply(cur[0], cur[1], mv)
-                     for mv in itertools.islice(order, min(size, room))]
+            want = min(size, room)
+            if len(ahead) < want:
+                ahead.extend(apply(cur[0], cur[1], mv) for mv in itertools.islice(
+                    order, max(want, look_ahead) - len(ahead)))
+                if look_ahead:
+                    price_ahead(ahead)
+            batch, ahead = ahead[:want], ahead[want:]
             if not batch:
                 break
             size = size if objective_many is None else min(2 * size, 64)
