@@ -365,13 +365,17 @@ class PlacedPlan:
         if not placements:
             return np.zeros(0)
         step = max(1, BATCH_GPUS // self.plan.world_size)
-        rows = []
+        slices = []                 # per slice: its distinct replica rows, their inverse, K
         for start in range(0, len(placements), step):
-            t = self._scheduled_terms(placements[start:start + step])
-            rows.append(self._replica_rows(t))
-        rows = np.concatenate(rows)                                # [K, dp, columns]
-        K, dp = rows.shape[:2]
-        return self._makespans(rows.reshape(K * dp, -1)).reshape(K, dp).max(axis=1) + self.opt_s
+            rows = self._replica_rows(self._scheduled_terms(placements[start:start + step]))
+            k, dp = rows.shape[:2]
+            slices.append((*distinct_rows(rows.reshape(k * dp, -1)), k))
+        spans = self._makespans(np.concatenate([u for u, _, _ in slices]))
+        worst, at = [], 0
+        for uniq, inv, k in slices:
+            worst.append(spans[at:at + len(uniq)][inv].reshape(k, -1).max(axis=1))
+            at += len(uniq)
+        return np.concatenate(worst) + self.opt_s
 
     def time(self, node_hosts, gpu_order, *, record: bool = False) -> PlacedTime:
         """Simulated iteration time under the placement ``node_hosts`` (``[N]`` host

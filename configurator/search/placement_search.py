@@ -247,7 +247,8 @@ def search_placement(objective: Callable[[np.ndarray, np.ndarray], float], *,
         return nh, go
 
     # a listed scan's order is fixed when it starts, so its first moves can be priced ahead
-    # in one batch; a drawn one draws from the generator the kicks draw from, so it is not
+    # in one batch; a drawn scan draws each move from the random generator the kicks use,
+    # and drawing ahead would change the kicks
     look_ahead = SCAN_AHEAD if listed and objective_many is not None else 0
     stale = 0
     while not done() and stale < patience:
