@@ -59,6 +59,10 @@ class ShellVar:
     array: bool = False
 
 
+#: GPT-OSS's gated MLP adds 1 to its linear half, ``(up + 1) · gate·σ(1.702·gate)`` (Hugging
+#: Face ``GptOssMLP``; Megatron-Bridge's GPT-OSS provider: ``glu_linear_offset = 1.0``).
+GPT_OSS_GLU_OFFSET = 1.0
+
 Value = Union[None, bool, int, float, str, ShellVar, tuple]
 #: ``fn(model, plan)`` of a plan field's ``flags`` entry (configurator.core.plan).
 PlanFlagFn = Callable[[ModelSpec, ParallelPlan], Value]
@@ -162,10 +166,20 @@ _MODEL_ROWS = _rows(
     ("--position-embedding-type", "model.position_embedding_type",
      lambda m, p, t: m.position_embedding_type),
     ("--normalization", "model.normalization", lambda m, p, t: m.normalization),
-    ("--swiglu", "model.swiglu", lambda m, p, t: m.swiglu or None),
-    # a TransformerConfig field core_v0.16.1's parser exposes (ArgumentGroupFactory)
+    # a clamped gated MLP is GPT-OSS's: quick-GELU gate and (up + 1), both halves clamped
+    # (Hugging Face GptOssMLP; Megatron-Bridge gpt_oss_bridge.py sets activation_func
+    # quick_gelu, activation_func_clamp_value 7.0, glu_linear_offset 1.0). core_v0.16.1's
+    # --swiglu would train SiLU instead (arguments.py core_transformer_config_from_args), so
+    # such a model passes --quick-geglu (gated, quick_gelu) and the offset
+    ("--swiglu", "model.swiglu",
+     lambda m, p, t: (m.swiglu and m.activation_func_clamp_value is None) or None),
+    ("--quick-geglu", "model.activation_func_clamp_value",
+     lambda m, p, t: m.activation_func_clamp_value is not None or None),
+    # TransformerConfig fields core_v0.16.1's parser exposes (ArgumentGroupFactory)
     ("--activation-func-clamp-value", "model.activation_func_clamp_value",
      lambda m, p, t: m.activation_func_clamp_value),
+    ("--glu-linear-offset", "model.activation_func_clamp_value",
+     lambda m, p, t: None if m.activation_func_clamp_value is None else GPT_OSS_GLU_OFFSET),
     ("--untie-embeddings-and-output-weights", "model.untie_embeddings_and_output_weights",
      lambda m, p, t: m.untie_embeddings_and_output_weights or None),
     ("--disable-bias-linear", "not model.add_bias_linear",

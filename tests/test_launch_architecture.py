@@ -158,6 +158,10 @@ def architecture_from_flags(argv: list[str]) -> dict:
     tp = int(a["--tensor-model-parallel-size"])
     hidden, heads = int(a["--hidden-size"]), int(a["--num-attention-heads"])
     swiglu = "--swiglu" in a
+    # core_transformer_config_from_args: --swiglu and --quick-geglu each make the MLP gated
+    # (SiLU and quick-GELU); asserts they are not both given
+    assert not (swiglu and "--quick-geglu" in a), "core_transformer_config_from_args"
+    gated = swiglu or "--quick-geglu" in a
     mla = "--multi-latent-attention" in a
     gqa = "--group-query-attention" in a
     pos_type = a["--position-embedding-type"]
@@ -190,7 +194,7 @@ def architecture_from_flags(argv: list[str]) -> dict:
         # validate_args: "Keep the 'add bias' args in sync": add_bias_linear sets add_qkv_bias
         add_qkv_bias="--add-qkv-bias" in a or add_bias,
         qk_layernorm="--qk-layernorm" in a,
-        gated_linear_unit=swiglu, normalization=a["--normalization"],
+        gated_linear_unit=gated, normalization=a["--normalization"],
         layernorm_epsilon=float(a.get("--norm-epsilon", 1e-5)),
         hidden_dropout=float(a["--hidden-dropout"]),
         attention_dropout=float(a["--attention-dropout"]),
@@ -208,6 +212,7 @@ def architecture_from_flags(argv: list[str]) -> dict:
                                if "--window-attn-skip-freq" in a else None),
         activation_func_clamp_value=(float(a["--activation-func-clamp-value"])
                                      if "--activation-func-clamp-value" in a else None),
+        glu_linear_offset=float(a.get("--glu-linear-offset", 0.0)),
         use_cpu_initialization=True)
     if mla:   # MLATransformerConfig; the mla argument group's defaults (not the config's)
         config.update(
@@ -227,7 +232,7 @@ def architecture_from_flags(argv: list[str]) -> dict:
                  share_embeddings_and_output_weights=(
                      "--untie-embeddings-and-output-weights" not in a))
     return dict(config=config, model=model, normalization=a["--normalization"], tp=tp,
-                swiglu=swiglu,
+                swiglu=swiglu, quick_geglu="--quick-geglu" in a,
                 config_class="MLATransformerConfig" if mla else "TransformerConfig")
 
 
@@ -545,7 +550,8 @@ def test_architecture_from_flags_matches_megatrons_own_parser(tmp_path):
             fields["args"] = {{k: getattr(args, k) for k in (
                 "rotary_base", "max_position_embeddings", "position_embedding_type",
                 "untie_embeddings_and_output_weights", "normalization", "swiglu",
-                "tensor_model_parallel_size")}}
+                "quick_geglu", "tensor_model_parallel_size")}}
+            fields["activation"] = getattr(cfg.activation_func, "__name__", "?")
             out[case["label"]] = json.loads(json.dumps(fields, default=repr))
         print("OK " + json.dumps(out))
     """)
@@ -574,10 +580,14 @@ def test_architecture_from_flags_matches_megatrons_own_parser(tmp_path):
         args, model = got["args"], arch["model"]
         assert (args["rotary_base"], args["max_position_embeddings"],
                 args["position_embedding_type"], not args["untie_embeddings_and_output_weights"],
-                args["normalization"], args["swiglu"], args["tensor_model_parallel_size"]) == (
+                args["normalization"], args["swiglu"], args["quick_geglu"],
+                args["tensor_model_parallel_size"]) == (
             model["rotary_base"], model["max_sequence_length"],
             model["position_embedding_type"], model["share_embeddings_and_output_weights"],
-            arch["normalization"], arch["swiglu"], arch["tp"]), label
+            arch["normalization"], arch["swiglu"], arch["quick_geglu"], arch["tp"]), label
+        # GPT-OSS's clamped gate is quick-GELU with (up + 1), as Megatron-Bridge builds it
+        assert got["activation"] == ("quick_gelu" if spec.activation_func_clamp_value
+                                     else "silu" if spec.swiglu else "gelu"), label
 
 
 def architecture_from_flags_or_refusal(argv: list[str]) -> dict | None:

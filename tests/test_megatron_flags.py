@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import textwrap
@@ -143,6 +144,22 @@ def test_training_args_checked():
                                             training=TrainingArgs(train_iters=7, eval_iters=3,
                                                                   lr_warmup_iters=1))))
     assert a["--train-iters"] == "7" and a["--eval-iters"] == "3"
+
+
+def test_clamped_gated_mlp_trains_gpt_oss_activation():
+    """A model with activation_func_clamp_value (GPT-OSS) gets --quick-geglu and
+    --glu-linear-offset 1.0 in place of --swiglu, which core_v0.16.1 turns into SiLU
+    (core_transformer_config_from_args); a plain gated MLP keeps --swiglu."""
+    from tests.megatron_argv import MODERN_PLANS, WINDOWED
+
+    plan = dict((id(m), p) for m, p in MODERN_PLANS)[id(WINDOWED)]
+    a = parse_argv(flag_argv(megatron_flags(WINDOWED, plan)))
+    assert a["--quick-geglu"] is True and "--swiglu" not in a
+    assert (a["--activation-func-clamp-value"], a["--glu-linear-offset"]) == ("7.0", "1.0")
+    plain = dataclasses.replace(WINDOWED, activation_func_clamp_value=None)
+    a = parse_argv(flag_argv(megatron_flags(plain, plan)))
+    assert a["--swiglu"] is True
+    assert not {"--quick-geglu", "--glu-linear-offset", "--activation-func-clamp-value"} & set(a)
 
 
 def test_every_script_passes_eval_interval():

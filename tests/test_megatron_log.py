@@ -209,6 +209,16 @@ def test_gqa_window_and_mla_args():
     assert mla.num_query_groups == mla.num_attention_heads
 
 
+def test_quick_geglu_args_read_as_gpt_oss_gated_mlp():
+    """A GPT-OSS run's dump (--quick-geglu, the clamp, --glu-linear-offset 1.0, as our
+    scripts write it) reads as a gated MLP with its clamp; a SwiGLU one has no clamp."""
+    gpt_oss = one(with_args(MOE_TEXT, swiglu="False", quick_geglu="True",
+                            activation_func_clamp_value="7.0", glu_linear_offset="1.0")).model
+    assert gpt_oss.swiglu and gpt_oss.activation_func_clamp_value == 7.0
+    plain = one(MOE_TEXT).model
+    assert plain.swiglu and plain.activation_func_clamp_value is None
+
+
 def test_vocab_sources():
     no_line = DENSE_TEXT.replace(" > padded vocab", " > vocab")
     # NullTokenizer: vocab_size + 1 (EOD), padded to 128 * tp

@@ -203,6 +203,14 @@ def model_fields(a: MegatronArgs, tokenizer_vocab: int | None) -> dict[str, Any]
             val = a.get(name, kind)
             if val is not None:
                 kw[field] = val
+    if a.bool("quick_geglu"):
+        # GPT-OSS's gated MLP (--quick-geglu with the clamp and --glu-linear-offset 1.0, as
+        # the launch scripts write it): a gated MLP with its clamp (ModelSpec
+        # activation_func_clamp_value)
+        kw["swiglu"] = True
+        clamp = a.get("activation_func_clamp_value", "float")
+        if clamp is not None:
+            kw["activation_func_clamp_value"] = clamp
     if kw.get("window_attn_skip_freq") is not None and not isinstance(
             kw["window_attn_skip_freq"], int):
         raise a.error("window_attn_skip_freq", "a list pattern is not supported")
