@@ -114,3 +114,17 @@ def test_memory_model_against_the_measured_runs(capsys):
         assert -0.02 < predicted / measured - 1 < 0.06, r
         assert r["predicted_s"] < r["measured_s"]     # TE-kernel rates; the runs had neither
     assert "priced as dgx-h200-141gb" in capsys.readouterr().out
+
+
+def test_steps_refuse_to_write_over_what_is_there(tmp_path, capsys):
+    """prepare refuses a non-empty --out and run an --out that already holds measurements
+    (exit 2, one line), before doing anything."""
+    (tmp_path / "mine.txt").write_text("keep me")
+    assert mg.main(["prepare", "--out", str(tmp_path)]) == 2
+    (tmp_path / "megatron_gpu.json").write_text("{}")
+    assert mg.main(["run", "--plans", str(tmp_path), "--megatron-lm", str(tmp_path),
+                    "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and "--force" in err[0] and "megatron_gpu.json" in err[1]
+    assert (tmp_path / "mine.txt").read_text() == "keep me"
+    assert (tmp_path / "megatron_gpu.json").read_text() == "{}"

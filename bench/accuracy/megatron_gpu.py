@@ -107,10 +107,13 @@ def one_gpu_cluster(preset: str, path: Path) -> Path:
     return path
 
 
-def prepare(out: Path) -> None:
-    """Write the one-GPU cluster, the MoE model file and each plan's scripts under ``out``."""
+def prepare(out: Path, force: bool = False) -> None:
+    """Write the one-GPU cluster, the MoE model file and each plan's scripts under ``out``;
+    FileExistsError if ``out`` holds files and ``force`` is off."""
     import yaml
 
+    if out.exists() and any(out.iterdir()) and not force:
+        raise FileExistsError(f"{out} is not empty; give --force to write over it")
     out.mkdir(parents=True, exist_ok=True)
     cluster = one_gpu_cluster(PLAN_CLUSTER, out / "cluster.yaml")
     (out / "tiny-moe.yaml").write_text(yaml.safe_dump(TINY_MOE, sort_keys=False),
@@ -217,12 +220,20 @@ def megatron_copy(megatron_lm: Path, work: Path) -> tuple[Path, list[str]]:
 
 
 def run(plans: Path, megatron_lm: Path, out: Path, timeout_s: int,
-        only: list[str] | None = None) -> int:
+        only: list[str] | None = None, force: bool = False) -> int:
     """Run every plan under ``plans`` with (a copy of) the Megatron-LM checkout at
     ``megatron_lm``; write each log and ``megatron_gpu.json`` under ``out``. Returns the
-    number of runs that failed."""
+    number of runs that failed; FileExistsError if ``out`` already holds a
+    ``megatron_gpu.json`` and ``force`` is off."""
+    if (out / "megatron_gpu.json").exists() and not force:
+        raise FileExistsError(f"{out / 'megatron_gpu.json'} exists; give --force to replace it")
     out.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp())
+    with tempfile.TemporaryDirectory() as tmp:
+        return _run_in(Path(tmp), plans, megatron_lm, out, timeout_s, only)
+
+
+def _run_in(work: Path, plans: Path, megatron_lm: Path, out: Path, timeout_s: int,
+            only: list[str] | None) -> int:
     megatron, patched = megatron_copy(megatron_lm, work)
     env = dict(os.environ, MEGATRON_LM_DIR=str(megatron), PYTHONUNBUFFERED="1")
     if shutil.which("torchrun") is None:          # the interpreter's module, under its name
@@ -347,6 +358,7 @@ def main(argv=None) -> int:
     sub = ap.add_subparsers(dest="step", required=True)
     p = sub.add_parser("prepare", help="write the plans' launch scripts (CPU)")
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--force", action="store_true", help="write over a non-empty --out")
     r = sub.add_parser("run", help="run them with Megatron-LM (GPU)")
     r.add_argument("--plans", type=Path, required=True)
     r.add_argument("--megatron-lm", type=Path, required=True,
@@ -354,15 +366,20 @@ def main(argv=None) -> int:
     r.add_argument("--out", type=Path, required=True)
     r.add_argument("--timeout-s", type=int, default=240, help="per run (default 240)")
     r.add_argument("--only", nargs="+", choices=list(PLANS), help="run these plans alone")
+    r.add_argument("--force", action="store_true", help="replace --out's megatron_gpu.json")
     c = sub.add_parser("compare", help="measured against estimate (CPU)")
     c.add_argument("--measured", type=Path, default=MEASURED)
     args = ap.parse_args(argv)
-    if args.step == "prepare":
-        prepare(args.out)
-        return 0
-    if args.step == "run":
-        return 1 if run(args.plans, args.megatron_lm, args.out, args.timeout_s,
-                        args.only) else 0
+    try:
+        if args.step == "prepare":
+            prepare(args.out, args.force)
+            return 0
+        if args.step == "run":
+            return 1 if run(args.plans, args.megatron_lm, args.out, args.timeout_s,
+                            args.only, args.force) else 0
+    except FileExistsError as err:
+        print(f"megatron_gpu {args.step}: {err}", file=sys.stderr)
+        return 2
     compare(args.measured)
     return 0
 
