@@ -3,6 +3,7 @@ measurements parse from the log lines they came from, the run step's fixes to a 
 checkout do what they say, and the memory model stays where the measurement puts it."""
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -128,3 +129,58 @@ def test_steps_refuse_to_write_over_what_is_there(tmp_path, capsys):
     assert len(err) == 2 and "--force" in err[0] and "megatron_gpu.json" in err[1]
     assert (tmp_path / "mine.txt").read_text() == "keep me"
     assert (tmp_path / "megatron_gpu.json").read_text() == "{}"
+
+
+FAKE_TORCHRUN = """#!/bin/sh
+# records its arguments, then prints what pretrain_gpt.py logs
+printf '%s\\n' "$@" > "$ARGV_DIR/$MASTER_PORT.argv"
+i=1
+while [ $i -le 30 ]; do
+  head=" [t] iteration        $i/      30 | consumed samples: 8 |"
+  echo "$head elapsed time per iteration (ms): 500.0 |"
+  i=$((i + 1))
+done
+memory="allocated: 1.00 | max allocated: 2048.00 | reserved: 3.00 | max reserved: 4.00"
+echo "[Rank 0] (after 30 iterations) memory (MB) | $memory"
+"""
+
+
+@pytest.mark.parametrize("impl", ["local", "te"])
+def test_run_step_end_to_end_with_a_stand_in_torchrun(tmp_path, monkeypatch, impl):
+    """``run`` on plans and a checkout laid out as prepare and Megatron-LM lay them out, with
+    a torchrun that records its arguments: local layers get LOCAL_FLAGS and lose the
+    grouped GEMM, Transformer Engine runs keep the script as written; the checkout's MoE fix
+    goes to a copy; each run's figures land in megatron_gpu.json."""
+    bin_dir, argv_dir = tmp_path / "bin", tmp_path / "argv"
+    bin_dir.mkdir(), argv_dir.mkdir()
+    (bin_dir / "torchrun").write_text(FAKE_TORCHRUN)
+    (bin_dir / "torchrun").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("ARGV_DIR", str(argv_dir))
+    checkout = tmp_path / "Megatron-LM"
+    (checkout / mg.MOE_UTILS).parent.mkdir(parents=True)
+    (checkout / mg.MOE_UTILS).write_text("try:\n    pass\nexcept ImportError:\n"
+                                         "    HAVE_TE = False\n")
+    (checkout / "pretrain_gpt.py").write_text("# entry\n")
+    plans = tmp_path / "plans"
+    for name in mg.PLANS:
+        (plans / name).mkdir(parents=True)
+        (plans / name / "plan.json").write_text(json.dumps({"plan": {"tp": 1}}))
+        (plans / name / "launch_torchrun.sh").write_text(     # as the launchers lay it out
+            'MEGATRON_ARGS=(\n    --num-experts 8\n    --moe-grouped-gemm\n)\n'
+            'exec torchrun --nproc-per-node 1 "$MEGATRON_LM_DIR/pretrain_gpt.py" '
+            '"${MEGATRON_ARGS[@]}" "$@"\n')
+    out = tmp_path / "out"
+    assert mg.main(["run", "--plans", str(plans), "--megatron-lm", str(checkout),
+                    "--out", str(out), "--impl", impl]) == 0
+    data = json.loads((out / "megatron_gpu.json").read_text())
+    assert data["transformer_impl"] == ("local" if impl == "local" else "transformer_engine")
+    assert "te_general_gemm = None" not in (checkout / mg.MOE_UTILS).read_text()
+    assert len(data["megatron_changes"]) == 1
+    for port, name in enumerate(mg.PLANS, start=29510):
+        argv = (argv_dir / f"{port}.argv").read_text().split()
+        run = data["runs"][name]
+        assert run["iteration_time_s"] == 0.5 and run["max_memory_allocated_bytes"] == 2**31
+        assert ("--moe-grouped-gemm" in argv) == (impl == "te")
+        assert ("--transformer-impl" in argv) == (impl == "local")
+        assert argv[argv.index("--train-iters") + 1] == str(mg.TRAIN_ITERATIONS)

@@ -13,12 +13,14 @@ torchrun and a Megatron-LM core_v0.16.1 checkout):
 
 ``prepare`` writes a one-GPU cluster file and, per plan, the launch scripts: the dense and the
 MoE plan are ``configurator search --out``'s best plan, the selective-recompute plan is the
-dense plan with ``--recompute selective`` (``estimate --out`` then ``launch``). ``run`` runs
-each ``launch_torchrun.sh`` with mock data and the flags a machine without Transformer Engine
-and Apex needs (:data:`LOCAL_FLAGS`; ``--moe-grouped-gemm`` is dropped from the script: the
-legacy grouped GEMM needs the ``grouped_gemm`` package, so the experts run as megatron-core's
-``SequentialMLP``, one GEMM per expert) from a copy of the checkout in which MoE can run
-without Transformer Engine (:data:`MOE_UTILS`), and parses Megatron's log: ``elapsed time per
+dense plan with ``--recompute selective`` (``estimate --out`` then ``launch``);
+``--attention-backend auto`` writes plans for a GPU with Transformer Engine. ``run`` runs
+each ``launch_torchrun.sh`` with mock data; where Transformer Engine is missing (``--impl``)
+it adds the flags a machine without it and Apex needs (:data:`LOCAL_FLAGS`) and drops
+``--moe-grouped-gemm`` from the script (the legacy grouped GEMM needs the ``grouped_gemm``
+package, so the experts run as megatron-core's ``SequentialMLP``, one GEMM per expert). It
+runs a copy of the checkout in which MoE can run without Transformer Engine
+(:data:`MOE_UTILS`), and parses Megatron's log: ``elapsed time per
 iteration (ms)`` of every iteration and the last ``max allocated`` of ``report_memory``, i.e.
 ``torch.cuda.max_memory_allocated`` over the run. ``compare`` prices each plan with
 ``configurator estimate`` on a one-GPU cluster of the GPU the runs used and prints measured
@@ -107,9 +109,11 @@ def one_gpu_cluster(preset: str, path: Path) -> Path:
     return path
 
 
-def prepare(out: Path, force: bool = False) -> None:
-    """Write the one-GPU cluster, the MoE model file and each plan's scripts under ``out``;
-    FileExistsError if ``out`` holds files and ``force`` is off."""
+def prepare(out: Path, force: bool = False, attention_backend: str = "unfused") -> None:
+    """Write the one-GPU cluster, the MoE model file and each plan's scripts under ``out``
+    (core attention ``attention_backend``: ``unfused`` is what megatron-core's local layers
+    run, for a GPU without Transformer Engine; ``auto`` for one with it); FileExistsError if
+    ``out`` holds files and ``force`` is off."""
     import yaml
 
     if out.exists() and any(out.iterdir()) and not force:
@@ -118,7 +122,7 @@ def prepare(out: Path, force: bool = False) -> None:
     cluster = one_gpu_cluster(PLAN_CLUSTER, out / "cluster.yaml")
     (out / "tiny-moe.yaml").write_text(yaml.safe_dump(TINY_MOE, sort_keys=False),
                                        encoding="utf-8")
-    common = ["--cluster", str(cluster), "--attention-backend", "unfused"]
+    common = ["--cluster", str(cluster), "--attention-backend", attention_backend]
     for name, (model, gbs, how) in PLANS.items():
         model_ref = str(out / model) if model.endswith(".yaml") else model
         plan_dir = out / name
@@ -180,13 +184,14 @@ def _device_facts() -> dict:
     return facts
 
 
-def _script_for_run(plan_dir: Path, work: Path) -> tuple[Path, list[str]]:
+def _script_for_run(plan_dir: Path, work: Path, local: bool = True) -> tuple[Path, list[str]]:
     """The plan's torchrun script, copied with the lines a GPU without Transformer Engine
-    cannot run left out; the lines left out."""
+    cannot run left out (``local``; with Transformer Engine, as written); the lines left
+    out."""
     text = (plan_dir / "launch_torchrun.sh").read_text()
     kept, dropped = [], []
     for line in text.splitlines():
-        if line.strip() == "--moe-grouped-gemm":
+        if local and line.strip() == "--moe-grouped-gemm":
             dropped.append(line.strip())
             continue
         kept.append(line)
@@ -219,21 +224,31 @@ def megatron_copy(megatron_lm: Path, work: Path) -> tuple[Path, list[str]]:
     return dst, []
 
 
+def has_transformer_engine() -> bool:
+    """Whether this interpreter can import Transformer Engine (what ``--impl auto`` asks)."""
+    import importlib.util
+
+    return importlib.util.find_spec("transformer_engine") is not None
+
+
 def run(plans: Path, megatron_lm: Path, out: Path, timeout_s: int,
-        only: list[str] | None = None, force: bool = False) -> int:
+        only: list[str] | None = None, force: bool = False, impl: str = "auto") -> int:
     """Run every plan under ``plans`` with (a copy of) the Megatron-LM checkout at
-    ``megatron_lm``; write each log and ``megatron_gpu.json`` under ``out``. Returns the
-    number of runs that failed; FileExistsError if ``out`` already holds a
-    ``megatron_gpu.json`` and ``force`` is off."""
+    ``megatron_lm``; write each log and ``megatron_gpu.json`` under ``out``. ``impl``:
+    ``local`` adds :data:`LOCAL_FLAGS` and drops the grouped GEMM, ``te`` runs the scripts
+    as written (Transformer Engine layers), ``auto`` the first where Transformer Engine is
+    missing. Returns the number of runs that failed; FileExistsError if ``out`` already
+    holds a ``megatron_gpu.json`` and ``force`` is off."""
     if (out / "megatron_gpu.json").exists() and not force:
         raise FileExistsError(f"{out / 'megatron_gpu.json'} exists; give --force to replace it")
     out.mkdir(parents=True, exist_ok=True)
+    local = impl == "local" or (impl == "auto" and not has_transformer_engine())
     with tempfile.TemporaryDirectory() as tmp:
-        return _run_in(Path(tmp), plans, megatron_lm, out, timeout_s, only)
+        return _run_in(Path(tmp), plans, megatron_lm, out, timeout_s, only, local)
 
 
 def _run_in(work: Path, plans: Path, megatron_lm: Path, out: Path, timeout_s: int,
-            only: list[str] | None) -> int:
+            only: list[str] | None, local: bool) -> int:
     megatron, patched = megatron_copy(megatron_lm, work)
     env = dict(os.environ, MEGATRON_LM_DIR=str(megatron), PYTHONUNBUFFERED="1")
     if shutil.which("torchrun") is None:          # the interpreter's module, under its name
@@ -244,13 +259,14 @@ def _run_in(work: Path, plans: Path, megatron_lm: Path, out: Path, timeout_s: in
         env["PATH"] = f"{shim.parent}:{env['PATH']}"
     result = {"command": "python -m bench.accuracy.megatron_gpu " + " ".join(sys.argv[1:]),
               "device": _device_facts(), "megatron_changes": patched,
+              "transformer_impl": "local" if local else "transformer_engine",
               "train_iterations": TRAIN_ITERATIONS, "warmup_iterations": WARMUP_ITERATIONS,
               "runs": {}}
     failed = 0
     for port, name in enumerate(only or PLANS, start=29510):
         plan_dir = plans / name
-        script, dropped = _script_for_run(plan_dir, work)
-        extra = [*LOCAL_FLAGS, "--train-iters", str(TRAIN_ITERATIONS),
+        script, dropped = _script_for_run(plan_dir, work, local)
+        extra = [*(LOCAL_FLAGS if local else ()), "--train-iters", str(TRAIN_ITERATIONS),
                  "--log-memory-interval", "5"]
         start = time.time()
         try:
@@ -359,6 +375,9 @@ def main(argv=None) -> int:
     p = sub.add_parser("prepare", help="write the plans' launch scripts (CPU)")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--force", action="store_true", help="write over a non-empty --out")
+    p.add_argument("--attention-backend", choices=("unfused", "auto"), default="unfused",
+                   help="the plans' core attention: unfused (megatron-core's local layers, "
+                        "a GPU without Transformer Engine; default) or auto (with it)")
     r = sub.add_parser("run", help="run them with Megatron-LM (GPU)")
     r.add_argument("--plans", type=Path, required=True)
     r.add_argument("--megatron-lm", type=Path, required=True,
@@ -367,16 +386,20 @@ def main(argv=None) -> int:
     r.add_argument("--timeout-s", type=int, default=240, help="per run (default 240)")
     r.add_argument("--only", nargs="+", choices=list(PLANS), help="run these plans alone")
     r.add_argument("--force", action="store_true", help="replace --out's megatron_gpu.json")
+    r.add_argument("--impl", choices=("auto", "local", "te"), default="auto",
+                   help="megatron-core's local layers with the flags they need, or the "
+                        "scripts as written (Transformer Engine); auto: local where "
+                        "Transformer Engine is missing")
     c = sub.add_parser("compare", help="measured against estimate (CPU)")
     c.add_argument("--measured", type=Path, default=MEASURED)
     args = ap.parse_args(argv)
     try:
         if args.step == "prepare":
-            prepare(args.out, args.force)
+            prepare(args.out, args.force, args.attention_backend)
             return 0
         if args.step == "run":
             return 1 if run(args.plans, args.megatron_lm, args.out, args.timeout_s,
-                            args.only, args.force) else 0
+                            args.only, args.force, args.impl) else 0
     except FileExistsError as err:
         print(f"megatron_gpu {args.step}: {err}", file=sys.stderr)
         return 2
