@@ -295,13 +295,16 @@ def _run_in(work: Path, plans: Path, megatron_lm: Path, out: Path, timeout_s: in
 
 
 def gpu_preset(device_name: str) -> str:
-    """The cluster preset whose GPU the device name names (``NVIDIA H100 80GB HBM3`` ->
-    ``dgx-h100-80gb``); ``ValueError`` if none does."""
-    low = device_name.lower()
-    for key, preset in (("h200", "dgx-h200-141gb"), ("h100", "dgx-h100-80gb"),
-                        ("a100", "dgx-a100-80gb"), ("b200", "dgx-b200-180gb")):
-        if key in low:
-            return preset
+    """The first cluster preset built of the GPU the device name names
+    (:func:`topology.gpus.guess_gpu_preset`: ``NVIDIA H100 80GB HBM3`` -> ``dgx-h100-80gb``);
+    ``ValueError`` if none is."""
+    from topology.cluster_files import CLUSTER_PRESETS
+    from topology.gpus import guess_gpu_preset
+
+    gpu = guess_gpu_preset(device_name)
+    for name, preset in CLUSTER_PRESETS.items():
+        if gpu is not None and preset["gpu"] == gpu:
+            return name
     raise ValueError(f"no cluster preset for the GPU {device_name!r}")
 
 

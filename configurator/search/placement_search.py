@@ -114,44 +114,38 @@ def search_placement(objective: Callable[[np.ndarray, np.ndarray], float], *,
     def price(nh, go) -> float:
         return price_many([(nh, go)])[0]
 
-    ahead_values: dict[int, float] = {}     # priced ahead of the scan, not yet counted
+    ahead_values: dict[int, float] = {}     # priced, not yet counted as evaluations
 
     def key_of(nh, go) -> int:
         return hash(nh.tobytes() + go.tobytes())
 
-    def price_many(cands: list) -> list[float]:
-        """Values of ``cands`` (``(nh, go)`` pairs), new ones priced in one batch (or taken
-        from those :func:`price_ahead` priced); each new one counts as an evaluation."""
-        nonlocal evals
-        keys = [key_of(nh, go) for nh, go in cands]
-        new = {}
-        for key, c in zip(keys, cands):
-            if key not in seen and key not in new:
-                new[key] = c
-        if new:
-            todo = {k: c for k, c in new.items() if k not in ahead_values}
-            if todo:
-                if objective_many is None:
-                    vals = [float(objective(nh, go)) for nh, go in todo.values()]
-                else:
-                    vals = [float(x) for x in objective_many(list(todo.values()))]
-                ahead_values.update(zip(todo.keys(), vals))
-            seen.update((k, ahead_values.pop(k)) for k in new)
-            evals += len(new)
-        return [seen[key] for key in keys]
-
     def price_ahead(cands: list) -> None:
-        """Price ``cands`` in one batch before the scan reaches them (their values wait,
-        uncounted, until :func:`price_many` asks): one batch instead of the doubling ones,
-        the same values, evaluations and path."""
+        """Price those of ``cands`` never priced, in one batch; their values wait, uncounted,
+        until :func:`price_many` asks (a listed scan prices its first moves this way: one
+        batch instead of the doubling ones, the same values, evaluations and path)."""
         todo = {}
         for nh, go in cands:
             key = key_of(nh, go)
             if key not in seen and key not in ahead_values and key not in todo:
                 todo[key] = (nh, go)
-        if todo:
-            ahead_values.update(zip(todo.keys(), (float(x) for x in
-                                                  objective_many(list(todo.values())))))
+        if not todo:
+            return
+        if objective_many is None:
+            vals = [float(objective(nh, go)) for nh, go in todo.values()]
+        else:
+            vals = [float(x) for x in objective_many(list(todo.values()))]
+        ahead_values.update(zip(todo.keys(), vals))
+
+    def price_many(cands: list) -> list[float]:
+        """Values of ``cands`` (``(nh, go)`` pairs), new ones priced in one batch (or taken
+        from those :func:`price_ahead` priced); each new one counts as an evaluation."""
+        nonlocal evals
+        price_ahead(cands)
+        keys = [key_of(nh, go) for nh, go in cands]
+        new = {key for key in keys if key not in seen}
+        seen.update((k, ahead_values.pop(k)) for k in new)
+        evals += len(new)
+        return [seen[key] for key in keys]
 
     def done() -> bool:
         return evals >= max_evaluations or time.perf_counter() - t0 > time_budget_s
