@@ -133,7 +133,7 @@ def memory_arrays(model: ModelSpec, *, tp, pp, dp, cp, vp, mbs, num_microbatches
                   megatron_fsdp: bool = False, optimizer_bytes: float = 12.0,
                   main_grads_dtype: str = "fp32", capacity=1.0, a2a_overlap=False,
                   offload_modules: str = "", rows=None,
-                  activations: bool = True) -> dict[str, np.ndarray]:
+                  activations: bool = True, held_terms=None) -> dict[str, np.ndarray]:
     """Memory per GPU of ``stage`` for arrays of plans (bytes; keys as MemoryBreakdown).
 
     ``rank_layers``/``rank_moe_layers``: decoder and MoE layers the rank builds (default: an
@@ -157,7 +157,22 @@ def memory_arrays(model: ModelSpec, *, tp, pp, dp, cp, vp, mbs, num_microbatches
     capacity factor, the expert all-to-all overlap's schedule and fine-grained activation
     offloading (:func:`memory_model.activations.stage_activation_phases`, as is ``rows``,
     the plans grouped by what a layer's activations depend on). ``activations=False``:
-    leave the activations out (0), a lower bound of the total."""
+    leave the activations out (0), a lower bound of the total; it also returns
+    ``held_bytes`` (weights, gradients and optimizer state, summed) and ``cp_gather_bytes``,
+    which a second call for the same plans and stage takes as ``held_terms`` (that pair) and
+    then returns only ``total_bytes`` (the same floats), computing the activations alone."""
+    if held_terms is not None:
+        act = _activation_bytes(model, mbs=mbs, cp=cp, tp=tp, pp=pp, vp=vp, sp=sp,
+                                recompute=recompute, num_microbatches=num_microbatches,
+                                stage=stage, stores_scores=stores_scores,
+                                rank_layers=rank_layers, rank_moe_layers=rank_moe_layers,
+                                etp=etp, precision=precision, capacity=capacity,
+                                a2a_overlap=a2a_overlap, offload_modules=offload_modules,
+                                rows=rows)
+        held_bytes, gather = held_terms
+        # the order of the full sum below: weights, gradients, optimizer, activations, other
+        return {"total_bytes": held_bytes + act + (FIXED_OVERHEAD_BYTES
+                                                   + FRAGMENTATION_FRACTION * act + gather)}
     non_expert, expert = stage_parameter_split(model, tp, pp, stage, layers=rank_layers,
                                                moe_layers=rank_moe_layers, ep=ep, etp=etp)
     params = non_expert + expert
@@ -167,11 +182,11 @@ def memory_arrays(model: ModelSpec, *, tp, pp, dp, cp, vp, mbs, num_microbatches
     shard = np.where(distributed_optimizer, dp_cp, 1)
     expert_shard = np.where(distributed_optimizer,
                             np.asarray(tp) * dp_cp / (np.asarray(ep) * np.asarray(etp)), 1)
-    act = 0.0 if not activations else stage_activation_bytes(
-        model, mbs=mbs, seq=model.seq_length / np.asarray(cp), tp=tp, pp=pp, vp=vp, sp=sp,
-        recompute=recompute, num_microbatches=num_microbatches, stage=stage,
-        stores_scores=stores_scores, rank_layers=rank_layers, rank_moe_layers=rank_moe_layers,
-        etp=etp, precision=precision, capacity=capacity, a2a_overlap=a2a_overlap,
+    act = 0.0 if not activations else _activation_bytes(
+        model, mbs=mbs, cp=cp, tp=tp, pp=pp, vp=vp, sp=sp, recompute=recompute,
+        num_microbatches=num_microbatches, stage=stage, stores_scores=stores_scores,
+        rank_layers=rank_layers, rank_moe_layers=rank_moe_layers, etp=etp,
+        precision=precision, capacity=capacity, a2a_overlap=a2a_overlap,
         offload_modules=offload_modules, rows=rows)
     held, gemm_held = params, gemm_params     # parameters whose weights and grads are held
     if megatron_fsdp:
@@ -180,6 +195,7 @@ def memory_arrays(model: ModelSpec, *, tp, pp, dp, cp, vp, mbs, num_microbatches
             unit = np.maximum(unit, sum(moe_layer_parameters(model, tp, ep, etp)))
         held = non_expert / shard + expert / expert_shard + FSDP_LIVE_UNITS * unit
         gemm_held = gemm_params * held / np.maximum(params, 1.0)
+    gather = cp_gather_bytes(model, tp=tp, cp=cp, mbs=mbs, cp_comm_type=cp_comm_type)
     out = {
         "parameters_bytes": held * 2.0 + gemm_held * (fp8_weight_bytes(
             precision, non_tn_fp8_gemm=non_tn_fp8_gemm) - 2.0 * (
@@ -188,11 +204,20 @@ def memory_arrays(model: ModelSpec, *, tp, pp, dp, cp, vp, mbs, num_microbatches
         "optimizer_bytes": (non_expert * optimizer_bytes / shard
                             + expert * optimizer_bytes / expert_shard),
         "activations_bytes": act,
-        "other_bytes": FIXED_OVERHEAD_BYTES + FRAGMENTATION_FRACTION * act + cp_gather_bytes(
-            model, tp=tp, cp=cp, mbs=mbs, cp_comm_type=cp_comm_type),
+        "other_bytes": FIXED_OVERHEAD_BYTES + FRAGMENTATION_FRACTION * act + gather,
     }
     out["total_bytes"] = sum(out.values())
+    if not activations:
+        out["held_bytes"] = (out["parameters_bytes"] + out["gradients_bytes"]
+                             + out["optimizer_bytes"])
+        out["cp_gather_bytes"] = gather
     return out
+
+
+def _activation_bytes(model: ModelSpec, *, cp, **kw):
+    """:func:`memory_model.activations.stage_activation_bytes` of a rank holding
+    ``seq_length / cp`` tokens of each sequence (``kw``: as :func:`memory_arrays` takes)."""
+    return stage_activation_bytes(model, seq=model.seq_length / np.asarray(cp), **kw)
 
 
 #: Plans above which :func:`peak_memory_arrays` groups them by their layer's inputs.
@@ -212,35 +237,44 @@ def peak_memory_arrays(model: ModelSpec, *, first=0, last=0, account_embedding=F
 
     ``limit_bytes`` (a capacity): plans whose weights, gradients, optimizer state and fixed
     allowance alone exceed it get that figure, a lower bound above the limit, instead of
-    their peak (their activations are not computed); the others get their peak."""
+    their peak (their activations are not computed); the others get their peak, their
+    weights, gradients and optimizer state taken from that first pass, not computed again."""
     split = dict(first=first, last=last, account_embedding=account_embedding,
                  account_loss=account_loss, layout=layout)
     classes = stage_class_arrays(model, pp=kw["pp"], vp=kw["vp"], **split)
     n = np.size(kw["pp"])
     if limit_bytes is not None and np.ndim(kw["pp"]) == 1 and n > GROUP_ROWS_ABOVE:
-        peak = _class_peak(model, classes, dict(kw, activations=False))
+        held_terms = {}
+        peak = _class_peak(model, classes, dict(kw, activations=False), held_terms=held_terms)
         keep = np.flatnonzero(peak <= limit_bytes)
         if len(keep) < n:
+            pick = lambda v: np.take(v, keep) if np.ndim(v) == 1 else v   # noqa: E731
             if len(keep):
                 peak[keep] = _grouped_peak(
-                    model, {k: v[keep] for k, v in classes.items()},
-                    {k: v[keep] if np.ndim(v) == 1 else v for k, v in kw.items()})
+                    model, {k: np.take(v, keep, axis=0) for k, v in classes.items()},
+                    {k: pick(v) for k, v in kw.items()},
+                    held_terms={k: (pick(h), pick(g)) for k, (h, g) in held_terms.items()})
             return peak
+        return _grouped_peak(model, classes, kw, held_terms=held_terms)
     peak = _grouped_peak(model, classes, kw)
     return peak if np.ndim(kw["pp"]) or np.size(peak) != 1 else peak.reshape(())
 
 
-def _grouped_peak(model: ModelSpec, classes: dict, kw: dict) -> np.ndarray:
+def _grouped_peak(model: ModelSpec, classes: dict, kw: dict,
+                  held_terms=None) -> np.ndarray:
     """:func:`_class_peak`, a layer's activation terms computed once per distinct row above
     :data:`GROUP_ROWS_ABOVE` plans."""
     if np.size(kw["pp"]) > GROUP_ROWS_ABOVE:
         kw = dict(kw, rows=row_groups(kw["mbs"], kw["cp"], kw["tp"], kw["sp"], kw["recompute"],
                                       kw.get("etp", 1), kw.get("a2a_overlap", False)))
-    return _class_peak(model, classes, kw)
+    return _class_peak(model, classes, kw, held_terms=held_terms)
 
 
-def _class_peak(model: ModelSpec, classes: dict, kw: dict) -> np.ndarray:
-    """The largest :func:`memory_arrays` total over the stage ``classes``' lowest ranks."""
+def _class_peak(model: ModelSpec, classes: dict, kw: dict, held_terms=None) -> np.ndarray:
+    """The largest :func:`memory_arrays` total over the stage ``classes``' lowest ranks.
+    ``held_terms``: a dict; with ``activations=False`` in ``kw`` it is filled with each class's
+    ``(held_bytes, cp_gather_bytes)`` (:func:`memory_arrays`), which a later call for the
+    same plans (or a subset of them, sliced alike) passes back to add the activations to."""
     peak = None
     last = np.asarray(kw["pp"]) - 1
     for k in range(classes["stage"].shape[1]):
@@ -251,9 +285,15 @@ def _class_peak(model: ModelSpec, classes: dict, kw: dict) -> np.ndarray:
                                | (classes["moe_layers"][:, k] != classes["moe_layers"][:, 0])
                                | (classes["stage"][:, k] == last))):
             continue
-        tot = memory_arrays(model, stage=classes["stage"][:, k],
+        filling = held_terms is not None and not kw.get("activations", True)
+        out = memory_arrays(model, stage=classes["stage"][:, k],
                             rank_layers=classes["layers"][:, k],
-                            rank_moe_layers=classes["moe_layers"][:, k], **kw)["total_bytes"]
+                            rank_moe_layers=classes["moe_layers"][:, k],
+                            held_terms=None if held_terms is None or filling
+                            else held_terms[k], **kw)
+        if filling:
+            held_terms[k] = (out["held_bytes"], out["cp_gather_bytes"])
+        tot = out["total_bytes"]
         tot = np.where(classes["count"][:, k] > 0, tot, 0.0)
         peak = tot if peak is None else np.maximum(peak, tot)
     return peak
@@ -298,6 +338,7 @@ def estimate_memory(model: ModelSpec, plan: ParallelPlan, *,
                            rank_moe_layers=counts[:, 1],
                            **memory_inputs(Candidates.from_plan(plan),
                                            non_tn_fp8_gemm=non_tn_fp8_gemm))
-    return [MemoryBreakdown(stage=int(i), **{k: float(np.broadcast_to(v, stages.shape)[i])
-                                             for k, v in arrays.items()})
-            for i in stages]
+    columns = {k: np.broadcast_to(np.asarray(v, dtype=float), stages.shape).tolist()
+               for k, v in arrays.items()}
+    return [MemoryBreakdown(stage=i, **{k: v[i] for k, v in columns.items()})
+            for i in range(plan.pp)]

@@ -38,8 +38,16 @@ VOCAB_DIVISIBLE_BY = 128
 
 def padded_vocab_size(vocab_size: int, tp):
     """Vocabulary padded to a multiple of ``128·tp`` (megatron/training/tokenizer
-    ``_vocab_size_with_padding``). Broadcasts over ``tp``."""
-    mult = VOCAB_DIVISIBLE_BY * np.asarray(tp)
+    ``_vocab_size_with_padding``). Broadcasts over ``tp``; an integer array of many plans
+    is looked up in a table of every tp up to its largest (the same integers, without a
+    division per plan)."""
+    tp = np.asarray(tp)
+    if tp.ndim == 1 and tp.size > 64 and tp.dtype.kind in "iu":
+        hi = int(tp.max())
+        if 0 < hi <= 4096 and int(tp.min()) > 0:
+            mult = VOCAB_DIVISIBLE_BY * np.arange(1, hi + 1, dtype=tp.dtype)
+            return np.take(-(-vocab_size // mult) * mult, tp - 1)
+    mult = VOCAB_DIVISIBLE_BY * tp
     return -(-vocab_size // mult) * mult
 
 

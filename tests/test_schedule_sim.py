@@ -411,3 +411,38 @@ def test_gantt_of_a_long_schedule_renders(monkeypatch):
     f, b = _uniform(4, 2)
     res = simulate(f, b, 0.01, 0.01, 4000, record=True)
     assert gantt_png(res)[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plans_differing_only_in_tails_share_one_walk(monkeypatch):
+    """The second schedule with the same durations and sends but other tails is not walked
+    again, and gives the same float the walk gives; other durations are walked."""
+    import configurator.cost.schedule_sim as sim
+    rng = np.random.default_rng(11)
+    f, b = rng.uniform(1, 2, (4, 2)), rng.uniform(2, 4, (4, 2))
+    pf, pb = rng.uniform(0, .1, 4), rng.uniform(0, .1, 4)
+    tail_a, tail_b = rng.uniform(0, 5, 4), rng.uniform(0, 5, 4)
+    sim.clear_cache()
+    walks = []
+    real = sim._run_scalar
+    monkeypatch.setattr(sim, "_run_scalar", lambda *a: walks.append(1) or real(*a))
+    simulate(f, b, pf, pb, 8, tail_s=tail_a)
+    cached = simulate(f, b, pf, pb, 8, tail_s=tail_b).iteration_time_s
+    assert len(walks) == 1
+    sim.clear_cache()
+    fresh = simulate(f, b, pf, pb, 8, tail_s=tail_b).iteration_time_s
+    assert len(walks) == 2 and np.array_equal(cached, fresh)
+    simulate(f * 1.5, b, pf, pb, 8, tail_s=tail_b)       # other durations: walked
+    assert len(walks) == 3
+    # a recorded simulation always walks (it returns every op's times)
+    rec = simulate(f, b, pf, pb, 8, tail_s=tail_b, record=True)
+    assert len(walks) == 4 and np.array_equal(rec.iteration_time_s, fresh)
+
+
+def test_simulation_cache_stays_bounded():
+    import configurator.cost.schedule_sim as sim
+    sim.clear_cache()
+    for i in range(sim._RANK_ENDS_ENTRIES + 10):
+        simulate(np.full((2, 1), 1.0 + i), np.full((2, 1), 2.0), 0.0, 0.0, 4)
+    assert len(sim._RANK_ENDS) == sim._RANK_ENDS_ENTRIES
+    sim.clear_cache()
+    assert not sim._RANK_ENDS

@@ -81,6 +81,8 @@ def test_grouped_and_bounded_memory_equal_the_plain_evaluation(name, world, gbs,
     assert np.array_equal(bounded <= limit, fits)
     assert np.array_equal(bounded[fits], plain[fits])
     assert np.all(bounded[~fits] <= plain[~fits])          # a lower bound where skipped
+    # every plan under the limit: the weights and state of the bound's pass are reused
+    assert np.array_equal(peak_memory(model, cand, limit_bytes=float(plain.max())), plain)
 
 
 def test_memory_of_a_plan_is_its_candidates_row():
@@ -104,3 +106,36 @@ def test_shortlisted_plans_keep_the_closed_form_they_were_ranked_with():
         assert e.time_breakdown_s == again.time_breakdown_s       # the same floats
         assert e.closed_form_iteration_time_s == again.closed_form_iteration_time_s
         assert e.iteration_time_s == again.iteration_time_s
+
+
+
+def test_padded_vocabulary_table_gives_megatrons_padding():
+    """The table lookup for many plans gives ``_vocab_size_with_padding``'s integers (a
+    multiple of 128·tp, the least at or above the vocabulary) for every tp; a scalar, a
+    float array and a tp beyond the table take the formula."""
+    from memory_model.params import padded_vocab_size
+    rng = np.random.default_rng(3)
+    for vocab in (50257, 128256, 32000, 151936, 129280):
+        tp = rng.choice([1, 2, 3, 4, 6, 8, 16, 64, 128], 1000)
+        got = padded_vocab_size(vocab, tp)
+        want = np.array([-(-vocab // (128 * t)) * 128 * t for t in tp.tolist()])
+        assert got.dtype.kind == "i" and np.array_equal(got, want)
+        assert ((got % (128 * tp) == 0) & (got >= vocab) & (got - 128 * tp < vocab)).all()
+        assert padded_vocab_size(vocab, 3) == -(-vocab // 384) * 384
+        big = np.full(100, 8192)
+        assert np.array_equal(padded_vocab_size(vocab, big),
+                              -(-vocab // (128 * big)) * 128 * big)
+        assert np.array_equal(padded_vocab_size(vocab, tp.astype(float)), want)
+
+
+def test_taking_candidates_by_mask_indices_or_slice_is_alike():
+    cand = enumerate_plans(load_model("llama3-8b"), 16, 64)
+    mask = np.zeros(len(cand), dtype=bool)
+    mask[[2, 7, 11]] = True
+    by_mask, by_index = cand.take(mask), cand.take(np.array([2, 7, 11]))
+    by_slice = cand.take(slice(2, 12, 9))            # rows 2 and 11
+    for k, col in cand.columns.items():
+        assert np.array_equal(by_mask.columns[k], col[[2, 7, 11]])
+        assert np.array_equal(by_index.columns[k], col[[2, 7, 11]])
+        assert np.array_equal(by_slice.columns[k], col[[2, 11]])
+    assert np.array_equal(by_mask.group, cand.group[[2, 7, 11]])

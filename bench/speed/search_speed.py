@@ -4,35 +4,83 @@ Cases: gpt3-175b on 128 dgx-a100-80gb nodes (gbs 1536), gpt-1t on 384 (gbs 3072)
 llama3.1-405b on 2,048 dgx-h100-80gb nodes (16,384 GPUs, gbs 16384).
 Prints in-process search time (best of ``--repeats``, default 5) and the wall time of the
 whole CLI command (interpreter start and imports included).
-Run: ``python -m bench.speed.search_speed [--repeats 5]``.
+``--instructions`` prints instead the CPU instructions one search executes, counted by
+valgrind's callgrind (one search in a fresh process, then three: half the difference is one
+search after the first): a figure that does not move with the machine's load, for
+before/after pairs on a shared machine (needs ``valgrind`` on the PATH; about 5 minutes).
+Run: ``python -m bench.speed.search_speed [--repeats 5] [--instructions]``.
 """
 
 from __future__ import annotations
 
+import re
+import shutil
 import subprocess
 import sys
 import time
 
 from bench.common import bench_parser, table_head
 from configurator.core.model_presets import load_model
+from configurator.cost.schedule_sim import clear_cache
 from configurator.search.rank import search
 from topology.cluster_files import load_cluster
 
 CASES = [("gpt3-175b", "dgx-a100-80gb", 128, 1536), ("gpt-1t", "dgx-a100-80gb", 384, 3072),
          ("llama3.1-405b", "dgx-h100-80gb", 2048, 16384)]
 
+#: Runs ``searches`` searches of one case in a fresh process (argv: case index, searches).
+_CHILD = """
+import sys
+from bench.speed.search_speed import CASES, searches
+searches(CASES[int(sys.argv[1])], int(sys.argv[2]))
+"""
 
-def main(argv=None) -> None:
+
+def searches(case, n: int) -> None:
+    """``n`` searches of ``case``, each on a fresh cluster and simulation cache."""
+    name, preset, nodes, gbs = case
+    model = load_model(name)
+    for _ in range(n):
+        clear_cache()
+        search(model, load_cluster(preset, nodes=nodes), gbs)
+
+
+def instructions(case_index: int, n: int) -> int:
+    """Instructions callgrind counts in a fresh process running ``n`` searches."""
+    out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
+                          sys.executable, "-c", _CHILD, str(case_index), str(n)],
+                         capture_output=True, text=True, check=True).stderr
+    return int(re.search(r"Collected : (\d+)", out).group(1))
+
+
+def main(argv=None) -> int:
     ap = bench_parser(__doc__)
     ap.add_argument("--repeats", type=int, default=5,
                     help="in-process searches per case, the best kept (default 5)")
+    ap.add_argument("--instructions", action="store_true",
+                    help="count the instructions of one search with valgrind instead of "
+                         "timing it")
     args = ap.parse_args(argv)
+    if args.repeats < 1:
+        print(f"search_speed: --repeats {args.repeats}: must be at least 1", file=sys.stderr)
+        return 2
+    if args.instructions:
+        if shutil.which("valgrind") is None:
+            print("search_speed: --instructions needs valgrind on the PATH", file=sys.stderr)
+            return 2
+        print(table_head(["model", "GPUs", "instructions of one search (10⁹)",
+                          "with start-up, imports and a first search (10⁹)"]))
+        for i, (name, _, nodes, _) in enumerate(CASES):
+            one, three = instructions(i, 1), instructions(i, 3)
+            print(f"| {name} | {nodes * 8} | {(three - one) / 2e9:.3f} | {one / 1e9:.2f} |")
+        return 0
     print(table_head(["model", "GPUs", "candidates", "feasible",
                       f"search s (best of {args.repeats})", "candidates/s", "CLI wall s"]))
     for name, preset, nodes, gbs in CASES:
         model, best = load_model(name), float("inf")
         for _ in range(args.repeats):
             cluster = load_cluster(preset, nodes=nodes)  # fresh caches each time
+            clear_cache()     # the simulated schedules of the repeat before
             t0 = time.perf_counter()
             res = search(model, cluster, gbs)
             best = min(best, time.perf_counter() - t0)
@@ -43,7 +91,8 @@ def main(argv=None) -> None:
         wall = time.perf_counter() - t0
         print(f"| {name} | {nodes * 8} | {res.candidates_evaluated} | {res.feasible} | "
               f"{best:.3f} | {res.candidates_evaluated / best:,.0f} | {wall:.2f} |")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -91,8 +91,17 @@ class Candidates:
         return len(self.columns["tp"])
 
     def take(self, idx) -> "Candidates":
-        return Candidates({k: a[idx] for k, a in self.columns.items()}, self.shared,
-                          group=None if self.group is None else self.group[idx],
+        """The plans ``idx`` selects (a slice: views; integer indices or a boolean mask:
+        copies)."""
+        if isinstance(idx, slice):
+            sel = lambda a: a[idx]   # noqa: E731
+        else:
+            idx = np.asarray(idx)
+            if idx.dtype == bool:
+                idx = np.flatnonzero(idx)
+            sel = lambda a: np.take(a, idx, axis=0)   # noqa: E731
+        return Candidates({k: sel(a) for k, a in self.columns.items()}, self.shared,
+                          group=None if self.group is None else sel(self.group),
                           group_keys=self.group_keys)
 
     def plan(self, i: int) -> ParallelPlan:

@@ -30,14 +30,18 @@ def comm_figures(cluster, c: Candidates) -> dict[str, np.ndarray]:
         uniq, inv = np.unique(keys, axis=0, return_inverse=True)
         inv = inv.reshape(-1)
     table = np.empty((len(uniq), len(NAMES)))
+    pipelines: dict[tuple[int, int], tuple] = {}    # (stride, size) -> the pipeline's figures
     for i, (tp, cp, dp, pp) in enumerate(uniq.tolist()):
         sizes = {"tp": tp, "cp": cp, "dp": dp, "pp": pp}
         # the cluster caches each (stride, size, world): layouts share most group shapes
         table[i, 0:2] = cluster.group_busbw(*group_shape(("tp",), sizes), world)
         table[i, 2:4] = cluster.group_busbw(*group_shape(("cp",), sizes), world)
         table[i, 4:6] = cluster.group_busbw(*group_shape(("cp", "ep", "dp"), sizes), world)
-        table[i, 6:8] = cluster.p2p_worst(*group_shape(("pp",), sizes), world)
-        table[i, 8:14] = pipeline_figures(cluster, *group_shape(("pp",), sizes), world)
+        pipe = group_shape(("pp",), sizes)
+        table[i, 6:8] = cluster.p2p_worst(*pipe, world)
+        if pipe not in pipelines:   # the pipeline group's shape is set by pp alone
+            pipelines[pipe] = pipeline_figures(cluster, *pipe, world)
+        table[i, 8:14] = pipelines[pipe]
     return {n: table[inv, j] for j, n in enumerate(NAMES)}
 
 

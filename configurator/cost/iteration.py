@@ -436,9 +436,11 @@ def iteration_time(model: ModelSpec, cluster, c: Candidates,
     n_dense = cls["layers"] - n_moe
     d, e = types["dense"], types["moe"]
 
-    # each term of one microbatch through each class's layers, [plans, classes]
-    pc = {k: n_dense * np.asarray(d[k])[:, None] + n_moe * np.asarray(e[k])[:, None]
-          for k in d}
+    # each term of one microbatch through each class's layers, [plans, classes] (no MoE
+    # layer anywhere: the dense term alone, the same floats as adding 0·moe)
+    pc = ({k: n_dense * np.asarray(d[k])[:, None] + n_moe * np.asarray(e[k])[:, None]
+           for k in d} if n_moe.any() else
+          {k: n_dense * np.asarray(d[k])[:, None] for k in d})
 
     is_first = cls["stage"] == 0
     is_last = cls["stage"] == c.pp[:, None] - 1

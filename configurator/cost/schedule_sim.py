@@ -39,18 +39,22 @@ Evaluation: :func:`schedule_order` compiles the DAG once per ``(pp, vp, m)`` (ca
 a global topological order grouped by level (each level holds at most one op per rank, all of
 whose predecessors lie in earlier levels). :func:`simulate` walks it in plain Python for one
 or few replicas and level by level with numpy over ``[ops, D]`` for many; both give the same
-floating-point results.
+floating-point results. Each rank's finish of a small schedule is kept by its exact inputs
+(tails aside), so a plan that differs from one priced before only in its tails is not walked
+again.
 """
 
 from __future__ import annotations
 
 import functools
 import operator
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["ScheduleOrder", "SimResult", "rank_op_sequence", "schedule_order", "simulate"]
+__all__ = ["ScheduleOrder", "SimResult", "clear_cache", "rank_op_sequence", "schedule_order",
+           "simulate"]
 
 
 def _check_int(name: str, value, minimum: int) -> int:
@@ -390,6 +394,27 @@ def _critical_path(order: ScheduleOrder, start: list[float], end: list[float],
     return path
 
 
+#: Op-by-op walk (:func:`_run_scalar`) while the ops × replicas are at most this many times
+#: the levels, the level-by-level one (:func:`_run_levels`) beyond: the walk costs about
+#: 0.17 µs per op and replica, a numpy level about 2.5 µs whatever the replicas (CPython
+#: 3.11, numpy 2; ``bench/speed/simulator.py``), so they cross near 14 ops a level.
+SCALAR_OPS_PER_LEVEL = 14
+#: Each rank's finish (its last op's end, tail excluded) of the last schedules simulated,
+#: by the schedule's shape and the exact bytes of its durations and p2p times: a search
+#: re-ranks plans that differ only in the work after the last backward (the data-parallel
+#: reduction and optimizer step, ``tail_s``), and those share the walk. Least recently used
+#: first out; only inputs of at most :data:`_RANK_ENDS_KEY_FLOATS` floats are kept.
+_RANK_ENDS: "OrderedDict[tuple, np.ndarray]" = OrderedDict()
+_RANK_ENDS_ENTRIES = 64
+_RANK_ENDS_KEY_FLOATS = 1 << 12
+
+
+def clear_cache() -> None:
+    """Forget the rank finishes :func:`simulate` keeps (a benchmark timing the walk itself
+    calls this between calls with the same inputs)."""
+    _RANK_ENDS.clear()
+
+
 #: Ops of one replica's schedule simulated op by op at most (the compiled order takes about
 #: 500 bytes per op while it is built): beyond, the iteration is extrapolated from the
 #: first microbatches (:func:`_extrapolation_base`).
@@ -489,8 +514,15 @@ def simulate(fwd_s, bwd_s, p2p_fwd_s, p2p_bwd_s, num_microbatches: int, *, tail_
     dur_src = np.concatenate(fb, axis=1)
     pf_, pb_ = np.broadcast_arrays(pf, pb)
     lat_src = np.concatenate((pf_, pb_, np.zeros((pf_.shape[0], 1))), axis=1)
-    # Plain Python costs ~0.3 µs per op and replica; a numpy level ~8 µs whatever D.
-    if D * order.n_ops <= 25 * order.n_levels:
+    tail = np.broadcast_to(tl, (D, pp))
+    key = None
+    if not record and D * (dur_src.shape[1] + lat_src.shape[1]) <= _RANK_ENDS_KEY_FLOATS:
+        key = (pp, vp, m, D, dur_src.tobytes(), lat_src.tobytes())
+        ends = _RANK_ENDS.get(key)
+        if ends is not None:
+            _RANK_ENDS.move_to_end(key)
+            return SimResult((ends + tail).max(axis=1), None, None, None, None, None, order)
+    if D * order.n_ops <= SCALAR_OPS_PER_LEVEL * order.n_levels:
         dur = np.broadcast_to(dur_src[:, order.dur_index], (D, order.n_ops))
         lat = np.broadcast_to(lat_src[:, order.link], (D, order.n_ops))
         start, end = _run_scalar(order, dur, lat)
@@ -501,8 +533,13 @@ def simulate(fwd_s, bwd_s, p2p_fwd_s, p2p_bwd_s, num_microbatches: int, *, tail_
             np.ascontiguousarray(lat_src.T)[order.link], (order.n_ops, D)))
         start, end = _run_levels(order, dur_t, lat_t)
         lat = lat_t.T
-    tail = np.broadcast_to(tl, (D, pp))
-    finish = end[:, order.last_op] + tail
+    ends = end[:, order.last_op]
+    if key is not None:
+        ends.setflags(write=False)
+        _RANK_ENDS[key] = ends
+        if len(_RANK_ENDS) > _RANK_ENDS_ENTRIES:
+            _RANK_ENDS.popitem(last=False)
+    finish = ends + tail
     makespan = finish.max(axis=1)
     if not record:
         return SimResult(makespan, None, None, None, None, None, order)

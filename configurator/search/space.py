@@ -269,8 +269,9 @@ def enumerate_plans(model: ModelSpec, world_size: int, global_batch_size: int, *
                 for name in JOINT:
                     grid[name] = splits[pp][name][pick]
                 ok = rules_mask(model, with_derived(dict(f3, **grid)), world, multi)
-                if np.ndim(ok) == 0:
-                    ok = slice(None) if ok else slice(0)
+                # the plans kept, as indices: one scan of the mask, not one per column
+                ok = (slice(None) if ok else slice(0)) if np.ndim(ok) == 0 else \
+                    np.flatnonzero(ok)
                 n = len(grid[GRID_FIELDS[0].name][ok])
                 if not n:
                     continue
