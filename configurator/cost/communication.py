@@ -22,6 +22,22 @@ def comm_figures(cluster, c: Candidates) -> dict[str, np.ndarray]:
     (:func:`topology.rank_order.group_shape`) and placed on GPUs by ``cluster.placement``.
     Returns arrays (one value per plan) keyed ``{tp,cp,dp,pp}_{bw,lat}`` and the pipeline's
     ``pp_{path,ring,end}_{bw,lat}`` (:func:`pipeline_figures`): :data:`NAMES`."""
+    return gather_figures([comm_table(cluster, c)])
+
+
+def gather_figures(tables, rows=slice(None)) -> dict[str, np.ndarray]:
+    """Each plan's figures from ``tables`` (:func:`comm_table`, :func:`expert_comm_table`),
+    for the plans ``rows`` (a slice of those the tables were made for), keyed by name."""
+    out = {}
+    for names, table, inv in tables:
+        at = inv[rows]
+        out.update({n: table[at, j] for j, n in enumerate(names)})
+    return out
+
+
+def comm_table(cluster, c: Candidates) -> tuple[tuple[str, ...], np.ndarray, np.ndarray]:
+    """:func:`comm_figures` before it is gathered per plan: ``(NAMES, table, inverse)``, one
+    table row per distinct ``(tp, cp, dp, pp)`` layout and each plan's row."""
     world = int(c.tp[0] * c.pp[0] * c.dp[0] * c.cp[0])
     if c.group is not None:
         uniq, inv = c.group_keys, c.group
@@ -42,7 +58,7 @@ def comm_figures(cluster, c: Candidates) -> dict[str, np.ndarray]:
         if pipe not in pipelines:   # the pipeline group's shape is set by pp alone
             pipelines[pipe] = pipeline_figures(cluster, *pipe, world)
         table[i, 8:14] = pipelines[pipe]
-    return {n: table[inv, j] for j, n in enumerate(NAMES)}
+    return NAMES, table, np.asarray(inv).reshape(-1)
 
 
 #: Keys of :func:`comm_figures`: the worst figures of each group kind, then the pipeline's
@@ -91,6 +107,13 @@ def expert_comm_figures(cluster, c: Candidates) -> dict[str, np.ndarray]:
     its all-to-all; the ETP and expert-data-parallel (stride ``etp·ep``) rings' bus
     bandwidth and latency; the GPUs per host. Arrays keyed :data:`EXPERT_NAMES`; dense plans
     get (1, inf, 0…)."""
+    return gather_figures([expert_comm_table(cluster, c)])
+
+
+def expert_comm_table(cluster, c: Candidates) -> tuple[tuple[str, ...], np.ndarray,
+                                                        np.ndarray]:
+    """:func:`expert_comm_figures` before it is gathered per plan: ``(EXPERT_NAMES, table,
+    inverse)``, one table row per distinct ``(ep, etp, pp)`` and each plan's row."""
     world = int(c.tp[0] * c.pp[0] * c.dp[0] * c.cp[0]) if len(c) else 1
     ep, etp, pp = (np.asarray(x, dtype=np.int64) for x in (c.ep, c.etp, c.pp))
     # one int64 key per plan (ep < 2^17, etp < 2^19, pp < 2^12): a fast 1-D unique
@@ -110,4 +133,4 @@ def expert_comm_figures(cluster, c: Candidates) -> dict[str, np.ndarray]:
         table[i, 5:7] = cluster.group_busbw(1, etp, world)
         table[i, 7:9] = cluster.group_busbw(etp * ep, edp, world)
         table[i, 9] = cluster.gpus_per_node
-    return {k: table[np.asarray(inv).reshape(-1), j] for j, k in enumerate(EXPERT_NAMES)}
+    return EXPERT_NAMES, table, np.asarray(inv).reshape(-1)

@@ -24,6 +24,7 @@ from configurator.core.plan import search_options
 from configurator.core.rules import check_search_options
 from configurator.search.space import (SearchSpace, enumerate_plans, layer_splits,
                                         layout_splits)
+from configurator.cost.communication import comm_table, expert_comm_table, gather_figures
 from configurator.cost.iteration import iteration_time
 from memory_model.estimate import peak_memory
 
@@ -80,8 +81,8 @@ def search(model: ModelSpec, cluster, global_batch_size: int, *, top_k: int = 10
                          f"global_batch_size % (micro_batch_size*dp) == 0 under the "
                          f"search restrictions")
     limit = cluster.gpu.memory_bytes * max_memory_fraction
-    mem = in_chunks(cand, lambda c: peak_memory(model, c, limit_bytes=limit,
-                                                non_tn_fp8_gemm=cluster.gpu.non_tn_fp8_gemm))
+    mem = in_chunks(cand, lambda c, _rows: peak_memory(
+        model, c, limit_bytes=limit, non_tn_fp8_gemm=cluster.gpu.non_tn_fp8_gemm))
     fits = mem <= limit
     nfeas = int(fits.sum())
     if nfeas == 0:
@@ -94,7 +95,11 @@ def search(model: ModelSpec, cluster, global_batch_size: int, *, top_k: int = 10
             f"dp={p.dp} cp={p.cp} mbs={p.micro_batch_size} recompute={p.recompute}); "
             f"add GPUs or lower the batch size per GPU")
     feas = cand.take(np.flatnonzero(fits))
-    closed = in_chunks(feas, lambda c: iteration_time(model, cluster, c, profile=profile))
+    # the groups' link figures once for every slice (each slice would price every layout),
+    # gathered per plan slice by slice
+    tables = [comm_table(cluster, feas), expert_comm_table(cluster, feas)]
+    closed = in_chunks(feas, lambda c, rows: iteration_time(
+        model, cluster, c, comm=gather_figures(tables, rows), profile=profile))
     times = closed["iteration_time_s"]
     order = np.argsort(times, kind="stable")
     # the closed form ranks everything; the exact schedule re-ranks its best
@@ -115,12 +120,13 @@ CHUNK_CANDIDATES = 1 << 15
 
 
 def in_chunks(cand: Candidates, price):
-    """``price(cand)`` (an array, or a dict of arrays, one entry per candidate) computed on
-    slices of :data:`CHUNK_CANDIDATES` candidates and joined."""
+    """``price(cand_slice, rows)`` (an array, or a dict of arrays, one entry per candidate of
+    the slice; ``rows``: the slice of ``cand`` it holds) computed on slices of
+    :data:`CHUNK_CANDIDATES` candidates and joined."""
     n = len(cand)
     if n <= CHUNK_CANDIDATES:
-        return price(cand)
-    parts = [price(cand.take(slice(i, i + CHUNK_CANDIDATES)))
+        return price(cand, slice(None))
+    parts = [price(cand.take(slice(i, i + CHUNK_CANDIDATES)), slice(i, i + CHUNK_CANDIDATES))
              for i in range(0, n, CHUNK_CANDIDATES)]
     if isinstance(parts[0], dict):
         return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
