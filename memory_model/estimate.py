@@ -161,18 +161,16 @@ def memory_arrays(model: ModelSpec, *, tp, pp, dp, cp, vp, mbs, num_microbatches
     ``held_bytes`` (weights, gradients and optimizer state, summed) and ``cp_gather_bytes``,
     which a second call for the same plans and stage takes as ``held_terms`` (that pair) and
     then returns only ``total_bytes`` (the same floats), computing the activations alone."""
+    act = 0.0 if not activations else stage_activation_bytes(
+        model, mbs=mbs, seq=model.seq_length / np.asarray(cp), tp=tp, pp=pp, vp=vp, sp=sp,
+        recompute=recompute, num_microbatches=num_microbatches, stage=stage,
+        stores_scores=stores_scores, rank_layers=rank_layers, rank_moe_layers=rank_moe_layers,
+        etp=etp, precision=precision, capacity=capacity, a2a_overlap=a2a_overlap,
+        offload_modules=offload_modules, rows=rows)
     if held_terms is not None:
-        act = _activation_bytes(model, mbs=mbs, cp=cp, tp=tp, pp=pp, vp=vp, sp=sp,
-                                recompute=recompute, num_microbatches=num_microbatches,
-                                stage=stage, stores_scores=stores_scores,
-                                rank_layers=rank_layers, rank_moe_layers=rank_moe_layers,
-                                etp=etp, precision=precision, capacity=capacity,
-                                a2a_overlap=a2a_overlap, offload_modules=offload_modules,
-                                rows=rows)
         held_bytes, gather = held_terms
         # the order of the full sum below: weights, gradients, optimizer, activations, other
-        return {"total_bytes": held_bytes + act + (FIXED_OVERHEAD_BYTES
-                                                   + FRAGMENTATION_FRACTION * act + gather)}
+        return {"total_bytes": held_bytes + act + _other_bytes(act, gather)}
     non_expert, expert = stage_parameter_split(model, tp, pp, stage, layers=rank_layers,
                                                moe_layers=rank_moe_layers, ep=ep, etp=etp)
     params = non_expert + expert
@@ -182,12 +180,6 @@ def memory_arrays(model: ModelSpec, *, tp, pp, dp, cp, vp, mbs, num_microbatches
     shard = np.where(distributed_optimizer, dp_cp, 1)
     expert_shard = np.where(distributed_optimizer,
                             np.asarray(tp) * dp_cp / (np.asarray(ep) * np.asarray(etp)), 1)
-    act = 0.0 if not activations else _activation_bytes(
-        model, mbs=mbs, cp=cp, tp=tp, pp=pp, vp=vp, sp=sp, recompute=recompute,
-        num_microbatches=num_microbatches, stage=stage, stores_scores=stores_scores,
-        rank_layers=rank_layers, rank_moe_layers=rank_moe_layers, etp=etp,
-        precision=precision, capacity=capacity, a2a_overlap=a2a_overlap,
-        offload_modules=offload_modules, rows=rows)
     held, gemm_held = params, gemm_params     # parameters whose weights and grads are held
     if megatron_fsdp:
         unit = np.maximum(dense_layer_parameters(model, tp), embedding_parameters(model, tp))
@@ -204,7 +196,7 @@ def memory_arrays(model: ModelSpec, *, tp, pp, dp, cp, vp, mbs, num_microbatches
         "optimizer_bytes": (non_expert * optimizer_bytes / shard
                             + expert * optimizer_bytes / expert_shard),
         "activations_bytes": act,
-        "other_bytes": FIXED_OVERHEAD_BYTES + FRAGMENTATION_FRACTION * act + gather,
+        "other_bytes": _other_bytes(act, gather),
     }
     out["total_bytes"] = sum(out.values())
     if not activations:
@@ -214,10 +206,10 @@ def memory_arrays(model: ModelSpec, *, tp, pp, dp, cp, vp, mbs, num_microbatches
     return out
 
 
-def _activation_bytes(model: ModelSpec, *, cp, **kw):
-    """:func:`memory_model.activations.stage_activation_bytes` of a rank holding
-    ``seq_length / cp`` tokens of each sequence (``kw``: as :func:`memory_arrays` takes)."""
-    return stage_activation_bytes(model, seq=model.seq_length / np.asarray(cp), **kw)
+def _other_bytes(act, gather):
+    """The allowance beyond weights, state and activations (module docstring): the fixed
+    overhead, fragmentation of the activations ``act`` and the CP gather's ``gather``."""
+    return FIXED_OVERHEAD_BYTES + FRAGMENTATION_FRACTION * act + gather
 
 
 #: Plans above which :func:`peak_memory_arrays` groups them by their layer's inputs.
@@ -277,6 +269,7 @@ def _class_peak(model: ModelSpec, classes: dict, kw: dict, held_terms=None) -> n
     same plans (or a subset of them, sliced alike) passes back to add the activations to."""
     peak = None
     last = np.asarray(kw["pp"]) - 1
+    filling = held_terms is not None and not kw.get("activations", True)
     for k in range(classes["stage"].shape[1]):
         # a class holding what rank 0 holds, and not the last rank, is never above rank 0
         # (fewer microbatches in flight, no embedding): skip it where every plan says so
@@ -285,7 +278,6 @@ def _class_peak(model: ModelSpec, classes: dict, kw: dict, held_terms=None) -> n
                                | (classes["moe_layers"][:, k] != classes["moe_layers"][:, 0])
                                | (classes["stage"][:, k] == last))):
             continue
-        filling = held_terms is not None and not kw.get("activations", True)
         out = memory_arrays(model, stage=classes["stage"][:, k],
                             rank_layers=classes["layers"][:, k],
                             rank_moe_layers=classes["moe_layers"][:, k],
