@@ -14,7 +14,8 @@ from configurator.core.model_presets import load_model
 from configurator.core.rows import distinct_rows, row_groups
 from configurator.search.evaluate import evaluate_plan
 from configurator.search.rank import search
-from configurator.search.space import enumerate_plans
+from configurator.core.layers import stage_class_arrays, stage_classes
+from configurator.search.space import enumerate_plans, product_columns
 from topology.cluster_files import load_cluster
 from memory_model.estimate import (GROUP_ROWS_ABOVE, estimate_memory, memory_inputs,
                                    peak_memory)
@@ -25,7 +26,8 @@ def test_row_groups_gather_back_every_column(seed):
     rng = np.random.default_rng(seed)
     n = 5000
     cols = [rng.integers(1, 9, n), rng.integers(0, 2, n).astype(bool),
-            rng.choice([1, 7, 1 << 30], n), 3, rng.integers(-5, 5, n)]
+            rng.choice([1, 7, 1 << 30], n), 3, rng.integers(-5, 5, n),
+            np.full(n, 4), rng.choice([100, 104, 109], n)]
     first, inverse = row_groups(*cols)
     assert inverse.shape == (n,)
     arrays = [np.broadcast_to(c, (n,)) for c in cols]
@@ -41,6 +43,43 @@ def test_row_groups_many_distinct_rows_fall_back_to_a_sort():
     first, inverse = row_groups(a, b)
     assert np.array_equal(a[first][inverse], a) and np.array_equal(b[first][inverse], b)
     assert row_groups(1, 2) is None
+
+
+def test_stage_class_arrays_are_each_plans_stage_classes():
+    # even splits, embedding/loss-aware and uneven ones (126 layers), pipeline layouts
+    # (DeepSeek-V3's 61 layers): every plan's row is what stage_classes gives its split
+    for name, world, gbs in (("llama3.1-405b", 1024, 1024), ("deepseek-v3", 1024, 4096)):
+        model = load_model(name)
+        c = enumerate_plans(model, world, gbs)
+        cls = stage_class_arrays(model, pp=c.pp, vp=c.vp, first=c.first, last=c.last,
+                                 account_embedding=c.acct_emb, account_loss=c.acct_loss,
+                                 layout=c.layout)
+        checked = set()
+        for i in np.random.default_rng(0).choice(len(c), 400, replace=False):
+            p = c.plan(int(i))
+            key = p.layer_split
+            classes = stage_classes(model, *key)
+            K = cls["stage"].shape[1]
+            assert len(classes) <= K
+            for k in range(K):
+                stage, count, layers, moe = classes[k] if k < len(classes) else classes[0]
+                assert (cls["stage"][i, k], cls["layers"][i, k], cls["moe_layers"][i, k]) \
+                    == (stage, layers, moe)
+                assert cls["count"][i, k] == (count if k < len(classes) else 0)
+            checked.add(key)
+        assert len(checked) > 3
+
+
+@pytest.mark.parametrize("sizes", [(3,), (2, 1, 4), (1, 1), (5, 2, 3, 2), (4, 1, 1, 6)])
+def test_product_columns_are_the_raveled_meshgrid(sizes):
+    rng = np.random.default_rng(len(sizes))
+    values = [rng.integers(0, 50, n) if i % 2 else rng.random(n) < 0.5
+              for i, n in enumerate(sizes)]
+    got = product_columns(values)
+    want = [a.ravel() for a in np.meshgrid(*values, indexing="ij")]
+    assert len(got) == len(want)
+    for g, w, v in zip(got, want, values):
+        assert g.dtype == v.dtype and np.array_equal(g, w)
 
 
 def test_distinct_rows_in_first_appearance_order():

@@ -2,24 +2,31 @@
 
 Cases: gpt3-175b on 128 dgx-a100-80gb nodes (gbs 1536), gpt-1t on 384 (gbs 3072) and
 llama3.1-405b on 2,048 dgx-h100-80gb nodes (16,384 GPUs, gbs 16384).
-Prints in-process search time (best of ``--repeats``, default 5) and the wall time of the
-whole CLI command (interpreter start and imports included).
+Prints in-process search time (best of ``--repeats``, default 5), the minor page faults of
+one search (``getrusage``'s ``ru_minflt``, the mean over the repeats) and the wall time of the
+whole CLI command (interpreter start and imports included). The process sets the memory
+allocator's thresholds as the command line does (:mod:`configurator.core.allocator`);
+``--default-allocator`` leaves glibc's defaults (the figure a library caller who does not set
+them gets).
 ``--instructions`` prints instead the CPU instructions one search executes, counted by
 valgrind's callgrind (one search in a fresh process, then three: half the difference is one
 search after the first): a figure that does not move with the machine's load, for
 before/after pairs on a shared machine (needs ``valgrind`` on the PATH; about 5 minutes).
-Run: ``python -m bench.speed.search_speed [--repeats 5] [--instructions]``.
+Run: ``python -m bench.speed.search_speed [--repeats 5] [--default-allocator]
+[--instructions]``.
 """
 
 from __future__ import annotations
 
 import re
+import resource
 import shutil
 import subprocess
 import sys
 import time
 
 from bench.common import bench_parser, table_head
+from configurator.core.allocator import tune_allocator
 from configurator.core.model_presets import load_model
 from configurator.cost.schedule_sim import clear_cache
 from configurator.search.rank import search
@@ -60,6 +67,9 @@ def main(argv=None) -> int:
     ap.add_argument("--instructions", action="store_true",
                     help="count the instructions of one search with valgrind instead of "
                          "timing it")
+    ap.add_argument("--default-allocator", action="store_true",
+                    help="time the in-process searches under glibc's default malloc "
+                         "thresholds, not the command line's")
     args = ap.parse_args(argv)
     if args.repeats < 1:
         print(f"search_speed: --repeats {args.repeats}: must be at least 1", file=sys.stderr)
@@ -74,23 +84,30 @@ def main(argv=None) -> int:
             one, three = instructions(i, 1), instructions(i, 3)
             print(f"| {name} | {nodes * 8} | {(three - one) / 2e9:.3f} | {one / 1e9:.2f} |")
         return 0
+    tuned = not args.default_allocator and tune_allocator()
+    print(f"in-process searches: {'the command line' if tuned else 'glibc'}'s malloc "
+          f"thresholds")
     print(table_head(["model", "GPUs", "candidates", "feasible",
-                      f"search s (best of {args.repeats})", "candidates/s", "CLI wall s"]))
+                      f"search s (best of {args.repeats})", "candidates/s",
+                      "page faults per search", "CLI wall s"]))
     for name, preset, nodes, gbs in CASES:
-        model, best = load_model(name), float("inf")
+        model, best, faults = load_model(name), float("inf"), 0
         for _ in range(args.repeats):
             cluster = load_cluster(preset, nodes=nodes)  # fresh caches each time
             clear_cache()     # the simulated schedules of the repeat before
+            f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             t0 = time.perf_counter()
             res = search(model, cluster, gbs)
             best = min(best, time.perf_counter() - t0)
+            faults += resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0
         t0 = time.perf_counter()
         subprocess.run([sys.executable, "-m", "configurator", "search", "--model", name,
                         "--cluster", preset, "--nodes", str(nodes), "--gbs",
                         str(gbs)], check=True, stdout=subprocess.DEVNULL)
         wall = time.perf_counter() - t0
         print(f"| {name} | {nodes * 8} | {res.candidates_evaluated} | {res.feasible} | "
-              f"{best:.3f} | {res.candidates_evaluated / best:,.0f} | {wall:.2f} |")
+              f"{best:.3f} | {res.candidates_evaluated / best:,.0f} | "
+              f"{faults / args.repeats:,.0f} | {wall:.2f} |")
     return 0
 
 

@@ -18,6 +18,7 @@ import sys
 
 from configurator.cli.commands import (COMMANDS, EXIT_BUG, EXIT_INFEASIBLE, EXIT_INPUT,
                                        EXIT_OK, Parser, add_commands)
+from configurator.core.allocator import tune_allocator
 from configurator.core.errors import InputError, NoFeasiblePlanError, echo, one_line
 from configurator.core.plan import PLAN_FIELDS
 from configurator.core.version import TOOL_NAME, tool_version
@@ -75,6 +76,7 @@ def error_text(err: InputError, parser: argparse.ArgumentParser | None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    tune_allocator()   # arrays reuse freed heap instead of faulting in fresh pages
     # Paths from argv may hold undecodable bytes (surrogates): print them escaped, not fail.
     for stream in (sys.stdout, sys.stderr):
         if hasattr(stream, "reconfigure"):

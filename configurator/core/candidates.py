@@ -44,12 +44,16 @@ def field_value(f, entry: Any) -> Any:
     return layout_text(entry) if f.type is str else f.type(entry)
 
 
+#: The layout fields of a row of :attr:`Candidates.group_keys`, in order.
+GROUP_KEY_FIELDS = ("tp", "cp", "dp", "pp")
+
+
 class Candidates:
     """Plans as parallel arrays (all the same length) plus shared scalars.
 
     ``columns``: field name -> array (codes for fields with choices); ``shared``: field name ->
     value for the non-candidate fields. ``group`` (optional): index into ``group_keys`` (rows
-    of tp, cp, dp, pp) per plan, so collective figures are computed once per layout.
+    of :data:`GROUP_KEY_FIELDS`) per plan, so collective figures are computed once per layout.
     """
 
     __slots__ = ("columns", "shared", "group", "group_keys")

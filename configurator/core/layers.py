@@ -37,6 +37,7 @@ from functools import lru_cache
 import numpy as np
 
 from configurator.core.model import ModelSpec
+from configurator.core.rows import row_groups
 
 #: Characters of a pipeline layout: layers ``E``, ``t``, ``m``, ``L``, the stage separator,
 #: the repeats ``(…)*n`` / ``x*n`` and cosmetic commas (Megatron's ``parse_str_to_list``).
@@ -283,15 +284,8 @@ def stage_class_arrays(model: ModelSpec, *, pp, vp, first, last, account_embeddi
     cols = [np.atleast_1d(np.asarray(x, dtype=np.int64)) for x in (
         pp, vp, first, last, account_embedding, account_loss)] + [codes]
     n = max(len(c) for c in cols)
-    # one int64 key per plan (12 bits each for pp, vp, first, last < 4096; 1 bit per flag;
-    # 13 for the layout code): a 1-D unique is an order of magnitude faster than a row-wise
-    # one
-    if int(codes.max()) >= 1 << 13:
-        raise ValueError(f"{int(codes.max())} distinct pipeline layouts in one process")
-    key = np.zeros(n, dtype=np.int64)
-    for c, bits in zip(cols, (12, 12, 12, 12, 1, 1, 13)):
-        key = (key << bits) | np.broadcast_to(c, (n,))
-    _, first_of, inverse = np.unique(key, return_index=True, return_inverse=True)
+    # the distinct splits by a lookup table of their values (no sort)
+    first_of, inverse = row_groups(*(np.broadcast_to(c, (n,)) for c in cols))
     uniq = np.stack([np.broadcast_to(c, (n,))[first_of] for c in cols], axis=1)
     per = [stage_classes(model, int(k[0]), int(k[1]), int(k[2]), int(k[3]), bool(k[4]),
                          bool(k[5]), layout_text(k[6])) for k in uniq]

@@ -23,14 +23,13 @@ def _codes(col: np.ndarray) -> tuple[np.ndarray, int]:
         return col.view(np.uint8), 2
     lo, hi = int(col.min()), int(col.max())
     if hi - lo < DENSE_RANGE:
-        if lo:
-            col = col - lo
-        present = np.zeros(hi - lo + 1, dtype=bool)
-        present[col] = True
-        if present.all():                       # every value in the range: its own code
-            return col, hi - lo + 1
+        if lo < 0 or hi >= DENSE_RANGE:
+            col, hi, lo = col - lo, hi - lo, 0
+        present = np.bincount(col, minlength=hi + 1) > 0   # the values 0..hi present
+        if lo == 0 and present.all():   # every value in the range: its own code
+            return col, hi + 1
         rank = np.cumsum(present) - 1
-        return rank[col], int(rank[-1]) + 1
+        return rank.take(col), int(rank[-1]) + 1
     values, codes = np.unique(col, return_inverse=True)
     return codes.ravel(), len(values)
 
@@ -51,15 +50,16 @@ def row_groups(*columns) -> tuple[np.ndarray, np.ndarray] | None:
         if a.ndim == 0:
             continue
         codes, count = _codes(a if a.dtype == bool else a.astype(np.int64, copy=False))
+        if count == 1:                          # one value: the rows do not differ in it
+            continue
         if radix * count >= DENSE_RANGE:        # keep the combined key dense
             key, radix = _codes(key)
         key = key * count + codes
         radix *= count
     if radix < DENSE_RANGE:
-        present = np.zeros(radix, dtype=bool)
-        present[key] = True
+        present = np.bincount(key, minlength=radix) > 0
         rank = np.cumsum(present) - 1
-        inverse = rank[key]
+        inverse = rank.take(key)
         first = np.empty(int(rank[-1]) + 1, dtype=np.int64)
         first[inverse] = np.arange(len(key))
         return first, inverse

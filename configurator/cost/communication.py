@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from configurator.core.candidates import Candidates
+from configurator.core.candidates import GROUP_KEY_FIELDS, Candidates
 from topology.rank_order import group_shape
 
 
@@ -42,13 +42,13 @@ def comm_table(cluster, c: Candidates) -> tuple[tuple[str, ...], np.ndarray, np.
     if c.group is not None:
         uniq, inv = c.group_keys, c.group
     else:
-        keys = np.stack([c.tp, c.cp, c.dp, c.pp], axis=1)
+        keys = np.stack([getattr(c, n) for n in GROUP_KEY_FIELDS], axis=1)
         uniq, inv = np.unique(keys, axis=0, return_inverse=True)
         inv = inv.reshape(-1)
     table = np.empty((len(uniq), len(NAMES)))
     pipelines: dict[tuple[int, int], tuple] = {}    # (stride, size) -> the pipeline's figures
-    for i, (tp, cp, dp, pp) in enumerate(uniq.tolist()):
-        sizes = {"tp": tp, "cp": cp, "dp": dp, "pp": pp}
+    for i, row in enumerate(uniq.tolist()):
+        sizes = dict(zip(GROUP_KEY_FIELDS, row))
         # the cluster caches each (stride, size, world): layouts share most group shapes
         table[i, 0:2] = cluster.group_busbw(*group_shape(("tp",), sizes), world)
         table[i, 2:4] = cluster.group_busbw(*group_shape(("cp",), sizes), world)

@@ -116,7 +116,7 @@ def search(model: ModelSpec, cluster, global_batch_size: int, *, top_k: int = 10
 #: Candidates priced at once by the memory model and the closed form: their temporaries take
 #: about 1 KiB a candidate, so a search of 10⁵–10⁶ candidates (a cluster of 10⁵ GPUs) runs
 #: in slices of this many. Every figure is computed row by row, so slicing changes none.
-CHUNK_CANDIDATES = 1 << 15
+CHUNK_CANDIDATES = 1 << 16
 
 
 def in_chunks(cand: Candidates, price):

@@ -19,8 +19,8 @@ from configurator.core.plan import PLAN_FIELD, search_options
 from configurator.core.plan_terms import param_gather_overlap
 from configurator.core.layers import format_layout, split_ok, virtual_stage_layers
 from configurator.core.rules import SPLIT_FIELDS, rules_for, rules_mask
-from configurator.core.candidates import (COLUMN_FIELDS, Candidates, column_dtype,
-                                         column_value)
+from configurator.core.candidates import (COLUMN_FIELDS, GROUP_KEY_FIELDS, Candidates,
+                                         column_dtype, column_value)
 
 
 def divisors(n: int) -> list[int]:
@@ -151,6 +151,26 @@ class SearchSpace:
         return f"SearchSpace({self.allowed})"
 
 
+def product_columns(values: list[np.ndarray]) -> list[np.ndarray]:
+    """The Cartesian product of the 1-D arrays ``values`` as one column per array, rows in C
+    order (the last array varies fastest): what ``np.meshgrid(*values, indexing="ij")``
+    gives raveled, each column of length ``prod(len(v))`` and its array's dtype."""
+    total = 1
+    for v in values:
+        total *= len(v)
+    out, outer, inner = [], 1, total
+    for v in values:
+        inner //= max(len(v), 1)
+        col = v.repeat(inner)
+        if outer > 1:   # the block repeated ``outer`` times
+            block = np.empty((outer, col.size), col.dtype)
+            block[:] = col
+            col = block.reshape(-1)
+        out.append(col)
+        outer *= len(v)
+    return out
+
+
 def _grid_values(f, model: ModelSpec, global_batch_size: int, pp: int) -> np.ndarray:
     """Every value of grid field ``f`` before the rules filter (choices as codes)."""
     if f.choices:
@@ -211,10 +231,16 @@ def enumerate_plans(model: ModelSpec, world_size: int, global_batch_size: int, *
     splits: dict[int, dict] = {}   # pp -> its layer splits: a column per JOINT field, "count"
     reads = {name: sorted({n for r in rules for n in r.needs} & set(LAYOUT))
              for name, rules in single.items()}
+    multi_reads = sorted({n for r in multi for n in r.needs} & set(LAYOUT))
+    # (pp, the grid fields' values) -> the grid; with the values of the layout fields the
+    # grid rules read -> the grid's plans they keep (many layouts share both)
+    grids: dict[tuple, dict] = {}
+    kept_grids: dict[tuple, dict] = {}
     allow = space.allow
     world = world_size
-    cols: dict[str, list[np.ndarray]] = {f.name: [] for f in COLUMN_FIELDS}
-    groups: list[np.ndarray] = []
+    cols: dict[str, list[np.ndarray]] = {f.name: [] for f in COLUMN_FIELDS
+                                         if f.name not in LAYOUT}
+    counts: list[int] = []   # plans kept per layout
     keys = []
 
     def legal(values: list[int], fields: dict, rules) -> list[int]:
@@ -263,26 +289,35 @@ def enumerate_plans(model: ModelSpec, world_size: int, global_batch_size: int, *
                 values.append(np.arange(splits[pp]["count"]))
                 if not all(len(x) for x in values):
                     continue
-                mesh = np.meshgrid(*values, indexing="ij", copy=False)
-                grid = {f.name: a.ravel() for f, a in zip(GRID_FIELDS, mesh)}
-                pick = mesh[-1].ravel()
-                for name in JOINT:
-                    grid[name] = splits[pp][name][pick]
-                ok = rules_mask(model, with_derived(dict(f3, **grid)), world, multi)
-                # the plans kept, as indices: one scan of the mask, not one per column
-                ok = (slice(None) if ok else slice(0)) if np.ndim(ok) == 0 else \
-                    np.flatnonzero(ok)
-                n = len(grid[GRID_FIELDS[0].name][ok])
+                grid_key = (pp, *(v.tobytes() for v in values))
+                kept_key = (grid_key, *(f3[n] for n in multi_reads))
+                kept = kept_grids.get(kept_key)
+                if kept is None:
+                    grid = grids.get(grid_key)
+                    if grid is None:
+                        columns = product_columns(values)
+                        grid = dict(zip((f.name for f in GRID_FIELDS), columns))
+                        for name in JOINT:   # the last dimension: the split's index
+                            grid[name] = splits[pp][name].take(columns[-1])
+                        grids[grid_key] = grid
+                    ok = rules_mask(model, with_derived(dict(f3, **grid)), world, multi)
+                    # the plans kept, as indices: one scan of the mask, not one per column
+                    ok = (slice(None) if ok else slice(0)) if np.ndim(ok) == 0 else \
+                        np.flatnonzero(ok)
+                    kept = kept_grids[kept_key] = {name: arr[ok] for name, arr in grid.items()}
+                n = len(kept[GRID_FIELDS[0].name])
                 if not n:
                     continue
-                keys.append((tp, cp, dp, pp))
-                for name, arr in grid.items():
-                    cols[name].append(arr[ok])
-                for name, val in (("tp", tp), ("pp", pp), ("dp", dp), ("cp", cp)):
-                    cols[name].append(np.full(n, val, dtype=np.int64))
-                groups.append(np.full(n, len(keys) - 1, dtype=np.int64))
+                keys.append(tuple(f3[n] for n in GROUP_KEY_FIELDS))
+                counts.append(n)
+                for name, arr in kept.items():
+                    cols[name].append(arr)
     cat = lambda parts, dt: (np.concatenate(parts).astype(dt, copy=False)  # noqa: E731
                              if parts else np.zeros(0, dt))
-    columns = {f.name: cat(cols[f.name], column_dtype(f)) for f in COLUMN_FIELDS}
-    return Candidates(columns, shared, group=cat(groups, np.int64),
-                      group_keys=np.array(keys, dtype=np.int64).reshape(-1, 4))
+    group_keys = np.array(keys, dtype=np.int64).reshape(-1, len(GROUP_KEY_FIELDS))
+    group = np.repeat(np.arange(len(keys), dtype=np.int64), counts)
+    # the layout columns from each plan's layout
+    columns = {f.name: (group_keys[:, GROUP_KEY_FIELDS.index(f.name)].take(group)
+                        .astype(column_dtype(f), copy=False)) if f.name in LAYOUT
+               else cat(cols[f.name], column_dtype(f)) for f in COLUMN_FIELDS}
+    return Candidates(columns, shared, group=group, group_keys=group_keys)
