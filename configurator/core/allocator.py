@@ -6,9 +6,9 @@ fresh mapping, and gives free heap above its trim threshold (twice the mmap thre
 to the system; the next array then faults its pages in again. Measured with
 ``getrusage(RUSAGE_SELF).ru_minflt`` around one ``search()`` of gpt3-175b on 1,024 A100
 (``bench/speed/search_speed.py``): 28,400 minor page faults with glibc's defaults, 400 with
-the thresholds below, and the search 0.19 s → 0.14 s; llama3.1-405b on 16,384 H100: 12,000
-→ 3,800. Peak memory of the 16,384-host search is unchanged (244 → 246 MiB,
-``bench/speed/measured_topology.py``).
+the thresholds below, and the search 0.21–0.22 s → 0.15–0.16 s (best of 5, four rounds on a
+2-core machine); llama3.1-405b on 16,384 H100: 12,000 → 3,800 faults. Peak memory of the
+16,384-host search is unchanged (244 → 246 MiB, ``bench/speed/measured_topology.py``).
 
 The command line sets them when it starts (:func:`configurator.cli.main`); the library's own
 functions do not touch the process they run in.
