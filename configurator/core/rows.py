@@ -26,7 +26,7 @@ def _codes(col: np.ndarray) -> tuple[np.ndarray, int]:
         if lo < 0 or hi >= DENSE_RANGE:
             col, hi, lo = col - lo, hi - lo, 0
         present = np.bincount(col, minlength=hi + 1) > 0   # the values 0..hi present
-        if lo == 0 and present.all():   # every value in the range: its own code
+        if present.all():               # every value from 0 to hi: its own code
             return col, hi + 1
         rank = np.cumsum(present) - 1
         return rank.take(col), int(rank[-1]) + 1

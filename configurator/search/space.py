@@ -232,9 +232,8 @@ def enumerate_plans(model: ModelSpec, world_size: int, global_batch_size: int, *
     reads = {name: sorted({n for r in rules for n in r.needs} & set(LAYOUT))
              for name, rules in single.items()}
     multi_reads = sorted({n for r in multi for n in r.needs} & set(LAYOUT))
-    # (pp, the grid fields' values) -> the grid; with the values of the layout fields the
-    # grid rules read -> the grid's plans they keep (many layouts share both)
-    grids: dict[tuple, dict] = {}
+    # (pp, the grid fields' values, the values of the layout fields the grid rules read) ->
+    # the grid's plans those rules keep (many layouts share them)
     kept_grids: dict[tuple, dict] = {}
     allow = space.allow
     world = world_size
@@ -289,28 +288,26 @@ def enumerate_plans(model: ModelSpec, world_size: int, global_batch_size: int, *
                 values.append(np.arange(splits[pp]["count"]))
                 if not all(len(x) for x in values):
                     continue
-                grid_key = (pp, *(v.tobytes() for v in values))
-                kept_key = (grid_key, *(f3[n] for n in multi_reads))
-                kept = kept_grids.get(kept_key)
-                if kept is None:
-                    grid = grids.get(grid_key)
-                    if grid is None:
-                        columns = product_columns(values)
-                        grid = dict(zip((f.name for f in GRID_FIELDS), columns))
-                        for name in JOINT:   # the last dimension: the split's index
-                            grid[name] = splits[pp][name].take(columns[-1])
-                        grids[grid_key] = grid
+                kept_key = (pp, *(v.tobytes() for v in values),
+                            *(f3[name] for name in multi_reads))
+                kept_plans = kept_grids.get(kept_key)
+                if kept_plans is None:
+                    columns = product_columns(values)
+                    grid = dict(zip((f.name for f in GRID_FIELDS), columns))
+                    for name in JOINT:   # the last dimension: the split's index
+                        grid[name] = splits[pp][name].take(columns[-1])
                     ok = rules_mask(model, with_derived(dict(f3, **grid)), world, multi)
                     # the plans kept, as indices: one scan of the mask, not one per column
                     ok = (slice(None) if ok else slice(0)) if np.ndim(ok) == 0 else \
                         np.flatnonzero(ok)
-                    kept = kept_grids[kept_key] = {name: arr[ok] for name, arr in grid.items()}
-                n = len(kept[GRID_FIELDS[0].name])
+                    kept_plans = kept_grids[kept_key] = {name: arr[ok]
+                                                         for name, arr in grid.items()}
+                n = len(kept_plans[GRID_FIELDS[0].name])
                 if not n:
                     continue
-                keys.append(tuple(f3[n] for n in GROUP_KEY_FIELDS))
+                keys.append(tuple(f3[name] for name in GROUP_KEY_FIELDS))
                 counts.append(n)
-                for name, arr in kept.items():
+                for name, arr in kept_plans.items():
                     cols[name].append(arr)
     cat = lambda parts, dt: (np.concatenate(parts).astype(dt, copy=False)  # noqa: E731
                              if parts else np.zeros(0, dt))
