@@ -21,6 +21,7 @@ from configurator.core.document import PlacementRecord, as_placement
 from configurator.core.errors import InputError
 from configurator.core.model import ModelSpec
 from configurator.core.plan import ParallelPlan
+from launchers.bridge import BRIDGE_FILE, render_bridge_overrides
 from launchers.slurm import render_slurm_script
 from launchers.torchrun import render_torchrun_script
 
@@ -163,7 +164,8 @@ def placement_kwargs(placement: PlacementRecord | Mapping[str, Any] | None, *,
 
 def launch_files(model: ModelSpec, plan: ParallelPlan,
                  **kwargs: Any) -> dict[str, tuple[bytes, int]]:
-    """Render both scripts: ``{file name: (UTF-8 text, creation mode)}`` for
+    """Render both scripts and the Megatron-Bridge overrides (``bridge_overrides.yaml``,
+    :mod:`launchers.bridge`): ``{file name: (UTF-8 text, creation mode)}`` for
     :func:`write_files`; ``kwargs`` as :func:`write_launch_files`."""
     job_name = kwargs.pop("job_name", None)
     placement = kwargs.pop("placement", None)
@@ -175,15 +177,21 @@ def launch_files(model: ModelSpec, plan: ParallelPlan,
         shape = {k: kwargs[k] for k in ("nodes", "gpus_per_node")
                  if isinstance(kwargs.get(k), int) and not isinstance(kwargs[k], bool)}
         kwargs.update(placement_kwargs(placement, **shape))
-    return {TORCHRUN_FILE: (render_torchrun_script(model, plan, **kwargs).encode(),
-                            SCRIPT_MODE),
-            SLURM_FILE: (render_slurm_script(model, plan, job_name=job_name,
-                                             **kwargs).encode(), FILE_MODE)}
+    files = {TORCHRUN_FILE: (render_torchrun_script(model, plan, **kwargs).encode(),
+                             SCRIPT_MODE),
+             SLURM_FILE: (render_slurm_script(model, plan, job_name=job_name,
+                                              **kwargs).encode(), FILE_MODE)}
+    # the scripts have checked the shape (nodes, GPUs per node) against the plan
+    files[BRIDGE_FILE] = (render_bridge_overrides(
+        model, plan, nodes=kwargs["nodes"], gpus_per_node=kwargs["gpus_per_node"],
+        summary=kwargs.get("summary")).encode(), FILE_MODE)
+    return files
 
 
 def write_launch_files(out_dir: str, model: ModelSpec, plan: ParallelPlan, *,
                        force: bool = False, **kwargs: Any) -> dict[str, str]:
-    """Render and write ``launch_torchrun.sh`` (executable) and ``launch_slurm.sbatch``.
+    """Render and write ``launch_torchrun.sh`` (executable), ``launch_slurm.sbatch`` and
+    ``bridge_overrides.yaml`` (the plan as Megatron-Bridge overrides).
 
     ``kwargs`` are the renderers' keyword arguments (``nodes``, ``gpus_per_node``, ``hosts``,
     ``cuda_visible_devices``, ``excluded_hosts``, ``data_path``, ``tokenizer_model``,
@@ -192,15 +200,16 @@ def write_launch_files(out_dir: str, model: ModelSpec, plan: ParallelPlan, *,
     object (:func:`configurator.core.document.placement_record`) standing for ``hosts``,
     ``cuda_visible_devices`` (its ``gpu_order``) and ``excluded_hosts`` (give one or the
     other; :func:`placement_kwargs`). Creates ``out_dir`` if needed. Both scripts are
-    rendered before anything is written. Returns ``{"torchrun": path, "slurm": path}``.
+    rendered before anything is written. Returns ``{"torchrun": path, "slurm": path,
+    "bridge": path}``.
     Raises :class:`InputError` (field ``out``) if a file exists and ``force`` is false, if
     ``out_dir`` or a file is a symbolic link, or if ``out_dir`` is not a directory;
     renderer errors as those functions.
     """
     files = launch_files(model, plan, **kwargs)
     check_out_dir(out_dir, files, force)
-    tr, sl = write_files(out_dir, files, force=force)
-    return {"torchrun": tr, "slurm": sl}
+    tr, sl, br = write_files(out_dir, files, force=force)
+    return {"torchrun": tr, "slurm": sl, "bridge": br}
 
 
 def start_instructions(out_dir: str, *, nodes: int, placed: bool, data: bool,

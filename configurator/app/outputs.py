@@ -14,8 +14,8 @@ from configurator.search.rank import SearchResult
 from memory_model.estimate import peak_memory
 
 SEARCH_FILES = ("plan.json", "plans.json", "table.txt", "plans.png", "report.html",
-                "launch_torchrun.sh", "launch_slurm.sbatch")
-LAUNCH_FILES = ("launch_torchrun.sh", "launch_slurm.sbatch")
+                "launch_torchrun.sh", "launch_slurm.sbatch", "bridge_overrides.yaml")
+LAUNCH_FILES = ("launch_torchrun.sh", "launch_slurm.sbatch", "bridge_overrides.yaml")
 
 
 def check_out(out: str, names: Iterable[str], force: bool) -> None:

@@ -26,7 +26,7 @@ from typing import Any, Callable, Mapping, Union
 
 from configurator.core import validate as v
 from configurator.core.errors import InputError
-from configurator.core.plan_layout import PlanLayout, schema_field
+from configurator.core.plan_layout import BRIDGE_KEEP, PlanLayout, schema_field
 from configurator.core.plan_terms import fp8_weights_gathered, tp_comm_overlapped
 from configurator.core.plan_values import (ATTENTION_BACKENDS, CP_COMM_TYPES,
                                            CROSS_ENTROPY_FUSIONS, CUDA_GRAPH_IMPLS,
@@ -40,6 +40,11 @@ from configurator.core.plan_values import (ATTENTION_BACKENDS, CP_COMM_TYPES,
 FlagValue = Union[None, bool, int, float, str, tuple]
 #: ``(flag, value(model, plan))``: one Megatron-LM flag a field becomes.
 FlagRule = tuple[str, Callable[[Any, "ParallelPlan"], FlagValue]]
+
+#: ``(dotted ConfigContainer key, value(model, plan))``: one Megatron-Bridge override a field
+#: becomes, e.g. ``("model.tensor_model_parallel_size", ...)``; the value is what the config
+#: field takes (None: ``null``; :data:`BRIDGE_KEEP`: the recipe's own value is kept).
+BridgeRule = tuple[str, Callable[[Any, "ParallelPlan"], Any]]
 
 #: Megatron flag groups in the order the launch script lists them; ``model`` and
 #: ``training`` rows come from the model spec and the training arguments.
@@ -64,6 +69,8 @@ class PlanField:
     quiet: bool = False                  # left out of plan descriptions at its default
     flag_group: str | None = None
     flags: tuple[FlagRule, ...] = ()
+    #: Megatron-Bridge ``ConfigContainer`` overrides the field becomes (``launchers.bridge``)
+    bridge: tuple[BridgeRule, ...] = ()
 
     @property
     def short(self) -> str:
@@ -95,6 +102,33 @@ def _fp8_recipe_flag(p) -> str | None:
     return p.fp8_recipe if p.precision == "fp8" and p.fp8_recipe != "delayed" else None
 
 
+#: Megatron-Bridge 0.3.1's mixed-precision recipe (``megatron/bridge/training/
+#: mixed_precision.py``, ``ConfigContainer.mixed_precision``) of each precision and FP8
+#: scaling: hybrid FP8 with delayed, current (tensorwise) or sub-channel (blockwise)
+#: scaling, MXFP8 (E4M3).
+BRIDGE_PRECISION_RECIPES = {"bf16": "bf16_mixed", "fp16": "fp16_mixed",
+                            ("fp8", "delayed"): "bf16_with_fp8_delayed_scaling_mixed",
+                            ("fp8", "tensorwise"): "bf16_with_fp8_current_scaling_mixed",
+                            ("fp8", "blockwise"): "bf16_with_fp8_subchannel_scaling_mixed",
+                            "mxfp8": "bf16_with_mxfp8_mixed"}
+
+
+def bridge_precision_recipe(p) -> str:
+    """The Megatron-Bridge mixed-precision recipe name of plan ``p``'s precision
+    (:data:`BRIDGE_PRECISION_RECIPES`)."""
+    return BRIDGE_PRECISION_RECIPES[(p.precision, p.fp8_recipe) if p.precision == "fp8"
+                                    else p.precision]
+
+
+def _moe_only(value):
+    """A Megatron-Bridge rule's value for MoE models, the recipe's own for dense ones."""
+    return lambda m, p: value(p) if m.is_moe else BRIDGE_KEEP
+
+
+_TORCH_DTYPES = {"fp32": "torch.float32", "bf16": "torch.bfloat16", "fp16": "torch.float16",
+                 "fp8": "torch.uint8"}
+
+
 def _list_flag(text: str) -> tuple | None:
     """A comma-separated field as the words of an ``nargs='+'`` flag (None when empty)."""
     words = tuple(w for w in text.replace(",", " ").split())
@@ -109,7 +143,8 @@ class ParallelPlan(PlanLayout):
     communication overlaps, MoE dispatch, optimizer state, offloading).
     """
 
-    precision: str = schema_field("bf16", cli_flag="--precision", choices=PRECISION,
+    precision: str = schema_field("bf16", bridge=(("mixed_precision", lambda m, p: bridge_precision_recipe(p)),),
+                                  cli_flag="--precision", choices=PRECISION,
                                   per_candidate=False,
                                   help="bf16 (default), fp16, fp8 (Transformer Engine FP8 GEMMs, "
                                        "scaled as fp8_recipe says: delayed by default) or mxfp8 "
@@ -121,7 +156,8 @@ class ParallelPlan(PlanLayout):
                                          ("--fp8-format", lambda m, p: _fp8_format(p)),
                                          ("--fp8-recipe", lambda m, p: _fp8_recipe_flag(p))))
     cp_comm_type: str = schema_field(
-        "p2p", megatron_name="cp_comm_type", cli_flag="--cp-comm-type", choices=CP_COMM_TYPES,
+        "p2p", bridge=(("model.cp_comm_type", lambda m, p: p.cp_comm_type),),
+        megatron_name="cp_comm_type", cli_flag="--cp-comm-type", choices=CP_COMM_TYPES,
         per_candidate=False,
         help="context-parallel attention communication (Megatron --cp-comm-type): p2p ring "
              "of K/V blocks overlapped with attention (default), a2a all-to-all over heads "
@@ -143,13 +179,17 @@ class ParallelPlan(PlanLayout):
                ("--transformer-impl", lambda m, p: "local"
                 if p.attention_backend == "local" else None)))
     overlap_grad_reduce: bool = schema_field(
-        True, megatron_name="overlap_grad_reduce", cli_flag="--overlap-grad-reduce",
+        True, bridge=(("ddp.overlap_grad_reduce", lambda m, p: p.overlap_grad_reduce),),
+        megatron_name="overlap_grad_reduce", cli_flag="--overlap-grad-reduce",
         per_candidate=False,
         help="overlap the data-parallel gradient reduction with backward (default on)",
         flag_group="parallelism",
         flags=(("--overlap-grad-reduce", lambda m, p: p.overlap_grad_reduce or None),))
     overlap_param_gather: bool = schema_field(
-        True, megatron_name="overlap_param_gather", per_candidate=False,
+        True, bridge=(("ddp.overlap_param_gather",
+                 lambda m, p: bool(p.overlap_param_gather and p.distributed_optimizer
+                                   and p.overlap_grad_reduce)),),
+        megatron_name="overlap_param_gather", per_candidate=False,
         help="overlap the distributed optimizer's parameter all-gather with the next forward",
         flag_group="parallelism",
         # validate_args asserts --use-distributed-optimizer and --overlap-grad-reduce.
@@ -182,7 +222,10 @@ class ParallelPlan(PlanLayout):
         flags=(("--grad-reduce-in-bf16",
                 lambda m, p: (p.grad_reduce_in_bf16 and p.precision != "fp16") or None),))
     cross_entropy_fusion: str = schema_field(
-        "none", cli_flag="--cross-entropy-fusion", choices=CROSS_ENTROPY_FUSIONS,
+        "none", bridge=(("model.cross_entropy_loss_fusion", lambda m, p: p.cross_entropy_fusion != "none"),
+                ("model.cross_entropy_fusion_impl",
+                 lambda m, p: "te" if p.cross_entropy_fusion == "te" else "native")),
+        cli_flag="--cross-entropy-fusion", choices=CROSS_ENTROPY_FUSIONS,
         per_candidate=False,
         help="the loss's cross entropy over the vocabulary: none (Megatron's default eager "
              "ops), native (--cross-entropy-loss-fusion) or te (--cross-entropy-loss-fusion "
@@ -194,7 +237,14 @@ class ParallelPlan(PlanLayout):
                ("--cross-entropy-fusion-impl",
                 lambda m, p: "te" if p.cross_entropy_fusion == "te" else None)))
     megatron_fsdp: bool = schema_field(
-        False, megatron_name="use_megatron_fsdp", cli_flag="--megatron-fsdp",
+        False, bridge=(("ddp.use_megatron_fsdp", lambda m, p: p.megatron_fsdp),
+                ("ddp.data_parallel_sharding_strategy",
+                 lambda m, p: "optim_grads_params" if p.megatron_fsdp else "no_shard"),
+                ("model.gradient_accumulation_fusion",
+                 lambda m, p: False if p.megatron_fsdp else BRIDGE_KEEP),
+                ("checkpoint.ckpt_format",
+                 lambda m, p: "fsdp_dtensor" if p.megatron_fsdp else BRIDGE_KEEP)),
+        megatron_name="use_megatron_fsdp", cli_flag="--megatron-fsdp",
         per_candidate=False,
         help="Megatron FSDP over the dp*cp group: weights, gradients and optimizer state "
              "sharded, each layer's weights gathered before its forward and backward and its "
@@ -211,7 +261,9 @@ class ParallelPlan(PlanLayout):
                ("--no-gradient-accumulation-fusion", lambda m, p: p.megatron_fsdp or None),
                ("--ckpt-format", lambda m, p: "fsdp_dtensor" if p.megatron_fsdp else None)))
     tp_comm_overlap: bool = schema_field(
-        False, megatron_name="tp_comm_overlap", cli_flag="--tp-comm-overlap",
+        False, bridge=(("model.tp_comm_overlap", lambda m, p: bool(tp_comm_overlapped(
+            p.tp_comm_overlap, p.tp, p.sequence_parallel, p.attention_backend))),),
+        megatron_name="tp_comm_overlap", cli_flag="--tp-comm-overlap",
         per_candidate=False,
         help="overlap the tensor-parallel all-gathers and reduce-scatters with the GEMMs "
              "that consume or produce them (Megatron --tp-comm-overlap, Transformer "
@@ -223,7 +275,9 @@ class ParallelPlan(PlanLayout):
             p.tp_comm_overlap, p.tp, p.sequence_parallel, p.attention_backend) or None),))
 
     overlap_moe_expert_parallel_comm: bool = schema_field(
-        False, megatron_name="overlap_moe_expert_parallel_comm",
+        False, bridge=(("model.overlap_moe_expert_parallel_comm",
+                 lambda m, p: p.overlap_moe_expert_parallel_comm),),
+        megatron_name="overlap_moe_expert_parallel_comm",
         cli_flag="--overlap-moe-expert-parallel-comm", alias="a2a_overlap", column="a2a-ovl",
         help="hide one microbatch's expert-parallel all-to-alls behind another's attention "
              "and expert compute (Megatron --overlap-moe-expert-parallel-comm: the combined "
@@ -233,7 +287,9 @@ class ParallelPlan(PlanLayout):
         flags=(("--overlap-moe-expert-parallel-comm",
                 lambda m, p: p.overlap_moe_expert_parallel_comm or None),))
     delay_wgrad_compute: bool = schema_field(
-        False, megatron_name="delay_wgrad_compute", cli_flag="--delay-wgrad-compute",
+        False, bridge=(("model.delay_wgrad_compute",
+                 lambda m, p: p.delay_wgrad_compute and p.overlap_moe_expert_parallel_comm),),
+        megatron_name="delay_wgrad_compute", cli_flag="--delay-wgrad-compute",
         per_candidate=False, quiet=True,
         help="with the all-to-all overlap, run the experts' weight-gradient GEMMs while the "
              "dispatch's backward all-to-all travels (Megatron --delay-wgrad-compute; "
@@ -243,7 +299,10 @@ class ParallelPlan(PlanLayout):
                 lambda m, p: (p.delay_wgrad_compute and p.overlap_moe_expert_parallel_comm)
                 or None),))
     moe_token_dispatcher_type: str = schema_field(
-        "alltoall", megatron_name="moe_token_dispatcher_type",
+        "alltoall", bridge=(("model.moe_token_dispatcher_type", _moe_only(lambda p: p.moe_token_dispatcher_type)),
+                ("model.moe_router_dtype", _moe_only(
+                    lambda p: "fp32" if p.moe_token_dispatcher_type == "flex" else BRIDGE_KEEP))),
+        megatron_name="moe_token_dispatcher_type",
         cli_flag="--moe-token-dispatcher-type", choices=MOE_DISPATCHERS, per_candidate=False,
         quiet=True,
         help="MoE token dispatcher: alltoall (NCCL all-to-alls, the default here) or flex "
@@ -257,7 +316,9 @@ class ParallelPlan(PlanLayout):
                 lambda m, p: "fp32" if m.is_moe and p.moe_token_dispatcher_type == "flex"
                 else None)))
     moe_flex_dispatcher_backend: str = schema_field(
-        "deepep", megatron_name="moe_flex_dispatcher_backend",
+        "deepep", bridge=(("model.moe_flex_dispatcher_backend",
+                 _moe_only(lambda p: p.moe_flex_dispatcher_backend)),),
+        megatron_name="moe_flex_dispatcher_backend",
         cli_flag="--moe-flex-dispatcher-backend", choices=MOE_FLEX_BACKENDS,
         per_candidate=False, quiet=True,
         help="backend of the flex dispatcher: deepep (default) or hybridep",
@@ -266,7 +327,8 @@ class ParallelPlan(PlanLayout):
                 lambda m, p: p.moe_flex_dispatcher_backend
                 if m.is_moe and p.moe_token_dispatcher_type == "flex" else None),))
     moe_permute_fusion: bool = schema_field(
-        False, megatron_name="moe_permute_fusion", cli_flag="--moe-permute-fusion",
+        False, bridge=(("model.moe_permute_fusion", _moe_only(lambda p: p.moe_permute_fusion)),),
+        megatron_name="moe_permute_fusion", cli_flag="--moe-permute-fusion",
         per_candidate=False, quiet=True,
         help="Transformer Engine's fused token permutation (Megatron --moe-permute-fusion; "
              "default off)",
@@ -274,7 +336,8 @@ class ParallelPlan(PlanLayout):
         flags=(("--moe-permute-fusion", lambda m, p: (m.is_moe and p.moe_permute_fusion)
                 or None),))
     moe_router_fusion: bool = schema_field(
-        False, megatron_name="moe_router_fusion", cli_flag="--moe-router-fusion",
+        False, bridge=(("model.moe_router_fusion", _moe_only(lambda p: p.moe_router_fusion)),),
+        megatron_name="moe_router_fusion", cli_flag="--moe-router-fusion",
         per_candidate=False, quiet=True,
         help="Transformer Engine's fused top-k routing and auxiliary loss (Megatron "
              "--moe-router-fusion; default off)",
@@ -282,7 +345,9 @@ class ParallelPlan(PlanLayout):
         flags=(("--moe-router-fusion", lambda m, p: (m.is_moe and p.moe_router_fusion)
                 or None),))
     moe_expert_capacity_factor: float = schema_field(
-        0.0, megatron_name="moe_expert_capacity_factor",
+        0.0, bridge=(("model.moe_expert_capacity_factor",
+                 _moe_only(lambda p: p.moe_expert_capacity_factor or None)),),
+        megatron_name="moe_expert_capacity_factor",
         cli_flag="--moe-expert-capacity-factor", per_candidate=False, quiet=True,
         help="tokens an expert takes per rank, as a multiple of the even share "
              "ceil(tokens*topk/experts*factor); beyond it tokens are dropped (Megatron "
@@ -292,7 +357,9 @@ class ParallelPlan(PlanLayout):
                 lambda m, p: p.moe_expert_capacity_factor
                 if m.is_moe and p.moe_expert_capacity_factor > 0 else None),))
     moe_pad_expert_input_to_capacity: bool = schema_field(
-        False, megatron_name="moe_pad_expert_input_to_capacity",
+        False, bridge=(("model.moe_pad_expert_input_to_capacity",
+                 _moe_only(lambda p: p.moe_pad_expert_input_to_capacity)),),
+        megatron_name="moe_pad_expert_input_to_capacity",
         cli_flag="--moe-pad-expert-input-to-capacity", per_candidate=False, quiet=True,
         help="pad every expert's input to its capacity (static shapes; Megatron "
              "--moe-pad-expert-input-to-capacity; needs a capacity factor)",
@@ -322,7 +389,11 @@ class ParallelPlan(PlanLayout):
              "core_v0.16.1: estimate prices it, launch scripts refuse it)",
         flag_group="precision and kernels")
     cuda_graph_impl: str = schema_field(
-        "none", megatron_name="cuda_graph_impl", cli_flag="--cuda-graph-impl",
+        "none", bridge=(("model.cuda_graph_impl", lambda m, p: p.cuda_graph_impl),
+                ("model.cuda_graph_scope",
+                 lambda m, p: list(_list_flag(p.cuda_graph_scope)) if p.cuda_graph_scope
+                 else BRIDGE_KEEP)),
+        megatron_name="cuda_graph_impl", cli_flag="--cuda-graph-impl",
         choices=CUDA_GRAPH_IMPLS, per_candidate=False, quiet=True,
         help="CUDA graphs (Megatron --cuda-graph-impl): none (default), transformer_engine "
              "(per layer or the scopes of cuda_graph_scope) or local (full_iteration)",
@@ -344,7 +415,12 @@ class ParallelPlan(PlanLayout):
              "(transformer_engine); empty: whole layers",
         flag_group="precision and kernels")
     use_precision_aware_optimizer: bool = schema_field(
-        False, megatron_name="use_precision_aware_optimizer",
+        False, bridge=(("optimizer.use_precision_aware_optimizer",
+                 lambda m, p: p.use_precision_aware_optimizer),
+                *((f"optimizer.{name}", lambda m, p, name=name: _TORCH_DTYPES[getattr(p, name)])
+                  for name in ("main_grads_dtype", "main_params_dtype", "exp_avg_dtype",
+                               "exp_avg_sq_dtype"))),
+        megatron_name="use_precision_aware_optimizer",
         cli_flag="--use-precision-aware-optimizer", per_candidate=False, quiet=True,
         help="Transformer Engine's FusedAdam holds the master weights and the moments in the "
              "dtypes below (Megatron --use-precision-aware-optimizer; Adam with the "
@@ -383,7 +459,12 @@ class ParallelPlan(PlanLayout):
         help="Adam's second moment with the precision-aware optimizer (default fp32)",
         flag_group="precision and kernels")
     offload_modules: str = schema_field(
-        "", megatron_name="offload_modules", cli_flag="--offload-modules",
+        "", bridge=(("model.fine_grained_activation_offloading",
+                 lambda m, p: bool(p.offload_modules)),
+                ("model.offload_modules",
+                 lambda m, p: list(_list_flag(p.offload_modules)) if p.offload_modules
+                 else None)),
+        megatron_name="offload_modules", cli_flag="--offload-modules",
         per_candidate=False, quiet=True,
         help="fine-grained activation offloading: the modules whose saved activations wait "
              "in host memory between forward and backward, comma-separated, of "
