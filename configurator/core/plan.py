@@ -156,7 +156,7 @@ class ParallelPlan(PlanLayout):
                                          ("--fp8-format", lambda m, p: _fp8_format(p)),
                                          ("--fp8-recipe", lambda m, p: _fp8_recipe_flag(p))))
     cp_comm_type: str = schema_field(
-        "p2p", bridge=(("model.cp_comm_type", lambda m, p: p.cp_comm_type),),
+        "p2p", bridge=(("model.cp_comm_type", lambda m, p: p.cp_comm_type if p.cp > 1 else None),),
         megatron_name="cp_comm_type", cli_flag="--cp-comm-type", choices=CP_COMM_TYPES,
         per_candidate=False,
         help="context-parallel attention communication (Megatron --cp-comm-type): p2p ring "
