@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from configurator.core.errors import InputError
-from launchers import (SLURM_FILE, TORCHRUN_FILE, render_slurm_script, render_torchrun_script,
+from launchers import (BRIDGE_FILE, SLURM_FILE, TORCHRUN_FILE, render_slurm_script, render_torchrun_script,
                        write_launch_files)
 from launchers import files as launcher_files
 from launchers.megatron_flags import flag_argv, megatron_flags
@@ -674,7 +674,9 @@ def test_link_made_after_the_check_is_not_followed(tmp_path, monkeypatch, force)
             write_launch_files(str(out), SMALL, SMALL_PLAN, nodes=2, gpus_per_node=4)
         assert "symbolic link" in exc.value.rule
     assert victim.read_text() == "keep"
-    assert sorted(p.name for p in out.iterdir()) == [SLURM_FILE, TORCHRUN_FILE]  # no temp
+    # no temporary file left; with --force the Megatron-Bridge overrides beside the scripts
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        [SLURM_FILE, TORCHRUN_FILE] + ([BRIDGE_FILE] if force else []))
     link_dir = tmp_path / "link_dir"                       # the directory itself
     link_dir.symlink_to(out)
     with pytest.raises(InputError) as exc:

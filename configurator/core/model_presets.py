@@ -1,7 +1,8 @@
 """The model presets (:data:`MODEL_PRESETS`) and :func:`load_model`, which resolves a model
 reference: a preset name, a YAML/JSON file with exactly the keys of
-:data:`~configurator.core.model.MODEL_KEYS`, or a local Hugging Face ``config.json``
-(:func:`~configurator.core.hf_import.from_hf_config`).
+:data:`~configurator.core.model.MODEL_KEYS`, a local Hugging Face ``config.json``
+(:func:`~configurator.core.hf_import.from_hf_config`), or a Hugging Face model id whose
+``config.json`` :mod:`configurator.core.hf_hub` fetches.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Any
 
 from configurator.core import validate as v
 from configurator.core.errors import InputError
+from configurator.core.hf_hub import hub_config_path, looks_like_hub_id
 from configurator.core.hf_import import from_hf_config
 from configurator.core.model import ModelSpec, make_model
 
@@ -102,8 +104,13 @@ MODEL_PRESETS: dict[str, ModelSpec] = {m.name: m for m in [
 
 
 def load_model(ref: str) -> ModelSpec:
-    """Resolve ``ref``: a preset name (any case), a Megatron-keyed YAML/JSON file, or an HF
-    config.json.
+    """Resolve ``ref``: a preset name (any case), a Megatron-keyed YAML/JSON file, an HF
+    config.json, or a Hugging Face model id (``owner/name``).
+
+    In that order: a preset wins, then an existing path; a reference of the shape
+    ``owner/name`` that is neither is a model id, whose ``config.json`` comes from the Hugging
+    Face cache or the Hub (:func:`~configurator.core.hf_hub.hub_config_path`) and names the
+    model ``owner/name``.
 
     A JSON file with ``model_type`` or ``num_hidden_layers``/``n_layer`` is read as a Hugging
     Face config, named after its folder (``…/NAME/config.json``) or its file name; any other
@@ -113,8 +120,12 @@ def load_model(ref: str) -> ModelSpec:
     preset = v.preset_name(ref, MODEL_PRESETS)
     if preset is not None:
         return MODEL_PRESETS[preset]
+    if not os.path.exists(ref) and looks_like_hub_id(ref):
+        data = v.load_mapping_file("model", hub_config_path(ref))
+        return from_hf_config(data, name=ref)
     if not os.path.exists(ref):
-        raise InputError("model", ref, "not a preset name nor an existing file"
+        raise InputError("model", ref, "not a preset name, an existing file nor a Hugging "
+                                       "Face model id (owner/name)"
                          + (v.did_you_mean(ref, MODEL_PRESETS)
                             or " (presets: " + ", ".join(MODEL_PRESETS) + ")"))
     data = v.load_mapping_file("model", ref)
