@@ -2,8 +2,9 @@
 into a directory so a newcomer can try every command on real data.
 
 Copied from the package data (``configurator/data/examples``): the real nccl-tests logs of
-a 17-node H100 cluster (with their licence and attribution) and a small measured topology
-imported from four of its hosts. Written from the tool's own definitions (so they always
+a 17-node H100 cluster (with their licence and attribution), a small measured topology
+imported from four of its hosts, and a real Megatron-LM training log of one H200 with its
+one-GPU cluster file (its README says how it was made). Written from the tool's own definitions (so they always
 read back as they are): a model file (the ``llama3-8b`` preset in Megatron's keys), a
 cluster file (the ``dgx-h100-80gb`` preset on 4 nodes) and the published runs as a run file
 (what ``configurator validate`` prices by default, one row per run with its citation).
@@ -20,6 +21,12 @@ from configurator.data import EXAMPLES, data_path
 
 #: The logs folder and the small topology, copied as they ship.
 LOGS, TOPOLOGY = "h100-17node-nccl-tests", "topology-4host.yaml"
+#: The Megatron-LM training log folder (the log, its cluster file, its README), copied too.
+TRAIN_LOG_DIR = "megatron-h200-1gpu"
+TRAIN_LOG = f"{TRAIN_LOG_DIR}/gpt-1.7b_h200_1gpu.log"
+TRAIN_LOG_CLUSTER = f"{TRAIN_LOG_DIR}/cluster-h200-1gpu.yaml"
+#: The folders copied whole.
+FOLDERS = (LOGS, TRAIN_LOG_DIR)
 #: Files written from the tool's definitions.
 MODEL_FILE, CLUSTER_FILE, RUNS_FILE = "model-llama3-8b.yaml", "cluster-dgx-h100.yaml", \
     "published-runs.csv"
@@ -44,6 +51,9 @@ EXAMPLE_FILES: tuple[Example, ...] = (
             f"configurator topology import {LOGS} -o topo.json"),
     Example(TOPOLOGY, "a measured topology of 4 of those hosts (a slow pair included)",
             f"configurator audit --topology {TOPOLOGY}"),
+    Example(TRAIN_LOG_DIR, "a real Megatron-LM training log (GPT 1.7B on one H200, "
+                           "core_v0.16.1) and the cluster it ran on; see its README",
+            f"configurator validate --cluster {TRAIN_LOG_CLUSTER} {TRAIN_LOG}"),
     Example(MODEL_FILE, "a model file in Megatron's keys (Llama-3 8B)",
             f"configurator search --model {MODEL_FILE} --cluster dgx-h100-80gb --nodes 2 "
             f"--gbs 128"),
@@ -110,14 +120,17 @@ def write_examples(out: str, force: bool = False) -> list[str]:
 
     names = [e.name for e in EXAMPLE_FILES]
     check_out_dir(out, names, force)
-    logs = os.path.join(out, LOGS)
-    if os.path.islink(logs):
-        raise InputError("out", logs, "is a symbolic link; not written through")
+    for folder in FOLDERS:
+        if os.path.islink(os.path.join(out, folder)):
+            raise InputError("out", os.path.join(out, folder),
+                             "is a symbolic link; not written through")
     files = {TOPOLOGY: (data_path(EXAMPLES, TOPOLOGY).read_bytes(), FILE_MODE),
              MODEL_FILE: (model_file(), FILE_MODE), CLUSTER_FILE: (cluster_file(), FILE_MODE),
              RUNS_FILE: (runs_file(), FILE_MODE)}
-    if os.path.exists(logs) and force:
-        shutil.rmtree(logs)
-    shutil.copytree(data_path(EXAMPLES, LOGS), logs)
+    for folder in FOLDERS:
+        path = os.path.join(out, folder)
+        if os.path.exists(path) and force:
+            shutil.rmtree(path)
+        shutil.copytree(data_path(EXAMPLES, folder), path)
     write_files(out, files, force=force)
     return [os.path.join(out, n) for n in names]
