@@ -138,11 +138,11 @@ def render_bridge_overrides(model: ModelSpec, plan: ParallelPlan, *, nodes: int,
             f"{model.name} on {nodes} x {gpus_per_node} GPUs",
             f"(tp {plan.tp}, pp {plan.pp}, cp {plan.cp}, dp {plan.dp} = {world} GPUs; "
             f"global batch {plan.global_batch_size}, micro-batch {plan.micro_batch_size}).",
-            "Apply them to the recipe of the same model, e.g.:",
+            "Apply them to the Megatron-Bridge recipe of the same model (RECIPE, e.g.",
+            "megatron.bridge.recipes.llama.llama3_70b_pretrain_config for Llama 3 70B):",
             "  from megatron.bridge.training.utils.omegaconf_utils import "
             "process_config_with_overrides",
-            "  cfg = process_config_with_overrides(llama3_8b_pretrain_config(),",
-            f"                                      config_filepath=\"{BRIDGE_FILE}\")",
+            f"  cfg = process_config_with_overrides(RECIPE(), config_filepath=\"{BRIDGE_FILE}\")",
             f"and launch on {world} GPUs (the data-parallel size follows from the world size)."]
     if summary:
         head.append("predicted: " + ", ".join(f"{k} {v}" for k, v in summary.items()))

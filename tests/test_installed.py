@@ -1,6 +1,7 @@
 """The tool as a user installs it: a wheel built from this checkout, installed into a fresh
 virtual environment and run from a directory outside the checkout; then every shell block of
-the README, in order, in one temporary directory, with that installation's ``configurator``.
+the README and of the measuring guide (docs/measure.md), in order, in one temporary directory
+each, with that installation's ``configurator``.
 
 The fresh environment reuses this one's third-party packages (numpy, networkx, ...) through a
 ``.pth`` line, so only the wheel is installed; this checkout's editable install is not seen
@@ -23,15 +24,18 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-#: A block preceded by ``<!-- readme-test: skip (why) -->`` is not run; one preceded by
-#: ``<!-- readme-test: output of command 1 -->`` is README command 1's printed output.
-MARKER = re.compile(r"<!-- readme-test: (?P<what>[^>]*?) -->\s*$")
+MEASURE_GUIDE = ROOT / "docs" / "measure.md"
+#: A block preceded by ``<!-- readme-test: skip (why) -->`` (``doc-test`` in docs/) is not
+#: run; one preceded by ``<!-- readme-test: output of command 1 -->`` is README command 1's
+#: printed output.
+MARKER = re.compile(r"<!-- (?:readme|doc)-test: (?P<what>[^>]*?) -->\s*$")
 BLOCK = re.compile(r"^```(?P<lang>\w*)\n(?P<body>.*?)^```", re.S | re.M)
 
 
-def readme_blocks() -> list[tuple[str, str, str]]:
-    """``(language, body, marker)`` of every fenced block of the README, in order."""
-    text = README.read_text(encoding="utf-8")
+def readme_blocks(path: Path = README) -> list[tuple[str, str, str]]:
+    """``(language, body, marker)`` of every fenced block of the README (or the Markdown
+    file ``path``), in order."""
+    text = path.read_text(encoding="utf-8")
     out = []
     for m in BLOCK.finditer(text):
         before = text[:m.start()].rstrip("\n").splitlines()
@@ -101,23 +105,42 @@ def test_the_wheel_runs_from_outside_the_checkout(installed, tmp_path):
     assert "Leave out (drain) or repair the NIC of: cnode2-003." in audit
 
 
-def test_every_readme_shell_block_runs(installed, tmp_path):
-    """The README's shell blocks, in order, in one directory, as a user pastes them: each
-    with ``bash -e -o pipefail``; those marked ``skip`` say why (the two README commands,
-    which .ci/run runs, and what needs GPUs)."""
-    _, env = installed
+def _run_shell_blocks(path: Path, env: dict, cwd: Path) -> int:
+    """Run the ``bash`` blocks of ``path`` not marked ``skip``, in order, in ``cwd``, each
+    with ``bash -e -o pipefail``; returns how many ran. A skipped block must say why."""
     ran = 0
-    for lang, body, mark in readme_blocks():
+    for lang, body, mark in readme_blocks(path):
         if lang != "bash":
             continue
         if mark.startswith("skip"):
             assert re.match(r"skip \(.+\)$", mark), f"a skipped block says why: {mark!r}"
             continue
-        res = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", body], cwd=tmp_path,
+        res = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", body], cwd=cwd,
                              env=env, capture_output=True, text=True, timeout=600)
-        assert res.returncode == 0, f"README block failed:\n{body}\n{res.stdout}\n{res.stderr}"
+        assert res.returncode == 0, (f"{path.name} block failed:\n{body}\n{res.stdout}\n"
+                                     f"{res.stderr}")
         ran += 1
-    assert ran >= 6
+    return ran
+
+
+def test_every_readme_shell_block_runs(installed, tmp_path):
+    """The README's shell blocks, in order, in one directory, as a user pastes them: each
+    with ``bash -e -o pipefail``; those marked ``skip`` say why (the two README commands,
+    which .ci/run runs, and what needs GPUs)."""
+    _, env = installed
+    assert _run_shell_blocks(README, env, tmp_path) >= 6
+
+
+def test_every_measure_guide_command_runs(installed, tmp_path):
+    """docs/measure.md's shell blocks that need no GPU, cluster or network, in order, in one
+    directory, from the installed wheel (the examples, the worked path measure -> audit ->
+    plan -> launch files, validate on the shipped training log, the SLURM script's syntax);
+    those marked ``skip`` say why. The guide is linked from the README."""
+    _, env = installed
+    assert "docs/measure.md" in README.read_text(encoding="utf-8")
+    assert _run_shell_blocks(MEASURE_GUIDE, env, tmp_path) >= 7
+    assert (tmp_path / "job" / "bridge_overrides.yaml").is_file()
+    assert (tmp_path / "measure_pairs.sbatch").is_file()
 
 
 def test_readme_shows_command_1_as_it_prints(tmp_path):

@@ -30,7 +30,8 @@ def add_audit_arguments(p) -> None:
     groups = option_groups(p)
     g = groups["model and cluster"]
     g.add_argument("--model", help="price each finding for a job of this model (a preset, a "
-                                   "YAML/JSON file or a Hugging Face config.json)")
+                                   "YAML/JSON file, a Hugging Face config.json or model id "
+                                   "owner/name)")
     g.add_argument("--gbs", type=int, help="with --model: the global batch size of its plan")
     g.add_argument("--cluster", metavar="PRESET_OR_FILE",
                    help="with --model: the cluster preset or file (default: the one whose GPU "

@@ -20,8 +20,9 @@ def add_plan_arguments(p) -> None:
     groups = option_groups(p)
     g = groups["model and cluster"]
     g.add_argument("--model", required=True,
-                   help="a preset (any case), a YAML/JSON file with Megatron keys, or a Hugging "
-                        "Face config.json")
+                   help="a preset (any case), a YAML/JSON file with Megatron keys, a Hugging "
+                        "Face config.json, or a Hugging Face model id (owner/name: its "
+                        "config.json through huggingface_hub)")
     g.add_argument("--gbs", type=int, required=True, help="global batch size (sequences)")
     g.add_argument("--seq-length", type=int, help="override the model's sequence length")
     g.add_argument("--cluster", metavar="PRESET_OR_FILE",
@@ -44,7 +45,8 @@ def add_plan_arguments(p) -> None:
     g.add_argument("--top", type=int, default=3,
                    help="plans placed on the measured links and shown (default 3)")
     g = groups["output"]
-    add_out(g, "directory for the scripts, plan.json, plans.json, audit.json and report.html",
+    add_out(g, "directory for the scripts, bridge_overrides.yaml, plan.json, plans.json, "
+               "audit.json and report.html",
             metavar="DIR", required=True)
     add_force(g, "files in --out")
     add_json(g, "the summary")

@@ -63,7 +63,9 @@ def _common(p: argparse.ArgumentParser, groups) -> None:
     g = groups["model and cluster"]
     g.add_argument("--model", required=True,
                    help="preset name, any case (" + ", ".join(MODEL_PRESETS) + "), a YAML/JSON "
-                        "file with Megatron keys, or a Hugging Face config.json")
+                        "file with Megatron keys, a Hugging Face config.json, or a Hugging "
+                        "Face model id (owner/name: its config.json through huggingface_hub, "
+                        "from its cache when HF_HUB_OFFLINE=1)")
     g.add_argument("--cluster", required=True,
                    help="preset, any case (" + ", ".join(CLUSTER_PRESETS) + ") or a YAML/JSON "
                         "file")
@@ -179,8 +181,9 @@ def add_search_arguments(p) -> None:
     g = groups["output"]
     g.add_argument("--wide", action="store_true",
                    help="show every column of the ranked table (default: fit 100 columns)")
-    add_out(g, "write the best plan's launch scripts, plan.json, plans.json, table.txt, "
-               "plans.png and report.html into this directory", metavar="DIR")
+    add_out(g, "write the best plan's launch scripts, its Megatron-Bridge overrides "
+               "(bridge_overrides.yaml), plan.json, plans.json, table.txt, plans.png and "
+               "report.html into this directory", metavar="DIR")
     add_force(g, "files in --out")
 
 
@@ -297,7 +300,8 @@ def add_launch_arguments(p) -> None:
                         "needs --tokenizer-model (default: --mock-data)")
     g.add_argument("--tokenizer-model",
                    help="Hugging Face tokenizer name or path (required with --data-path)")
-    add_out(groups["output"], "directory for the scripts (not a symbolic link)",
+    add_out(groups["output"], "directory for the scripts and bridge_overrides.yaml (not a "
+                              "symbolic link)",
             metavar="DIR", required=True)
     add_force(groups["output"], "existing scripts")
 

@@ -26,7 +26,8 @@ def add_profile_arguments(p) -> None:
     g = groups["model and cluster"]
     g.add_argument("--model", required=True,
                    help="preset name, any case (" + ", ".join(MODEL_PRESETS) + "), a YAML/JSON "
-                        "file with Megatron keys, or a Hugging Face config.json")
+                        "file with Megatron keys, a Hugging Face config.json, or a Hugging "
+                        "Face model id (owner/name)")
     g.add_argument("--seq-length", type=int, help="override the model's sequence length")
     p = groups["plan"]
     p.add_argument("--tp", type=int, nargs="+", default=[1], metavar="T",
