@@ -124,8 +124,7 @@ def load_model(ref: str) -> ModelSpec:
         data = v.load_mapping_file("model", hub_config_path(ref))
         return from_hf_config(data, name=ref)
     if not os.path.exists(ref):
-        raise InputError("model", ref, "not a preset name, an existing file nor a Hugging "
-                                       "Face model id (owner/name)"
+        raise InputError("model", ref, "not a preset name nor an existing file"
                          + (v.did_you_mean(ref, MODEL_PRESETS)
                             or " (presets: " + ", ".join(MODEL_PRESETS) + ")"))
     data = v.load_mapping_file("model", ref)
