@@ -191,9 +191,10 @@ class TrainingInputs:
         return asdict(self)
 
 
-#: Keys of a cluster file's ``training`` section (:func:`training_settings`) → field of
-#: :class:`TrainingInputs` and the factor from the file's unit to SI.
-TRAINING_KEYS = {
+#: Keys of a cluster file's ``training`` section
+#: (:data:`topology.cluster_files.TRAINING_KEYS`) → field of :class:`TrainingInputs` and
+#: the factor from the file's unit to SI.
+TRAINING_FIELDS = {
     "failure_rate_per_node_day": ("failure_rate_per_node_day", 1.0),
     "restart_overhead_s": ("restart_overhead_s", 1.0),
     "storage_write_GBps_per_node": ("node_write_Bps", GB),
@@ -205,22 +206,13 @@ TRAINING_KEYS = {
     "node_overhead_W": ("node_overhead_W", 1.0),
     "pue": ("pue", 1.0),
 }
-_LIMIT_KEY = {"storage_write_GBps_per_node": "storage_GBps",
-              "storage_write_GBps_aggregate": "storage_GBps",
-              "storage_read_GBps_per_node": "storage_GBps",
-              "storage_read_GBps_aggregate": "storage_GBps"}
 
 
-def training_settings(data: Any, where: str = "training") -> dict:
-    """A cluster file's ``training`` mapping (keys :data:`TRAINING_KEYS`, units in their
-    names) checked and turned into :class:`TrainingInputs` fields (SI). Raises
-    :class:`InputError` naming the key, the value and the rule."""
-    v.exact_keys(where, data, (), tuple(TRAINING_KEYS))
-    out = {}
-    for key, val in data.items():
-        name, factor = TRAINING_KEYS[key]
-        out[name] = check_value(f"{where}.{key}", val, _LIMIT_KEY.get(key, key)) * factor
-    return out
+def training_settings(section: Mapping[str, float]) -> dict:
+    """A checked cluster-file ``training`` section
+    (:func:`topology.cluster_files.training_section`) as :class:`TrainingInputs` fields (SI
+    units)."""
+    return {TRAINING_FIELDS[k][0]: val * TRAINING_FIELDS[k][1] for k, val in section.items()}
 
 
 def check_value(field: str, value: Any, key: str) -> float:
