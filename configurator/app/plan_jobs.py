@@ -11,7 +11,8 @@ from configurator.app.inputs import JobInputs, host_pool, resolve
 from configurator.app.training_jobs import (TrainingRequest, objective_note,
                                             pick_scaling_row, price_evaluation, rank_plans,
                                             scaling_summary, training_inputs, training_line)
-from configurator.app.outputs import (LAUNCH_FILES, SEARCH_FILES, check_out, script_summary,
+from configurator.app.outputs import (LAUNCH_FILES, SEARCH_FILES, check_out, checkpoint_args,
+                                      script_summary,
                                       write_search_outputs)
 from configurator.core import validate as v
 from configurator.core.document import read_plan_document
@@ -366,7 +367,8 @@ def run_launch(req: LaunchRequest) -> LaunchOutcome:
     paths = write_launch_files(req.out, doc.model, plan, nodes=doc.nodes,
                                gpus_per_node=doc.gpus_per_node, force=req.force,
                                data_path=req.data_path, tokenizer_model=req.tokenizer_model,
-                               summary=script_summary(doc.estimate), placement=doc.placement)
+                               summary=script_summary(doc.estimate), placement=doc.placement,
+                               training=checkpoint_args(doc.estimate))
     if doc.placement:
         line = "placement: " + doc.placement.describe()
     elif doc.nodes == 1:

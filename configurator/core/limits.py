@@ -50,6 +50,8 @@ INT_RANGES: dict[str, tuple[int, int]] = {
     "dp": (1, 262_144),
     "top": (1, 100_000),
     "seed": (0, 2**32 - 1),
+    # iterations between checkpoints (a launch script's --save-interval)
+    "save_interval": (1, 2**40),
     "placement_evaluations": (1, 10_000_000),
     # cluster
     "nodes": (1, 32_768),
