@@ -368,6 +368,9 @@ class CostRequest:
     plan: str | None = None
     options: dict = field(default_factory=dict)
     seed: int = 0
+    #: time to train (:class:`configurator.app.training_jobs.TrainingRequest`): each cost
+    #: also in days, GPU-hours and cost; or None
+    training: object = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -437,7 +440,12 @@ def price_audit(topo_path: str, report, req: CostRequest) -> PricedPlan:
                    f"{p.vp} mbs {p.micro_batch_size} gbs {p.global_batch_size} on "
                    f"{best.placement.nodes} hosts, {best.iteration_time_s:.3f} s per "
                    f"iteration placed on the measured links")
+    from configurator.app.training_jobs import training_inputs
+
+    train = training_inputs(req.training, cluster_ref)
     costs = price_findings(model, load_cluster(cluster_ref, cluster.num_nodes), topo, report,
                            best, pool=list(range(cluster.num_nodes)), seed=req.seed,
                            search_space=space, options=options)
+    if train is not None:
+        costs = price_in_days(costs, model, cluster, best.plan, train)
     return PricedPlan(description=description, evaluation=best, costs=costs)

@@ -4,6 +4,7 @@ request dataclass and returning the result the CLI prints."""
 from __future__ import annotations
 
 import dataclasses
+import textwrap
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -117,8 +118,9 @@ def run_search(req: SearchRequest) -> SearchOutcome:
                   for e in res.plans]
         res = dataclasses.replace(res, plans=rank_plans(priced, req.training.objective,
                                                         req.training.deadline_days))
-        header += ("\n" + objective_note(train, req.training) + "; plan 1: "
-                   + training_line(res.plans[0]))
+        header += "\n" + "\n".join(textwrap.wrap(
+            objective_note(train, req.training) + "; plan 1: " + training_line(res.plans[0]),
+            100, subsequent_indent="  ", break_on_hyphens=False))
     best = res.plans[0]
     if best.placement is not None:
         pl = best.placement
