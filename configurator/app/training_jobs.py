@@ -13,7 +13,8 @@ from typing import Any, Mapping
 
 from configurator.core.errors import InputError, NoFeasiblePlanError
 from configurator.cost.training_time import (OBJECTIVES, TrainingInputs, check_value,
-                                             estimate_training, merged_inputs,
+                                             estimate_training, format_tokens,
+                                             merged_inputs,
                                              objective_key, parse_tokens, training_settings)
 from configurator.core.units import GB
 
@@ -135,7 +136,7 @@ def training_line(e) -> str:
     t = e.training
     cost = f", cost {t.cost:,.0f}" if t.cost is not None else ""
     mins = t.interval_s / 60
-    return (f"time to train {t.tokens:.3g} tokens: {t.days:.1f} days, {t.gpu_hours:,.0f} "
+    return (f"time to train {format_tokens(t.tokens)} tokens: {t.days:.1f} days, {t.gpu_hours:,.0f} "
             f"GPU-hours{cost}, ETTR {t.ettr:.3f} ({t.ettr_method}; closed form "
             f"{t.ettr_closed_form:.3f}{'' if t.closed_form_holds else ', not valid here'}), "
             f"checkpoint every {t.interval_iterations} iterations ({mins:.1f} min; Young "

@@ -239,6 +239,15 @@ def parse_tokens(text: Any) -> float:
     return check_value("train_tokens", value, "train_tokens")
 
 
+def format_tokens(tokens: float) -> str:
+    """``15e12`` → ``15T``, ``3e11`` → ``300B``, ``1234`` → ``1234`` (3 significant digits
+    with the largest suffix that keeps the number at least 1)."""
+    for suffix, factor in (("P", 1e15), ("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if tokens >= factor:
+            return f"{tokens / factor:.3g}{suffix}"
+    return f"{tokens:.3g}"
+
+
 @dataclass(frozen=True, kw_only=True)
 class CheckpointSize:
     """A plan's checkpoint: ``total_bytes`` (every rank's shards), ``rank_bytes`` (the
