@@ -179,3 +179,9 @@ def test_parse_tokens(text, tokens):
 def test_parse_tokens_refuses(text):
     with pytest.raises(InputError, match="train_tokens"):
         parse_tokens(text)
+
+
+def test_monte_carlo_refuses_a_process_that_cannot_finish():
+    with pytest.raises(ValueError, match="ettr_exact"):
+        ettr_monte_carlo(1.0, 10.0, 30.0, 0.0)
+    assert ettr_exact(1.0, 10.0, 30.0, 0.0) > 0

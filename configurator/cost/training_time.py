@@ -148,9 +148,14 @@ def ettr_monte_carlo(rate_per_s: float, restart_s: float, interval_s: float, sav
                      *, segments: int = 200_000, seed: int = 0) -> float:
     """ETTR of the same process simulated: ``segments`` segments of ``Δt + w`` each retried
     until one attempt sees no failure (exponential times to failure, each failed attempt
-    costing its time plus ``u₀``); useful work over total time. Seeded, reproducible."""
+    costing its time plus ``u₀``); useful work over total time. Seeded, reproducible.
+    Raises ValueError where a segment would need more than about e²⁰ attempts
+    (``λ·(Δt + w) > 20``): the exact form holds there, a simulation cannot finish."""
     rng = np.random.default_rng(seed)
     tau = interval_s + save_s
+    if rate_per_s * tau > 20:
+        raise ValueError(f"lambda*(interval+save) = {rate_per_s * tau:.3g} > 20: a segment "
+                         "almost never completes; use ettr_exact")
     total = np.full(segments, float(tau))
     active = np.arange(segments)
     if rate_per_s <= 0:
