@@ -174,3 +174,24 @@ def test_priced_sweep_writes_the_plot_and_report(tmp_path):
     doc = json.loads((tmp_path / "scaling.json").read_text())
     assert doc["training"]["chosen_nodes"] in (1, 2, 3, 4)
     assert all(r["training"]["days"] > 0 for r in doc["scaling"] if r["plan"])
+
+
+def test_plan_prices_the_chosen_plan_and_the_findings_in_days(tmp_path):
+    from tests.conftest import REAL_CLUSTER
+
+    res = run_cli("plan", "--model", "llama3-70b", "--gbs", "512", "--logs", REAL_CLUSTER,
+                  "--out", tmp_path / "job", "--train-tokens", "2T", "--gpu-hour-price", "2",
+                  "--json", timeout=300)
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    t = doc["training"]
+    assert t["cost"] == pytest.approx(2 * t["gpu_hours"]) and t["days"] > 0
+    assert any("time to train 2T tokens" in line for line in doc["summary"])
+    audit = json.loads((tmp_path / "job" / "audit.json").read_text())
+    costs = [c for f in audit["findings"] for c in f["costs"]
+             if c["what"].startswith("leaving out") and c["delta_s"]]
+    assert costs, "a slow host left out is priced"
+    for c in costs:     # slower per iteration, so more days; fewer GPUs
+        assert c["delta_days"] > 0 and c["delta_cost"] == pytest.approx(2 * c["delta_gpu_hours"])
+    script = (tmp_path / "job" / "launch_torchrun.sh").read_text()
+    assert f"--save-interval {t['interval_iterations']}\n" in script

@@ -69,6 +69,8 @@ def run_plan_command(args) -> int:
                              "plan": best.plan.to_dict(),
                              "placement": best.placement.to_estimate_dict(),
                              "islands": [list(i) for i in out.report.islands],
+                             **({} if best.training is None
+                                else {"training": best.training.to_dict()}),
                              "next_steps": steps}, indent=2))
         return 0
     for line in out.summary:
