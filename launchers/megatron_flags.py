@@ -276,8 +276,9 @@ _TRAINING_ROWS = _rows(
     ("--load", "training.save_interval",
      lambda m, p, t: None if t.save_interval is None else ShellVar(CHECKPOINT_DIR_VAR)),
     ("--save-interval", "training.save_interval", lambda m, p, t: t.save_interval),
-    ("--ckpt-format", "training.save_interval",
-     lambda m, p, t: "torch_dist" if t.save_interval and not p.megatron_fsdp else None),
+    ("--ckpt-format", "plan.megatron_fsdp, training.save_interval",
+     lambda m, p, t: "fsdp_dtensor" if p.megatron_fsdp
+     else "torch_dist" if t.save_interval is not None else None),
     ("--async-save", "training.async_save",
      lambda m, p, t: (t.async_save and t.save_interval is not None
                       and not p.megatron_fsdp) or None),
