@@ -95,12 +95,20 @@ class TrainingArgs:
     eval_iters: int = 0
     eval_interval: int = 1000
     seed: int = 1234
+    #: iterations between checkpoints (``--save-interval``; the interval the time-to-train
+    #: model chose), or None: no checkpoints
+    save_interval: int | None = None
+    #: ``--async-save`` (with ``save_interval``; not with Megatron-FSDP plans)
+    async_save: bool = False
 
     def checked(self) -> "TrainingArgs":
         """Return self; raise :class:`InputError` for a value Megatron would reject."""
         v.positive_int("train_iters", self.train_iters)
         v.positive_int("log_interval", self.log_interval)
         v.positive_int("eval_interval", self.eval_interval)
+        if self.save_interval is not None:
+            v.positive_int("save_interval", self.save_interval)
+        v.boolean("async_save", self.async_save)
         v.positive_float("lr", self.lr)
         for name in ("lr_warmup_iters", "eval_iters", "seed"):
             val = getattr(self, name)
@@ -256,7 +264,34 @@ _TRAINING_ROWS = _rows(
     ("--log-interval", "training.log_interval", lambda m, p, t: t.log_interval),
     ("--eval-iters", "training.eval_iters", lambda m, p, t: t.eval_iters),
     ("--eval-interval", "training.eval_interval", lambda m, p, t: t.eval_interval),
-    ("--seed", "training.seed", lambda m, p, t: t.seed))
+    ("--seed", "training.seed", lambda m, p, t: t.seed),
+    # checkpoints (with a save interval): the directory is a script variable; Megatron's
+    # distributed format (torch_dist, fully parallel save), the one its --async-save needs
+    # (megatron/training/checkpointing.py save_checkpoint: "Async checkpoint save not
+    # implemented" for legacy or other formats); Megatron-FSDP plans keep their own format
+    # (validate_args: "Megatron FSDP only supports fsdp_dtensor checkpoint format") and save
+    # synchronously
+    ("--save", "training.save_interval",
+     lambda m, p, t: None if t.save_interval is None else ShellVar(CHECKPOINT_DIR_VAR)),
+    ("--load", "training.save_interval",
+     lambda m, p, t: None if t.save_interval is None else ShellVar(CHECKPOINT_DIR_VAR)),
+    ("--save-interval", "training.save_interval", lambda m, p, t: t.save_interval),
+    ("--ckpt-format", "plan.megatron_fsdp, training.save_interval",
+     lambda m, p, t: "fsdp_dtensor" if p.megatron_fsdp
+     else "torch_dist" if t.save_interval is not None else None),
+    ("--async-save", "training.async_save",
+     lambda m, p, t: (t.async_save and t.save_interval is not None
+                      and not p.megatron_fsdp) or None),
+    # validate_args switches --async-save off without it ("--async-save is not supported
+    # without --use-persistent-ckpt-worker. Disabling --async-save.")
+    ("--use-persistent-ckpt-worker", "training.async_save",
+     lambda m, p, t: (t.async_save and t.save_interval is not None
+                      and not p.megatron_fsdp) or None))
+
+#: The script variable holding the checkpoint directory (``CHECKPOINT_DIR`` from the
+#: environment replaces its default, :data:`DEFAULT_CHECKPOINT_DIR`).
+CHECKPOINT_DIR_VAR = "CHECKPOINT_DIR"
+DEFAULT_CHECKPOINT_DIR = "checkpoints"
 
 _OWN_ROWS = {"model": _MODEL_ROWS, "training": _TRAINING_ROWS}
 

@@ -33,7 +33,8 @@ from configurator.core.errors import InputError, flat
 from configurator.core.model import ModelSpec
 from configurator.core.plan import ParallelPlan, describe_plan
 from configurator.core.rules import check_plan
-from launchers.megatron_flags import (DATA_PATHS_VAR, DEFAULT_TOKENIZER_TYPE, MEGATRON_TAG,
+from launchers.megatron_flags import (CHECKPOINT_DIR_VAR, DATA_PATHS_VAR,
+                                      DEFAULT_CHECKPOINT_DIR, DEFAULT_TOKENIZER_TYPE, MEGATRON_TAG,
                                       TrainingArgs, Value, format_value, megatron_flags)
 
 #: The ``master_addr`` default: ``$MASTER_ADDR`` from the environment, else the first host of
@@ -335,9 +336,14 @@ def quoted_array(name: str, words: Sequence[str]) -> list[str]:
 def data_block(inp: LaunchInputs) -> list[str]:
     """Data variables when a real data path is used: the ``--data-path`` words in a bash
     array (``$DATA_PATH`` from the environment replaces them by one path), the tokenizer type
-    and model (overridable from the environment)."""
+    and model (overridable from the environment); and, with a save interval, the checkpoint
+    directory (``$CHECKPOINT_DIR`` from the environment replaces it)."""
+    ckpt = [] if inp.training.save_interval is None else [
+        f"# checkpoints every {inp.training.save_interval} iterations (the interval the time "
+        f"to train chose), saved to and resumed from {CHECKPOINT_DIR_VAR}",
+        env_default(CHECKPOINT_DIR_VAR, DEFAULT_CHECKPOINT_DIR)]
     if inp.data_path is None:
-        return []
+        return ckpt
     assert inp.tokenizer_model is not None, "check_inputs requires tokenizer_model"
     return ["# data and tokenizer; from the environment, DATA_PATH (one path) replaces "
             f"{DATA_PATHS_VAR},",
@@ -347,7 +353,7 @@ def data_block(inp: LaunchInputs) -> list[str]:
             f'    {DATA_PATHS_VAR}=("$DATA_PATH")',
             "fi",
             env_default("TOKENIZER_TYPE", DEFAULT_TOKENIZER_TYPE),
-            env_default("TOKENIZER_MODEL", inp.tokenizer_model)]
+            env_default("TOKENIZER_MODEL", inp.tokenizer_model)] + ckpt
 
 
 def megatron_array(inp: LaunchInputs, name: str = "MEGATRON_ARGS") -> list[str]:

@@ -159,7 +159,7 @@ def test_readme_shows_command_1_as_it_prints(tmp_path):
 
 def test_readme_is_a_guide_and_the_reference_is_in_docs():
     text = README.read_text(encoding="utf-8")
-    assert len(text.splitlines()) <= 250
+    assert len(text.splitlines()) <= 260
     for doc in ("cli.md", "formats.md", "model.md", "accuracy.md"):
         assert (ROOT / "docs" / doc).is_file() and f"docs/{doc}" in text
     # the two README commands are what .ci/run runs

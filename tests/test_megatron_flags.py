@@ -41,13 +41,38 @@ def test_every_emitted_flag_is_a_megatron_core_v0_16_flag():
     assert len(known) > 500 and "--tensor-model-parallel-size" in known
     seen: set[str] = set()
     for model, plan in SPREAD:
-        for data in (None, "/data/x"):
-            flags = {w for w in flag_argv(megatron_flags(model, plan, data_path=data))
+        for data, training in ((None, None), ("/data/x", CHECKPOINTED)):
+            flags = {w for w in flag_argv(megatron_flags(model, plan, data_path=data,
+                                                         training=training))
                      if w.startswith("--")}
             assert flags <= known, flags - known
             seen |= flags
     # the spread exercises every row of the table
     assert {r.flag for r in FLAG_TABLE} <= seen
+
+
+#: Training arguments of a priced plan (``--train-tokens``): checkpoints every 50
+#: iterations, saved asynchronously.
+CHECKPOINTED = TrainingArgs(save_interval=50, async_save=True)
+
+
+def test_checkpoint_flags_follow_the_interval_and_the_format():
+    for model, plan in SPREAD[::7]:
+        a = parse_argv(flag_argv(megatron_flags(model, plan, training=CHECKPOINTED)))
+        assert a["--save-interval"] == "50"
+        assert a["--save"] == a["--load"] == "$CHECKPOINT_DIR"
+        # Megatron's async save needs its distributed format (checkpointing.py); FSDP plans
+        # keep theirs and save synchronously
+        if plan.megatron_fsdp:
+            assert a["--ckpt-format"] == "fsdp_dtensor" and "--async-save" not in a
+        else:
+            assert a["--ckpt-format"] == "torch_dist" and "--async-save" in a
+            # without it validate_args switches the async save off
+            assert "--use-persistent-ckpt-worker" in a
+        plain = parse_argv(flag_argv(megatron_flags(model, plan)))
+        assert not {"--save", "--load", "--save-interval", "--async-save"} & set(plain)
+    with pytest.raises(InputError, match="save_interval"):
+        megatron_flags(GPT3, GPT3_PLAN, training=TrainingArgs(save_interval=0))
 
 
 def test_validate_args_rules_hold_for_the_spread():
@@ -187,14 +212,18 @@ def test_megatron_own_validate_args(tmp_path):
     import json
     import sys
     cases = []
-    for model, plan in (SPREAD[:: max(1, len(SPREAD) // 40)] + [(GPT3, GPT3_PLAN)]
-                        + MODERN_PLANS):
-        argv = flag_argv(megatron_flags(model, plan))
+    for i, (model, plan) in enumerate(SPREAD[:: max(1, len(SPREAD) // 40)]
+                                      + [(GPT3, GPT3_PLAN)] + MODERN_PLANS):
+        # every other case as a priced plan writes it: checkpoints, async saves
+        argv = flag_argv(megatron_flags(model, plan, training=CHECKPOINTED if i % 2 else None))
         if model.position_embedding_type == "rope" or model.multi_latent_attention:
             argv.append("--no-rope-fusion")      # rope fusion needs Transformer Engine
         env = dict(line.split(" ", 1)[1].split("=", 1) for line in environment_block(plan)
                    if line.startswith("export "))
+        priced = bool(i % 2)
         cases.append({"argv": argv, "world": plan.world_size,
+                      "save_interval": 50 if priced else None,
+                      "async_save": priced and not plan.megatron_fsdp,
                       "vpp": plan.vp if plan.vp > 1 else None, "dp": plan.dp,
                       # what the launch scripts set (launchers/script_parts.py; FSDP unsets
                       # the connections, i.e. the default 8)
@@ -209,6 +238,9 @@ def test_megatron_own_validate_args(tmp_path):
                 A.core_transformer_config_from_args(args)
             assert args.virtual_pipeline_model_parallel_size == case["vpp"], case
             assert args.data_parallel_size == case["dp"], case
+            # the checkpoint flags survive validate_args (an async save it would switch off)
+            assert args.save_interval == case["save_interval"], case
+            assert bool(args.async_save) == case["async_save"], case
         print("OK", len(json.load(open({str(tmp_path / "cases.json")!r}))))
     """)
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -21,7 +21,40 @@ CLUSTER_KEYS_REQUIRED = ("gpu", "gpus_per_node", "nodes", "intra_node_bandwidth_
                          "inter_node_bandwidth_GBps", "intra_node_latency_us",
                          "inter_node_latency_us")
 CLUSTER_KEYS_OPTIONAL = ("name", "intra_node_efficiency", "inter_node_efficiency",
-                         "nvlink_domain_gpus")
+                         "nvlink_domain_gpus", "training")
+
+#: Keys of a cluster file's optional ``training`` section (what the time to train assumes of
+#: this cluster; configurator/cost/training_time.py, docs/training_time.md) → the range its
+#: value must lie in (:data:`configurator.core.limits.FLOAT_RANGES`). Units in the names.
+TRAINING_KEYS = {
+    "failure_rate_per_node_day": "failure_rate_per_node_day",
+    "restart_overhead_s": "restart_overhead_s",
+    "storage_write_GBps_per_node": "storage_GBps",
+    "storage_write_GBps_aggregate": "storage_GBps",
+    "storage_read_GBps_per_node": "storage_GBps",
+    "storage_read_GBps_aggregate": "storage_GBps",
+    "gpu_hour_price": "gpu_hour_price",
+    "gpu_power_fraction": "gpu_power_fraction",
+    "node_overhead_W": "node_overhead_W",
+    "pue": "pue",
+}
+
+
+def training_section(data: Any) -> dict[str, float]:
+    """A cluster file's ``training`` mapping checked: known keys (:data:`TRAINING_KEYS`),
+    each a number in its range; returned as floats in the file's units. Raises
+    :class:`InputError` naming ``training.KEY``."""
+    v.exact_keys("training", data, (), tuple(TRAINING_KEYS))
+    return {key: v.float_in_range(f"training.{key}", val, key=TRAINING_KEYS[key])
+            for key, val in data.items()}
+
+
+def cluster_training_section(ref: str) -> dict[str, float]:
+    """The checked ``training`` section (:func:`training_section`) of cluster ``ref`` (a
+    preset name or a file), empty when it has none."""
+    preset = v.preset_name(ref, CLUSTER_PRESETS)
+    data = CLUSTER_PRESETS[preset] if preset is not None else v.load_mapping_file("cluster", ref)
+    return training_section(data.get("training") or {}) if isinstance(data, Mapping) else {}
 
 
 def _load_presets() -> dict[str, dict[str, Any]]:
@@ -50,6 +83,8 @@ def cluster_from_config(data: Mapping[str, Any], nodes: int | None = None) -> Cl
     of ``gpus_per_node`` (default: one host); hosts are grouped into domains in order, the
     last one possibly partial. The ``intra_node_*`` figures apply inside a domain."""
     v.exact_keys("cluster", data, CLUSTER_KEYS_REQUIRED, CLUSTER_KEYS_OPTIONAL)
+    if "training" in data:
+        training_section(data["training"])
     gpu = gpu_from_config(data["gpu"])
     gpn = v.int_in_range("gpus_per_node", data["gpus_per_node"])
     n = v.int_in_range("nodes", data["nodes"] if nodes is None else nodes)

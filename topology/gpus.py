@@ -228,7 +228,9 @@ class GPUSpec:
     (``transformer_engine/pytorch/utils.py`` ``is_non_tn_fp8_gemm_supported``: compute
     capability 10.x or 13+, i.e. B200, B300, GB200, GB300; Hopper runs TN only);
     ``host_link_Bps``: bytes/s each way between the GPU and host memory, what offloaded
-    activations cross (:data:`PCIE5_X16_BPS`, :data:`NVLINK_C2C_BPS`)."""
+    activations cross (:data:`PCIE5_X16_BPS`, :data:`NVLINK_C2C_BPS`); ``rated_power_W``: the
+    GPU's rated board power (TDP, watts; :data:`RATED_POWER_W`), what the energy to train is
+    priced from, or None where unknown."""
 
     name: str
     peak_flops_per_s: Mapping[str, float] = field(hash=False)
@@ -238,6 +240,7 @@ class GPUSpec:
     efficiency: Efficiency
     non_tn_fp8_gemm: bool = False
     host_link_Bps: float = 64 * GB
+    rated_power_W: float | None = None
 
     def peak(self, precision: str) -> float:
         """Dense peak FLOP/s for ``precision``; InputError if the GPU has no such rate."""
@@ -306,6 +309,14 @@ _BLACKWELL_ULTRA_EFFICIENCY = dataclasses.replace(
 #: and GB300 (900 GB/s both ways, NVIDIA GB200 NVL72 specifications).
 PCIE4_X16_BPS, PCIE5_X16_BPS, NVLINK_C2C_BPS = 32 * GB, 64 * GB, 450 * GB
 
+#: Rated board power (TDP, W) of each preset's part: A100 SXM 400 W (NVIDIA A100 data sheet),
+#: H100 SXM and H200 SXM "up to 700 W" (their data sheets), B200 1,000 W (HGX/DGX B200),
+#: GB200 up to 1,200 W (GB200 NVL72), B300 1,100 W (HGX B300), GB300 up to 1,400 W (GB300
+#: NVL72) (the Blackwell figures as in the module docstring).
+RATED_POWER_W = {"a100-80gb": 400.0, "h100-80gb": 700.0, "h200-141gb": 700.0,
+                 "b200-180gb": 1000.0, "gb200-186gb": 1200.0, "b300-288gb": 1100.0,
+                 "gb300-288gb": 1400.0}
+
 GPU_PRESETS: dict[str, GPUSpec] = {
     "a100-80gb": GPUSpec(
         name="a100-80gb", peak_flops_per_s={"bf16": 312 * TFLOP, "fp16": 312 * TFLOP},
@@ -355,9 +366,12 @@ GPU_PRESETS: dict[str, GPUSpec] = {
         host_link_Bps=NVLINK_C2C_BPS),
 }
 
+GPU_PRESETS = {name: dataclasses.replace(g, rated_power_W=RATED_POWER_W[name])
+               for name, g in GPU_PRESETS.items()}
+
 GPU_KEYS_REQUIRED = ("name", "peak_tflops", "memory_GiB", "hbm_bandwidth_GBps", "num_sms",
                      "efficiency")
-GPU_KEYS_OPTIONAL = ("non_tn_fp8_gemm", "host_link_bandwidth_GBps")
+GPU_KEYS_OPTIONAL = ("non_tn_fp8_gemm", "host_link_bandwidth_GBps", "rated_power_W")
 EFFICIENCY_KEYS_REQUIRED = ("gemm", "hbm", "flash_attention")
 EFFICIENCY_KEYS_OPTIONAL = ("gemm_fp8", "gemm_mxfp8", "kernel_overhead_us", "host_op_us",
                             "source")
@@ -439,7 +453,10 @@ def gpu_from_config(data: Any) -> GPUSpec:
                    host_link_Bps=v.float_in_range(
                        "gpu.host_link_bandwidth_GBps",
                        data.get("host_link_bandwidth_GBps", PCIE5_X16_BPS / GB),
-                       key="gpu.hbm_bandwidth_GBps") * GB)
+                       key="gpu.hbm_bandwidth_GBps") * GB,
+                   rated_power_W=None if data.get("rated_power_W") is None else
+                   v.float_in_range("gpu.rated_power_W", data["rated_power_W"],
+                                    key="gpu.rated_power_W"))
 
 
 #: CUDA device-name words → GPU preset, first match wins (GB200 before B200, GB300 before

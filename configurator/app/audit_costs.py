@@ -60,6 +60,14 @@ class FindingCost:
     iteration_time_s: float
     changed_iteration_time_s: float | None
     note: str = ""
+    #: the plan of the change when it is another plan (a host left out of a plan that
+    #: needed every host), else None: the priced plan's own
+    changed_plan: object = None
+    #: the change in days to train, GPU-hours and cost (``--train-tokens``:
+    #: :func:`price_in_days`), or None
+    delta_days: float | None = None
+    delta_gpu_hours: float | None = None
+    delta_cost: float | None = None
 
     @property
     def delta_s(self) -> float | None:
@@ -75,13 +83,52 @@ class FindingCost:
         if self.delta_s is None:
             return f"{self.what}: not priced ({self.note})"
         return (f"{self.what}: {self.delta_percent:+.1f} % ({self.delta_s:+.3f} s per "
-                f"iteration)" + (f"; {self.note}" if self.note else ""))
+                f"iteration" + self.days_words() + ")" + (f"; {self.note}" if self.note else ""))
+
+    def days_words(self) -> str:
+        """``, +1.2 days, +3,456 GPU-hours[, cost +…]`` when priced in days, else empty."""
+        if self.delta_days is None:
+            return ""
+        return (f", {self.delta_days:+.2f} days, {self.delta_gpu_hours:+,.0f} GPU-hours"
+                + ("" if self.delta_cost is None else f", cost {self.delta_cost:+,.0f}"))
 
     def to_dict(self) -> dict:
         return {"what": self.what, "iteration_time_s": self.iteration_time_s,
                 "changed_iteration_time_s": self.changed_iteration_time_s,
                 "delta_s": self.delta_s, "delta_percent": self.delta_percent,
-                "note": self.note}
+                "note": self.note,
+                **({} if self.delta_days is None else {
+                    "delta_days": self.delta_days, "delta_gpu_hours": self.delta_gpu_hours,
+                    "delta_cost": self.delta_cost})}
+
+
+def price_in_days(costs: list[FindingCost], model, cluster, plan, inputs) -> list[FindingCost]:
+    """``costs`` with the change in days to train, GPU-hours and cost
+    (:func:`configurator.cost.training_time.estimate_training` of ``plan`` at each
+    iteration time, or of the other plan a host left out needs, on ``cluster``'s GPU),
+    for the tokens of ``inputs`` (:class:`~configurator.cost.training_time.TrainingInputs`).
+    Costs without a changed time stay as they are."""
+    import dataclasses
+
+    from configurator.cost.training_time import estimate_training
+
+    def train(p, t):
+        return estimate_training(model, p, iteration_time_s=t,
+                                 global_batch_size=p.global_batch_size,
+                                 gpus_per_node=cluster.gpus_per_node, gpu=cluster.gpu,
+                                 inputs=inputs)
+
+    out = []
+    for c in costs:
+        if c.changed_iteration_time_s is None:
+            out.append(c)
+            continue
+        a = train(plan, c.iteration_time_s)
+        b = train(c.changed_plan or plan, c.changed_iteration_time_s)
+        out.append(dataclasses.replace(
+            c, delta_days=b.days - a.days, delta_gpu_hours=b.gpu_hours - a.gpu_hours,
+            delta_cost=None if a.cost is None else b.cost - a.cost))
+    return out
 
 
 def used_host_pairs(plan, node_hosts, gpus_per_node: int) -> set[tuple[int, int]] | None:
@@ -230,7 +277,7 @@ def _without_host(model, measured, i, host, rest, t0, plan, seed, evaluations, s
 def _other_plan(i, what, t0, best, hosts: int) -> FindingCost:
     p = best.plan
     return FindingCost(finding=i, what=what, iteration_time_s=t0,
-                       changed_iteration_time_s=best.iteration_time_s,
+                       changed_iteration_time_s=best.iteration_time_s, changed_plan=p,
                        note=f"another plan on {hosts} hosts: tp {p.tp} pp {p.pp} dp {p.dp} "
                             f"cp {p.cp} vp {p.vp} mbs {p.micro_batch_size}")
 
@@ -321,6 +368,9 @@ class CostRequest:
     plan: str | None = None
     options: dict = field(default_factory=dict)
     seed: int = 0
+    #: time to train (:class:`configurator.app.training_jobs.TrainingRequest`): each cost
+    #: also in days, GPU-hours and cost; or None
+    training: object = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -390,7 +440,12 @@ def price_audit(topo_path: str, report, req: CostRequest) -> PricedPlan:
                    f"{p.vp} mbs {p.micro_batch_size} gbs {p.global_batch_size} on "
                    f"{best.placement.nodes} hosts, {best.iteration_time_s:.3f} s per "
                    f"iteration placed on the measured links")
+    from configurator.app.training_jobs import training_inputs
+
+    train = training_inputs(req.training, cluster_ref)
     costs = price_findings(model, load_cluster(cluster_ref, cluster.num_nodes), topo, report,
                            best, pool=list(range(cluster.num_nodes)), seed=req.seed,
                            search_space=space, options=options)
+    if train is not None:
+        costs = price_in_days(costs, model, cluster, best.plan, train)
     return PricedPlan(description=description, evaluation=best, costs=costs)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from configurator.app.audit_costs import (PLAN_RANDOM_PLACEMENTS, VARIANT_EVALUATIONS,
                                           FindingCost, GroupCrossing, PricedPlan,
                                           audit_document, cluster_ref_for, costs_by_finding,
-                                          island_crossings, price_findings)
+                                          island_crossings, price_findings, price_in_days)
 from configurator.core.errors import InputError
 from topology.structure import count_findings
 
@@ -42,6 +42,8 @@ class PlanRequest:
     options: dict = field(default_factory=dict)
     seed: int = 0
     placement_evaluations: int = 100
+    #: time, cost and energy to train (``--train-tokens`` and its options), or None
+    training: object = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,6 +91,9 @@ def run_plan(req: PlanRequest) -> PlanOutcome:
     if not req.out:
         raise InputError("out", req.out, "required: the directory the scripts and the report "
                                          "go to")
+    from configurator.app.training_jobs import (objective_note, price_evaluation,
+                                                rank_plans, training_inputs, training_line)
+
     v.int_in_range("gbs", req.global_batch_size)
     v.int_in_range("top", req.top)
     names = list(dict.fromkeys([*LAUNCH_FILES, *PLAN_FILES]
@@ -115,6 +120,7 @@ def run_plan(req: PlanRequest) -> PlanOutcome:
                          top=req.top, placement_evaluations=req.placement_evaluations,
                          seed=req.seed, random_placements=PLAN_RANDOM_PLACEMENTS)
     model, cluster, _ = resolve(sreq.inputs, precision=sreq.precision)  # no profile
+    train = training_inputs(req.training, cluster_ref)
     space = search_space(model, sreq)
     drain = tuple(h for h in report.drain_hosts if h in cluster.hosts)
     res = used = None
@@ -140,12 +146,20 @@ def run_plan(req: PlanRequest) -> PlanOutcome:
             res, used, excluded = res_x, used_x, drain
         elif res_x is not None:
             alternative = res_x.plans[0].iteration_time_s
+    if train is not None:
+        import dataclasses
+
+        res = dataclasses.replace(res, plans=rank_plans(
+            [price_evaluation(model, used, e, train, req.global_batch_size)
+             for e in res.plans], req.training.objective, req.training.deadline_days))
     best = res.plans[0]
     base = load_cluster(cluster_ref, cluster.num_nodes)
     costs = price_findings(model, base, topo, report, best,
                            pool=list(range(cluster.num_nodes)), seed=req.seed,
                            evaluations=VARIANT_EVALUATIONS, search_space=space,
                            options=dict(sreq.options), known=known)
+    if train is not None:
+        costs = price_in_days(costs, model, cluster, best.plan, train)
     pl = best.placement
     crossings = island_crossings(best.plan, pl.hosts, cluster.gpus_per_node, report.islands)
     first = [h for h in cluster.hosts if h not in excluded][:pl.nodes]
@@ -153,6 +167,8 @@ def run_plan(req: PlanRequest) -> PlanOutcome:
                                          report.islands)
     summary = plan_summary(model, cluster, req, best, report, excluded, alternative, costs,
                            crossings, default_crossings)
+    if train is not None:
+        summary.insert(1, objective_note(train, req.training) + "; " + training_line(best))
     header = summary[0]
     doc = search_document(model, used, res)
     written = _write_plan(req, model, cluster, used, res, header, doc, report, costs, summary,
@@ -197,7 +213,8 @@ def plan_summary(model, cluster, req, best, report, excluded, alternative, costs
     priced = [c for c in costs if c.delta_s is not None][:3]
     if priced:
         lines.append("what the findings cost this plan (best first): "
-                     + "; ".join(f"{c.what} {c.delta_percent:+.1f} %" for c in priced))
+                     + "; ".join(f"{c.what} {c.delta_percent:+.1f} %" + c.days_words()
+                                 for c in priced))
     return lines
 
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 import os
 import tempfile
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Mapping
 
 from configurator.core import jsonout
+from configurator.core.errors import InputError
 from configurator.core.document import PlacementRecord, plan_document
 from configurator.search.rank import SearchResult
 from memory_model.estimate import peak_memory
@@ -67,7 +68,7 @@ def search_files(model, cluster, res: SearchResult, header: str, *,
     record = best.placement
     files = launch_files(model, best.plan, nodes=cluster.num_nodes,
                          gpus_per_node=cluster.gpus_per_node, summary=script_summary(estimate),
-                         placement=record)
+                         placement=record, training=checkpoint_args(estimate))
     doc = plan_document(model=model, cluster=cluster.to_dict(), plan=best.plan,
                         estimate=estimate, placement=record)
     files["plan.json"] = (jsonout.dumps(doc, indent=2).encode(), FILE_MODE)
@@ -97,6 +98,24 @@ def search_files(model, cluster, res: SearchResult, header: str, *,
             files["plans.png"] = (fh.read(), FILE_MODE)
     return SearchFiles(files={name: files[name] for name in names}, placement=record,
                        gantt_png=gantt)
+
+
+def checkpoint_args(estimate: dict):
+    """The launch scripts' training arguments of a priced plan (its estimate has
+    ``training``: the chosen save interval and whether saves are asynchronous), or None
+    (the scripts' defaults, no checkpoints)."""
+    from configurator.core import validate as v
+    from launchers import TrainingArgs
+
+    t = estimate.get("training") if isinstance(estimate, Mapping) else None
+    if t is None:
+        return None
+    if not isinstance(t, Mapping):
+        raise InputError("estimate.training", t, "must be a mapping (the time to train)")
+    return TrainingArgs(
+        save_interval=v.int_in_range("estimate.training.interval_iterations",
+                                     t.get("interval_iterations"), key="save_interval"),
+        async_save=v.boolean("estimate.training.async_save", t.get("async_save", False)))
 
 
 def write_search_outputs(out: str, model, cluster, res: SearchResult, header: str,

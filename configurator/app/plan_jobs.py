@@ -4,11 +4,16 @@ request dataclass and returning the result the CLI prints."""
 from __future__ import annotations
 
 import dataclasses
+import textwrap
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from configurator.app.inputs import JobInputs, host_pool, resolve
-from configurator.app.outputs import (LAUNCH_FILES, SEARCH_FILES, check_out, script_summary,
+from configurator.app.training_jobs import (TrainingRequest, objective_note,
+                                            pick_scaling_row, price_evaluation, rank_plans,
+                                            scaling_summary, training_inputs, training_line)
+from configurator.app.outputs import (LAUNCH_FILES, SEARCH_FILES, check_out, checkpoint_args,
+                                      script_summary,
                                       write_search_outputs)
 from configurator.core import validate as v
 from configurator.core.document import read_plan_document
@@ -46,6 +51,8 @@ class SearchRequest:
     seed: int = 0
     #: random placements behind each placed plan's random median
     random_placements: int = RANDOM_PLACEMENTS
+    #: time, cost and energy to train (``--train-tokens`` and its options), or None
+    training: TrainingRequest | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "options", search_options(**self.options))
@@ -91,6 +98,7 @@ def run_search(req: SearchRequest) -> SearchOutcome:
     if not 0 < req.max_memory_fraction <= 1:
         raise InputError("max_memory_fraction", req.max_memory_fraction, "must be in (0, 1]")
     check_placement_options(req)
+    train = training_inputs(req.training, req.inputs.cluster)
     if req.out:
         check_out(req.out, SEARCH_FILES, req.force)
     space = search_space(model, req)
@@ -105,6 +113,14 @@ def run_search(req: SearchRequest) -> SearchOutcome:
               f"{req.precision}{describe_search_options(req.options)}"
               f": {res.candidates_evaluated} plans evaluated, "
               f"{res.feasible} fit, {res.search_time_s:.2f} s")
+    if train is not None:
+        priced = [price_evaluation(model, used, e, train, req.global_batch_size)
+                  for e in res.plans]
+        res = dataclasses.replace(res, plans=rank_plans(priced, req.training.objective,
+                                                        req.training.deadline_days))
+        header += "\n" + "\n".join(textwrap.wrap(
+            objective_note(train, req.training) + "; plan 1: " + training_line(res.plans[0]),
+            100, subsequent_indent="  ", break_on_hyphens=False))
     best = res.plans[0]
     if best.placement is not None:
         pl = best.placement
@@ -143,12 +159,14 @@ def search_document(model, cluster, res: SearchResult) -> dict:
 
 def ranked_search(req: SearchRequest, model, cluster, space: SearchSpace, top: int, *,
                   keep_ranking: bool = False, exclude_flagged: bool | None = None,
-                  nodes: int | None = None, profile=None):
+                  nodes: int | None = None, profile=None, rerank: int | None = None):
     """The search of ``req`` on ``cluster``: ``(result, cluster searched)``. With a topology
     the result's plans carry their placement (``exclude_flagged`` and ``nodes`` override the
-    request's). ``profile``: the layer profile :func:`resolve` gave, or None."""
+    request's). ``profile``: the layer profile :func:`resolve` gave, or None. ``rerank``:
+    the closed form's best the simulated schedule re-ranks (default the search's)."""
     kw = dict(req.options, top_k=top, space=space, keep_ranking=keep_ranking,
-              max_memory_fraction=req.max_memory_fraction, profile=profile)
+              max_memory_fraction=req.max_memory_fraction, profile=profile,
+              **({} if rerank is None else {"rerank": rerank}))
     if not req.inputs.topology:
         return search(model, cluster, req.global_batch_size, **kw), cluster
     inputs = req.inputs if nodes is None else dataclasses.replace(req.inputs, nodes=nodes)
@@ -351,7 +369,8 @@ def run_launch(req: LaunchRequest) -> LaunchOutcome:
     paths = write_launch_files(req.out, doc.model, plan, nodes=doc.nodes,
                                gpus_per_node=doc.gpus_per_node, force=req.force,
                                data_path=req.data_path, tokenizer_model=req.tokenizer_model,
-                               summary=script_summary(doc.estimate), placement=doc.placement)
+                               summary=script_summary(doc.estimate), placement=doc.placement,
+                               training=checkpoint_args(doc.estimate))
     if doc.placement:
         line = "placement: " + doc.placement.describe()
     elif doc.nodes == 1:
@@ -368,9 +387,10 @@ def run_launch(req: LaunchRequest) -> LaunchOutcome:
 MAX_SCALING_POINTS = 256
 
 
-def parse_nodes_range(text: str) -> tuple[int, int]:
+def parse_nodes_range(text: str, *, sample: bool = False) -> tuple[int, int]:
     """``"A:B"`` → ``(A, B)`` with ``1 <= A <= B``, at most :data:`MAX_SCALING_POINTS`
-    counts. Raises :class:`InputError` (field ``nodes_range``)."""
+    counts (any number with ``sample``: :func:`scaling_counts` then samples the range).
+    Raises :class:`InputError` (field ``nodes_range``)."""
     parts = str(text).split(":")
     try:
         lo, hi = (int(x) for x in parts)
@@ -378,10 +398,26 @@ def parse_nodes_range(text: str) -> tuple[int, int]:
         raise InputError("nodes_range", text, "must be A:B, two node counts") from None
     v.int_in_range("nodes_range", lo, key="nodes")
     v.int_in_range("nodes_range", hi, key="nodes")
-    if lo > hi or hi - lo + 1 > MAX_SCALING_POINTS:
+    if lo > hi or (hi - lo + 1 > MAX_SCALING_POINTS and not sample):
         raise InputError("nodes_range", text, f"must have A <= B and at most "
-                         f"{MAX_SCALING_POINTS} node counts")
+                         f"{MAX_SCALING_POINTS} node counts" + ("" if lo > hi else
+                         " (with --train-tokens a longer range is sampled)"))
     return lo, hi
+
+
+def scaling_counts(lo: int, hi: int) -> list[int]:
+    """The node counts a sweep of ``lo..hi`` prices: every count when there are at most
+    :data:`MAX_SCALING_POINTS`, else ``lo``, ``hi`` and the powers of two between (a
+    geometric sample, one count an octave)."""
+    if hi - lo + 1 <= MAX_SCALING_POINTS:
+        return list(range(lo, hi + 1))
+    counts = {lo, hi}
+    k = 1
+    while k < hi:
+        if k > lo:
+            counts.add(k)
+        k *= 2
+    return sorted(counts)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -396,6 +432,14 @@ class ScalingOutcome:
 
 
 SCALING_FILES = ("scaling.png", "scaling.json")
+#: Plans of the closed form's ranking the simulated schedule re-ranks per node count in a
+#: priced sweep (``--train-tokens``; the plain sweep: the search's
+#: :data:`~configurator.search.rank.RERANK_K`): a day count does not hinge on the last
+#: per cent of the iteration, and the sweep stays within seconds.
+PRICED_SWEEP_RERANK = 4
+#: What a priced sweep (``--train-tokens``) writes besides: days and cost against nodes,
+#: and a report page with both plots and the table.
+TRAINING_SCALING_FILES = ("training.png", "report.html")
 
 
 def run_scaling(req: SearchRequest, lo: int, hi: int) -> ScalingOutcome:
@@ -416,20 +460,27 @@ def run_scaling(req: SearchRequest, lo: int, hi: int) -> ScalingOutcome:
         if hi > len(pool):
             raise InputError("nodes_range", f"{lo}:{hi}", f"must end at most at the "
                              f"{len(pool)} hosts the topology offers")
+    train = training_inputs(req.training, req.inputs.cluster)
+    if hi - lo + 1 > MAX_SCALING_POINTS and train is None:
+        parse_nodes_range(f"{lo}:{hi}")      # refused: too many counts without a sample
     if req.out:
-        check_out(req.out, SCALING_FILES, req.force)
+        check_out(req.out, SCALING_FILES + (TRAINING_SCALING_FILES if train else ()),
+                  req.force)
     space = search_space(model, req)
     rows = []
-    for n in tqdm(range(lo, hi + 1), desc="nodes", unit="count", disable=None, leave=False):
+    counts = scaling_counts(lo, hi)
+    for n in tqdm(counts, desc="nodes", unit="count", disable=None, leave=False):
         row = {"nodes": n}
         try:
+            rerank = None if train is None else PRICED_SWEEP_RERANK
             if req.inputs.topology:
                 res, used = ranked_search(req, model, cluster, space, 1, nodes=n,
-                                          profile=profile)
+                                          profile=profile, rerank=rerank)
             else:
                 _, cl, _ = resolve(dataclasses.replace(req.inputs, nodes=n),
                                    precision=req.precision)
-                res, used = ranked_search(req, model, cl, space, 1, profile=profile)
+                res, used = ranked_search(req, model, cl, space, 1, profile=profile,
+                                          rerank=rerank)
         except (InputError, NoFeasiblePlanError) as err:
             row.update(num_gpus=None, plan=None, iteration_time_s=None, tokens_per_s=None,
                        tokens_per_s_per_gpu=None, excluded_hosts=None, reason=str(err))
@@ -442,11 +493,33 @@ def run_scaling(req: SearchRequest, lo: int, hi: int) -> ScalingOutcome:
                    tokens_per_s_per_gpu=e.tokens_per_s_per_gpu,
                    excluded_hosts=None if e.placement is None
                    else list(e.placement.excluded_hosts), reason=None)
+        if train is not None:
+            row["training"] = price_evaluation(model, used, e, train,
+                                               req.global_batch_size).training.to_dict()
         rows.append(row)
     header = (f"{model.name} on {lo}..{hi} nodes of {cluster.gpus_per_node} "
               f"{cluster.gpu.name}, gbs {req.global_batch_size}, seq {model.seq_length}, "
               f"{req.precision}: best plan per node count")
+    if len(counts) < hi - lo + 1:
+        header += (f" ({len(counts)} of the {hi - lo + 1} counts: {lo}, {hi} and the powers "
+                   "of two between)")
     doc = {"scaling": rows}
+    if train is not None:
+        chosen = pick_scaling_row(rows, req.training.objective, req.training.deadline_days,
+                                  train.gpu_hour_price is not None)
+        summary = scaling_summary(rows)
+        doc["training"] = {"inputs": train.to_dict(), "objective": req.training.objective,
+                           "deadline_days": req.training.deadline_days,
+                           "chosen_nodes": None if chosen is None else chosen["nodes"],
+                           **summary}
+        header += "\n" + objective_note(train, req.training)
+        if chosen is not None:
+            header += (f"; chosen: {chosen['nodes']} nodes; goodput per GPU is highest at "
+                       f"{summary['best_goodput_per_gpu_nodes']} nodes; " + (
+                           f"total goodput stops rising after "
+                           f"{summary['goodput_stops_rising_after_nodes']} nodes"
+                           if summary["goodput_stops_rising_after_nodes"] is not None
+                           else "total goodput still rises at the last count"))
     written = []
     if req.out:
         from configurator.report.plot import scaling_png
@@ -454,8 +527,17 @@ def run_scaling(req: SearchRequest, lo: int, hi: int) -> ScalingOutcome:
 
         from configurator.core import jsonout
 
+        first = header.split("\n")[0]
         files = {"scaling.json": (jsonout.dumps(doc, indent=2).encode(), FILE_MODE),
-                 "scaling.png": (scaling_png(rows, title=header), FILE_MODE)}
+                 "scaling.png": (scaling_png(rows, title=first), FILE_MODE)}
+        if train is not None:
+            from configurator.report.plot import training_scaling_png
+            from configurator.report.training_html import training_scaling_html
+
+            png = training_scaling_png(rows, title=first)
+            files["training.png"] = (png, FILE_MODE)
+            files["report.html"] = (training_scaling_html(header, rows, png).encode(),
+                                    FILE_MODE)
         write_files(req.out, files, force=req.force)
         written = list(files)
     return ScalingOutcome(rows=rows, header=header, document=doc, written=written)

@@ -13,7 +13,8 @@ from __future__ import annotations
 import sys
 
 from configurator.app.topology_jobs import audit_cluster
-from configurator.cli.options import add_force, add_json, add_out, option_groups
+from configurator.cli.options import (add_force, add_json, add_out, add_training_options,
+                                      option_groups)
 from configurator.core import jsonout
 from configurator.core.plan import PLAN_FIELD
 from configurator.core.units import GB
@@ -51,6 +52,7 @@ def add_audit_arguments(p) -> None:
         "--topology", metavar="FILE", help="measured topology (YAML or JSON)")
     groups["topology and placement"].add_argument(
         "--seed", type=int, default=0, help="seed of the placement search (default 0)")
+    add_training_options(groups["time to train"])
     g = groups["output"]
     add_out(g, "write index.html (heatmap embedded), heatmap.png and audit.json here",
             metavar="DIR")
@@ -60,6 +62,7 @@ def add_audit_arguments(p) -> None:
 
 def run_audit(args) -> int:
     from configurator.app.audit_costs import CostRequest, audit_document, cost_lines
+    from configurator.cli.plan_commands import training_request
     from configurator.core.errors import InputError
 
     costs = None
@@ -68,10 +71,10 @@ def run_audit(args) -> int:
         costs = CostRequest(model=args.model, global_batch_size=args.gbs,
                             cluster=args.cluster, nodes=args.nodes,
                             seq_length=args.seq_length, plan=args.plan, options=options,
-                            seed=args.seed)
+                            seed=args.seed, training=training_request(args))
     else:
-        given = [k for k in ("gbs", "cluster", "nodes", "seq_length", "plan", "precision")
-                 if getattr(args, k) is not None]
+        given = [k for k in ("gbs", "cluster", "nodes", "seq_length", "plan", "precision",
+                             "train_tokens") if getattr(args, k) is not None]
         if given:
             raise InputError(given[0], getattr(args, given[0]), "prices the findings for a "
                              "job: needs --model")

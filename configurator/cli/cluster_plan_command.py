@@ -9,8 +9,9 @@ from __future__ import annotations
 import os
 
 from configurator.app.cluster_plan_jobs import PlanRequest, run_plan
-from configurator.cli.options import add_force, add_json, add_out, option_groups
-from configurator.cli.plan_commands import _group_of, add_plan_option
+from configurator.cli.options import (add_force, add_json, add_out, add_training_options,
+                                      option_groups)
+from configurator.cli.plan_commands import _group_of, add_plan_option, training_request
 from configurator.core import jsonout
 from configurator.core.plan import SEARCH_OPTIONS
 from launchers import start_instructions
@@ -44,6 +45,7 @@ def add_plan_arguments(p) -> None:
     g = groups["search"]
     g.add_argument("--top", type=int, default=3,
                    help="plans placed on the measured links and shown (default 3)")
+    add_training_options(groups["time to train"])
     g = groups["output"]
     add_out(g, "directory for the scripts, bridge_overrides.yaml, plan.json, plans.json, "
                "audit.json and report.html",
@@ -57,7 +59,8 @@ def run_plan_command(args) -> int:
         model=args.model, global_batch_size=args.gbs, logs=tuple(args.logs),
         topology=args.topology, cluster=args.cluster, nodes=args.nodes,
         seq_length=args.seq_length, out=args.out, force=args.force, top=args.top,
-        options={name: getattr(args, name) for name in SEARCH_OPTIONS}, seed=args.seed))
+        options={name: getattr(args, name) for name in SEARCH_OPTIONS}, seed=args.seed,
+        training=training_request(args)))
     best = out.chosen.plans[0]
     steps = start_instructions(args.out, nodes=best.placement.nodes, placed=True,
                                data=False, plan_file=os.path.join(args.out, "plan.json"))
@@ -68,6 +71,8 @@ def run_plan_command(args) -> int:
                              "plan": best.plan.to_dict(),
                              "placement": best.placement.to_estimate_dict(),
                              "islands": [list(i) for i in out.report.islands],
+                             **({} if best.training is None
+                                else {"training": best.training.to_dict()}),
                              "next_steps": steps}, indent=2))
         return 0
     for line in out.summary:

@@ -12,7 +12,8 @@ import shlex
 import sys
 
 from configurator.app.inputs import JobInputs
-from configurator.cli.options import add_force, add_json, add_out, option_groups
+from configurator.cli.options import (TRAINING_OPTION_DESTS, add_force, add_json, add_out,
+                                      add_training_options, option_groups)
 from configurator.app.plan_jobs import (EstimateRequest, LaunchRequest, SearchRequest,
                                         run_estimate as estimate_job, run_launch as launch_job,
                                         run_search as search_job)
@@ -173,6 +174,7 @@ def add_search_arguments(p) -> None:
     g.add_argument("--nodes-range", metavar="A:B",
                    help="best plan for every node count from A to B (iteration time, "
                         "tokens/s, tokens/s per GPU; --out adds scaling.png)")
+    add_training_options(groups["time to train"])
     g = groups["topology and placement"]
     g.add_argument("--exclude-flagged", action="store_true",
                    help="with --topology: plan on the hosts the audit does not flag, and "
@@ -196,7 +198,8 @@ def run_search(args) -> int:
                         top=args.top, max_memory_fraction=args.max_memory_fraction,
                         out=args.out, force=args.force,
                         placement_time_s=args.placement_time_s,
-                        placement_evaluations=args.placement_evaluations, seed=args.seed)
+                        placement_evaluations=args.placement_evaluations, seed=args.seed,
+                        training=training_request(args))
     if args.nodes_range is not None:
         return _run_scaling(args, req)
     out = search_job(req)
@@ -222,6 +225,16 @@ def run_search(args) -> int:
         plans = shlex.quote(os.path.join(args.out, "plans.json"))
         print(f"compare two plans: configurator explain {plans}:1 {plans}:2")
     return 0
+
+
+def training_request(args):
+    """The time-to-train options of ``args`` (:func:`add_training_options`)."""
+    from configurator.app.training_jobs import TrainingRequest
+
+    return TrainingRequest(train_tokens=args.train_tokens,
+                           options={k: getattr(args, k) for k in TRAINING_OPTION_DESTS},
+                           async_save=args.async_save, objective=args.objective,
+                           deadline_days=args.deadline)
 
 
 def estimate_command(args, plan) -> str:
@@ -273,16 +286,29 @@ def _run_scaling(args, req) -> int:
     if args.nodes is not None:
         raise InputError("nodes_range", args.nodes_range, "give --nodes or --nodes-range, "
                          "not both")
-    lo, hi = parse_nodes_range(args.nodes_range)
+    lo, hi = parse_nodes_range(args.nodes_range, sample=args.train_tokens is not None)
     out = run_scaling(req, lo, hi)
     if args.json:
         print(jsonout.dumps(out.document, indent=2))
     else:
         print(out.header)
         print(format_scaling(out.rows))
+        chosen = out.document.get("training", {}).get("chosen_nodes")
+        if chosen is not None:
+            row = next(r for r in out.rows if r["nodes"] == chosen)
+            print(f"chosen {chosen} nodes: " + scaling_training_line(row))
         if out.written:
             print(f"wrote {args.out}/" + ", ".join(out.written))
     return 0
+
+
+def scaling_training_line(row: dict) -> str:
+    """One line of a priced sweep row: days, GPU-hours (cost), ETTR, the interval."""
+    t = row["training"]
+    cost = f", cost {t['cost']:,.0f}" if t["cost"] is not None else ""
+    return (f"{t['days']:.1f} days, {t['gpu_hours']:,.0f} GPU-hours{cost}, ETTR "
+            f"{t['ettr']:.3f}, checkpoint every {t['interval_iterations']} iterations "
+            f"({t['interval_s'] / 60:.1f} min), energy {t['energy_MWh']:,.0f} MWh")
 
 
 def add_launch_arguments(p) -> None:

@@ -50,6 +50,8 @@ INT_RANGES: dict[str, tuple[int, int]] = {
     "dp": (1, 262_144),
     "top": (1, 100_000),
     "seed": (0, 2**32 - 1),
+    # iterations between checkpoints (a launch script's --save-interval)
+    "save_interval": (1, 2**40),
     "placement_evaluations": (1, 10_000_000),
     # cluster
     "nodes": (1, 32_768),
@@ -71,6 +73,17 @@ FLOAT_RANGES: dict[str, tuple[float, float]] = {
     "placement_time_s": (1e-3, 3600.0),
     # plan: tokens per expert as a multiple of the even share (0: dropless)
     "moe_expert_capacity_factor": (0.0, 1000.0),
+    # time, cost and energy to train (configurator/cost/training_time.py)
+    "gpu.rated_power_W": (1.0, 1e5),
+    "train_tokens": (1.0, 1e18),
+    "failure_rate_per_node_day": (1e-12, 1e3),
+    "restart_overhead_s": (0.0, 1e7),
+    "storage_GBps": (1e-6, 1e9),
+    "gpu_hour_price": (1e-9, 1e9),
+    "gpu_power_fraction": (1e-3, 1.0),
+    "node_overhead_W": (0.0, 1e6),
+    "pue": (1.0, 10.0),
+    "deadline_days": (1e-6, 1e6),
 }
 
 #: Longest text of a value echoed in an error message (characters).

@@ -254,12 +254,12 @@ class ParallelPlan(PlanLayout):
              "CUDA_DEVICE_MAX_CONNECTIONS unset; default off)",
         flag_group="parallelism",
         # megatron-fsdp-user-guide.md's required flags (core_v0.16.1); validate_args asserts
-        # --ckpt-format fsdp_dtensor
+        # --ckpt-format fsdp_dtensor, which the checkpoint rows of launchers/megatron_flags.py
+        # write (one row for the format of every plan)
         flags=(("--use-megatron-fsdp", lambda m, p: p.megatron_fsdp or None),
                ("--data-parallel-sharding-strategy",
                 lambda m, p: "optim_grads_params" if p.megatron_fsdp else None),
-               ("--no-gradient-accumulation-fusion", lambda m, p: p.megatron_fsdp or None),
-               ("--ckpt-format", lambda m, p: "fsdp_dtensor" if p.megatron_fsdp else None)))
+               ("--no-gradient-accumulation-fusion", lambda m, p: p.megatron_fsdp or None)))
     tp_comm_overlap: bool = schema_field(
         False, bridge=(("model.tp_comm_overlap", lambda m, p: bool(tp_comm_overlapped(
             p.tp_comm_overlap, p.tp, p.sequence_parallel, p.attention_backend))),),

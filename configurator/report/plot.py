@@ -74,3 +74,40 @@ def scaling_png(rows: list[dict], *, title: str) -> bytes:
     fig.savefig(buf, format="png")
     plt.close(fig)
     return buf.getvalue()
+
+
+def training_scaling_png(rows: list[dict], *, title: str) -> bytes:
+    """PNG of a priced node-count sweep (``--train-tokens``): days to train (left axis) and
+    cost, or GPU-hours without a price (right axis), against nodes; counts without a plan
+    are left out."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = [r for r in rows if r.get("training")]
+    priced = bool(ok) and all(r["training"]["cost"] is not None for r in ok)
+    fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
+    nodes = [r["nodes"] for r in ok]
+    ax.plot(nodes, [r["training"]["days"] for r in ok], "o-", color="tab:blue",
+            label="days to train")
+    ax.set_xlabel("nodes")
+    ax.set_ylabel("days to train", color="tab:blue")
+    ax2 = ax.twinx()
+    what = "cost" if priced else "gpu_hours"
+    ax2.plot(nodes, [r["training"][what] for r in ok], "s--", color="tab:red",
+             label="cost" if priced else "GPU-hours")
+    ax2.set_ylabel("cost" if priced else "GPU-hours", color="tab:red")
+    ax.set_title(title, fontsize=10, parse_math=False)
+    ax.grid(True, alpha=0.3)
+    handles = ax.get_legend_handles_labels()
+    handles2 = ax2.get_legend_handles_labels()
+    ax.legend(handles[0] + handles2[0], handles[1] + handles2[1], fontsize=9,
+              loc="upper center")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue()

@@ -73,6 +73,18 @@ MFU_FP8 = Column("MFU fp8 (%)", lambda rank, e: "" if e.mfu_precision_peak is No
 TOKENS = Column("tok/s/GPU", lambda rank, e: f"{e.tokens_per_s_per_gpu:.0f}")
 PEAK = Column("peak (GiB)", lambda rank, e: f"{e.peak_memory_bytes / GiB:.1f}")
 
+#: Time-to-train columns (``--train-tokens``), shown only when the plans carry the figures
+#: and never dropped from the narrow table: days, GPU-hours, cost (with a price), ETTR and
+#: the checkpoint interval in iterations and minutes.
+DAYS = Column("days", lambda rank, e: f"{e.training.days:.1f}")
+GPU_HOURS = Column("GPU-h", lambda rank, e: f"{e.training.gpu_hours:,.0f}")
+COST = Column("cost", lambda rank, e: "" if e.training.cost is None
+              else f"{e.training.cost:,.0f}")
+ETTR = Column("ETTR", lambda rank, e: f"{e.training.ettr:.3f}")
+INTERVAL = Column("ckpt every (it / min)", lambda rank, e: (
+    f"{e.training.interval_iterations} / {e.training.interval_s / 60:.1f}"))
+TRAINING_COLUMNS: tuple[Column, ...] = (DAYS, GPU_HOURS, COST, ETTR, INTERVAL)
+
 #: Plan columns, from the schema.
 PLAN_COLUMNS: tuple[Column, ...] = tuple(_plan_column(f) for f in PLAN_FIELDS
                                          if f.column is not None)
@@ -147,6 +159,9 @@ def select_columns(evals: list[Evaluation], wide: bool = False) -> list[Column]:
         for e in evals)]
     if not any(is_fp8(e.plan.precision) for e in evals):
         columns = [c for c in columns if c is not MFU_FP8]
+    if evals and all(e.training is not None for e in evals):
+        columns += [c for c in TRAINING_COLUMNS
+                    if c is not COST or any(e.training.cost is not None for e in evals)]
     if wide:
         return columns
     every, kept = columns, set()
@@ -234,9 +249,16 @@ def format_estimate(e: Evaluation) -> str:
 
 def format_scaling(rows: list[dict]) -> str:
     """The node-count sweep as a table (one row per count; a count without a plan says
-    why)."""
+    why); priced rows (``--train-tokens``) add days, GPU-hours, cost, ETTR and goodput per
+    GPU."""
+    priced = any(r.get("training") for r in rows)
+    cost = any(r.get("training") and r["training"]["cost"] is not None for r in rows)
     head = (f"{'nodes':>5}  {'GPUs':>5}  {'tp':>3} {'pp':>3} {'dp':>4} {'cp':>3} {'vp':>3} "
-            f"{'mbs':>3}  {'iter (s)':>9}  {'tokens/s':>10}  {'tok/s/GPU':>9}  idle hosts")
+            f"{'mbs':>3}  {'iter (s)':>9}  {'tokens/s':>10}  {'tok/s/GPU':>9}  ")
+    if priced:
+        head += (f"{'days':>7}  {'GPU-h':>12}  " + (f"{'cost':>13}  " if cost else "")
+                 + f"{'ETTR':>5}  {'ckpt (min)':>10}  {'goodput/GPU':>11}  ")
+    head += "idle hosts"
     lines = [head, "-" * len(head)]
     for r in rows:
         if r.get("plan") is None:
@@ -246,10 +268,17 @@ def format_scaling(rows: list[dict]) -> str:
             continue
         p = r["plan"]
         idle = ", ".join(r.get("excluded_hosts") or []) or "-"
-        lines.append(f"{r['nodes']:>5}  {r['num_gpus']:>5}  {p['tp']:>3} {p['pp']:>3} "
-                     f"{p['dp']:>4} {p['cp']:>3} {p['vp']:>3} {p['mbs']:>3}  "
-                     f"{r['iteration_time_s']:>9.3f}  {r['tokens_per_s']:>10.0f}  "
-                     f"{r['tokens_per_s_per_gpu']:>9.0f}  {idle}")
+        line = (f"{r['nodes']:>5}  {r['num_gpus']:>5}  {p['tp']:>3} {p['pp']:>3} "
+                f"{p['dp']:>4} {p['cp']:>3} {p['vp']:>3} {p['mbs']:>3}  "
+                f"{r['iteration_time_s']:>9.3f}  {r['tokens_per_s']:>10.0f}  "
+                f"{r['tokens_per_s_per_gpu']:>9.0f}  ")
+        if priced:
+            t = r["training"]
+            line += (f"{t['days']:>7.1f}  {t['gpu_hours']:>12,.0f}  "
+                     + (f"{t['cost']:>13,.0f}  " if cost else "")
+                     + f"{t['ettr']:>5.3f}  {t['interval_s'] / 60:>10.1f}  "
+                     f"{t['goodput_tokens_per_s_per_gpu']:>11.0f}  ")
+        lines.append(line + idle)
     return "\n".join(lines)
 
 

@@ -16,6 +16,7 @@ from configurator.core.plan import ParallelPlan
 from configurator.core.rules import check_plan
 from configurator.cost.iteration import BREAKDOWN_KEYS, BREAKDOWN_TERMS, iteration_time
 from configurator.cost.placed import PlacedPlan, PlacedTime
+from configurator.cost.training_time import TrainingEstimate
 from configurator.core.plan_values import mfu_peak_precision
 from memory_model import MemoryBreakdown, estimate_memory
 
@@ -54,6 +55,9 @@ class Evaluation:
     #: the simulated iteration under the plan's placement, priced once (its ``recorded()``
     #: schedule draws the Gantt chart); not in :meth:`to_dict`
     schedule: PlacedTime | None = field(default=None, compare=False, repr=False)
+    #: time, cost and energy to train (``--train-tokens``;
+    #: :class:`configurator.cost.training_time.TrainingEstimate`), or None
+    training: TrainingEstimate | None = None
 
     @property
     def fits(self) -> bool:
@@ -79,6 +83,7 @@ class Evaluation:
             "closed_form_iteration_time_s": self.closed_form_iteration_time_s,
             **({"placement": self.placement.to_estimate_dict()}
                if self.placement is not None else {}),
+            **({"training": self.training.to_dict()} if self.training is not None else {}),
         }
 
 
