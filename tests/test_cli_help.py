@@ -327,3 +327,26 @@ def test_an_audit_with_nothing_measured_says_measure_first(tmp_path):
     assert "0 measured links" in res.stdout
     last = res.stdout.strip().splitlines()[-1]
     assert last.startswith("Recommendation: Measure first") and "No action" not in last
+
+
+def test_the_examples_run_file_validates_as_the_published_runs(tmp_path):
+    """``validate published-runs.csv`` (as ``examples`` writes it) prices every row, and
+    each one as plain ``validate`` does: models that are no preset (``gpt-22b``) or a
+    preset changed (DeepSeek-V3 without its MTP layer) come as model files beside it."""
+    from configurator.app.validate_jobs import load_run_files, validate_runs
+    from configurator.cost.groundtruth import published_runs
+
+    assert run_cli("examples", "--out", tmp_path / "ex").returncode == 0
+    mine, _ = load_run_files([str(tmp_path / "ex" / "published-runs.csv")])
+    shipped, _ = published_runs()
+    got, want = validate_runs(mine), validate_runs(shipped)
+    assert [c.problem for c in got.checks if c.problem] == []
+    assert len(got.checks) == len(want.checks) == len(shipped)
+    for a, b in zip(got.checks, want.checks):
+        assert a.run.name == b.run.name
+        assert a.predicted_iteration_time_s == pytest.approx(b.predicted_iteration_time_s,
+                                                             rel=1e-12), a.run.name
+        assert a.predicted_peak_memory_bytes == b.predicted_peak_memory_bytes
+        assert a.measured_iteration_time_s == pytest.approx(b.measured_iteration_time_s,
+                                                            rel=1e-12)
+    assert got.overall.mape == pytest.approx(want.overall.mape, rel=1e-12)
