@@ -164,9 +164,10 @@ def run_plan(req: PlanRequest) -> PlanOutcome:
 
 def plan_summary(model, cluster, req, best, report, excluded, alternative, costs,
                  crossings, default_crossings) -> list[str]:
-    """The lines ``plan`` prints (and the report's summary): the chosen plan, the audit in
-    one line, the hosts left out and why, the islands the placement keeps groups in, and
-    the findings that cost most."""
+    """The lines ``plan`` prints (and the report's headline, as they are): the chosen plan
+    and its time, the audit in one line, the hosts left out and why, the placement against
+    Megatron's order, the islands the placement keeps groups in, and what the findings
+    cost (:func:`price_line`)."""
     p = best.plan
     nodes = best.placement.nodes
     lines = [f"{model.name} on {nodes} of {cluster.num_nodes} measured hosts "
@@ -194,11 +195,50 @@ def plan_summary(model, cluster, req, best, report, excluded, alternative, costs
         lines.append("groups crossing islands (this placement / Megatron's order): " + ", ".join(
             f"{c.dim} {c.crossing}/{d.crossing} of {c.groups}"
             for c, d in zip(crossings, default_crossings)))
-    priced = [c for c in costs if c.delta_s is not None][:3]
-    if priced:
-        lines.append("what the findings cost this plan (best first): "
-                     + "; ".join(f"{c.what} {c.delta_percent:+.1f} %" for c in priced))
+    if costs:
+        lines.append(price_line(costs))
     return lines
+
+
+def price_line(costs: list[FindingCost]) -> str:
+    """What the findings cost the plan in one line: the repairs and exclusions that change
+    its time (savings first, the three largest of each sign), how many change nothing (and
+    the reason most of them give), how many are not priced and why."""
+    from configurator.report.network_html import ZERO_PERCENT
+
+    def pct(c):
+        return f"{c.delta_percent:+.1f} %"
+
+    def reason(cs):
+        notes = [c.note for c in cs if c.note]
+        if not notes:
+            return ""
+        top = max(set(notes), key=notes.count)
+        k = notes.count(top)
+        return f" ({k} of them: {top})" if k < len(cs) else f" ({top})"
+
+    priced = [c for c in costs if c.delta_percent is not None]
+    saves = sorted((c for c in priced if c.delta_percent <= -ZERO_PERCENT),
+                   key=lambda c: c.delta_percent)
+    loses = sorted((c for c in priced if c.delta_percent >= ZERO_PERCENT),
+                   key=lambda c: -c.delta_percent)
+    same = [c for c in priced if abs(c.delta_percent) < ZERO_PERCENT]
+    unpriced = [c for c in costs if c.delta_percent is None]
+    parts = []
+    if saves:
+        parts.append("; ".join(f"{c.what} {pct(c)}" for c in saves[:3])
+                     + (f" and {len(saves) - 3} more that save time" if len(saves) > 3
+                        else ""))
+    else:
+        parts.append("no repair or exclusion makes it faster")
+    parts += [f"{c.what} {pct(c)}" + (f" ({c.note})" if c.note else "") for c in loses[:3]]
+    if len(loses) > 3:
+        parts.append(f"{len(loses) - 3} more that cost time")
+    if same:
+        parts.append(f"{len(same)} change nothing{reason(same)}")
+    if unpriced:
+        parts.append(f"{len(unpriced)} not priced{reason(unpriced)}")
+    return "what the findings cost this plan: " + "; ".join(parts)
 
 
 def _write_plan(req, model, cluster, used, res, header, doc, report, costs, summary,
