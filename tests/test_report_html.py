@@ -110,14 +110,16 @@ def _visible_tick_labels(ax, axis="y") -> list[str]:
         1 if axis == "y" else 0] <= hi]
 
 
-def test_the_search_plot_labels_its_log_axis_and_keeps_the_legend_clear(best):
-    """Iteration times within one decade (1.9 to 3.5 s) get more than two labels."""
-    times = np.linspace(1.9, 3.5, 200)
+@pytest.mark.parametrize("lo,hi", [(1.9, 3.5), (5.5, 24.0), (0.3, 40.0)])
+def test_the_search_plot_labels_its_log_axis_and_keeps_the_legend_clear(lo, hi):
+    """Iteration times within a decade or two (1.9 to 3.5 s; 5.5 to 24 s, where the powers
+    of ten alone gave two labels) get four labels or more, plain numbers."""
+    times = np.geomspace(lo, hi, 200)
     fig = search_figure(peak_memory_bytes=np.linspace(20, 70, 200) * 2**30,
                         iteration_time_s=times, recompute=np.arange(200) % 3,
                         capacity_bytes=80 * 2**30, title="t")
     labels = _visible_tick_labels(fig.axes[0])
-    assert len(labels) >= 3, labels
+    assert len(labels) >= 4, labels
     assert all(re.fullmatch(r"[0-9.]+", t) for t in labels), labels
     _no_label_under_a_legend(fig)
     matplotlib.pyplot.close("all")

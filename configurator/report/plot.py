@@ -8,13 +8,35 @@ from configurator.core.plan_values import RECOMPUTE
 from configurator.core.units import GiB
 
 
-def log_axis_labels(axis) -> None:
-    """Label a log axis at 1, 2 and 5 times each power of ten (plain numbers, not
-    ``10^x``), so a range within one or two decades still reads: matplotlib's default
-    labels only the powers of ten, two labels or fewer on such a range."""
-    from matplotlib.ticker import LogLocator, NullFormatter, NullLocator, StrMethodFormatter
+#: Fewest labels a log axis shows (:func:`log_axis_labels`).
+MIN_LOG_LABELS = 4
 
-    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+
+def log_axis_labels(axis) -> None:
+    """Label a log axis (plain numbers, not ``10^x``) at 1, 2 and 5 times each power of ten;
+    where that gives fewer than :data:`MIN_LOG_LABELS` labels in view, at every integer
+    multiple; where even that does (a range within a factor of two or so), at evenly spaced
+    round numbers. matplotlib's default labels only the powers of ten: two labels or fewer
+    on a range within a decade or two. Call once the data are plotted (the view is read)."""
+    import math
+
+    from matplotlib.ticker import (LogLocator, MaxNLocator, NullFormatter, NullLocator,
+                                   StrMethodFormatter)
+
+    lo, hi = sorted(axis.get_view_interval())
+
+    def shown(subs):
+        if not (lo > 0 and math.isfinite(hi)):
+            return MIN_LOG_LABELS
+        return sum(lo <= s * 10.0 ** k <= hi for k in range(math.floor(math.log10(lo)),
+                                                            math.ceil(math.log10(hi)) + 1)
+                   for s in subs)
+
+    locator = next((LogLocator(base=10, subs=subs) for subs in
+                    ((1.0, 2.0, 5.0), tuple(float(s) for s in range(1, 10)))
+                    if shown(subs) >= MIN_LOG_LABELS),
+                   MaxNLocator(nbins=MIN_LOG_LABELS + 2, steps=[1, 2, 2.5, 5, 10]))
+    axis.set_major_locator(locator)
     axis.set_major_formatter(StrMethodFormatter("{x:g}"))
     axis.set_minor_locator(NullLocator())
     axis.set_minor_formatter(NullFormatter())
