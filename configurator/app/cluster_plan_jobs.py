@@ -73,6 +73,18 @@ def run_plan(req: PlanRequest) -> PlanOutcome:
     ``plans.png``, ``topology.json`` (when imported from logs), ``audit.json`` and
     ``report.html`` into ``req.out``. Raises :class:`InputError` or
     :class:`~configurator.core.errors.NoFeasiblePlanError`."""
+    from configurator.core.progress import Stages
+
+    with Stages("plan", PLAN_STAGES) as stage:
+        return _run_plan(req, stage)
+
+
+#: The stages of ``plan`` its progress bar names.
+PLAN_STAGES = ("import", "audit", "search", "search without the flagged hosts",
+               "price the findings", "scaling curve and report")
+
+
+def _run_plan(req: PlanRequest, stage) -> PlanOutcome:
     import os
 
     from configurator.app.inputs import JobInputs, audit_of, resolve
@@ -94,6 +106,7 @@ def run_plan(req: PlanRequest) -> PlanOutcome:
     names = list(dict.fromkeys([*LAUNCH_FILES, *PLAN_FILES]
                                + (["topology.json"] if req.logs else [])))
     check_out(req.out, names, req.force)
+    stage("import")
     if req.logs:
         from topology.importers import import_paths
         from topology.topofile_io import save_topology
@@ -108,6 +121,7 @@ def run_plan(req: PlanRequest) -> PlanOutcome:
 
         topo, topo_path = load_topology(req.topology), req.topology
         cluster_ref = cluster_ref_for(topo, req.cluster)
+    stage("audit")
     report = audit_of(topo_path)
     sreq = SearchRequest(inputs=JobInputs(model=req.model, cluster=cluster_ref, nodes=req.nodes,
                                           seq_length=req.seq_length, topology=topo_path),
@@ -118,12 +132,14 @@ def run_plan(req: PlanRequest) -> PlanOutcome:
     space = search_space(model, sreq)
     drain = tuple(h for h in report.drain_hosts if h in cluster.hosts)
     res = used = None
+    stage("search")
     try:
         res, used = ranked_search(sreq, model, cluster, space, req.top)
     except (InputError, NoFeasiblePlanError):
         if not drain:
             raise
     excluded, alternative, known = (), None, {}
+    stage("search without the flagged hosts")
     if drain and (req.nodes is None or req.nodes <= cluster.num_nodes - len(drain)):
         try:
             res_x, used_x = ranked_search(sreq, model, cluster, space, 1,
@@ -142,6 +158,7 @@ def run_plan(req: PlanRequest) -> PlanOutcome:
             alternative = res_x.plans[0].iteration_time_s
     best = res.plans[0]
     base = load_cluster(cluster_ref, cluster.num_nodes)
+    stage("price the findings")
     costs = price_findings(model, base, topo, report, best,
                            pool=list(range(cluster.num_nodes)), seed=req.seed,
                            evaluations=VARIANT_EVALUATIONS, search_space=space,
@@ -155,6 +172,7 @@ def run_plan(req: PlanRequest) -> PlanOutcome:
                            crossings, default_crossings)
     header = summary[0]
     doc = search_document(model, used, res)
+    stage("scaling curve and report")
     written = _write_plan(req, model, cluster, used, res, header, doc, report, costs, summary,
                           crossings, default_crossings, topo, space, sreq, excluded)
     return PlanOutcome(report=report, topology=topo, chosen=res, excluded=excluded,

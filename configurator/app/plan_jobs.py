@@ -403,7 +403,7 @@ def run_scaling(req: SearchRequest, lo: int, hi: int) -> ScalingOutcome:
     iteration time, tokens/s and tokens/s per GPU, so a user sees where more nodes stop
     paying. A count with no plan gets a row saying why. With ``req.out``: ``scaling.png``
     (tokens/s and per-GPU tokens/s against nodes) and ``scaling.json``."""
-    from tqdm import tqdm
+    from configurator.core.progress import progress
 
     model, cluster, profile = resolve(dataclasses.replace(req.inputs, nodes=None),
                                       precision=req.precision)
@@ -420,7 +420,7 @@ def run_scaling(req: SearchRequest, lo: int, hi: int) -> ScalingOutcome:
         check_out(req.out, SCALING_FILES, req.force)
     space = search_space(model, req)
     rows = []
-    for n in tqdm(range(lo, hi + 1), desc="nodes", unit="count", disable=None, leave=False):
+    for n in progress(range(lo, hi + 1), desc="nodes", unit="count"):
         row = {"nodes": n}
         try:
             if req.inputs.topology:

@@ -18,12 +18,11 @@ RUNS_HELP = ("measured runs: CSV/YAML/JSON run files (schema: docs/formats.md, '
              "long context, Megatron-Bridge)")
 
 
-def _progress(total_label):
-    from tqdm import tqdm
+def _progress(total_label, unit="run"):
+    from configurator.core.progress import progress
 
     def wrap(items):
-        return tqdm(items, desc=total_label, unit="run", leave=False, file=sys.stderr,
-                    disable=None)
+        return progress(items, desc=total_label, unit=unit)
     return wrap
 
 
@@ -72,10 +71,9 @@ def run_validate(args) -> int:
                              "report: not with --calibration or --out")
         from configurator.app.by_source import validate_by_source
 
-        from tqdm import tqdm
+        from configurator.core.progress import progress
 
-        with tqdm(desc="fitting (runs priced)", unit="pass", leave=False, file=sys.stderr,
-                  disable=None) as bar:
+        with progress(desc="fitting (runs priced)", unit="pass") as bar:
             rep = validate_by_source(runs, skipped, progress=bar.update)
         print(jsonout.dumps(rep.to_dict(), indent=2) if args.json else format_by_source(rep))
         return 0
@@ -178,7 +176,7 @@ def run_calibrate(args) -> int:
         if not params:
             raise InputError("params", args.params, "name at least one parameter")
     runs, _ = load_run_files(args.runs, args.cluster)
-    cal, fits = calibrate_runs(runs, params, progress=_progress("calibrate"),
+    cal, fits = calibrate_runs(runs, params, progress=_progress("calibrate", "group"),
                                source=", ".join(args.runs) or "published runs")
     path = write_text_file(args.out, yaml.safe_dump(jsonout.finite(cal.to_dict()),
                                                 sort_keys=False), args.force)
