@@ -135,3 +135,14 @@ def test_every_long_command_uses_the_one_helper():
                                                or "from tqdm" in text):
                 hits.append(str(path.relative_to(ROOT)))
     assert hits == []
+
+
+def test_calibrate_counts_the_runs_of_the_group_it_fits(terminal):
+    from configurator.cli.validate_commands import _groups_progress
+
+    term = terminal()
+    items = [(("h100-80gb", "bf16"), (None, [1, 2, 3])), (("a100-80gb", "fp16"), (None, [4]))]
+    assert list(_groups_progress(items)) == items
+    text = term.getvalue()
+    assert "0/4" in text and "h100-80gb bf16" in text and "3/4" in text
+    assert "a100-80gb fp16" in text

@@ -18,12 +18,27 @@ RUNS_HELP = ("measured runs: CSV/YAML/JSON run files (schema: docs/formats.md, '
              "long context, Megatron-Bridge)")
 
 
-def _progress(total_label, unit="run"):
+def _progress(total_label):
     from configurator.core.progress import progress
 
     def wrap(items):
-        return progress(items, desc=total_label, unit=unit)
+        return progress(items, desc=total_label, unit="run")
     return wrap
+
+
+def _groups_progress(items):
+    """A bar over calibrate's (GPU, precision) groups counting their runs, naming the group
+    being fitted (a group's fit is the long step)."""
+    from configurator.core.progress import progress
+
+    items = list(items)
+    with progress(desc="calibrate", unit="run",
+                  total=sum(len(prepared) for _, (_, prepared) in items)) as bar:
+        for item in items:
+            (gpu, precision), (_, prepared) = item
+            bar.set_postfix_str(f"{gpu} {precision}")
+            yield item
+            bar.update(len(prepared))
 
 
 def _runs_options(p):
@@ -176,7 +191,7 @@ def run_calibrate(args) -> int:
         if not params:
             raise InputError("params", args.params, "name at least one parameter")
     runs, _ = load_run_files(args.runs, args.cluster)
-    cal, fits = calibrate_runs(runs, params, progress=_progress("calibrate", "group"),
+    cal, fits = calibrate_runs(runs, params, progress=_groups_progress,
                                source=", ".join(args.runs) or "published runs")
     path = write_text_file(args.out, yaml.safe_dump(jsonout.finite(cal.to_dict()),
                                                 sort_keys=False), args.force)
