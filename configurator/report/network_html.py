@@ -83,7 +83,10 @@ def findings_html(findings, costs: dict) -> str:
             continue
         buckets: dict[tuple, list] = {}
         for i, f in members:
-            for c in costs.get(i, []):
+            for c in costs.get(i) or [None]:
+                if c is None:           # a finding nothing priced for this plan
+                    buckets.setdefault(("repairing", "not priced", ""), []).append((f, c))
+                    continue
                 verb = "leaving out" if c.what.startswith("leaving out") else "repairing"
                 buckets.setdefault((verb, _percent(c), c.note), []).append((f, c))
         deltas = [abs(c.delta_percent) for i, _ in members for c in costs.get(i, [])
@@ -103,13 +106,14 @@ def findings_html(findings, costs: dict) -> str:
 
         def order(item):
             (verb, pct, note), rows = item
-            c = rows[0][1]
-            return (c.delta_percent is None, -abs(c.delta_percent or 0.0), verb)
+            d = None if rows[0][1] is None else rows[0][1].delta_percent
+            return (d is None, -abs(d or 0.0), verb)
 
         for (verb, pct, note), rows in sorted(buckets.items(), key=order):
             if len(rows) == 1:
                 f, c = rows[0]
-                parts.append(f"<p><b>{_esc(pct)}</b> {_esc(c.what)}"
+                what = f"{verb} {f.subject}" if c is None else c.what
+                parts.append(f"<p><b>{_esc(pct)}</b> {_esc(what)}"
                              + (f" ({_esc(note)})" if note else "")
                              + (f" (measured / expected {f.ratio:.2f})" if n > 1 else "")
                              + "</p>")
@@ -123,9 +127,9 @@ def findings_html(findings, costs: dict) -> str:
                              sorted(rows, key=lambda r: r[0].ratio)) + "</p>")
         if n > 1 or kind != "islands":
             parts.append(f"<details><summary>evidence of the {n} "
-                         f"{_esc(KIND_NAMES[kind][n != 1])} (measured / healthy, per "
-                         f"measurement class)</summary>"
-                         + _table(["what", "measured / healthy", "evidence"],
+                         f"{_esc(KIND_NAMES[kind][n != 1])} (per measurement class)"
+                         f"</summary>"
+                         + _table(["what", "measured / expected", "evidence"],
                                   [[f.subject, f"{f.ratio:.3f}", "; ".join(f.evidence)]
                                    for _, f in members]) + "</details>")
         else:
@@ -133,10 +137,10 @@ def findings_html(findings, costs: dict) -> str:
                          + "</p>")
     parts.append("<p class='why'>Each cost: the plan's predicted iteration time with the "
                  "finding repaired (its links at their class's healthy rate) or its host left "
-                 "out, against the time on the measured links (negative: faster). In brackets after "
-                 "a host or link: its measured bandwidth over the expected one (its class's "
-                 "healthy rate; for a link slower at large messages, its largest messages' "
-                 "rate over its fitted rate).</p>")
+                 "out, against the time on the measured links (negative: faster). In "
+                 "brackets after a host or link: its measured bandwidth over the expected one "
+                 "(its class's healthy rate; for a link slower at large messages, its largest "
+                 "messages' rate over its fitted rate).</p>")
     return "\n".join(parts)
 
 

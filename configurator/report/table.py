@@ -113,7 +113,8 @@ def plain_table(headers: list[str], rows: list[list[str]]) -> list[str]:
 def stacked_header(header: str, width: int) -> str:
     """``header`` on two lines when that makes it narrower and no narrower than ``width``
     (the column's widest cell): broken at a space (dropped), before a ``/`` (not one of a
-    rate's ``/s``) or after a ``-``, where the longer line is shortest. ``"tok/s/GPU"`` → ``"tok/s\\n/GPU"``."""
+    rate's ``/s``) or after a ``-``, where the longer line is shortest:
+    ``"tok/s/GPU"`` → ``"tok/s\\n/GPU"``."""
     best, best_len = header, len(header)
     for i, ch in enumerate(header):
         if ch == " ":
