@@ -304,17 +304,18 @@ def test_a_defaulted_node_count_is_stated():
     assert res.returncode == 3 and "the cluster's default" in res.stderr, res.stderr
 
 
-def test_the_table_adds_the_column_that_tells_two_plans_apart():
+def test_the_table_tells_two_plans_apart():
+    """Plans that differ only in the distributed optimizer read apart: the column is always
+    there (tests/test_report_table.py: no column is left out to make room)."""
     res = search(MODEL_PRESETS["gpt-1.7b"], load_cluster("dgx-a100-80gb", nodes=4), 512,
                  top_k=2)
     a = res.plans[0]
     b = dataclasses.replace(a, plan=dataclasses.replace(a.plan, distributed_optimizer=not
                                                         a.plan.distributed_optimizer))
-    plain = format_table([a, dataclasses.replace(a, iteration_time_s=a.iteration_time_s)])
-    told = format_table([a, b])
-    assert "dist-opt" not in plain.splitlines()[0]
-    assert "dist-opt" in told.splitlines()[0]
-    assert max(map(len, told.splitlines())) <= 100
+    told = format_table([a, b]).splitlines()
+    assert "dist-" in told[0] and "opt" in told[1]
+    assert told[3] != told[4] and {told[3].split()[9], told[4].split()[9]} == {"yes", "no"}
+    assert max(map(len, told)) <= 100
 
 
 def test_an_audit_with_nothing_measured_says_measure_first(tmp_path):
@@ -326,3 +327,26 @@ def test_an_audit_with_nothing_measured_says_measure_first(tmp_path):
     assert "0 measured links" in res.stdout
     last = res.stdout.strip().splitlines()[-1]
     assert last.startswith("Recommendation: Measure first") and "No action" not in last
+
+
+def test_the_examples_run_file_validates_as_the_published_runs(tmp_path):
+    """``validate published-runs.csv`` (as ``examples`` writes it) prices every row, and
+    each one as plain ``validate`` does: models that are no preset (``gpt-22b``) or a
+    preset changed (DeepSeek-V3 without its MTP layer) come as model files beside it."""
+    from configurator.app.validate_jobs import load_run_files, validate_runs
+    from configurator.cost.groundtruth import published_runs
+
+    assert run_cli("examples", "--out", tmp_path / "ex").returncode == 0
+    mine, _ = load_run_files([str(tmp_path / "ex" / "published-runs.csv")])
+    shipped, _ = published_runs()
+    got, want = validate_runs(mine), validate_runs(shipped)
+    assert [c.problem for c in got.checks if c.problem] == []
+    assert len(got.checks) == len(want.checks) == len(shipped)
+    for a, b in zip(got.checks, want.checks):
+        assert a.run.name == b.run.name
+        assert a.predicted_iteration_time_s == pytest.approx(b.predicted_iteration_time_s,
+                                                             rel=1e-12), a.run.name
+        assert a.predicted_peak_memory_bytes == b.predicted_peak_memory_bytes
+        assert a.measured_iteration_time_s == pytest.approx(b.measured_iteration_time_s,
+                                                            rel=1e-12)
+    assert got.overall.mape == pytest.approx(want.overall.mape, rel=1e-12)

@@ -148,26 +148,35 @@ def test_plan_on_the_shipped_logs_prices_every_finding(real_plan):
     assert "leaving out cnode2-003" in page
 
 
+#: Height (CSS px) of the report of the shipped 17-node logs (``plan --model llama3-70b --gbs
+#: 512``) before it led with a headline and grouped its findings by cause, rendered as
+#: below at 1400 px wide: its 61-row findings table alone took 6,855 px. The report must
+#: stay within half of it.
+OLD_REPORT_HEIGHT_PX = 13_058
+
+
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium not installed "
                                                   "(apt-get install -y chromium)")
 @pytest.mark.parametrize("which", ["islands_plan", "real_plan"])
 def test_report_renders_in_headless_chromium(which, request, tmp_path):
     """Every section laid out and every image decoded and shown, as Chromium renders the
-    page: a copy of the report gets a script that records them once the page has loaded,
-    read back with --dump-dom."""
+    page at 1400x900: a copy of the report gets a script that records them once the page
+    has loaded, read back with --dump-dom. The headline (plan, time, what the audit changed
+    and its price) is above the fold, and the 17-node report within half its old height."""
     out, _ = request.getfixturevalue(which)
     page = (out / "report.html").read_text()
     probe = ("<script>window.addEventListener('load',()=>{document.body.setAttribute("
              "'data-check',JSON.stringify({images:[...document.images].map(i=>[i.complete,"
              "i.naturalWidth,i.naturalHeight,i.getBoundingClientRect().width]),sections:[..."
              "document.querySelectorAll('h2[id]')].map(e=>[e.id,e.getBoundingClientRect()."
-             "height])}));});</script>")
+             "height]),height:document.documentElement.scrollHeight,headline:document."
+             "querySelector('.head').getBoundingClientRect().bottom}));});</script>")
     copy = tmp_path / "check.html"
     copy.write_text(page.replace("</body>", probe + "</body>"))
     res = subprocess.run([str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu",
                           "--disable-quic", "--no-first-run", "--disable-background-networking",
                           "--disable-component-update", "--disable-sync",
-                          f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1400,1000",
+                          f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1400,900",
                           "--virtual-time-budget=10000", "--dump-dom", copy.resolve().as_uri()],
                          capture_output=True, text=True, timeout=120)
     m = re.search(r'data-check="([^"]*)"', res.stdout)
@@ -179,3 +188,36 @@ def test_report_renders_in_headless_chromium(which, request, tmp_path):
     for complete, w, h, shown in check["images"]:
         assert complete and w > 100 and h > 100 and shown > 100
     assert np.isfinite([s[1] for s in check["sections"]]).all()
+    assert 0 < check["headline"] <= 900, check["headline"]
+    if which == "real_plan":
+        assert check["height"] <= OLD_REPORT_HEIGHT_PX / 2, check["height"]
+
+
+def test_the_report_leads_with_the_terminal_lines_and_groups_findings_by_cause(real_plan):
+    """The headline holds the lines ``plan`` printed, as printed (one source); the findings
+    come one group per kind, each kind's cause once, priced groups before the unpriced,
+    and a reason shared by many findings said once."""
+    import html
+
+    from topology.structure import CAUSES
+
+    out, stdout = real_plan
+    page = (out / "report.html").read_text()
+    head = page[page.index("<h2 id='headline'>"):page.index("<h2 id='next-steps'>")]
+    summary = stdout.split("\nwrote ")[0].splitlines()
+    assert summary[0].endswith("tokens/s per GPU") and " s per iteration" in summary[0]
+    for line in summary:
+        assert html.escape(line) in head, line
+    assert any(line.startswith("what the findings cost this plan: ") for line in summary)
+    found = page[page.index("<h2 id='findings'>"):page.index("<h2 id='heatmap'>")]
+    audit = json.loads((out / "audit.json").read_text())
+    kinds = {f["kind"] for f in audit["findings"]}
+    for kind in kinds:
+        assert page.count(html.escape(CAUSES[kind])) == 1, kind
+    assert found.count("<h3>") == len(kinds)
+    assert found.count(html.escape("no link of it carries this placement's traffic")) == 1
+    assert found.count(html.escape("the plan is priced at the link's fitted rate")) == 1
+    priced = found.index("1 slow host")
+    assert priced < found.index("34 links slower at large messages")
+    assert "+2.8 %" in found[priced:found.index("<h3>", priced + 5)] or re.search(
+        r"<b>\+\d+\.\d %</b> leaving out cnode2-003", found)

@@ -1,5 +1,7 @@
 """The ranked table (``configurator.report.table``): columns from the plan schema, units in
-the headers, plain text, at most 100 characters a line by default, every column with wide."""
+the headers, plain text; every column always (never one left out to make room): by
+default with headers stacked on two lines, within 100 characters for the usual plans; with
+wide on one line."""
 
 import dataclasses
 import re
@@ -9,7 +11,7 @@ import pytest
 from configurator.core.model_presets import MODEL_PRESETS
 from configurator.core.plan import PLAN_FIELDS
 from configurator.core.units import GiB
-from configurator.report.table import WHEN_USED, format_estimate, format_table
+from configurator.report.table import WHEN_USED, format_estimate, format_table, stacked_header
 from configurator.search.rank import search
 from tests.conftest import run_cli
 from topology.cluster_files import load_cluster
@@ -20,9 +22,6 @@ LIMIT = 100
 PLAN_HEADERS = [f.column for f in PLAN_FIELDS if f.column is not None
                 and f.column not in WHEN_USED]
 METRIC_HEADERS = ["iter (s)", "TFLOP/s/GPU", "MFU bf16 (%)", "tok/s/GPU", "peak (GiB)"]
-#: Columns the default table must keep (the other plan columns and metrics may go).
-KEPT = ["rank", "tp", "pp", "dp", "cp", "vp", "mbs", "recompute", "iter (s)", "MFU bf16 (%)",
-        "peak (GiB)"]
 ANSI = re.compile(r"\x1b|\x9b")
 
 
@@ -35,12 +34,21 @@ def evals():
 
 
 def parse(text):
-    """(headers, rows as {header: cell}) of a rendered table: header, rule, rows."""
+    """(headers, rows as {header: cell}) of a rendered table: the header lines (a stacked
+    header's lines joined: ``tok/s`` over ``/GPU`` is ``tok/s/GPU``, ``MFU`` over
+    ``bf16 (%)`` is ``MFU bf16 (%)``), the rule (a run of dashes per column), the rows."""
     lines = text.splitlines()
-    headers = re.split(r"\s{2,}", lines[0].strip())
-    assert set(lines[1]) == {"-"}, lines[1]
+    k = next(i for i, line in enumerate(lines) if line and set(line) <= {"-", " "})
+    spans = [m.span() for m in re.finditer(r"-+", lines[k])]
+    headers = []
+    for a, b in spans:
+        parts = [line[a:b].strip() for line in lines[:k] if line[a:b].strip()]
+        head = parts[0] if parts else ""
+        for p in parts[1:]:     # broken at a space, before a "/" or after a "-"
+            head += p if head.endswith("-") or p.startswith("/") else " " + p
+        headers.append(head)
     rows = []
-    for line in lines[2:]:
+    for line in lines[k + 1:]:
         cells = line.split()
         assert len(cells) == len(headers), (headers, line)
         rows.append(dict(zip(headers, cells)))
@@ -67,33 +75,36 @@ def check_rows(headers, rows, evals):
                 assert r[f.column] == ("yes" if getattr(p, f.name) else "no")
 
 
-def test_default_table_fits_100_columns(evals):
+def test_default_table_fits_100_columns_with_every_column(evals):
     text = format_table(evals)
     lines = text.splitlines()
-    assert len(lines) == 2 + len(evals)
+    assert len(lines) == 3 + len(evals)             # two header lines, the rule, the rows
     assert max(map(len, lines)) <= LIMIT
     assert not ANSI.search(text) and text.isascii()
     assert all(line == line.rstrip() for line in lines)
     headers, rows = parse(text)
-    assert headers[0] == "rank"
-    for h in KEPT:
-        assert h in headers, h
-    # schema order, then metrics in order
-    order = ["rank"] + PLAN_HEADERS + METRIC_HEADERS
-    assert headers == [h for h in order if h in headers]
+    # schema order, then metrics in order: every one of them
+    assert headers == ["rank"] + PLAN_HEADERS + METRIC_HEADERS
     check_rows(headers, rows, evals)
 
 
-def test_wide_table_has_every_column(evals):
+def test_wide_table_has_every_column_on_one_line(evals):
     text = format_table(evals, wide=True)
     assert not ANSI.search(text) and text.isascii()
+    lines = text.splitlines()
+    assert len(lines) == 2 + len(evals)
     headers, rows = parse(text)
     assert headers == ["rank"] + PLAN_HEADERS + METRIC_HEADERS
     check_rows(headers, rows, evals)
-    narrow = format_table(evals)
-    # this search's full table is wider than 100, so the default drops something
-    assert max(map(len, text.splitlines())) > LIMIT
-    assert len(parse(narrow)[0]) < len(headers)
+    assert max(map(len, lines)) > max(map(len, format_table(evals).splitlines()))
+
+
+@pytest.mark.parametrize("header, width, stacked", [
+    ("tok/s/GPU", 5, "tok/s\n/GPU"), ("TFLOP/s/GPU", 5, "TFLOP/s\n/GPU"),
+    ("dist-opt", 3, "dist-\nopt"), ("iter (s)", 6, "iter\n(s)"),
+    ("recompute", 9, "recompute"), ("tp", 1, "tp"), ("peak (GiB)", 10, "peak (GiB)")])
+def test_stacked_header(header, width, stacked):
+    assert stacked_header(header, width) == stacked
 
 
 def test_numbers_right_aligned(evals):
@@ -107,15 +118,13 @@ def test_numbers_right_aligned(evals):
             assert line[end - 1] != " " and (end == len(line) or line[end] == " "), (h, line)
 
 
-def test_narrow_table_still_fits_with_big_numbers(evals):
+def test_big_numbers_widen_the_table_and_drop_nothing(evals):
     big = [dataclasses.replace(e, iteration_time_s=123456.789, tokens_per_s_per_gpu=9.87e8,
                                model_tflops_per_gpu=12345.6, peak_memory_bytes=1e15)
            for e in evals] * 20
     text = format_table(big)
-    assert max(map(len, text.splitlines())) <= LIMIT
     headers, rows = parse(text)
-    for h in KEPT:
-        assert h in headers, h
+    assert headers == ["rank"] + PLAN_HEADERS + METRIC_HEADERS
     check_rows(headers, rows, big)
     wide = format_table(big, wide=True)
     assert parse(wide)[0] == ["rank"] + PLAN_HEADERS + METRIC_HEADERS
@@ -123,8 +132,8 @@ def test_narrow_table_still_fits_with_big_numbers(evals):
 
 
 def test_empty_table_is_header_only():
-    lines = format_table([]).splitlines()
-    assert re.split(r"\s{2,}", lines[0].strip())[0] == "rank"
+    headers, rows = parse(format_table([]))
+    assert headers[0] == "rank" and not rows
 
 
 def test_estimate_lines_fit(evals):
@@ -141,6 +150,8 @@ def _table_lines(stdout):
     closing ``next:`` line."""
     lines = stdout.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("rank"))
+    while start and lines[start - 1].startswith(" "):      # a stacked header's top line
+        start -= 1
     end = next((i for i, line in enumerate(lines) if line.startswith("next:")), len(lines))
     return lines[start:end]
 
@@ -152,10 +163,10 @@ def test_cli_search_table_width_and_wide():
     assert res.returncode == 0, res.stderr
     assert not ANSI.search(res.stdout)
     table = _table_lines(res.stdout)
-    assert len(table) == 2 + 10
+    assert len(table) == 3 + 10
     assert max(map(len, table)) <= LIMIT
     headers, _ = parse("\n".join(table))
-    assert "TFLOP/s/GPU" not in headers
+    assert headers == ["rank"] + PLAN_HEADERS + METRIC_HEADERS
 
     wide = run_cli(*args, "--wide")
     assert wide.returncode == 0, wide.stderr
@@ -166,7 +177,7 @@ def test_cli_search_table_width_and_wide():
     assert max(map(len, wide_table)) > max(map(len, table))
     # same plans in the same order
     assert [line.split()[:4] for line in wide_table[2:]] == \
-        [line.split()[:4] for line in table[2:]]
+        [line.split()[:4] for line in table[3:]]
 
 
 def test_cli_table_txt_is_the_wide_table(tmp_path):
@@ -188,3 +199,16 @@ def test_expert_and_split_columns_appear_when_used():
         getattr(e.plan, f.name) != f.default for e in res.plans)}
     assert used and used <= set(headers)
     assert "ep" not in headers          # a dense model
+
+
+def test_no_column_is_dropped_to_make_room(evals):
+    """Two plans that differ only in the distributed optimizer: the table shows dist-opt
+    and keeps tok/s/GPU (and every other column of the wide table)."""
+    a = evals[0]
+    b = dataclasses.replace(a, plan=dataclasses.replace(
+        a.plan, distributed_optimizer=not a.plan.distributed_optimizer))
+    wide, _ = parse(format_table([a, b], wide=True))
+    headers, rows = parse(format_table([a, b]))
+    assert "dist-opt" in headers and "tok/s/GPU" in headers
+    assert headers == wide
+    check_rows(headers, rows, [a, b])

@@ -79,6 +79,32 @@ CAUSES = {
 }
 
 
+#: What to do about each kind of finding: ``{subject}`` is one finding's (``cnode2-001<->
+#: cnode2-004``, ``the direction a->b``) or, said of every finding of a kind at once,
+#: :data:`EVERY_SUBJECT`'s.
+ACTIONS = {
+    "islands": "check the fabric between {subject}: spine switches and uplinks; until then "
+               "keep each group of ranks that talks most inside one island",
+    "slow_host": "leave {subject} out (drain it) or check its NIC and cable",
+    "slow_pair": "report {subject} to the network team (cable, transceiver or switch port on "
+                 "their route)",
+    "slow_direction": "report {subject} to the network team (one side of the link: "
+                      "transceiver, cable lane or port speed)",
+    "degrades_with_size": "re-run {subject} with the largest messages and check the switch "
+                          "counters for pauses and drops (the plan is priced at the smaller "
+                          "messages' rate)",
+}
+#: :data:`ACTIONS`' subject when the action is said once for every finding of its kind.
+EVERY_SUBJECT = {"islands": "the islands", "slow_host": "each host",
+                 "slow_pair": "each pair", "slow_direction": "each direction",
+                 "degrades_with_size": "each pair's test"}
+
+
+def kind_action(kind: str) -> str:
+    """What to do about every finding of ``kind`` (:data:`ACTIONS` said of them all)."""
+    return ACTIONS[kind].format(subject=EVERY_SUBJECT[kind])
+
+
 @dataclass(frozen=True, kw_only=True)
 class StructureThresholds:
     """Rules of the structure analysis (see the module docstring); the slow-link and
@@ -347,9 +373,7 @@ def find_structure(topo: Topology, thresholds: StructureThresholds | None = None
             measured_Bps=x, expected_Bps=h, evidence=tuple(evid),
             classes=tuple(c.label for c in island_classes), repair=repair,
             cause=CAUSES["islands"],
-            action=f"check the fabric between the islands ({names}): spine switches and "
-                   f"uplinks; until then keep each group of ranks that talks most inside one "
-                   f"island"))
+            action=ACTIONS["islands"].format(subject=f"the islands ({names})")))
 
     def merged(kind):
         for (k, subj, _), rows in hits.items():
@@ -373,7 +397,7 @@ def find_structure(topo: Topology, thresholds: StructureThresholds | None = None
                            f"{_fmt(hh)} GB/s healthy ({100 * m / hh:.0f} %)"
                            for c, m, hh, d in rows),
             repair=repair, leave_out=(subj,), cause=CAUSES["slow_host"],
-            action=f"leave {subj} out (drain it) or check its NIC and cable"))
+            action=ACTIONS["slow_host"].format(subject=subj)))
     for subj, rows, x, h in merged("slow_pair"):
         a, b = subj
         per_kind["slow_pair"].append(Finding(
@@ -382,8 +406,7 @@ def find_structure(topo: Topology, thresholds: StructureThresholds | None = None
             evidence=tuple(f"[{c.label}] {_fmt(m)} GB/s vs {_fmt(hh)} GB/s healthy "
                            f"({100 * m / hh:.0f} %)" for c, m, hh, _ in rows),
             repair=((a, b), (b, a)), cause=CAUSES["slow_pair"],
-            action=f"report {a}<->{b} to the network team (cable, transceiver or switch "
-                   f"port on their route)"))
+            action=ACTIONS["slow_pair"].format(subject=f"{a}<->{b}")))
     for subj, rows, x, h in merged("slow_direction"):
         s, d = subj
         per_kind["slow_direction"].append(Finding(
@@ -393,8 +416,7 @@ def find_structure(topo: Topology, thresholds: StructureThresholds | None = None
                            f"{_fmt(c.bw[(d, s)])} GB/s the other way, {_fmt(hh)} healthy"
                            for c, m, hh, _ in rows),
             repair=((s, d),), cause=CAUSES["slow_direction"],
-            action=f"report the direction {s}->{d} to the network team (one side of the "
-                   f"link: transceiver, cable lane or port speed)"))
+            action=ACTIONS["slow_direction"].format(subject=f"the direction {s}->{d}")))
     per_kind["degrades_with_size"] = _degrading(topo, th)
     for kind in FINDING_KINDS[1:]:
         findings += sorted(per_kind[kind], key=lambda f: (f.ratio, f.subject))
@@ -443,7 +465,5 @@ def _degrading(topo: Topology, th: StructureThresholds) -> list[Finding]:
                            f"{_fmt(t)} GB/s at the largest messages vs {_fmt(l.bandwidth_Bps)}"
                            f" GB/s fitted over the smaller ones" for l, t in rows),
             cause=CAUSES["degrades_with_size"],
-            action=f"re-run the {a}<->{b} test with the largest messages and check the "
-                   f"switch counters for pauses and drops (the plan is priced at the smaller "
-                   f"messages' rate)"))
+            action=ACTIONS["degrades_with_size"].format(subject=f"the {a}<->{b} test")))
     return out

@@ -206,8 +206,11 @@ def price_findings(model, base, topo, report, evaluation, *, pool: list[int],
             return fixed
         return min(fixed, placed.iteration_time_s)
 
+    from configurator.core.progress import progress
+
     costs: list[FindingCost] = []
-    for i, f in enumerate(report.findings):
+    for i, f in progress(list(enumerate(report.findings)), desc="pricing findings",
+                         unit="finding"):
         local = f.kind in ("slow_pair", "slow_direction")
         if f.repair and not set(f.classes) & report.structure.link_classes:
             costs.append(FindingCost(finding=i, what=_what(f), iteration_time_s=t0,

@@ -75,6 +75,18 @@ def run_plan(req: PlanRequest) -> PlanOutcome:
     ``plans.png``, ``topology.json`` (when imported from logs), ``audit.json`` and
     ``report.html`` into ``req.out``. Raises :class:`InputError` or
     :class:`~configurator.core.errors.NoFeasiblePlanError`."""
+    from configurator.core.progress import Stages
+
+    with Stages("plan", PLAN_STAGES) as stage:
+        return _run_plan(req, stage)
+
+
+#: The stages of ``plan`` its progress bar names.
+PLAN_STAGES = ("import", "audit", "search", "search without the flagged hosts",
+               "price the findings", "scaling curve and report")
+
+
+def _run_plan(req: PlanRequest, stage) -> PlanOutcome:
     import os
 
     from configurator.app.inputs import JobInputs, audit_of, resolve
@@ -99,6 +111,7 @@ def run_plan(req: PlanRequest) -> PlanOutcome:
     names = list(dict.fromkeys([*LAUNCH_FILES, *PLAN_FILES]
                                + (["topology.json"] if req.logs else [])))
     check_out(req.out, names, req.force)
+    stage("import")
     if req.logs:
         from topology.importers import import_paths
         from topology.topofile_io import save_topology
@@ -113,6 +126,7 @@ def run_plan(req: PlanRequest) -> PlanOutcome:
 
         topo, topo_path = load_topology(req.topology), req.topology
         cluster_ref = cluster_ref_for(topo, req.cluster)
+    stage("audit")
     report = audit_of(topo_path)
     sreq = SearchRequest(inputs=JobInputs(model=req.model, cluster=cluster_ref, nodes=req.nodes,
                                           seq_length=req.seq_length, topology=topo_path),
@@ -124,12 +138,14 @@ def run_plan(req: PlanRequest) -> PlanOutcome:
     space = search_space(model, sreq)
     drain = tuple(h for h in report.drain_hosts if h in cluster.hosts)
     res = used = None
+    stage("search")
     try:
         res, used = ranked_search(sreq, model, cluster, space, req.top)
     except (InputError, NoFeasiblePlanError):
         if not drain:
             raise
     excluded, alternative, known = (), None, {}
+    stage("search without the flagged hosts")
     if drain and (req.nodes is None or req.nodes <= cluster.num_nodes - len(drain)):
         try:
             res_x, used_x = ranked_search(sreq, model, cluster, space, 1,
@@ -154,6 +170,7 @@ def run_plan(req: PlanRequest) -> PlanOutcome:
              for e in res.plans], req.training.objective, req.training.deadline_days))
     best = res.plans[0]
     base = load_cluster(cluster_ref, cluster.num_nodes)
+    stage("price the findings")
     costs = price_findings(model, base, topo, report, best,
                            pool=list(range(cluster.num_nodes)), seed=req.seed,
                            evaluations=VARIANT_EVALUATIONS, search_space=space,
@@ -171,6 +188,7 @@ def run_plan(req: PlanRequest) -> PlanOutcome:
         summary.insert(1, objective_note(train, req.training) + "; " + training_line(best))
     header = summary[0]
     doc = search_document(model, used, res)
+    stage("scaling curve and report")
     written = _write_plan(req, model, cluster, used, res, header, doc, report, costs, summary,
                           crossings, default_crossings, topo, space, sreq, excluded)
     return PlanOutcome(report=report, topology=topo, chosen=res, excluded=excluded,
@@ -180,9 +198,10 @@ def run_plan(req: PlanRequest) -> PlanOutcome:
 
 def plan_summary(model, cluster, req, best, report, excluded, alternative, costs,
                  crossings, default_crossings) -> list[str]:
-    """The lines ``plan`` prints (and the report's summary): the chosen plan, the audit in
-    one line, the hosts left out and why, the islands the placement keeps groups in, and
-    the findings that cost most."""
+    """The lines ``plan`` prints (and the report's headline, as they are): the chosen plan
+    and its time, the audit in one line, the hosts left out and why, the placement against
+    Megatron's order, the islands the placement keeps groups in, and what the findings
+    cost (:func:`price_line`)."""
     p = best.plan
     nodes = best.placement.nodes
     lines = [f"{model.name} on {nodes} of {cluster.num_nodes} measured hosts "
@@ -210,12 +229,50 @@ def plan_summary(model, cluster, req, best, report, excluded, alternative, costs
         lines.append("groups crossing islands (this placement / Megatron's order): " + ", ".join(
             f"{c.dim} {c.crossing}/{d.crossing} of {c.groups}"
             for c, d in zip(crossings, default_crossings)))
-    priced = [c for c in costs if c.delta_s is not None][:3]
-    if priced:
-        lines.append("what the findings cost this plan (best first): "
-                     + "; ".join(f"{c.what} {c.delta_percent:+.1f} %" + c.days_words()
-                                 for c in priced))
+    if costs:
+        lines.append(price_line(costs))
     return lines
+
+
+def price_line(costs: list[FindingCost]) -> str:
+    """What the findings cost the plan in one line: the repairs and exclusions that change
+    its time (savings first, the three largest of each sign), how many change nothing (and
+    the reason most of them give), how many are not priced and why."""
+    from configurator.report.network_html import ZERO_PERCENT
+
+    def pct(c):
+        return f"{c.delta_percent:+.1f} %" + c.days_words()
+
+    def reason(cs):
+        notes = [c.note for c in cs if c.note]
+        if not notes:
+            return ""
+        top = max(set(notes), key=notes.count)
+        k = notes.count(top)
+        return f" ({k} of them: {top})" if k < len(cs) else f" ({top})"
+
+    priced = [c for c in costs if c.delta_percent is not None]
+    saves = sorted((c for c in priced if c.delta_percent <= -ZERO_PERCENT),
+                   key=lambda c: c.delta_percent)
+    loses = sorted((c for c in priced if c.delta_percent >= ZERO_PERCENT),
+                   key=lambda c: -c.delta_percent)
+    same = [c for c in priced if abs(c.delta_percent) < ZERO_PERCENT]
+    unpriced = [c for c in costs if c.delta_percent is None]
+    parts = []
+    if saves:
+        parts.append("; ".join(f"{c.what} {pct(c)}" for c in saves[:3])
+                     + (f" and {len(saves) - 3} more that save time" if len(saves) > 3
+                        else ""))
+    else:
+        parts.append("no repair or exclusion makes it faster")
+    parts += [f"{c.what} {pct(c)}" + (f" ({c.note})" if c.note else "") for c in loses[:3]]
+    if len(loses) > 3:
+        parts.append(f"{len(loses) - 3} more that cost time")
+    if same:
+        parts.append(f"{len(same)} change nothing{reason(same)}")
+    if unpriced:
+        parts.append(f"{len(unpriced)} not priced{reason(unpriced)}")
+    return "what the findings cost this plan: " + "; ".join(parts)
 
 
 def _write_plan(req, model, cluster, used, res, header, doc, report, costs, summary,

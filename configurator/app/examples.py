@@ -7,7 +7,9 @@ imported from four of its hosts, and a real Megatron-LM training log of one H200
 one-GPU cluster file (its README says how it was made). Written from the tool's own definitions (so they always
 read back as they are): a model file (the ``llama3-8b`` preset in Megatron's keys), a
 cluster file (the ``dgx-h100-80gb`` preset on 4 nodes) and the published runs as a run file
-(what ``configurator validate`` prices by default, one row per run with its citation).
+(what ``configurator validate`` prices by default, one row per run with its citation), with
+the models of those runs that are no preset as model files in :data:`RUN_MODELS_DIR` (so
+the file prices every run as plain ``validate`` does).
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ FOLDERS = (LOGS, TRAIN_LOG_DIR)
 #: Files written from the tool's definitions.
 MODEL_FILE, CLUSTER_FILE, RUNS_FILE = "model-llama3-8b.yaml", "cluster-dgx-h100.yaml", \
     "published-runs.csv"
+#: Folder (beside the run file, which names its files) of the published runs' models that
+#: are no preset (``gpt-22b``) or a preset changed (DeepSeek-V3 without its MTP layer).
+RUN_MODELS_DIR = "published-runs-models"
 #: Model keys that only a mixture of experts or multi-latent attention uses: left out of a
 #: dense model's example file (they keep their defaults).
 _MOE_MLA_KEYS = ("moe_router_topk", "moe_layer_freq", "multi_latent_attention", "kv_lora_rank",
@@ -61,6 +66,10 @@ EXAMPLE_FILES: tuple[Example, ...] = (
             f"configurator search --model llama3-8b --cluster {CLUSTER_FILE} --gbs 128"),
     Example(RUNS_FILE, "the published runs as a run file (one row per run, its source cited)",
             f"configurator validate {RUNS_FILE}"),
+    Example(RUN_MODELS_DIR, f"the models of those runs that are no preset, as model files "
+                            f"(the run file names them)",
+            f"configurator search --model {RUN_MODELS_DIR}/gpt-22b.yaml --cluster "
+            f"dgx-a100-80gb --nodes 8 --gbs 256"),
 )
 
 
@@ -90,17 +99,66 @@ def cluster_file() -> bytes:
                  "cluster-dgx-h100.yaml\n", data)
 
 
-def runs_file() -> bytes:
+def _slug(text: str) -> str:
+    return "-".join("".join(c if c.isalnum() or c in "._" else " " for c in text.lower())
+                    .split())
+
+
+def run_models(runs) -> tuple[list[str], dict[str, bytes]]:
+    """Each run's model as its run file names it: the preset's name where the run's model is
+    the preset (at the run's sequence length), else a model file of :data:`RUN_MODELS_DIR`
+    (``gpt-22b.yaml``; a preset changed: ``deepseek-v3-mtp_num_layers-none.yaml``, or, where
+    more than two keys differ, the preset's name and the run's collection). Returns the
+    references, one per run, and the files (name → bytes)."""
+    from configurator.core.model_presets import MODEL_PRESETS
+
+    refs, files, names = [], {}, {}
+    for r in runs:
+        m = r.model
+        preset = None if isinstance(m, str) else MODEL_PRESETS.get(m.name)
+        if isinstance(m, str) or (preset is not None
+                                  and preset.with_seq_length(m.seq_length) == m):
+            refs.append(m if isinstance(m, str) else m.name)
+            continue
+        if m not in names:
+            if preset is None:
+                base = _slug(m.name)
+            else:
+                diff = [k for k in m.__dataclass_fields__ if k not in ("name", "seq_length")
+                        and getattr(m, k) != getattr(preset, k)]
+                base = _slug(m.name + "-" + ("-".join(f"{k}-{getattr(m, k)}" for k in diff)
+                                             if len(diff) <= 2 else (r.dataset or r.group or
+                                                                     "variant")))
+            name, n = f"{base}.yaml", 1
+            while name in files:
+                n += 1
+                name = f"{base}-{n}.yaml"
+            names[m] = name
+            data = {k: val for k, val in m.to_dict().items() if val is not None}
+            files[name] = _yaml(f"# {m.name} as the published run {r.name!r} ran it ("
+                                f"{RUNS_FILE} names this file)\n", data)
+        refs.append(f"{RUN_MODELS_DIR}/{names[m]}")
+    return refs, files
+
+
+def runs_file() -> tuple[bytes, dict[str, bytes]]:
     """The published runs (:func:`configurator.cost.groundtruth.published_runs`) as a run
     file (:func:`configurator.core.runs.runs_to_rows`): what ``validate`` prices by
-    default, in the format it reads from a user."""
+    default, in the format it reads from a user; and the model files it names
+    (:func:`run_models`, name in :data:`RUN_MODELS_DIR` → bytes)."""
     import csv
     import io
 
     from configurator.core.runs import RUN_KEYS, runs_to_rows
     from configurator.cost.groundtruth import published_runs
 
-    rows = runs_to_rows(published_runs()[0])
+    runs = published_runs()[0]
+    rows = runs_to_rows(runs)
+    refs, models = run_models(runs)
+    for row, ref, r in zip(rows, refs, runs):
+        row["model"] = ref
+        if r.seq_length is None and not isinstance(r.model, str):
+            row["seq_length"] = r.model.seq_length     # a preset at another length
     keys = [k for k in ("name", "group", "source", *RUN_KEYS) if any(k in r for r in rows)]
     keys = list(dict.fromkeys(keys))
     buf = io.StringIO()
@@ -109,7 +167,7 @@ def runs_file() -> bytes:
     writer = csv.DictWriter(buf, fieldnames=keys, lineterminator="\n")
     writer.writeheader()
     writer.writerows(rows)
-    return buf.getvalue().encode()
+    return buf.getvalue().encode(), models
 
 
 def write_examples(out: str, force: bool = False) -> list[str]:
@@ -120,17 +178,21 @@ def write_examples(out: str, force: bool = False) -> list[str]:
 
     names = [e.name for e in EXAMPLE_FILES]
     check_out_dir(out, names, force)
-    for folder in FOLDERS:
+    for folder in (*FOLDERS, RUN_MODELS_DIR):
         if os.path.islink(os.path.join(out, folder)):
             raise InputError("out", os.path.join(out, folder),
                              "is a symbolic link; not written through")
+    runs, models = runs_file()
     files = {TOPOLOGY: (data_path(EXAMPLES, TOPOLOGY).read_bytes(), FILE_MODE),
              MODEL_FILE: (model_file(), FILE_MODE), CLUSTER_FILE: (cluster_file(), FILE_MODE),
-             RUNS_FILE: (runs_file(), FILE_MODE)}
-    for folder in FOLDERS:
+             RUNS_FILE: (runs, FILE_MODE)}
+    model_dir = os.path.join(out, RUN_MODELS_DIR)
+    for folder in (*FOLDERS, RUN_MODELS_DIR):
         path = os.path.join(out, folder)
         if os.path.exists(path) and force:
             shutil.rmtree(path)
-        shutil.copytree(data_path(EXAMPLES, folder), path)
+    for folder in FOLDERS:
+        shutil.copytree(data_path(EXAMPLES, folder), os.path.join(out, folder))
+    write_files(model_dir, {n: (b, FILE_MODE) for n, b in models.items()}, force=force)
     write_files(out, files, force=force)
     return [os.path.join(out, n) for n in names]

@@ -77,9 +77,11 @@ def search_files(model, cluster, res: SearchResult, header: str, *,
     table = format_table(res.plans, wide=True)
     files["table.txt"] = ((header + "\n" + table + "\n").encode(), FILE_MODE)
     timed = best.schedule
+    # the chart's iteration time is the plan's, the figure the table prints
     gantt = gantt_png(timed.recorded(), title=f"{model.name}: simulated schedule of the "
                                               f"slowest data-parallel replica "
-                                              f"({timed.critical_replica})")
+                                              f"({timed.critical_replica})",
+                      iteration_time_s=best.iteration_time_s, optimizer_s=timed.optimizer_s)
     files["report.html"] = (render_plan_html(
         title=f"{model.name} on {cluster.num_gpus} x {cluster.gpu.name}", header=header,
         table=table, placement=record, gantt_png=gantt).encode(), FILE_MODE)

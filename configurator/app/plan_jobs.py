@@ -447,7 +447,7 @@ def run_scaling(req: SearchRequest, lo: int, hi: int) -> ScalingOutcome:
     iteration time, tokens/s and tokens/s per GPU, so a user sees where more nodes stop
     paying. A count with no plan gets a row saying why. With ``req.out``: ``scaling.png``
     (tokens/s and per-GPU tokens/s against nodes) and ``scaling.json``."""
-    from tqdm import tqdm
+    from configurator.core.progress import progress
 
     model, cluster, profile = resolve(dataclasses.replace(req.inputs, nodes=None),
                                       precision=req.precision)
@@ -469,7 +469,7 @@ def run_scaling(req: SearchRequest, lo: int, hi: int) -> ScalingOutcome:
     space = search_space(model, req)
     rows = []
     counts = scaling_counts(lo, hi)
-    for n in tqdm(counts, desc="nodes", unit="count", disable=None, leave=False):
+    for n in progress(counts, desc="nodes", unit="count"):
         row = {"nodes": n}
         try:
             rerank = None if train is None else PRICED_SWEEP_RERANK

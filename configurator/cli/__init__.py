@@ -20,6 +20,7 @@ from configurator.cli.commands import (COMMANDS, EXIT_BUG, EXIT_INFEASIBLE, EXIT
                                        EXIT_OK, Parser, add_commands)
 from configurator.core.allocator import tune_allocator
 from configurator.core.errors import InputError, NoFeasiblePlanError, echo, one_line
+from configurator.core.progress import set_quiet
 from configurator.core.plan import PLAN_FIELDS
 from configurator.core.version import TOOL_NAME, tool_version
 
@@ -86,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "func", None) is None:     # a bare ``configurator``
         parser.print_help()
         return EXIT_INPUT
+    set_quiet(getattr(args, "quiet", False))
     try:
         return int(args.func(args) or 0)
     except InputError as err:

@@ -85,6 +85,9 @@ def add_commands(sub, table) -> None:
         cmd.add_arguments(p)
         p.set_defaults(command_parser=p)
         if cmd.run is not None:
+            p.add_argument("-q", "--quiet", action="store_true",
+                           help="no progress bars (drawn on stderr, and only when it is a "
+                                "terminal, for work that takes more than a moment)")
             p.set_defaults(func=cmd.run)
 
 

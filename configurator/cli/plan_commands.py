@@ -182,7 +182,8 @@ def add_search_arguments(p) -> None:
     _placement_options(g, 10.0, 100)
     g = groups["output"]
     g.add_argument("--wide", action="store_true",
-                   help="show every column of the ranked table (default: fit 100 columns)")
+                   help="the ranked table's headers on one line (default: stacked on two "
+                        "lines; every column is shown either way)")
     add_out(g, "write the best plan's launch scripts, its Megatron-Bridge overrides "
                "(bridge_overrides.yaml), plan.json, plans.json, table.txt, plans.png and "
                "report.html into this directory", metavar="DIR")

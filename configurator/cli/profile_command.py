@@ -62,10 +62,9 @@ def add_profile_arguments(p) -> None:
 
 
 def _progress(shapes):
-    from tqdm import tqdm
+    from configurator.core.progress import progress
 
-    return tqdm(shapes, desc="profile", unit="shape", leave=False, file=sys.stderr,
-                disable=None)
+    return progress(shapes, desc="profile", unit="shape")
 
 
 def run_profile(args) -> int:

@@ -19,12 +19,26 @@ RUNS_HELP = ("measured runs: CSV/YAML/JSON run files (schema: docs/formats.md, '
 
 
 def _progress(total_label):
-    from tqdm import tqdm
+    from configurator.core.progress import progress
 
     def wrap(items):
-        return tqdm(items, desc=total_label, unit="run", leave=False, file=sys.stderr,
-                    disable=None)
+        return progress(items, desc=total_label, unit="run")
     return wrap
+
+
+def _groups_progress(items):
+    """A bar over calibrate's (GPU, precision) groups counting their runs, naming the group
+    being fitted (a group's fit is the long step)."""
+    from configurator.core.progress import progress
+
+    items = list(items)
+    with progress(desc="calibrate", unit="run",
+                  total=sum(len(prepared) for _, (_, prepared) in items)) as bar:
+        for item in items:
+            (gpu, precision), (_, prepared) = item
+            bar.set_postfix_str(f"{gpu} {precision}")
+            yield item
+            bar.update(len(prepared))
 
 
 def _runs_options(p):
@@ -72,10 +86,9 @@ def run_validate(args) -> int:
                              "report: not with --calibration or --out")
         from configurator.app.by_source import validate_by_source
 
-        from tqdm import tqdm
+        from configurator.core.progress import progress
 
-        with tqdm(desc="fitting (runs priced)", unit="pass", leave=False, file=sys.stderr,
-                  disable=None) as bar:
+        with progress(desc="fitting (runs priced)", unit="pass") as bar:
             rep = validate_by_source(runs, skipped, progress=bar.update)
         print(jsonout.dumps(rep.to_dict(), indent=2) if args.json else format_by_source(rep))
         return 0
@@ -178,7 +191,7 @@ def run_calibrate(args) -> int:
         if not params:
             raise InputError("params", args.params, "name at least one parameter")
     runs, _ = load_run_files(args.runs, args.cluster)
-    cal, fits = calibrate_runs(runs, params, progress=_progress("calibrate"),
+    cal, fits = calibrate_runs(runs, params, progress=_groups_progress,
                                source=", ".join(args.runs) or "published runs")
     path = write_text_file(args.out, yaml.safe_dump(jsonout.finite(cal.to_dict()),
                                                 sort_keys=False), args.force)

@@ -25,14 +25,41 @@ def _shades(cmap, n: int) -> list:
     return [cmap(0.35 + 0.5 * c / (n - 1)) for c in range(n)]
 
 
-def gantt_png(result: SimResult, replica: int = 0, *, title: str = "") -> bytes:
-    """PNG bytes of the schedule of replica ``replica`` of ``result``.
+#: Digits after the point of an iteration time in seconds, as the ranked table and the
+#: summaries print it (``29.174``).
+SECONDS_FORMAT = "{:.3f}"
+
+
+def gantt_png(result: SimResult, replica: int = 0, *, title: str = "",
+              iteration_time_s: float | None = None, optimizer_s: float = 0.0) -> bytes:
+    """PNG bytes of :func:`gantt_figure` (same arguments)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig = gantt_figure(result, replica, title=title, iteration_time_s=iteration_time_s,
+                       optimizer_s=optimizer_s)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def gantt_figure(result: SimResult, replica: int = 0, *, title: str = "",
+                 iteration_time_s: float | None = None, optimizer_s: float = 0.0):
+    """The matplotlib figure of the schedule of replica ``replica`` of ``result``.
 
     Rows are pipeline ranks (rank 0 on top); forward bars blue, backward orange, darker for
     later model chunks; a black line runs through the ops of the critical path (jumping
     between ranks along the pipeline sends it waits for); each rank's
-    tail (work after its last backward) is a grey hatched bar; the x axis is in ms when the
-    makespan is under 1 s, else in s. Fonts are :data:`FONT_PT` pt; the title is plain text.
+    tail (work after its last backward) is a grey hatched bar; the optimizer step
+    (``optimizer_s``, after the slowest rank's tail) a green bar on every rank. The x axis
+    is in ms when the iteration is under 1 s, else in s. The title gives the iteration time
+    as the ranked table does (:data:`SECONDS_FORMAT`): ``iteration_time_s`` (the plan's
+    figure: the schedule's makespan plus the optimizer step) or, without it, the makespan
+    plus ``optimizer_s``. The legend sits under the axes, outside them (constrained layout:
+    no label overlaps it). Fonts are :data:`FONT_PT` pt; the title is plain text.
 
     ``result`` must come from ``simulate(..., record=True)``; ValueError otherwise, or when
     ``replica`` is outside ``[0, D)``.
@@ -54,8 +81,9 @@ def gantt_png(result: SimResult, replica: int = 0, *, title: str = "") -> bytes:
     start = result.start_s[replica]
     end = result.end_s[replica]
     makespan = float(result.iteration_time_s[replica])
+    total_s = (makespan + optimizer_s) if iteration_time_s is None else float(iteration_time_s)
     tail = (np.zeros(pp) if result.tail_s is None else result.tail_s[replica])
-    scale, unit = (1e3, "ms") if makespan < 1.0 else (1.0, "s")
+    scale, unit = (1e3, "ms") if total_s < 1.0 else (1.0, "s")
     on_path = np.zeros(order.n_ops, dtype=bool)
     on_path[result.critical_path[replica]] = True
 
@@ -65,12 +93,14 @@ def gantt_png(result: SimResult, replica: int = 0, *, title: str = "") -> bytes:
           "legend.fontsize": FONT_PT}
     with matplotlib.rc_context(rc):
         width_in = 12.0
-        fig, ax = plt.subplots(figsize=(width_in, 1.6 + 0.55 * pp), dpi=120)
+        fig, ax = plt.subplots(figsize=(width_in, 1.9 + 0.34 * max(pp, 2)), dpi=120,
+                               layout="constrained")
         fwd_c = _shades(plt.get_cmap("Blues"), vp)
         bwd_c = _shades(plt.get_cmap("Oranges"), vp)
         is_f = order.kind == "F"
         height = 0.8
-        px_per_unit = 0.85 * width_in * fig.dpi / max(makespan * scale, 1e-300)
+        drawn = makespan + (optimizer_s if not result.extrapolated_to else 0.0)
+        px_per_unit = 0.85 * width_in * fig.dpi / max(drawn * scale, 1e-300)
         for r in range(pp):
             ops = order.rank_ops[r]
             x0 = start[ops] * scale
@@ -85,6 +115,10 @@ def gantt_png(result: SimResult, replica: int = 0, *, title: str = "") -> bytes:
                 ax.broken_barh([(t0, tail[r] * scale)], (r - height / 2, height),
                                facecolors="0.85", edgecolors="0.4", hatch="//",
                                linewidths=0.5, zorder=2)
+        if optimizer_s > 0 and not result.extrapolated_to:
+            ax.broken_barh([(makespan * scale, optimizer_s * scale)], (-0.5, pp),
+                           facecolors="#8fd18f", edgecolors="#2e7d32", linewidths=0.5,
+                           zorder=2)
         # The critical path: a line through its ops, crossing between ranks where it
         # follows a pipeline send (legible however many microbatches there are).
         xs, ys = [], []
@@ -102,17 +136,17 @@ def gantt_png(result: SimResult, replica: int = 0, *, title: str = "") -> bytes:
         ax.set_ylim(pp - 0.5, -0.5)
         ax.set_yticks(range(pp))
         ax.set_yticklabels([f"rank {r}" for r in range(pp)])
-        ax.set_xlim(0, makespan * scale * 1.01 if makespan > 0 else 1.0)
+        ax.set_xlim(0, drawn * scale * 1.01 if drawn > 0 else 1.0)
         ax.set_xlabel(f"time ({unit})")
         ax.set_ylabel("pipeline rank")
         head = title or (f"pipeline schedule: pp={pp}, vp={vp}, "
                          f"{order.num_microbatches} microbatches")
+        it = SECONDS_FORMAT.format(total_s)
         if result.extrapolated_to:     # a long schedule: its first microbatches are drawn
             ax.set_title(f"{head} (first {order.num_microbatches} of "
-                         f"{result.extrapolated_to} microbatches: "
-                         f"{makespan * scale:.4g} {unit})")
+                         f"{result.extrapolated_to} microbatches drawn; iteration {it} s)")
         else:
-            ax.set_title(f"{head} (iteration {makespan * scale:.4g} {unit})")
+            ax.set_title(f"{head} (iteration {it} s)")
         ax.grid(True, axis="x", alpha=0.3, zorder=0)
         handles = []
         # every chunk's shade up to 4 chunks; beyond, the first and the last, the others
@@ -126,10 +160,9 @@ def gantt_png(result: SimResult, replica: int = 0, *, title: str = "") -> bytes:
         if (tail > 0).any():
             handles.append(Patch(facecolor="0.85", edgecolor="0.4", hatch="//",
                                  label="tail (after last backward)"))
-        ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.18 - 0.3 / pp),
-                  ncol=min(len(handles), 4), frameon=False)
-        fig.tight_layout()
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png")
-        plt.close(fig)
-    return buf.getvalue()
+        if optimizer_s > 0 and not result.extrapolated_to:
+            handles.append(Patch(facecolor="#8fd18f", edgecolor="#2e7d32",
+                                 label="optimizer step"))
+        fig.legend(handles=handles, loc="outside lower center",
+                   ncol=min(len(handles), 5), frameon=False)
+    return fig

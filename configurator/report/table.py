@@ -3,9 +3,10 @@
 The ranked table is rendered with ``rich`` to plain text (no ANSI escapes, ASCII only), so
 the same text goes to the terminal and to ``table.txt``. Its plan columns come from
 :data:`configurator.core.plan.PLAN_FIELDS` (every field with a ``column``, in schema
-order); the metric columns follow, with their units in the headers. By default the table
-fits :data:`NARROW_WIDTH` characters, leaving out the least useful columns (see
-:data:`DROP_ORDER`) only while it does not; ``wide=True`` shows every column.
+order); the metric columns follow, with their units in the headers. A column is never
+left out to make room: the default table stacks a header on two lines where it is wider
+than the column's cells (``tok/s`` over ``/GPU``); ``wide=True`` keeps every header on one
+line. Under its header's rule each column has its own run of dashes.
 """
 
 from __future__ import annotations
@@ -20,21 +21,22 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
-from configurator.core.plan import (OPTIONAL_PLAN_KEYS, PLAN_FIELD, PLAN_FIELDS, PlanField,
+from configurator.core.plan import (OPTIONAL_PLAN_KEYS, PLAN_FIELDS, PlanField,
                                     describe_plan)
 from configurator.core.plan_values import is_fp8
 from configurator.core.units import GiB
 from configurator.search.evaluate import SCHEDULE_KEY, Evaluation
 
-#: Longest line of the default (narrow) table and of the estimate text.
+#: Longest line of the estimate text and of the wrapped free text.
 NARROW_WIDTH = 100
 #: Console width used to measure and render the wide table (nothing wraps below it).
 _UNLIMITED = 100_000
 
-#: Header row underlined by one ASCII rule, no outer edges or column rules.
+#: Header row underlined by an ASCII rule, one run of dashes per column; no outer edges
+#: or column rules.
 _BOX = box.Box("    \n"
                "    \n"
-               " -- \n"
+               " -  \n"
                "    \n"
                "    \n"
                "    \n"
@@ -91,16 +93,6 @@ PLAN_COLUMNS: tuple[Column, ...] = tuple(_plan_column(f) for f in PLAN_FIELDS
 METRIC_COLUMNS: tuple[Column, ...] = (ITER, TFLOPS, MFU, MFU_FP8, TOKENS, PEAK)
 #: Every column of the wide table, in order.
 COLUMNS: tuple[Column, ...] = (RANK, *PLAN_COLUMNS, *METRIC_COLUMNS)
-#: Headers of the columns the narrow table leaves out first, in that order, while it is
-#: wider than NARROW_WIDTH: TFLOP/s/GPU (MFU says the same), the on/off plan columns
-#: (last first), tok/s/GPU, then the pipeline layout (the plan JSON keeps it). The counts,
-#: recompute, iteration time, MFU and peak memory are always shown.
-DROP_ORDER: tuple[str, ...] = (TFLOPS.header,
-                               *reversed([f.column for f in PLAN_FIELDS
-                                          if f.column is not None and f.type is bool]),
-                               TOKENS.header, PLAN_FIELD["pipeline_model_parallel_layout"].column)
-
-
 def _console(width: int) -> Console:
     """A plain-text console: no colour or styles, ASCII, writes nothing (we render)."""
     return Console(file=io.StringIO(), width=width, color_system=None, force_terminal=False,
@@ -130,12 +122,36 @@ def plain_table(headers: list[str], rows: list[list[str]]) -> list[str]:
     return _render(t, max(_width(t), 1))
 
 
-def _table(columns: list[Column], evals: list[Evaluation]) -> Table:
+def stacked_header(header: str, width: int) -> str:
+    """``header`` on two lines when that makes it narrower and no narrower than ``width``
+    (the column's widest cell): broken at a space (dropped), before a ``/`` (not one of a
+    rate's ``/s``) or after a ``-``, where the longer line is shortest:
+    ``"tok/s/GPU"`` → ``"tok/s\\n/GPU"``."""
+    best, best_len = header, len(header)
+    for i, ch in enumerate(header):
+        if ch == " ":
+            top, bottom = header[:i], header[i + 1:]
+        elif ch == "/" and i > 0 and not header.startswith("/s", i):   # not in "X/s"
+            top, bottom = header[:i], header[i:]
+        elif ch == "-" and i + 1 < len(header):
+            top, bottom = header[:i + 1], header[i + 1:]
+        else:
+            continue
+        longest = max(len(top), len(bottom), width)
+        if top and bottom and longest < best_len:
+            best, best_len = f"{top}\n{bottom}", longest
+    return best
+
+
+def _table(columns: list[Column], evals: list[Evaluation], stack: bool = False) -> Table:
     t = _new_table()
-    for c in columns:
-        t.add_column(c.header, justify=c.justify, no_wrap=True)
-    for i, e in enumerate(evals):
-        t.add_row(*(c.cell(i + 1, e) for c in columns))
+    rows = [[c.cell(i + 1, e) for c in columns] for i, e in enumerate(evals)]
+    for j, c in enumerate(columns):
+        cells = max((len(r[j]) for r in rows), default=0)
+        t.add_column(stacked_header(c.header, cells) if stack else c.header,
+                     justify=c.justify, no_wrap=True, vertical="bottom")
+    for r in rows:
+        t.add_row(*r)
     return t
 
 
@@ -150,10 +166,10 @@ WHEN_USED = {f.column: f for f in PLAN_FIELDS if f.column is not None
              and f.name in OPTIONAL_PLAN_KEYS}
 
 
-def select_columns(evals: list[Evaluation], wide: bool = False) -> list[Column]:
-    """The columns shown: all with ``wide``, else all that fit NARROW_WIDTH (DROP_ORDER) and
-    those that tell two shown plans apart (:func:`_telling_apart`); either way the
-    :data:`WHEN_USED` columns only where some plan uses them."""
+def select_columns(evals: list[Evaluation]) -> list[Column]:
+    """The columns shown: every column of :data:`COLUMNS`, the :data:`WHEN_USED` ones only
+    where some plan departs from the field's default and ``MFU fp8 (%)`` only where some
+    plan runs in FP8 (columns that would be empty or all defaults, never to make room)."""
     columns = [c for c in COLUMNS if c.header not in WHEN_USED or any(
         getattr(e.plan, WHEN_USED[c.header].name) != WHEN_USED[c.header].default
         for e in evals)]
@@ -162,49 +178,14 @@ def select_columns(evals: list[Evaluation], wide: bool = False) -> list[Column]:
     if evals and all(e.training is not None for e in evals):
         columns += [c for c in TRAINING_COLUMNS
                     if c is not COST or any(e.training.cost is not None for e in evals)]
-    if wide:
-        return columns
-    every, kept = columns, set()
-    while True:
-        columns = every
-        for header in DROP_ORDER:
-            if _width(_table(columns, evals)) <= NARROW_WIDTH:
-                break
-            if header not in kept:
-                columns = [c for c in columns if c.header != header]
-        extra = _telling_apart(columns, every, evals)
-        if extra is None:
-            return columns
-        kept.add(extra.header)
-
-
-def _telling_apart(columns: list[Column], every: list[Column],
-                   evals: list[Evaluation]) -> Column | None:
-    """The first plan column of ``every`` left out of ``columns`` (in table order) whose
-    cells tell apart two plans that read alike in ``columns``, or None when no two do (or
-    nothing shown could): two rows that differ only in hidden columns would look like the
-    same plan."""
-    shown = [c for c in columns if c in PLAN_COLUMNS]
-    seen: dict[tuple, int] = {}
-    for i, e in enumerate(evals):
-        key = tuple(c.cell(i + 1, e) for c in shown)
-        if key in seen:
-            a = evals[seen[key]]
-            extra = next((c for c in every if c in PLAN_COLUMNS and c not in columns
-                          and c.cell(0, a) != c.cell(0, e)), None)
-            if extra is not None:
-                return extra
-        seen[key] = i
-    return None
+    return columns
 
 
 def format_table(evals: list[Evaluation], wide: bool = False) -> str:
-    """The ranked table as plain text: a header row, a rule, one row per evaluation.
-
-    Default: at most NARROW_WIDTH characters, unless a column that tells two plans apart
-    (:func:`_telling_apart`) needs more; ``wide``: every column.
-    """
-    table = _table(select_columns(evals, wide), evals)
+    """The ranked table as plain text: the header (two lines where a header is stacked,
+    :func:`stacked_header`; one line with ``wide``), a rule with one run of dashes per
+    column, one row per evaluation. Every column of :func:`select_columns` is shown."""
+    table = _table(select_columns(evals), evals, stack=not wide)
     return "\n".join(_render(table, max(_width(table), 1)))
 
 

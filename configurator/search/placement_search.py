@@ -432,13 +432,11 @@ def place_search_result(model: ModelSpec, cluster, res, *, pool: Sequence[int],
     it."""
     import dataclasses
 
-    from tqdm import tqdm
-
+    from configurator.core.progress import progress as bar
     from configurator.search.evaluate import with_placement
 
     placed = []
-    for e in tqdm(res.plans, desc="placement", unit="plan", disable=None if progress is None
-                  else not progress, leave=False):
+    for e in bar(res.plans, desc="placement", unit="plan", shown=progress):
         record, schedule = place_plan(model, cluster, e.plan, pool=pool,
                                       time_budget_s=time_budget_s,
                                       max_evaluations=max_evaluations, seed=seed,

@@ -144,19 +144,16 @@ def import_paths(paths: Iterable[str | os.PathLike], policy: str = "min",
     (tqdm, on stderr) appears for ≥ 20 files when ``progress`` is None and stderr is a
     terminal. Raises InputError for a missing path, a bad policy, or when nothing was found.
     """
-    from tqdm import tqdm
+    from configurator.core.progress import progress as bar
 
     check_policy(policy)
     files = _collect(paths)
     if not files:
         raise InputError("path", [str(p) for p in paths], "holds no files")
     topos, skipped = [], []
-    if progress is None:
-        disable = None if len(files) >= PROGRESS_MIN_FILES else True  # None: only on a tty
-    else:
-        disable = not progress
-    for path, explicit in tqdm(files, desc="import", unit="file", disable=disable,
-                               leave=False):
+    shown = (None if len(files) >= PROGRESS_MIN_FILES else False) if progress is None \
+        else progress           # None: only on a terminal
+    for path, explicit in bar(files, desc="import", unit="file", shown=shown):
         try:
             text = _read_file(path)
             fmt = detect_format(text)
