@@ -370,9 +370,12 @@ def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
         if wide:
             j = max(wide, key=lambda j: share[kept[j]])
             n = kept.pop(j)
+            bound = ("" if 0.0 < u[j] < 1.0 else
+                     f" (the fit sits at its {'upper' if u[j] >= 1.0 else 'lower'} bound: "
+                     f"the runs ask for a value outside its plausible range)")
             refused.append(_refusal(n, f"the runs leave it anywhere in "
                                        f"{100 * share[n]:.0f} % of its range "
-                                       f"{_range_name(n)}"))
+                                       f"{_range_name(n)}{bound}"))
             continue
         result = (list(kept), u, fitter, r, J, iv)
         break
