@@ -168,10 +168,13 @@ COMMANDS: tuple[Command, ...] = (
                       "configurator validate --cluster dgx-h100-80gb train.log --out "
                       "report.html")),
     Command("calibrate", "fit a GPU's efficiencies to measured runs",
-            "Fit, per GPU type and precision, the GEMM and fused-attention efficiencies and "
-            "the host time per operation to measured runs by least squares;report the "
-            "error before and after and the leave-one-out error; refuse parameters the runs "
-            "do not determine. Use the file with search/estimate/validate --calibration.",
+            "Fit, per GPU type and precision, the GEMM and fused-attention efficiencies, "
+            "the host time per operation and the intra- and inter-node link efficiencies to "
+            "measured runs by bounded, multi-start least squares within each parameter's "
+            "physically plausible range (no efficiency above 1); report each fitted value "
+            "with its 95 % interval, the error before and after and the leave-one-out error; "
+            "refuse what the runs cannot determine over that whole range and name the kind "
+            "of run that would. Use the file with search/estimate/validate --calibration.",
             validate_commands.add_calibrate_arguments, validate_commands.run_calibrate,
             INPUT_EPILOG,
             examples=("configurator calibrate -o calib.yaml",
