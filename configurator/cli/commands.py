@@ -13,7 +13,7 @@ from typing import Callable
 
 from configurator.cli import (audit_command, cluster_plan_command, examples_command,
                               plan_commands, probe_command, profile_command, topology_commands,
-                              validate_commands)
+                              trial_command, validate_commands)
 from configurator.core.errors import one_line
 from configurator.core.validate import did_you_mean
 
@@ -180,6 +180,22 @@ COMMANDS: tuple[Command, ...] = (
             examples=("configurator calibrate -o calib.yaml",
                       "configurator calibrate my-runs.csv -o calib.yaml && configurator "
                       "validate my-runs.csv --calibration calib.yaml")),
+    Command("trial", "choose the few short runs that best settle the ranking",
+            "For a job (model, cluster, global batch), from the plans the search keeps or "
+            "those of --plans: the best plans whose predicted times are within the "
+            "uncertainty of their difference, plus the runs that pin down the parameters "
+            "their order depends on (GEMM-bound, attention-bound, host-bound, "
+            "communication-heavy), chosen by the sensitivity of every plan's time to each "
+            "parameter in the cost model. --out writes their launch scripts (mock data, a "
+            "few dozen iterations); then calibrate on their logs and search --calibration "
+            "re-ranks.",
+            trial_command.add_trial_arguments, trial_command.run_trial_command, PLAN_EPILOG,
+            examples=("configurator trial --model llama3-8b --cluster dgx-h100-80gb "
+                      "--nodes 2 --gbs 128 --out trial/",
+                      "configurator trial --model llama3-70b --cluster dgx-h100-80gb "
+                      "--nodes 16 --gbs 512 --plans plan/plans.json --runs 4 --out trial/"),
+            usage="configurator trial --model M --cluster C --gbs G [--nodes N] [--plans "
+                  "FILE] [--runs K] [--out DIR] [options]"),
     Command("profile", "time one transformer layer with torch (CUDA or CPU)",
             "Time one transformer layer's forward and backward with torch on the local device "
             "(CUDA when present, else the CPU) at the per-rank shapes of each --tp/--cp/--mbs,"
