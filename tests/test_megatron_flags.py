@@ -217,3 +217,35 @@ def test_megatron_own_validate_args(tmp_path):
         pytest.skip(res.stdout.strip())
     assert res.returncode == 0 and res.stdout.startswith("OK"), res.stderr[-3000:]
     assert int(res.stdout.split()[1]) == len(cases)
+
+
+@pytest.mark.parametrize("job", [
+    dict(model="gpt-1.7b", cluster="dgx-a100-80gb", nodes=1, gbs=8, options={}),
+    dict(model="llama3-8b", cluster="dgx-h100-80gb", nodes=2, gbs=64,
+         options={"precision": "fp8"}),
+    dict(model="qwen3-30b-a3b", cluster="dgx-h100-80gb", nodes=2, gbs=64, options={})])
+def test_trial_scripts_pass_validate_args(tmp_path, job):
+    """Every script ``configurator trial`` writes: Megatron's own flags, its validate_args
+    rules, mock data and the short run (``--train-iters``) the trial asked for."""
+    from configurator.app.inputs import JobInputs
+    from configurator.app.trial_jobs import TrialRequest, run_trial
+    from configurator.core.model_presets import load_model
+
+    out = run_trial(TrialRequest(
+        inputs=JobInputs(model=job["model"], cluster=job["cluster"], nodes=job["nodes"]),
+        global_batch_size=job["gbs"], options=job["options"], iterations=30,
+        out=str(tmp_path / "t")))
+    model = load_model(job["model"])
+    known = megatron_flag_names()
+    assert len(out.runs) == 5
+    for r in out.runs:
+        argv = flag_argv(megatron_flags(model, r.plan, training=TrainingArgs(
+            train_iters=30, lr_warmup_iters=10)))
+        a = parse_argv(argv)
+        assert {w for w in argv if w.startswith("--")} <= known
+        assert_validate_args_rules(a, r.plan.world_size)
+        assert a["--train-iters"] == "30" and a["--mock-data"] is True
+        text = open(os.path.join(r.directory, "launch_torchrun.sh")).read()
+        assert " ".join(argv[:6]) in " ".join(text.split())
+        slurm = open(os.path.join(r.directory, "launch_slurm.sbatch")).read()
+        assert f"--job-name=trial{r.index}" in slurm
