@@ -23,12 +23,14 @@ Identifiability is judged over each parameter's whole range, not a local step:
 
 1. a parameter whose whole range moves no run's predicted time by :data:`MIN_RANGE_EFFECT`
    (log) or more is not determined by the runs;
-2. at most ``runs - 1`` parameters (one degree of freedom for the noise): those the runs'
-   times move least across their ranges are left out;
-3. after the fit, a parameter whose effect the runs cannot tell apart from the others' (the
-   column-normalised Jacobian's condition number above :data:`MAX_CONDITION`) or whose
-   interval spans most of its range (:data:`MAX_INTERVAL_SHARE`) is left out and the rest
-   fitted again.
+2. the others are added one at a time, those the runs' times move most across their ranges
+   first (forward selection), each fitted with those kept before. One is kept if the runs
+   leave a degree of freedom for the noise (at most ``runs - 1`` parameters), tell its effect
+   apart from the others' (the column-normalised Jacobian's condition number at the solution
+   at most :data:`MAX_CONDITION`), pin it and the others to part of their ranges (no
+   interval spans more than :data:`MAX_INTERVAL_SHARE` of its range) and, without explicit
+   ``params``, predict the runs left out better than without it (the leave-one-out error
+   below).
 
 Each refusal names the kind of run that would determine the parameter
 (:data:`DETERMINING_RUN`). Without ``params`` undetermined parameters stay at their preset
@@ -41,8 +43,8 @@ cost is within :data:`NEAR_OPTIMAL` of the best, clipped to the range.
 
 Leave-one-out error: each run's residual with itself left out, by the hat-matrix formula of
 least squares ``e_i / (1 - h_ii)`` at the fitted point (exact for a linear model, first
-order here). When it is no lower than the error with the preset values, the group keeps its
-presets (the fit would not predict other runs better).
+order here); the first parameter must beat the preset values' error, each next one the
+error of those kept before it.
 """
 
 from __future__ import annotations
@@ -267,14 +269,6 @@ class _Fitter:
         return best[0], near
 
 
-def _explained(J, keep, j) -> float:
-    others = [k for k in keep if k != j]
-    A = J[:, others]
-    coef, *_ = np.linalg.lstsq(A, J[:, j], rcond=None)
-    resid = J[:, j] - A @ coef
-    return 1.0 - float(resid @ resid) / max(float(J[:, j] @ J[:, j]), 1e-300)
-
-
 def _intervals(names, u, near, r, J) -> tuple[dict, dict]:
     """``(interval in u per name, interval share of the range per name)``: ±1.96 σ from
     ``s² (JᵀJ)⁻¹``, joined with the other near-optimal end points, clipped to [0, 1]."""
@@ -290,6 +284,16 @@ def _intervals(names, u, near, r, J) -> tuple[dict, dict]:
         out[name] = (lo, hi)
         share[name] = hi - lo
     return out, share
+
+
+def _loo(J, r) -> float | None:
+    """Leave-one-out MAPE by the hat matrix ``r_i / (1 - h_ii)`` (None if singular)."""
+    try:
+        H = J @ np.linalg.pinv(J.T @ J) @ J.T
+    except np.linalg.LinAlgError:
+        return None
+    h = np.clip(np.diag(H), 0.0, 0.999)
+    return float(np.mean(np.abs(np.exp(r / (1 - h)) - 1)))
 
 
 def _condition(J) -> float:
@@ -340,45 +344,55 @@ def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
                                        f"{100 * MIN_RANGE_EFFECT:.0f} %)"))
         else:
             kept.append(n)
-    # 2. one degree of freedom for the noise
+    # 2. forward selection, the parameters that move the runs most first: each one is kept
+    # if the runs leave a degree of freedom for the noise, tell it apart from those kept,
+    # pin it to part of its range and (without explicit parameters) predict the runs left
+    # out better with it
     kept.sort(key=lambda n: -effect[n])
-    while len(kept) > max(len(prepared) - 1, 0):
-        n = kept.pop()
-        refused.append(_refusal(n, f"left out: {len(prepared)} runs of {base_gpu.name} "
-                                   f"{precision} determine at most "
-                                   f"{max(len(prepared) - 1, 0)} parameters and the others "
-                                   f"move the runs more"))
-    # 3. fit; leave out what the runs cannot tell apart or pin down, and fit again
+    limit = max(len(prepared) - 1, 0)
     fixed_before = {n: before[n] for n in names}
+    selected: list[str] = []
     result = None
-    while kept:
-        fitter = _Fitter(pricer, {n: v for n, v in fixed_before.items() if n not in kept})
-        u, near = fitter.multistart(kept, before)
-        pricer.rebase(_values(kept, u, fitter.fixed))
-        u, _ = fitter.solve(kept, u, max_nfev=4)
-        r = fitter.resid(kept, u)
-        J = fitter.jac(kept, u, r)
-        iv, share = _intervals(kept, u, near, r, J)
-        cond = _condition(J)
-        if len(kept) > 1 and cond > MAX_CONDITION:
-            worst = max(range(len(kept)), key=lambda j: _explained(J, range(len(kept)), j))
-            n = kept.pop(worst)
-            refused.append(_refusal(n, "not separable from " + ", ".join(kept)
+    loo_prev = mape_before
+    for n in kept:
+        if len(selected) >= limit:
+            refused.append(_refusal(n, f"left out: {len(prepared)} runs of {base_gpu.name} "
+                                       f"{precision} determine at most {limit} parameters "
+                                       f"and the others move the runs more"))
+            continue
+        trial = selected + [n]
+        fitter = _Fitter(pricer, {k: v for k, v in fixed_before.items() if k not in trial})
+        start = dict(before) | ({} if result is None else _values(result[0], result[1], {}))
+        u, near = fitter.multistart(trial, start)
+        pricer.rebase(_values(trial, u, fitter.fixed))
+        u, _ = fitter.solve(trial, u, max_nfev=4)
+        r = fitter.resid(trial, u)
+        J = fitter.jac(trial, u, r)
+        iv, share = _intervals(trial, u, near, r, J)
+        if len(trial) > 1 and _condition(J) > MAX_CONDITION:
+            refused.append(_refusal(n, "not separable from " + ", ".join(selected)
                                        + " on these runs"))
             continue
-        wide = [j for j, n in enumerate(kept) if share[n] > MAX_INTERVAL_SHARE]
+        wide = [k for k in trial if share[k] > MAX_INTERVAL_SHARE]
         if wide:
-            j = max(wide, key=lambda j: share[kept[j]])
-            n = kept.pop(j)
+            j = trial.index(n)
             bound = ("" if 0.0 < u[j] < 1.0 else
                      f" (the fit sits at its {'upper' if u[j] >= 1.0 else 'lower'} bound: "
                      f"the runs ask for a value outside its plausible range)")
-            refused.append(_refusal(n, f"the runs leave it anywhere in "
-                                       f"{100 * share[n]:.0f} % of its range "
-                                       f"{_range_name(n)}{bound}"))
+            what = (f"the runs leave it anywhere in {100 * share[n]:.0f} % of its range "
+                    f"{_range_name(n)}{bound}" if n in wide else
+                    f"with it the runs leave {', '.join(wide)} unpinned")
+            refused.append(_refusal(n, what))
             continue
-        result = (list(kept), u, fitter, r, J, iv)
-        break
+        loo = _loo(J, r)
+        if not explicit and loo is not None and loo >= loo_prev:
+            refused.append(f"{n}: left out (the runs left out are predicted no better with "
+                           f"it: leave-one-out {100 * loo:.1f} % vs {100 * loo_prev:.1f} % "
+                           + ("with the preset values)" if not selected else
+                              f"with {', '.join(selected)})"))
+            continue
+        selected, loo_prev = trial, (loo if loo is not None else loo_prev)
+        result = (list(trial), u, fitter, r, J, iv, loo)
     if explicit and refused:
         raise InputError("params", ",".join(names), f"not determined by these "
                          f"{len(prepared)} runs: " + "; ".join(refused))
@@ -391,21 +405,10 @@ def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
                         notes=notes)
     if result is None:
         return unfitted()
-    kept, u, fitter, r, J, iv = result
+    kept, u, fitter, r, J, iv, loo = result
     values = _values(kept, u, {})
     t = pricer.rebase(_values(kept, u, fitter.fixed))
     r = np.log(t / pricer.measured)
-    loo = None
-    try:
-        H = J @ np.linalg.pinv(J.T @ J) @ J.T
-        h = np.clip(np.diag(H), 0.0, 0.999)
-        loo = float(np.mean(np.abs(np.exp(r / (1 - h)) - 1)))
-    except np.linalg.LinAlgError:
-        notes.append("leave-one-out error not computable (singular Jacobian)")
-    if not explicit and loo is not None and loo >= mape_before:
-        notes.append(f"no fit predicts the runs left out better than the preset values "
-                     f"(leave-one-out {100 * loo:.1f} % vs {100 * mape_before:.1f} %)")
-        return unfitted()
     intervals = {n: [round(_values([n], [iv[n][0]], {})[n], 6),
                      round(_values([n], [iv[n][1]], {})[n], 6)] for n in kept}
     params_out = {k: round(float(v), 6) for k, v in values.items()}
