@@ -2,8 +2,9 @@
 (:func:`configurator.cost.groundtruth.published_runs`, what ``configurator validate`` prices),
 ``validate`` on the rest of that source: over seeded draws of the 5 (``--draws``, default 8),
 the median and worst MAPE of the rest with the presets and after calibration, the draws
-where ``calibrate`` refused (nothing determined), and the largest efficiency any draw fitted
-(never above 1).
+where ``calibrate`` refused (nothing determined), those where what the runs determined
+predicted the runs left out no better than the presets (presets kept), and the largest
+efficiency any draw fitted (never above 1).
 
 Run: ``python -m bench.accuracy.calibrate_five [--draws 8] [--runs 5] [--seed 0]`` (a few
 minutes on a 2-core machine).
@@ -39,7 +40,7 @@ def bench(draws: int, k: int, seed: int) -> list[dict]:
     for source, group in by.items():
         if len(group) <= k:
             continue
-        before, after, refused, top, seconds = [], [], 0, 0.0, []
+        before, after, refused, kept, top, seconds = [], [], 0, 0, 0.0, []
         for pick in source_draws(group, k, draws, seed):
             train = [group[i] for i in pick]
             test = [r for i, r in enumerate(group) if i not in pick]
@@ -47,8 +48,13 @@ def bench(draws: int, k: int, seed: int) -> list[dict]:
             t0 = time.perf_counter()
             try:
                 cal, fits = calibrate_runs(train)
-            except InputError:
-                refused += 1
+            except InputError as exc:
+                # determined but no better than the presets on the runs left out, or not
+                # determined at all
+                if "predicted no better" in str(exc):
+                    kept += 1
+                else:
+                    refused += 1
                 cal, fits = None, []
             seconds.append(time.perf_counter() - t0)
             for f in fits:
@@ -56,7 +62,7 @@ def bench(draws: int, k: int, seed: int) -> list[dict]:
             before.append(mape_before)
             after.append(mape_before if cal is None else validate_runs(test, cal).overall.mape)
         rows.append(dict(source=source, runs=len(group), before=before, after=after,
-                         refused=refused, top=top, seconds=float(np.median(seconds))))
+                         refused=refused, kept=kept, top=top, seconds=float(np.median(seconds))))
     return rows
 
 
@@ -68,12 +74,13 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     rows = bench(args.draws, args.runs, args.seed)
     print(table_head(["source", "runs", "rest MAPE presets (median)", "calibrated: median",
-                      "worst", "refused draws", "largest efficiency fitted",
+                      "worst", "refused draws", "presets kept", "largest efficiency fitted",
                       "calibrate s (median)"]))
     for r in rows:
         print(f"| {r['source']} | {r['runs']} | {100 * np.median(r['before']):.1f} % | "
               f"{100 * np.median(r['after']):.1f} % | {100 * max(r['after']):.1f} % | "
-              f"{r['refused']} / {len(r['after'])} | {r['top']:.3f} | {r['seconds']:.1f} |")
+              f"{r['refused']} / {len(r['after'])} | {r['kept']} / {len(r['after'])} | "
+              f"{r['top']:.3f} | {r['seconds']:.1f} |")
 
 
 if __name__ == "__main__":
