@@ -171,3 +171,44 @@ def test_calibration_file_round_trips_intervals_and_applies_link_efficiencies(tm
     out.write_text(yaml.safe_dump(bad))
     with pytest.raises(InputError, match="must contain the value"):
         load_calibration(str(out))
+
+
+@pytest.mark.parametrize("intervals, match", [
+    ({"h100-80gb": {"bf16": {"gemm": [0.5]}}}, r"\[low, high\]"),
+    ({"h100-80gb": {"bf16": {"gemm": [0.5, 1.2]}}}, "fraction in"),
+    ({"h100-80gb": {"fp8": {"gemm": [0.5, 0.7]}}}, "calibrated GPU and precision"),
+    ({"h100-80gb": {"bf16": {"flash_attention": [0.5, 0.7]}}}, "flash_attention"),
+    ([1, 2], "intervals")])
+def test_bad_intervals_name_the_field(intervals, match):
+    from topology.calibration import calibration_from_dict
+
+    doc = {"format": "configurator-calibration/1",
+           "gpus": {"h100-80gb": {"bf16": {"gemm": 0.6, "inter_node_efficiency": 0.8}}},
+           "intervals": intervals}
+    with pytest.raises(InputError, match=match):
+        calibration_from_dict(doc)
+    doc["gpus"]["h100-80gb"]["bf16"]["inter_node_efficiency"] = 1.5
+    doc.pop("intervals")
+    with pytest.raises(InputError, match="inter_node_efficiency.*fraction"):
+        calibration_from_dict(doc)
+
+
+def test_cli_prints_each_fitted_value_with_its_interval(tmp_path, capsys):
+    import yaml
+
+    from configurator.cli import main
+
+    truth = {"gemm": 0.6}
+    prepared, _ = _synthetic(MIX, truth, noise=0.01)
+    docs = [dict(BASE, **r, tokens_per_s_per_gpu=str(int(r["seq_length"]) * int(r["gbs"])
+                                                     / p.measured_s / int(r["num_gpus"])))
+            for r, p in zip(MIX, prepared)]
+    runs = tmp_path / "runs.yaml"
+    runs.write_text(yaml.safe_dump(docs))
+    out = tmp_path / "cal.yaml"
+    assert main(["calibrate", str(runs), "-o", str(out), "--params", "gemm"]) == 0
+    text = capsys.readouterr().out
+    assert "95 % interval" in text and "gemm 0.72 -> 0.6" in text
+    doc = yaml.safe_load(out.read_text())
+    lo, hi = doc["intervals"]["h100-80gb"]["bf16"]["gemm"]
+    assert lo <= 0.6 <= hi <= 1.0
