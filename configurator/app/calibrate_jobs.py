@@ -464,8 +464,12 @@ def calibrate_runs(runs: list[MeasuredRun], params: tuple[str, ...] | None = Non
             intervals.setdefault(f.gpu, {})[f.precision] = {k: tuple(iv) for k, iv
                                                             in f.intervals.items()}
     if not values:
-        raise InputError("runs", len(runs), "no parameter is determined by these runs: "
-                         + "; ".join(n for f in fits for n in f.notes))
+        notes = [n for f in fits for n in f.notes]
+        head = ("nothing fitted: what these runs determine predicts the runs left out no "
+                "better than the preset values" if any("predicted no better" in n
+                                                       for n in notes)
+                else "no parameter is determined by these runs")
+        raise InputError("runs", len(runs), head + ": " + "; ".join(notes))
     cal = Calibration(values=values, intervals=intervals,
                       fit={"source": source, "groups": [f.to_dict() for f in fits]})
     return cal, fits
