@@ -308,7 +308,7 @@ def run_trial(req: TrialRequest) -> TrialOutcome:
                                           for j, n in enumerate(names)},
                              directory=os.path.join(req.out, d) if req.out else None))
     written = []
-    job = _job_words(req, model)
+    job = _job_words(req)
     out = req.out or "trial"
     logs = os.path.join(out, "logs")
     next_steps = [
@@ -331,7 +331,8 @@ def run_trial(req: TrialRequest) -> TrialOutcome:
         for r in runs:
             written += write_files(r.directory, files[r.index], force=req.force)
         written += write_files(req.out, top, force=req.force)
-        os.makedirs(logs, exist_ok=True)
+        if not os.path.lexists(logs):       # where the runs' logs go (never through a link)
+            os.mkdir(logs)
     header = (f"{model.name} on {cluster.num_nodes}x{cluster.gpus_per_node} "
               f"{cluster.gpu.name}, gbs {req.global_batch_size}, seq {model.seq_length}, "
               f"{options['precision']}{describe_search_options(options)}: "
@@ -342,7 +343,7 @@ def run_trial(req: TrialRequest) -> TrialOutcome:
                         written=written, next_steps=next_steps, header=header)
 
 
-def _job_words(req: TrialRequest, model) -> str:
+def _job_words(req: TrialRequest) -> str:
     words = ["--model", req.inputs.model, "--cluster", req.inputs.cluster]
     if req.inputs.nodes is not None:
         words += ["--nodes", str(req.inputs.nodes)]
