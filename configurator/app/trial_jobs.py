@@ -309,10 +309,11 @@ def run_trial(req: TrialRequest) -> TrialOutcome:
                              directory=os.path.join(req.out, d) if req.out else None))
     written = []
     job = _job_words(req)
-    out = req.out or "trial"
+    out = (req.out or "trial").rstrip("/") or "/"
     logs = os.path.join(out, "logs")
     next_steps = [
-        f"run each (N = 1..{len(runs)}): sbatch --output={shlex.quote(logs)}/trialN.log "
+        f"run each (N = 1..{len(runs)}): MEGATRON_LM_DIR=/path/to/Megatron-LM sbatch "
+        f"--output={shlex.quote(logs)}/trialN.log "
         f"{shlex.quote(out)}/trialN/launch_slurm.sbatch   (or on one node: bash "
         f"{shlex.quote(out)}/trialN/launch_torchrun.sh 2>&1 | tee {shlex.quote(logs)}/trialN.log)",
         f"configurator calibrate {shlex.quote(logs)}/*.log --cluster "

@@ -68,7 +68,7 @@ def run_trial_command(args) -> int:
                    for n in out.sd_before)
     print(f"parameters' uncertainty (1 σ, log) before -> after these runs: {sd}")
     if out.written:
-        print(f"wrote {args.out}/: trial1..trial{len(out.runs)}/launch_torchrun.sh and "
+        print(f"wrote {args.out.rstrip('/') or '/'}/: trial1..trial{len(out.runs)}/launch_torchrun.sh and "
               f"launch_slurm.sbatch, trials.json, logs/")
     else:
         print("next: --out DIR writes their launch scripts", file=sys.stdout)
