@@ -203,6 +203,30 @@ def test_every_script_passes_eval_interval():
 
 MEGATRON_SRC = os.environ.get("MEGATRON_LM_SRC")
 
+#: Jobs ``configurator trial`` chooses runs for in the flag tests: dense on one node, FP8 and
+#: MoE across two.
+TRIAL_JOBS = [dict(model="gpt-1.7b", cluster="dgx-a100-80gb", nodes=1, gbs=8, options={}),
+              dict(model="llama3-8b", cluster="dgx-h100-80gb", nodes=2, gbs=64,
+                   options={"precision": "fp8"}),
+              dict(model="qwen3-30b-a3b", cluster="dgx-h100-80gb", nodes=2, gbs=64,
+                   options={})]
+
+
+def _trial(job, out=None):
+    from configurator.app.inputs import JobInputs
+    from configurator.app.trial_jobs import TrialRequest, run_trial
+
+    return run_trial(TrialRequest(
+        inputs=JobInputs(model=job["model"], cluster=job["cluster"], nodes=job["nodes"]),
+        global_batch_size=job["gbs"], options=job["options"], iterations=30, out=out))
+
+
+def _trial_plans(tmp_path):
+    """``(model, plan)`` of every run ``configurator trial`` chooses for :data:`TRIAL_JOBS`."""
+    from configurator.core.model_presets import load_model
+
+    return [(load_model(job["model"]), r.plan) for job in TRIAL_JOBS for r in _trial(job).runs]
+
 
 @pytest.mark.skipif(not MEGATRON_SRC, reason="set MEGATRON_LM_SRC to a Megatron-LM "
                     "core_v0.16.x checkout to run its parse_args/validate_args on our flags")
@@ -212,10 +236,14 @@ def test_megatron_own_validate_args(tmp_path):
     import json
     import sys
     cases = []
-    for i, (model, plan) in enumerate(SPREAD[:: max(1, len(SPREAD) // 40)]
-                                      + [(GPT3, GPT3_PLAN)] + MODERN_PLANS):
-        # every other case as a priced plan writes it: checkpoints, async saves
-        argv = flag_argv(megatron_flags(model, plan, training=CHECKPOINTED if i % 2 else None))
+    short = TrainingArgs(train_iters=30, lr_warmup_iters=10)    # what trial writes
+    cases_in = ([(m, p) for m, p in SPREAD[:: max(1, len(SPREAD) // 40)]]
+                + [(GPT3, GPT3_PLAN)] + MODERN_PLANS)
+    for i, (model, plan, training) in enumerate(
+            # every other case as a priced plan writes it: checkpoints, async saves
+            [(m, p, CHECKPOINTED if k % 2 else None) for k, (m, p) in enumerate(cases_in)]
+            + [(m, p, short) for m, p in _trial_plans(tmp_path)]):
+        argv = flag_argv(megatron_flags(model, plan, training=training))
         if model.position_embedding_type == "rope" or model.multi_latent_attention:
             argv.append("--no-rope-fusion")      # rope fusion needs Transformer Engine
         env = dict(line.split(" ", 1)[1].split("=", 1) for line in environment_block(plan)
@@ -249,3 +277,27 @@ def test_megatron_own_validate_args(tmp_path):
         pytest.skip(res.stdout.strip())
     assert res.returncode == 0 and res.stdout.startswith("OK"), res.stderr[-3000:]
     assert int(res.stdout.split()[1]) == len(cases)
+
+
+@pytest.mark.parametrize("job", TRIAL_JOBS)
+def test_trial_scripts_pass_validate_args(tmp_path, job):
+    """Every script ``configurator trial`` writes: Megatron's own flags, its validate_args
+    rules, mock data and the short run (``--train-iters``) the trial asked for (Megatron's
+    own validate_args runs on them in :func:`test_megatron_own_validate_args`)."""
+    from configurator.core.model_presets import load_model
+
+    out = _trial(job, str(tmp_path / "t"))
+    model = load_model(job["model"])
+    known = megatron_flag_names()
+    assert len(out.runs) == 5
+    for r in out.runs:
+        argv = flag_argv(megatron_flags(model, r.plan, training=TrainingArgs(
+            train_iters=30, lr_warmup_iters=10)))
+        a = parse_argv(argv)
+        assert {w for w in argv if w.startswith("--")} <= known
+        assert_validate_args_rules(a, r.plan.world_size)
+        assert a["--train-iters"] == "30" and a["--mock-data"] is True
+        text = open(os.path.join(r.directory, "launch_torchrun.sh")).read()
+        assert " ".join(argv[:6]) in " ".join(text.split())
+        slurm = open(os.path.join(r.directory, "launch_slurm.sbatch")).read()
+        assert f"--job-name=trial{r.index}" in slurm

@@ -283,8 +283,10 @@ def test_calibrate_refuses_what_the_runs_do_not_determine():
     runs = [r for r in nemo_cp_runs() if "LLAMA2" in r.name][:3]
     with pytest.raises(InputError, match="determine|not determined"):
         calibrate_runs(runs, ("gemm_fp8", "flash_attention", "host_op_us"))
-    # host_op_us does not move dense FP8 runs of 4k+ tokens: refused, with the reason
-    with pytest.raises(InputError, match="host_op_us: the runs' times do not depend on it"):
+    # host_op_us does not move dense FP8 runs of 4k+ tokens over its whole range: refused,
+    # with the reason and the kind of run that would determine it
+    with pytest.raises(InputError, match=r"host_op_us: the runs cannot determine it .*whole "
+                                         r"range 2-50 us.*small-model, mbs 1, high-tp run"):
         calibrate_runs([r for r in nemo_cp_runs() if "LLAMA2" in r.name],
                        ("gemm_fp8", "host_op_us"))
 
@@ -346,8 +348,8 @@ def test_bad_run_rows_name_the_field(change, field):
 def test_cli_validate_and_calibrate(tmp_path, capsys):
     path = tmp_path / "runs.yaml"
     rows = [dict(RUN, seq_length=str(s), name=f"r{s}",
-                 tokens_per_s_per_gpu=str(t)) for s, t in ((16384, 3000), (32768, 2000),
-                                                          (65536, 1200), (8192, 4000))]
+                 tokens_per_s_per_gpu=str(t)) for s, t in ((16384, 9800), (32768, 6600),
+                                                          (65536, 4200), (8192, 12000))]
     path.write_text(json.dumps(rows))
     html = tmp_path / "v.html"
     assert main(["validate", str(path), "--out", str(html)]) == 0

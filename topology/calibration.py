@@ -1,6 +1,6 @@
-"""Calibrated GPU efficiencies: a file of per-GPU, per-precision overrides of
-:class:`topology.gpus.Efficiency`, written by ``configurator calibrate`` and read by
-``search``/``estimate``/``validate --calibration FILE``.
+"""Calibrated efficiencies: a file of per-GPU, per-precision overrides of
+:class:`topology.gpus.Efficiency` and of the cluster's link efficiencies, written by
+``configurator calibrate`` and read by ``search``/``estimate``/``validate --calibration FILE``.
 
 Format (YAML)::
 
@@ -11,18 +11,26 @@ Format (YAML)::
           gemm_fp8: 0.55      # fractions in (0, 1]
           flash_attention: 0.62
           host_op_us: 14.0    # microseconds
+          inter_node_efficiency: 0.85   # network links: attained / nominal
+    intervals:                # optional: each fitted value's interval [low, high]
+      h100-80gb:
+        fp8:
+          gemm_fp8: [0.52, 0.58]
     fit: {...}                # how the values were fitted (runs, errors); informative
 
 A plan in a precision the file does not name for its GPU uses the GPU's own figures. The
-parameters that can be fitted are :data:`FIT_PARAMETERS`; ``gemm`` is the 16-bit GEMM
-efficiency (``gemm_fp8``/``gemm_mxfp8`` those of FP8/MXFP8 GEMMs).
+parameters that can be fitted are :data:`FIT_PARAMETERS`, each within its physically plausible
+range :data:`PARAMETER_RANGES`; ``gemm`` is the 16-bit GEMM efficiency
+(``gemm_fp8``/``gemm_mxfp8`` those of FP8/MXFP8 GEMMs); ``intra_node_efficiency`` and
+``inter_node_efficiency`` (the cluster file's names) scale a nominal cluster's NVLink and
+network links (a cluster with measured links keeps what was measured).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from configurator.core import validate as v
 from configurator.core.errors import InputError
@@ -30,11 +38,40 @@ from configurator.core.plan_values import PRECISION
 from configurator.core.units import US
 from topology.gpus import GPUSpec
 
+if TYPE_CHECKING:
+    from topology.cluster import Cluster
+
 FORMAT = "configurator-calibration/1"
-#: Efficiency fields a calibration may set: fractions, and the host time per operation in
+#: Efficiency fields a calibration may set: fractions of a GPU's peaks, the cluster's link
+#: efficiencies (fractions of the nominal bandwidth), and the host time per operation in
 #: microseconds (``host_op_us``).
 FRACTIONS = ("gemm", "gemm_fp8", "gemm_mxfp8", "hbm", "flash_attention")
-FIT_PARAMETERS = FRACTIONS + ("host_op_us",)
+LINK_PARAMETERS = ("intra_node_efficiency", "inter_node_efficiency")
+FIT_PARAMETERS = FRACTIONS + ("host_op_us",) + LINK_PARAMETERS
+
+_GEMM_RANGE = (0.2, 1.0, "a fraction of the tensor-core peak, so at most 1; large cuBLAS GEMMs "
+                         "attain 0.6-0.85 of it (bench/kernels/gemm_shapes.py, NVIDIA's "
+                         "Deep Learning Performance guide), 0.2 is below any measured")
+#: The physically plausible range ``(low, high, source)`` of every :data:`FIT_PARAMETERS`
+#: entry: ``calibrate`` fits within it and judges identifiability over all of it.
+PARAMETER_RANGES: dict[str, tuple[float, float, str]] = {
+    "gemm": _GEMM_RANGE,
+    "gemm_fp8": _GEMM_RANGE,
+    "gemm_mxfp8": _GEMM_RANGE,
+    "hbm": (0.3, 1.0, "a fraction of the HBM peak; STREAM-like copies attain 0.8-0.92 "
+                      "(NVIDIA's H100 and B200 datasheets against babelstream)"),
+    "flash_attention": (0.1, 1.0, "a fraction of the tensor-core peak; FlashAttention-2 "
+                                  "(Dao 2023, Fig. 4-6) 0.35-0.73 forward+backward on A100, "
+                                  "FlashAttention-3 (Shah et al. 2024) 0.6-0.75 on H100"),
+    "host_op_us": (2.0, 50.0, "PyTorch eager dispatch per operation: about 3-10 us of CPU "
+                              "time on a current x86 host (PyTorch's Performance Tuning "
+                              "Guide; Lumos, MLSys 2025, per-kernel CPU launch gaps), tens "
+                              "of us with Python-side hooks"),
+    "intra_node_efficiency": (0.3, 1.0, "nccl-tests all_reduce busbw over NVLink's nominal "
+                                        "per-GPU bandwidth: 0.7-0.9 on DGX A100/H100"),
+    "inter_node_efficiency": (0.3, 1.0, "nccl-tests busbw across nodes over the NICs' line "
+                                        "rate: 0.8-0.97 on InfiniBand HDR/NDR"),
+}
 
 
 def gemm_parameter(precision: str) -> str:
@@ -42,8 +79,15 @@ def gemm_parameter(precision: str) -> str:
     return {"fp8": "gemm_fp8", "mxfp8": "gemm_mxfp8"}.get(precision, "gemm")
 
 
-def parameter_value(gpu: GPUSpec, name: str) -> float:
-    """Current value of a :data:`FIT_PARAMETERS` entry of ``gpu`` (``host_op_us`` in µs)."""
+def parameter_value(gpu: GPUSpec, name: str, cluster: "Cluster | None" = None) -> float:
+    """Current value of a :data:`FIT_PARAMETERS` entry of ``gpu`` (``host_op_us`` in µs; a
+    link efficiency from ``cluster``'s spec)."""
+    if name in LINK_PARAMETERS:
+        key = "intra_efficiency" if name == "intra_node_efficiency" else "inter_efficiency"
+        if cluster is None or key not in cluster.spec:
+            raise InputError(f"calibration.{gpu.name}.{name}", None,
+                             "needs a cluster built from nominal links")
+        return float(cluster.spec[key])
     if name == "host_op_us":
         return gpu.efficiency.host_op_s / US
     val = getattr(gpu.efficiency, name)
@@ -54,21 +98,33 @@ def parameter_value(gpu: GPUSpec, name: str) -> float:
 
 
 def with_parameters(gpu: GPUSpec, values: Mapping[str, float], source: str) -> GPUSpec:
-    """``gpu`` with efficiencies ``values`` (:data:`FIT_PARAMETERS`) replaced."""
+    """``gpu`` with efficiencies ``values`` (:data:`FIT_PARAMETERS`; the link efficiencies
+    are the cluster's, :func:`with_link_parameters`, and skipped here) replaced."""
     kw = {("host_op_s" if k == "host_op_us" else k): (val * US if k == "host_op_us" else val)
-          for k, val in values.items()}
+          for k, val in values.items() if k not in LINK_PARAMETERS}
+    if not kw:
+        return gpu
     eff = dataclasses.replace(gpu.efficiency, **kw, source=source)
     return dataclasses.replace(gpu, efficiency=eff)
 
 
+def with_link_parameters(cluster: "Cluster", values: Mapping[str, float]) -> "Cluster":
+    """``cluster`` with the link efficiencies of ``values`` (:data:`LINK_PARAMETERS`)
+    (:meth:`topology.cluster.Cluster.with_link_efficiency`: a measured cluster is kept)."""
+    return cluster.with_link_efficiency(values.get("intra_node_efficiency"),
+                                        values.get("inter_node_efficiency"))
+
+
 @dataclass(frozen=True)
 class Calibration:
-    """``values[gpu name][precision] = {parameter: value}``; ``fit``: how they were fitted;
+    """``values[gpu name][precision] = {parameter: value}``; ``intervals``: the same shape,
+    ``[low, high]`` per fitted value (empty where not known); ``fit``: how they were fitted;
     ``path``: the file read (for the source line of calibrated GPUs)."""
 
     values: Mapping[str, Mapping[str, Mapping[str, float]]]
     fit: Mapping[str, Any] = field(default_factory=dict)
     path: str = ""
+    intervals: Mapping[str, Mapping[str, Mapping[str, tuple]]] = field(default_factory=dict)
 
     def apply(self, gpu: GPUSpec, precision: str) -> GPUSpec:
         """``gpu`` with the calibrated values for ``precision``, or ``gpu`` itself."""
@@ -77,17 +133,38 @@ class Calibration:
             return gpu
         return with_parameters(gpu, vals, f"calibrated ({self.path or 'calibration'})")
 
+    def apply_cluster(self, cluster: "Cluster", precision: str) -> "Cluster":
+        """``cluster`` with its GPU calibrated (:meth:`apply`) and its nominal links at the
+        calibrated link efficiencies of its GPU and ``precision``."""
+        vals = self.values.get(cluster.gpu.name, {}).get(precision) or {}
+        out = cluster.with_gpu(self.apply(cluster.gpu, precision))
+        return with_link_parameters(out, vals)
+
     def to_dict(self) -> dict:
-        return {"format": FORMAT,
-                "gpus": {g: {p: dict(vals) for p, vals in by.items()}
-                         for g, by in self.values.items()},
-                "fit": dict(self.fit)}
+        doc = {"format": FORMAT,
+               "gpus": {g: {p: dict(vals) for p, vals in by.items()}
+                        for g, by in self.values.items()}}
+        if self.intervals:
+            doc["intervals"] = {g: {p: {k: [float(x) for x in iv] for k, iv in vals.items()}
+                                    for p, vals in by.items()}
+                                for g, by in self.intervals.items()}
+        doc["fit"] = dict(self.fit)
+        return doc
+
+
+def _check_value(name: str, k: str, val) -> float:
+    x = v.positive_float(name, val)
+    if (k in FRACTIONS or k in LINK_PARAMETERS) and x > 1:
+        raise InputError(name, val, "must be a fraction in (0, 1]")
+    if k == "host_op_us" and x > 1000:
+        raise InputError(name, val, "must be at most 1000 microseconds")
+    return x
 
 
 def calibration_from_dict(data: Any, path: str = "") -> Calibration:
     """Validate and build a :class:`Calibration`. Raises :class:`InputError` naming the
     field."""
-    v.exact_keys("calibration", data, ("format", "gpus"), ("fit",))
+    v.exact_keys("calibration", data, ("format", "gpus"), ("fit", "intervals"))
     if data["format"] != FORMAT:
         raise InputError("calibration.format", data["format"], f"must be {FORMAT}")
     gpus = data["gpus"]
@@ -102,20 +179,33 @@ def calibration_from_dict(data: Any, path: str = "") -> Calibration:
         for prec, vals in by.items():
             v.choice(f"{where}.precision", prec, PRECISION)
             v.exact_keys(f"{where}.{prec}", vals, (), FIT_PARAMETERS)
+            values[gname][prec] = {k: _check_value(f"{where}.{prec}.{k}", k, val)
+                                   for k, val in vals.items()}
+    intervals: dict = {}
+    raw = data.get("intervals", {})
+    if not isinstance(raw, Mapping):
+        raise InputError("calibration.intervals", raw, "must be a mapping like gpus")
+    for gname, by in raw.items():
+        for prec, vals in (by.items() if isinstance(by, Mapping) else [(None, by)]):
+            where = f"calibration.intervals.{gname}.{prec}"
+            if prec not in values.get(gname, {}) or not isinstance(vals, Mapping):
+                raise InputError(where, vals, "must map a calibrated GPU and precision's "
+                                              "parameters to [low, high]")
+            v.exact_keys(where, vals, (), tuple(values[gname][prec]))
             out = {}
-            for k, val in vals.items():
-                name = f"{where}.{prec}.{k}"
-                x = v.positive_float(name, val)
-                if k in FRACTIONS and x > 1:
-                    raise InputError(name, val, "must be a fraction in (0, 1]")
-                if k == "host_op_us" and x > 1000:
-                    raise InputError(name, val, "must be at most 1000 microseconds")
-                out[k] = x
-            values[gname][prec] = out
+            for k, iv in vals.items():
+                if not isinstance(iv, (list, tuple)) or len(iv) != 2:
+                    raise InputError(f"{where}.{k}", iv, "must be [low, high]")
+                lo, hi = (_check_value(f"{where}.{k}", k, x) for x in iv)
+                if not lo <= values[gname][prec][k] <= hi:
+                    raise InputError(f"{where}.{k}", iv, "must contain the value "
+                                     f"{values[gname][prec][k]}")
+                out[k] = (lo, hi)
+            intervals.setdefault(gname, {})[prec] = out
     fit = data.get("fit", {})
     if not isinstance(fit, Mapping):
         raise InputError("calibration.fit", fit, "must be a mapping")
-    return Calibration(values=values, fit=dict(fit), path=path)
+    return Calibration(values=values, fit=dict(fit), path=path, intervals=intervals)
 
 
 def load_calibration(path: str) -> Calibration:

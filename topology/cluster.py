@@ -127,6 +127,27 @@ class Cluster(GroupFigures):
         out.gpu = gpu
         return out
 
+    def with_link_efficiency(self, intra: float | None = None,
+                             inter: float | None = None) -> "Cluster":
+        """The same hosts with the nominal links' attained fractions ``intra`` (NVLink) and
+        ``inter`` (network) in place of :attr:`spec`'s (None: kept), the graph built again
+        from the spec on first use. A cluster with measured links is returned unchanged:
+        its links carry what was measured, not nominal × efficiency."""
+        if self._measured is not None or (intra is None and inter is None):
+            return self
+        spec = dict(self.spec)
+        if intra is not None:
+            spec["intra_efficiency"] = float(intra)
+        if inter is not None:
+            spec["inter_efficiency"] = float(inter)
+        if spec == self.spec:
+            return self
+        out = Cluster(name=self.name, gpu=self.gpu, gpus_per_node=self.gpus_per_node,
+                      hosts=self.hosts, spec=spec, nvlink_domain_gpus=self.nvlink_domain_gpus,
+                      host_domains=self.host_domain)
+        out.placement = self.placement
+        return out
+
     # -- basic facts ---------------------------------------------------------------------
     @property
     def num_nodes(self) -> int:

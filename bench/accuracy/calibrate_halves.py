@@ -55,7 +55,9 @@ def table(title: str, min_runs: int = 4) -> None:
         try:
             cal, fits = calibrate_runs(train)
         except InputError as exc:      # nothing determined: the presets stay
-            print(head + f"| {100 * before:.1f} % | nothing: {str(exc).split('; ')[-1]} |")
+            why = ("determined, but no better than the presets on the runs left out"
+                   if "predicted no better" in str(exc) else "nothing determined")
+            print(head + f"| {100 * before:.1f} % | nothing: {why} |")
             continue
         after = validate_runs(test, cal).overall.mape
         fitted = ", ".join(f"{k} {v:.3g}" for f in fits for k, v in f.parameters.items())

@@ -1,60 +1,121 @@
-"""``configurator calibrate``: fit a GPU's efficiencies to measured runs; and the fit of the
-presets' in-training factors on the published runs (:func:`fit_factors`, what
-``configurator validate --by-source`` runs with each source left out).
+"""``configurator calibrate``: fit a GPU's efficiencies (and the cluster's link efficiencies)
+to measured runs; and the fit of the presets' in-training factors on the published runs
+(:func:`fit_factors`, what ``configurator validate --by-source`` runs with each source left
+out).
 
 Runs are grouped by GPU type and plan precision; each group gets its own fit of a few
-:data:`topology.calibration.FIT_PARAMETERS` (default: the precision's GEMM efficiency,
-the fused-attention efficiency and the host time per operation) by nonlinear least squares
-on the log ratio of predicted to measured iteration time (:func:`scipy.optimize.least_squares`,
-parameters in log space, fractions bounded by 1).
+:data:`topology.calibration.FIT_PARAMETERS` (default :func:`default_parameters`: the
+precision's GEMM efficiency, the fused-attention efficiency, the host time per operation and
+the intra- and inter-node link efficiencies), each within its physically plausible range
+(:data:`topology.calibration.PARAMETER_RANGES`: no efficiency above 1).
 
-A fit is refused where the runs cannot determine it: fewer runs than parameters + 1, a
-parameter the runs' predicted times do not depend on (a relative sensitivity below
-:data:`MIN_SENSITIVITY`), or parameters whose effects the runs cannot tell apart (the
-Jacobian's condition number above :data:`MAX_CONDITION`). Without ``params`` the
-undetermined parameters are left out of the group's fit and named in its note; with
-``params`` they are an error.
+The fit: bounded nonlinear least squares (:func:`scipy.optimize.least_squares`) on the log
+ratio of predicted to measured iteration time, every parameter mapped to ``u`` in [0, 1] over
+the log of its range, started from the preset values and from :data:`EXTRA_STARTS` more
+points (multi-start: the best end point is kept, and an end point almost as good elsewhere
+widens the interval). The runs are priced in closed form
+(:func:`configurator.cost.iteration.iteration_time`, every batch of runs that share a model
+and cluster in one call) times each run's ratio of the exact schedule to the closed form,
+taken at the start and again at the solution before a last polish; the figures reported are
+the exact ones (:func:`configurator.search.evaluate.evaluate_plan`).
+
+Identifiability is judged over each parameter's whole range, not a local step:
+
+1. a parameter whose whole range moves no run's predicted time by :data:`MIN_RANGE_EFFECT`
+   (log) or more is not determined by the runs;
+2. the others are added one at a time, those the runs' times move most across their ranges
+   first (forward selection), each fitted with those kept before. One is kept if the runs
+   leave a degree of freedom for the noise (at most ``runs - 1`` parameters), tell its effect
+   apart from the others' (the column-normalised Jacobian's condition number at the solution
+   at most :data:`MAX_CONDITION`), pin it and the others to part of their ranges (no
+   interval spans more than :data:`MAX_INTERVAL_SHARE` of its range) and, without explicit
+   ``params``, predict the runs left out better than without it (the leave-one-out error
+   below).
+
+Each refusal names the kind of run that would determine the parameter
+(:data:`DETERMINING_RUN`). Without ``params`` undetermined parameters stay at their preset
+values and are named in the group's notes; with ``params`` they are an error.
+
+Intervals: 95 % (±1.96 σ) from the Jacobian's covariance ``s² (JᵀJ)⁻¹`` in log space, ``s²``
+the residual variance ``Σr² / (runs - parameters)`` floored at :data:`NOISE_LOG` ² (the
+repeatability of a measured iteration time), joined with any other start's end point whose
+cost is within :data:`NEAR_OPTIMAL` of the best, clipped to the range.
 
 Leave-one-out error: each run's residual with itself left out, by the hat-matrix formula of
 least squares ``e_i / (1 - h_ii)`` at the fitted point (exact for a linear model, first
-order here). Without ``params`` it also selects the model: every subset of the determined
-parameters is fitted and the one with the lowest leave-one-out error kept (ties: more
-parameters), and none at all when no subset predicts the runs left out better than the
-preset values do.
+order here); the first parameter must beat the preset values' error, each next one the
+error of those kept before it.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from configurator.app.validate_jobs import priced_run
+from configurator.core.candidates import Candidates
 from configurator.core.errors import InputError
 from configurator.core.runs import MeasuredRun
+from configurator.cost.communication import comm_figures, expert_comm_figures
+from configurator.cost.iteration import iteration_time
 from configurator.cost.measured import measured_iteration_time_s
 from configurator.search.evaluate import evaluate_plan
-from topology.calibration import (FIT_PARAMETERS, FRACTIONS, Calibration, gemm_parameter,
-                                  parameter_value, with_parameters)
+from topology.calibration import (FIT_PARAMETERS, LINK_PARAMETERS, PARAMETER_RANGES,
+                                  Calibration, gemm_parameter, parameter_value,
+                                  with_link_parameters, with_parameters)
 
-#: Smallest |d log T / d log x| over a group's runs for a parameter to count as determined.
-MIN_SENSITIVITY = 0.02
+#: Smallest change of a run's log predicted time across a parameter's whole range
+#: (:data:`topology.calibration.PARAMETER_RANGES`) for the runs to determine it: twice
+#: :data:`NOISE_LOG`.
+MIN_RANGE_EFFECT = 0.04
+#: Repeatability of a measured iteration time (log): the floor of the residual noise the
+#: intervals are scaled by (iteration times of a steady Megatron run vary by 1-2 %).
+NOISE_LOG = 0.02
 #: Largest condition number of the (column-normalised) Jacobian of a fit.
 MAX_CONDITION = 30.0
-#: Upper bound of the host time per operation (µs).
-MAX_HOST_OP_US = 1000.0
+#: A parameter whose interval spans more than this share of its (log) range is not
+#: determined.
+MAX_INTERVAL_SHARE = 0.8
+#: Smallest |d log T / d log f| of an in-training factor (:func:`fit_factors`) on some run
+#: for the factor to be fitted.
+MIN_SENSITIVITY = 0.02
+#: Starts besides the presets, in ``u`` (every parameter at the same point of its range).
+EXTRA_STARTS = (0.2, 0.8)
+#: An end point whose cost is within this factor of the best one's counts as a solution too.
+NEAR_OPTIMAL = 1.05
+#: Function evaluations of the least squares from the presets, and from each other start.
+MAX_NFEV = 10
+MAX_NFEV_EXTRA = 4
+#: Step in ``u`` of the forward-difference Jacobian.
+U_STEP = 0.02
+
+#: The kind of run that determines each parameter (named when the runs do not).
+DETERMINING_RUN = {
+    "gemm": "add a large-hidden run at mbs 2 or more with tp inside a node (GEMM-bound)",
+    "gemm_fp8": "add a large-hidden FP8 run at mbs 2 or more with tp inside a node "
+                "(GEMM-bound)",
+    "gemm_mxfp8": "add a large-hidden MXFP8 run at mbs 2 or more with tp inside a node "
+                  "(GEMM-bound)",
+    "flash_attention": "add a long-sequence run (seq_length 8192 or more; attention-bound)",
+    "hbm": "add a small-hidden, long-sequence run (memory-bound element-wise kernels)",
+    "host_op_us": "add a small-model, mbs 1, high-tp run (host-bound)",
+    "intra_node_efficiency": "add a run with tp 8 (or ep) inside a node and a small "
+                             "hidden size (NVLink-bound)",
+    "inter_node_efficiency": "add a run with dp or pp across nodes (network-bound)",
+}
 
 
 def default_parameters(precision: str) -> tuple[str, ...]:
-    return (gemm_parameter(precision), "flash_attention", "host_op_us")
+    return (gemm_parameter(precision), "flash_attention", "host_op_us") + LINK_PARAMETERS
 
 
 @dataclass(frozen=True, kw_only=True)
 class GroupFit:
-    """One GPU type and precision: the runs, the fitted values, MAPE (fractions) before and
-    after, the leave-one-out MAPE, and notes (parameters left out and why)."""
+    """One GPU type and precision: the runs, the fitted values and their intervals
+    (``[low, high]``), the values before, MAPE (fractions) before and after, the
+    leave-one-out MAPE, and notes (parameters left out and why)."""
 
     gpu: str
     precision: str
@@ -64,6 +125,7 @@ class GroupFit:
     mape_before: float
     mape_after: float
     loo_mape: float | None
+    intervals: dict = field(default_factory=dict)
     notes: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
@@ -83,142 +145,280 @@ def _predict(p: _Prepared, gpu) -> float:
                          measured=True).iteration_time_s
 
 
-def _residuals(prepared, base_gpu, names, logx, source):
-    gpu = with_parameters(base_gpu, dict(zip(names, np.exp(logx))), source)
-    return np.array([math.log(_predict(p, gpu) / p.measured_s) for p in prepared])
+class _Pricer:
+    """Prices one group's runs at parameter values: exactly (:meth:`exact`) or in closed form
+    times each run's exact-to-closed ratio (:meth:`fast`), the runs that share a model,
+    cluster and shared plan fields in one vectorised call."""
+
+    def __init__(self, prepared: list[_Prepared], base_gpu, source: str):
+        self.prepared = prepared
+        self.base_gpu = base_gpu
+        self.source = source
+        self.measured = np.array([p.measured_s for p in prepared])
+        batches: dict = {}
+        for i, p in enumerate(prepared):
+            cand = Candidates.from_plan(p.run.plan)
+            key = (repr(p.model), p.cluster.name, p.cluster.num_nodes, repr(p.cluster.spec),
+                   repr(sorted(cand.shared.items())))
+            batches.setdefault(key, []).append(i)
+        self.batches = [(prepared[ix[0]].model, prepared[ix[0]].cluster, np.array(ix),
+                         Candidates.from_plans([prepared[i].run.plan for i in ix]))
+                        for ix in batches.values()]
+        self.ratio = np.ones(len(prepared))
+        self.passes = 0
+        self._comm: dict = {}
+
+    def _cluster(self, cluster, values):
+        return with_link_parameters(cluster.with_gpu(
+            with_parameters(self.base_gpu, values, self.source)), values)
+
+    def closed(self, values: dict) -> np.ndarray:
+        out = np.empty(len(self.prepared))
+        links = tuple(values.get(n) for n in LINK_PARAMETERS)
+        for b, (model, cluster, ix, cand) in enumerate(self.batches):
+            cl = self._cluster(cluster, values)
+            # the link figures do not depend on the GPU's efficiencies: one per link values
+            comm = self._comm.get((b, links))
+            if comm is None:
+                comm = comm_figures(cl, cand) | expert_comm_figures(cl, cand)
+                if len(self._comm) > 4096:
+                    self._comm.clear()
+                self._comm[(b, links)] = comm
+            out[ix] = iteration_time(model, cl, cand, comm=comm)["iteration_time_s"]
+        self.passes += 1
+        return out
+
+    def exact(self, values: dict) -> np.ndarray:
+        return np.array([evaluate_plan(p.model, self._cluster(p.cluster, values), p.run.plan,
+                                       measured=True).iteration_time_s
+                         for p in self.prepared])
+
+    def rebase(self, values: dict) -> np.ndarray:
+        """Exact times at ``values``; the ratios of exact to closed form taken there."""
+        t = self.exact(values)
+        self.ratio = t / self.closed(values)
+        return t
+
+    def fast(self, values: dict) -> np.ndarray:
+        return self.closed(values) * self.ratio
 
 
-def _jacobian(prepared, base_gpu, names, logx, source, step=0.05):
-    r0 = _residuals(prepared, base_gpu, names, logx, source)
-    cols = []
-    for j in range(len(names)):
-        x = np.array(logx, dtype=float)
-        x[j] -= step            # fractions are bounded by 1: step down
-        cols.append((r0 - _residuals(prepared, base_gpu, names, x, source)) / step)
-    return r0, np.stack(cols, axis=1) if cols else np.zeros((len(prepared), 0))
+def _log_range(name: str) -> tuple[float, float]:
+    lo, hi, _ = PARAMETER_RANGES[name]
+    return math.log(lo), math.log(hi)
 
 
-def _determined(J, names) -> tuple[list[str], list[str]]:
-    """Names kept and notes on those dropped: insensitive ones first, then the one most
-    aligned with the others until the condition number is acceptable."""
-    keep = list(range(len(names)))
-    notes = []
-    for j in list(keep):
-        if np.max(np.abs(J[:, j])) < MIN_SENSITIVITY:
-            keep.remove(j)
-            notes.append(f"{names[j]}: the runs' times do not depend on it "
-                         f"(|d log T / d log x| < {MIN_SENSITIVITY})")
-    while len(keep) > 1:
-        A = J[:, keep] / np.linalg.norm(J[:, keep], axis=0)
-        sv = np.linalg.svd(A, compute_uv=False)
-        if sv[-1] > 0 and sv[0] / sv[-1] <= MAX_CONDITION:
-            break
-        # drop the parameter best explained by the others
-        worst = max(keep, key=lambda j: _explained(J, keep, j))
-        keep.remove(worst)
-        notes.append(f"{names[worst]}: not separable from "
-                     f"{', '.join(names[k] for k in keep)} on these runs")
-    return [names[j] for j in keep], notes
+def _values(names, u, fixed) -> dict:
+    out = dict(fixed)
+    for n, x in zip(names, u):
+        lo, hi = _log_range(n)
+        out[n] = math.exp(lo + float(np.clip(x, 0.0, 1.0)) * (hi - lo))
+    return out
 
 
-def _explained(J, keep, j) -> float:
-    others = [k for k in keep if k != j]
-    A = J[:, others]
-    coef, *_ = np.linalg.lstsq(A, J[:, j], rcond=None)
-    resid = J[:, j] - A @ coef
-    return 1.0 - float(resid @ resid) / max(float(J[:, j] @ J[:, j]), 1e-300)
+def _to_u(name: str, value: float) -> float:
+    lo, hi = _log_range(name)
+    return float(np.clip((math.log(value) - lo) / (hi - lo), 0.0, 1.0))
+
+
+def _range_name(n: str) -> str:
+    lo, hi, _ = PARAMETER_RANGES[n]
+    return f"{lo:g}-{hi:g} us" if n == "host_op_us" else f"{lo:g}-{hi:g}"
+
+
+class _Fitter:
+    """The bounded multi-start least squares of one group over ``names`` (others at
+    ``fixed``)."""
+
+    def __init__(self, pricer: _Pricer, fixed: dict):
+        self.pricer = pricer
+        self.fixed = fixed
+        self.log_measured = np.log(pricer.measured)
+
+    def resid(self, names, u) -> np.ndarray:
+        return np.log(self.pricer.fast(_values(names, u, self.fixed))) - self.log_measured
+
+    def jac(self, names, u, r0=None) -> np.ndarray:
+        """d r / d u by forward differences (towards the interior at the upper bound)."""
+        r0 = self.resid(names, u) if r0 is None else r0
+        cols = []
+        for j in range(len(names)):
+            x = np.array(u, dtype=float)
+            h = U_STEP if x[j] + U_STEP <= 1.0 else -U_STEP
+            x[j] += h
+            cols.append((self.resid(names, x) - r0) / h)
+        return np.stack(cols, axis=1)
+
+    def solve(self, names, u0, max_nfev=MAX_NFEV):
+        from scipy.optimize import least_squares
+
+        u0 = np.clip(np.asarray(u0, dtype=float), 1e-6, 1 - 1e-6)
+        sol = least_squares(lambda u: self.resid(names, u), u0,
+                            jac=lambda u: self.jac(names, u), bounds=(0.0, 1.0),
+                            x_scale=1.0, max_nfev=max_nfev, xtol=1e-2, ftol=1e-3)
+        return np.clip(sol.x, 0.0, 1.0), float(sol.fun @ sol.fun)
+
+    def multistart(self, names, before):
+        """``(best u, [every end point within NEAR_OPTIMAL of the best])``."""
+        starts = [np.array([_to_u(n, before[n]) for n in names])]
+        starts += [np.full(len(names), s) for s in EXTRA_STARTS]
+        ends = [self.solve(names, s, MAX_NFEV if i == 0 else MAX_NFEV_EXTRA)
+                for i, s in enumerate(starts)]
+        best = min(ends, key=lambda e: e[1])
+        near = [u for u, c in ends if c <= best[1] * NEAR_OPTIMAL + 1e-12]
+        return best[0], near
+
+
+def _intervals(names, u, near, r, J) -> tuple[dict, dict]:
+    """``(interval in u per name, interval share of the range per name)``: ±1.96 σ from
+    ``s² (JᵀJ)⁻¹``, joined with the other near-optimal end points, clipped to [0, 1]."""
+    n, k = J.shape
+    s2 = max(float(r @ r) / max(n - k, 1), NOISE_LOG ** 2)
+    cov = s2 * np.linalg.pinv(J.T @ J)
+    sd = np.sqrt(np.clip(np.diag(cov), 0.0, None))
+    out, share = {}, {}
+    for j, name in enumerate(names):
+        lo = min([u[j] - 1.96 * sd[j]] + [e[j] for e in near])
+        hi = max([u[j] + 1.96 * sd[j]] + [e[j] for e in near])
+        lo, hi = max(lo, 0.0), min(hi, 1.0)
+        out[name] = (lo, hi)
+        share[name] = hi - lo
+    return out, share
+
+
+def _loo(J, r) -> float | None:
+    """Leave-one-out MAPE by the hat matrix ``r_i / (1 - h_ii)`` (None if singular)."""
+    try:
+        H = J @ np.linalg.pinv(J.T @ J) @ J.T
+    except np.linalg.LinAlgError:
+        return None
+    h = np.clip(np.diag(H), 0.0, 0.999)
+    return float(np.mean(np.abs(np.exp(r / (1 - h)) - 1)))
+
+
+def _condition(J) -> float:
+    norms = np.linalg.norm(J, axis=0)
+    if np.any(norms == 0):
+        return math.inf
+    sv = np.linalg.svd(J / norms, compute_uv=False)
+    return math.inf if sv[-1] <= 0 else float(sv[0] / sv[-1])
+
+
+def _refusal(name: str, why: str) -> str:
+    return f"{name}: {why}; {DETERMINING_RUN.get(name, 'add runs that depend on it')}"
 
 
 def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
               params: tuple[str, ...] | None, source: str) -> GroupFit:
     """Fit one group (see the module docstring). Raises :class:`InputError` when the runs
-    cannot determine an explicitly requested parameter."""
+    cannot determine an explicitly requested parameter (naming the kind of run that
+    would)."""
     explicit = params is not None
     names = list(params or default_parameters(precision))
     for n in names:
         if n not in FIT_PARAMETERS:
             raise InputError("params", n, "unknown; fit one of " + ", ".join(FIT_PARAMETERS))
-    names = [n for n in names if n == "host_op_us" or getattr(base_gpu.efficiency, n) is not None]
-    before = {n: parameter_value(base_gpu, n) for n in names}
-    x0 = np.log(np.array([before[n] for n in names], dtype=float))
-    r0, J = _jacobian(prepared, base_gpu, names, x0, source)
-    kept, notes = _determined(J, names)
-    if explicit and kept != names:
-        raise InputError("params", ",".join(names), "not determined by these "
-                         f"{len(prepared)} runs: " + "; ".join(notes))
-    if len(prepared) < len(kept) + 1:
-        msg = (f"{len(prepared)} runs of {base_gpu.name} {precision} determine at most "
-               f"{max(len(prepared) - 1, 0)} parameters; {len(kept)} asked "
-               f"({', '.join(kept)})")
-        if explicit:
-            raise InputError("runs", len(prepared), msg)
-        while len(kept) >= len(prepared) and kept:
-            dropped = kept.pop()
-            notes.append(f"{dropped}: left out ({msg})")
+    nominal = all(p.cluster._measured is None for p in prepared)
+    names = [n for n in names if (n in LINK_PARAMETERS and nominal)
+             or n == "host_op_us"
+             or (n not in LINK_PARAMETERS and getattr(base_gpu.efficiency, n) is not None)]
+    before = {n: parameter_value(base_gpu, n, prepared[0].cluster) for n in names}
+    pricer = _Pricer(prepared, base_gpu, source)
+    t0 = pricer.rebase({})
+    r0 = np.log(t0 / pricer.measured)
     mape_before = float(np.mean(np.abs(np.exp(r0) - 1)))
+    notes: list[str] = []
+    refused: list[str] = []
+
+    # 1. the effect of each parameter's whole range on the runs' times
+    effect = {}
+    for n in names:
+        lo, hi, _ = PARAMETER_RANGES[n]
+        t_lo, t_hi = pricer.fast({n: lo}), pricer.fast({n: hi})
+        effect[n] = float(np.max(np.abs(np.log(t_hi / t_lo))))
+    kept = []
+    for n in names:
+        if effect[n] < MIN_RANGE_EFFECT:
+            refused.append(_refusal(n, f"the runs cannot determine it (its whole range "
+                                       f"{_range_name(n)} moves no run's time by "
+                                       f"{100 * MIN_RANGE_EFFECT:.0f} %)"))
+        else:
+            kept.append(n)
+    # 2. forward selection, the parameters that move the runs most first: each one is kept
+    # if the runs leave a degree of freedom for the noise, tell it apart from those kept,
+    # pin it to part of its range and (without explicit parameters) predict the runs left
+    # out better with it
+    kept.sort(key=lambda n: -effect[n])
+    limit = max(len(prepared) - 1, 0)
+    fixed_before = {n: before[n] for n in names}
+    selected: list[str] = []
+    result = None
+    loo_prev = mape_before
+    for n in kept:
+        if len(selected) >= limit:
+            refused.append(_refusal(n, f"left out: {len(prepared)} runs of {base_gpu.name} "
+                                       f"{precision} determine at most {limit} parameters "
+                                       f"and the others move the runs more"))
+            continue
+        trial = selected + [n]
+        fitter = _Fitter(pricer, {k: v for k, v in fixed_before.items() if k not in trial})
+        start = dict(before) | ({} if result is None else _values(result[0], result[1], {}))
+        u, near = fitter.multistart(trial, start)
+        pricer.rebase(_values(trial, u, fitter.fixed))
+        u, _ = fitter.solve(trial, u, max_nfev=4)
+        r = fitter.resid(trial, u)
+        J = fitter.jac(trial, u, r)
+        iv, share = _intervals(trial, u, near, r, J)
+        if len(trial) > 1 and _condition(J) > MAX_CONDITION:
+            refused.append(_refusal(n, "not separable from " + ", ".join(selected)
+                                       + " on these runs"))
+            continue
+        wide = [k for k in trial if share[k] > MAX_INTERVAL_SHARE]
+        if wide:
+            j = trial.index(n)
+            bound = ("" if 0.0 < u[j] < 1.0 else
+                     f" (the fit sits at its {'upper' if u[j] >= 1.0 else 'lower'} bound: "
+                     f"the runs ask for a value outside its plausible range)")
+            what = (f"the runs leave it anywhere in {100 * share[n]:.0f} % of its range "
+                    f"{_range_name(n)}{bound}" if n in wide else
+                    f"with it the runs leave {', '.join(wide)} unpinned")
+            refused.append(_refusal(n, what))
+            continue
+        loo = _loo(J, r)
+        if not explicit and loo is not None and loo >= loo_prev:
+            refused.append(f"{n}: left out (the runs left out are predicted no better with "
+                           f"it: leave-one-out {100 * loo:.1f} % vs {100 * loo_prev:.1f} % "
+                           + ("with the preset values)" if not selected else
+                              f"with {', '.join(selected)})"))
+            continue
+        selected, loo_prev = trial, (loo if loo is not None else loo_prev)
+        result = (list(trial), u, fitter, r, J, iv, loo)
+    if explicit and refused:
+        raise InputError("params", ",".join(names), f"not determined by these "
+                         f"{len(prepared)} runs: " + "; ".join(refused))
+    notes += refused
 
     def unfitted() -> GroupFit:          # the preset values stay
         return GroupFit(gpu=base_gpu.name, precision=precision, runs=len(prepared),
-                        parameters={}, before=before, mape_before=mape_before,
-                        mape_after=mape_before, loo_mape=None, notes=notes)
-    if not kept:
+                        parameters={}, before={k: round(float(v), 6) for k, v in before.items()},
+                        mape_before=mape_before, mape_after=mape_before, loo_mape=None,
+                        notes=notes)
+    if result is None:
         return unfitted()
-    fits = [_fit(prepared, base_gpu, names, before, x0, sub, source)
-            for sub in ([kept] if explicit else _subsets(kept))]
-    # without explicit parameters: the subset that best predicts the runs left out
-    best = min(fits, key=lambda f: (f[2] is None, f[2] if f[2] is not None else 0.0,
-                                    -len(f[0])))
-    if not explicit:
-        for n in kept:
-            if n not in best[0]:
-                notes.append(f"{n}: left out (the leave-one-out error is lower without it)")
-        if best[2] is not None and best[2] >= mape_before:
-            notes.append(f"no fit predicts the runs left out better than the preset values "
-                         f"(leave-one-out {100 * best[2]:.1f} % vs {100 * mape_before:.1f} %)")
-            return unfitted()
-    values, r, loo, fit_notes = best
+    kept, u, fitter, r, J, iv, loo = result
+    values = _values(kept, u, {})
+    t = pricer.rebase(_values(kept, u, fitter.fixed))
+    r = np.log(t / pricer.measured)
+    intervals = {n: [round(_values([n], [iv[n][0]], {})[n], 6),
+                     round(_values([n], [iv[n][1]], {})[n], 6)] for n in kept}
+    params_out = {k: round(float(v), 6) for k, v in values.items()}
+    for n in kept:        # rounding must not leave the value outside its interval
+        intervals[n] = [min(intervals[n][0], params_out[n]), max(intervals[n][1], params_out[n])]
     return GroupFit(gpu=base_gpu.name, precision=precision, runs=len(prepared),
-                    parameters={k: round(float(v), 6) for k, v in values.items()},
+                    parameters=params_out,
                     before={k: round(float(v), 6) for k, v in before.items()},
                     mape_before=mape_before, mape_after=float(np.mean(np.abs(np.exp(r) - 1))),
-                    loo_mape=loo, notes=notes + fit_notes)
-
-
-def _subsets(names: list[str]) -> list[list[str]]:
-    """Every non-empty subset of ``names``, largest first."""
-    return [list(c) for k in range(len(names), 0, -1)
-            for c in itertools.combinations(names, k)]
-
-
-def _fit(prepared, base_gpu, names, before, x0, kept, source):
-    """Least-squares fit of ``kept`` (the others at ``before``): ``(values, log residuals,
-    leave-one-out MAPE or None, notes)``; the leave-one-out error from the hat matrix of the
-    linearised fit (``r_i / (1 - h_ii)``)."""
-    from scipy.optimize import least_squares
-
-    idx = [names.index(n) for n in kept]
-    lo = np.array([math.log(1e-3) for _ in kept])
-    hi = np.array([0.0 if n in FRACTIONS else math.log(MAX_HOST_OP_US) for n in kept])
-    start = np.clip(x0[idx], lo + 1e-9, hi - 1e-9)
-    fixed = {n: before[n] for n in names if n not in kept}
-
-    def resid(x):
-        gpu = with_parameters(base_gpu, fixed, source) if fixed else base_gpu
-        return _residuals(prepared, gpu, kept, x, source)
-
-    sol = least_squares(resid, start, bounds=(lo, hi), diff_step=0.02, x_scale=1.0,
-                        max_nfev=60)
-    values = dict(zip(kept, np.exp(sol.x)))
-    r = sol.fun
-    Jf = sol.jac
-    loo, notes = None, []
-    try:
-        H = Jf @ np.linalg.pinv(Jf.T @ Jf) @ Jf.T
-        h = np.clip(np.diag(H), 0.0, 0.999)
-        loo = float(np.mean(np.abs(np.exp(r / (1 - h)) - 1)))
-    except np.linalg.LinAlgError:
-        notes.append("leave-one-out error not computable (singular Jacobian)")
-    return values, r, loo, notes
+                    loo_mape=loo, intervals=intervals, notes=notes)
 
 
 def prepared_runs(runs: list[MeasuredRun]) -> list[_Prepared]:
@@ -257,14 +457,21 @@ def calibrate_runs(runs: list[MeasuredRun], params: tuple[str, ...] | None = Non
     for (gname, prec), (gpu, prepared) in (progress(items) if progress else items):
         fits.append(fit_group(prepared, gpu, prec, params, source))
     values: dict = {}
+    intervals: dict = {}
     for f in fits:
         if f.parameters:
             values.setdefault(f.gpu, {})[f.precision] = dict(f.parameters)
+            intervals.setdefault(f.gpu, {})[f.precision] = {k: tuple(iv) for k, iv
+                                                            in f.intervals.items()}
     if not values:
-        raise InputError("runs", len(runs), "no parameter is determined by these runs: "
-                         + "; ".join(n for f in fits for n in f.notes))
-    cal = Calibration(values=values, fit={"source": source,
-                                          "groups": [f.to_dict() for f in fits]})
+        notes = [n for f in fits for n in f.notes]
+        head = ("nothing fitted: what these runs determine predicts the runs left out no "
+                "better than the preset values" if any("predicted no better" in n
+                                                       for n in notes)
+                else "no parameter is determined by these runs")
+        raise InputError("runs", len(runs), head + ": " + "; ".join(notes))
+    cal = Calibration(values=values, intervals=intervals,
+                      fit={"source": source, "groups": [f.to_dict() for f in fits]})
     return cal, fits
 
 

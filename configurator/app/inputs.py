@@ -55,7 +55,7 @@ def resolve(inputs: JobInputs, *, exclude_flagged: bool | None = None,
         from topology.calibration import load_calibration
 
         cal = load_calibration(inputs.calibration)
-        cluster = cluster.with_gpu(cal.apply(cluster.gpu, precision))
+        cluster = cal.apply_cluster(cluster, precision)
     return model, cluster, profile
 
 

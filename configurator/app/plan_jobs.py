@@ -8,7 +8,9 @@ import textwrap
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from configurator.app.inputs import JobInputs, host_pool, resolve
+import numpy as np
+
+from configurator.app.inputs import JobInputs, host_pool, resolve, resolve_uncalibrated
 from configurator.app.training_jobs import (TrainingRequest, objective_note,
                                             pick_scaling_row, price_evaluation, rank_plans,
                                             scaling_summary, training_inputs, training_line)
@@ -25,7 +27,7 @@ from configurator.search.evaluate import Evaluation, evaluate_plan
 from configurator.search.placement_search import (RANDOM_PLACEMENTS, host_health_order,
                                                   place_plan, place_search_result,
                                                   placement_on_cluster)
-from configurator.search.rank import SearchResult, best_layer_split, search
+from configurator.search.rank import RERANK_K, SearchResult, best_layer_split, search
 from configurator.search.space import SearchSpace
 from memory_model.estimate import DEFAULT_MAX_MEMORY_FRACTION
 
@@ -104,8 +106,9 @@ def run_search(req: SearchRequest) -> SearchOutcome:
     space = search_space(model, req)
     note = nodes_note(req.inputs, cluster)
     try:
-        res, used = ranked_search(req, model, cluster, space, req.top, keep_ranking=bool(req.out),
-                                  profile=profile)
+        compare = bool(req.inputs.calibration) and not req.inputs.topology
+        res, used = ranked_search(req, model, cluster, space, req.top,
+                                  keep_ranking=bool(req.out) or compare, profile=profile)
     except NoFeasiblePlanError as err:
         raise NoFeasiblePlanError(f"{err}{note}") from None
     header = (f"{model.name} on {used.num_nodes}x{used.gpus_per_node} "
@@ -131,6 +134,9 @@ def run_search(req: SearchRequest) -> SearchOutcome:
                    f"Megatron's order on the first hosts ({gain:+.1f} %), random median "
                    f"{pl.random_median_iteration_time_s:.3f} s")
     doc = search_document(model, used, res)
+    if compare:
+        doc["calibration_change"] = calibration_change(req, model, res, profile)
+        header += "\n" + doc["calibration_change"]["summary"]
     if req.inputs.exclude_flagged:
         doc["exclusion"] = exclusion_effect(req, model, cluster, res, space, profile)
         header += "\n" + doc["exclusion"]["summary"]
@@ -140,6 +146,47 @@ def run_search(req: SearchRequest) -> SearchOutcome:
                                        document=doc)
     return SearchOutcome(result=res, header=header, document=doc, nodes=used.num_nodes,
                          written=written)
+
+
+def _short(plan) -> str:
+    return (f"tp {plan.tp} pp {plan.pp} dp {plan.dp} cp {plan.cp} mbs "
+            f"{plan.micro_batch_size} recompute {plan.recompute}")
+
+
+def calibration_change(req: SearchRequest, model, res: SearchResult, profile=None) -> dict:
+    """How the calibration (``req.inputs.calibration``) changed the ranking of a search
+    kept with its ranking: every feasible plan priced again in closed form with the presets'
+    figures; the uncalibrated best's rank under the calibration and the calibrated best's
+    rank without it (ranks from 1, closed form), with ``summary`` a line saying so."""
+    from configurator.cost.iteration import iteration_time
+    from configurator.search.rank import in_chunks
+
+    _, base = resolve_uncalibrated(req.inputs)
+    cand, t_cal = res.ranked, res.ranked_time_s
+    t_unc = in_chunks(cand, lambda c, _rows: iteration_time(model, base, c, profile=profile)[
+        "iteration_time_s"])
+    old = int(np.argmin(t_unc))
+    best = res.plans[0].plan
+    new = next((i for i in range(min(len(cand), 4 * RERANK_K)) if cand.plan(i) == best), 0)
+    old_rank = 1 + int(np.sum(t_cal < t_cal[old]))
+    new_rank = 1 + int(np.sum(t_unc < t_unc[new]))
+    out = {"uncalibrated_best": cand.plan(old).to_dict(), "uncalibrated_best_rank": old_rank,
+           "calibrated_best_rank_uncalibrated": new_rank,
+           "uncalibrated_best_time_s": {"uncalibrated": float(t_unc[old]),
+                                        "calibrated": float(t_cal[old])},
+           "calibrated_best_time_s": {"uncalibrated": float(t_unc[new]),
+                                      "calibrated": float(t_cal[new])}}
+    if old == new or old_rank == 1:
+        out["summary"] = (f"calibration {req.inputs.calibration}: the best plan is the same "
+                          f"as without it ({_short(best)}; closed form {t_unc[new]:.3f} s "
+                          f"-> {t_cal[new]:.3f} s)")
+    else:
+        out["summary"] = (f"calibration {req.inputs.calibration} changed the ranking: the "
+                          f"best without it ({_short(cand.plan(old))}) ranks #{old_rank} "
+                          f"here ({t_unc[old]:.3f} s -> {t_cal[old]:.3f} s, closed form); "
+                          f"this best ranked #{new_rank} without it ({t_unc[new]:.3f} s -> "
+                          f"{t_cal[new]:.3f} s)")
+    return out
 
 
 def nodes_note(inputs: JobInputs, cluster) -> str:

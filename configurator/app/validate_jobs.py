@@ -148,7 +148,7 @@ def check_run(run: MeasuredRun, calibration=None) -> RunCheck:
     try:
         model, cluster, run = priced_run(run)
         if calibration is not None:
-            cluster = cluster.with_gpu(calibration.apply(cluster.gpu, run.plan.precision))
+            cluster = calibration.apply_cluster(cluster, run.plan.precision)
         group = group or f"{cluster.gpu.name} {run.plan.precision}"
         ev: Evaluation = evaluate_plan(model, cluster, run.plan, measured=True)
     except InputError as exc:

@@ -13,7 +13,7 @@ from typing import Callable
 
 from configurator.cli import (audit_command, cluster_plan_command, examples_command,
                               plan_commands, probe_command, profile_command, topology_commands,
-                              validate_commands)
+                              trial_command, validate_commands)
 from configurator.core.errors import one_line
 from configurator.core.validate import did_you_mean
 
@@ -171,15 +171,34 @@ COMMANDS: tuple[Command, ...] = (
                       "configurator validate --cluster dgx-h100-80gb train.log --out "
                       "report.html")),
     Command("calibrate", "fit a GPU's efficiencies to measured runs",
-            "Fit, per GPU type and precision, the GEMM and fused-attention efficiencies and "
-            "the host time per operation to measured runs by least squares;report the "
-            "error before and after and the leave-one-out error; refuse parameters the runs "
-            "do not determine. Use the file with search/estimate/validate --calibration.",
+            "Fit, per GPU type and precision, the GEMM and fused-attention efficiencies, "
+            "the host time per operation and the intra- and inter-node link efficiencies to "
+            "measured runs by bounded, multi-start least squares within each parameter's "
+            "physically plausible range (no efficiency above 1); report each fitted value "
+            "with its 95 % interval, the error before and after and the leave-one-out error; "
+            "refuse what the runs cannot determine over that whole range and name the kind "
+            "of run that would. Use the file with search/estimate/validate --calibration.",
             validate_commands.add_calibrate_arguments, validate_commands.run_calibrate,
             INPUT_EPILOG,
             examples=("configurator calibrate -o calib.yaml",
                       "configurator calibrate my-runs.csv -o calib.yaml && configurator "
                       "validate my-runs.csv --calibration calib.yaml")),
+    Command("trial", "choose the few short runs that best settle the ranking",
+            "For a job (model, cluster, global batch), from the plans the search keeps or "
+            "those of --plans: the best plans whose predicted times are within the "
+            "uncertainty of their difference, plus the runs that pin down the parameters "
+            "their order depends on (GEMM-bound, attention-bound, host-bound, "
+            "communication-heavy), chosen by the sensitivity of every plan's time to each "
+            "parameter in the cost model. --out writes their launch scripts (mock data, a "
+            "few dozen iterations); then calibrate on their logs and search --calibration "
+            "re-ranks.",
+            trial_command.add_trial_arguments, trial_command.run_trial_command, PLAN_EPILOG,
+            examples=("configurator trial --model llama3-8b --cluster dgx-h100-80gb "
+                      "--nodes 2 --gbs 128 --out trial/",
+                      "configurator trial --model llama3-70b --cluster dgx-h100-80gb "
+                      "--nodes 16 --gbs 512 --plans plan/plans.json --runs 4 --out trial/"),
+            usage="configurator trial --model M --cluster C --gbs G [--nodes N] [--plans "
+                  "FILE] [--runs K] [--out DIR] [options]"),
     Command("profile", "time one transformer layer with torch (CUDA or CPU)",
             "Time one transformer layer's forward and backward with torch on the local device "
             "(CUDA when present, else the CPU) at the per-rank shapes of each --tp/--cp/--mbs,"

@@ -172,8 +172,10 @@ def add_calibrate_arguments(p) -> None:
     groups["fit"].add_argument(
         "--params", metavar="P1,P2",
         help="parameters to fit, of: " + ", ".join(FIT_PARAMETERS)
-             + " (default: the precision's GEMM efficiency, flash_attention and host_op_us, "
-               "each only where the runs determine it)")
+             + " (default: the precision's GEMM efficiency, flash_attention, host_op_us and "
+               "the intra- and inter-node link efficiencies, each only where the runs "
+               "determine it; an explicit parameter the runs cannot determine is an error "
+               "naming the run that would)")
     g = groups["output"]
     add_out(g, "calibration file to write (YAML); refused if it exists without --force",
             required=True)
@@ -199,10 +201,11 @@ def run_calibrate(args) -> int:
         print(jsonout.dumps({"out": path, "groups": [f.to_dict() for f in fits]}, indent=2))
         return 0
     print(f"{'gpu':<14} {'precision':<9} {'runs':>4} {'MAPE before':>11} {'after':>7} "
-          f"{'leave-one-out':>13}  fitted")
+          f"{'leave-one-out':>13}  fitted [95 % interval]")
     for f in fits:
         loo = "-" if f.loo_mape is None else f"{100 * f.loo_mape:.1f}%"
-        fitted = ", ".join(f"{k} {f.before[k]:.3g} -> {v:.3g}" for k, v in f.parameters.items())
+        fitted = ", ".join(f"{k} {f.before[k]:.3g} -> {v:.3g} [{f.intervals[k][0]:.3g}, "
+                           f"{f.intervals[k][1]:.3g}]" for k, v in f.parameters.items())
         print(f"{f.gpu:<14} {f.precision:<9} {f.runs:>4} {100 * f.mape_before:>10.1f}% "
               f"{100 * f.mape_after:>6.1f}% {loo:>13}  {fitted or 'nothing determined'}")
         for n in f.notes:

@@ -1,0 +1,356 @@
+"""``configurator trial``: the few short runs that best settle a job's ranking.
+
+For a job (model, cluster, global batch, nodes) the plans are those the search ranks (every
+legal plan that fits) or those of a file the user can run (``plans``). Each plan's
+sensitivity to the calibrated parameters (:data:`topology.calibration.PARAMETER_RANGES`) is
+taken numerically from the same cost model: ``S[p, j] = d log T_p / d log x_j`` by a forward
+step of :data:`LOG_STEP` (down for a fraction at its bound), every plan priced at once in
+closed form (:func:`configurator.cost.iteration.iteration_time`). Before any run each
+parameter is uncertain by ``σ_j``: its plausible range taken as ±2 σ in log
+(:func:`prior_log_sd`).
+
+The runs chosen (``k``, default 5):
+
+1. **contenders**: the best plan and the next ones whose time is within the uncertainty of
+   their difference from the best's, ``log T_p − log T_b ≤ 1.96 ‖(S_p − S_b) σ‖`` (the
+   parameters move both plans, so the difference's uncertainty is what matters), at most
+   ``k − probes``;
+2. **probes**: for each parameter the contenders' ranking depends on (largest
+   ``max_p |S_p − S_b|_j σ_j`` first), the plan that most lowers that parameter's variance
+   given the runs already chosen: the Fisher information of the runs
+   ``F = diag(σ⁻²) + Σ S_p S_pᵀ / NOISE_LOG²`` and the drop of ``(F⁻¹)_jj`` by one more run
+   (Sherman-Morrison), every plan of the pool at once. Each probe is named by the parameter
+   it pins (host-bound, GEMM-bound, attention-bound, communication-heavy).
+
+The scripts are :func:`launchers.launch_files`' (mock data, ``iterations`` iterations,
+logging every one), one directory per run, with the SLURM job named ``trialN`` so that its
+log (``sbatch --output``) is the Megatron-LM log ``configurator calibrate`` reads.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shlex
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+
+from configurator.app.calibrate_jobs import NOISE_LOG
+from configurator.app.inputs import JobInputs, resolve_uncalibrated
+from configurator.core import validate as v
+from configurator.core.candidates import Candidates
+from configurator.core.errors import InputError
+from configurator.core.plan import describe_search_options, plan_from_dict, search_options
+from configurator.core.plan_values import RECOMPUTE
+from configurator.core.rules import check_plan
+from configurator.cost.communication import comm_figures, expert_comm_figures
+from configurator.cost.iteration import iteration_time
+from configurator.search.evaluate import evaluate_plan
+from configurator.search.rank import in_chunks, search
+from configurator.search.space import SearchSpace
+from memory_model.estimate import DEFAULT_MAX_MEMORY_FRACTION
+from topology.calibration import (LINK_PARAMETERS, PARAMETER_RANGES, gemm_parameter,
+                                  parameter_value, with_link_parameters, with_parameters)
+
+#: Step of the numerical sensitivity, in log of the parameter.
+LOG_STEP = 0.1
+#: Default number of runs, and of iterations each.
+DEFAULT_RUNS = 5
+DEFAULT_ITERATIONS = 30
+#: What a run that pins each parameter is called.
+PROBE_KIND = {"gemm": "GEMM-bound", "gemm_fp8": "GEMM-bound", "gemm_mxfp8": "GEMM-bound",
+              "flash_attention": "attention-bound", "host_op_us": "host-bound",
+              "intra_node_efficiency": "communication-heavy (NVLink)",
+              "inter_node_efficiency": "communication-heavy (network)"}
+
+
+def trial_parameters(precision: str) -> tuple[str, ...]:
+    """The parameters a trial's runs settle: those ``calibrate`` fits by default."""
+    return (gemm_parameter(precision), "flash_attention", "host_op_us") + LINK_PARAMETERS
+
+
+def prior_log_sd(name: str) -> float:
+    """σ of ``log x`` before any run: the plausible range taken as ±2 σ."""
+    lo, hi, _ = PARAMETER_RANGES[name]
+    return (math.log(hi) - math.log(lo)) / 4
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrialRequest:
+    """``configurator trial``: the job, the plan settings every plan carries (``options``,
+    as ``search``'s), an optional file of plans the user can run, how many runs and
+    iterations, and where to write the scripts."""
+
+    inputs: JobInputs
+    global_batch_size: int
+    options: Mapping[str, Any] = field(default_factory=dict)
+    plans: str | None = None
+    runs: int = DEFAULT_RUNS
+    iterations: int = DEFAULT_ITERATIONS
+    out: str | None = None
+    force: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrialRun:
+    """One chosen run: its plan, predicted time (s, the exact schedule), why it was chosen
+    (``contender`` or ``probe``), the parameter it pins (probes), and its sensitivities
+    ``d log T / d log x`` per parameter."""
+
+    index: int
+    plan: Any
+    predicted_iteration_time_s: float
+    role: str
+    reason: str
+    sensitivity: dict
+    directory: str | None = None
+
+    def to_dict(self) -> dict:
+        return {"index": self.index, "role": self.role, "reason": self.reason,
+                "predicted_iteration_time_s": self.predicted_iteration_time_s,
+                "sensitivity": self.sensitivity, "directory": self.directory,
+                "plan": self.plan.to_dict()}
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrialOutcome:
+    """The runs, the pool they were chosen from, each parameter's σ (log) before and after
+    the runs (the Fisher information of the chosen runs), the files written and the next
+    step's commands."""
+
+    runs: list[TrialRun]
+    pool: int
+    contenders: int
+    sd_before: dict
+    sd_after: dict
+    written: list[str]
+    next_steps: list[str]
+    header: str
+
+    def to_dict(self) -> dict:
+        return {"runs": [r.to_dict() for r in self.runs], "pool": self.pool,
+                "contenders": self.contenders, "log_sd_before": self.sd_before,
+                "log_sd_after": self.sd_after, "written": self.written,
+                "next_steps": self.next_steps, "header": self.header}
+
+
+def _load_plans(path: str, model, cluster, gbs: int) -> list:
+    """The plans of ``path``: a ``plans.json`` (``search --out``/``--json``: its entries'
+    ``config``) or a YAML/JSON mapping ``plans: [plan, ...]`` (:meth:`ParallelPlan.to_dict`
+    mappings), each checked against Megatron's rules, the cluster's GPU count and ``gbs``.
+    Raises :class:`InputError` naming the entry and field."""
+    data = v.load_mapping_file("plans", path)
+    entries = data.get("plans")
+    if not isinstance(entries, list) or not entries:
+        raise InputError("plans", path, "must hold a non-empty list 'plans' (a plans.json "
+                                        "of 'search --out', or plan mappings)")
+    plans = []
+    for i, e in enumerate(entries):
+        where = f"plans[{i}]"
+        cfg = e.get("config", e) if isinstance(e, Mapping) else e
+        plan = plan_from_dict(cfg, where + ".")
+        if plan.world_size != cluster.num_gpus:
+            raise InputError(f"{where}.world_size", plan.world_size,
+                             f"must be the job's {cluster.num_gpus} GPUs (--nodes)")
+        if plan.global_batch_size != gbs:
+            raise InputError(f"{where}.global_batch_size", plan.global_batch_size,
+                             f"must be the job's --gbs {gbs}")
+        check_plan(model, plan, plan.world_size)
+        plans.append(plan)
+    return plans
+
+
+def _batches(plans) -> list[tuple[np.ndarray, Candidates]]:
+    """Plans grouped by their shared (non-column) fields, each group one column store."""
+    groups: dict = {}
+    for i, p in enumerate(plans):
+        groups.setdefault(repr(sorted(Candidates.from_plan(p).shared.items())), []).append(i)
+    return [(np.array(ix), Candidates.from_plans([plans[i] for i in ix]))
+            for ix in groups.values()]
+
+
+def pool_times(model, cluster, pool, names: tuple[str, ...], values: Mapping[str, float]
+               ) -> np.ndarray:
+    """Closed-form iteration times (s) of every plan of ``pool`` (a :class:`Candidates` or
+    a list of plans) with the parameters ``values`` in place of the cluster's."""
+    cl = with_link_parameters(cluster.with_gpu(with_parameters(cluster.gpu, values, "trial")),
+                              values)
+    batches = [(None, pool)] if isinstance(pool, Candidates) else _batches(pool)
+    n = len(pool)
+    out = np.empty(n)
+    for ix, cand in batches:
+        def price(c, _rows, cl=cl):
+            comm = comm_figures(cl, c) | expert_comm_figures(cl, c)
+            return iteration_time(model, cl, c, comm=comm)["iteration_time_s"]
+        t = in_chunks(cand, price)
+        if ix is None:
+            out[:] = t
+        else:
+            out[ix] = t
+    return out
+
+
+def sensitivities(model, cluster, pool, names: tuple[str, ...]
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """``(times, S)``: the closed-form times of ``pool`` at the cluster's figures and
+    ``S[p, j] = d log T_p / d log x_j`` by a step of :data:`LOG_STEP` (downwards where the
+    step would leave the parameter's range)."""
+    base = {n: parameter_value(cluster.gpu, n, cluster) for n in names}
+    t0 = pool_times(model, cluster, pool, names, {})
+    cols = []
+    for n in names:
+        lo, hi, _ = PARAMETER_RANGES[n]
+        step = LOG_STEP if base[n] * math.exp(LOG_STEP) <= hi else -LOG_STEP
+        x = min(max(base[n] * math.exp(step), lo), hi)
+        t = pool_times(model, cluster, pool, names, {n: x})
+        cols.append(np.log(t / t0) / math.log(x / base[n]))
+    return t0, np.stack(cols, axis=1)
+
+
+def choose_runs(times: np.ndarray, S: np.ndarray, sd: np.ndarray, k: int,
+                names: tuple[str, ...]) -> tuple[list[tuple[int, str, str]], int, np.ndarray]:
+    """The module docstring's selection: ``([(pool index, role, reason)], contenders found,
+    σ (log) of each parameter after the chosen runs)``."""
+    n = len(times)
+    order = np.argsort(times, kind="stable")
+    b = int(order[0])
+    logt = np.log(times)
+    diff_sd = np.sqrt((((S - S[b]) * sd) ** 2).sum(axis=1))
+    close = [int(i) for i in order if logt[i] - logt[b] <= 1.96 * diff_sd[i]]
+    probes_wanted = min(3, k - 1, len(names))
+    n_top = max(1, min(len(close), k - probes_wanted))
+    chosen = [(i, "contender",
+               "predicted best" if i == b else
+               f"{100 * (times[i] / times[b] - 1):+.1f} % vs the best, within the "
+               f"uncertainty of the difference (±{196 * diff_sd[i]:.0f} %)")
+              for i in close[:n_top]]
+    F = np.diag(1.0 / sd ** 2)
+    for i, *_ in chosen:
+        F += np.outer(S[i], S[i]) / NOISE_LOG ** 2
+    # which parameters decide the contenders' order
+    spread = np.max(np.abs(S[[i for i in close[:max(n_top, 2)]]] - S[b]), axis=0) * sd
+    wanted = [j for j in np.argsort(-spread, kind="stable")]
+    taken = {i for i, *_ in chosen}
+    j_iter = iter(wanted * 2)
+    while len(chosen) < min(k, n):
+        j = next(j_iter, None)
+        if j is None:
+            break
+        Finv = np.linalg.inv(F)
+        G = S @ Finv                                  # [plans, params]
+        denom = NOISE_LOG ** 2 + np.einsum("ij,ij->i", G, S)
+        gain = G[:, j] ** 2 / denom                   # drop of (F^-1)_jj by each plan
+        gain[list(taken)] = -1.0
+        i = int(np.argmax(gain))
+        if gain[i] <= 0:
+            break
+        before = math.sqrt(Finv[j, j])
+        F += np.outer(S[i], S[i]) / NOISE_LOG ** 2
+        after = math.sqrt(np.linalg.inv(F)[j, j])
+        chosen.append((i, "probe", f"{PROBE_KIND.get(names[j], names[j])}: pins {names[j]} "
+                                   f"(log σ {before:.2f} -> {after:.2f})"))
+        taken.add(i)
+    sd_after = np.sqrt(np.diag(np.linalg.inv(F)))
+    return chosen, len(close), sd_after
+
+
+def run_trial(req: TrialRequest) -> TrialOutcome:
+    """Choose the runs (module docstring) and, with ``req.out``, write their launch
+    scripts. Raises :class:`InputError` (bad input) or
+    :class:`~configurator.core.errors.NoFeasiblePlanError` (no plan fits)."""
+    from launchers import TrainingArgs, check_out_dir, launch_files, write_files
+
+    if isinstance(req.runs, bool) or not isinstance(req.runs, int) or not 1 <= req.runs <= 64:
+        raise InputError("runs", req.runs, "must be in 1..64")
+    if (isinstance(req.iterations, bool) or not isinstance(req.iterations, int)
+            or not 10 <= req.iterations <= 10_000):
+        raise InputError("iterations", req.iterations, "must be in 10..10000 (the log's "
+                         "first iterations are warm-up)")
+    v.int_in_range("gbs", req.global_batch_size)
+    if req.inputs.topology or req.inputs.calibration:
+        raise InputError("trial", req.inputs.topology or req.inputs.calibration,
+                         "prices the presets' nominal links: not with --topology or "
+                         "--calibration")
+    options = search_options(**req.options)
+    model, cluster = resolve_uncalibrated(req.inputs)
+    names = tuple(n for n in trial_parameters(options["precision"])
+                  if n in LINK_PARAMETERS or n == "host_op_us"
+                  or getattr(cluster.gpu.efficiency, n) is not None)
+    if req.plans:
+        pool = _load_plans(req.plans, model, cluster, req.global_batch_size)
+        plan_of = pool.__getitem__
+    else:
+        res = search(model, cluster, req.global_batch_size, top_k=1,
+                     space=SearchSpace(recompute=RECOMPUTE), keep_ranking=True,
+                     max_memory_fraction=DEFAULT_MAX_MEMORY_FRACTION, **options)
+        pool = res.ranked
+        plan_of = pool.plan
+    times, S = sensitivities(model, cluster, pool, names)
+    sd = np.array([prior_log_sd(n) for n in names])
+    chosen, n_close, sd_after = choose_runs(times, S, sd, req.runs, names)
+
+    training = TrainingArgs(train_iters=req.iterations,
+                            lr_warmup_iters=min(10, req.iterations // 3)).checked()
+    runs, files = [], {}
+    for k, (i, role, reason) in enumerate(chosen, start=1):
+        plan = plan_of(i)
+        ev = evaluate_plan(model, cluster, plan)
+        d = f"trial{k}"
+        summary = {"iteration_time_s": round(ev.iteration_time_s, 3), "trial": f"{k} ({role})"}
+        files[k] = launch_files(model, plan, nodes=cluster.num_nodes,
+                                gpus_per_node=cluster.gpus_per_node, training=training,
+                                summary=summary, job_name=d)
+        runs.append(TrialRun(index=k, plan=plan, predicted_iteration_time_s=ev.iteration_time_s,
+                             role=role, reason=reason,
+                             sensitivity={n: round(float(S[i, j]), 4)
+                                          for j, n in enumerate(names)},
+                             directory=os.path.join(req.out, d) if req.out else None))
+    written = []
+    job = _job_words(req)
+    out = (req.out or "trial").rstrip("/") or "/"
+    logs = os.path.join(out, "logs")
+    next_steps = [
+        f"run each (N = 1..{len(runs)}): MEGATRON_LM_DIR=/path/to/Megatron-LM sbatch "
+        f"--output={shlex.quote(logs)}/trialN.log "
+        f"{shlex.quote(out)}/trialN/launch_slurm.sbatch   (or on one node: bash "
+        f"{shlex.quote(out)}/trialN/launch_torchrun.sh 2>&1 | tee {shlex.quote(logs)}/trialN.log)",
+        f"configurator calibrate {shlex.quote(logs)}/*.log --cluster "
+        f"{shlex.quote(req.inputs.cluster)} -o calib.yaml && configurator search {job} "
+        f"--calibration calib.yaml"]
+    if req.out:
+        from configurator.core import jsonout
+        from launchers import FILE_MODE
+
+        doc = {"model": model.to_dict(), "cluster": cluster.to_dict(),
+               "runs": [r.to_dict() for r in runs]}
+        top = {"trials.json": (jsonout.dumps(doc, indent=2).encode(), FILE_MODE)}
+        check_out_dir(req.out, list(top) + [f"trial{r.index}" for r in runs], req.force)
+        for r in runs:
+            check_out_dir(r.directory, files[r.index], req.force)
+        for r in runs:
+            written += write_files(r.directory, files[r.index], force=req.force)
+        written += write_files(req.out, top, force=req.force)
+        if not os.path.lexists(logs):       # where the runs' logs go (never through a link)
+            os.mkdir(logs)
+    header = (f"{model.name} on {cluster.num_nodes}x{cluster.gpus_per_node} "
+              f"{cluster.gpu.name}, gbs {req.global_batch_size}, seq {model.seq_length}, "
+              f"{options['precision']}{describe_search_options(options)}: "
+              f"{len(pool)} plans, {n_close} within the uncertainty of the best")
+    return TrialOutcome(runs=runs, pool=len(pool), contenders=n_close,
+                        sd_before={n: round(float(s), 3) for n, s in zip(names, sd)},
+                        sd_after={n: round(float(s), 3) for n, s in zip(names, sd_after)},
+                        written=written, next_steps=next_steps, header=header)
+
+
+def _job_words(req: TrialRequest) -> str:
+    words = ["--model", req.inputs.model, "--cluster", req.inputs.cluster]
+    if req.inputs.nodes is not None:
+        words += ["--nodes", str(req.inputs.nodes)]
+    words += ["--gbs", str(req.global_batch_size)]
+    if req.inputs.seq_length is not None:
+        words += ["--seq-length", str(req.inputs.seq_length)]
+    if req.options.get("precision") not in (None, "bf16"):
+        words += ["--precision", str(req.options["precision"])]
+    return " ".join(shlex.quote(w) for w in words)

@@ -1,0 +1,102 @@
+"""``configurator trial``: which short runs it chooses, and the files and next step it
+writes."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from configurator.app.trial_jobs import choose_runs, prior_log_sd
+from configurator.cli import main
+from topology.calibration import PARAMETER_RANGES
+
+NAMES = ("gemm", "flash_attention", "host_op_us", "inter_node_efficiency")
+
+
+def test_prior_is_the_plausible_range_as_two_sigma():
+    lo, hi, _ = PARAMETER_RANGES["host_op_us"]
+    assert prior_log_sd("host_op_us") == np.log(hi / lo) / 4
+
+
+def test_contenders_are_the_plans_within_the_uncertainty_of_their_difference():
+    # plans 0-2 near the best but differing in how they depend on the network; plan 3 far
+    # slower; plan 4 host-bound; plan 5 moved by GEMMs alone
+    times = np.array([1.0, 1.03, 1.05, 3.0, 2.0, 2.5])
+    S = np.array([[-0.8, -0.1, 0.0, -0.05],
+                  [-0.6, -0.1, 0.0, -0.4],
+                  [-0.7, -0.1, 0.0, -0.3],
+                  [-0.8, -0.1, 0.0, -0.05],
+                  [-0.1, 0.0, 0.9, 0.0],
+                  [-1.0, 0.0, 0.0, 0.0]])
+    sd = np.array([prior_log_sd(n) for n in NAMES])
+    chosen, n_close, sd_after = choose_runs(times, S, sd, 5, NAMES)
+    idx = [i for i, *_ in chosen]
+    assert idx[0] == 0 and chosen[0][1] == "contender"
+    # 0-2, and 4: host-bound, within the host time's wide prior; 3 (same sensitivities as
+    # the best, 3 times slower) is not
+    assert n_close == 4 and 3 not in idx[:2]
+    assert [r for _, r, _ in chosen].count("contender") == 2
+    assert len(set(idx)) == 5
+    # the order of plans 0-2 depends on the network first: a probe pins it
+    probes = {i: why for i, role, why in chosen if role == "probe"}
+    assert any("inter_node_efficiency" in why for why in probes.values())
+    assert sd_after[NAMES.index("inter_node_efficiency")] < sd[NAMES.index(
+        "inter_node_efficiency")] / 3
+
+
+def test_trial_cli_writes_scripts_and_the_next_step(tmp_path, capsys):
+    out = tmp_path / "trial"
+    args = ["trial", "--model", "gpt-1.7b", "--cluster", "dgx-a100-80gb", "--nodes", "1",
+            "--gbs", "8", "--out", str(out)]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "configurator calibrate" in text and "--calibration calib.yaml" in text
+    assert "predicted best" in text
+    for k in range(1, 6):
+        assert (out / f"trial{k}" / "launch_torchrun.sh").exists()
+        assert (out / f"trial{k}" / "launch_slurm.sbatch").exists()
+    doc = json.loads((out / "trials.json").read_text())
+    assert len(doc["runs"]) == 5 and doc["runs"][0]["role"] == "contender"
+    assert main(args) == 2                            # nothing overwritten without --force
+    assert "exists" in capsys.readouterr().err
+    assert main(args + ["--force", "--runs", "0"]) == 2
+    assert "runs" in capsys.readouterr().err
+
+
+def test_trial_chooses_among_the_plans_of_a_file(tmp_path, capsys):
+    plan_dir = tmp_path / "plan"
+    assert main(["search", "--model", "gpt-1.7b", "--cluster", "dgx-a100-80gb", "--nodes",
+                 "1", "--gbs", "8", "--top", "6", "--out", str(plan_dir)]) == 0
+    capsys.readouterr()
+    plans = json.loads((plan_dir / "plans.json").read_text())["plans"]
+    assert main(["trial", "--model", "gpt-1.7b", "--cluster", "dgx-a100-80gb", "--nodes", "1",
+                 "--gbs", "8", "--plans", str(plan_dir / "plans.json"), "--runs", "3",
+                 "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    given = [p["config"] for p in plans]
+    assert doc["pool"] == 6 and len(doc["runs"]) == 3
+    for r in doc["runs"]:
+        assert {k: r["plan"][k] for k in ("tp", "pp", "dp", "micro_batch_size")} in [
+            {k: g[k] for k in ("tp", "pp", "dp", "micro_batch_size")} for g in given]
+    # a plan of another batch size is refused, naming the entry
+    bad = tmp_path / "bad.json"
+    plans[0]["config"]["global_batch_size"] = 16
+    bad.write_text(json.dumps({"plans": plans}))
+    assert main(["trial", "--model", "gpt-1.7b", "--cluster", "dgx-a100-80gb", "--nodes", "1",
+                 "--gbs", "8", "--plans", str(bad)]) == 2
+    assert "plans[0]" in capsys.readouterr().err
+
+
+def test_search_with_calibration_says_how_the_ranking_changed(tmp_path, capsys):
+    cal = tmp_path / "cal.yaml"
+    cal.write_text("format: configurator-calibration/1\ngpus:\n  a100-80gb:\n    bf16:\n"
+                   "      gemm: 0.5\n      intra_node_efficiency: 0.35\n")
+    assert main(["search", "--model", "gpt-1.7b", "--cluster", "dgx-a100-80gb", "--nodes",
+                 "1", "--gbs", "8", "--calibration", str(cal), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    change = doc["calibration_change"]
+    assert change["uncalibrated_best_rank"] >= 1
+    assert "calibration" in change["summary"]
+    # slower NVLink favours less tp: the old best is no longer first
+    assert change["uncalibrated_best_rank"] > 1
