@@ -118,16 +118,24 @@ def run_plan(req: PlanRequest) -> PlanOutcome:
     space = search_space(model, sreq)
     drain = tuple(h for h in report.drain_hosts if h in cluster.hosts)
     res = used = None
+    fewer: dict[bool, str] = {}     # exclude_flagged -> why fewer hosts than offered
+
+    def search_hosts(top: int, exclude_flagged: bool):
+        found, why = search_on_fewer_hosts(sreq, model, cluster, space, top,
+                                           exclude_flagged=exclude_flagged, nodes=req.nodes)
+        if why:
+            fewer[exclude_flagged] = why
+        return found
+
     try:
-        res, used = ranked_search(sreq, model, cluster, space, req.top)
+        res, used = search_hosts(req.top, False)
     except (InputError, NoFeasiblePlanError):
         if not drain:
             raise
     excluded, alternative, known = (), None, {}
     if drain and (req.nodes is None or req.nodes <= cluster.num_nodes - len(drain)):
         try:
-            res_x, used_x = ranked_search(sreq, model, cluster, space, 1,
-                                          exclude_flagged=True)
+            res_x, used_x = search_hosts(1, True)
         except (InputError, NoFeasiblePlanError):
             if res is None:
                 raise
@@ -152,7 +160,7 @@ def run_plan(req: PlanRequest) -> PlanOutcome:
     default_crossings = island_crossings(best.plan, first, cluster.gpus_per_node,
                                          report.islands)
     summary = plan_summary(model, cluster, req, best, report, excluded, alternative, costs,
-                           crossings, default_crossings)
+                           crossings, default_crossings, fewer=fewer.get(bool(excluded)))
     header = summary[0]
     doc = search_document(model, used, res)
     written = _write_plan(req, model, cluster, used, res, header, doc, report, costs, summary,
@@ -162,15 +170,56 @@ def run_plan(req: PlanRequest) -> PlanOutcome:
                        crossings=crossings, written=written, summary=summary)
 
 
+def search_on_fewer_hosts(sreq, model, cluster, space, top: int, *, exclude_flagged: bool,
+                          nodes: int | None):
+    """``((result, cluster used), why)``: the placed search of ``sreq`` on the measured
+    hosts (all of them, or those the audit does not flag with ``exclude_flagged``). When
+    ``nodes`` is not given and no tp·pp·cp·dp layout of that many GPUs takes the batch
+    (e.g. 13 hosts, 104 GPUs, global batch 128), the most hosts that have a legal layout
+    are used instead (as ``--nodes-range`` would try them, from the most down) and ``why``
+    says so; else ``why`` is ``""``. Raises :class:`InputError` naming the flags that would
+    give a plan when no count of hosts has one, :class:`NoFeasiblePlanError` when legal
+    plans exist but none fits."""
+    from configurator.app.inputs import host_pool
+    from configurator.app.plan_jobs import ranked_search
+
+    try:
+        return ranked_search(sreq, model, cluster, space, top,
+                             exclude_flagged=exclude_flagged), ""
+    except InputError as err:
+        if nodes is not None or err.field != "global_batch_size":
+            raise
+        first = err
+    pool, _, _ = host_pool(sreq.inputs, cluster, exclude_flagged=exclude_flagged)
+    gpn = cluster.gpus_per_node
+    for n in range(len(pool) - 1, 0, -1):
+        try:
+            found = ranked_search(sreq, model, cluster, space, top,
+                                  exclude_flagged=exclude_flagged, nodes=n)
+        except InputError as err:
+            if err.field != "global_batch_size":
+                raise
+            continue
+        return found, (f"no legal layout of all {len(pool)} hosts ({len(pool) * gpn} GPUs) "
+                       f"for global batch {sreq.global_batch_size}: {n} is the most hosts "
+                       f"with one (--nodes N to choose, --gbs to change the batch)")
+    raise InputError("global_batch_size", sreq.global_batch_size,
+                     f"no legal plan on any 1..{len(pool)} of the measured hosts "
+                     f"({first.rule.split(': ', 1)[-1]}): another --gbs gives one") from None
+
+
 def plan_summary(model, cluster, req, best, report, excluded, alternative, costs,
-                 crossings, default_crossings) -> list[str]:
+                 crossings, default_crossings, fewer: str = "") -> list[str]:
     """The lines ``plan`` prints (and the report's summary): the chosen plan, the audit in
-    one line, the hosts left out and why, the islands the placement keeps groups in, and
-    the findings that cost most."""
+    one line, the hosts left out and why (flagged by the audit, or ``fewer``: no legal
+    layout on all of them), the islands the placement keeps groups in, and the findings
+    that cost most."""
+    from configurator.app.plan_jobs import seq_note
+
     p = best.plan
     nodes = best.placement.nodes
     lines = [f"{model.name} on {nodes} of {cluster.num_nodes} measured hosts "
-             f"({cluster.gpus_per_node} x {cluster.gpu.name} each), gbs "
+             f"({cluster.gpus_per_node} x {cluster.gpu.name} each){seq_note(model)}, gbs "
              f"{p.global_batch_size}: tp {p.tp} pp {p.pp} dp {p.dp} cp {p.cp} vp {p.vp} mbs "
              f"{p.micro_batch_size} recompute {p.recompute}, {best.iteration_time_s:.3f} s "
              f"per iteration, {best.tokens_per_s_per_gpu:,.0f} tokens/s per GPU"]
@@ -184,6 +233,9 @@ def plan_summary(model, cluster, req, best, report, excluded, alternative, costs
     elif alternative is not None:
         lines.append(f"kept every host: {best.iteration_time_s:.3f} s vs {alternative:.3f} s "
                      f"without the flagged ones")
+    if fewer:
+        unused = [h for h in best.placement.excluded_hosts if h not in excluded]
+        lines.append(f"left out {', '.join(unused)}: {fewer}")
     pl = best.placement
     if pl.default_iteration_time_s:
         gain = 100 * (best.iteration_time_s / pl.default_iteration_time_s - 1)

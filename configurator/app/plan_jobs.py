@@ -101,7 +101,7 @@ def run_search(req: SearchRequest) -> SearchOutcome:
     except NoFeasiblePlanError as err:
         raise NoFeasiblePlanError(f"{err}{note}") from None
     header = (f"{model.name} on {used.num_nodes}x{used.gpus_per_node} "
-              f"{used.gpu.name}{note}, gbs {req.global_batch_size}, seq {model.seq_length}, "
+              f"{used.gpu.name}{note}, gbs {req.global_batch_size}, seq {model.seq_length}{model.seq_length_note}, "
               f"{req.precision}{describe_search_options(req.options)}"
               f": {res.candidates_evaluated} plans evaluated, "
               f"{res.feasible} fit, {res.search_time_s:.2f} s")
@@ -241,6 +241,13 @@ def split_note(fields: dict, plan) -> str:
     return "; layer split chosen: " + " ".join(words)
 
 
+def seq_note(model) -> str:
+    """``", seq N (why)"`` for a model whose sequence length was chosen for the user (a
+    Hugging Face config's: :attr:`ModelSpec.seq_length_note`), else ``""``."""
+    note = model.seq_length_note
+    return f", seq {model.seq_length}{note}" if note else ""
+
+
 def run_estimate(req: EstimateRequest) -> EstimateOutcome:
     """Memory per stage and iteration time of one plan (also one that does not fit).
 
@@ -262,7 +269,7 @@ def run_estimate(req: EstimateRequest) -> EstimateOutcome:
         e = evaluate_plan(model, cluster, plan, profile=profile)
         title = (f"{model.name} on {cluster.num_nodes} x {cluster.gpus_per_node} "
                  f"{cluster.gpu.name} ({cluster.name})" + nodes_note(req.inputs, cluster)
-                 + split_note(req.fields, plan))
+                 + seq_note(model) + split_note(req.fields, plan))
         return EstimateOutcome(evaluation=e, title=title,
                                written=_save_plan(req, model, cluster.to_dict(), e))
     check_placement_options(req)
@@ -284,7 +291,7 @@ def run_estimate(req: EstimateRequest) -> EstimateOutcome:
     e = evaluate_plan(model, cluster, plan, placed=placed, profile=profile)
     pl = e.placement
     title = (f"{model.name} on {nodes} of {cluster.num_nodes} x {cluster.gpus_per_node} "
-             f"{cluster.gpu.name} ({cluster.name}), placement {pl.method}: "
+             f"{cluster.gpu.name} ({cluster.name}){seq_note(model)}, placement {pl.method}: "
              f"{pl.iteration_time_s:.3f} s vs {pl.default_iteration_time_s:.3f} s default, "
              f"random median {pl.random_median_iteration_time_s:.3f} s")
     used = dict(cluster.to_dict(), nodes=nodes, num_gpus=nodes * cluster.gpus_per_node)
@@ -444,7 +451,8 @@ def run_scaling(req: SearchRequest, lo: int, hi: int) -> ScalingOutcome:
                    else list(e.placement.excluded_hosts), reason=None)
         rows.append(row)
     header = (f"{model.name} on {lo}..{hi} nodes of {cluster.gpus_per_node} "
-              f"{cluster.gpu.name}, gbs {req.global_batch_size}, seq {model.seq_length}, "
+              f"{cluster.gpu.name}, gbs {req.global_batch_size}, "
+              f"seq {model.seq_length}{model.seq_length_note}, "
               f"{req.precision}: best plan per node count")
     doc = {"scaling": rows}
     written = []

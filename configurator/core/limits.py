@@ -19,6 +19,7 @@ INT_RANGES: dict[str, tuple[int, int]] = {
     "ffn_hidden_size": (1, 1_048_576),
     "vocab_size": (1, 16_777_216),
     "seq_length": (1, 16_777_216),
+    "max_position_embeddings": (1, 2**31 - 1),
     "kv_channels": (1, 65_536),
     "rotary_base": (1, 2**40),
     "num_experts": (1, 65_536),
