@@ -123,6 +123,9 @@ def topology_from_dict(data: Mapping[str, Any], where: str = "topology") -> Topo
         raise InputError(f"{where}.version", data["version"], f"must be {VERSION}")
     hosts = tuple(_str(f"{where}.hosts[{i}]", h) for i, h in enumerate(_list(f"{where}.hosts",
                                                                            data["hosts"])))
+    if not hosts:
+        raise InputError(f"{where}.hosts", [], "must name at least one host: a topology with "
+                                               "no host measures nothing")
     if len(set(hosts)) != len(hosts):
         raise InputError(f"{where}.hosts", list(hosts), "host names must be unique")
     known = set(hosts)
@@ -224,7 +227,18 @@ def _file_key(path: str) -> tuple | None:
 
 def _read_topology(path: str) -> Topology:
     text = v.read_text_file("topology", path)
-    data = v.parse_mapping_text("topology", path, text, as_json=text.lstrip().startswith("{"))
+    try:
+        data = v.parse_mapping_text("topology", path, text,
+                                    as_json=text.lstrip().startswith("{"))
+    except InputError:
+        from topology.importers import detect_format
+
+        fmt = detect_format(text)
+        if fmt in ("nccl-tests", "nvidia-smi"):
+            raise InputError("topology", path, f"is {fmt} output, not a topology file: "
+                             "'configurator topology import' makes one of it (plan --logs "
+                             "takes it as it is)") from None
+        raise
     return topology_from_dict(data)
 
 

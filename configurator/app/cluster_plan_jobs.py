@@ -13,7 +13,6 @@ from configurator.app.audit_costs import (PLAN_RANDOM_PLACEMENTS, VARIANT_EVALUA
                                           audit_document, cluster_ref_for, costs_by_finding,
                                           island_crossings, price_findings)
 from configurator.core.errors import InputError
-from topology.structure import count_findings
 
 #: Plans the scaling curve's search re-ranks with the simulated schedule, per node count.
 SCALING_RERANK = 4
@@ -75,7 +74,7 @@ def run_plan(req: PlanRequest) -> PlanOutcome:
     :class:`~configurator.core.errors.NoFeasiblePlanError`."""
     import os
 
-    from configurator.app.inputs import JobInputs, audit_of, resolve
+    from configurator.app.inputs import JobInputs, audit_of, check_measured_gpu, resolve
     from configurator.app.outputs import LAUNCH_FILES, check_out
     from configurator.app.plan_jobs import (SearchRequest, ranked_search, search_document,
                                             search_space)
@@ -100,6 +99,8 @@ def run_plan(req: PlanRequest) -> PlanOutcome:
 
         topo = import_paths(req.logs)
         cluster_ref = cluster_ref_for(topo, req.cluster)
+        check_measured_gpu(topo, load_cluster(cluster_ref, len(topo.hosts)),
+                           " ".join(req.logs) if len(req.logs) < 4 else "the logs")
         os.makedirs(req.out, exist_ok=True)
         topo_path = os.path.join(req.out, "topology.json")
         save_topology(topo, topo_path, force=req.force)
@@ -208,6 +209,12 @@ def search_on_fewer_hosts(sreq, model, cluster, space, top: int, *, exclude_flag
                      f"({first.rule.split(': ', 1)[-1]}): another --gbs gives one") from None
 
 
+def plan_warnings(report) -> list[str]:
+    """What the user must know before trusting the plan (shown after its first line, in the
+    report's summary and as ``warnings`` in ``--json``): thin coverage of the audit."""
+    return [w for w in (report.coverage_warning,) if w]
+
+
 def plan_summary(model, cluster, req, best, report, excluded, alternative, costs,
                  crossings, default_crossings, fewer: str = "") -> list[str]:
     """The lines ``plan`` prints (and the report's summary): the chosen plan, the audit in
@@ -223,9 +230,9 @@ def plan_summary(model, cluster, req, best, report, excluded, alternative, costs
              f"{p.global_batch_size}: tp {p.tp} pp {p.pp} dp {p.dp} cp {p.cp} vp {p.vp} mbs "
              f"{p.micro_batch_size} recompute {p.recompute}, {best.iteration_time_s:.3f} s "
              f"per iteration, {best.tokens_per_s_per_gpu:,.0f} tokens/s per GPU"]
-    found = count_findings(report.findings) or "no finding"
     isl = "; ".join("{" + ", ".join(i) + "}" for i in report.islands)
-    lines.append(f"audit: {found}" + (f"; islands {isl}" if isl else ""))
+    lines.append(report.audit_line + (f"; islands {isl}" if isl else ""))
+    lines.extend(f"warning: {w}" for w in plan_warnings(report))
     if excluded:
         lines.append(f"left out {', '.join(excluded)} (flagged by the audit): "
                      f"{best.iteration_time_s:.3f} s"

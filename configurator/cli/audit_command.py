@@ -126,6 +126,8 @@ def format_text(report, costs: dict | None = None, priced_for: str = "") -> str:
     then the symptoms (baselines, flagged nodes and links, bimodal classes, missing pairs),
     and the recommendation."""
     out = [f"Audit of {len(report.hosts)} hosts, {report.links_measured} measured links."]
+    if report.coverage_warning:
+        out.append(f"Warning: {report.coverage_warning}")
     out += format_findings(report, costs, priced_for)
     out.append("Class baselines (median / scaled MAD, GB/s):")
     for b in report.baselines:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from configurator.app.cluster_plan_jobs import PlanRequest, run_plan
+from configurator.app.cluster_plan_jobs import PlanRequest, plan_warnings, run_plan
 from configurator.cli.options import add_force, add_json, add_out, option_groups
 from configurator.cli.plan_commands import _group_of, add_plan_option
 from configurator.core import jsonout
@@ -60,7 +60,9 @@ def run_plan_command(args) -> int:
     steps = start_instructions(args.out, nodes=best.placement.nodes, placed=True,
                                data=False, plan_file=os.path.join(args.out, "plan.json"))
     if args.json:
-        print(jsonout.dumps({"summary": out.summary, "out": args.out, "written": out.written,
+        print(jsonout.dumps({"summary": out.summary,
+                             "warnings": plan_warnings(out.report),
+                             "out": args.out, "written": out.written,
                              "excluded_hosts": list(out.excluded),
                              "iteration_time_s": best.iteration_time_s,
                              "plan": best.plan.to_dict(),
