@@ -27,10 +27,7 @@ CLUSTER_KEYS_OPTIONAL = ("name", "intra_node_efficiency", "inter_node_efficiency
 def _load_presets() -> dict[str, dict[str, Any]]:
     """The presets of ``configurator/data/clusters/presets.yaml``, in its order, each in the
     cluster-file schema with its key as ``name`` (its ``source`` stays in the file)."""
-    import yaml
-
-    with data_path(CLUSTERS, "presets.yaml").open(encoding="utf-8") as fh:
-        doc = yaml.safe_load(fh)
+    doc = v.load_yaml(data_path(CLUSTERS, "presets.yaml").read_text(encoding="utf-8"))
     return {key: {"name": key, **{k: val for k, val in entry.items() if k != "source"}}
             for key, entry in doc.items()}
 

@@ -227,18 +227,7 @@ def _file_key(path: str) -> tuple | None:
 
 def _read_topology(path: str) -> Topology:
     text = v.read_text_file("topology", path)
-    try:
-        data = v.parse_mapping_text("topology", path, text,
-                                    as_json=text.lstrip().startswith("{"))
-    except InputError:
-        from topology.importers import detect_format
-
-        fmt = detect_format(text)
-        if fmt in ("nccl-tests", "nvidia-smi"):
-            raise InputError("topology", path, f"is {fmt} output, not a topology file: "
-                             "'configurator topology import' makes one of it (plan --logs "
-                             "takes it as it is)") from None
-        raise
+    data = v.parse_mapping_text("topology", path, text, as_json=text.lstrip().startswith("{"))
     return topology_from_dict(data)
 
 

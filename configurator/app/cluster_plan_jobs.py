@@ -74,7 +74,8 @@ def run_plan(req: PlanRequest) -> PlanOutcome:
     :class:`~configurator.core.errors.NoFeasiblePlanError`."""
     import os
 
-    from configurator.app.inputs import JobInputs, audit_of, check_measured_gpu, resolve
+    from configurator.app.inputs import (JobInputs, audit_of, check_measured_gpu,
+                                         load_measured_topology, resolve)
     from configurator.app.outputs import LAUNCH_FILES, check_out
     from configurator.app.plan_jobs import (SearchRequest, ranked_search, search_document,
                                             search_space)
@@ -105,9 +106,7 @@ def run_plan(req: PlanRequest) -> PlanOutcome:
         topo_path = os.path.join(req.out, "topology.json")
         save_topology(topo, topo_path, force=req.force)
     else:
-        from topology.topofile_io import load_topology
-
-        topo, topo_path = load_topology(req.topology), req.topology
+        topo, topo_path = load_measured_topology(req.topology), req.topology
         cluster_ref = cluster_ref_for(topo, req.cluster)
     report = audit_of(topo_path)
     sreq = SearchRequest(inputs=JobInputs(model=req.model, cluster=cluster_ref, nodes=req.nodes,

@@ -77,15 +77,36 @@ def resolve_uncalibrated(inputs: JobInputs, *, exclude_flagged: bool | None = No
             raise InputError("exclude_flagged", True, "needs --topology FILE")
         return model, load_cluster(inputs.cluster, inputs.nodes)
     from topology.topofile import apply_topology
-    from topology.topofile_io import load_topology
 
-    topo = load_topology(inputs.topology)
+    topo = load_measured_topology(inputs.topology)
     cluster = load_cluster(inputs.cluster, len(topo.hosts))
     check_measured_gpu(topo, cluster, inputs.topology)
     if inputs.nodes is not None and inputs.nodes > len(topo.hosts):
         raise InputError("nodes", inputs.nodes, f"must be at most the {len(topo.hosts)} hosts "
                          f"of the topology {inputs.topology}")
     return model, apply_topology(cluster, topo)
+
+
+def load_measured_topology(path: str):
+    """:func:`topology.topofile_io.load_topology`, saying so when the file is measurement
+    output (an nccl-tests log, ``nvidia-smi topo -m``) rather than a topology file."""
+    from topology.topofile_io import load_topology
+
+    try:
+        return load_topology(path)
+    except InputError:
+        from topology.importers import detect_format
+
+        try:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                fmt = detect_format(fh.read(1 << 20))
+        except OSError:
+            fmt = None
+        if fmt in ("nccl-tests", "nvidia-smi"):
+            raise InputError("topology", path, f"is {fmt} output, not a topology file: "
+                             "'configurator topology import' makes one of it (plan --logs "
+                             "takes it as it is)") from None
+        raise
 
 
 def check_measured_gpu(topo, cluster: Cluster, where: str) -> None:

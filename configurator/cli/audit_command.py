@@ -13,7 +13,8 @@ from __future__ import annotations
 import sys
 
 from configurator.app.topology_jobs import audit_cluster
-from configurator.cli.options import add_force, add_json, add_out, option_groups
+from configurator.cli.options import (add_force, add_json, add_out, integer,
+                                      option_groups)
 from configurator.core import jsonout
 from configurator.core.plan import PLAN_FIELD
 from configurator.core.units import GB
@@ -31,14 +32,14 @@ def add_audit_arguments(p) -> None:
     g = groups["model and cluster"]
     g.add_argument("--model", help="price each finding for a job of this model (a preset, a "
                                    "YAML/JSON file or a Hugging Face config.json)")
-    g.add_argument("--gbs", type=int, help="with --model: the global batch size of its plan")
+    g.add_argument("--gbs", type=integer, help="with --model: the global batch size of its plan")
     g.add_argument("--cluster", metavar="PRESET_OR_FILE",
                    help="with --model: the cluster preset or file (default: the one whose GPU "
                         "the measurements name)")
-    g.add_argument("--nodes", type=int,
+    g.add_argument("--nodes", type=integer,
                    help="with --model: hosts the plan uses (default all; the placement picks "
                         "which)")
-    g.add_argument("--seq-length", type=int, help="with --model: its sequence length")
+    g.add_argument("--seq-length", type=integer, help="with --model: its sequence length")
     g.add_argument("--plan", metavar="FILE",
                    help="with --model: price the findings for this saved plan (plan.json) "
                         "instead of the search's best")
@@ -49,7 +50,7 @@ def add_audit_arguments(p) -> None:
     groups["topology and placement"].add_argument(
         "--topology", metavar="FILE", help="measured topology (YAML or JSON)")
     groups["topology and placement"].add_argument(
-        "--seed", type=int, default=0, help="seed of the placement search (default 0)")
+        "--seed", type=integer, default=0, help="seed of the placement search (default 0)")
     g = groups["output"]
     add_out(g, "write index.html (heatmap embedded), heatmap.png and audit.json here",
             metavar="DIR")

@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 
 from configurator.app.cluster_plan_jobs import PlanRequest, plan_warnings, run_plan
-from configurator.cli.options import add_force, add_json, add_out, option_groups
+from configurator.cli.options import (add_force, add_json, add_out, integer,
+                                      option_groups)
 from configurator.cli.plan_commands import _group_of, add_plan_option
 from configurator.core import jsonout
 from configurator.core.plan import SEARCH_OPTIONS
@@ -22,13 +23,13 @@ def add_plan_arguments(p) -> None:
     g.add_argument("--model", required=True,
                    help="a preset (any case), a YAML/JSON file with Megatron keys, or a Hugging "
                         "Face config.json")
-    g.add_argument("--gbs", type=int, required=True, help="global batch size (sequences)")
-    g.add_argument("--seq-length", type=int, help="override the model's sequence length")
+    g.add_argument("--gbs", type=integer, required=True, help="global batch size (sequences)")
+    g.add_argument("--seq-length", type=integer, help="override the model's sequence length")
     g.add_argument("--cluster", metavar="PRESET_OR_FILE",
                    help="the cluster's preset or file (default: the preset whose GPU the "
                         "measurements name, e.g. nccl-tests' NVIDIA H100 80GB HBM3 -> "
                         "dgx-h100-80gb)")
-    g.add_argument("--nodes", type=int,
+    g.add_argument("--nodes", type=integer,
                    help="hosts the plan uses (default: all, or all but the flagged ones when "
                         "that is faster)")
     for name in SEARCH_OPTIONS:
@@ -38,10 +39,10 @@ def add_plan_arguments(p) -> None:
                    help="nccl-tests logs, 'nvidia-smi topo -m' output or probe files, or "
                         "directories of them (written to --out as topology.json)")
     g.add_argument("--topology", metavar="FILE", help="a topology file instead of --logs")
-    g.add_argument("--seed", type=int, default=0, help="seed of the placement search "
+    g.add_argument("--seed", type=integer, default=0, help="seed of the placement search "
                                                        "(default 0)")
     g = groups["search"]
-    g.add_argument("--top", type=int, default=3,
+    g.add_argument("--top", type=integer, default=3,
                    help="plans placed on the measured links and shown (default 3)")
     g = groups["output"]
     add_out(g, "directory for the scripts, plan.json, plans.json, audit.json and report.html",
