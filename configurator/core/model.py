@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from configurator.core import validate as v
@@ -103,11 +103,13 @@ class ModelSpec:
     yarn_rotary_scaling_factor: float | None = None
     #: the longest sequence the model's positions support (Megatron's
     #: ``--max-position-embeddings``; Hugging Face ``max_position_embeddings``): an upper
-    #: bound on ``seq_length``, None when not given
-    max_position_embeddings: int | None = None
+    #: bound on ``seq_length``, None when not given. With ``seq_length_source``, what the
+    #: user is told, not what is trained: neither takes part in comparing two models.
+    max_position_embeddings: int | None = field(default=None, compare=False)
     #: why ``seq_length`` has its value, where it was chosen for the user (a Hugging Face
-    #: config's pretraining length: :func:`configurator.core.hf_import.pretraining_seq_length`)
-    seq_length_source: str | None = None
+    #: config's pretraining length: :func:`configurator.core.hf_import.pretraining_seq_length`;
+    #: ``"given"`` once ``--seq-length`` replaced it)
+    seq_length_source: str | None = field(default=None, compare=False)
 
     @property
     def is_moe(self) -> bool:
