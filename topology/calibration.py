@@ -105,9 +105,7 @@ def calibration_from_dict(data: Any, path: str = "") -> Calibration:
             out = {}
             for k, val in vals.items():
                 name = f"{where}.{prec}.{k}"
-                x = v.positive_float(name, val)
-                if k in FRACTIONS and x > 1:
-                    raise InputError(name, val, "must be a fraction in (0, 1]")
+                x = v.efficiency(name, val) if k in FRACTIONS else v.positive_float(name, val)
                 if k == "host_op_us" and x > 1000:
                     raise InputError(name, val, "must be at most 1000 microseconds")
                 out[k] = x

@@ -60,10 +60,7 @@ def cluster_from_config(data: Mapping[str, Any], nodes: int | None = None) -> Cl
     eff = {}
     for key, default in (("intra_node_efficiency", DEFAULT_INTRA_EFFICIENCY),
                          ("inter_node_efficiency", DEFAULT_INTER_EFFICIENCY)):
-        val = v.positive_float(key, data.get(key, default))
-        if val > 1:
-            raise InputError(key, val, "must be a fraction in (0, 1]")
-        eff[key] = val
+        eff[key] = v.efficiency(key, data.get(key, default))
     name = v.display_name("name", data.get("name", "custom-cluster"))
     figure = {key: v.float_in_range(key, data[key]) for key in CLUSTER_KEYS_REQUIRED
               if key.endswith(("_GBps", "_us"))}

@@ -33,6 +33,7 @@ import numpy as np
 
 from configurator.app.validate_jobs import priced_run
 from configurator.core.errors import InputError
+from configurator.core.limits import MIN_EFFICIENCY
 from configurator.core.runs import MeasuredRun
 from configurator.cost.measured import measured_iteration_time_s
 from configurator.search.evaluate import evaluate_plan
@@ -197,7 +198,7 @@ def _fit(prepared, base_gpu, names, before, x0, kept, source):
     from scipy.optimize import least_squares
 
     idx = [names.index(n) for n in kept]
-    lo = np.array([math.log(1e-3) for _ in kept])
+    lo = np.array([math.log(MIN_EFFICIENCY if n in FRACTIONS else 1e-3) for n in kept])
     hi = np.array([0.0 if n in FRACTIONS else math.log(MAX_HOST_OP_US) for n in kept])
     start = np.clip(x0[idx], lo + 1e-9, hi - 1e-9)
     fixed = {n: before[n] for n in names if n not in kept}

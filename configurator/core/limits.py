@@ -74,6 +74,13 @@ FLOAT_RANGES: dict[str, tuple[float, float]] = {
     "moe_expert_capacity_factor": (0.0, 1000.0),
 }
 
+#: Lowest efficiency (a fraction of a data-sheet rate: GEMM, HBM, attention, NVLink or
+#: network) the tool accepts: 0.1 %, ten times below anything a kernel or a link runs at
+#: on a working datacenter GPU (the published efficiencies behind the presets are 0.3 to
+#: 0.95), and the lower bound of ``calibrate``'s fit. Lower figures are typos (``5e-324``,
+#: a percent given as a fraction of a percent) and would price a step at ~1e300 s.
+MIN_EFFICIENCY = 1e-3
+
 #: Longest text of a value echoed in an error message (characters).
 ECHO_CHARS = 80
 #: Largest input file read (bytes).

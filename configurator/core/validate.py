@@ -11,7 +11,8 @@ import re
 from typing import Any, Iterable, Mapping
 
 from configurator.core.errors import InputError
-from configurator.core.limits import FLOAT_RANGES, INT_RANGES, MAX_FILE_BYTES
+from configurator.core.limits import (FLOAT_RANGES, INT_RANGES, MAX_FILE_BYTES,
+                                      MIN_EFFICIENCY)
 
 
 def positive_int(field: str, value: Any) -> int:
@@ -22,6 +23,17 @@ def positive_int(field: str, value: Any) -> int:
     if value <= 0:
         raise InputError(field, value, "must be a positive integer (> 0)")
     return int(value)
+
+
+def efficiency(field: str, value: Any) -> float:
+    """An efficiency: a number in [:data:`~configurator.core.limits.MIN_EFFICIENCY`, 1] (a
+    fraction of a data-sheet rate). Raises :class:`InputError` naming the field, the value
+    and the rule."""
+    if (isinstance(value, bool) or not isinstance(value, (int, float))
+            or not MIN_EFFICIENCY <= value <= 1):
+        raise InputError(field, value, f"must be an efficiency in [{MIN_EFFICIENCY:g}, 1] (a "
+                                       "fraction of the data-sheet rate)")
+    return float(value)
 
 
 def int_in_range(field: str, value: Any, key: str | None = None) -> int:
