@@ -101,7 +101,8 @@ def run_search(req: SearchRequest) -> SearchOutcome:
     except NoFeasiblePlanError as err:
         raise NoFeasiblePlanError(f"{err}{note}") from None
     header = (f"{model.name} on {used.num_nodes}x{used.gpus_per_node} "
-              f"{used.gpu.name}{note}, gbs {req.global_batch_size}, seq {model.seq_length}{model.seq_length_note}, "
+              f"{used.gpu.name}{note}, gbs {req.global_batch_size}, "
+              f"seq {model.seq_length}{model.seq_length_note}, "
               f"{req.precision}{describe_search_options(req.options)}"
               f": {res.candidates_evaluated} plans evaluated, "
               f"{res.feasible} fit, {res.search_time_s:.2f} s")

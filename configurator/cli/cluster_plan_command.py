@@ -24,14 +24,17 @@ def add_plan_arguments(p) -> None:
                    help="a preset (any case), a YAML/JSON file with Megatron keys, or a Hugging "
                         "Face config.json")
     g.add_argument("--gbs", type=integer, required=True, help="global batch size (sequences)")
-    g.add_argument("--seq-length", type=integer, help="override the model's sequence length")
+    g.add_argument("--seq-length", type=integer,
+                   help="override the model's sequence length (a Hugging Face config's "
+                        "default: its family's pretraining length, stated in the output)")
     g.add_argument("--cluster", metavar="PRESET_OR_FILE",
                    help="the cluster's preset or file (default: the preset whose GPU the "
                         "measurements name, e.g. nccl-tests' NVIDIA H100 80GB HBM3 -> "
                         "dgx-h100-80gb)")
     g.add_argument("--nodes", type=integer,
                    help="hosts the plan uses (default: all, or all but the flagged ones when "
-                        "that is faster)")
+                        "that is faster; the most that have a legal layout when all have "
+                        "none, e.g. 13 hosts for gbs 128)")
     for name in SEARCH_OPTIONS:
         add_plan_option(groups[_group_of(name)], name)
     g = groups["topology and placement"]

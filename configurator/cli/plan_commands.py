@@ -74,7 +74,9 @@ def _common(p: argparse.ArgumentParser, groups) -> None:
                         "with --topology, how many of its hosts to use, at most all: the "
                         "placement picks which)")
     g.add_argument("--gbs", type=integer, required=True, help="global batch size (sequences)")
-    g.add_argument("--seq-length", type=integer, help="override the model's sequence length")
+    g.add_argument("--seq-length", type=integer,
+                   help="override the model's sequence length (a Hugging Face config's "
+                        "default: its family's pretraining length, stated in the output)")
     g.add_argument("--calibration", metavar="FILE",
                    help="calibrated GPU efficiencies (configurator calibrate -o FILE) in "
                         "place of the GPU preset's")

@@ -28,7 +28,9 @@ def add_profile_arguments(p) -> None:
     g.add_argument("--model", required=True,
                    help="preset name, any case (" + ", ".join(MODEL_PRESETS) + "), a YAML/JSON "
                         "file with Megatron keys, or a Hugging Face config.json")
-    g.add_argument("--seq-length", type=integer, help="override the model's sequence length")
+    g.add_argument("--seq-length", type=integer,
+                   help="override the model's sequence length (a Hugging Face config's "
+                        "default: its family's pretraining length, stated in the output)")
     p = groups["plan"]
     p.add_argument("--tp", type=integer, nargs="+", default=[1], metavar="T",
                    help="tensor_model_parallel_size values to profile (default 1)")
