@@ -453,7 +453,8 @@ def audit(topo: Topology, thresholds: AuditThresholds | None = None) -> AuditRep
         flagged_nodes=flagged_nodes, node_stats=tuple(stats), missing_links=tuple(missing),
         drain_hosts=drain, report_links=report,
         recommendation=recommend(structure, missing, measured=measured,
-                                 asymmetric=sum(f.kind == "asymmetric" for f in flagged)),
+                                 asymmetric=sum(f.kind == "asymmetric" for f in flagged),
+                                 unaudited=unaudited),
         warnings=tuple(warnings), bimodal_classes=tuple(bimodal), structure=structure)
 
 
@@ -504,12 +505,13 @@ NOTHING_MEASURED = ("Measure first: the inputs hold no link measurement, so noth
 NAMED_PER_KIND = 6
 
 
-def recommend(structure: Structure, missing, *, measured: int, asymmetric: int = 0) -> str:
+def recommend(structure: Structure, missing, *, measured: int, asymmetric: int = 0,
+              unaudited: tuple[str, ...] = ()) -> str:
     """The audit's recommendation, from its findings (:mod:`topology.structure`), each
     kind's action in order (islands, hosts to leave out, pairs and directions to report,
     links to re-test at large messages), then the pairs to re-measure;
     :data:`NOTHING_MEASURED` when no link was measured. "No action" only when there is no
-    finding and nothing to re-measure."""
+    finding, nothing to re-measure and no host left unaudited (``unaudited``)."""
     if not measured:
         return NOTHING_MEASURED
     lines = []
@@ -538,6 +540,11 @@ def recommend(structure: Structure, missing, *, measured: int, asymmetric: int =
     if pairs:
         lines.append("Re-measure unmeasured pairs: "
                      + ", ".join(f"{a}<->{b}" for a, b in pairs) + ".")
+    if unaudited:
+        shown = ", ".join(unaudited[:NAMED_PER_KIND]) + (
+            f" and {len(unaudited) - NAMED_PER_KIND} more"
+            if len(unaudited) > NAMED_PER_KIND else "")
+        lines.append(f"Measure every pair of hosts: {shown} had too few partners to audit.")
     if lines:
         return " ".join(lines)
     return ("No action: no link runs below its class's healthy level"

@@ -102,7 +102,9 @@ def format_findings(report, costs: dict | None = None, priced_for: str = "") -> 
     out.append("Structure: " + (f"{len(islands)} islands: " + "; ".join(
         "{" + ", ".join(i) + "}" for i in islands) if islands else "no islands"))
     found = report.findings
-    out.append(f"Findings ({count_findings(found) or 'none'})"
+    none = ("none" if not report.unaudited_hosts
+            else f"none among the audited hosts; {len(report.unaudited_hosts)} not audited")
+    out.append(f"Findings ({count_findings(found) or none})"
                + (f", priced for {priced_for}" if priced_for and found else "") + ":")
     for kind in FINDING_KINDS:
         mine = [(i, f) for i, f in enumerate(found) if f.kind == kind]
