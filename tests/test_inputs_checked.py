@@ -163,6 +163,33 @@ def test_plan_uses_the_most_measured_hosts_that_have_a_legal_layout(tmp_path):
     assert "--nodes N" in left[0]
 
 
+def test_search_on_a_measured_topology_does_the_same(tmp_path):
+    topo = tmp_path / "t.json"
+    assert cli("topology", "import", star_logs(tmp_path, 12), "-o", topo)[0] == 0
+    code, out, err = cli("search", "--model", "llama3-8b", "--cluster", "dgx-h100-80gb",
+                         "--gbs", "128", "--topology", topo)
+    assert code == 0, err
+    assert out.startswith("llama3-8b on 12x8 h100-80gb (no legal layout of all 13 hosts")
+
+
+def test_no_count_of_hosts_with_a_layout_names_gbs(monkeypatch):
+    import configurator.app.plan_jobs as jobs
+
+    def never(*a, **kw):
+        raise InputError("global_batch_size", 128, "no legal plan: no layout")
+
+    monkeypatch.setattr(jobs, "ranked_search", never)
+    monkeypatch.setattr(jobs, "host_pool", lambda *a, **kw: (list(range(3)), 3, []))
+    req = type("R", (), {"inputs": type("I", (), {"topology": "t.json"})(),
+                         "global_batch_size": 128})()
+    cluster = type("C", (), {"gpus_per_node": 8})()
+    with pytest.raises(InputError, match=r"no legal plan on any 1\.\.3 of the measured hosts"
+                                         r".*another --gbs gives one"):
+        jobs.search_on_fewer_hosts(req, None, cluster, None, 1, nodes=None)
+    with pytest.raises(InputError, match="no layout"):     # --nodes given: as it was
+        jobs.search_on_fewer_hosts(req, None, cluster, None, 1, nodes=3)
+
+
 def test_no_layout_error_names_the_flags_that_give_one():
     refused("search", "--model", "llama3-8b", "--cluster", "dgx-h100-80gb", "--nodes", "13",
             "--gbs", "128", needles=("--gbs=128", "no legal plan", "--nodes"))

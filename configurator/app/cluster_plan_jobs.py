@@ -78,7 +78,7 @@ def run_plan(req: PlanRequest) -> PlanOutcome:
                                          load_measured_topology, resolve)
     from configurator.app.outputs import LAUNCH_FILES, check_out
     from configurator.app.plan_jobs import (SearchRequest, ranked_search, search_document,
-                                            search_space)
+                                            search_on_fewer_hosts, search_space)
     from configurator.core import validate as v
     from configurator.core.errors import NoFeasiblePlanError
     from topology.cluster_files import load_cluster
@@ -168,44 +168,6 @@ def run_plan(req: PlanRequest) -> PlanOutcome:
     return PlanOutcome(report=report, topology=topo, chosen=res, excluded=excluded,
                        alternative_iteration_time_s=alternative, costs=costs,
                        crossings=crossings, written=written, summary=summary)
-
-
-def search_on_fewer_hosts(sreq, model, cluster, space, top: int, *, exclude_flagged: bool,
-                          nodes: int | None):
-    """``((result, cluster used), why)``: the placed search of ``sreq`` on the measured
-    hosts (all of them, or those the audit does not flag with ``exclude_flagged``). When
-    ``nodes`` is not given and no tp·pp·cp·dp layout of that many GPUs takes the batch
-    (e.g. 13 hosts, 104 GPUs, global batch 128), the most hosts that have a legal layout
-    are used instead (as ``--nodes-range`` would try them, from the most down) and ``why``
-    says so; else ``why`` is ``""``. Raises :class:`InputError` naming the flags that would
-    give a plan when no count of hosts has one, :class:`NoFeasiblePlanError` when legal
-    plans exist but none fits."""
-    from configurator.app.inputs import host_pool
-    from configurator.app.plan_jobs import ranked_search
-
-    try:
-        return ranked_search(sreq, model, cluster, space, top,
-                             exclude_flagged=exclude_flagged), ""
-    except InputError as err:
-        if nodes is not None or err.field != "global_batch_size":
-            raise
-        first = err
-    pool, _, _ = host_pool(sreq.inputs, cluster, exclude_flagged=exclude_flagged)
-    gpn = cluster.gpus_per_node
-    for n in range(len(pool) - 1, 0, -1):
-        try:
-            found = ranked_search(sreq, model, cluster, space, top,
-                                  exclude_flagged=exclude_flagged, nodes=n)
-        except InputError as err:
-            if err.field != "global_batch_size":
-                raise
-            continue
-        return found, (f"no legal layout of all {len(pool)} hosts ({len(pool) * gpn} GPUs) "
-                       f"for global batch {sreq.global_batch_size}: {n} is the most hosts "
-                       f"with one (--nodes N to choose, --gbs to change the batch)")
-    raise InputError("global_batch_size", sreq.global_batch_size,
-                     f"no legal plan on any 1..{len(pool)} of the measured hosts "
-                     f"({first.rule.split(': ', 1)[-1]}): another --gbs gives one") from None
 
 
 def plan_warnings(report) -> list[str]:

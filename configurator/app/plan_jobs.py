@@ -96,10 +96,13 @@ def run_search(req: SearchRequest) -> SearchOutcome:
     space = search_space(model, req)
     note = nodes_note(req.inputs, cluster)
     try:
-        res, used = ranked_search(req, model, cluster, space, req.top, keep_ranking=bool(req.out),
-                                  profile=profile)
+        (res, used), fewer = search_on_fewer_hosts(
+            req, model, cluster, space, req.top, nodes=req.inputs.nodes,
+            keep_ranking=bool(req.out), profile=profile)
     except NoFeasiblePlanError as err:
         raise NoFeasiblePlanError(f"{err}{note}") from None
+    if fewer:
+        note += f" ({fewer})"
     header = (f"{model.name} on {used.num_nodes}x{used.gpus_per_node} "
               f"{used.gpu.name}{note}, gbs {req.global_batch_size}, "
               f"seq {model.seq_length}{model.seq_length_note}, "
@@ -160,6 +163,44 @@ def ranked_search(req: SearchRequest, model, cluster, space: SearchSpace, top: i
                                time_budget_s=req.placement_time_s,
                                max_evaluations=req.placement_evaluations, seed=req.seed,
                                random_samples=req.random_placements, profile=profile), used
+
+
+def search_on_fewer_hosts(sreq, model, cluster, space, top: int, *,
+                          exclude_flagged: bool | None = None, nodes: int | None, **kw):
+    """``((result, cluster used), why)``: the placed search of ``sreq`` on the measured
+    hosts (all of them, or those the audit does not flag with ``exclude_flagged``). When
+    ``nodes`` is not given and no tp·pp·cp·dp layout of that many GPUs takes the batch
+    (e.g. 13 hosts, 104 GPUs, global batch 128), the most hosts that have a legal layout
+    are used instead (as ``--nodes-range`` would try them, from the most down) and ``why``
+    says so; else ``why`` is ``""``. Raises :class:`InputError` naming the flags that would
+    give a plan when no count of hosts has one, :class:`NoFeasiblePlanError` when legal
+    plans exist but none fits. ``kw``: :func:`ranked_search`'s own (``keep_ranking``,
+    ``profile``)."""
+    if not sreq.inputs.topology:
+        return ranked_search(sreq, model, cluster, space, top, **kw), ""
+    try:
+        return ranked_search(sreq, model, cluster, space, top,
+                             exclude_flagged=exclude_flagged, **kw), ""
+    except InputError as err:
+        if nodes is not None or err.field != "global_batch_size":
+            raise
+    pool, _, _ = host_pool(sreq.inputs, cluster, exclude_flagged=exclude_flagged)
+    gpn = cluster.gpus_per_node
+    for n in range(len(pool) - 1, 0, -1):
+        try:
+            found = ranked_search(sreq, model, cluster, space, top,
+                                  exclude_flagged=exclude_flagged, nodes=n, **kw)
+        except InputError as err:
+            if err.field != "global_batch_size":
+                raise
+            continue
+        return found, (f"no legal layout of all {len(pool)} hosts ({len(pool) * gpn} GPUs) "
+                       f"for global batch {sreq.global_batch_size}: {n} is the most hosts "
+                       f"with one (--nodes N to choose, --gbs to change the batch)")
+    raise InputError("global_batch_size", sreq.global_batch_size,
+                     f"no legal plan on any 1..{len(pool)} of the measured hosts (no "
+                     f"tp*pp*cp*dp layout takes the batch under the search restrictions): "
+                     f"another --gbs gives one") from None
 
 
 def exclusion_effect(req: SearchRequest, model, cluster, res: SearchResult,
