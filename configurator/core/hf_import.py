@@ -90,8 +90,9 @@ def pretraining_seq_length(cfg: Mapping[str, Any], max_positions: int) -> tuple[
         why = f"pretraining length of {name}, {source}"
     else:
         seq = DEFAULT_PRETRAINING_SEQ_LENGTH
-        why = (f"model_type {family!r} has no published pretraining length here: that of "
-               "Llama 2, Qwen2/3, DeepSeek-V2/V3")
+        what = f"model_type {family!r}" if family else "a config without model_type"
+        why = (f"{what} has no published pretraining length here: that of Llama 2, "
+               "Qwen2/3, DeepSeek-V2/V3")
     if seq > max_positions:
         return max_positions, f"the config's maximum context, below the {seq} {why}"
     return seq, why
