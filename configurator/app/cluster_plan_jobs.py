@@ -77,7 +77,7 @@ def run_plan(req: PlanRequest) -> PlanOutcome:
     from configurator.app.inputs import (JobInputs, audit_of, check_measured_gpu,
                                          load_measured_topology, resolve)
     from configurator.app.outputs import LAUNCH_FILES, check_out
-    from configurator.app.plan_jobs import (SearchRequest, ranked_search, search_document,
+    from configurator.app.plan_jobs import (SearchRequest, search_document,
                                             search_on_fewer_hosts, search_space)
     from configurator.core import validate as v
     from configurator.core.errors import NoFeasiblePlanError
