@@ -94,8 +94,10 @@ def test_docs_cli_reference_is_current():
 
 def test_bare_configurator_prints_usage_and_the_commands(capsys):
     assert main([]) == 2
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert "usage: configurator" in out
+    # every exit 2 says why on one stderr line
+    assert err.count("\n") == 1 and err.startswith("configurator: error: a COMMAND")
     for cmd in COMMANDS:
         assert f"    {cmd.name}" in out
 

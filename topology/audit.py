@@ -184,6 +184,33 @@ class AuditReport:
     bimodal_classes: tuple[BimodalClass, ...] = ()
     #: the network's structure and what it means (:mod:`topology.structure`)
     structure: "Structure | None" = None
+    #: hosts the audit cannot judge: measured with fewer than ``min_partners`` other hosts
+    #: (:func:`thin_coverage`), so a slow host among them is not told from a slow link
+    unaudited_hosts: tuple[str, ...] = ()
+
+    @property
+    def coverage_warning(self) -> str:
+        """One line when coverage is too thin to audit some hosts, else ``""``."""
+        return coverage_warning(len(self.hosts), self.unaudited_hosts,
+                                self.thresholds.min_partners)
+
+    @property
+    def audit_line(self) -> str:
+        """``audit: <findings>`` for the first lines of an output: the findings counted
+        by kind; ``no finding`` only when every host was audited."""
+        from topology.structure import count_findings
+
+        found = count_findings(self.findings)
+        if found:
+            return "audit: " + found
+        if not self.links_measured:
+            return "audit: nothing measured, nothing audited"
+        if len(self.unaudited_hosts) == len(self.hosts):
+            return "audit: not audited (coverage too thin)"
+        if self.unaudited_hosts:
+            return (f"audit: no finding on the {len(self.hosts) - len(self.unaudited_hosts)} "
+                    f"hosts audited; {len(self.unaudited_hosts)} not audited")
+        return "audit: no finding"
 
     @property
     def islands(self) -> tuple[tuple[str, ...], ...]:
@@ -245,6 +272,7 @@ class AuditReport:
                     (m.src, m.dst) for m in self.missing_links)],
                 "text": self.recommendation},
             "warnings": list(self.warnings),
+            "unaudited_hosts": list(self.unaudited_hosts),
         }
 
 
@@ -416,14 +444,50 @@ def audit(topo: Topology, thresholds: AuditThresholds | None = None) -> AuditRep
     report = _pairs_sorted(f.hosts for f in structure.findings
                            if f.kind in ("slow_pair", "slow_direction"))
     measured = sum(len(c) for c in classes.values())
-    return AuditReport(
+    unaudited = thin_coverage(topo, th.min_partners)
+    if unaudited:
+        warnings.insert(0, coverage_warning(len(topo.hosts), unaudited, th.min_partners))
+    return AuditReport(unaudited_hosts=unaudited,
         hosts=tuple(topo.hosts), links_measured=measured,
         thresholds=th, baselines=tuple(baselines), flagged_links=tuple(flagged),
         flagged_nodes=flagged_nodes, node_stats=tuple(stats), missing_links=tuple(missing),
         drain_hosts=drain, report_links=report,
         recommendation=recommend(structure, missing, measured=measured,
-                                 asymmetric=sum(f.kind == "asymmetric" for f in flagged)),
+                                 asymmetric=sum(f.kind == "asymmetric" for f in flagged),
+                                 unaudited=unaudited),
         warnings=tuple(warnings), bimodal_classes=tuple(bimodal), structure=structure)
+
+
+def coverage_warning(hosts: int, unaudited: tuple[str, ...], min_partners: int) -> str:
+    """One line naming the hosts :func:`thin_coverage` leaves unaudited, or ``""``."""
+    if not unaudited:
+        return ""
+    k = len(unaudited)
+    shown = ", ".join(unaudited[:6]) + (f" and {k - 6} more" if k > 6 else "")
+    return (f"coverage too thin to audit {k} of {hosts} hosts ({shown}): each was measured "
+            f"with fewer than {min_partners} other hosts, so a slow host is not told from a "
+            f"slow link; measure every pair of hosts")
+
+
+def thin_coverage(topo: Topology, min_partners: int) -> tuple[str, ...]:
+    """The hosts of a multi-host topology measured (inter-node links or collectives over
+    two hosts) with fewer than ``min_partners`` other hosts: the slow-node rule needs that
+    many partners to pin a slow pair on one end (module docstring), so such hosts are not
+    audited. Empty for a single host (intra-node only: nothing inter-node to judge)."""
+    if len(topo.hosts) < 2:
+        return ()
+    partners: dict[str, set[str]] = {h: set() for h in topo.hosts}
+    for link in topo.links:
+        if link.src != link.dst:
+            partners[link.src].add(link.dst)
+            partners[link.dst].add(link.src)
+    for c in topo.collectives:
+        if len(c.hosts) == 2:
+            a, b = c.hosts
+            partners[a].add(b)
+            partners[b].add(a)
+    return tuple(h for h in sorted(topo.hosts, key=host_sort_key)
+                 if len(partners[h]) < min_partners)
 
 
 def _pairs_sorted(pairs) -> tuple[tuple[str, str], ...]:
@@ -441,12 +505,13 @@ NOTHING_MEASURED = ("Measure first: the inputs hold no link measurement, so noth
 NAMED_PER_KIND = 6
 
 
-def recommend(structure: Structure, missing, *, measured: int, asymmetric: int = 0) -> str:
+def recommend(structure: Structure, missing, *, measured: int, asymmetric: int = 0,
+              unaudited: tuple[str, ...] = ()) -> str:
     """The audit's recommendation, from its findings (:mod:`topology.structure`), each
     kind's action in order (islands, hosts to leave out, pairs and directions to report,
     links to re-test at large messages), then the pairs to re-measure;
     :data:`NOTHING_MEASURED` when no link was measured. "No action" only when there is no
-    finding and nothing to re-measure."""
+    finding, nothing to re-measure and no host left unaudited (``unaudited``)."""
     if not measured:
         return NOTHING_MEASURED
     lines = []
@@ -475,6 +540,11 @@ def recommend(structure: Structure, missing, *, measured: int, asymmetric: int =
     if pairs:
         lines.append("Re-measure unmeasured pairs: "
                      + ", ".join(f"{a}<->{b}" for a, b in pairs) + ".")
+    if unaudited:
+        shown = ", ".join(unaudited[:NAMED_PER_KIND]) + (
+            f" and {len(unaudited) - NAMED_PER_KIND} more"
+            if len(unaudited) > NAMED_PER_KIND else "")
+        lines.append(f"Measure every pair of hosts: {shown} had too few partners to audit.")
     if lines:
         return " ".join(lines)
     return ("No action: no link runs below its class's healthy level"

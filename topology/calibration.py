@@ -153,9 +153,9 @@ class Calibration:
 
 
 def _check_value(name: str, k: str, val) -> float:
+    if k in FRACTIONS or k in LINK_PARAMETERS:
+        return v.efficiency(name, val)
     x = v.positive_float(name, val)
-    if (k in FRACTIONS or k in LINK_PARAMETERS) and x > 1:
-        raise InputError(name, val, "must be a fraction in (0, 1]")
     if k == "host_op_us" and x > 1000:
         raise InputError(name, val, "must be at most 1000 microseconds")
     return x

@@ -60,10 +60,7 @@ def cluster_training_section(ref: str) -> dict[str, float]:
 def _load_presets() -> dict[str, dict[str, Any]]:
     """The presets of ``configurator/data/clusters/presets.yaml``, in its order, each in the
     cluster-file schema with its key as ``name`` (its ``source`` stays in the file)."""
-    import yaml
-
-    with data_path(CLUSTERS, "presets.yaml").open(encoding="utf-8") as fh:
-        doc = yaml.safe_load(fh)
+    doc = v.load_yaml(data_path(CLUSTERS, "presets.yaml").read_text(encoding="utf-8"))
     return {key: {"name": key, **{k: val for k, val in entry.items() if k != "source"}}
             for key, entry in doc.items()}
 
@@ -98,10 +95,7 @@ def cluster_from_config(data: Mapping[str, Any], nodes: int | None = None) -> Cl
     eff = {}
     for key, default in (("intra_node_efficiency", DEFAULT_INTRA_EFFICIENCY),
                          ("inter_node_efficiency", DEFAULT_INTER_EFFICIENCY)):
-        val = v.positive_float(key, data.get(key, default))
-        if val > 1:
-            raise InputError(key, val, "must be a fraction in (0, 1]")
-        eff[key] = val
+        eff[key] = v.efficiency(key, data.get(key, default))
     name = v.display_name("name", data.get("name", "custom-cluster"))
     figure = {key: v.float_in_range(key, data[key]) for key in CLUSTER_KEYS_REQUIRED
               if key.endswith(("_GBps", "_us"))}

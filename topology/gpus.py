@@ -378,10 +378,7 @@ EFFICIENCY_KEYS_OPTIONAL = ("gemm_fp8", "gemm_mxfp8", "kernel_overhead_us", "hos
 
 
 def _fraction(field_name: str, value: Any) -> float:
-    val = v.positive_float(field_name, value)
-    if val > 1:
-        raise InputError(field_name, value, "must be a fraction in (0, 1]")
-    return val
+    return v.efficiency(field_name, value)
 
 
 def efficiency_from_config(data: Any, precisions: Any = ()) -> Efficiency:

@@ -123,6 +123,9 @@ def topology_from_dict(data: Mapping[str, Any], where: str = "topology") -> Topo
         raise InputError(f"{where}.version", data["version"], f"must be {VERSION}")
     hosts = tuple(_str(f"{where}.hosts[{i}]", h) for i, h in enumerate(_list(f"{where}.hosts",
                                                                            data["hosts"])))
+    if not hosts:
+        raise InputError(f"{where}.hosts", [], "must name at least one host: a topology with "
+                                               "no host measures nothing")
     if len(set(hosts)) != len(hosts):
         raise InputError(f"{where}.hosts", list(hosts), "host names must be unique")
     known = set(hosts)

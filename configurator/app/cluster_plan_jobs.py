@@ -13,7 +13,6 @@ from configurator.app.audit_costs import (PLAN_RANDOM_PLACEMENTS, VARIANT_EVALUA
                                           audit_document, cluster_ref_for, costs_by_finding,
                                           island_crossings, price_findings, price_in_days)
 from configurator.core.errors import InputError
-from topology.structure import count_findings
 
 #: Plans the scaling curve's search re-ranks with the simulated schedule, per node count.
 SCALING_RERANK = 4
@@ -89,10 +88,11 @@ PLAN_STAGES = ("import", "audit", "search", "search without the flagged hosts",
 def _run_plan(req: PlanRequest, stage) -> PlanOutcome:
     import os
 
-    from configurator.app.inputs import JobInputs, audit_of, resolve
+    from configurator.app.inputs import (JobInputs, audit_of, check_measured_gpu,
+                                         load_measured_topology, resolve)
     from configurator.app.outputs import LAUNCH_FILES, check_out
-    from configurator.app.plan_jobs import (SearchRequest, ranked_search, search_document,
-                                            search_space)
+    from configurator.app.plan_jobs import (SearchRequest, search_document,
+                                            search_on_fewer_hosts, search_space)
     from configurator.core import validate as v
     from configurator.core.errors import NoFeasiblePlanError
     from topology.cluster_files import load_cluster
@@ -118,13 +118,13 @@ def _run_plan(req: PlanRequest, stage) -> PlanOutcome:
 
         topo = import_paths(req.logs)
         cluster_ref = cluster_ref_for(topo, req.cluster)
+        check_measured_gpu(topo, load_cluster(cluster_ref, len(topo.hosts)),
+                           " ".join(req.logs) if len(req.logs) < 4 else "the logs")
         os.makedirs(req.out, exist_ok=True)
         topo_path = os.path.join(req.out, "topology.json")
         save_topology(topo, topo_path, force=req.force)
     else:
-        from topology.topofile_io import load_topology
-
-        topo, topo_path = load_topology(req.topology), req.topology
+        topo, topo_path = load_measured_topology(req.topology), req.topology
         cluster_ref = cluster_ref_for(topo, req.cluster)
     stage("audit")
     report = audit_of(topo_path)
@@ -139,8 +139,17 @@ def _run_plan(req: PlanRequest, stage) -> PlanOutcome:
     drain = tuple(h for h in report.drain_hosts if h in cluster.hosts)
     res = used = None
     stage("search")
+    fewer: dict[bool, str] = {}     # exclude_flagged -> why fewer hosts than offered
+
+    def search_hosts(top: int, exclude_flagged: bool):
+        found, why = search_on_fewer_hosts(sreq, model, cluster, space, top,
+                                           exclude_flagged=exclude_flagged, nodes=req.nodes)
+        if why:
+            fewer[exclude_flagged] = why
+        return found
+
     try:
-        res, used = ranked_search(sreq, model, cluster, space, req.top)
+        res, used = search_hosts(req.top, False)
     except (InputError, NoFeasiblePlanError):
         if not drain:
             raise
@@ -148,8 +157,7 @@ def _run_plan(req: PlanRequest, stage) -> PlanOutcome:
     stage("search without the flagged hosts")
     if drain and (req.nodes is None or req.nodes <= cluster.num_nodes - len(drain)):
         try:
-            res_x, used_x = ranked_search(sreq, model, cluster, space, 1,
-                                          exclude_flagged=True)
+            res_x, used_x = search_hosts(1, True)
         except (InputError, NoFeasiblePlanError):
             if res is None:
                 raise
@@ -183,7 +191,7 @@ def _run_plan(req: PlanRequest, stage) -> PlanOutcome:
     default_crossings = island_crossings(best.plan, first, cluster.gpus_per_node,
                                          report.islands)
     summary = plan_summary(model, cluster, req, best, report, excluded, alternative, costs,
-                           crossings, default_crossings)
+                           crossings, default_crossings, fewer=fewer.get(bool(excluded)))
     if train is not None:
         summary.insert(1, objective_note(train, req.training) + "; " + training_line(best))
     header = summary[0]
@@ -196,22 +204,31 @@ def _run_plan(req: PlanRequest, stage) -> PlanOutcome:
                        crossings=crossings, written=written, summary=summary)
 
 
+def plan_warnings(report) -> list[str]:
+    """What the user must know before trusting the plan (shown after its first line, in the
+    report's summary and as ``warnings`` in ``--json``): thin coverage of the audit."""
+    return [w for w in (report.coverage_warning,) if w]
+
+
 def plan_summary(model, cluster, req, best, report, excluded, alternative, costs,
-                 crossings, default_crossings) -> list[str]:
+                 crossings, default_crossings, fewer: str = "") -> list[str]:
     """The lines ``plan`` prints (and the report's headline, as they are): the chosen plan
-    and its time, the audit in one line, the hosts left out and why, the placement against
-    Megatron's order, the islands the placement keeps groups in, and what the findings
-    cost (:func:`price_line`)."""
+    and its time, the audit in one line, the hosts left out and why (flagged by the audit,
+    or ``fewer``: no legal layout on all of them), the placement against Megatron's order,
+    the islands the placement keeps groups in, and what the findings cost
+    (:func:`price_line`)."""
+    from configurator.app.plan_jobs import seq_note
+
     p = best.plan
     nodes = best.placement.nodes
     lines = [f"{model.name} on {nodes} of {cluster.num_nodes} measured hosts "
-             f"({cluster.gpus_per_node} x {cluster.gpu.name} each), gbs "
+             f"({cluster.gpus_per_node} x {cluster.gpu.name} each){seq_note(model)}, gbs "
              f"{p.global_batch_size}: tp {p.tp} pp {p.pp} dp {p.dp} cp {p.cp} vp {p.vp} mbs "
              f"{p.micro_batch_size} recompute {p.recompute}, {best.iteration_time_s:.3f} s "
              f"per iteration, {best.tokens_per_s_per_gpu:,.0f} tokens/s per GPU"]
-    found = count_findings(report.findings) or "no finding"
     isl = "; ".join("{" + ", ".join(i) + "}" for i in report.islands)
-    lines.append(f"audit: {found}" + (f"; islands {isl}" if isl else ""))
+    lines.append(report.audit_line + (f"; islands {isl}" if isl else ""))
+    lines.extend(f"warning: {w}" for w in plan_warnings(report))
     if excluded:
         lines.append(f"left out {', '.join(excluded)} (flagged by the audit): "
                      f"{best.iteration_time_s:.3f} s"
@@ -219,6 +236,9 @@ def plan_summary(model, cluster, req, best, report, excluded, alternative, costs
     elif alternative is not None:
         lines.append(f"kept every host: {best.iteration_time_s:.3f} s vs {alternative:.3f} s "
                      f"without the flagged ones")
+    if fewer:
+        unused = [h for h in best.placement.excluded_hosts if h not in excluded]
+        lines.append(f"left out {', '.join(unused)}: {fewer}")
     pl = best.placement
     if pl.default_iteration_time_s:
         gain = 100 * (best.iteration_time_s / pl.default_iteration_time_s - 1)

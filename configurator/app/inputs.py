@@ -77,13 +77,53 @@ def resolve_uncalibrated(inputs: JobInputs, *, exclude_flagged: bool | None = No
             raise InputError("exclude_flagged", True, "needs --topology FILE")
         return model, load_cluster(inputs.cluster, inputs.nodes)
     from topology.topofile import apply_topology
-    from topology.topofile_io import load_topology
 
-    topo = load_topology(inputs.topology)
+    topo = load_measured_topology(inputs.topology)
+    cluster = load_cluster(inputs.cluster, len(topo.hosts))
+    check_measured_gpu(topo, cluster, inputs.topology)
     if inputs.nodes is not None and inputs.nodes > len(topo.hosts):
         raise InputError("nodes", inputs.nodes, f"must be at most the {len(topo.hosts)} hosts "
                          f"of the topology {inputs.topology}")
-    return model, apply_topology(load_cluster(inputs.cluster, len(topo.hosts)), topo)
+    return model, apply_topology(cluster, topo)
+
+
+def load_measured_topology(path: str):
+    """:func:`topology.topofile_io.load_topology`, saying so when the file is measurement
+    output (an nccl-tests log, ``nvidia-smi topo -m``) rather than a topology file."""
+    from topology.topofile_io import load_topology
+
+    try:
+        return load_topology(path)
+    except InputError:
+        from topology.importers import detect_format
+
+        try:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                fmt = detect_format(fh.read(1 << 20))
+        except OSError:
+            fmt = None
+        if fmt in ("nccl-tests", "nvidia-smi"):
+            raise InputError("topology", path, f"is {fmt} output, not a topology file: "
+                             "'configurator topology import' makes one of it (plan --logs "
+                             "takes it as it is)") from None
+        raise
+
+
+def check_measured_gpu(topo, cluster: Cluster, where: str) -> None:
+    """Refuse a cluster whose GPU is not the one the measurements were taken on: links
+    measured between H100 hosts priced with A100 compute describe no real cluster. Compared
+    where both are known: the GPU preset the measurements' device name maps to
+    (:func:`topology.gpus.guess_gpu_preset`, e.g. ``NVIDIA H100 80GB HBM3`` → ``h100-80gb``)
+    and the cluster's GPU when it is a preset (a custom GPU cannot be compared). Raises
+    :class:`InputError` (field ``cluster``)."""
+    from topology.gpus import GPU_PRESETS, guess_gpu_preset
+
+    measured = guess_gpu_preset(topo.gpu_name) if topo.gpu_name else None
+    if measured is None or cluster.gpu.name not in GPU_PRESETS or measured == cluster.gpu.name:
+        return
+    raise InputError("cluster", cluster.name,
+                     f"has {cluster.gpu.name} GPUs but {where} was measured on "
+                     f"{topo.gpu_name!r} ({measured}): name a cluster of {measured} GPUs")
 
 
 def host_pool(inputs: JobInputs, cluster: Cluster, *,

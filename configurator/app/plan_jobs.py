@@ -107,12 +107,16 @@ def run_search(req: SearchRequest) -> SearchOutcome:
     note = nodes_note(req.inputs, cluster)
     try:
         compare = bool(req.inputs.calibration) and not req.inputs.topology
-        res, used = ranked_search(req, model, cluster, space, req.top,
-                                  keep_ranking=bool(req.out) or compare, profile=profile)
+        (res, used), fewer = search_on_fewer_hosts(
+            req, model, cluster, space, req.top, nodes=req.inputs.nodes,
+            keep_ranking=bool(req.out) or compare, profile=profile)
     except NoFeasiblePlanError as err:
         raise NoFeasiblePlanError(f"{err}{note}") from None
+    if fewer:
+        note += f" ({fewer})"
     header = (f"{model.name} on {used.num_nodes}x{used.gpus_per_node} "
-              f"{used.gpu.name}{note}, gbs {req.global_batch_size}, seq {model.seq_length}, "
+              f"{used.gpu.name}{note}, gbs {req.global_batch_size}, "
+              f"seq {model.seq_length}{model.seq_length_note}, "
               f"{req.precision}{describe_search_options(req.options)}"
               f": {res.candidates_evaluated} plans evaluated, "
               f"{res.feasible} fit, {res.search_time_s:.2f} s")
@@ -226,6 +230,44 @@ def ranked_search(req: SearchRequest, model, cluster, space: SearchSpace, top: i
                                random_samples=req.random_placements, profile=profile), used
 
 
+def search_on_fewer_hosts(sreq, model, cluster, space, top: int, *,
+                          exclude_flagged: bool | None = None, nodes: int | None, **kw):
+    """``((result, cluster used), why)``: the placed search of ``sreq`` on the measured
+    hosts (all of them, or those the audit does not flag with ``exclude_flagged``). When
+    ``nodes`` is not given and no tp·pp·cp·dp layout of that many GPUs takes the batch
+    (e.g. 13 hosts, 104 GPUs, global batch 128), the most hosts that have a legal layout
+    are used instead (as ``--nodes-range`` would try them, from the most down) and ``why``
+    says so; else ``why`` is ``""``. Raises :class:`InputError` naming the flags that would
+    give a plan when no count of hosts has one, :class:`NoFeasiblePlanError` when legal
+    plans exist but none fits. ``kw``: :func:`ranked_search`'s own (``keep_ranking``,
+    ``profile``)."""
+    if not sreq.inputs.topology:
+        return ranked_search(sreq, model, cluster, space, top, **kw), ""
+    try:
+        return ranked_search(sreq, model, cluster, space, top,
+                             exclude_flagged=exclude_flagged, **kw), ""
+    except InputError as err:
+        if nodes is not None or err.field != "global_batch_size":
+            raise
+    pool, _, _ = host_pool(sreq.inputs, cluster, exclude_flagged=exclude_flagged)
+    gpn = cluster.gpus_per_node
+    for n in range(len(pool) - 1, 0, -1):
+        try:
+            found = ranked_search(sreq, model, cluster, space, top,
+                                  exclude_flagged=exclude_flagged, nodes=n, **kw)
+        except InputError as err:
+            if err.field != "global_batch_size":
+                raise
+            continue
+        return found, (f"no legal layout of all {len(pool)} hosts ({len(pool) * gpn} GPUs) "
+                       f"for global batch {sreq.global_batch_size}: {n} is the most hosts "
+                       f"with one (--nodes N to choose, --gbs to change the batch)")
+    raise InputError("global_batch_size", sreq.global_batch_size,
+                     f"no legal plan on any 1..{len(pool)} of the measured hosts (no "
+                     f"tp*pp*cp*dp layout takes the batch under the search restrictions): "
+                     f"another --gbs gives one") from None
+
+
 def exclusion_effect(req: SearchRequest, model, cluster, res: SearchResult,
                      space: SearchSpace, profile=None) -> dict:
     """Compare the best plan without the flagged hosts with the best on every host
@@ -306,6 +348,13 @@ def split_note(fields: dict, plan) -> str:
     return "; layer split chosen: " + " ".join(words)
 
 
+def seq_note(model) -> str:
+    """``", seq N (why)"`` for a model whose sequence length was chosen for the user (a
+    Hugging Face config's: :attr:`ModelSpec.seq_length_note`), else ``""``."""
+    note = model.seq_length_note
+    return f", seq {model.seq_length}{note}" if note else ""
+
+
 def run_estimate(req: EstimateRequest) -> EstimateOutcome:
     """Memory per stage and iteration time of one plan (also one that does not fit).
 
@@ -327,7 +376,7 @@ def run_estimate(req: EstimateRequest) -> EstimateOutcome:
         e = evaluate_plan(model, cluster, plan, profile=profile)
         title = (f"{model.name} on {cluster.num_nodes} x {cluster.gpus_per_node} "
                  f"{cluster.gpu.name} ({cluster.name})" + nodes_note(req.inputs, cluster)
-                 + split_note(req.fields, plan))
+                 + seq_note(model) + split_note(req.fields, plan))
         return EstimateOutcome(evaluation=e, title=title,
                                written=_save_plan(req, model, cluster.to_dict(), e))
     check_placement_options(req)
@@ -349,7 +398,7 @@ def run_estimate(req: EstimateRequest) -> EstimateOutcome:
     e = evaluate_plan(model, cluster, plan, placed=placed, profile=profile)
     pl = e.placement
     title = (f"{model.name} on {nodes} of {cluster.num_nodes} x {cluster.gpus_per_node} "
-             f"{cluster.gpu.name} ({cluster.name}), placement {pl.method}: "
+             f"{cluster.gpu.name} ({cluster.name}){seq_note(model)}, placement {pl.method}: "
              f"{pl.iteration_time_s:.3f} s vs {pl.default_iteration_time_s:.3f} s default, "
              f"random median {pl.random_median_iteration_time_s:.3f} s")
     used = dict(cluster.to_dict(), nodes=nodes, num_gpus=nodes * cluster.gpus_per_node)
@@ -545,7 +594,8 @@ def run_scaling(req: SearchRequest, lo: int, hi: int) -> ScalingOutcome:
                                                req.global_batch_size).training.to_dict()
         rows.append(row)
     header = (f"{model.name} on {lo}..{hi} nodes of {cluster.gpus_per_node} "
-              f"{cluster.gpu.name}, gbs {req.global_batch_size}, seq {model.seq_length}, "
+              f"{cluster.gpu.name}, gbs {req.global_batch_size}, "
+              f"seq {model.seq_length}{model.seq_length_note}, "
               f"{req.precision}: best plan per node count")
     if len(counts) < hi - lo + 1:
         header += (f" ({len(counts)} of the {hi - lo + 1} counts: {lo}, {hi} and the powers "

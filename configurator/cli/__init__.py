@@ -86,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if getattr(args, "func", None) is None:     # a bare ``configurator``
         parser.print_help()
+        print("configurator: error: a COMMAND is required (the commands are listed above; "
+              "configurator COMMAND --help for one)", file=sys.stderr)
         return EXIT_INPUT
     set_quiet(getattr(args, "quiet", False))
     try:

@@ -14,6 +14,7 @@ import sys
 
 from configurator.app.topology_jobs import audit_cluster
 from configurator.cli.options import (add_force, add_json, add_out, add_training_options,
+                                      integer,
                                       option_groups)
 from configurator.core import jsonout
 from configurator.core.plan import PLAN_FIELD
@@ -33,14 +34,14 @@ def add_audit_arguments(p) -> None:
     g.add_argument("--model", help="price each finding for a job of this model (a preset, a "
                                    "YAML/JSON file, a Hugging Face config.json or model id "
                                    "owner/name)")
-    g.add_argument("--gbs", type=int, help="with --model: the global batch size of its plan")
+    g.add_argument("--gbs", type=integer, help="with --model: the global batch size of its plan")
     g.add_argument("--cluster", metavar="PRESET_OR_FILE",
                    help="with --model: the cluster preset or file (default: the one whose GPU "
                         "the measurements name)")
-    g.add_argument("--nodes", type=int,
+    g.add_argument("--nodes", type=integer,
                    help="with --model: hosts the plan uses (default all; the placement picks "
                         "which)")
-    g.add_argument("--seq-length", type=int, help="with --model: its sequence length")
+    g.add_argument("--seq-length", type=integer, help="with --model: its sequence length")
     g.add_argument("--plan", metavar="FILE",
                    help="with --model: price the findings for this saved plan (plan.json) "
                         "instead of the search's best")
@@ -51,7 +52,7 @@ def add_audit_arguments(p) -> None:
     groups["topology and placement"].add_argument(
         "--topology", metavar="FILE", help="measured topology (YAML or JSON)")
     groups["topology and placement"].add_argument(
-        "--seed", type=int, default=0, help="seed of the placement search (default 0)")
+        "--seed", type=integer, default=0, help="seed of the placement search (default 0)")
     add_training_options(groups["time to train"])
     g = groups["output"]
     add_out(g, "write index.html (heatmap embedded), heatmap.png and audit.json here",
@@ -105,7 +106,9 @@ def format_findings(report, costs: dict | None = None, priced_for: str = "") -> 
     out.append("Structure: " + (f"{len(islands)} islands: " + "; ".join(
         "{" + ", ".join(i) + "}" for i in islands) if islands else "no islands"))
     found = report.findings
-    out.append(f"Findings ({count_findings(found) or 'none'})"
+    none = ("none" if not report.unaudited_hosts
+            else f"none among the audited hosts; {len(report.unaudited_hosts)} not audited")
+    out.append(f"Findings ({count_findings(found) or none})"
                + (f", priced for {priced_for}" if priced_for and found else "") + ":")
     for kind in FINDING_KINDS:
         mine = [(i, f) for i, f in enumerate(found) if f.kind == kind]
@@ -130,6 +133,8 @@ def format_text(report, costs: dict | None = None, priced_for: str = "") -> str:
     then the symptoms (baselines, flagged nodes and links, bimodal classes, missing pairs),
     and the recommendation."""
     out = [f"Audit of {len(report.hosts)} hosts, {report.links_measured} measured links."]
+    if report.coverage_warning:
+        out.append(f"Warning: {report.coverage_warning}")
     out += format_findings(report, costs, priced_for)
     out.append("Class baselines (median / scaled MAD, GB/s):")
     for b in report.baselines:

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import os
 
-from configurator.app.cluster_plan_jobs import PlanRequest, run_plan
+from configurator.app.cluster_plan_jobs import PlanRequest, plan_warnings, run_plan
 from configurator.cli.options import (add_force, add_json, add_out, add_training_options,
-                                      option_groups)
+                                      integer, option_groups)
 from configurator.cli.plan_commands import _group_of, add_plan_option, training_request
 from configurator.core import jsonout
 from configurator.core.plan import SEARCH_OPTIONS
@@ -24,15 +24,18 @@ def add_plan_arguments(p) -> None:
                    help="a preset (any case), a YAML/JSON file with Megatron keys, a Hugging "
                         "Face config.json, or a Hugging Face model id (owner/name: its "
                         "config.json through huggingface_hub)")
-    g.add_argument("--gbs", type=int, required=True, help="global batch size (sequences)")
-    g.add_argument("--seq-length", type=int, help="override the model's sequence length")
+    g.add_argument("--gbs", type=integer, required=True, help="global batch size (sequences)")
+    g.add_argument("--seq-length", type=integer,
+                   help="override the model's sequence length (a Hugging Face config's "
+                        "default: its family's pretraining length, stated in the output)")
     g.add_argument("--cluster", metavar="PRESET_OR_FILE",
                    help="the cluster's preset or file (default: the preset whose GPU the "
                         "measurements name, e.g. nccl-tests' NVIDIA H100 80GB HBM3 -> "
                         "dgx-h100-80gb)")
-    g.add_argument("--nodes", type=int,
+    g.add_argument("--nodes", type=integer,
                    help="hosts the plan uses (default: all, or all but the flagged ones when "
-                        "that is faster)")
+                        "that is faster; the most that have a legal layout when all have "
+                        "none, e.g. 13 hosts for gbs 128)")
     for name in SEARCH_OPTIONS:
         add_plan_option(groups[_group_of(name)], name)
     g = groups["topology and placement"]
@@ -40,10 +43,10 @@ def add_plan_arguments(p) -> None:
                    help="nccl-tests logs, 'nvidia-smi topo -m' output or probe files, or "
                         "directories of them (written to --out as topology.json)")
     g.add_argument("--topology", metavar="FILE", help="a topology file instead of --logs")
-    g.add_argument("--seed", type=int, default=0, help="seed of the placement search "
+    g.add_argument("--seed", type=integer, default=0, help="seed of the placement search "
                                                        "(default 0)")
     g = groups["search"]
-    g.add_argument("--top", type=int, default=3,
+    g.add_argument("--top", type=integer, default=3,
                    help="plans placed on the measured links and shown (default 3)")
     add_training_options(groups["time to train"])
     g = groups["output"]
@@ -65,7 +68,9 @@ def run_plan_command(args) -> int:
     steps = start_instructions(args.out, nodes=best.placement.nodes, placed=True,
                                data=False, plan_file=os.path.join(args.out, "plan.json"))
     if args.json:
-        print(jsonout.dumps({"summary": out.summary, "out": args.out, "written": out.written,
+        print(jsonout.dumps({"summary": out.summary,
+                             "warnings": plan_warnings(out.report),
+                             "out": args.out, "written": out.written,
                              "excluded_hosts": list(out.excluded),
                              "iteration_time_s": best.iteration_time_s,
                              "plan": best.plan.to_dict(),

@@ -12,6 +12,17 @@ GROUPS = ("model and cluster", "plan", "precision and kernels", "search", "time 
           "fit", "measurement", "topology and placement", "output")
 
 
+def integer(text: str) -> int:
+    """argparse ``type`` of an integer option: ``128``, or scientific notation with an
+    integral value (``2e3``, ``1.28e2``; :func:`configurator.core.validate.integer_text`)."""
+    from configurator.core.validate import integer_text
+
+    num = integer_text(text)
+    if num is None:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be an integer (128 or 1.28e2)")
+    return num
+
+
 def option_groups(p: argparse.ArgumentParser) -> dict[str, argparse._ArgumentGroup]:
     """One argument group of ``p`` per name of :data:`GROUPS`, in that order; ``--help``
     lists those that hold an option (argparse leaves an empty group out)."""

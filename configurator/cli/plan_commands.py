@@ -13,7 +13,7 @@ import sys
 
 from configurator.app.inputs import JobInputs
 from configurator.cli.options import (TRAINING_OPTION_DESTS, add_force, add_json, add_out,
-                                      add_training_options, option_groups)
+                                      add_training_options, integer, option_groups)
 from configurator.app.plan_jobs import (EstimateRequest, LaunchRequest, SearchRequest,
                                         run_estimate as estimate_job, run_launch as launch_job,
                                         run_search as search_job)
@@ -49,7 +49,8 @@ def add_plan_option(p, name: str, *, required: bool = False, default=None) -> No
         p.add_argument(f.cli_flag, dest=f.name, choices=f.choices,
                        default=f.default if default is None else default, help=f.help)
     else:
-        p.add_argument(f.cli_flag, dest=f.name, type=f.type, required=required,
+        p.add_argument(f.cli_flag, dest=f.name, type=integer if f.type is int else f.type,
+                       required=required,
                        metavar=(f.alias or f.cli_flag.lstrip("-")).upper(),
                        default=None, help=f.help)
 
@@ -70,12 +71,14 @@ def _common(p: argparse.ArgumentParser, groups) -> None:
     g.add_argument("--cluster", required=True,
                    help="preset, any case (" + ", ".join(CLUSTER_PRESETS) + ") or a YAML/JSON "
                         "file")
-    g.add_argument("--nodes", type=int,
+    g.add_argument("--nodes", type=integer,
                    help="number of nodes (default: the cluster's own, stated in the output; "
                         "with --topology, how many of its hosts to use, at most all: the "
                         "placement picks which)")
-    g.add_argument("--gbs", type=int, required=True, help="global batch size (sequences)")
-    g.add_argument("--seq-length", type=int, help="override the model's sequence length")
+    g.add_argument("--gbs", type=integer, required=True, help="global batch size (sequences)")
+    g.add_argument("--seq-length", type=integer,
+                   help="override the model's sequence length (a Hugging Face config's "
+                        "default: its family's pretraining length, stated in the output)")
     g.add_argument("--calibration", metavar="FILE",
                    help="calibrated GPU efficiencies (configurator calibrate -o FILE) in "
                         "place of the GPU preset's")
@@ -101,13 +104,13 @@ def _inputs(args, exclude_flagged: bool = False) -> JobInputs:
 
 
 def _placement_options(g, budget_s: float, evaluations: int) -> None:
-    g.add_argument("--placement-evaluations", type=int, default=evaluations, metavar="N",
+    g.add_argument("--placement-evaluations", type=integer, default=evaluations, metavar="N",
                    help=f"with --topology: placements the search prices per plan (default "
                         f"{evaluations}; the same result on every run for a seed)")
     g.add_argument("--placement-time-s", type=float, default=budget_s, metavar="S",
                    help=f"with --topology: time cap of the placement search per plan "
                         f"(default {budget_s:g} s; when it binds, results may vary)")
-    g.add_argument("--seed", type=int, default=0,
+    g.add_argument("--seed", type=integer, default=0,
                    help="seed of the placement search and of the random placements "
                         "(default 0)")
 
@@ -159,11 +162,11 @@ def add_search_arguments(p) -> None:
                    help="restrict recompute choices (default: all)")
     for name in SEARCH_RESTRICTIONS:
         f = PLAN_FIELD[name]
-        g.add_argument(f.cli_flag, dest=name, type=int, nargs="+",
+        g.add_argument(f.cli_flag, dest=name, type=integer, nargs="+",
                        metavar=(f.alias or f.cli_flag.lstrip("-")).upper(),
                        help=f"restrict {f.megatron_name} to these values (default: all legal)")
     g = groups["search"]
-    g.add_argument("--top", type=int, default=10, help="plans to show (default 10)")
+    g.add_argument("--top", type=integer, default=10, help="plans to show (default 10)")
     g.add_argument("--max-memory-fraction", type=float, default=DEFAULT_MAX_MEMORY_FRACTION,
                    metavar="F",
                    help="keep plans whose predicted peak is at most F of GPU memory (0 < F "
@@ -317,7 +320,7 @@ def add_launch_arguments(p) -> None:
     g = groups["model and cluster"]
     g.add_argument("--plan", required=True,
                    help="plan document: plan.json of search --out, or estimate --out FILE")
-    g.add_argument("--nodes", type=int,
+    g.add_argument("--nodes", type=integer,
                    help="the plan's node count (checked; a plan for another count is "
                         "another plan: re-plan with configurator search --nodes N)")
     g = groups["plan"]

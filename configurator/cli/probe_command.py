@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import sys
 
+from configurator.cli.options import integer
 from configurator.core.errors import one_line
 from topology.probe_plan import (TorchMissing, add_probe_options, probe_argv, shell_word,
                                  torchrun_command)
@@ -23,12 +24,12 @@ EXIT_INPUT = 2
 
 def add_probe_arguments(p) -> None:
     g = p.add_argument_group("torchrun")
-    g.add_argument("--nnodes", type=int, help="number of nodes (required to print)")
-    g.add_argument("--nproc-per-node", type=int,
+    g.add_argument("--nnodes", type=integer, help="number of nodes (required to print)")
+    g.add_argument("--nproc-per-node", type=integer,
                    help="GPUs (ranks) per node (required to print)")
     g.add_argument("--master-addr", default="$MASTER_ADDR",
                    help="host of node_rank 0 (default: $MASTER_ADDR on each node)")
-    g.add_argument("--master-port", type=int, default=29500, help="(default 29500)")
+    g.add_argument("--master-port", type=integer, default=29500, help="(default 29500)")
     g.add_argument("--slurm", action="store_true",
                    help="wrap in srun, node_rank from $SLURM_NODEID")
     add_probe_options(p.add_argument_group(

@@ -13,7 +13,8 @@ import sys
 
 from configurator.app.profile_jobs import (DEFAULT_REPEATS, DEFAULT_WARMUP, ProfileRequest,
                                            run_profile as profile_job)
-from configurator.cli.options import add_force, add_json, add_out, option_groups
+from configurator.cli.options import (add_force, add_json, add_out, integer,
+                                      option_groups)
 from configurator.core import jsonout
 from configurator.core.model_presets import MODEL_PRESETS
 from configurator.core.profile import PROFILE_PRECISIONS
@@ -28,13 +29,15 @@ def add_profile_arguments(p) -> None:
                    help="preset name, any case (" + ", ".join(MODEL_PRESETS) + "), a YAML/JSON "
                         "file with Megatron keys, a Hugging Face config.json, or a Hugging "
                         "Face model id (owner/name)")
-    g.add_argument("--seq-length", type=int, help="override the model's sequence length")
+    g.add_argument("--seq-length", type=integer,
+                   help="override the model's sequence length (a Hugging Face config's "
+                        "default: its family's pretraining length, stated in the output)")
     p = groups["plan"]
-    p.add_argument("--tp", type=int, nargs="+", default=[1], metavar="T",
+    p.add_argument("--tp", type=integer, nargs="+", default=[1], metavar="T",
                    help="tensor_model_parallel_size values to profile (default 1)")
-    p.add_argument("--cp", type=int, nargs="+", default=[1], metavar="C",
+    p.add_argument("--cp", type=integer, nargs="+", default=[1], metavar="C",
                    help="context_parallel_size values to profile (default 1)")
-    p.add_argument("--mbs", type=int, nargs="+", default=[1], metavar="B",
+    p.add_argument("--mbs", type=integer, nargs="+", default=[1], metavar="B",
                    help="micro_batch_size values to profile (default 1)")
     p.add_argument("--sequence-parallel", dest="sequence_parallel",
                    action=argparse.BooleanOptionalAction, default=None,
@@ -50,9 +53,9 @@ def add_profile_arguments(p) -> None:
     p.add_argument("--gpu", choices=tuple(GPU_PRESETS), metavar="PRESET",
                    help="GPU preset of the analytic comparison (" + ", ".join(GPU_PRESETS)
                         + "; default: guessed from the CUDA device's name)")
-    p.add_argument("--warmup", type=int, default=DEFAULT_WARMUP, metavar="N",
+    p.add_argument("--warmup", type=integer, default=DEFAULT_WARMUP, metavar="N",
                    help=f"untimed runs per shape (default {DEFAULT_WARMUP})")
-    p.add_argument("--repeats", type=int, default=DEFAULT_REPEATS, metavar="N",
+    p.add_argument("--repeats", type=integer, default=DEFAULT_REPEATS, metavar="N",
                    help=f"timed runs per shape, the median reported (default {DEFAULT_REPEATS})")
     g = groups["output"]
     add_out(g, "profile to write (YAML; JSON for a .json name; default profile.yaml); "

@@ -41,6 +41,63 @@ _HF_ARCH_WORDS = ("expert", "moe", "lora", "head_dim", "layer", "hidden", "inter
                   "bias", "norm")
 
 
+#: The sequence length a family was pretrained at (its main pre-training stage, before any
+#: long-context extension), with the source that states it: ``model_type`` -> (tokens,
+#: family, source). Llama 3 is told from Llama 1/2 by :func:`_hf_family`.
+PRETRAINING_SEQ_LENGTHS: dict[str, tuple[int, str, str]] = {
+    "llama3": (8192, "Llama 3", "Llama 3 paper, arXiv:2407.21783 §3.4.1"),
+    "llama": (4096, "Llama 2", "Llama 2 paper, arXiv:2307.09288 §2.2"),
+    "mixtral": (32768, "Mixtral", "Mixtral paper, arXiv:2401.04088 §2"),
+    "qwen2": (4096, "Qwen2", "Qwen2 report, arXiv:2407.10671 §3.2"),
+    "qwen2_moe": (4096, "Qwen2", "Qwen2 report, arXiv:2407.10671 §3.2"),
+    "qwen3": (4096, "Qwen3", "Qwen3 report, arXiv:2505.09388 §3.2"),
+    "qwen3_moe": (4096, "Qwen3", "Qwen3 report, arXiv:2505.09388 §3.2"),
+    "deepseek_v2": (4096, "DeepSeek-V2", "DeepSeek-V2 report, arXiv:2405.04434 §3.1.2"),
+    "deepseek_v3": (4096, "DeepSeek-V3", "DeepSeek-V3 report, arXiv:2412.19437 §4.2"),
+    "gpt2": (1024, "GPT-2", "GPT-2 paper, Radford et al. 2019 §2.3"),
+}
+#: The length for a family with no published pretraining length: the one most families of
+#: :data:`PRETRAINING_SEQ_LENGTHS` were pretrained at (Llama 2, Qwen2, Qwen3, DeepSeek-V2/V3).
+DEFAULT_PRETRAINING_SEQ_LENGTH = 4096
+
+
+def _hf_family(cfg: Mapping[str, Any]) -> str:
+    """The key of :data:`PRETRAINING_SEQ_LENGTHS` for a config: its ``model_type``, with
+    ``llama`` split into Llama 3 (``rope_scaling`` of type ``llama3``, ``rope_theta`` 500000
+    or the 128,256-token vocabulary, as Meta's Llama 3.x configs) and earlier Llamas."""
+    mtype = cfg.get("model_type", "")
+    if mtype == "gpt2" or "n_embd" in cfg:
+        return "gpt2"
+    if mtype == "llama":
+        scaling = cfg.get("rope_scaling")
+        kind = (scaling.get("rope_type") or scaling.get("type")
+                if isinstance(scaling, Mapping) else None)
+        if kind == "llama3" or cfg.get("rope_theta") == 500000 or (
+                cfg.get("vocab_size") == 128256):
+            return "llama3"
+    return mtype if isinstance(mtype, str) else ""
+
+
+def pretraining_seq_length(cfg: Mapping[str, Any], max_positions: int) -> tuple[int, str]:
+    """``(seq_length, why)``: the sequence length a Hugging Face config is planned at when
+    the user gives none. The family's published pretraining length
+    (:data:`PRETRAINING_SEQ_LENGTHS`), else :data:`DEFAULT_PRETRAINING_SEQ_LENGTH`; at most
+    ``max_positions`` (the config's ``max_position_embeddings``, the model's maximum
+    context, which is what a long-context fine-tune uses, not what pretraining costs)."""
+    family = _hf_family(cfg)
+    if family in PRETRAINING_SEQ_LENGTHS:
+        seq, name, source = PRETRAINING_SEQ_LENGTHS[family]
+        why = f"pretraining length of {name}, {source}"
+    else:
+        seq = DEFAULT_PRETRAINING_SEQ_LENGTH
+        what = f"model_type {family!r}" if family else "a config without model_type"
+        why = (f"{what} has no published pretraining length here: that of Llama 2, "
+               "Qwen2/3, DeepSeek-V2/V3")
+    if seq > max_positions:
+        return max_positions, f"the config's maximum context, below the {seq} {why}"
+    return seq, why
+
+
 def from_hf_config(cfg: Mapping[str, Any], name: str = "hf-model") -> ModelSpec:
     """Map a Hugging Face ``config.json`` to a :class:`ModelSpec`.
 
@@ -85,7 +142,7 @@ def from_hf_config(cfg: Mapping[str, Any], name: str = "hf-model") -> ModelSpec:
             name=name, num_layers=need("n_layer"), hidden_size=hidden,
             num_attention_heads=need("n_head"),
             ffn_hidden_size=get("n_inner") or 4 * hidden, vocab_size=need("vocab_size"),
-            seq_length=need("n_positions", "n_ctx"),
+            **_seq_kw(cfg, "n_positions", need("n_positions", "n_ctx")),
             hidden_dropout=get("resid_pdrop", 0.1), attention_dropout=get("attn_pdrop", 0.1),
             norm_epsilon=get("layer_norm_epsilon", 1e-5))
         _refuse_unmapped(cfg, used)
@@ -100,7 +157,8 @@ def from_hf_config(cfg: Mapping[str, Any], name: str = "hf-model") -> ModelSpec:
     kw: dict[str, Any] = dict(
         name=name, num_layers=layers, hidden_size=hidden, num_attention_heads=heads,
         num_query_groups=get("num_key_value_heads") or heads,
-        vocab_size=need("vocab_size"), seq_length=need("max_position_embeddings"),
+        vocab_size=need("vocab_size"),
+        **_seq_kw(cfg, "max_position_embeddings", need("max_position_embeddings")),
         swiglu=act in ("silu", "swiglu"),
         untie_embeddings_and_output_weights=not flag("tie_word_embeddings"),
         normalization="RMSNorm" if "rms_norm_eps" in cfg else "LayerNorm",
@@ -132,8 +190,8 @@ def from_hf_config(cfg: Mapping[str, Any], name: str = "hf-model") -> ModelSpec:
     window = get("sliding_window")
     if window is not None:
         window = v.int_in_range("config.json.sliding_window", window, key="window_size")
-    seq = v.int_in_range("config.json.max_position_embeddings", kw["seq_length"],
-                         key="seq_length")
+    # against the maximum context: a window shorter than it matters at some --seq-length
+    seq = kw["max_position_embeddings"]
     if window is not None and (get("use_sliding_window", True) is not False) and (
             mtype not in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe")
             or cfg.get("use_sliding_window")) and window < seq:
@@ -217,6 +275,14 @@ def from_hf_config(cfg: Mapping[str, Any], name: str = "hf-model") -> ModelSpec:
     spec = make_model(**kw)
     _refuse_unmapped(cfg, used)
     return spec
+
+
+def _seq_kw(cfg: Mapping[str, Any], key: str, max_positions: Any) -> dict:
+    """``seq_length``, ``max_position_embeddings`` and ``seq_length_source`` of a config
+    whose maximum context is ``max_positions`` (read from ``key``)."""
+    ctx = v.int_in_range(f"config.json.{key}", max_positions, key="max_position_embeddings")
+    seq, why = pretraining_seq_length(cfg, ctx)
+    return {"seq_length": seq, "max_position_embeddings": ctx, "seq_length_source": why}
 
 
 def _hf_window(cfg: Mapping[str, Any], window: Any, layers: int) -> dict:

@@ -19,6 +19,7 @@ INT_RANGES: dict[str, tuple[int, int]] = {
     "ffn_hidden_size": (1, 1_048_576),
     "vocab_size": (1, 16_777_216),
     "seq_length": (1, 16_777_216),
+    "max_position_embeddings": (1, 2**31 - 1),
     "kv_channels": (1, 65_536),
     "rotary_base": (1, 2**40),
     "num_experts": (1, 65_536),
@@ -85,6 +86,13 @@ FLOAT_RANGES: dict[str, tuple[float, float]] = {
     "pue": (1.0, 10.0),
     "deadline_days": (1e-6, 1e6),
 }
+
+#: Lowest efficiency (a fraction of a data-sheet rate: GEMM, HBM, attention, NVLink or
+#: network) the tool accepts: 0.1 %, ten times below anything a kernel or a link runs at
+#: on a working datacenter GPU (the published efficiencies behind the presets are 0.3 to
+#: 0.95), and the lower bound of ``calibrate``'s fit. Lower figures are typos (``5e-324``,
+#: a percent given as a fraction of a percent) and would price a step at ~1e300 s.
+MIN_EFFICIENCY = 1e-3
 
 #: Longest text of a value echoed in an error message (characters).
 ECHO_CHARS = 80

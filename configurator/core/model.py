@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from configurator.core import validate as v
@@ -101,6 +101,15 @@ class ModelSpec:
     window_attn_skip_freq: int | None = None
     activation_func_clamp_value: float | None = None
     yarn_rotary_scaling_factor: float | None = None
+    #: the longest sequence the model's positions support (Megatron's
+    #: ``--max-position-embeddings``; Hugging Face ``max_position_embeddings``): an upper
+    #: bound on ``seq_length``, None when not given. With ``seq_length_source``, what the
+    #: user is told, not what is trained: neither takes part in comparing two models.
+    max_position_embeddings: int | None = field(default=None, compare=False)
+    #: why ``seq_length`` has its value, where it was chosen for the user (a Hugging Face
+    #: config's pretraining length: :func:`configurator.core.hf_import.pretraining_seq_length`;
+    #: ``"given"`` once ``--seq-length`` replaced it)
+    seq_length_source: str | None = field(default=None, compare=False)
 
     @property
     def is_moe(self) -> bool:
@@ -184,10 +193,32 @@ class ModelSpec:
         return sum(share * fraction for share, fraction, _ in self.attention_layer_kinds)
 
     def with_seq_length(self, seq_length: int) -> "ModelSpec":
-        return dataclasses.replace(self, seq_length=v.int_in_range("seq_length", seq_length))
+        """This model at ``seq_length`` tokens (``--seq-length``). Raises
+        :class:`InputError` above :attr:`max_position_embeddings`."""
+        seq = v.int_in_range("seq_length", seq_length)
+        _check_context(seq, self.max_position_embeddings)
+        return dataclasses.replace(
+            self, seq_length=seq,
+            seq_length_source=None if self.seq_length_source is None else "given")
+
+    @property
+    def seq_length_note(self) -> str:
+        """How ``seq_length`` was chosen, for the first line of an output: ``""`` for a
+        preset or a Megatron-keyed file (the file gives it), else e.g. ``" (pretraining
+        length of Llama 3, ...; max context 131072; --seq-length to change)"``."""
+        if self.seq_length_source is None:
+            return ""
+        ctx = ("" if self.max_position_embeddings is None
+               else f"; max context {self.max_position_embeddings}")
+        if self.seq_length_source == "given":
+            return f" (--seq-length{ctx})"
+        return f" ({self.seq_length_source}{ctx}; --seq-length to change)"
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
+        for key in ("max_position_embeddings", "seq_length_source"):
+            if d[key] is None:     # a preset's or a Megatron file's: no such keys
+                del d[key]
         if isinstance(self.moe_layer_freq, tuple):
             d["moe_layer_freq"] = list(self.moe_layer_freq)
         return d
@@ -205,8 +236,18 @@ MODEL_KEYS_OPTIONAL = ("name", "num_query_groups", "ffn_hidden_size", "kv_channe
                        "multi_latent_attention", "q_lora_rank", "kv_lora_rank", "qk_head_dim",
                        "qk_pos_emb_head_dim", "v_head_dim", "mtp_num_layers", "window_size",
                        "window_attn_skip_freq", "activation_func_clamp_value",
-                       "yarn_rotary_scaling_factor")
+                       "yarn_rotary_scaling_factor", "max_position_embeddings",
+                       "seq_length_source")
 MODEL_KEYS = MODEL_KEYS_REQUIRED + MODEL_KEYS_OPTIONAL
+
+
+def _check_context(seq_length: int, max_positions: int | None) -> None:
+    """Megatron's rule ``max_position_embeddings >= seq_length`` (arguments.py
+    ``validate_args``)."""
+    if max_positions is not None and seq_length > max_positions:
+        raise InputError("seq_length", seq_length,
+                         f"must be at most the model's max_position_embeddings "
+                         f"({max_positions}, its maximum context): lower --seq-length")
 
 
 def _optional_int(kw: Mapping[str, Any], key: str, default=None):
@@ -336,7 +377,15 @@ def make_model(**kw: Any) -> ModelSpec:
                              "scales RoPE: needs position_embedding_type rope and no "
                              "multi-latent attention (MLA has its own rotary embedding)")
     name = v.display_name("name", kw.get("name", "custom"))
-    return ModelSpec(name=name, num_query_groups=groups, ffn_hidden_size=ffn,
+    max_positions = _optional_int(kw, "max_position_embeddings")
+    _check_context(n["seq_length"], max_positions)
+    source = kw.get("seq_length_source")
+    if source is not None:
+        source = v.printable_text("seq_length_source", source)
+        if len(source) > 300:
+            raise InputError("seq_length_source", source, "must be at most 300 characters")
+    return ModelSpec(max_position_embeddings=max_positions, seq_length_source=source,
+                     name=name, num_query_groups=groups, ffn_hidden_size=ffn,
                      activation_func_clamp_value=clamp, yarn_rotary_scaling_factor=yarn,
                      kv_channels=kv_channels, swiglu=swiglu, normalization=norm,
                      norm_epsilon=float(eps), position_embedding_type=pos,

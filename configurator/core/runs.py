@@ -141,10 +141,10 @@ def _truthy(where: str, value: Any) -> bool:
 
 def _integer(where: str, value: Any, key: str) -> int:
     if isinstance(value, str):
-        text = value.strip()
-        if not text.lstrip("-").isdigit() or len(text) > 12:
+        num = v.integer_text(value)
+        if num is None:
             raise InputError(where, value, "must be an integer")
-        value = int(text)
+        value = num
     return v.int_in_range(where, value, key=key)
 
 
@@ -254,7 +254,7 @@ def _rows_from_text(text: str, suffix: str, where: str) -> list[tuple[str, Any]]
     import yaml
 
     try:
-        data = yaml.safe_load(text)
+        data = v.load_yaml(text)
     except yaml.YAMLError as exc:
         raise InputError(where, type(exc).__name__, "is not valid YAML") from None
     if isinstance(data, Mapping) and set(data) == {"runs"}:

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import decimal
 import difflib
 import functools
 import math
 import os
+import re
 from typing import Any, Iterable, Mapping
 
 from configurator.core.errors import InputError
-from configurator.core.limits import FLOAT_RANGES, INT_RANGES, MAX_FILE_BYTES
+from configurator.core.limits import (FLOAT_RANGES, INT_RANGES, MAX_FILE_BYTES,
+                                      MIN_EFFICIENCY)
 
 
 def positive_int(field: str, value: Any) -> int:
@@ -20,6 +23,17 @@ def positive_int(field: str, value: Any) -> int:
     if value <= 0:
         raise InputError(field, value, "must be a positive integer (> 0)")
     return int(value)
+
+
+def efficiency(field: str, value: Any) -> float:
+    """An efficiency: a number in [:data:`~configurator.core.limits.MIN_EFFICIENCY`, 1] (a
+    fraction of a data-sheet rate). Raises :class:`InputError` naming the field, the value
+    and the rule."""
+    if (isinstance(value, bool) or not isinstance(value, (int, float))
+            or not MIN_EFFICIENCY <= value <= 1):
+        raise InputError(field, value, f"must be an efficiency in [{MIN_EFFICIENCY:g}, 1] (a "
+                                       "fraction of the data-sheet rate)")
+    return float(value)
 
 
 def int_in_range(field: str, value: Any, key: str | None = None) -> int:
@@ -167,11 +181,23 @@ def read_text_file(field: str, path: str) -> str:
         raise InputError(field, path, "not a UTF-8 text file") from None
 
 
+#: A float as people write it, YAML 1.2's core schema (``1e-06``, ``2E12``, ``-3.5e+2``,
+#: ``1.``, ``.5``, ``.inf``, ``.nan``): YAML 1.1, which PyYAML implements, needs a dot and a
+#: signed exponent (``1.0e-06``) and reads ``1e-06`` as a string (yaml.org/spec/1.2.2
+#: §10.3.2, tag resolution of the core schema).
+YAML_FLOAT = re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*\.[0-9_]*|\.[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)?
+                           |[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+
+                           |[-+]?\.(?:inf|Inf|INF)
+                           |\.(?:nan|NaN|NAN))$""", re.X)
+
+
+@functools.lru_cache(maxsize=1)
 def _yaml_loader():
     import yaml
 
     class NoAliasLoader(yaml.SafeLoader):
-        """Safe YAML without aliases: ``*name`` can expand a few bytes into gigabytes."""
+        """Safe YAML without aliases (``*name`` can expand a few bytes into gigabytes),
+        numbers resolved as YAML 1.2 does (:data:`YAML_FLOAT`)."""
 
         def compose_node(self, parent, index):
             if self.check_event(yaml.AliasEvent):
@@ -180,7 +206,37 @@ def _yaml_loader():
                     None, None, f"aliases (*name) are not allowed (line {mark.line + 1})")
             return super().compose_node(parent, index)
 
+    NoAliasLoader.add_implicit_resolver("tag:yaml.org,2002:float", YAML_FLOAT,
+                                        list("-+0123456789."))
     return NoAliasLoader
+
+
+def load_yaml(text: str) -> Any:
+    """Parse YAML ``text`` with the one loader every YAML input of the tool goes through
+    (safe, no aliases, ``1e-06`` a number: :func:`_yaml_loader`). Raises PyYAML's errors."""
+    import yaml
+
+    return yaml.load(text, Loader=_yaml_loader())  # noqa: S506 - a SafeLoader
+
+
+def integer_text(text: str) -> int | None:
+    """The integer a command-line or CSV word spells, plain (``128``) or in scientific
+    notation with an integral value (``2e12``, ``1.28e2``); None for anything else
+    (``1.5``, ``abc``, more than 32 characters)."""
+    text = text.strip()
+    if len(text) > 32:
+        return None
+    if re.fullmatch(r"[-+]?[0-9]+", text):
+        return int(text)
+    if not re.fullmatch(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)[eE][-+]?[0-9]+", text):
+        return None
+    try:
+        num = decimal.Decimal(text)
+    except decimal.InvalidOperation:
+        return None
+    if abs(num.adjusted()) > 30 or num != num.to_integral_value():
+        return None
+    return int(num)
 
 
 def parse_mapping_text(field: str, path: str, text: str, as_json: bool) -> Mapping:
@@ -196,7 +252,7 @@ def parse_mapping_text(field: str, path: str, text: str, as_json: bool) -> Mappi
         if as_json:
             data = json.loads(text)   # NaN/Infinity parse; the field validators refuse them
         else:
-            data = yaml.load(text, Loader=_yaml_loader())  # noqa: S506 - a SafeLoader
+            data = load_yaml(text)
     except RecursionError:
         raise InputError(field, path, "malformed YAML/JSON (nested too deeply)") from None
     except Exception as err:  # noqa: BLE001 - PyYAML's constructors raise many kinds

@@ -79,7 +79,7 @@ def search(model: ModelSpec, cluster, global_batch_size: int, *, top_k: int = 10
         raise InputError("global_batch_size", global_batch_size,
                          f"no legal plan: no tp*pp*cp*dp layout of {world} GPUs with "
                          f"global_batch_size % (micro_batch_size*dp) == 0 under the "
-                         f"search restrictions")
+                         f"search restrictions: another --gbs or --nodes gives one")
     limit = cluster.gpu.memory_bytes * max_memory_fraction
     mem = in_chunks(cand, lambda c, _rows: peak_memory(
         model, c, limit_bytes=limit, non_tn_fp8_gemm=cluster.gpu.non_tn_fp8_gemm))

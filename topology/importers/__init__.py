@@ -117,6 +117,18 @@ def _collect(paths: Iterable[str | os.PathLike]) -> list[tuple[Path, bool]]:
     return out
 
 
+def _why_empty(path: Path, text: str, topo: Topology) -> str:
+    """Why a parsed file measured nothing, for a one-line error: its last line and the
+    parser's first word on it (``line 28: alltoall_perf G=8: no data rows (the run stopped
+    before the first size)``)."""
+    lines = text.count("\n") + (not text.endswith("\n"))
+    said = next((w for w in topo.warnings), None) or next(
+        (m.reason for m in topo.missing), None) or "no measurement record"
+    prefix = f"{path.name}: "
+    said = said[len(prefix):] if said.startswith(prefix) else said
+    return f"line {lines}: the file ends with no measurement ({said})"
+
+
 def fill_missing_pairs(topo: Topology) -> Topology:
     """Add a :class:`MissingMeasurement` for every pair of hosts that take part in inter-node
     measurements (links or missing entries) but have neither a link nor a missing entry."""
@@ -151,6 +163,7 @@ def import_paths(paths: Iterable[str | os.PathLike], policy: str = "min",
     if not files:
         raise InputError("path", [str(p) for p in paths], "holds no files")
     topos, skipped = [], []
+    empty: list[tuple[Path, str]] = []    # files that measured nothing: (path, why)
     shown = (None if len(files) >= PROGRESS_MIN_FILES else False) if progress is None \
         else progress           # None: only on a terminal
     for path, explicit in bar(files, desc="import", unit="file", shown=shown):
@@ -164,7 +177,15 @@ def import_paths(paths: Iterable[str | os.PathLike], policy: str = "min",
                 import_file(path)  # raises the InputError that says why
             skipped.append(path.name)
             continue
-        topos.append(_parse(path, text, fmt))
+        topo = _parse(path, text, fmt)
+        if not topo.links and not topo.collectives:
+            empty.append((path, _why_empty(path, text, topo)))
+        topos.append(topo)
+    if topos and len(empty) == len(topos):
+        path, why = empty[0]
+        more = f" (and {len(empty) - 1} more file(s) like it)" if len(empty) > 1 else ""
+        raise InputError("path", str(path), f"{why}: no link or collective measured{more}, "
+                                            "so there is nothing to audit or plan on")
     if not topos:
         raise InputError("path", [str(p) for p in paths],
                          "holds no nccl-tests log, 'nvidia-smi topo -m' output or topology "
