@@ -64,6 +64,20 @@ def _plan_column(f: PlanField) -> Column:
 
 RANK = Column("rank", lambda rank, e: str(rank))
 ITER = Column("iter (s)", lambda rank, e: f"{e.iteration_time_s:.3f}")
+
+
+def _interval_cell(rank: int, e: Evaluation) -> str:
+    """The measured time's range around the estimate, in percent (``-lo/+hi``), and ``tie``
+    for a plan inside the best plan's interval (:mod:`configurator.search.intervals`)."""
+    if e.iteration_time_interval_s is None:
+        return ""
+    lo, hi = e.iteration_time_interval_s
+    t = e.iteration_time_s
+    return (f"-{100 * (1 - lo / t):.0f}/+{100 * (hi / t - 1):.0f}"
+            + (" tie" if e.tie else ""))
+
+
+INTERVAL = Column("range (%)", _interval_cell)
 TFLOPS = Column("TFLOP/s/GPU", lambda rank, e: f"{e.model_tflops_per_gpu:.1f}")
 #: MFU against the 16-bit (BF16/FP16) dense peak; FP8 plans add :data:`MFU_FP8`, against
 #: the peak of their own precision.
@@ -76,7 +90,7 @@ PEAK = Column("peak (GiB)", lambda rank, e: f"{e.peak_memory_bytes / GiB:.1f}")
 #: Plan columns, from the schema.
 PLAN_COLUMNS: tuple[Column, ...] = tuple(_plan_column(f) for f in PLAN_FIELDS
                                          if f.column is not None)
-METRIC_COLUMNS: tuple[Column, ...] = (ITER, TFLOPS, MFU, MFU_FP8, TOKENS, PEAK)
+METRIC_COLUMNS: tuple[Column, ...] = (ITER, INTERVAL, TFLOPS, MFU, MFU_FP8, TOKENS, PEAK)
 #: Every column of the wide table, in order.
 COLUMNS: tuple[Column, ...] = (RANK, *PLAN_COLUMNS, *METRIC_COLUMNS)
 #: Headers of the columns the narrow table leaves out first, in that order, while it is
@@ -208,6 +222,10 @@ def format_estimate(e: Evaluation) -> str:
               if is_fp8(p.precision) and e.mfu_precision_peak is not None else "")
            + "   tokens/s per GPU: "
            f"{e.tokens_per_s_per_gpu:.0f}",
+           *([f"interval: {e.iteration_time_interval_s[0]:.3f}-"
+              f"{e.iteration_time_interval_s[1]:.3f} s (regime {e.regime}: the 10th-90th "
+              f"percentile residuals of published runs of that regime, each source left "
+              f"out of the fit)"] if e.iteration_time_interval_s is not None else []),
            "time breakdown (s): " + ", ".join(f"{k} {v:.3f}" for k, v in
                                               e.time_breakdown_s.items()),
            f"peak memory: {e.peak_memory_bytes / GiB:.2f} GiB of "

@@ -435,6 +435,7 @@ def place_search_result(model: ModelSpec, cluster, res, *, pool: Sequence[int],
     from tqdm import tqdm
 
     from configurator.search.evaluate import with_placement
+    from configurator.search.intervals import rank_with_intervals
 
     placed = []
     for e in tqdm(res.plans, desc="placement", unit="plan", disable=None if progress is None
@@ -446,7 +447,8 @@ def place_search_result(model: ModelSpec, cluster, res, *, pool: Sequence[int],
         peak = cluster.gpu.peak(mfu_peak_precision(e.plan.precision))
         placed.append(with_placement(model, e, record, schedule, peak))
     placed.sort(key=lambda e: e.iteration_time_s)
-    return dataclasses.replace(res, plans=placed)
+    placed, note = rank_with_intervals(model, cluster, placed, profile)
+    return dataclasses.replace(res, plans=placed, pick_note=note)
 
 
 def placement_on_cluster(data, cluster, num_nodes: int, where: str = "placement"):
