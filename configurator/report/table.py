@@ -62,22 +62,23 @@ def _plan_column(f: PlanField) -> Column:
                   "right" if f.type is int else "left")
 
 
-RANK = Column("rank", lambda rank, e: str(rank))
+RANK = Column("rank", lambda rank, e: f"{rank}*" if e.tie else str(rank))
 ITER = Column("iter (s)", lambda rank, e: f"{e.iteration_time_s:.3f}")
 
 
 def _interval_cell(rank: int, e: Evaluation) -> str:
-    """The measured time's range around the estimate, in percent (``-lo/+hi``), and ``tie``
-    for a plan inside the best plan's interval (:mod:`configurator.search.intervals`)."""
+    """The measured time's range around the estimate, in percent (``-lo/+hi``;
+    :mod:`configurator.search.intervals`)."""
     if e.iteration_time_interval_s is None:
         return ""
     lo, hi = e.iteration_time_interval_s
     t = e.iteration_time_s
-    return (f"-{100 * (1 - lo / t):.0f}/+{100 * (hi / t - 1):.0f}"
-            + (" tie" if e.tie else ""))
+    return f"-{100 * (1 - lo / t):.0f}/+{100 * (hi / t - 1):.0f}"
 
 
-INTERVAL = Column("range (%)", _interval_cell)
+#: The interval around ``iter (s)``; a plan inside the best plan's interval (a tie) has
+#: ``*`` after its rank.
+INTERVAL = Column("+/-%", _interval_cell)
 TFLOPS = Column("TFLOP/s/GPU", lambda rank, e: f"{e.model_tflops_per_gpu:.1f}")
 #: MFU against the 16-bit (BF16/FP16) dense peak; FP8 plans add :data:`MFU_FP8`, against
 #: the peak of their own precision.

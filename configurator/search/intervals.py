@@ -141,14 +141,14 @@ def rank_with_intervals(model: ModelSpec, cluster, evals: list,
     evals = [dataclasses.replace(e, tie=i in ties) for i, e in enumerate(evals)]
     lo, hi = best.iteration_time_interval_s
     if pick == 0:
-        note = (f"{len(ties)} plans tie within the best plan's interval "
-                f"[{lo:.3f}, {hi:.3f}] s; rank 1 is also the least exposed to the model's "
-                f"uncertainty (worst-case regret {regret[0]:.3f} s)")
+        note = (f"ties (* after the rank): {len(ties)} of the {len(evals)} plans shown lie within the best "
+                f"plan's interval {lo:.3f}-{hi:.3f} s; rank 1 is also the least exposed to "
+                f"the model's uncertainty (worst-case regret {regret[0]:.3f} s)")
         return evals, note
     chosen = evals[pick]
     note = (f"picked a plan {chosen.iteration_time_s - best.iteration_time_s:.3f} s slower "
             f"than the fastest estimate ({chosen.regime} against {best.regime}): "
-            f"{len(ties)} plans tie within the best plan's interval [{lo:.3f}, {hi:.3f}] s "
-            f"and it has the smallest worst-case regret ({regret[k]:.3f} s against "
-            f"{regret[0]:.3f} s)")
+            f"{len(ties)} of the {len(evals)} plans shown (* after the rank) lie within the best plan's interval "
+            f"{lo:.3f}-{hi:.3f} s and it has the smallest worst-case regret "
+            f"({regret[k]:.3f} s against {regret[0]:.3f} s)")
     return [chosen] + [e for i, e in enumerate(evals) if i != pick], note
