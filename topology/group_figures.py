@@ -212,6 +212,15 @@ class GroupFigures:
         members per domain of ``nvlink_domain_gpus`` consecutive rank numbers)."""
         return self.placement.is_identity and self.is_uniform and self.domains_in_order
 
+    def _uniform_shape(self, stride: int, size: int, world: int) -> tuple[bool, bool, int]:
+        """:func:`uniform_group_shape` on this cluster's NVLink domains, once per shape (the
+        ring, single-send and per-domain figures of one group shape share it)."""
+        key = ("shape", stride, size, world)
+        if key not in self._cache:
+            self._cache[key] = uniform_group_shape(stride, size, world,
+                                                   self.nvlink_domain_gpus)
+        return self._cache[key]
+
     def _group_gpus(self, stride: int, size: int, world: int) -> np.ndarray:
         """Physical GPU indices (one row per group) of every group of
         :func:`topology.rank_order.rank_groups` under :attr:`placement`."""
@@ -264,7 +273,7 @@ class GroupFigures:
             elif self._shape_shortcut:
                 self._check_extent(stride, size, world)
                 D = self.nvlink_domain_gpus
-                intra, inter, k = uniform_group_shape(stride, size, world, D)
+                intra, inter, k = self._uniform_shape(stride, size, world)
                 bw, lat = float("inf"), 0.0
                 if intra:
                     b, l = self.link(0, 1)
@@ -297,7 +306,7 @@ class GroupFigures:
             elif self._shape_shortcut:   # the shape's hops: NVLink and/or one NIC each way
                 self._check_extent(stride, size, world)
                 D = self.nvlink_domain_gpus
-                intra, inter, _ = uniform_group_shape(stride, size, world, D)
+                intra, inter, _ = self._uniform_shape(stride, size, world)
                 bw, lat = float("inf"), 0.0
                 for on, b in ((intra, 1), (inter, D)):
                     if on:
@@ -323,8 +332,7 @@ class GroupFigures:
                 res = size
             elif self._shape_shortcut:
                 self._check_extent(stride, size, world)
-                _, inter, k = uniform_group_shape(stride, size, world,
-                                                  self.nvlink_domain_gpus)
+                _, inter, k = self._uniform_shape(stride, size, world)
                 res = k if inter else size
             else:
                 dom = np.asarray(self.gpu_domains)[self._group_gpus(stride, size, world)]
@@ -343,7 +351,7 @@ class GroupFigures:
             elif self._shape_shortcut:
                 self._check_extent(stride, size, world)
                 D = self.nvlink_domain_gpus
-                intra, inter, _ = uniform_group_shape(stride, size, world, D)
+                intra, inter, _ = self._uniform_shape(stride, size, world)
                 bw, lat = float("inf"), 0.0
                 for on, b in ((intra, 1), (inter, D)):
                     if on:
