@@ -55,6 +55,7 @@ def comm_table(cluster, c: Candidates) -> tuple[tuple[str, ...], np.ndarray, np.
         inv = inv.reshape(-1)
     table = np.empty((len(uniq), len(NAMES)))
     pipelines: dict[tuple[int, int], tuple] = {}    # (stride, size) -> the pipeline's figures
+    cp_rings: dict[tuple[int, int], tuple] = {}     # (stride, size) -> cp_hop_*, cp_on_node
     for i, row in enumerate(uniq.tolist()):
         sizes = dict(zip(GROUP_KEY_FIELDS, row))
         # the cluster caches each (stride, size, world): layouts share most group shapes
@@ -67,8 +68,10 @@ def comm_table(cluster, c: Candidates) -> tuple[tuple[str, ...], np.ndarray, np.
             pipelines[pipe] = pipeline_figures(cluster, *pipe, world)
         table[i, 8:14] = pipelines[pipe]
         cp = group_shape(("cp",), sizes)
-        table[i, 14:16] = cluster.ring_hop_worst(*cp, world)
-        table[i, 16] = cluster.members_per_domain(*cp, world)
+        if cp not in cp_rings:     # set by tp and cp alone
+            cp_rings[cp] = (*cluster.ring_hop_worst(*cp, world),
+                            cluster.members_per_domain(*cp, world))
+        table[i, 14:17] = cp_rings[cp]
     return NAMES, table, np.asarray(inv).reshape(-1)
 
 

@@ -246,14 +246,19 @@ class PlacedPlan:
         cp_rows = gpus.transpose(0, 1, 2, 4, 3).reshape(-1, cp)
         cp_bw, cp_lat = slowest(*rings(cp_rows), tp)
         if cp > 1:
-            nxt = np.roll(cp_rows, -1, axis=1)
-            fw, fl = links(cp_rows.reshape(-1), nxt.reshape(-1))
-            bw_, bl = links(nxt.reshape(-1), cp_rows.reshape(-1))
-            cp_hop_bw, cp_hop_lat = slowest(np.minimum(fw, bw_).reshape(-1, cp).min(axis=1),
-                                            np.maximum(fl, bl).reshape(-1, cp).max(axis=1), tp)
-            dom = np.asarray(self.cluster.gpu_domains)[cp_rows]
-            cp_on = (dom[:, :, None] == dom[:, None, :]).sum(axis=2).min(axis=1)
-            cp_on = cp_on.reshape(K, pp, dp, tp).min(axis=3).transpose(0, 2, 1)
+            rep, inv = by_residue(cp_rows[:, 0])     # rows alike on a uniform cluster
+            sub = cp_rows if rep is None else cp_rows[rep]
+            nxt = np.roll(sub, -1, axis=1)
+            fw, fl = table_links(sub.reshape(-1), nxt.reshape(-1))
+            bw_, bl = table_links(nxt.reshape(-1), sub.reshape(-1))
+            hop_bw = np.minimum(fw, bw_).reshape(-1, cp).min(axis=1)
+            hop_lat = np.maximum(fl, bl).reshape(-1, cp).max(axis=1)
+            dom = np.asarray(self.cluster.gpu_domains)[sub]
+            on = (dom[:, :, None] == dom[:, None, :]).sum(axis=2).min(axis=1)
+            if rep is not None:
+                hop_bw, hop_lat, on = hop_bw[inv], hop_lat[inv], on[inv]
+            cp_hop_bw, cp_hop_lat = slowest(hop_bw, hop_lat, tp)
+            cp_on = on.reshape(K, pp, dp, tp).min(axis=3).transpose(0, 2, 1)
         else:
             cp_hop_bw, cp_hop_lat, cp_on = cp_bw, cp_lat, 1
         # data-parallel (dp·cp) rings of each stage: [K, pp, tp] rows
