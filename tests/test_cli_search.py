@@ -75,8 +75,10 @@ def test_search_table_and_python_m_entry():
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
     assert "plans evaluated" in lines[0]
+    # one line on the ties and the pick, when plans tie within the best one's interval
+    assert lines[1].startswith(("ties (* after the rank):", "picked a plan"))
     # two header lines (the wider headers stacked), the rule, 5 plans, the next step
-    assert lines[2].split()[:3] == ["rank", "tp", "pp"] and set(lines[3]) == {"-", " "}
-    assert len(lines) == 4 + 5 + 1
+    assert lines[3].split()[:3] == ["rank", "tp", "pp"] and set(lines[4]) == {"-", " "}
+    assert len(lines) == 5 + 5 + 1
     # the last line says how to get scripts and how to see one plan in detail
     assert lines[-1].startswith("next: --out DIR") and "configurator estimate" in lines[-1]

@@ -17,7 +17,7 @@ from configurator.core.model_presets import MODEL_PRESETS
 from configurator.core.plan import ParallelPlan
 from configurator.core.plan_values import CP_COMM_TYPES
 from configurator.core.rules import check_plan
-from configurator.cost.communication import comm_figures
+from configurator.cost.communication import comm_figures, expert_comm_figures
 from configurator.cost.compute import layer_costs
 from configurator.cost.iteration import cp_layer_s
 from configurator.search.evaluate import evaluate_plan
@@ -76,8 +76,8 @@ def _cp_costs(kind: str, seq: int, cp: int = 8, nodes: int = 1):
                  cp_comm_type=kind)
     c = Candidates.from_plan(plan)
     lc = layer_costs(model, c, cluster.gpu)
-    comm = comm_figures(cluster, c)
-    fwd, bwd = cp_layer_s(model, lc, c, comm["cp_bw"], comm["cp_lat"], cluster.gpu)
+    comm = dict(comm_figures(cluster, c), **expert_comm_figures(cluster, c))
+    fwd, bwd = cp_layer_s(model, lc, c, comm, cluster.gpu)
     return float(fwd[0]), float(bwd[0]), lc, comm, c
 
 

@@ -21,7 +21,7 @@ LIMIT = 100
 #: only when some plan uses them: test_expert_and_split_columns_appear_when_used).
 PLAN_HEADERS = [f.column for f in PLAN_FIELDS if f.column is not None
                 and f.column not in WHEN_USED]
-METRIC_HEADERS = ["iter (s)", "TFLOP/s/GPU", "MFU bf16 (%)", "tok/s/GPU", "peak (GiB)"]
+METRIC_HEADERS = ["iter (s)", "+/-%", "TFLOP/s/GPU", "MFU bf16 (%)", "tok/s/GPU", "peak (GiB)"]
 ANSI = re.compile(r"\x1b|\x9b")
 
 
@@ -56,9 +56,13 @@ def parse(text):
 
 
 def check_rows(headers, rows, evals):
-    assert [r["rank"] for r in rows] == [str(i) for i in range(1, len(evals) + 1)]
+    assert [r["rank"] for r in rows] == [f"{i}*" if e.tie else str(i)
+                                         for i, e in enumerate(evals, 1)]
     for r, e in zip(rows, evals):
         p = e.plan
+        lo, hi = e.iteration_time_interval_s
+        t = e.iteration_time_s
+        assert r["+/-%"] == f"-{100 * (1 - lo / t):.0f}/+{100 * (hi / t - 1):.0f}"
         assert int(r["tp"]) == p.tp and int(r["pp"]) == p.pp
         assert int(r["dp"]) == p.dp and int(r["mbs"]) == p.micro_batch_size
         assert r["recompute"] == p.recompute

@@ -6,9 +6,11 @@ Peaks are *dense* (no 2:4 sparsity) tensor-core FLOP/s from NVIDIA's data sheets
 A100: "NVIDIA A100 Tensor Core GPU" data sheet (312 TFLOP/s BF16/FP16, 2039 GB/s HBM2e, 80GB).
 H100 SXM: "NVIDIA H100 Tensor Core GPU" data sheet (989.4 TFLOP/s BF16/FP16 and 1978.9 FP8
 dense, i.e. half the with-sparsity figures; 3.35 TB/s HBM3). H200 SXM: "NVIDIA H200" data
-sheet (same tensor cores as H100, 141 GB HBM3e at 4.8 TB/s).
+sheet (same tensor cores as H100, 141 GB HBM3e at 4.8 TB/s). H800 SXM: "NVIDIA H800 Tensor
+Core GPU" data sheet (the H100 SXM's tensor cores, 80 GB HBM3 at 3.35 TB/s, 132 SMs; its
+NVLink 400 GB/s, both directions, instead of 900: a cluster figure, presets.yaml).
 Usable memory is what ``nvidia-smi`` reports as total: 81920 MiB (A100 80GB), 81559 MiB
-(H100 80GB), 143771 MiB (H200). SMs: A100 108, H100/H200 SXM 132 (the data sheets).
+(H100 80GB; H800 80GB taken the same, one HBM3 part), 143771 MiB (H200). SMs: A100 108, H100/H200 SXM 132 (the data sheets).
 
 Blackwell. NVIDIA prints these peaks *with sparsity*; the figures below are those halved
 (the data sheets' footnote: "with sparsity"; dense is one-half):
@@ -310,10 +312,11 @@ _BLACKWELL_ULTRA_EFFICIENCY = dataclasses.replace(
 PCIE4_X16_BPS, PCIE5_X16_BPS, NVLINK_C2C_BPS = 32 * GB, 64 * GB, 450 * GB
 
 #: Rated board power (TDP, W) of each preset's part: A100 SXM 400 W (NVIDIA A100 data sheet),
-#: H100 SXM and H200 SXM "up to 700 W" (their data sheets), B200 1,000 W (HGX/DGX B200),
+#: H100 SXM, H800 SXM and H200 SXM "up to 700 W" (their data sheets), B200 1,000 W (HGX/DGX B200),
 #: GB200 up to 1,200 W (GB200 NVL72), B300 1,100 W (HGX B300), GB300 up to 1,400 W (GB300
 #: NVL72) (the Blackwell figures as in the module docstring).
-RATED_POWER_W = {"a100-80gb": 400.0, "h100-80gb": 700.0, "h200-141gb": 700.0,
+RATED_POWER_W = {"a100-80gb": 400.0, "h100-80gb": 700.0, "h800-80gb": 700.0,
+                 "h200-141gb": 700.0,
                  "b200-180gb": 1000.0, "gb200-186gb": 1200.0, "b300-288gb": 1100.0,
                  "gb300-288gb": 1400.0}
 
@@ -329,6 +332,13 @@ GPU_PRESETS: dict[str, GPUSpec] = {
         host_link_Bps=PCIE4_X16_BPS),
     "h100-80gb": GPUSpec(
         name="h100-80gb", peak_flops_per_s={"bf16": 989.4 * TFLOP, "fp16": 989.4 * TFLOP,
+                                            "fp8": 1978.9 * TFLOP},
+        memory_bytes=81559 * MiB, hbm_bandwidth_Bps=3350 * GB, num_sms=132,
+        efficiency=_HOPPER_EFFICIENCY),
+    # H800 SXM: the H100 SXM's compute, memory and efficiencies (one die, one set of
+    # kernels); only its NVLink differs, which the cluster preset carries.
+    "h800-80gb": GPUSpec(
+        name="h800-80gb", peak_flops_per_s={"bf16": 989.4 * TFLOP, "fp16": 989.4 * TFLOP,
                                             "fp8": 1978.9 * TFLOP},
         memory_bytes=81559 * MiB, hbm_bandwidth_Bps=3350 * GB, num_sms=132,
         efficiency=_HOPPER_EFFICIENCY),
@@ -461,7 +471,7 @@ def gpu_from_config(data: Any) -> GPUSpec:
 #: for them.
 GPU_NAME_PRESETS = (("GB300", "gb300-288gb"), ("GB200", "gb200-186gb"),
                     ("B300", "b300-288gb"), ("B200", "b200-180gb"), ("H200", "h200-141gb"),
-                    ("H100", "h100-80gb"), ("A100", "a100-80gb"))
+                    ("H100", "h100-80gb"), ("H800", "h800-80gb"), ("A100", "a100-80gb"))
 _NO_GUESS_WORDS = ("PCIE", "NVL")
 
 

@@ -212,6 +212,15 @@ class GroupFigures:
         members per domain of ``nvlink_domain_gpus`` consecutive rank numbers)."""
         return self.placement.is_identity and self.is_uniform and self.domains_in_order
 
+    def _uniform_shape(self, stride: int, size: int, world: int) -> tuple[bool, bool, int]:
+        """:func:`uniform_group_shape` on this cluster's NVLink domains, once per shape (the
+        ring, single-send and per-domain figures of one group shape share it)."""
+        key = ("shape", stride, size, world)
+        if key not in self._cache:
+            self._cache[key] = uniform_group_shape(stride, size, world,
+                                                   self.nvlink_domain_gpus)
+        return self._cache[key]
+
     def _group_gpus(self, stride: int, size: int, world: int) -> np.ndarray:
         """Physical GPU indices (one row per group) of every group of
         :func:`topology.rank_order.rank_groups` under :attr:`placement`."""
@@ -264,7 +273,7 @@ class GroupFigures:
             elif self._shape_shortcut:
                 self._check_extent(stride, size, world)
                 D = self.nvlink_domain_gpus
-                intra, inter, k = uniform_group_shape(stride, size, world, D)
+                intra, inter, k = self._uniform_shape(stride, size, world)
                 bw, lat = float("inf"), 0.0
                 if intra:
                     b, l = self.link(0, 1)
@@ -281,6 +290,56 @@ class GroupFigures:
             self._cache[key] = res
         return self._cache[key]
 
+    def ring_hop_worst(self, stride: int, size: int, world: int) -> tuple[float, float]:
+        """Worst (bandwidth B/s, latency s) of one transfer between neighbours of the rings
+        of ``size`` ranks ``stride`` apart, the wrap-around ``size-1 → 0`` included, both
+        directions: what a ring of point-to-point sends (Transformer Engine's context-parallel
+        K/V exchange, one ``batch_isend_irecv`` per step) runs at. Unlike
+        :meth:`group_busbw` no rails add up: each send leaves through its own GPU's link
+        (NVLink, or the GPU's NIC when the neighbour is in another NVLink domain), and every
+        member sends at once, so no NIC is free to help another."""
+        key = ("ring_hop", stride, size, world)
+        if key not in self._cache:
+            res = (float("inf"), 0.0)
+            if size < 2:
+                pass
+            elif self._shape_shortcut:   # the shape's hops: NVLink and/or one NIC each way
+                self._check_extent(stride, size, world)
+                D = self.nvlink_domain_gpus
+                intra, inter, _ = self._uniform_shape(stride, size, world)
+                bw, lat = float("inf"), 0.0
+                for on, b in ((intra, 1), (inter, D)):
+                    if on:
+                        for x, y in ((0, b), (b, 0)):
+                            bw_, l_ = self.link(x, y)
+                            bw, lat = min(bw, bw_), max(lat, l_)
+                res = (bw, lat)
+            else:        # every boundary, the wrap-around included, both ways
+                fb, fl, bb, bl = self.p2p_boundaries(stride, size, world)
+                res = (float(min(fb.min(), bb.min())), float(max(fl.max(), bl.max())))
+            self._cache[key] = res
+        return self._cache[key]
+
+    def members_per_domain(self, stride: int, size: int, world: int) -> int:
+        """The fewest members one NVLink domain holds of a group of ``size`` ranks
+        ``stride`` apart, over every group of that shape (``size`` when every group lies in
+        one domain): the members of the slowest rank's all-to-all that it reaches over
+        NVLink, itself included (:func:`topology.collectives.all_to_all_time_s`'s
+        ``on_node``)."""
+        key = ("per_domain", stride, size, world)
+        if key not in self._cache:
+            if size < 2:
+                res = size
+            elif self._shape_shortcut:
+                self._check_extent(stride, size, world)
+                _, inter, k = self._uniform_shape(stride, size, world)
+                res = k if inter else size
+            else:
+                dom = np.asarray(self.gpu_domains)[self._group_gpus(stride, size, world)]
+                res = int((dom[:, :, None] == dom[:, None, :]).sum(axis=2).min())
+            self._cache[key] = res
+        return self._cache[key]
+
     def p2p_worst(self, stride: int, size: int, world: int) -> tuple[float, float]:
         """Worst (bandwidth B/s, latency s) between pipeline neighbours ``r → r + stride``
         (both directions)."""
@@ -292,7 +351,7 @@ class GroupFigures:
             elif self._shape_shortcut:
                 self._check_extent(stride, size, world)
                 D = self.nvlink_domain_gpus
-                intra, inter, _ = uniform_group_shape(stride, size, world, D)
+                intra, inter, _ = self._uniform_shape(stride, size, world)
                 bw, lat = float("inf"), 0.0
                 for on, b in ((intra, 1), (inter, D)):
                     if on:

@@ -24,6 +24,7 @@ from configurator.core.plan import describe_search_options, search_options
 from configurator.core.plan_values import RECOMPUTE
 from configurator.core.rules import SPLIT_FIELDS, plan_for_world
 from configurator.search.evaluate import Evaluation, evaluate_plan
+from configurator.search.intervals import with_intervals
 from configurator.search.placement_search import (RANDOM_PLACEMENTS, host_health_order,
                                                   place_plan, place_search_result,
                                                   placement_on_cluster)
@@ -137,6 +138,8 @@ def run_search(req: SearchRequest) -> SearchOutcome:
                    f"{pl.iteration_time_s:.3f} s vs {pl.default_iteration_time_s:.3f} s "
                    f"Megatron's order on the first hosts ({gain:+.1f} %), random median "
                    f"{pl.random_median_iteration_time_s:.3f} s")
+    if res.pick_note:
+        header += "\n" + res.pick_note
     doc = search_document(model, used, res)
     if compare:
         doc["calibration_change"] = calibration_change(req, model, res, profile)
@@ -373,7 +376,8 @@ def run_estimate(req: EstimateRequest) -> EstimateOutcome:
             raise InputError("placement", req.placement, "needs --topology FILE")
         plan = best_layer_split(model, cluster, plan_for_world(req.fields, cluster.num_gpus),
                                 profile)
-        e = evaluate_plan(model, cluster, plan, profile=profile)
+        e = with_intervals(model, cluster, [evaluate_plan(model, cluster, plan,
+                                                          profile=profile)], profile)[0]
         title = (f"{model.name} on {cluster.num_nodes} x {cluster.gpus_per_node} "
                  f"{cluster.gpu.name} ({cluster.name})" + nodes_note(req.inputs, cluster)
                  + seq_note(model) + split_note(req.fields, plan))
@@ -395,7 +399,8 @@ def run_estimate(req: EstimateRequest) -> EstimateOutcome:
                             profile=profile)
     except ValueError as err:
         raise InputError("placement", req.placement, str(err)) from None
-    e = evaluate_plan(model, cluster, plan, placed=placed, profile=profile)
+    e = with_intervals(model, cluster, [evaluate_plan(model, cluster, plan, placed=placed,
+                                                      profile=profile)], profile)[0]
     pl = e.placement
     title = (f"{model.name} on {nodes} of {cluster.num_nodes} x {cluster.gpus_per_node} "
              f"{cluster.gpu.name} ({cluster.name}){seq_note(model)}, placement {pl.method}: "

@@ -20,8 +20,16 @@ def comm_figures(cluster, c: Candidates) -> dict[str, np.ndarray]:
     """Worst ring bus bandwidth (B/s) and latency (s) of each plan's tp, cp, dp·cp groups and
     pipeline neighbours on ``cluster``, the groups laid out by Megatron's rank order
     (:func:`topology.rank_order.group_shape`) and placed on GPUs by ``cluster.placement``.
-    Returns arrays (one value per plan) keyed ``{tp,cp,dp,pp}_{bw,lat}`` and the pipeline's
-    ``pp_{path,ring,end}_{bw,lat}`` (:func:`pipeline_figures`): :data:`NAMES`."""
+    Returns arrays (one value per plan) keyed ``{tp,cp,dp,pp}_{bw,lat}``, the pipeline's
+    ``pp_{path,ring,end}_{bw,lat}`` (:func:`pipeline_figures`) and the context-parallel
+    ring's single-send figures ``cp_hop_{bw,lat}`` and ``cp_on_node``: :data:`NAMES`.
+
+    Ring bus bandwidths never exceed what the group's cut through the topology carries: a
+    ring that leaves an NVLink domain runs one rail per member the domain holds, each
+    through that member's own NIC (every group of the shape runs at once, and each GPU has
+    one NIC), so a domain-to-domain hop carries at most ``k × NIC rate × efficiency``;
+    point-to-point rings (``cp_hop``) get one link per send, no rails added
+    (``tests/test_collective_bandwidth.py`` checks every figure against the cut)."""
     return gather_figures([comm_table(cluster, c)])
 
 
@@ -47,6 +55,7 @@ def comm_table(cluster, c: Candidates) -> tuple[tuple[str, ...], np.ndarray, np.
         inv = inv.reshape(-1)
     table = np.empty((len(uniq), len(NAMES)))
     pipelines: dict[tuple[int, int], tuple] = {}    # (stride, size) -> the pipeline's figures
+    cp_rings: dict[tuple[int, int], tuple] = {}     # (stride, size) -> cp_hop_*, cp_on_node
     for i, row in enumerate(uniq.tolist()):
         sizes = dict(zip(GROUP_KEY_FIELDS, row))
         # the cluster caches each (stride, size, world): layouts share most group shapes
@@ -58,13 +67,22 @@ def comm_table(cluster, c: Candidates) -> tuple[tuple[str, ...], np.ndarray, np.
         if pipe not in pipelines:   # the pipeline group's shape is set by pp alone
             pipelines[pipe] = pipeline_figures(cluster, *pipe, world)
         table[i, 8:14] = pipelines[pipe]
+        cp = group_shape(("cp",), sizes)
+        if cp not in cp_rings:     # set by tp and cp alone
+            cp_rings[cp] = (*cluster.ring_hop_worst(*cp, world),
+                            cluster.members_per_domain(*cp, world))
+        table[i, 14:17] = cp_rings[cp]
     return NAMES, table, np.asarray(inv).reshape(-1)
 
 
 #: Keys of :func:`comm_figures`: the worst figures of each group kind, then the pipeline's
-#: path, ring and end-boundary figures (:func:`pipeline_figures`).
+#: path, ring and end-boundary figures (:func:`pipeline_figures`); then the context-parallel
+#: ring's worst single send (``cp_hop``: :meth:`~topology.group_figures.GroupFigures.ring_hop_worst`,
+#: what its p2p K/V exchange and the network share of its all-to-all run at) and its members
+#: per NVLink domain (``cp_on_node``).
 NAMES = ("tp_bw", "tp_lat", "cp_bw", "cp_lat", "dp_bw", "dp_lat", "pp_bw", "pp_lat",
-         "pp_path_bw", "pp_path_lat", "pp_ring_bw", "pp_ring_lat", "pp_end_bw", "pp_end_lat")
+         "pp_path_bw", "pp_path_lat", "pp_ring_bw", "pp_ring_lat", "pp_end_bw", "pp_end_lat",
+         "cp_hop_bw", "cp_hop_lat", "cp_on_node")
 
 
 def pipeline_figures(cluster, stride: int, size: int, world: int) -> tuple[float, ...]:

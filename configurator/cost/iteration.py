@@ -123,16 +123,21 @@ def tp_layer_s(lc: dict, c: Candidates, act_bytes, tp_bw, tp_lat, num_sms: int):
     return np.where(on, fwd_o, fwd), np.where(on, bwd_o, bwd)
 
 
-def cp_layer_s(model: ModelSpec, lc: dict, c: Candidates, cp_bw, cp_lat, gpu):
+def cp_layer_s(model: ModelSpec, lc: dict, c: Candidates, comm: dict, gpu):
     """Context-parallel cost of one layer for one microbatch, ``(forward, backward)``
     seconds, for the plans' ``cp_comm_type`` (Megatron ``--cp-comm-type``, run by Transformer
     Engine's ``attn_forward_func_with_cp``, transformer_engine/pytorch/attention/
     dot_product_attention/context_parallel.py). ``T`` local tokens, K/V block
-    ``B = 2·T·g·d/tp`` 16-bit values.
+    ``B = 2·T·g·d/tp`` 16-bit values. ``comm``: the cp group's figures
+    (:func:`configurator.cost.communication.comm_figures`): the ring collective's
+    ``cp_bw``/``cp_lat`` (``all_gather``), one send's ``cp_hop_bw``/``cp_hop_lat`` and the
+    members per NVLink domain ``cp_on_node`` (``p2p``, ``a2a``), NVLink's
+    ``ep_intra_bw``/``ep_intra_lat``.
 
     ``p2p`` (``AttnFuncWithCPAndKVP2P``): ``cp`` steps, each computing the attention of the
     local queries with one block of keys and values while the next block travels round the
-    ring. Per step:
+    ring (one send per rank and step, ``batch_isend_irecv``: a single link's rate, NVLink
+    or the sender's NIC, never rails added as a ring collective's). Per step:
 
     * exposed transfer: the block where it takes longer than the step's attention
       (``cp - 1`` transfers; backward also dK, dV: twice the bytes);
@@ -149,12 +154,16 @@ def cp_layer_s(model: ModelSpec, lc: dict, c: Candidates, cp_bw, cp_lat, gpu):
 
     ``a2a`` (``AttnFuncWithCPAndQKVOA2A``, DeepSpeed Ulysses): all-to-all of Q, K, V before
     attention and of the output after it (backward: of dO, then of dQ, dK, dV), each moving
-    ``(cp-1)/cp`` of the tensor over the cp group, exposed, plus the head/sequence reordering
+    ``(cp-1)/cp`` of the tensor over the cp group, exposed (the members in the rank's NVLink
+    domain over NVLink, the others through its NIC, as
+    :func:`topology.collectives.all_to_all_time_s`), plus the head/sequence reordering
     copies around each exchange (read and write) at attained HBM bandwidth.
 
     0 with cp = 1."""
     eff = gpu.efficiency
     cp = c.cp.astype(float)
+    cp_bw, cp_lat = comm["cp_bw"], comm["cp_lat"]
+    hop_bw, hop_lat = comm["cp_hop_bw"], comm["cp_hop_lat"]
     T, tp = lc["tokens"], c.tp.astype(float)
     dqk, dv = model.attention_heads_dims
     a = model.num_attention_heads
@@ -168,13 +177,18 @@ def cp_layer_s(model: ModelSpec, lc: dict, c: Candidates, cp_bw, cp_lat, gpu):
     elif kind == "a2a":
         q_bytes, o_bytes = 2.0 * T * a * dqk / tp, 2.0 * T * a * dv / tp
 
-        def a2a(size):     # one path: the cp group's ring figures
-            return all_to_all_time_s(size, cp, cp, cp_bw, cp_lat, cp_bw, cp_lat)
+        on = comm["cp_on_node"]
+        # inside one domain the ring's NVLink figure; across domains NVLink and one NIC
+        intra_bw = np.where(on >= cp, cp_bw, comm["ep_intra_bw"])
+        intra_lat = np.where(on >= cp, cp_lat, comm["ep_intra_lat"])
+
+        def a2a(size):
+            return all_to_all_time_s(size, cp, on, intra_bw, intra_lat, hop_bw, hop_lat)
         moved = a2a(q_bytes + kv_step) + a2a(o_bytes)
         copies = 2 * 2 * (q_bytes + kv_step + o_bytes) / hbm + 4 * eff.kernel_overhead_s
         fwd = bwd = moved + copies
     else:
-        step = p2p_time_s(kv_step, cp_bw, cp_lat)
+        step = p2p_time_s(kv_step, hop_bw, hop_lat)
         corr_f = (4 + 4 + 2) * T * a * dv / tp / hbm + 2 * eff.kernel_overhead_s
         corr_b = (4 + 4 + 2) * T * a * dqk / tp / hbm + 3 * eff.kernel_overhead_s
         fwd = (cp - 1) * np.maximum(step - lc["attn_fwd"] / cp, 0.0) + cp * corr_f
@@ -339,8 +353,7 @@ def layer_type_times(model: ModelSpec, c: Candidates, lc: dict, comm: dict) -> d
                             lc["gemm_kw"]["gpu"].num_sms)
     amax = amax_reduction_s(model, c, comm["gpus_per_node"])
     tp_f, tp_b = tp_f + amax, tp_b + amax
-    cp_f, cp_b = cp_layer_s(model, lc, c, comm["cp_bw"], comm["cp_lat"],
-                            lc["gemm_kw"]["gpu"])
+    cp_f, cp_b = cp_layer_s(model, lc, c, comm, lc["gemm_kw"]["gpu"])
     zero = 0.0 * tp_f
     dense = host_bound(c, dict(fwd=lc["fwd"], bwd=lc["bwd"], recompute=lc["recompute"],
                                tp_f=tp_f, tp_b=tp_b, cp_f=cp_f, cp_b=cp_b, ep_f=zero,

@@ -241,15 +241,36 @@ class PlacedPlan:
 
         # tensor groups: [K, pp, dp, cp] rows of tp; the stage waits for its slowest
         tp_bw, tp_lat = slowest(*rings(gpus.reshape(-1, tp)), cp)            # [K, dp, pp]
-        # context rings: [K, pp, dp, tp] rows of cp
-        cp_bw, cp_lat = slowest(*rings(gpus.transpose(0, 1, 2, 4, 3).reshape(-1, cp)), tp)
+        # context rings: [K, pp, dp, tp] rows of cp; their single sends (the wrap-around
+        # included) and members per NVLink domain (the p2p exchange, the all-to-all)
+        cp_rows = gpus.transpose(0, 1, 2, 4, 3).reshape(-1, cp)
+        cp_bw, cp_lat = slowest(*rings(cp_rows), tp)
+        if cp > 1:
+            rep, inv = by_residue(cp_rows[:, 0])     # rows alike on a uniform cluster
+            sub = cp_rows if rep is None else cp_rows[rep]
+            nxt = np.roll(sub, -1, axis=1)
+            fw, fl = table_links(sub.reshape(-1), nxt.reshape(-1))
+            bw_, bl = table_links(nxt.reshape(-1), sub.reshape(-1))
+            hop_bw = np.minimum(fw, bw_).reshape(-1, cp).min(axis=1)
+            hop_lat = np.maximum(fl, bl).reshape(-1, cp).max(axis=1)
+            dom = np.asarray(self.cluster.gpu_domains)[sub]
+            on = (dom[:, :, None] == dom[:, None, :]).sum(axis=2).min(axis=1)
+            if rep is not None:
+                hop_bw, hop_lat, on = hop_bw[inv], hop_lat[inv], on[inv]
+            cp_hop_bw, cp_hop_lat = slowest(hop_bw, hop_lat, tp)
+            cp_on = on.reshape(K, pp, dp, tp).min(axis=3).transpose(0, 2, 1)
+        else:
+            cp_hop_bw, cp_hop_lat, cp_on = cp_bw, cp_lat, 1
         # data-parallel (dp·cp) rings of each stage: [K, pp, tp] rows
         dbw, dlat = rings(gpus.transpose(0, 1, 4, 2, 3).reshape(-1, dp * cp))
         dp_bw = dbw.reshape(K, pp, tp).min(axis=2)                            # [K, pp]
         dp_lat = dlat.reshape(K, pp, tp).max(axis=2)
 
         types = layer_type_times(model, c, lc, dict(self.expert_comm, tp_bw=tp_bw,
-                                                   tp_lat=tp_lat, cp_bw=cp_bw, cp_lat=cp_lat))
+                                                   tp_lat=tp_lat, cp_bw=cp_bw, cp_lat=cp_lat,
+                                                   cp_hop_bw=cp_hop_bw,
+                                                   cp_hop_lat=cp_hop_lat,
+                                                   cp_on_node=cp_on))
         tp_f, tp_b = types["dense"]["tp_f"], types["dense"]["tp_b"]
         x = {k: np.broadcast_to(v, (K, dp, pp))
              for k, v in stage_extras_s(model, c, self.cluster.gpu, lc, tp_bw, tp_lat).items()}

@@ -12,6 +12,10 @@ a path beside the checkout), so an installed wheel finds them as an editable che
 ``clusters/``
     ``presets.yaml``: the cluster presets (``--cluster NAME``), each with its ``source``
     (:data:`topology.cluster_files.CLUSTER_PRESETS` reads them).
+``error_bars/``
+    ``loso_residuals.json``: the leave-one-source-out residual percentiles per regime that
+    every estimate's interval comes from (:mod:`configurator.search.intervals`), written by
+    ``python -m bench.accuracy.error_bars --write``.
 
 The ``README.md`` of ``published/`` and ``examples/`` names their sources.
 """

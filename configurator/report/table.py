@@ -64,8 +64,23 @@ def _plan_column(f: PlanField) -> Column:
                   "right" if f.type is int else "left")
 
 
-RANK = Column("rank", lambda rank, e: str(rank))
+RANK = Column("rank", lambda rank, e: f"{rank}*" if e.tie else str(rank))
 ITER = Column("iter (s)", lambda rank, e: f"{e.iteration_time_s:.3f}")
+
+
+def _interval_cell(rank: int, e: Evaluation) -> str:
+    """The measured time's range around the estimate, in percent (``-lo/+hi``;
+    :mod:`configurator.search.intervals`)."""
+    if e.iteration_time_interval_s is None:
+        return ""
+    lo, hi = e.iteration_time_interval_s
+    t = e.iteration_time_s
+    return f"-{100 * (1 - lo / t):.0f}/+{100 * (hi / t - 1):.0f}"
+
+
+#: The interval around ``iter (s)``; a plan inside the best plan's interval (a tie) has
+#: ``*`` after its rank.
+INTERVAL = Column("+/-%", _interval_cell)
 TFLOPS = Column("TFLOP/s/GPU", lambda rank, e: f"{e.model_tflops_per_gpu:.1f}")
 #: MFU against the 16-bit (BF16/FP16) dense peak; FP8 plans add :data:`MFU_FP8`, against
 #: the peak of their own precision.
@@ -83,16 +98,18 @@ GPU_HOURS = Column("GPU-h", lambda rank, e: f"{e.training.gpu_hours:,.0f}")
 COST = Column("cost", lambda rank, e: "" if e.training.cost is None
               else f"{e.training.cost:,.0f}")
 ETTR = Column("ETTR", lambda rank, e: f"{e.training.ettr:.3f}")
-INTERVAL = Column("ckpt every (it / min)", lambda rank, e: (
+CKPT_INTERVAL = Column("ckpt every (it / min)", lambda rank, e: (
     f"{e.training.interval_iterations} / {e.training.interval_s / 60:.1f}"))
-TRAINING_COLUMNS: tuple[Column, ...] = (DAYS, GPU_HOURS, COST, ETTR, INTERVAL)
+TRAINING_COLUMNS: tuple[Column, ...] = (DAYS, GPU_HOURS, COST, ETTR, CKPT_INTERVAL)
 
 #: Plan columns, from the schema.
 PLAN_COLUMNS: tuple[Column, ...] = tuple(_plan_column(f) for f in PLAN_FIELDS
                                          if f.column is not None)
-METRIC_COLUMNS: tuple[Column, ...] = (ITER, TFLOPS, MFU, MFU_FP8, TOKENS, PEAK)
+METRIC_COLUMNS: tuple[Column, ...] = (ITER, INTERVAL, TFLOPS, MFU, MFU_FP8, TOKENS, PEAK)
 #: Every column of the wide table, in order.
 COLUMNS: tuple[Column, ...] = (RANK, *PLAN_COLUMNS, *METRIC_COLUMNS)
+
+
 def _console(width: int) -> Console:
     """A plain-text console: no colour or styles, ASCII, writes nothing (we render)."""
     return Console(file=io.StringIO(), width=width, color_system=None, force_terminal=False,
@@ -204,6 +221,10 @@ def format_estimate(e: Evaluation) -> str:
               if is_fp8(p.precision) and e.mfu_precision_peak is not None else "")
            + "   tokens/s per GPU: "
            f"{e.tokens_per_s_per_gpu:.0f}",
+           *([f"interval: {e.iteration_time_interval_s[0]:.3f}-"
+              f"{e.iteration_time_interval_s[1]:.3f} s (regime {e.regime}: the 10th-90th "
+              f"percentile residuals of published runs of that regime, each source left "
+              f"out of the fit)"] if e.iteration_time_interval_s is not None else []),
            "time breakdown (s): " + ", ".join(f"{k} {v:.3f}" for k, v in
                                               e.time_breakdown_s.items()),
            f"peak memory: {e.peak_memory_bytes / GiB:.2f} GiB of "

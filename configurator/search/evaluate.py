@@ -55,6 +55,12 @@ class Evaluation:
     #: the simulated iteration under the plan's placement, priced once (its ``recorded()``
     #: schedule draws the Gantt chart); not in :meth:`to_dict`
     schedule: PlacedTime | None = field(default=None, compare=False, repr=False)
+    #: ``(lo, hi)`` seconds the measured time should fall within, and the plan's regime
+    #: (:mod:`configurator.search.intervals`); None until intervals are attached
+    iteration_time_interval_s: tuple[float, float] | None = None
+    regime: str | None = None
+    #: inside the best plan's interval (a search's ranking marks it)
+    tie: bool = False
     #: time, cost and energy to train (``--train-tokens``;
     #: :class:`configurator.cost.training_time.TrainingEstimate`), or None
     training: TrainingEstimate | None = None
@@ -81,6 +87,10 @@ class Evaluation:
             "time_per_stage": [dict(t) for t in self.time_per_stage],
             "infeasible_reasons": list(self.infeasible_reasons),
             "closed_form_iteration_time_s": self.closed_form_iteration_time_s,
+            "iteration_time_interval_s": (None if self.iteration_time_interval_s is None
+                                          else list(self.iteration_time_interval_s)),
+            "regime": self.regime,
+            "tie": self.tie,
             **({"placement": self.placement.to_estimate_dict()}
                if self.placement is not None else {}),
             **({"training": self.training.to_dict()} if self.training is not None else {}),

@@ -434,6 +434,7 @@ def place_search_result(model: ModelSpec, cluster, res, *, pool: Sequence[int],
 
     from configurator.core.progress import progress as bar
     from configurator.search.evaluate import with_placement
+    from configurator.search.intervals import rank_with_intervals
 
     placed = []
     for e in bar(res.plans, desc="placement", unit="plan", shown=progress):
@@ -444,7 +445,8 @@ def place_search_result(model: ModelSpec, cluster, res, *, pool: Sequence[int],
         peak = cluster.gpu.peak(mfu_peak_precision(e.plan.precision))
         placed.append(with_placement(model, e, record, schedule, peak))
     placed.sort(key=lambda e: e.iteration_time_s)
-    return dataclasses.replace(res, plans=placed)
+    placed, note = rank_with_intervals(model, cluster, placed, profile)
+    return dataclasses.replace(res, plans=placed, pick_note=note)
 
 
 def placement_on_cluster(data, cluster, num_nodes: int, where: str = "placement"):

@@ -25,6 +25,7 @@ from configurator.core.rules import check_search_options
 from configurator.search.space import (SearchSpace, enumerate_plans, layer_splits,
                                         layout_splits)
 from configurator.cost.communication import comm_table, expert_comm_table, gather_figures
+from configurator.search.intervals import rank_with_intervals
 from configurator.cost.iteration import iteration_time
 from memory_model.estimate import peak_memory
 
@@ -41,11 +42,15 @@ class SearchResult:
     search_time_s: float
     ranked: Candidates | None = field(default=None, repr=False)
     ranked_time_s: np.ndarray | None = field(default=None, repr=False)
+    #: one line on the default pick when plans tie within the best plan's interval
+    #: (:func:`configurator.search.intervals.rank_with_intervals`), else None
+    pick_note: str | None = None
 
     def to_dict(self) -> dict:
         return {"plans": [p.to_dict() for p in self.plans],
                 "candidates_evaluated": self.candidates_evaluated,
-                "feasible": self.feasible, "search_time_s": self.search_time_s}
+                "feasible": self.feasible, "search_time_s": self.search_time_s,
+                "pick_note": self.pick_note}
 
 
 def search(model: ModelSpec, cluster, global_batch_size: int, *, top_k: int = 10,
@@ -107,7 +112,8 @@ def search(model: ModelSpec, cluster, global_batch_size: int, *, top_k: int = 10
                                closed_form={k: float(v[i]) for k, v in closed.items()})
                  for i in order[:max(top_k, rerank)]]
     best = sorted(shortlist, key=lambda e: e.iteration_time_s)[:top_k]
-    return SearchResult(plans=best, candidates_evaluated=n, feasible=nfeas,
+    best, pick_note = rank_with_intervals(model, cluster, best, profile)
+    return SearchResult(plans=best, candidates_evaluated=n, feasible=nfeas, pick_note=pick_note,
                         search_time_s=time.perf_counter() - t0,
                         ranked=feas.take(order) if keep_ranking else None,
                         ranked_time_s=times[order] if keep_ranking else None)

@@ -255,7 +255,9 @@ def enumerate_plans(model: ModelSpec, world_size: int, global_batch_size: int, *
         cps = allow("cp", divisors(world // tp))
         for cp in legal(cps, dict(f1, cp=np.array(cps)), stage[1]):
             f2 = dict(f1, cp=cp)
-            pps = np.array(allow("pp", divisors(world // (tp * cp))), dtype=np.int64)
+            # dp follows from the layout: a restriction on it keeps the pp values giving it
+            pps = np.array([p for p in allow("pp", divisors(world // (tp * cp)))
+                            if allow("dp", [world // (tp * cp * p)])], dtype=np.int64)
             for pp in legal(pps.tolist(), dict(f2, pp=pps, dp=world // (tp * cp * pps)),
                             stage[2]):
                 dp = world // (tp * cp * pp)
