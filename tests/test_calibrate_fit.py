@@ -175,7 +175,7 @@ def test_calibration_file_round_trips_intervals_and_applies_link_efficiencies(tm
 
 @pytest.mark.parametrize("intervals, match", [
     ({"h100-80gb": {"bf16": {"gemm": [0.5]}}}, r"\[low, high\]"),
-    ({"h100-80gb": {"bf16": {"gemm": [0.5, 1.2]}}}, "fraction in"),
+    ({"h100-80gb": {"bf16": {"gemm": [0.5, 1.2]}}}, "efficiency in"),
     ({"h100-80gb": {"fp8": {"gemm": [0.5, 0.7]}}}, "calibrated GPU and precision"),
     ({"h100-80gb": {"bf16": {"flash_attention": [0.5, 0.7]}}}, "flash_attention"),
     ([1, 2], "intervals")])

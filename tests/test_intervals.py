@@ -70,7 +70,7 @@ def test_search_attaches_intervals_and_marks_ties():
         assert e.tie == (e.iteration_time_s <= hi) or not any(p.tie for p in res.plans)
         d = e.to_dict()
         assert d["iteration_time_interval_s"] == [a, b] and d["regime"] == e.regime
-    assert "+/-%" in format_table(res.plans).splitlines()[0]
+    assert "+/-%" in "\n".join(format_table(res.plans).splitlines()[:2])
     if sum(e.tie for e in res.plans) > 1:
         assert res.pick_note and "ties" in res.pick_note
     assert res.to_dict()["pick_note"] == res.pick_note

@@ -611,8 +611,10 @@ def test_bias_flag_follows_add_bias_linear():
 
 def test_plan_flags_come_from_the_plan_schema():
     plan_rows = [(f.flag_group, flag, f"plan.{f.name}") for f in PLAN_FIELDS for flag, _ in f.flags]
+    # rows of one plan field (a row read from several sources, like --ckpt-format from the
+    # plan and the checkpoint settings, is the launcher's own)
     table_plan_rows = [(r.group, r.flag, r.source) for r in FLAG_TABLE
-                       if r.source.startswith("plan.")]
+                       if r.source.startswith("plan.") and "," not in r.source]
     assert sorted(table_plan_rows) == sorted(plan_rows)
     groups = [r.group for r in FLAG_TABLE]
     assert sorted(set(groups), key=groups.index) == list(FLAG_GROUPS)
