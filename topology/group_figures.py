@@ -303,22 +303,27 @@ class GroupFigures:
             res = (float("inf"), 0.0)
             if size < 2:
                 pass
-            elif self._shape_shortcut:   # the shape's hops: NVLink and/or one NIC each way
-                self._check_extent(stride, size, world)
-                D = self.nvlink_domain_gpus
-                intra, inter, _ = self._uniform_shape(stride, size, world)
-                bw, lat = float("inf"), 0.0
-                for on, b in ((intra, 1), (inter, D)):
-                    if on:
-                        for x, y in ((0, b), (b, 0)):
-                            bw_, l_ = self.link(x, y)
-                            bw, lat = min(bw, bw_), max(lat, l_)
-                res = (bw, lat)
+            elif self._shape_shortcut:
+                res = self._uniform_hop(stride, size, world)
             else:        # every boundary, the wrap-around included, both ways
                 fb, fl, bb, bl = self.p2p_boundaries(stride, size, world)
                 res = (float(min(fb.min(), bb.min())), float(max(fl.max(), bl.max())))
             self._cache[key] = res
         return self._cache[key]
+
+    def _uniform_hop(self, stride: int, size: int, world: int) -> tuple[float, float]:
+        """Worst (bandwidth B/s, latency s) of one send between neighbours of a group shape on
+        a uniform cluster: its hops inside an NVLink domain and/or across one NIC, each way."""
+        self._check_extent(stride, size, world)
+        D = self.nvlink_domain_gpus
+        intra, inter, _ = self._uniform_shape(stride, size, world)
+        bw, lat = float("inf"), 0.0
+        for on, b in ((intra, 1), (inter, D)):
+            if on:
+                for x, y in ((0, b), (b, 0)):
+                    bw_, l_ = self.link(x, y)
+                    bw, lat = min(bw, bw_), max(lat, l_)
+        return bw, lat
 
     def members_per_domain(self, stride: int, size: int, world: int) -> int:
         """The fewest members one NVLink domain holds of a group of ``size`` ranks
@@ -349,16 +354,7 @@ class GroupFigures:
             if size < 2:
                 pass
             elif self._shape_shortcut:
-                self._check_extent(stride, size, world)
-                D = self.nvlink_domain_gpus
-                intra, inter, _ = self._uniform_shape(stride, size, world)
-                bw, lat = float("inf"), 0.0
-                for on, b in ((intra, 1), (inter, D)):
-                    if on:
-                        for x, y in ((0, b), (b, 0)):
-                            bw_, l_ = self.link(x, y)
-                            bw, lat = min(bw, bw_), max(lat, l_)
-                res = (bw, lat)
+                res = self._uniform_hop(stride, size, world)
             else:        # every boundary but the wrap-around, both ways
                 fb, fl, bb, bl = self.p2p_boundaries(stride, size, world)
                 res = (float(min(fb[:-1].min(), bb[:-1].min())),
