@@ -49,9 +49,12 @@ def add_training_options(group) -> None:
     """The time-to-train options (``--train-tokens`` and what prices it; defaults and
     sources in configurator/cost/training_time.py and docs/training_time.md). Every option
     left out keeps the plain search's output."""
-    from configurator.cost.training_time import (DEFAULT_FAILURE_RATE_PER_NODE_DAY,
-                                                 DEFAULT_PUE, DEFAULT_RESTART_OVERHEAD_S,
-                                                 OBJECTIVES)
+    from configurator.core.units import GB
+    from configurator.cost.training_time import (DEFAULT_AGGREGATE_STORAGE_BPS,
+                                                 DEFAULT_FAILURE_RATE_PER_NODE_DAY,
+                                                 DEFAULT_GPU_POWER_FRACTION,
+                                                 DEFAULT_NODE_STORAGE_BPS, DEFAULT_PUE,
+                                                 DEFAULT_RESTART_OVERHEAD_S, OBJECTIVES)
 
     group.add_argument("--train-tokens", metavar="TOKENS",
                        help="tokens to train (15T, 300B, 2e12): adds days, GPU-hours, ETTR "
@@ -73,11 +76,13 @@ def add_training_options(group) -> None:
                             "load is added per plan")
     for kind in ("write", "read"):
         group.add_argument(f"--storage-{kind}-GBps", type=float, metavar="GBPS",
-                           help=f"storage {kind} bandwidth per node, GB/s (default 0.98: "
+                           help=f"storage {kind} bandwidth per node, GB/s (default "
+                                f"{DEFAULT_NODE_STORAGE_BPS / GB:.2f}: "
                                 "Llama 3's 2 TB/s over 2,048 nodes)")
         group.add_argument(f"--storage-{kind}-aggregate-GBps", type=float, metavar="GBPS",
                            help=f"storage {kind} bandwidth of the whole file system, GB/s "
-                                "(default 2000, Llama 3's Tectonic)")
+                                f"(default {DEFAULT_AGGREGATE_STORAGE_BPS / GB:g}, Llama 3's "
+                                "Tectonic)")
     group.add_argument("--async-save", action="store_true",
                        help="asynchronous checkpoint saves (Megatron --async-save): the ranks "
                             "stall for the GPU-to-host copy only")
@@ -86,7 +91,8 @@ def add_training_options(group) -> None:
                             "it the tool reports GPU-hours)")
     group.add_argument("--gpu-power-fraction", type=float, metavar="F",
                        help="GPU draw while training as a fraction of its rated power "
-                            "(default 1: Llama 2/3 model cards' TDP accounting)")
+                            f"(default {DEFAULT_GPU_POWER_FRACTION:g}: Llama 2/3 model cards' TDP "
+                            "accounting)")
     group.add_argument("--node-overhead-W", type=float, metavar="W",
                        help="power of a node beyond its GPUs, W (default: the DGX data "
                             "sheet's maximum less the GPUs' rated power; 0 for other GPUs)")
