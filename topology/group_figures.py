@@ -298,18 +298,7 @@ class GroupFigures:
         :meth:`group_busbw` no rails add up: each send leaves through its own GPU's link
         (NVLink, or the GPU's NIC when the neighbour is in another NVLink domain), and every
         member sends at once, so no NIC is free to help another."""
-        key = ("ring_hop", stride, size, world)
-        if key not in self._cache:
-            res = (float("inf"), 0.0)
-            if size < 2:
-                pass
-            elif self._shape_shortcut:
-                res = self._uniform_hop(stride, size, world)
-            else:        # every boundary, the wrap-around included, both ways
-                fb, fl, bb, bl = self.p2p_boundaries(stride, size, world)
-                res = (float(min(fb.min(), bb.min())), float(max(fl.max(), bl.max())))
-            self._cache[key] = res
-        return self._cache[key]
+        return self._hop_worst(stride, size, world, wrap=True)
 
     def _uniform_hop(self, stride: int, size: int, world: int) -> tuple[float, float]:
         """Worst (bandwidth B/s, latency s) of one send between neighbours of a group shape on
@@ -348,17 +337,25 @@ class GroupFigures:
     def p2p_worst(self, stride: int, size: int, world: int) -> tuple[float, float]:
         """Worst (bandwidth B/s, latency s) between pipeline neighbours ``r → r + stride``
         (both directions)."""
-        key = ("p2p", stride, size, world)
+        return self._hop_worst(stride, size, world, wrap=False)
+
+    def _hop_worst(self, stride: int, size: int, world: int,
+                   wrap: bool) -> tuple[float, float]:
+        """Worst (bandwidth B/s, latency s) of one send between neighbours ``r → r + stride``,
+        both ways, over every boundary of the groups (with ``wrap``, the ring's wrap-around
+        too); cached per shape."""
+        key = ("ring_hop" if wrap else "p2p", stride, size, world)
         if key not in self._cache:
             res = (float("inf"), 0.0)
             if size < 2:
                 pass
             elif self._shape_shortcut:
                 res = self._uniform_hop(stride, size, world)
-            else:        # every boundary but the wrap-around, both ways
+            else:
                 fb, fl, bb, bl = self.p2p_boundaries(stride, size, world)
-                res = (float(min(fb[:-1].min(), bb[:-1].min())),
-                       float(max(fl[:-1].max(), bl[:-1].max())))
+                end = None if wrap else -1
+                res = (float(min(fb[:end].min(), bb[:end].min())),
+                       float(max(fl[:end].max(), bl[:end].max())))
             self._cache[key] = res
         return self._cache[key]
 
