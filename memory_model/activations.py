@@ -113,14 +113,83 @@ Microbatches in flight on pipeline rank ``r`` come from the schedule seam,
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
 import numpy as np
 
 from configurator.core.model import ModelSpec
+from configurator.core.plan_batch import PlanBatch
 from configurator.core.plan_values import (RECOMPUTE_CORE_ATTN, RECOMPUTE_FULL, RECOMPUTE_LAYERNORM,
                                            RECOMPUTE_MLA_UP_PROJ, RECOMPUTE_MLP, RECOMPUTE_MOE,
                                            RECOMPUTE_MOE_ACT, RECOMPUTE_SHARED_EXPERTS)
 from configurator.core.schedule import inflight_layers, inflight_microbatches_1f1b
 from memory_model.params import padded_vocab_size
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayerInputs:
+    """What the activations of one transformer layer and microbatch depend on, per plan
+    (numpy arrays broadcast, or scalars): the layer's view of a
+    :class:`~configurator.core.plan_batch.PlanBatch` (:meth:`of_plans`).
+
+    ``seq``: tokens of a sequence one rank holds (``seq_length / cp``); ``mbs``:
+    micro_batch_size; ``tp``, ``etp``: tensor and expert-tensor parallel sizes; ``sp``:
+    sequence parallelism; ``recompute``: the recompute code
+    (:func:`configurator.core.plan_terms.recompute_code`); ``precision``: the plan's (FP8 keeps
+    GEMM inputs quantised, module docstring); ``capacity``: the routed copies' share under a
+    capacity factor (:func:`configurator.core.plan_terms.capacity_share`); ``a2a_overlap``: the
+    expert all-to-all overlap's schedule (Megatron ``--overlap-moe-expert-parallel-comm``),
+    which does not apply the ``moe`` recompute module; ``stores_scores``: a backend that keeps
+    the ``s×s`` scores (megatron-core's local ``DotProductAttention``) rather than a
+    flash-style kernel; ``offload_modules``: fine-grained activation offloading's modules
+    (comma-separated :data:`configurator.core.plan_values.OFFLOAD_MODULES`)."""
+
+    seq: Any
+    mbs: Any = 1
+    tp: Any = 1
+    sp: Any = False
+    etp: Any = 1
+    recompute: Any = 0
+    precision: str = "bf16"
+    capacity: Any = 1.0
+    a2a_overlap: Any = False
+    stores_scores: bool = False
+    offload_modules: str = ""
+
+    @classmethod
+    def of_plans(cls, model: ModelSpec, plans: PlanBatch) -> "LayerInputs":
+        """The layer inputs of every plan of ``plans`` (arrays of ``len(plans)``)."""
+        return cls(seq=model.seq_length / np.asarray(plans.cp), mbs=plans.mbs, tp=plans.tp,
+                   sp=plans.sequence_parallel, etp=plans.etp, recompute=plans.recompute_code,
+                   precision=plans.precision, capacity=plans.capacity_share,
+                   a2a_overlap=plans.overlap_moe_expert_parallel_comm,
+                   stores_scores=plans.stores_scores, offload_modules=plans.offload_modules)
+
+    def replace(self, **changes: Any) -> "LayerInputs":
+        """A copy with ``changes`` (field name → value)."""
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def whole_moe(self):
+        """Whether the ``moe`` recompute module applies (not under the all-to-all overlap)."""
+        return ~np.asarray(self.a2a_overlap, dtype=bool)
+
+
+@dataclass(frozen=True, kw_only=True)
+class StagePosition:
+    """Where a pipeline rank sits, per plan (arrays broadcast): ``pp``, ``vp`` (virtual
+    stages per rank), ``num_microbatches`` per iteration, ``stage`` (the pipeline rank) and the
+    decoder and MoE layers it builds (``rank_layers``, ``rank_moe_layers``; None: an even
+    split of the model's)."""
+
+    pp: Any
+    stage: Any
+    num_microbatches: Any
+    vp: Any = 1
+    rank_layers: Any = None
+    rank_moe_layers: Any = None
 
 
 def _attention_sizes(model: ModelSpec, s, b, tp):
@@ -234,22 +303,18 @@ def layer_activation_bytes(model: ModelSpec, *, mbs, seq, tp, sp, recompute,
         attention = np.where(selective, handed, qkv + _lse_bytes(model, s, b, tp))
     out = _proj_input_bytes(model, xh, tp, precision, selective, stores_scores)
     mlp = s * b * f * mlp_bytes_per_ffn_element(model, precision) / tp
-    dropped, _ = recompute_module_bytes(model, mbs=b, seq=s, tp=tp, sp=sp, etp=1,
-                                        recompute=recompute, precision=precision,
-                                        stores_scores=stores_scores)
+    dropped, _ = recompute_module_bytes(model, LayerInputs(
+        mbs=b, seq=s, tp=tp, sp=sp, recompute=recompute, precision=precision,
+        stores_scores=stores_scores))
     return replicated + attention + out + mlp - dropped
 
 
-def recompute_module_bytes(model: ModelSpec, *, mbs, seq, tp, sp, etp, recompute,
-                           precision: str = "bf16", capacity=1.0, whole_moe=True,
-                           stores_scores: bool = False):
+def recompute_module_bytes(model: ModelSpec, x: LayerInputs):
     """``(every layer, an MoE layer's MLP)``: bytes per layer and microbatch that selective
     recompute's modules (bits of the recompute code,
     :func:`configurator.core.plan_terms.recompute_code`) drop from what a layer keeps, and
     re-materialise while that layer's backward recomputes them (arrays broadcast; 0 without
-    those bits). ``capacity``: the routed copies' share
-    (:func:`configurator.core.plan_terms.capacity_share`); ``whole_moe``: whether the ``moe``
-    module applies (not under the all-to-all overlap).
+    those bits; ``x``: the layer's :class:`LayerInputs`).
 
     ``mlp`` (a dense layer's ``_forward_mlp`` checkpointed on its input): the MLP terms
     (:func:`mlp_bytes_per_ffn_element`) go, and with Transformer Engine's layers, whose
@@ -273,8 +338,10 @@ def recompute_module_bytes(model: ModelSpec, *, mbs, seq, tp, sp, etp, recompute
     fc2 has run (with FP8, fc2 saves that 16-bit output, ``set_save_original_input``):
     fc2's input and the activation's own saved tensors (the clamp's copy) go, the rest of
     :func:`mlp_bytes_per_ffn_element`."""
-    rc = np.asarray(recompute)
-    s, b, tp, etp = (np.asarray(x, dtype=float) for x in (seq, mbs, tp, etp))
+    rc = np.asarray(x.recompute)
+    s, b, tp, etp = (np.asarray(v, dtype=float) for v in (x.seq, x.mbs, x.tp, x.etp))
+    sp, precision, capacity = x.sp, x.precision, x.capacity
+    stores_scores = x.stores_scores
     h = model.hidden_size
     layernorm = (rc & RECOMPUTE_LAYERNORM) != 0
     xh_rep = s * b * h / np.where(sp, tp, 1.0)
@@ -296,7 +363,7 @@ def recompute_module_bytes(model: ModelSpec, *, mbs, seq, tp, sp, etp, recompute
     fe, fs = model.moe_ffn_hidden_size, model.moe_shared_expert_intermediate_size or 0
     routed_act = R * fe / etp * (per_ffn - 2 * gate)
     shared = s * b * fs * per_ffn / tp
-    whole = ((rc & RECOMPUTE_MOE) != 0) & np.asarray(whole_moe, dtype=bool)
+    whole = ((rc & RECOMPUTE_MOE) != 0) & x.whole_moe
     moe = np.where(whole,
                    moe_mlp_kept_bytes(model, mbs=b, seq=s, tp=tp, etp=etp,
                                       precision=precision, capacity=capacity),
@@ -349,9 +416,7 @@ def _proj_input_bytes(model: ModelSpec, xh, tp, precision, selective, stores_sco
     return q8 * xh / tp + kernel_out
 
 
-def moe_mlp_activation_delta(model: ModelSpec, *, mbs, seq, tp, etp, precision="bf16",
-                             recompute=0, sp=True, capacity=1.0, whole_moe=True,
-                             stores_scores: bool = False):
+def moe_mlp_activation_delta(model: ModelSpec, x: LayerInputs):
     """Bytes an MoE layer keeps for one microbatch *beyond* a dense layer's, per rank
     (arrays broadcast; 0 for a dense model): the dense MLP's terms (fc1 output, fc2 input)
     replaced by the routed experts', plus the router's and the shared expert's.
@@ -372,20 +437,17 @@ def moe_mlp_activation_delta(model: ModelSpec, *, mbs, seq, tp, etp, precision="
     Under FP8 the experts' and shared expert's fc1 and fc2 inputs are kept quantised
     (:func:`linear_input_bytes`; TE ``GroupedLinear``/``Linear`` save the quantised input as
     ``_Linear`` does, and ``Fp8Padding``/``permute`` keep no 16-bit copy); not measured.
-    ``recompute``: the code whose module bits drop :func:`recompute_module_bytes`' MoE
-    terms; ``capacity``, ``whole_moe``, ``stores_scores``: as there.
+    ``x``: the layer's :class:`LayerInputs`; its recompute code's module bits drop
+    :func:`recompute_module_bytes`' MoE terms.
     """
     if not model.is_moe:
         return 0.0
-    s, b, tp, etp = (np.asarray(x, dtype=float) for x in (seq, mbs, tp, etp))
-    per_ffn = mlp_bytes_per_ffn_element(model, precision)
+    s, b, tp, etp = (np.asarray(v, dtype=float) for v in (x.seq, x.mbs, x.tp, x.etp))
+    per_ffn = mlp_bytes_per_ffn_element(model, x.precision)
     dense = s * b * model.ffn_hidden_size * per_ffn / tp
-    _, dropped = recompute_module_bytes(model, mbs=b, seq=s, tp=tp, sp=sp, etp=etp,
-                                        recompute=recompute, precision=precision,
-                                        capacity=capacity, whole_moe=whole_moe,
-                                        stores_scores=stores_scores)
-    return (moe_mlp_kept_bytes(model, mbs=b, seq=s, tp=tp, etp=etp, precision=precision,
-                               capacity=capacity) - dense - dropped)
+    _, dropped = recompute_module_bytes(model, x)
+    return (moe_mlp_kept_bytes(model, mbs=b, seq=s, tp=tp, etp=etp, precision=x.precision,
+                               capacity=x.capacity) - dense - dropped)
 
 
 def checkpoint_bytes(model: ModelSpec, *, mbs, seq, tp, sp):
@@ -422,11 +484,9 @@ def recompute_working_bytes(model: ModelSpec, *, mbs, seq, tp, sp, recompute,
                     np.where((rc & RECOMPUTE_CORE_ATTN) != 0, selective, 0.0))
 
 
-def offloaded_layer_bytes(model: ModelSpec, modules: str, *, mbs, seq, tp, sp, etp,
-                          recompute, precision: str = "bf16", capacity=1.0,
-                          stores_scores: bool = False):
+def offloaded_layer_bytes(model: ModelSpec, x: LayerInputs):
     """``(every layer, an MoE layer's extra)``: bytes per layer and microbatch that
-    fine-grained activation offloading of ``modules`` (comma-separated
+    fine-grained activation offloading of ``x.offload_modules`` (comma-separated
     :data:`configurator.core.plan_values.OFFLOAD_MODULES`) moves to host memory between forward and
     backward (megatron-core 0.16.1 ``fine_grained_activation_offload.py``: each module's
     saved tensors). ``qkv_linear``: the QKV linear's saved inputs (with the input norm fused
@@ -435,8 +495,9 @@ def offloaded_layer_bytes(model: ModelSpec, modules: str, *, mbs, seq, tp, sp, e
     log-sum-exp, unless core attention is recomputed; ``attn_proj``: the projection's input;
     ``mlp_norm``: an MoE layer's separate pre-MLP norm's input; ``expert_fc1``: the permuted
     expert input; ``moe_act``: the routed experts' fc1 output."""
-    names = set(modules.replace(",", " ").split())
-    s, b, tp, etp = (np.asarray(x, dtype=float) for x in (seq, mbs, tp, etp))
+    names = set(x.offload_modules.replace(",", " ").split())
+    s, b, tp, etp = (np.asarray(v, dtype=float) for v in (x.seq, x.mbs, x.tp, x.etp))
+    sp, precision, capacity = x.sp, x.precision, x.capacity
     h = model.hidden_size
     xh = s * b * h
     xh_rep = xh / np.where(sp, tp, 1.0)
@@ -447,9 +508,9 @@ def offloaded_layer_bytes(model: ModelSpec, modules: str, *, mbs, seq, tp, sp, e
         every = every + (_qkv_input_bytes(model, precision) + (0 if mla else 2)) * xh_rep
     if "attn_norm" in names and mla:
         every = every + 2 * xh_rep
-    if "core_attn" in names and not stores_scores:
+    if "core_attn" in names and not x.stores_scores:
         _, _, qkv = _attention_sizes(model, s, b, tp)
-        every = every + np.where((np.asarray(recompute) & RECOMPUTE_CORE_ATTN) != 0, 0.0,
+        every = every + np.where((np.asarray(x.recompute) & RECOMPUTE_CORE_ATTN) != 0, 0.0,
                                  qkv + _lse_bytes(model, s, b, tp))
     if "attn_proj" in names:
         every = every + q8 * xh / tp
@@ -466,24 +527,20 @@ def offloaded_layer_bytes(model: ModelSpec, modules: str, *, mbs, seq, tp, sp, e
     return every, moe
 
 
-def _layer_terms(model: ModelSpec, *, b, s, tp, sp, rc, etp, overlap, precision: str,
-                 capacity, offload_modules: str, stores_scores: bool) -> dict:
+def layer_terms(model: ModelSpec, x: LayerInputs) -> dict:
     """What one layer and microbatch keep and re-materialise, by what they depend on alone
-    (micro_batch_size ``b``, sequence per rank ``s``, tp, sp, the recompute code ``rc``,
-    etp, the all-to-all ``overlap``): the terms :func:`stage_activation_phases` combines
-    with the stage's layers and microbatches in flight (arrays broadcast; bytes)."""
+    (``x``, :class:`LayerInputs`): the terms :func:`stage_activation_phases` combines with the
+    stage's layers and microbatches in flight (arrays broadcast; bytes)."""
+    b, s, tp = (np.asarray(v, dtype=float) for v in (x.mbs, x.seq, x.tp))
+    sp, rc, precision, stores_scores = np.asarray(x.sp), np.asarray(x.recompute), \
+        x.precision, x.stores_scores
     xh = s * b * model.hidden_size
     rep_div = np.where(sp, tp, 1.0)
-    t = {"moe_delta": moe_mlp_activation_delta(model, mbs=b, seq=s, tp=tp, etp=etp,
-                                               precision=precision, recompute=rc, sp=sp,
-                                               capacity=capacity, whole_moe=~overlap,
-                                               stores_scores=stores_scores),
+    t = {"moe_delta": moe_mlp_activation_delta(model, x),
          "layer": layer_activation_bytes(model, mbs=b, seq=s, tp=tp, sp=sp, recompute=rc,
                                          stores_scores=stores_scores, precision=precision)}
-    if offload_modules:
-        t["off_every"], t["off_moe"] = offloaded_layer_bytes(
-            model, offload_modules, mbs=b, seq=s, tp=tp, sp=sp, etp=etp, recompute=rc,
-            precision=precision, capacity=capacity, stores_scores=stores_scores)
+    if x.offload_modules:
+        t["off_every"], t["off_moe"] = offloaded_layer_bytes(model, x)
     t["ckpt"] = checkpoint_bytes(model, mbs=b, seq=s, tp=tp, sp=sp)
     t["emb_mask"] = (model.hidden_dropout > 0) * xh / rep_div
     v_pad = padded_vocab_size(model.vocab_size, tp)
@@ -495,18 +552,14 @@ def _layer_terms(model: ModelSpec, *, b, s, tp, sp, rc, etp, overlap, precision:
                                + _handed_qkv_bytes(model, q, kv, qkv))
     t["working"] = recompute_working_bytes(model, mbs=b, seq=s, tp=tp, sp=sp, recompute=rc,
                                            stores_scores=stores_scores, precision=precision)
-    t["every"], t["moe"] = recompute_module_bytes(
-        model, mbs=b, seq=s, tp=tp, sp=sp, etp=etp, recompute=rc, precision=precision,
-        capacity=capacity, whole_moe=~overlap, stores_scores=stores_scores)
+    t["every"], t["moe"] = recompute_module_bytes(model, x)
     return t
 
 
-def stage_activation_phases(model: ModelSpec, *, mbs, seq, tp, pp, vp, sp, recompute,
-                            num_microbatches, stage, stores_scores: bool, rank_layers=None,
-                            rank_moe_layers=None, etp=1, precision: str = "bf16",
-                            capacity=1.0, a2a_overlap=False, offload_modules: str = "",
-                            rows=None):
-    """Activation bytes on one GPU of ``stage`` at the two candidate peaks (arrays broadcast).
+def stage_activation_phases(model: ModelSpec, x: LayerInputs, at: StagePosition,
+                            terms: dict | None = None):
+    """Activation bytes on one GPU of pipeline rank ``at`` at the two candidate peaks (arrays
+    broadcast); ``x``: the layers' :class:`LayerInputs`.
 
     Returns ``(forward_end, recompute)``: at the end of the forward of the last microbatch in
     flight (``n`` layer-microbatches kept, embedding-dropout masks on the first stage, the
@@ -514,47 +567,34 @@ def stage_activation_phases(model: ModelSpec, *, mbs, seq, tp, pp, vp, sp, recom
     recomputed in its backward (output-layer terms freed, that layer down to what its
     recomputation needs: the checkpoint for full recompute; norm input, QKV input and the
     checkpointed Q, K, V for selective; plus :func:`recompute_working_bytes`). The second
-    is 0 without recompute. ``rank_layers``/``rank_moe_layers``: the decoder and MoE
-    layers the rank builds (default: an even split); an MoE layer keeps
-    :func:`moe_mlp_activation_delta` more than a dense one. ``precision``: see
-    :func:`layer_activation_bytes`. ``capacity``: the routed copies' share under a capacity
-    factor. ``a2a_overlap``: the expert all-to-all overlap's schedule, which keeps one more
+    is 0 without recompute. An MoE layer keeps :func:`moe_mlp_activation_delta` more than a
+    dense one. The expert all-to-all overlap's schedule (``x.a2a_overlap``) keeps one more
     model chunk's microbatch in flight (its extra warm-up microbatch; without pipelining
-    the forward of one microbatch runs beside another's backward) and does not apply the
-    ``moe`` recompute module. ``offload_modules``: fine-grained activation offloading
-    (:func:`offloaded_layer_bytes`) keeps every layer-microbatch's offloaded tensors in host
-    memory but the last one's (the last group of each module stays, so that its reload
-    never waits). ``rows``: ``(first, inverse)`` of :func:`configurator.core.rows.row_groups`
-    over the plans' (micro_batch_size, cp, tp, sp, recompute, etp, all-to-all overlap): the
-    layer's own terms are computed once per distinct row (same values).
+    the forward of one microbatch runs beside another's backward). Fine-grained activation
+    offloading (:func:`offloaded_layer_bytes`) keeps every layer-microbatch's offloaded
+    tensors in host memory but the last one's (the last group of each module stays, so that
+    its reload never waits). ``terms``: :func:`layer_terms` of ``x`` when the caller has them
+    (the same values, computed once per distinct layer elsewhere).
     """
-    s, b, tp = (np.asarray(x, dtype=float) for x in (seq, mbs, tp))
-    pp, stage = np.asarray(pp), np.asarray(stage)
-    rc = np.asarray(recompute)
-    overlap = np.asarray(a2a_overlap, dtype=bool)
-    inputs = dict(b=b, s=s, tp=tp, sp=np.asarray(sp), rc=rc, etp=np.asarray(etp),
-                  overlap=overlap)
-    if rows is not None:
-        first, inverse = rows
-        inputs = {k: np.broadcast_to(v, inverse.shape)[first] if np.ndim(v) else v
-                  for k, v in inputs.items()}
-    t = _layer_terms(model, **inputs, precision=precision, capacity=capacity,
-                     offload_modules=offload_modules, stores_scores=stores_scores)
-    if rows is not None:
-        t = {k: v[inverse] if np.ndim(v) else v for k, v in t.items()}
+    t = layer_terms(model, x) if terms is None else terms
+    pp, stage = np.asarray(at.pp), np.asarray(at.stage)
+    rc = np.asarray(x.recompute)
+    overlap = np.asarray(x.a2a_overlap, dtype=bool)
+    rank_layers, rank_moe_layers = at.rank_layers, at.rank_moe_layers
     if rank_layers is None:
         rank_layers = model.num_layers / pp
     if rank_moe_layers is None:
         rank_moe_layers = model.num_moe_layers / pp
     rank_layers = np.asarray(rank_layers, dtype=float)
     moe_share = np.asarray(rank_moe_layers, dtype=float) / np.maximum(rank_layers, 1.0)
-    n = inflight_layers(model.num_layers, pp=pp, vp=vp, num_microbatches=num_microbatches,
-                        stage=stage, rank_layers=rank_layers) + np.where(
-        overlap, rank_layers / np.asarray(vp, dtype=float), 0.0)
+    n = inflight_layers(model.num_layers, pp=pp, vp=at.vp,
+                        num_microbatches=at.num_microbatches, stage=stage,
+                        rank_layers=rank_layers) + np.where(
+        overlap, rank_layers / np.asarray(at.vp, dtype=float), 0.0)
     per_layer = t["layer"] + moe_share * t["moe_delta"]
-    offloaded = t["off_every"] + moe_share * t["off_moe"] if offload_modules else 0.0
+    offloaded = t["off_every"] + moe_share * t["off_moe"] if x.offload_modules else 0.0
     kept = np.where(rc == RECOMPUTE_FULL, t["ckpt"], per_layer)
-    mb_first = inflight_microbatches_1f1b(pp, num_microbatches, stage)
+    mb_first = inflight_microbatches_1f1b(pp, at.num_microbatches, stage)
     emb = np.where(stage == 0, t["emb_mask"] * mb_first, 0.0)
     # the other layer-microbatches' offloaded tensors wait in host memory
     on_host = np.maximum(n - 1, 0.0) * np.where(rc == RECOMPUTE_FULL, 0.0, offloaded)
@@ -573,12 +613,9 @@ def stage_activation_phases(model: ModelSpec, *, mbs, seq, tp, pp, vp, sp, recom
     return forward_end, np.where(rc == 0, 0.0, peak)
 
 
-def stage_activation_bytes(model: ModelSpec, *, mbs, seq, tp, pp, vp, sp, recompute,
-                           num_microbatches, stage, stores_scores: bool, **layers):
-    """Peak activation bytes on one GPU of pipeline ``stage`` (arrays broadcast): the larger
-    of the two phases of :func:`stage_activation_phases` (``layers``: its rank_layers,
-    rank_moe_layers, etp and precision keywords)."""
-    fwd, rec = stage_activation_phases(
-        model, mbs=mbs, seq=seq, tp=tp, pp=pp, vp=vp, sp=sp, recompute=recompute,
-        num_microbatches=num_microbatches, stage=stage, stores_scores=stores_scores, **layers)
+def stage_activation_bytes(model: ModelSpec, x: LayerInputs, at: StagePosition,
+                           terms: dict | None = None):
+    """Peak activation bytes on one GPU of pipeline rank ``at`` (arrays broadcast): the larger
+    of the two phases of :func:`stage_activation_phases` (same arguments)."""
+    fwd, rec = stage_activation_phases(model, x, at, terms)
     return np.maximum(fwd, rec)

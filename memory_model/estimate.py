@@ -45,16 +45,15 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from configurator.core.candidates import Candidates
-from configurator.core.layers import rank_layer_counts, stage_class_arrays
+from configurator.core.plan_batch import PlanBatch
+from configurator.core.layers import rank_layer_counts
 from configurator.core.model import ModelSpec
-from configurator.core.rows import row_groups
 from configurator.core.plan import ParallelPlan
-from configurator.core.plan_terms import (capacity_share, fp8_weights_gathered, main_grad_bytes,
-                                          optimizer_state_bytes)
+from configurator.core.plan_terms import main_grad_bytes
 from configurator.core.plan_values import is_fp8
 from configurator.core.units import GiB
-from memory_model.activations import linear_input_bytes, stage_activation_bytes
+from memory_model.activations import (LayerInputs, StagePosition, linear_input_bytes,
+                                      stage_activation_bytes)
 from memory_model.params import (dense_layer_parameters, embedding_parameters,
                                   moe_layer_parameters, stage_non_gemm_parameters,
                                   stage_parameter_split)
@@ -123,201 +122,92 @@ class MemoryBreakdown:
         return asdict(self)
 
 
-def memory_arrays(model: ModelSpec, *, tp, pp, dp, cp, vp, mbs, num_microbatches,
-                  recompute, sp, distributed_optimizer, stage, precision: str,
-                  stores_scores: bool, ep=1, etp=1, rank_layers=None,
-                  rank_moe_layers=None, non_tn_fp8_gemm: bool = False,
-                  fp8_param_gather: bool = False,
-                  grad_reduce_in_bf16: bool = False,
-                  cp_comm_type: str = "p2p",
-                  megatron_fsdp: bool = False, optimizer_bytes: float = 12.0,
-                  main_grads_dtype: str = "fp32", capacity=1.0, a2a_overlap=False,
-                  offload_modules: str = "", rows=None,
-                  activations: bool = True, held_terms=None) -> dict[str, np.ndarray]:
-    """Memory per GPU of ``stage`` for arrays of plans (bytes; keys as MemoryBreakdown).
+def held_memory(model: ModelSpec, plans: PlanBatch, stage, rank_layers=None,
+                rank_moe_layers=None, non_tn_fp8_gemm: bool = False) -> dict[str, np.ndarray]:
+    """What a GPU of pipeline rank ``stage`` holds whatever its activations, for every plan of
+    ``plans`` (bytes, arrays broadcast): ``parameters_bytes``, ``gradients_bytes``,
+    ``optimizer_bytes`` and ``cp_gather_bytes`` (:func:`cp_gather_bytes`).
 
     ``rank_layers``/``rank_moe_layers``: decoder and MoE layers the rank builds (default: an
     even split). Expert parameters' optimizer state is sharded over the expert-data-parallel
     group ``tp·cp·dp/(ep·etp)`` (Megatron's expert grid, ``parallel_state``), the others'
     over ``dp·cp``. ``non_tn_fp8_gemm``: the GPU runs FP8 GEMMs in any layout (Blackwell), so
-    ``fp8`` keeps no weight transpose (:func:`fp8_weight_bytes`). ``fp8_param_gather``:
-    whether the GEMM weights are FP8 only, without the 16-bit copy (arrays broadcast; the
-    plan's :func:`configurator.core.plan_terms.fp8_weights_gathered`). ``grad_reduce_in_bf16``:
-    the plan field (``--grad-reduce-in-bf16``; Megatron-Bridge's
-    ``grad_reduce_in_fp32=False``), a 16-bit main-grad buffer
-    (:func:`configurator.core.plan_terms.main_grad_bytes`). ``cp_comm_type``: the plans'
-    context-parallel communication
-    (:func:`cp_gather_bytes`). ``megatron_fsdp``: the weights and main gradients are sharded
-    like the optimizer state, plus the full weights and gradients of
-    :data:`FSDP_LIVE_UNITS` units of the largest (a layer or the embedding) being gathered
-    and reduced. ``optimizer_bytes``: optimizer-state bytes per parameter before sharding
-    (:func:`configurator.core.plan_terms.optimizer_state_bytes`: 12, less with the
-    precision-aware optimizer's dtypes); ``main_grads_dtype``: its main-gradient dtype.
-    ``capacity``, ``a2a_overlap``, ``offload_modules``: the routed copies' share under a
-    capacity factor, the expert all-to-all overlap's schedule and fine-grained activation
-    offloading (:func:`memory_model.activations.stage_activation_phases`, as is ``rows``,
-    the plans grouped by what a layer's activations depend on). ``activations=False``:
-    leave the activations out (0), a lower bound of the total; it also returns
-    ``held_bytes`` (weights, gradients and optimizer state, summed) and ``cp_gather_bytes``,
-    which a second call for the same plans and stage takes as ``held_terms`` (that pair) and
-    then returns only ``total_bytes`` (the same floats), computing the activations alone."""
-    act = 0.0 if not activations else stage_activation_bytes(
-        model, mbs=mbs, seq=model.seq_length / np.asarray(cp), tp=tp, pp=pp, vp=vp, sp=sp,
-        recompute=recompute, num_microbatches=num_microbatches, stage=stage,
-        stores_scores=stores_scores, rank_layers=rank_layers, rank_moe_layers=rank_moe_layers,
-        etp=etp, precision=precision, capacity=capacity, a2a_overlap=a2a_overlap,
-        offload_modules=offload_modules, rows=rows)
-    if held_terms is not None:
-        held_bytes, gather = held_terms
-        # the order of the full sum below: weights, gradients, optimizer, activations, other
-        return {"total_bytes": held_bytes + act + _other_bytes(act, gather)}
+    ``fp8`` keeps no weight transpose (:func:`fp8_weight_bytes`). The plans' FP8 weight gather
+    (:attr:`~configurator.core.plan_batch.PlanBatch.fp8_weights_gathered`) keeps the GEMM
+    weights in FP8 only, without the 16-bit copy; ``grad_reduce_in_bf16`` and
+    ``main_grads_dtype`` set the main-gradient bytes
+    (:func:`configurator.core.plan_terms.main_grad_bytes`). Megatron FSDP
+    (``megatron_fsdp``): the weights and main gradients are sharded like the optimizer state,
+    plus the full weights and gradients of :data:`FSDP_LIVE_UNITS` units of the largest (a
+    layer or the embedding) being gathered and reduced. The optimizer state per parameter
+    before sharding is the plans'
+    :attr:`~configurator.core.plan_batch.PlanBatch.optimizer_bytes_per_parameter`."""
+    tp, pp, ep, etp = plans.tp, plans.pp, plans.ep, plans.etp
     non_expert, expert = stage_parameter_split(model, tp, pp, stage, layers=rank_layers,
                                                moe_layers=rank_moe_layers, ep=ep, etp=etp)
     params = non_expert + expert
     gemm_params = params - stage_non_gemm_parameters(model, tp, pp, stage)
-    grad_bytes = main_grad_bytes(precision, grad_reduce_in_bf16, main_grads_dtype)
-    dp_cp = np.asarray(dp) * np.asarray(cp)
+    grad_bytes = main_grad_bytes(plans.precision, plans.grad_reduce_in_bf16,
+                                 plans.main_grads_dtype)
+    distributed_optimizer = plans.distributed_optimizer
+    dp_cp = np.asarray(plans.dp) * np.asarray(plans.cp)
     shard = np.where(distributed_optimizer, dp_cp, 1)
     expert_shard = np.where(distributed_optimizer,
                             np.asarray(tp) * dp_cp / (np.asarray(ep) * np.asarray(etp)), 1)
     held, gemm_held = params, gemm_params     # parameters whose weights and grads are held
-    if megatron_fsdp:
+    if plans.megatron_fsdp:
         unit = np.maximum(dense_layer_parameters(model, tp), embedding_parameters(model, tp))
         if model.is_moe:
             unit = np.maximum(unit, sum(moe_layer_parameters(model, tp, ep, etp)))
         held = non_expert / shard + expert / expert_shard + FSDP_LIVE_UNITS * unit
         gemm_held = gemm_params * held / np.maximum(params, 1.0)
-    gather = cp_gather_bytes(model, tp=tp, cp=cp, mbs=mbs, cp_comm_type=cp_comm_type)
-    out = {
+    optimizer_bytes = plans.optimizer_bytes_per_parameter
+    return {
         "parameters_bytes": held * 2.0 + gemm_held * (fp8_weight_bytes(
-            precision, non_tn_fp8_gemm=non_tn_fp8_gemm) - 2.0 * (
-                np.asarray(fp8_param_gather, dtype=bool))),
+            plans.precision, non_tn_fp8_gemm=non_tn_fp8_gemm) - 2.0 * (
+                np.asarray(plans.fp8_weights_gathered, dtype=bool))),
         "gradients_bytes": held * grad_bytes,
         "optimizer_bytes": (non_expert * optimizer_bytes / shard
                             + expert * optimizer_bytes / expert_shard),
-        "activations_bytes": act,
-        "other_bytes": _other_bytes(act, gather),
+        "cp_gather_bytes": cp_gather_bytes(model, tp=tp, cp=plans.cp, mbs=plans.mbs,
+                                           cp_comm_type=plans.cp_comm_type),
     }
-    out["total_bytes"] = sum(out.values())
-    if not activations:
-        out["held_bytes"] = (out["parameters_bytes"] + out["gradients_bytes"]
-                             + out["optimizer_bytes"])
-        out["cp_gather_bytes"] = gather
-    return out
 
 
-def _other_bytes(act, gather):
+def activation_memory(model: ModelSpec, plans: PlanBatch, stage, rank_layers=None,
+                      rank_moe_layers=None, terms: dict | None = None) -> np.ndarray:
+    """Peak activation bytes of a GPU of pipeline rank ``stage`` for every plan of ``plans``
+    (:func:`memory_model.activations.stage_activation_bytes`; ``rank_*`` as
+    :func:`held_memory`; ``terms``: the plans' layer terms when the caller has them)."""
+    at = StagePosition(pp=plans.pp, vp=plans.vp, num_microbatches=plans.num_microbatches,
+                       stage=stage, rank_layers=rank_layers, rank_moe_layers=rank_moe_layers)
+    return stage_activation_bytes(model, LayerInputs.of_plans(model, plans), at, terms)
+
+
+def total_memory(held_bytes, activations_bytes, cp_gather) -> np.ndarray:
+    """A GPU's total (bytes): ``held_bytes`` (weights, gradients and optimizer state, summed in
+    that order), then the activations, then :func:`other_memory`."""
+    return held_bytes + activations_bytes + other_memory(activations_bytes, cp_gather)
+
+
+def other_memory(activations_bytes, cp_gather):
     """The allowance beyond weights, state and activations (module docstring): the fixed
-    overhead, fragmentation of the activations ``act`` and the CP gather's ``gather``."""
-    return FIXED_OVERHEAD_BYTES + FRAGMENTATION_FRACTION * act + gather
+    overhead, fragmentation of the activations and the CP gather's bytes."""
+    return FIXED_OVERHEAD_BYTES + FRAGMENTATION_FRACTION * activations_bytes + cp_gather
 
 
-#: Plans above which :func:`peak_memory_arrays` groups them by their layer's inputs.
-GROUP_ROWS_ABOVE = 1024
-
-
-def peak_memory_arrays(model: ModelSpec, *, first=0, last=0, account_embedding=False,
-                       account_loss=False, layout: str = "", limit_bytes: float | None = None,
-                       **kw) -> np.ndarray:
-    """Worst stage's total bytes. Ranks are grouped by what they hold
-    (:func:`configurator.core.layers.stage_class_arrays`); within a group the lowest rank
-    holds the most microbatches in flight, so only it is evaluated. ``first``, ``last``,
-    ``account_*``, ``layout``: the plan's layer-split fields (default: even). Above
-    :data:`GROUP_ROWS_ABOVE` plans, a layer's activation terms are computed once per
-    distinct (micro_batch_size, cp, tp, sp, recompute, etp, all-to-all overlap) row
-    (:func:`configurator.core.rows.row_groups`) and shared by every stage class.
-
-    ``limit_bytes`` (a capacity): plans whose weights, gradients, optimizer state and fixed
-    allowance alone exceed it get that figure, a lower bound above the limit, instead of
-    their peak (their activations are not computed); the others get their peak, their
-    weights, gradients and optimizer state taken from that first pass, not computed again."""
-    split = dict(first=first, last=last, account_embedding=account_embedding,
-                 account_loss=account_loss, layout=layout)
-    classes = stage_class_arrays(model, pp=kw["pp"], vp=kw["vp"], **split)
-    n = np.size(kw["pp"])
-    if limit_bytes is not None and np.ndim(kw["pp"]) == 1 and n > GROUP_ROWS_ABOVE:
-        held_terms = {}
-        peak = _class_peak(model, classes, dict(kw, activations=False), held_terms=held_terms)
-        keep = np.flatnonzero(peak <= limit_bytes)
-        if len(keep) < n:
-            pick = lambda v: np.take(v, keep) if np.ndim(v) == 1 else v   # noqa: E731
-            if len(keep):
-                peak[keep] = _grouped_peak(
-                    model, {k: np.take(v, keep, axis=0) for k, v in classes.items()},
-                    {k: pick(v) for k, v in kw.items()},
-                    held_terms={k: (pick(h), pick(g)) for k, (h, g) in held_terms.items()})
-            return peak
-        return _grouped_peak(model, classes, kw, held_terms=held_terms)
-    peak = _grouped_peak(model, classes, kw)
-    return peak if np.ndim(kw["pp"]) or np.size(peak) != 1 else peak.reshape(())
-
-
-def _grouped_peak(model: ModelSpec, classes: dict, kw: dict,
-                  held_terms=None) -> np.ndarray:
-    """:func:`_class_peak`, a layer's activation terms computed once per distinct row above
-    :data:`GROUP_ROWS_ABOVE` plans."""
-    if np.size(kw["pp"]) > GROUP_ROWS_ABOVE:
-        kw = dict(kw, rows=row_groups(kw["mbs"], kw["cp"], kw["tp"], kw["sp"], kw["recompute"],
-                                      kw.get("etp", 1), kw.get("a2a_overlap", False)))
-    return _class_peak(model, classes, kw, held_terms=held_terms)
-
-
-def _class_peak(model: ModelSpec, classes: dict, kw: dict, held_terms=None) -> np.ndarray:
-    """The largest :func:`memory_arrays` total over the stage ``classes``' lowest ranks.
-    ``held_terms``: a dict; with ``activations=False`` in ``kw`` it is filled with each class's
-    ``(held_bytes, cp_gather_bytes)`` (:func:`memory_arrays`), which a later call for the
-    same plans (or a subset of them, sliced alike) passes back to add the activations to."""
-    peak = None
-    last = np.asarray(kw["pp"]) - 1
-    filling = held_terms is not None and not kw.get("activations", True)
-    for k in range(classes["stage"].shape[1]):
-        # a class holding what rank 0 holds, and not the last rank, is never above rank 0
-        # (fewer microbatches in flight, no embedding): skip it where every plan says so
-        if k and not np.any((classes["count"][:, k] > 0)
-                            & ((classes["layers"][:, k] != classes["layers"][:, 0])
-                               | (classes["moe_layers"][:, k] != classes["moe_layers"][:, 0])
-                               | (classes["stage"][:, k] == last))):
-            continue
-        out = memory_arrays(model, stage=classes["stage"][:, k],
-                            rank_layers=classes["layers"][:, k],
-                            rank_moe_layers=classes["moe_layers"][:, k],
-                            held_terms=None if held_terms is None or filling
-                            else held_terms[k], **kw)
-        if filling:
-            held_terms[k] = (out["held_bytes"], out["cp_gather_bytes"])
-        tot = out["total_bytes"]
-        tot = np.where(classes["count"][:, k] > 0, tot, 0.0)
-        peak = tot if peak is None else np.maximum(peak, tot)
-    return peak
-
-
-def memory_inputs(c: Candidates, *, non_tn_fp8_gemm: bool = False) -> dict:
-    """The keyword arguments of :func:`memory_arrays` and :func:`peak_memory_arrays` for the
-    plans of ``c`` (:class:`configurator.core.candidates.Candidates`; one plan:
-    ``Candidates.from_plan``): the one place the memory model reads plan fields.
-    ``non_tn_fp8_gemm``: the GPU's (:func:`fp8_weight_bytes`)."""
-    return dict(
-        tp=c.tp, pp=c.pp, dp=c.dp, cp=c.cp, vp=c.vp, mbs=c.mbs,
-        num_microbatches=c.num_microbatches, recompute=c.recompute_code,
-        sp=c.sequence_parallel, distributed_optimizer=c.distributed_optimizer,
-        precision=c.precision, stores_scores=c.stores_scores, ep=c.ep, etp=c.etp,
-        fp8_param_gather=fp8_weights_gathered(c.fp8_param_gather, c.distributed_optimizer,
-                                              c.precision),
-        grad_reduce_in_bf16=c.grad_reduce_in_bf16, cp_comm_type=c.cp_comm_type,
-        megatron_fsdp=c.megatron_fsdp, non_tn_fp8_gemm=non_tn_fp8_gemm,
-        optimizer_bytes=optimizer_state_bytes(c), main_grads_dtype=c.main_grads_dtype,
-        capacity=capacity_share(c), a2a_overlap=c.overlap_moe_expert_parallel_comm,
-        offload_modules=c.offload_modules)
-
-
-def peak_memory(model: ModelSpec, c: Candidates, *, non_tn_fp8_gemm: bool = False,
-                limit_bytes: float | None = None) -> np.ndarray:
-    """Peak bytes over pipeline stages for every plan of ``c`` (shape ``(len(c),)``), its
-    layer-split fields included (:func:`peak_memory_arrays`, as is ``limit_bytes``)."""
-    return peak_memory_arrays(
-        model, first=c.first, last=c.last, account_embedding=c.acct_emb,
-        account_loss=c.acct_loss, layout=c.layout, limit_bytes=limit_bytes,
-        **memory_inputs(c, non_tn_fp8_gemm=non_tn_fp8_gemm))
+def memory_arrays(model: ModelSpec, plans: PlanBatch, stage, rank_layers=None,
+                  rank_moe_layers=None, non_tn_fp8_gemm: bool = False) -> dict[str, np.ndarray]:
+    """Memory per GPU of pipeline rank ``stage`` for every plan of ``plans`` (bytes; keys as
+    :class:`MemoryBreakdown`): :func:`held_memory` (same arguments), the activations
+    (:func:`activation_memory`) and the allowance (:func:`other_memory`)."""
+    held = held_memory(model, plans, stage, rank_layers, rank_moe_layers, non_tn_fp8_gemm)
+    act = activation_memory(model, plans, stage, rank_layers, rank_moe_layers)
+    gather = held.pop("cp_gather_bytes")
+    out = {**held, "activations_bytes": act, "other_bytes": other_memory(act, gather)}
+    out["total_bytes"] = total_memory(
+        out["parameters_bytes"] + out["gradients_bytes"] + out["optimizer_bytes"], act, gather)
+    return out
 
 
 def estimate_memory(model: ModelSpec, plan: ParallelPlan, *,
@@ -326,10 +216,8 @@ def estimate_memory(model: ModelSpec, plan: ParallelPlan, *,
     ``non_tn_fp8_gemm``: the GPU's (:func:`fp8_weight_bytes`)."""
     stages = np.arange(plan.pp)
     counts = rank_layer_counts(model, *plan.layer_split)
-    arrays = memory_arrays(model, stage=stages, rank_layers=counts[:, 0],
-                           rank_moe_layers=counts[:, 1],
-                           **memory_inputs(Candidates.from_plan(plan),
-                                           non_tn_fp8_gemm=non_tn_fp8_gemm))
+    arrays = memory_arrays(model, PlanBatch.from_plan(plan), stages, counts[:, 0],
+                           counts[:, 1], non_tn_fp8_gemm)
     columns = {k: np.broadcast_to(np.asarray(v, dtype=float), stages.shape).tolist()
                for k, v in arrays.items()}
     return [MemoryBreakdown(stage=i, **{k: v[i] for k, v in columns.items()})

@@ -212,26 +212,26 @@ def model_bytes(name: str) -> dict:
     rc = recompute_of(name)
     cap = capacity_of(name)
     kw = dict(mbs=MBS, seq=SEQ, tp=1, sp=False)
-    stage = dict(kw, pp=1, vp=1, recompute=rc, num_microbatches=1, stage=0,
-                 stores_scores=True)
-    layers = {}
+    x = act.LayerInputs(**kw, recompute=rc, stores_scores=True)
+    at = act.StagePosition(pp=1, vp=1, num_microbatches=1, stage=0)
     if spec.is_moe:   # the rank builds every layer; experts not split (ep = etp = 1)
-        layers = dict(rank_layers=spec.num_layers, rank_moe_layers=spec.num_moe_layers, etp=1,
-                      capacity=cap)
+        x = x.replace(etp=1, capacity=cap)
+        at = act.StagePosition(pp=1, vp=1, num_microbatches=1, stage=0,
+                               rank_layers=spec.num_layers, rank_moe_layers=spec.num_moe_layers)
     layer = (act.checkpoint_bytes(spec, **kw) if rc == 2 else
              act.layer_activation_bytes(spec, recompute=rc, stores_scores=True, **kw))
-    delta = float(act.moe_mlp_activation_delta(spec, mbs=MBS, seq=SEQ, tp=1, etp=1,
-                                               recompute=rc, capacity=cap,
-                                               stores_scores=True))
+    delta = float(act.moe_mlp_activation_delta(spec, act.LayerInputs(
+        mbs=MBS, seq=SEQ, tp=1, sp=True, etp=1, recompute=rc, capacity=cap,
+        stores_scores=True)))
     if spec.is_moe and spec.moe_layer_pattern[-1] and rc != 2:
         layer = layer + delta   # the measured layer (the last) is an MoE layer
-    fwd, rec = act.stage_activation_phases(spec, **stage, **layers)
+    fwd, rec = act.stage_activation_phases(spec, x, at)
     split = stage_parameter_split(
         spec, 1, 1, 0, **(dict(layers=spec.num_layers, moe_layers=spec.num_moe_layers,
                               ep=1, etp=1) if spec.is_moe else {}))
     out = dict(layer_bytes=float(layer), forward_end_bytes=float(fwd),
                recompute_peak_bytes=float(rec),
-               stage_bytes=float(act.stage_activation_bytes(spec, **stage, **layers)),
+               stage_bytes=float(act.stage_activation_bytes(spec, x, at)),
                stage_parameters=float(split[0] + split[1]),
                total_parameters=total_parameters(spec))
     if spec.is_moe and rc != 2:

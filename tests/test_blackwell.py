@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import topology.gpus as gpus_module
-from configurator.core.candidates import Candidates
+from configurator.core.plan_batch import PlanBatch
 from configurator.core.errors import InputError
 from configurator.core.model_presets import MODEL_PRESETS
 from configurator.core.plan import PLAN_FIELD, ParallelPlan
@@ -85,11 +85,12 @@ def test_mxfp8_gemm_rate_and_memory_follow_fp8():
     times = {}
     for prec in ("bf16", "fp8", "mxfp8"):
         plan = ParallelPlan(tp=2, dp=4, micro_batch_size=1, global_batch_size=8, precision=prec)
-        times[prec] = float(layer_costs(model, Candidates.from_plan(plan), b200)["fwd"][0])
-        mem = memory_arrays(model, tp=2, pp=1, dp=4, cp=1, vp=1, mbs=1, num_microbatches=2,
-                            recompute=0, sp=False, distributed_optimizer=False, stage=0,
-                            precision=prec, stores_scores=False)
-        times[prec, "weights"] = float(mem["parameters_bytes"])
+        times[prec] = float(layer_costs(model, PlanBatch.from_plan(plan), b200)["fwd"][0])
+        mem = memory_arrays(model, PlanBatch.of(
+            tp=2, pp=1, dp=4, cp=1, vp=1, mbs=1, global_batch_size=8, recompute="none",
+            sequence_parallel=False, distributed_optimizer=False, precision=prec,
+            fp8_param_gather=False), 0)
+        times[prec, "weights"] = float(mem["parameters_bytes"][0])
     # the same tensor-core instruction and efficiency (topology/gpus.py); MXFP8 trains a
     # little slower than delayed-scaling FP8 by its casts' block scales, both well ahead of
     # BF16

@@ -27,7 +27,7 @@ import pytest
 from configurator.core.model_presets import load_model
 from configurator.core.rules import plan_for_world
 from configurator.cost.communication import comm_figures, expert_comm_figures
-from configurator.core.candidates import Candidates
+from configurator.core.plan_batch import PlanBatch
 from configurator.search.space import enumerate_plans
 from topology.cluster_files import load_cluster
 from tests.conftest import REAL_CLUSTER
@@ -123,7 +123,7 @@ class Cut:
                 "pp_end_bw": float(b[:, [0, size - 2]].min())}
 
 
-def _check_plans(cluster, c: Candidates, cut: Cut) -> int:
+def _check_plans(cluster, c: PlanBatch, cut: Cut) -> int:
     """Asserts every priced figure of every plan of ``c`` is within its cut; returns the
     number of figures checked."""
     comm = dict(comm_figures(cluster, c), **expert_comm_figures(cluster, c))
@@ -152,7 +152,7 @@ def _check_plans(cluster, c: Candidates, cut: Cut) -> int:
 
 
 def _sample(model_name: str, world: int, gbs: int, k: int, seed: int, seq: int | None = None,
-            **options) -> Candidates:
+            **options) -> PlanBatch:
     model = load_model(model_name)
     if seq:
         model = model.with_seq_length(seq)
@@ -206,7 +206,7 @@ def test_context_parallel_ring_is_priced_at_one_link():
     model = load_model("llama3-8b").with_seq_length(131072)
     plan = plan_for_world(dict(tp=4, cp=4, pp=1, micro_batch_size=1, global_batch_size=1,
                                sequence_parallel=True), cluster.num_gpus)
-    c = Candidates.from_plan(plan)
+    c = PlanBatch.from_plan(plan)
     comm = comm_figures(cluster, c)
     nic = cluster.link(0, 8)[0]
     assert float(comm["cp_bw"][0]) == pytest.approx(2 * nic)

@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from configurator.core.candidates import Candidates
+from configurator.core.plan_batch import PlanBatch
 from configurator.core.errors import InputError
 from configurator.core.model_presets import MODEL_PRESETS
 from configurator.core.plan import ParallelPlan
@@ -74,7 +74,7 @@ def _cp_costs(kind: str, seq: int, cp: int = 8, nodes: int = 1):
     cluster = load_cluster("dgx-h100-80gb", nodes)
     plan = _plan(cp=cp, dp=8 * nodes // cp, global_batch_size=8 * nodes // cp,
                  cp_comm_type=kind)
-    c = Candidates.from_plan(plan)
+    c = PlanBatch.from_plan(plan)
     lc = layer_costs(model, c, cluster.gpu)
     comm = dict(comm_figures(cluster, c), **expert_comm_figures(cluster, c))
     fwd, bwd = cp_layer_s(model, lc, c, comm, cluster.gpu)
@@ -232,7 +232,7 @@ def test_only_p2p_ring_steps_after_the_first_run_unmasked(kind):
     assert share == (1 / cp if kind == "p2p" else 1.0)
     assert float(cp_causal_share(1, kind)) == 1.0
     gpu = load_cluster("dgx-h100-80gb").gpu
-    c = Candidates.from_plan(_plan(cp_comm_type=kind))
+    c = PlanBatch.from_plan(_plan(cp_comm_type=kind))
     got = float(layer_costs(model, c, gpu)["attn_fwd"][0]) - gpu.efficiency.kernel_overhead_s
     s, a, d = model.seq_length, model.num_attention_heads, model.kv_channels
     pairs = 2.0 * (s / cp) * s * a * 2 * d
@@ -288,8 +288,8 @@ def test_attention_dropout_costs_what_the_kernel_pays_per_visited_score():
     gpt = dataclasses.replace(MODEL_PRESETS["gpt3-175b"], num_layers=24, hidden_size=4096,
                               ffn_hidden_size=16384, num_attention_heads=32,
                               num_query_groups=32, kv_channels=128)
-    assert gpt.attention_dropout == 0.1 and not Candidates.from_plan(_plan()).stores_scores
-    c = Candidates.from_plan(_plan(cp=1, dp=8, micro_batch_size=4))
+    assert gpt.attention_dropout == 0.1 and not PlanBatch.from_plan(_plan()).stores_scores
+    c = PlanBatch.from_plan(_plan(cp=1, dp=8, micro_batch_size=4))
     with_drop = layer_costs(gpt, c, gpu)
     without = layer_costs(dataclasses.replace(gpt, attention_dropout=0.0), c, gpu)
     visited = 4 * 2048 * 2048 * 32 * 0.5

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from configurator.core.candidates import Candidates
+from configurator.core.plan_batch import PlanBatch
 from configurator.core.model_presets import MODEL_PRESETS
 from configurator.core.plan import ParallelPlan
 from configurator.core.plan_values import CROSS_ENTROPY_FUSIONS
@@ -30,7 +30,7 @@ PLAN = ParallelPlan(tp=2, pp=1, dp=4, micro_batch_size=2, global_batch_size=16,
 
 def _extras(fusion):
     plan = dataclasses.replace(PLAN, cross_entropy_fusion=fusion)
-    c = Candidates.from_plan(plan)
+    c = PlanBatch.from_plan(plan)
     gpu = load_cluster("dgx-h100-80gb").gpu
     lc = layer_costs(LLAMA8, c, gpu)
     x = stage_extras_s(LLAMA8, c, gpu, lc, 1e11, 1e-5)

@@ -21,7 +21,7 @@ import types
 
 import pytest
 
-from configurator.core.candidates import Candidates
+from configurator.core.plan_batch import PlanBatch
 from configurator.core.model_presets import MODEL_PRESETS
 from configurator.core.plan import ParallelPlan
 from configurator.cost.compute import layer_costs
@@ -29,7 +29,8 @@ from configurator.cost.host_ops import (CLAMP_BYTES, CLAMP_KERNELS, EAGER_BYTES_
                                         EXPERT_BIAS_BYTES, EXPERT_BIAS_KERNELS,
                                         HOST_BACKWARD_FACTOR, UNFUSED_ROPE_BYTES,
                                         UNFUSED_ROPE_KERNELS, eager_s)
-from memory_model.activations import layer_activation_bytes, moe_mlp_activation_delta
+from memory_model.activations import (LayerInputs, layer_activation_bytes,
+                                      moe_mlp_activation_delta)
 from topology.cluster_files import load_cluster
 
 OSS = MODEL_PRESETS["gpt-oss-120b"]
@@ -39,7 +40,7 @@ PLAN = ParallelPlan(tp=1, pp=4, dp=16, ep=8, etp=1, micro_batch_size=1,
 
 def _costs(model, precision="bf16"):
     gpu = load_cluster("dgx-h100-80gb").gpu
-    lc = layer_costs(model, Candidates.from_plan(dataclasses.replace(PLAN,
+    lc = layer_costs(model, PlanBatch.from_plan(dataclasses.replace(PLAN,
                                                                       precision=precision)),
                      gpu)
     return {k: float(lc[k][0]) if hasattr(lc[k], "__len__") else float(lc[k])
@@ -193,8 +194,8 @@ def test_clamp_keeps_the_unclamped_fc1_output():
              - layer_activation_bytes(plain, sp=False, recompute=0, stores_scores=False,
                                       **kw))
     assert extra == 4096 * OSS.ffn_hidden_size * 4
-    extra_moe = (moe_mlp_activation_delta(OSS, etp=1, **kw)
-                 - moe_mlp_activation_delta(plain, etp=1, **kw))
+    x = LayerInputs(etp=1, sp=True, **kw)
+    extra_moe = (moe_mlp_activation_delta(OSS, x) - moe_mlp_activation_delta(plain, x))
     routed = 4 * 4096                                   # top-4 copies of 4,096 tokens
     assert extra_moe == pytest.approx(routed * OSS.moe_ffn_hidden_size * 4 - extra)
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from configurator.core.candidates import Candidates
+from configurator.core.plan_batch import PlanBatch
 from configurator.core.layers import (layout_problem, rank_layer_counts, split_ok,
                                       stage_classes, virtual_stage_layers)
 from configurator.core.model_presets import MODEL_PRESETS
@@ -16,7 +16,8 @@ from configurator.core.rules import check_plan, plan_for_world
 from configurator.cost.iteration import iteration_time
 from configurator.cost.placed import PlacedPlan
 from configurator.search.space import layer_splits
-from memory_model.estimate import estimate_memory, peak_memory_arrays
+from configurator.search.engine import peak_memory
+from memory_model.estimate import estimate_memory
 from tests.conftest import run_cli
 from topology.cluster_files import load_cluster
 from topology.collectives import all_to_all_time_s
@@ -106,7 +107,7 @@ def test_closed_form_agrees_with_the_simulated_schedule(model, nodes, fields, mu
     plan = plan_for_world(dict(fields, micro_batch_size=1, recompute="full",
                                global_batch_size=mult * fields["pp"] * dp), world)
     check_plan(model, plan, world)
-    closed = float(iteration_time(model, cl, Candidates.from_plan(plan))["iteration_time_s"][0])
+    closed = float(iteration_time(model, cl, PlanBatch.from_plan(plan))["iteration_time_s"][0])
     priced = PlacedPlan(model, cl, plan)
     sim = priced.time(*priced.default_placement()).iteration_time_s
     assert sim == pytest.approx(closed, rel=0.03)
@@ -141,7 +142,7 @@ def test_ep_across_hosts_costs_more_than_inside_an_nvl72_rack():
         cl = load_cluster(cluster, nodes)
         plan = plan_for_world(dict(tp=1, pp=1, cp=1, vp=1, ep=16, micro_batch_size=1,
                                    global_batch_size=64), 16)
-        times[cluster] = float(iteration_time(q, cl, Candidates.from_plan(plan))["ep_comm"][0])
+        times[cluster] = float(iteration_time(q, cl, PlanBatch.from_plan(plan))["ep_comm"][0])
     assert times["gb200-nvl72"] < times["dgx-h100-80gb"] / 4
 
 
@@ -153,13 +154,8 @@ def test_peak_memory_covers_every_stage_class():
                                global_batch_size=256, decoder_first_pipeline_num_layers=4,
                                decoder_last_pipeline_num_layers=9), 512)
     per_stage = max(m.total_bytes for m in estimate_memory(ds, plan))
-    c = Candidates.from_plan(plan)
-    peak = peak_memory_arrays(
-        ds, tp=c.tp, pp=c.pp, dp=c.dp, cp=c.cp, vp=c.vp, mbs=c.mbs,
-        num_microbatches=c.num_microbatches, recompute=c.recompute, sp=c.sequence_parallel,
-        distributed_optimizer=c.distributed_optimizer, precision=c.precision,
-        stores_scores=c.stores_scores, ep=c.ep, etp=c.etp, first=c.first, last=c.last,
-        account_embedding=c.acct_emb, account_loss=c.acct_loss)
+    c = PlanBatch.from_plan(plan)
+    peak = peak_memory(ds, c)
     assert float(peak[0]) == pytest.approx(per_stage, rel=1e-12)
 
 

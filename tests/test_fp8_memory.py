@@ -17,9 +17,11 @@ from configurator.core.model import make_model
 from configurator.core.model_presets import MODEL_PRESETS
 from configurator.core.schedule import inflight_layers
 from configurator.core.units import GiB
-from memory_model.activations import (layer_activation_bytes, linear_input_bytes,
-                                      stage_activation_bytes)
-from memory_model.estimate import fp8_weight_bytes, memory_arrays, peak_memory_arrays
+from memory_model.activations import (LayerInputs, StagePosition, layer_activation_bytes,
+                                      linear_input_bytes, stage_activation_bytes)
+from configurator.core.plan_batch import PlanBatch
+from configurator.search.engine import peak_memory
+from memory_model.estimate import fp8_weight_bytes, memory_arrays
 from memory_model.params import dense_layer_parameters, stage_non_gemm_parameters, \
     stage_parameters
 
@@ -169,28 +171,31 @@ def test_fp8_weight_copies():
     assert fp8_weight_bytes("fp8", non_tn_fp8_gemm=True) == 1.0
     assert fp8_weight_bytes("mxfp8") == 2 * 33 / 32
     model = MODEL_PRESETS["llama3-8b"]
-    kw = dict(tp=2, pp=2, dp=4, cp=1, vp=1, mbs=1, num_microbatches=8, recompute=0, sp=True,
-              distributed_optimizer=True, stores_scores=False)
+    kw = dict(tp=2, pp=2, dp=4, cp=1, vp=1, mbs=1, global_batch_size=32, recompute="none",
+              sequence_parallel=True, distributed_optimizer=True, fp8_param_gather=False)
     for stage in (0, 1):
         params = float(stage_parameters(model, 2, 2, stage))
         non_gemm = float(stage_non_gemm_parameters(model, 2, 2, stage))
         gemm = params - non_gemm
         assert gemm == pytest.approx(float(dense_layer_parameters(model, 2)) * 16)
-        w = {p: float(memory_arrays(model, stage=stage, precision=p, **kw)["parameters_bytes"])
+        w = {p: float(memory_arrays(model, PlanBatch.of(precision=p, **kw),
+                                    stage)["parameters_bytes"][0])
              for p in ("bf16", "fp8", "mxfp8")}
         assert w["bf16"] == pytest.approx(2 * params)
         assert w["fp8"] == pytest.approx(2 * params + 2 * gemm)
         assert w["mxfp8"] == pytest.approx(2 * params + 2 * 33 / 32 * gemm)
-        gather = memory_arrays(model, stage=stage, precision="fp8", fp8_param_gather=True,
-                               **kw)["parameters_bytes"]
-        assert float(gather) == pytest.approx(2 * non_gemm + 2 * gemm)
-        blackwell = memory_arrays(model, stage=stage, precision="fp8", non_tn_fp8_gemm=True,
-                                  **kw)["parameters_bytes"]
-        assert float(blackwell) == pytest.approx(2 * params + gemm)
+        gather = memory_arrays(model, PlanBatch.of(**{**kw, "precision": "fp8",
+                                                      "fp8_param_gather": True}),
+                               stage)["parameters_bytes"]
+        assert float(gather[0]) == pytest.approx(2 * non_gemm + 2 * gemm)
+        blackwell = memory_arrays(model, PlanBatch.of(precision="fp8", **kw), stage,
+                                  non_tn_fp8_gemm=True)["parameters_bytes"]
+        assert float(blackwell[0]) == pytest.approx(2 * params + gemm)
 
 
-RECIPE = dict(tp=4, pp=8, dp=2, cp=1, vp=5, mbs=1, num_microbatches=64, sp=True,
-              distributed_optimizer=True, precision="fp8", stores_scores=False)
+RECIPE = dict(tp=4, pp=8, dp=2, cp=1, vp=5, mbs=1, global_batch_size=128,
+              sequence_parallel=True, distributed_optimizer=True, precision="fp8",
+              fp8_param_gather=False)
 
 
 def test_recipe_inflight_interleaved():
@@ -202,24 +207,25 @@ def test_recipe_inflight_interleaved():
     assert float(n) == 94 == 80 * (1 + 7 / 40)
 
 
-@pytest.mark.parametrize("recompute", [0, 1])
+@pytest.mark.parametrize("recompute", ["none", "selective"])
 def test_llama3_70b_fp8_recipe_fits_h100(recompute):
     """Megatron-Bridge runs this on 64 H100 80 GB with ``bf16_with_fp8_current_scaling_mixed``
     (``fp8_param_gather=True``) and ``grad_reduce_in_fp32=False`` (perf_recipes/_common.py
     ``_perf_precision``): it fits with room for the allowances. With Megatron-LM's defaults
     (fp32 main grads, 16-bit weights plus TE's FP8 workspace) the same shape is at the
     capacity; the difference is exactly those two terms."""
-    recipe = float(peak_memory_arrays(LLAMA70, recompute=recompute, fp8_param_gather=True,
-                                      grad_reduce_in_bf16=True, **RECIPE))
+    recipe = float(peak_memory(LLAMA70, PlanBatch.of(**{
+        **RECIPE, "recompute": recompute, "fp8_param_gather": True,
+        "grad_reduce_in_bf16": True}))[0])
     assert recipe < H100_BYTES - 4 * GiB
-    plain = float(peak_memory_arrays(LLAMA70, recompute=recompute, **RECIPE))
+    plain = float(peak_memory(LLAMA70, PlanBatch.of(recompute=recompute, **RECIPE))[0])
     params = float(stage_parameters(LLAMA70, 4, 8, 0))
     gemm = params - float(stage_non_gemm_parameters(LLAMA70, 4, 8, 0))
     assert plain - recipe == pytest.approx(2 * params + 2 * gemm, rel=1e-9)
     assert plain < 1.01 * H100_BYTES
     # bf16 control: the FP8 activations and weights are below bf16's in total
-    bf16 = float(peak_memory_arrays(LLAMA70, recompute=recompute, **{**RECIPE,
-                                                                     "precision": "bf16"}))
+    bf16 = float(peak_memory(LLAMA70, PlanBatch.of(recompute=recompute, **{
+        **RECIPE, "precision": "bf16"}))[0])
     assert plain < bf16
 
 
@@ -228,11 +234,12 @@ def test_fp8_stage_activations_vectorised():
     tp = np.array([1, 2, 4, 8])
     rc = np.array([0, 1, 2, 1])
     sp = np.array([False, True, True, True])
-    kw = dict(mbs=1, seq=8192, pp=4, vp=1, num_microbatches=8, stage=0, stores_scores=False,
-              precision="fp8")
-    batch = stage_activation_bytes(LLAMA70, tp=tp, recompute=rc, sp=sp, **kw)
+    at = StagePosition(pp=4, vp=1, num_microbatches=8, stage=0)
+    x = LayerInputs(mbs=1, seq=8192, stores_scores=False, precision="fp8")
+    batch = stage_activation_bytes(LLAMA70, x.replace(tp=tp, recompute=rc, sp=sp), at)
     for i in range(len(tp)):
-        one = stage_activation_bytes(LLAMA70, tp=tp[i], recompute=rc[i], sp=sp[i], **kw)
+        one = stage_activation_bytes(LLAMA70, x.replace(tp=tp[i], recompute=rc[i], sp=sp[i]),
+                                     at)
         assert float(batch[i]) == pytest.approx(float(one), rel=1e-12)
 
 
@@ -277,11 +284,10 @@ def test_blackwell_presets_keep_no_fp8_weight_transpose():
     ``is_non_tn_fp8_gemm_supported``), Hopper TN only: the same FP8 plan holds one byte less
     per GEMM weight on Blackwell, in the search's vectorised memory and in estimate's alike;
     a custom GPU says so in its file."""
-    from configurator.core.candidates import Candidates
+    from configurator.core.plan_batch import PlanBatch
     from configurator.core.errors import InputError
     from configurator.core.plan import ParallelPlan
     from configurator.search.evaluate import evaluate_plan
-    from memory_model.estimate import peak_memory
     from topology.cluster_files import load_cluster
     from topology.gpus import GPU_PRESETS, gpu_from_config
 
@@ -292,7 +298,7 @@ def test_blackwell_presets_keep_no_fp8_weight_transpose():
                         precision="fp8", distributed_optimizer=True)
     gemm = float(stage_parameters(model, 1, 1, 0) - stage_non_gemm_parameters(model, 1, 1, 0))
     hopper, blackwell = (GPU_PRESETS[n] for n in ("h100-80gb", "b200-180gb"))
-    c = Candidates.from_plan(plan)
+    c = PlanBatch.from_plan(plan)
     assert float(peak_memory(model, c, non_tn_fp8_gemm=hopper.non_tn_fp8_gemm)[0]
                  - peak_memory(model, c, non_tn_fp8_gemm=blackwell.non_tn_fp8_gemm)[0]) \
         == pytest.approx(gemm)

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from configurator.core.candidates import Candidates
+from configurator.core.plan_batch import PlanBatch
 from configurator.core.model_presets import load_model
 from configurator.core.plan import ParallelPlan
 from configurator.cost import compute, gemm
@@ -34,7 +34,7 @@ def _f(x) -> float:
 
 
 def _cands(**kw):
-    return Candidates.from_plan(ParallelPlan(**kw))
+    return PlanBatch.from_plan(ParallelPlan(**kw))
 
 
 def _log_errors(with_term: bool, gpu_name: str | None = None):

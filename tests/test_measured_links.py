@@ -12,7 +12,7 @@ import pytest
 from configurator.core.model_presets import load_model
 from configurator.core.units import GB, US
 from configurator.cost.placed import PlacedPlan
-from configurator.search import rank
+from configurator.search import engine, rank
 from configurator.search.placement_search import host_health_order
 from topology.cluster_files import load_cluster
 from topology.group_figures import host_ring_figures, ring_figures
@@ -171,7 +171,7 @@ def test_search_in_slices_and_replicas_in_slices_change_nothing(monkeypatch):
     model = load_model("llama3-8b")
     sparse, _ = sparse_and_built(ring_topology(8, seed=10))
     whole = rank.search(model, sparse, 512, keep_ranking=True)
-    monkeypatch.setattr(rank, "CHUNK_CANDIDATES", 97)
+    monkeypatch.setattr(engine, "CHUNK_CANDIDATES", 97)
     sliced = rank.search(model, sparse, 512, keep_ranking=True)
     assert np.array_equal(whole.ranked_time_s, sliced.ranked_time_s)
     assert [e.iteration_time_s for e in whole.plans] == [e.iteration_time_s

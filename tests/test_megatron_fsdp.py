@@ -11,7 +11,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from configurator.core.candidates import Candidates
+from configurator.core.plan_batch import PlanBatch
 from configurator.core.errors import InputError
 from configurator.core.plan import ParallelPlan
 from configurator.core.rules import check_plan
@@ -53,7 +53,7 @@ def test_every_microbatch_gathers_twice_and_reduces_once():
     """Without windows every micro-batch exposes two weight all-gathers (16-bit) and one
     gradient reduce-scatter (the main-gradient dtype); windows longer than the
     communication hide it all."""
-    c = Candidates.from_plan(FSDP)
+    c = PlanBatch.from_plan(FSDP)
     params, bw, lat = 1e9, np.array([1e11]), np.array([1e-5])
     gather = all_gather_time_s(params * 2.0, 8.0, bw, lat)
     scatter = all_gather_time_s(params * 4.0, 8.0, bw, lat)

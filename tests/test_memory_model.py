@@ -15,9 +15,12 @@ from configurator.core.rules import check_plan
 from configurator.core.units import GiB
 from memory_model import estimate_memory
 from configurator.core.schedule import inflight_layers
-from memory_model.activations import (checkpoint_bytes, layer_activation_bytes,
-                                      stage_activation_bytes, stage_activation_phases)
-from memory_model.estimate import memory_arrays, peak_memory_arrays
+from configurator.core.plan_batch import PlanBatch
+from configurator.search.engine import peak_memory
+from memory_model.activations import (LayerInputs, StagePosition, checkpoint_bytes,
+                                      layer_activation_bytes, stage_activation_bytes,
+                                      stage_activation_phases)
+from memory_model.estimate import memory_arrays
 from memory_model.params import stage_parameters
 
 #: Korthikanti et al. 2022 Table 2, typed from the paper (its citation is the file's first line).
@@ -94,9 +97,9 @@ def test_korthikanti_first_stage_extras_pp1(size):
     sbh = s * b * h
     per_layer = sbh * (34 / t + 5 * a * s / (h * t))
     want = layers * per_layer + sbh / t + 4 * sbh / t * (1 + vocab / h)
-    got = stage_activation_bytes(model, mbs=b, seq=s, tp=t, pp=1, vp=1, sp=True,
-                                 recompute=0, num_microbatches=8, stage=0,
-                                 stores_scores=True)
+    got = stage_activation_bytes(
+        model, LayerInputs(mbs=b, seq=s, tp=t, sp=True, recompute=0, stores_scores=True),
+        StagePosition(pp=1, vp=1, num_microbatches=8, stage=0))
     assert float(got) == pytest.approx(want, rel=1e-12)
 
 
@@ -146,22 +149,22 @@ def test_distributed_optimizer_sharding(precision, grad_bytes, dp, cp):
     """Bytes per parameter: 16-bit weight, main grad (fp32 for bf16), 12 B of fp32 master
     weight + Adam m, v, sharded over dp·cp by the distributed optimizer."""
     model = MODEL_PRESETS["gpt-7.5b"]
-    common = dict(tp=2, pp=2, dp=dp, cp=cp, vp=1, mbs=1, num_microbatches=4, recompute=0,
-                  sp=True, stage=0, precision=precision, stores_scores=False)
+    common = dict(tp=2, pp=2, dp=dp, cp=cp, vp=1, mbs=1, global_batch_size=4 * dp,
+                  recompute="none", sequence_parallel=True, precision=precision)
     params = float(stage_parameters(model, 2, 2, 0))
     for dist, opt in ((True, 12 / (dp * cp)), (False, 12)):
-        out = memory_arrays(model, distributed_optimizer=dist, **common)
+        out = memory_arrays(model, PlanBatch.of(distributed_optimizer=dist, **common), 0)
         state = out["parameters_bytes"] + out["gradients_bytes"] + out["optimizer_bytes"]
-        assert float(state) / params == pytest.approx(2 + grad_bytes + opt, rel=1e-12)
+        assert float(state[0]) / params == pytest.approx(2 + grad_bytes + opt, rel=1e-12)
 
 
 def test_full_recompute_peak_is_in_backward():
     """With full recompute the stage peaks while one layer is recomputed: the other
     checkpoints plus one whole layer, not all checkpoints plus the output-layer terms."""
     model = _gpt(4096, 32, 2048, layers=8, vocab=51200)
-    kw = dict(mbs=1, seq=2048, tp=1, pp=1, vp=1, sp=False, num_microbatches=1, stage=0,
-              stores_scores=True)
-    fwd, rec = stage_activation_phases(model, recompute=2, **kw)
+    x = LayerInputs(mbs=1, seq=2048, tp=1, sp=False, recompute=2, stores_scores=True)
+    at = StagePosition(pp=1, vp=1, num_microbatches=1, stage=0)
+    fwd, rec = stage_activation_phases(model, x, at)
     ckpt = checkpoint_bytes(model, mbs=1, seq=2048, tp=1, sp=False)
     layer = layer_activation_bytes(model, mbs=1, seq=2048, tp=1, sp=False, recompute=0,
                                    stores_scores=True)
@@ -169,7 +172,7 @@ def test_full_recompute_peak_is_in_backward():
     assert float(rec) == pytest.approx(float(7 * ckpt + layer + emb))
     assert float(fwd) == pytest.approx(float(8 * ckpt + emb + 4 * 2048 * 4096
                                              + 4 * 2048 * 51200))
-    total = stage_activation_bytes(model, recompute=2, **kw)
+    total = stage_activation_bytes(model, x, at)
     assert float(total) == max(float(fwd), float(rec))
 
 
@@ -177,11 +180,11 @@ def test_selective_recompute_peak_counts_recomputed_scores():
     """Long sequences: re-running one layer's core attention in backward brings its s×s
     scores back, which can exceed the output-layer terms freed by then."""
     model = _gpt(4096, 32, 8192, layers=2, vocab=51200)
-    kw = dict(mbs=1, seq=8192, tp=1, pp=1, vp=1, sp=False, num_microbatches=1, stage=0,
-              stores_scores=True)
-    fwd, rec = stage_activation_phases(model, recompute=1, **kw)
+    x = LayerInputs(mbs=1, seq=8192, tp=1, sp=False, recompute=1, stores_scores=True)
+    at = StagePosition(pp=1, vp=1, num_microbatches=1, stage=0)
+    fwd, rec = stage_activation_phases(model, x, at)
     assert float(rec) > float(fwd)
-    assert float(stage_activation_bytes(model, recompute=1, **kw)) == float(rec)
+    assert float(stage_activation_bytes(model, x, at)) == float(rec)
 
 
 def test_sc21_1t_fits_80gib():
@@ -203,13 +206,15 @@ def test_sc21_1t_fits_80gib():
 def test_vectorised_matches_scalar():
     """The search evaluates arrays of plans: the broadcast result equals per-plan calls."""
     model = MODEL_PRESETS["llama3-8b"]
-    tp = np.array([1, 2, 4, 8, 8])
-    rc = np.array([0, 1, 2, 1, 0])
-    sp = np.array([False, True, True, False, True])
-    pp = np.array([1, 2, 4, 2, 8])
-    kw = dict(dp=1, cp=1, vp=1, mbs=1, num_microbatches=8, distributed_optimizer=True,
-              precision="bf16", stores_scores=False)
-    batch = peak_memory_arrays(model, tp=tp, pp=pp, recompute=rc, sp=sp, **kw)
+    tp = [1, 2, 4, 8, 8]
+    rc = ["none", "selective", "full", "selective", "none"]
+    sp = [False, True, True, False, True]
+    pp = [1, 2, 4, 2, 8]
+    kw = dict(dp=1, cp=1, vp=1, mbs=1, global_batch_size=8, distributed_optimizer=True,
+              precision="bf16")
+    batch = peak_memory(model, PlanBatch.of(tp=tp, pp=pp, recompute=rc, sequence_parallel=sp,
+                                            **kw))
     for i in range(len(tp)):
-        one = peak_memory_arrays(model, tp=tp[i], pp=pp[i], recompute=rc[i], sp=sp[i], **kw)
-        assert float(batch[i]) == pytest.approx(float(one), rel=1e-12)
+        one = peak_memory(model, PlanBatch.of(tp=tp[i], pp=pp[i], recompute=rc[i],
+                                              sequence_parallel=sp[i], **kw))
+        assert float(batch[i]) == pytest.approx(float(one[0]), rel=1e-12)

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from configurator.core.candidates import Candidates
+from configurator.core.plan_batch import PlanBatch
 from configurator.core.errors import InputError
 from configurator.core.layers import (LAYOUT_MAX_EXPANDED, LayoutError, format_layout,
                                       layout_problem, layout_text, parse_layout,
@@ -29,7 +29,7 @@ from configurator.core.rules import check_plan, plan_for_world
 from configurator.cost.groundtruth import bridge_layout
 from configurator.cost.iteration import iteration_time
 from configurator.search.rank import best_layer_split
-from memory_model.estimate import peak_memory
+from configurator.search.engine import peak_memory
 from configurator.search.space import layout_splits
 from launchers import render_slurm_script, render_torchrun_script
 from launchers.megatron_flags import flag_argv, megatron_flags
@@ -96,7 +96,7 @@ def test_layout_rules(layout, pp, vp, words):
 
 
 def _price(model, plan, cluster="dgx-h100-80gb"):
-    c = Candidates.from_plan(plan)
+    c = PlanBatch.from_plan(plan)
     cl = load_cluster(cluster) if isinstance(cluster, str) else cluster
     return (float(iteration_time(model, cl, c)["iteration_time_s"][0]),
             float(peak_memory(model, c, non_tn_fp8_gemm=cl.gpu.non_tn_fp8_gemm)[0]))

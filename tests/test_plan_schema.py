@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from configurator.cli import build_parser
-from configurator.core.candidates import (COLUMN_FIELDS, Candidates, column_dtype,
+from configurator.core.plan_batch import (COLUMN_FIELDS, PlanBatch, column_dtype,
                                          column_value)
 from configurator.core.document import SCHEMA_VERSION, read_plan_document
 from configurator.core.errors import InputError
@@ -56,7 +56,7 @@ def test_json_keys_and_candidate_columns_come_from_the_schema():
     assert list(d) == [f.name for f in PLAN_FIELDS] + list(DERIVED_KEYS)
     assert d["mbs"] == 2 and d["gbs"] == 64 and d["num_microbatches"] == 8
     assert {f.name for f in COLUMN_FIELDS} == {f.name for f in PLAN_FIELDS if f.per_candidate}
-    c = Candidates.from_plan(ParallelPlan(tp=2, recompute="full", sequence_parallel=True))
+    c = PlanBatch.from_plan(ParallelPlan(tp=2, recompute="full", sequence_parallel=True))
     assert set(c.columns) == {f.name for f in COLUMN_FIELDS}
     assert c.plan(0).recompute == "full" and c.mbs[0] == c.micro_batch_size[0] == 1
 

@@ -328,11 +328,11 @@ def test_estimate_and_search_use_the_profiled_layer_times(tmp_path):
     m = 16 // 8      # microbatches per rank at tp 1 (dp 8)
     delta = out[1, True]["compute"] - out[1, False]["compute"]
     from configurator.cost.compute import layer_costs
-    from configurator.core.candidates import Candidates
+    from configurator.core.plan_batch import PlanBatch
     from configurator.core.plan import ParallelPlan
     from topology.gpus import GPU_PRESETS
 
-    lc = layer_costs(MODEL_PRESETS["llama3-8b"], Candidates.from_plan(ParallelPlan(
+    lc = layer_costs(MODEL_PRESETS["llama3-8b"], PlanBatch.from_plan(ParallelPlan(
         tp=1, dp=8, micro_batch_size=1, global_batch_size=16)), GPU_PRESETS["h100-80gb"])
     # the profile replaces the layer's own time; Megatron's main-gradient accumulation, which
     # a profiled torch layer does not do, stays on top of it

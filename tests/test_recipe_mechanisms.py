@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from configurator.core.candidates import Candidates
+from configurator.core.plan_batch import PlanBatch
 from configurator.core.model_presets import MODEL_PRESETS
 from configurator.core.plan import ParallelPlan
 from configurator.core.plan_terms import capacity_share, main_grad_bytes, optimizer_state_bytes
@@ -70,11 +70,11 @@ def test_flex_sends_a_token_once_per_remote_host():
     plan = ParallelPlan(tp=1, pp=8, vp=2, dp=32, ep=32, micro_batch_size=1,
                         global_batch_size=4096, distributed_optimizer=True,
                         pipeline_model_parallel_layout="Et*4|(t*4|)*14tmL")
-    c = Candidates.from_plan(plan)
+    c = PlanBatch.from_plan(plan)
     lc = compute.layer_costs(DSV3, c, cl.gpu)
     x = expert_comm_figures(cl, c)
     nccl = float(a2a_s(DSV3, lc, c, x)[0])
-    flex_c = Candidates.from_plan(dataclasses.replace(plan, moe_token_dispatcher_type="flex"))
+    flex_c = PlanBatch.from_plan(dataclasses.replace(plan, moe_token_dispatcher_type="flex"))
     flex = float(a2a_s(DSV3, compute.layer_costs(DSV3, flex_c, cl.gpu), flex_c, x)[0])
     remote = 3 * distinct_share(256, 8, 4)            # of the 3 other hosts
     assert flex < 0.5 * nccl
@@ -88,7 +88,7 @@ def test_flex_sends_a_token_once_per_remote_host():
 
 def test_overlapped_share_follows_the_schedule():
     def share(**kw):
-        return float(overlapped_share(Candidates.from_plan(ParallelPlan(**kw)))[0])
+        return float(overlapped_share(PlanBatch.from_plan(ParallelPlan(**kw)))[0])
     # no pipelining: every pass but the first forward and the last backward
     assert share(tp=1, pp=1, dp=4, micro_batch_size=1, global_batch_size=16) == 0.75
     # interleaved pp 4 x vp 2 with 8 microbatches: 16 passes, 3 + 4 + 1 in warm-up
@@ -112,7 +112,7 @@ def test_overlap_hides_the_exchange_behind_compute():
 def test_overlap_exposes_what_compute_cannot_cover():
     """One layer: with no compute to hide behind, a pair exposes all four exchanges; with
     compute much longer than the exchanges, only the slowdown of the compute beside them."""
-    c = Candidates.from_plan(dataclasses.replace(QWEN_PLAN, overlap_moe_expert_parallel_comm=True,
+    c = PlanBatch.from_plan(dataclasses.replace(QWEN_PLAN, overlap_moe_expert_parallel_comm=True,
                                                  global_batch_size=16 * 1000))
     cl = cluster()
     lc = compute.layer_costs(QWEN30, c, cl.gpu)
@@ -159,16 +159,16 @@ def test_padding_costs_compute_and_memory():
 
 
 def test_fusions_and_graphs_cut_host_time():
-    c0 = Candidates.from_plan(QWEN_PLAN)
+    c0 = PlanBatch.from_plan(QWEN_PLAN)
     gpu = cluster().gpu
     _, moe0 = host_ops.host_layer_s(QWEN30, c0, gpu)
-    fused = Candidates.from_plan(dataclasses.replace(QWEN_PLAN, moe_permute_fusion=True,
+    fused = PlanBatch.from_plan(dataclasses.replace(QWEN_PLAN, moe_permute_fusion=True,
                                                      moe_router_fusion=True))
     _, moe1 = host_ops.host_layer_s(QWEN30, fused, gpu)
     saved = (host_ops.MOE_ROUTER_OPS[0] - host_ops.MOE_ROUTER_OPS[1]
              + host_ops.MOE_PERMUTE_OPS[0] - host_ops.MOE_PERMUTE_OPS[1])
     assert float(moe0[0] - moe1[0]) == pytest.approx(saved * gpu.efficiency.host_op_s)
-    graphs = Candidates.from_plan(dataclasses.replace(
+    graphs = PlanBatch.from_plan(dataclasses.replace(
         QWEN_PLAN, cuda_graph_impl="transformer_engine",
         cuda_graph_scope="attn,moe_router,moe_preprocess"))
     _, moe2 = host_ops.host_layer_s(QWEN30, graphs, gpu)
@@ -176,7 +176,7 @@ def test_fusions_and_graphs_cut_host_time():
     assert float(moe0[0] - moe2[0]) == pytest.approx(
         (host_ops.HOST_OPS_ATTN + parts["router"] + parts["preprocess"])
         * gpu.efficiency.host_op_s)
-    full = Candidates.from_plan(dataclasses.replace(
+    full = PlanBatch.from_plan(dataclasses.replace(
         QWEN_PLAN, cuda_graph_impl="local", cuda_graph_scope="full_iteration"))
     dense, moe = host_ops.host_layer_s(QWEN30, full, gpu)
     assert float(dense) == 0.0 and float(np.max(moe)) == 0.0
@@ -221,14 +221,14 @@ def test_fp8_recipes_price_their_casts():
     plan = ParallelPlan(tp=1, pp=1, dp=8, micro_batch_size=1, global_batch_size=64,
                         precision="fp8", distributed_optimizer=True)
     gpu = cluster().gpu
-    times = {r: float(compute.layer_costs(LLAMA8, Candidates.from_plan(
+    times = {r: float(compute.layer_costs(LLAMA8, PlanBatch.from_plan(
         dataclasses.replace(plan, fp8_recipe=r)), gpu)["fwd"][0])
         for r in ("delayed", "tensorwise", "blockwise")}
     assert times["delayed"] < times["blockwise"] < times["tensorwise"]
     # the logits GEMM runs in 16-bit: FP8 speeds up the layers, not the output layer
     bf16 = dataclasses.replace(plan, precision="bf16")
-    lc8 = compute.layer_costs(LLAMA8, Candidates.from_plan(plan), gpu)
-    lc16 = compute.layer_costs(LLAMA8, Candidates.from_plan(bf16), gpu)
+    lc8 = compute.layer_costs(LLAMA8, PlanBatch.from_plan(plan), gpu)
+    lc16 = compute.layer_costs(LLAMA8, PlanBatch.from_plan(bf16), gpu)
     assert lc8["fwd"][0] < 0.8 * lc16["fwd"][0]
 
 
@@ -237,8 +237,8 @@ def test_fp8_attention_runs_attention_faster():
                         precision="fp8", distributed_optimizer=True)
     gpu = cluster().gpu
     long = LLAMA8.with_seq_length(32768)
-    a = compute.layer_costs(long, Candidates.from_plan(plan), gpu)
-    b = compute.layer_costs(long, Candidates.from_plan(
+    a = compute.layer_costs(long, PlanBatch.from_plan(plan), gpu)
+    b = compute.layer_costs(long, PlanBatch.from_plan(
         dataclasses.replace(plan, fp8_dot_product_attention=True)), gpu)
     assert 0.5 * a["attn_fwd"][0] < b["attn_fwd"][0] < 0.7 * a["attn_fwd"][0]
 
@@ -267,6 +267,6 @@ def test_recompute_modules_trade_time_for_memory(model, modules):
                             "Et*15|t*16|t*16|t*14mL" if model is DSV3 else ""))
     rec = dataclasses.replace(plan, recompute="selective", recompute_modules=modules)
     cl = cluster(nodes=4)
-    c0, c1 = (iteration_time(model, cl, Candidates.from_plan(p)) for p in (plan, rec))
+    c0, c1 = (iteration_time(model, cl, PlanBatch.from_plan(p)) for p in (plan, rec))
     assert float(c1["recompute"][0]) > float(c0["recompute"][0])
     assert peak(model, rec) < peak(model, plan)

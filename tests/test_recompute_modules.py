@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from configurator.core.candidates import Candidates
+from configurator.core.plan_batch import PlanBatch
 from configurator.core.errors import InputError
 from configurator.core.model_presets import MODEL_PRESETS
 from configurator.core.plan import ParallelPlan, plan_from_dict
@@ -24,7 +24,7 @@ from configurator.core.plan_values import RECOMPUTE_MODULES, recompute_module_li
 from configurator.core.rules import check_plan
 from configurator.cost.compute import layer_costs
 from launchers.megatron_flags import flag_argv, format_value, megatron_flags
-from memory_model.activations import (linear_input_bytes, mlp_bytes_per_ffn_element,
+from memory_model.activations import (LayerInputs, linear_input_bytes, mlp_bytes_per_ffn_element,
                                       moe_mlp_activation_delta, recompute_module_bytes)
 from memory_model.estimate import estimate_memory
 from topology.cluster_files import load_cluster
@@ -56,7 +56,7 @@ def test_codes_carry_the_module_bits():
     assert int(recompute_code("selective", "core_attn")) == 1
     assert int(recompute_code("selective", "layernorm,moe_act")) == 4 | 8
     assert list(recompute_code([0, 1, 2], "core_attn,moe_act")) == [0, 1 | 8, 2]
-    c = Candidates.from_plans([PLAN, dataclasses.replace(PLAN, recompute="full")])
+    c = PlanBatch.from_plans([PLAN, dataclasses.replace(PLAN, recompute="full")])
     assert list(c.recompute_code) == [0, 2]
 
 
@@ -125,18 +125,18 @@ def test_moe_act_and_layernorm_drop_what_megatron_core_discards():
     """Per MoE layer and microbatch in flight: moe_act drops ``R·f_e·(per_ffn − 2·gate)``
     (fc2's input and the clamp's copy; the checkpoint keeps the fc1 output), layernorm the
     pre-MLP norm output ``X·h`` (16-bit)."""
-    kw = dict(mbs=1, seq=4096, tp=1, sp=False, etp=1)
+    x = LayerInputs(mbs=1, seq=4096, tp=1, sp=False, etp=1)
     R, X = 4 * 4096, 4096
-    every, moe = recompute_module_bytes(OSS, recompute=8, **kw)
+    every, moe = recompute_module_bytes(OSS, x.replace(recompute=8))
     assert every == 0 and moe == R * OSS.moe_ffn_hidden_size * (
         mlp_bytes_per_ffn_element(OSS) - 4)
     assert mlp_bytes_per_ffn_element(OSS) - 4 == 6          # 4 (clamp's copy) + 2 (fc2 input)
-    _, ln = recompute_module_bytes(OSS, recompute=4, **kw)
+    _, ln = recompute_module_bytes(OSS, x.replace(recompute=4))
     assert ln == linear_input_bytes("bf16") * X * OSS.hidden_size
-    _, both = recompute_module_bytes(OSS, recompute=12, **kw)
+    _, both = recompute_module_bytes(OSS, x.replace(recompute=12))
     assert both == moe + ln
-    d0 = moe_mlp_activation_delta(OSS, mbs=1, seq=4096, tp=1, etp=1)
-    d1 = moe_mlp_activation_delta(OSS, mbs=1, seq=4096, tp=1, etp=1, recompute=12, sp=False)
+    d0 = moe_mlp_activation_delta(OSS, x.replace(sp=True))
+    d1 = moe_mlp_activation_delta(OSS, x.replace(recompute=12))
     assert d0 - d1 == both
     # the whole stage: every MoE layer of every microbatch in flight keeps that much less,
     # but the first backward re-materialises one layer's while it recomputes them
@@ -152,8 +152,8 @@ def test_layernorm_reaches_only_unfused_norms():
                         recompute="selective", distributed_optimizer=True)
     ln = dataclasses.replace(plan, recompute_modules="core_attn,layernorm")
     assert _act(LLAMA, plan, 0) == _act(LLAMA, ln, 0)
-    every, _ = recompute_module_bytes(DSV3, mbs=1, seq=4096, tp=1, sp=False, etp=1,
-                                      recompute=4)
+    every, _ = recompute_module_bytes(DSV3, LayerInputs(mbs=1, seq=4096, tp=1, sp=False,
+                                                        etp=1, recompute=4))
     assert every == 4096 * DSV3.hidden_size * 2
 
 
@@ -161,7 +161,7 @@ def test_recompute_reruns_the_modules_forward():
     gpu = load_cluster("dgx-h100-80gb").gpu
 
     def costs(plan):
-        lc = layer_costs(OSS, Candidates.from_plan(plan), gpu)
+        lc = layer_costs(OSS, PlanBatch.from_plan(plan), gpu)
         return {k: float(lc[k][0]) if hasattr(lc[k], "__len__") else float(lc[k])
                 for k in ("recompute", "moe_recompute", "fwd", "moe_fwd")}
 

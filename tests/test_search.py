@@ -11,7 +11,7 @@ from configurator.core.plan import ParallelPlan
 from configurator.core.plan_values import RECOMPUTE
 from configurator.core.rules import check_plan
 from configurator.search.rank import search
-from memory_model.estimate import peak_memory
+from configurator.search.engine import peak_memory
 from configurator.search.space import enumerate_plans
 from configurator.cost.iteration import iteration_time
 from topology.cluster_files import load_cluster

@@ -1,7 +1,7 @@
 """The search's shortcuts give what the plain evaluation gives: a layer's terms computed once
 per distinct row (:func:`configurator.core.rows.row_groups`), the weights-only lower bound
 that spares activations of plans that cannot fit (``limit_bytes``), the memory model read
-from candidates or a plan (:func:`memory_model.estimate.memory_inputs`), and the closed
+from a plan batch or one plan (:class:`memory_model.activations.LayerInputs`), and the closed
 form of the shortlisted plans taken from the ranking's batch."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from configurator.core.candidates import Candidates
+from configurator.core.plan_batch import PlanBatch
 from configurator.core.model_presets import load_model
 from configurator.core.rows import distinct_rows, row_groups
 from configurator.search.evaluate import evaluate_plan
@@ -17,8 +17,9 @@ from configurator.search.rank import search
 from configurator.core.layers import stage_class_arrays, stage_classes
 from configurator.search.space import enumerate_plans, product_columns
 from topology.cluster_files import load_cluster
-from memory_model.estimate import (GROUP_ROWS_ABOVE, estimate_memory, memory_inputs,
-                                   peak_memory)
+from configurator.search.engine import GROUP_ROWS_ABOVE, peak_memory
+from memory_model.activations import LayerInputs
+from memory_model.estimate import estimate_memory
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -130,11 +131,12 @@ def test_memory_of_a_plan_is_its_candidates_row():
     for i in (0, len(cand) // 2, len(cand) - 1):
         plan = cand.plan(i)
         stages = estimate_memory(model, plan)
-        one = peak_memory(model, Candidates.from_plan(plan))
+        one = peak_memory(model, PlanBatch.from_plan(plan))
         assert max(s.total_bytes for s in stages) == pytest.approx(float(one[0]), rel=1e-12)
-    kw = memory_inputs(cand.take(np.arange(3)))
-    assert kw["recompute"].tolist() == cand.recompute_code[:3].tolist()
-    assert kw["tp"].tolist() == cand.tp[:3].tolist()
+    x = LayerInputs.of_plans(model, cand.take(np.arange(3)))
+    assert x.recompute.tolist() == cand.recompute_code[:3].tolist()
+    assert x.tp.tolist() == cand.tp[:3].tolist()
+    assert x.seq.tolist() == (model.seq_length / cand.cp[:3]).tolist()
 
 
 def test_shortlisted_plans_keep_the_closed_form_they_were_ranked_with():

@@ -1,6 +1,6 @@
 import pytest
 
-from configurator.core.candidates import Candidates
+from configurator.core.plan_batch import PlanBatch
 from configurator.search.evaluate import SCHEDULE_KEY, evaluate_plan
 from configurator.cost.flops import megatron_model_flops, sc21_flops
 from configurator.core.model import make_model
@@ -59,7 +59,7 @@ def test_bubble_follows_pp_minus_1_over_vm():
     two = evaluate_plan(GPT175, cl, _plan(vp=4)).time_breakdown_s
     # bubble = (p-1)/v core stage times (SC'21 §2.2) + the lighter end's extra (the
     # embedding) once in 1F1B, p times interleaved; compute is unchanged
-    c = Candidates.from_plan(_plan(vp=1))
+    c = PlanBatch.from_plan(_plan(vp=1))
     comm = comm_figures(cl, c)
     x = stage_extras_s(GPT175, c, cl.gpu, layer_costs(GPT175, c, cl.gpu), comm["tp_bw"],
                        comm["tp_lat"])
@@ -100,7 +100,7 @@ def test_korthikanti_table4_per_layer_time_22b():
         p = ParallelPlan(tp=8, pp=1, dp=1, micro_batch_size=4, global_batch_size=4,
                          recompute=rc, sequence_parallel=sp, precision="fp16",
                          attention_backend="local", overlap_grad_reduce=False)
-        t = iteration_time(m, cl, Candidates.from_plan(p))
+        t = iteration_time(m, cl, PlanBatch.from_plan(p))
         per_layer = (t["compute"][0] + t["recompute"][0] + t["tp_comm"][0]) / m.num_layers
         assert per_layer == pytest.approx(want, rel=0.15), (rc, sp, per_layer)
 
@@ -150,7 +150,7 @@ def test_alternating_window_layers_each_priced_at_their_own_key_length():
     oss = MODEL_PRESETS["gpt-oss-120b"].with_seq_length(4096)
     assert oss.attention_layer_kinds == ((0.5, 0.5, None),
                                          (0.5, 128 / 4096 * (1 - 128 / 8192), 128))
-    c = Candidates.from_plan(ParallelPlan(tp=1, pp=1, dp=8, ep=8, micro_batch_size=4,
+    c = PlanBatch.from_plan(ParallelPlan(tp=1, pp=1, dp=8, ep=8, micro_batch_size=4,
                                           global_batch_size=64))
     full = dataclasses.replace(oss, window_size=None, window_attn_skip_freq=None)
     windowed = dataclasses.replace(oss, window_attn_skip_freq=None)

@@ -13,7 +13,7 @@ import json
 import numpy as np
 import pytest
 
-from configurator.core.candidates import Candidates
+from configurator.core.plan_batch import PlanBatch
 from configurator.core.model_presets import MODEL_PRESETS
 from configurator.core.plan import ParallelPlan
 from configurator.core.plan_terms import tp_comm_overlapped
@@ -33,7 +33,7 @@ ON = dataclasses.replace(PLAN, tp_comm_overlap=True)
 def _tp(plan, tp_bw, recompute="none"):
     """``tp_layer_s`` of one Llama-3 70B layer on H100 at a given tp bandwidth (B/s)."""
     plan = dataclasses.replace(plan, recompute=recompute)
-    c = Candidates.from_plan(plan)
+    c = PlanBatch.from_plan(plan)
     gpu = load_cluster("dgx-h100-80gb").gpu
     lc = layer_costs(LLAMA70, c, gpu)
     act = 2.0 * lc["tokens"] * LLAMA70.hidden_size

@@ -244,10 +244,10 @@ def moe_pieces(torch, model, args, dev, kw, add, eff, hbm, gpu, T) -> int:
     wts = torch.rand(R, 1, dtype=torch.float32, device=dev)
     gact = torch.randn(R, fe // etp, dtype=bf16, device=dev)
     # the model's activation term (moe_mlp_costs' act_fwd holds the clamp too)
-    from configurator.core.candidates import Candidates
+    from configurator.core.plan_batch import PlanBatch
     from configurator.core.plan import ParallelPlan
 
-    c = Candidates.from_plan(ParallelPlan(tp=tp, ep=ep, etp=etp, micro_batch_size=args.mbs))
+    c = PlanBatch.from_plan(ParallelPlan(tp=tp, ep=ep, etp=etp, micro_batch_size=args.mbs))
     act = float(np.asarray(moe_compute.moe_mlp_costs(model, c, gpu, T, kw)["act_fwd"]).ravel()[0]
                 - host_ops.clamp_s(model, R * gate * fe / etp, gpu)[0])
     clamp = model.activation_func_clamp_value

@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from configurator.app.validate_jobs import priced_run
-from configurator.core.candidates import Candidates
+from configurator.core.plan_batch import PlanBatch
 from configurator.core.errors import InputError
 from configurator.core.runs import MeasuredRun
 from configurator.cost.communication import comm_figures, expert_comm_figures
@@ -157,12 +157,12 @@ class _Pricer:
         self.measured = np.array([p.measured_s for p in prepared])
         batches: dict = {}
         for i, p in enumerate(prepared):
-            cand = Candidates.from_plan(p.run.plan)
+            cand = PlanBatch.from_plan(p.run.plan)
             key = (repr(p.model), p.cluster.name, p.cluster.num_nodes, repr(p.cluster.spec),
                    repr(sorted(cand.shared.items())))
             batches.setdefault(key, []).append(i)
         self.batches = [(prepared[ix[0]].model, prepared[ix[0]].cluster, np.array(ix),
-                         Candidates.from_plans([prepared[i].run.plan for i in ix]))
+                         PlanBatch.from_plans([prepared[i].run.plan for i in ix]))
                         for ix in batches.values()]
         self.ratio = np.ones(len(prepared))
         self.passes = 0

@@ -12,7 +12,7 @@ from configurator.core import jsonout
 from configurator.core.errors import InputError
 from configurator.core.document import PlacementRecord, plan_document
 from configurator.search.rank import SearchResult
-from memory_model.estimate import peak_memory
+from configurator.search.engine import peak_memory
 
 SEARCH_FILES = ("plan.json", "plans.json", "table.txt", "plans.png", "report.html",
                 "launch_torchrun.sh", "launch_slurm.sbatch", "bridge_overrides.yaml")

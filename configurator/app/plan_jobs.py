@@ -166,7 +166,7 @@ def calibration_change(req: SearchRequest, model, res: SearchResult, profile=Non
     figures; the uncalibrated best's rank under the calibration and the calibrated best's
     rank without it (ranks from 1, closed form), with ``summary`` a line saying so."""
     from configurator.cost.iteration import iteration_time
-    from configurator.search.rank import in_chunks
+    from configurator.search.engine import in_chunks
 
     _, base = resolve_uncalibrated(req.inputs)
     cand, t_cal = res.ranked, res.ranked_time_s

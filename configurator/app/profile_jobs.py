@@ -205,7 +205,7 @@ def analytic_comparison(model: ModelSpec, layer: LayerProfile,
     """The analytic per-layer ``fwd``/``bwd`` (:func:`configurator.cost.compute.layer_costs`)
     of every entry of ``layer`` on ``gpu_preset``: ``(rows, None)``, or ``((), reason)``
     when the GPU cannot run the precision."""
-    from configurator.core.candidates import Candidates
+    from configurator.core.plan_batch import PlanBatch
     from configurator.cost.compute import layer_costs
     from topology.gpus import gpu_from_config
 
@@ -214,7 +214,7 @@ def analytic_comparison(model: ModelSpec, layer: LayerProfile,
                           sequence_parallel=e.sequence_parallel, precision=layer.precision)
              for e in layer.entries]
     try:
-        costs = layer_costs(model, Candidates.from_plans(plans), gpu)
+        costs = layer_costs(model, PlanBatch.from_plans(plans), gpu)
     except InputError as err:
         return (), f"no analytic comparison: {err}"
     n = len(plans)

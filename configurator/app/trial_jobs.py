@@ -40,7 +40,7 @@ import numpy as np
 from configurator.app.calibrate_jobs import NOISE_LOG
 from configurator.app.inputs import JobInputs, resolve_uncalibrated
 from configurator.core import validate as v
-from configurator.core.candidates import Candidates
+from configurator.core.plan_batch import PlanBatch
 from configurator.core.errors import InputError
 from configurator.core.plan import describe_search_options, plan_from_dict, search_options
 from configurator.core.plan_values import RECOMPUTE
@@ -48,7 +48,8 @@ from configurator.core.rules import check_plan
 from configurator.cost.communication import comm_figures, expert_comm_figures
 from configurator.cost.iteration import iteration_time
 from configurator.search.evaluate import evaluate_plan
-from configurator.search.rank import in_chunks, search
+from configurator.search.engine import in_chunks
+from configurator.search.rank import search
 from configurator.search.space import SearchSpace
 from memory_model.estimate import DEFAULT_MAX_MEMORY_FRACTION
 from topology.calibration import (LINK_PARAMETERS, PARAMETER_RANGES, gemm_parameter,
@@ -162,22 +163,22 @@ def _load_plans(path: str, model, cluster, gbs: int) -> list:
     return plans
 
 
-def _batches(plans) -> list[tuple[np.ndarray, Candidates]]:
+def _batches(plans) -> list[tuple[np.ndarray, PlanBatch]]:
     """Plans grouped by their shared (non-column) fields, each group one column store."""
     groups: dict = {}
     for i, p in enumerate(plans):
-        groups.setdefault(repr(sorted(Candidates.from_plan(p).shared.items())), []).append(i)
-    return [(np.array(ix), Candidates.from_plans([plans[i] for i in ix]))
+        groups.setdefault(repr(sorted(PlanBatch.from_plan(p).shared.items())), []).append(i)
+    return [(np.array(ix), PlanBatch.from_plans([plans[i] for i in ix]))
             for ix in groups.values()]
 
 
 def pool_times(model, cluster, pool, names: tuple[str, ...], values: Mapping[str, float]
                ) -> np.ndarray:
-    """Closed-form iteration times (s) of every plan of ``pool`` (a :class:`Candidates` or
+    """Closed-form iteration times (s) of every plan of ``pool`` (a :class:`PlanBatch` or
     a list of plans) with the parameters ``values`` in place of the cluster's."""
     cl = with_link_parameters(cluster.with_gpu(with_parameters(cluster.gpu, values, "trial")),
                               values)
-    batches = [(None, pool)] if isinstance(pool, Candidates) else _batches(pool)
+    batches = [(None, pool)] if isinstance(pool, PlanBatch) else _batches(pool)
     n = len(pool)
     out = np.empty(n)
     for ix, cand in batches:

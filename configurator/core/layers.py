@@ -31,6 +31,7 @@ broadcasts the legality test over numpy arrays for the search.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from functools import lru_cache
 
@@ -49,23 +50,27 @@ LAYOUT_MAX_EXPANDED = 100_000
 _LAYOUT_REPEATS = (re.compile(r"\(([^)]+)\)\*(\d+)"), re.compile(r"(.)\*(\d+)"))
 
 
-#: Pipeline layouts as small integers for the search's column store (0: none), in order of
-#: first use in this process: a plan column of codes sorts and compares as integers.
-_LAYOUT_CODES: dict[str, int] = {"": 0}
-_LAYOUT_TEXTS: list[str] = [""]
+#: Pipeline layouts seen in this process by their :func:`layout_code` (for :func:`layout_text`).
+_LAYOUT_TEXTS: dict[int, str] = {0: ""}
 
 
 def layout_code(layout: str) -> int:
-    """The integer standing for ``layout`` in column stores (0 for "", no layout)."""
-    code = _LAYOUT_CODES.get(layout)
-    if code is None:
-        code = _LAYOUT_CODES[layout] = len(_LAYOUT_TEXTS)
-        _LAYOUT_TEXTS.append(layout)
+    """The integer standing for ``layout`` in column stores: 0 for "" (no layout), else the
+    first 7 bytes of the text's BLAKE2b digest (a positive int64). The code depends on the
+    text alone, never on what else this process has seen, so a column of codes sorts and
+    compares the same in every run. Raises :class:`ValueError` on a digest collision (two
+    layouts one code; at 56 bits not expected in any search)."""
+    if not layout:
+        return 0
+    code = int.from_bytes(hashlib.blake2b(layout.encode(), digest_size=7).digest(), "big")
+    seen = _LAYOUT_TEXTS.setdefault(code, layout)
+    if seen != layout:
+        raise ValueError(f"pipeline layouts {seen!r} and {layout!r} share code {code}")
     return code
 
 
 def layout_text(code: int) -> str:
-    """The layout :func:`layout_code` gave ``code``."""
+    """The layout :func:`layout_code` gave ``code`` (a layout encoded in this process)."""
     return _LAYOUT_TEXTS[int(code)]
 
 

@@ -5,7 +5,7 @@ argument name, the CLI flag, type, allowed values, help, table column, whether i
 candidate in the search, and the ``pretrain_gpt.py`` flags it becomes. The CLI options
 (``configurator.cli``), plan JSON (:meth:`ParallelPlan.to_dict` / :func:`plan_from_dict`),
 the ranked table (``configurator.report``), the search's candidate columns
-(``configurator.core.candidates``) and the launch flags (``launchers.megatron_flags``) are
+(``configurator.core.plan_batch``) and the launch flags (``launchers.megatron_flags``) are
 all generated from :data:`PLAN_FIELDS`. The plan's first fields, its parallel layout, are
 declared in :mod:`configurator.core.plan_layout` (:class:`ParallelPlan` extends
 :class:`~configurator.core.plan_layout.PlanLayout`), the others here; the values fields take

@@ -1,7 +1,7 @@
 """Derived quantities of plan fields, vectorised over candidates.
 
 Each function takes the fields of one plan or the search's candidate columns
-(:class:`~configurator.core.candidates.Candidates`; numpy arrays broadcast) and gives what
+(:class:`~configurator.core.plan_batch.PlanBatch`; numpy arrays broadcast) and gives what
 the cost and memory models use: the recompute code, whether an overlap or an FP8 weight
 gather takes effect, the bytes of a main gradient and of optimizer state per parameter, the
 share of routed tokens an expert computes. The values named (:data:`RECOMPUTE_CODES`,

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from configurator.core.candidates import GROUP_KEY_FIELDS, Candidates
+from configurator.core.plan_batch import GROUP_KEY_FIELDS, PlanBatch
 from topology.rank_order import group_shape
 
 
-def comm_figures(cluster, c: Candidates) -> dict[str, np.ndarray]:
+def comm_figures(cluster, c: PlanBatch) -> dict[str, np.ndarray]:
     """Worst ring bus bandwidth (B/s) and latency (s) of each plan's tp, cp, dp·cp groups and
     pipeline neighbours on ``cluster``, the groups laid out by Megatron's rank order
     (:func:`topology.rank_order.group_shape`) and placed on GPUs by ``cluster.placement``.
@@ -43,7 +43,7 @@ def gather_figures(tables, rows=slice(None)) -> dict[str, np.ndarray]:
     return out
 
 
-def comm_table(cluster, c: Candidates) -> tuple[tuple[str, ...], np.ndarray, np.ndarray]:
+def comm_table(cluster, c: PlanBatch) -> tuple[tuple[str, ...], np.ndarray, np.ndarray]:
     """:func:`comm_figures` before it is gathered per plan: ``(NAMES, table, inverse)``, one
     table row per distinct ``(tp, cp, dp, pp)`` layout and each plan's row."""
     world = int(c.tp[0] * c.pp[0] * c.dp[0] * c.cp[0])
@@ -118,7 +118,7 @@ EXPERT_NAMES = ("ep_on_node", "ep_intra_bw", "ep_intra_lat", "ep_inter_bw", "ep_
                 "etp_bw", "etp_lat", "edp_bw", "edp_lat", "gpus_per_node")
 
 
-def expert_comm_figures(cluster, c: Candidates) -> dict[str, np.ndarray]:
+def expert_comm_figures(cluster, c: PlanBatch) -> dict[str, np.ndarray]:
     """Figures of each plan's expert groups, laid out by Megatron's expert grid
     (``etp-ep-edp-pp``, megatron/core/parallel_state.py): the EP group (stride ``etp``,
     size ``ep``) as members per NVLink domain and NVLink / network (bandwidth B/s, latency s) for
@@ -128,7 +128,7 @@ def expert_comm_figures(cluster, c: Candidates) -> dict[str, np.ndarray]:
     return gather_figures([expert_comm_table(cluster, c)])
 
 
-def expert_comm_table(cluster, c: Candidates) -> tuple[tuple[str, ...], np.ndarray,
+def expert_comm_table(cluster, c: PlanBatch) -> tuple[tuple[str, ...], np.ndarray,
                                                         np.ndarray]:
     """:func:`expert_comm_figures` before it is gathered per plan: ``(EXPERT_NAMES, table,
     inverse)``, one table row per distinct ``(ep, etp, pp)`` and each plan's row."""

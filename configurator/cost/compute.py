@@ -64,9 +64,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from configurator.core.candidates import Candidates
+from configurator.core.plan_batch import PlanBatch
 from configurator.core.model import ModelSpec
-from configurator.core.plan_terms import capacity_share
 from configurator.core.plan_values import (RECOMPUTE_CORE_ATTN, RECOMPUTE_FULL, RECOMPUTE_LAYERNORM,
                                            RECOMPUTE_MLA_UP_PROJ, RECOMPUTE_MLP, RECOMPUTE_MOE,
                                            RECOMPUTE_MOE_ACT, RECOMPUTE_SHARED_EXPERTS, is_fp8,
@@ -76,7 +75,7 @@ from configurator.cost.gemm import (fp8_quantize_s, fp8_scaling, gemm_time_s,
 from configurator.cost.host_ops import (UNFUSED_ROPE_BYTES, UNFUSED_ROPE_KERNELS, clamp_s,
                                         eager_s, host_layer_s, offload_exposed)
 from configurator.cost.moe_compute import moe_host_before_sync_s, moe_mlp_costs
-from memory_model.activations import offloaded_layer_bytes
+from memory_model.activations import LayerInputs, offloaded_layer_bytes
 from memory_model.params import dense_layer_parameters, moe_layer_parameters
 from topology.gpus import GPUSpec
 
@@ -196,7 +195,7 @@ def flash_efficiency(eta_max: float, key_tokens, causal_share=1.0):
     return 1.0 / (causal_share / causal + (1.0 - causal_share) / no_mask)
 
 
-def profiled_layer_s(profile, c: Candidates, fwd, bwd) -> tuple:
+def profiled_layer_s(profile, c: PlanBatch, fwd, bwd) -> tuple:
     """``(fwd, bwd)`` with the measured times of ``profile`` (a
     :class:`configurator.core.profile.LayerProfile` of the model and precision) where it holds
     the plan's per-rank shape ``(tp, cp, mbs, sequence_parallel)``; analytic elsewhere.
@@ -209,7 +208,7 @@ def profiled_layer_s(profile, c: Candidates, fwd, bwd) -> tuple:
                  for i, analytic in enumerate((fwd, bwd)))
 
 
-def layer_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec, profile=None) -> dict:
+def layer_costs(model: ModelSpec, c: PlanBatch, gpu: GPUSpec, profile=None) -> dict:
     """Forward/backward/recompute times (s) of one layer for one microbatch, per plan.
 
     ``fwd``, ``bwd``, ``recompute`` are a dense layer's GPU times; ``moe_fwd``, ``moe_bwd``,
@@ -327,10 +326,7 @@ def layer_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec, profile=None) -> 
     host_dense, host_moe = host_layer_s(model, c, gpu)
     off_every = off_moe = 0.0
     if c.offload_modules:
-        off_every, off_moe = offloaded_layer_bytes(
-            model, c.offload_modules, mbs=c.mbs, seq=s_q, tp=tp, sp=c.sequence_parallel,
-            etp=c.etp, recompute=rc, precision=c.precision, capacity=capacity_share(c),
-            stores_scores=c.stores_scores)
+        off_every, off_moe = offloaded_layer_bytes(model, LayerInputs.of_plans(model, c))
         fwd, bwd = offload_exposed(off_every, gpu, fwd, bwd)
     out = {"fwd": fwd, "bwd": bwd, "recompute": recompute + mlp_module,
            "attn": attn_fwd + attn_bwd,

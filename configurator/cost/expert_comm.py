@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from configurator.core.candidates import Candidates
+from configurator.core.plan_batch import PlanBatch
 from configurator.core.model import ModelSpec
 from configurator.core.plan_values import RECOMPUTE_FULL, RECOMPUTE_MOE
 from topology.collectives import all_gather_time_s, all_to_all_time_s
@@ -39,7 +39,7 @@ def distinct_share(num_experts: int, topk: int, groups) -> np.ndarray:
 OVERLAP_COMPUTE_SLOWDOWN = 0.189
 
 
-def a2a_s(model: ModelSpec, lc: dict, c: Candidates, x: dict):
+def a2a_s(model: ModelSpec, lc: dict, c: PlanBatch, x: dict):
     """One expert-parallel exchange (the dispatch, or the combine) of one MoE layer for one
     microbatch, seconds (arrays broadcast over plans).
 
@@ -81,7 +81,7 @@ def a2a_s(model: ModelSpec, lc: dict, c: Candidates, x: dict):
     return np.where(n > 1, flex, 0.0) + etp_coll
 
 
-def overlapped_share(c: Candidates) -> np.ndarray:
+def overlapped_share(c: PlanBatch) -> np.ndarray:
     """Share of a rank's microbatch passes through a layer that the all-to-all overlap's
     schedule pairs with another's (forward of one beside backward of another): all but the
     first forward and the last backward without pipelining
@@ -95,7 +95,7 @@ def overlapped_share(c: Candidates) -> np.ndarray:
     return np.clip((passes - warmup) / np.maximum(passes, 1.0), 0.0, 1.0)
 
 
-def ep_layer_s(model: ModelSpec, lc: dict, c: Candidates, x: dict):
+def ep_layer_s(model: ModelSpec, lc: dict, c: PlanBatch, x: dict):
     """Exposed expert-parallel communication of one MoE layer for one microbatch,
     ``(forward, backward)`` seconds: the dispatch and the combine forward, their
     gradients backward (:func:`a2a_s` each), again where backward re-runs the forward (full

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from configurator.core.candidates import Candidates
+from configurator.core.plan_batch import PlanBatch
 from configurator.core.plan_terms import main_grad_bytes
 from topology.gpus import GPUSpec
 
@@ -51,7 +51,7 @@ def gemm_time_s(M, N, K, *, batch, peak, gpu: GPUSpec, in_bytes, gemm_eff):
 ACCUMULATION_EXPOSED_TOKENS = 2048.0
 
 
-def main_grad_accumulation_s(weights, c: Candidates, gpu: GPUSpec, tokens=None):
+def main_grad_accumulation_s(weights, c: PlanBatch, gpu: GPUSpec, tokens=None):
     """Seconds per microbatch to accumulate the gradients of ``weights`` parameters (per rank;
     broadcasts over plans) into their main gradients, on top of the weight-gradient GEMM:
     ``main_grad`` is read and written once per microbatch

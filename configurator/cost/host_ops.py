@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from configurator.core.candidates import Candidates
+from configurator.core.plan_batch import PlanBatch
 from configurator.core.model import ModelSpec
 from configurator.core.plan_values import is_fp8
 from topology.gpus import GPUSpec
@@ -56,7 +56,7 @@ MOE_ROUTER_OPS = (15, 3)
 MOE_PERMUTE_OPS = (13, 3)
 
 
-def moe_fused_ops(c: Candidates) -> float:
+def moe_fused_ops(c: PlanBatch) -> float:
     """Operations an MoE layer's forward saves with the plans' ``moe_router_fusion`` and
     ``moe_permute_fusion`` (:data:`MOE_ROUTER_OPS`, :data:`MOE_PERMUTE_OPS`), on the host
     and as GPU kernels alike."""
@@ -64,7 +64,7 @@ def moe_fused_ops(c: Candidates) -> float:
             + (MOE_PERMUTE_OPS[0] - MOE_PERMUTE_OPS[1]) * bool(c.moe_permute_fusion))
 
 
-def graph_scopes(c: Candidates) -> set[str]:
+def graph_scopes(c: PlanBatch) -> set[str]:
     """What the plans' CUDA graphs capture: ``cuda_graph_scope``'s names, ``layer`` for
     whole layers (Transformer Engine graphs without a scope), nothing without graphs."""
     if c.cuda_graph_impl == "none":
@@ -73,7 +73,7 @@ def graph_scopes(c: Candidates) -> set[str]:
     return scopes or {"layer"}
 
 
-def host_layer_s(model: ModelSpec, c: Candidates, gpu: GPUSpec) -> tuple:
+def host_layer_s(model: ModelSpec, c: PlanBatch, gpu: GPUSpec) -> tuple:
     """Host time (s) to issue one layer's forward for one microbatch: ``(dense, moe)``
     (:data:`HOST_OPS_DENSE` and friends × ``Efficiency.host_op_s``); FP8 doubles a grouped
     GEMM member's operations (its input cast); biased experts add their eager bias's

@@ -28,10 +28,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from configurator.core.candidates import Candidates
+from configurator.core.plan_batch import PlanBatch
 from configurator.core.model import ModelSpec
 from configurator.core.plan_terms import (fp8_weights_gathered, main_grad_bytes,
-                                          optimizer_state_bytes, tp_comm_overlapped)
+                                          tp_comm_overlapped)
 from configurator.core.plan_values import RECOMPUTE_FULL, RECOMPUTE_MLP, mfu_peak_precision
 from configurator.core.schedule import p2p_transfers
 from configurator.core.layers import stage_class_arrays
@@ -74,7 +74,7 @@ BUCKET_PARAMS = 40_000_000
 UB_COMM_SMS = 16
 
 
-def tp_layer_s(lc: dict, c: Candidates, act_bytes, tp_bw, tp_lat, num_sms: int):
+def tp_layer_s(lc: dict, c: PlanBatch, act_bytes, tp_bw, tp_lat, num_sms: int):
     """Exposed tensor-parallel collective time of one layer for one microbatch,
     ``(forward, backward)`` seconds (arrays broadcast over plans and, for a placed plan,
     over its groups' figures).
@@ -123,7 +123,7 @@ def tp_layer_s(lc: dict, c: Candidates, act_bytes, tp_bw, tp_lat, num_sms: int):
     return np.where(on, fwd_o, fwd), np.where(on, bwd_o, bwd)
 
 
-def cp_layer_s(model: ModelSpec, lc: dict, c: Candidates, comm: dict, gpu):
+def cp_layer_s(model: ModelSpec, lc: dict, c: PlanBatch, comm: dict, gpu):
     """Context-parallel cost of one layer for one microbatch, ``(forward, backward)``
     seconds, for the plans' ``cp_comm_type`` (Megatron ``--cp-comm-type``, run by Transformer
     Engine's ``attn_forward_func_with_cp``, transformer_engine/pytorch/attention/
@@ -209,7 +209,7 @@ def cp_layer_s(model: ModelSpec, lc: dict, c: Candidates, comm: dict, gpu):
 CROSS_ENTROPY_BYTES = {"none": (38.0, 14.0), "native": (22.0, 6.0), "te": (8.0, 14.0)}
 
 
-def stage_extras_s(model: ModelSpec, c: Candidates, gpu, lc: dict, tp_bw, tp_lat):
+def stage_extras_s(model: ModelSpec, c: PlanBatch, gpu, lc: dict, tp_bw, tp_lat):
     """First-stage extras (embedding lookup and its tensor-parallel collective; backward, its
     dense weight gradient added into the main gradient,
     :data:`~configurator.cost.compute.EMBEDDING_GRAD_BYTES`) and last-stage extras (logits
@@ -255,7 +255,7 @@ def stage_extras_s(model: ModelSpec, c: Candidates, gpu, lc: dict, tp_bw, tp_lat
     return out
 
 
-def p2p_message_s(model: ModelSpec, c: Candidates, lc: dict, pp_bw, pp_lat, tp_bw, tp_lat):
+def p2p_message_s(model: ModelSpec, c: PlanBatch, lc: dict, pp_bw, pp_lat, tp_bw, tp_lat):
     """One pipeline send of a microbatch's activations (or their gradient), seconds:
     ``T·h`` 16-bit values ÷ tp (scatter/gather optimisation, SC'21 §4.1, or the
     sequence-parallel shard), plus the all-gather that rebuilds them without sequence
@@ -266,13 +266,13 @@ def p2p_message_s(model: ModelSpec, c: Candidates, lc: dict, pp_bw, pp_lat, tp_b
     return p2p_time_s(act_bytes / c.tp, pp_bw, pp_lat) + gather
 
 
-def grad_bytes(c: Candidates) -> float:
+def grad_bytes(c: PlanBatch) -> float:
     """Bytes of one main gradient of the plans
     (:func:`configurator.core.plan_terms.main_grad_bytes`)."""
     return main_grad_bytes(c.precision, c.grad_reduce_in_bf16, c.main_grads_dtype)
 
 
-def dp_exposed_s(c: Candidates, stage_params, dp_bw, dp_lat, bwd_window_s, fwd_window_s,
+def dp_exposed_s(c: PlanBatch, stage_params, dp_bw, dp_lat, bwd_window_s, fwd_window_s,
                  group=None):
     """Exposed data-parallel time of one pipeline rank per iteration (s): gradient
     all-reduce (reduce-scatter + parameter all-gather with the distributed optimizer) of
@@ -318,7 +318,7 @@ def dp_exposed_s(c: Candidates, stage_params, dp_bw, dp_lat, bwd_window_s, fwd_w
     return t_grad + t_gather
 
 
-def tied_embedding_s(model: ModelSpec, c: Candidates, pp_bw, pp_lat):
+def tied_embedding_s(model: ModelSpec, c: PlanBatch, pp_bw, pp_lat):
     """All-reduce of the tied embedding's gradient between the first and last stage (s);
     0 with untied embeddings or ``pp == 1``."""
     tied = (not model.untie_embeddings_and_output_weights) & (c.pp > 1)
@@ -327,7 +327,7 @@ def tied_embedding_s(model: ModelSpec, c: Candidates, pp_bw, pp_lat):
     return np.where(tied, t, 0.0)
 
 
-def optimizer_s(c: Candidates, gpu, stage_params, expert_params=0.0):
+def optimizer_s(c: PlanBatch, gpu, stage_params, expert_params=0.0):
     """Adam step over the local shard (s): master, m, v and the gradient read; master, m, v
     written; 16-bit copy written (the state bytes twice,
     :func:`configurator.core.plan_terms.optimizer_state_bytes`: 12 with FP32 state, and the
@@ -337,13 +337,13 @@ def optimizer_s(c: Candidates, gpu, stage_params, expert_params=0.0):
     shard = np.where(c.distributed_optimizer, (c.dp * c.cp).astype(float), 1.0)
     eshard = np.where(c.distributed_optimizer,
                       (c.tp * c.dp * c.cp).astype(float) / (c.ep * c.etp), 1.0)
-    step = 2.0 * optimizer_state_bytes(c) + grad_bytes(c) + 2.0
+    step = 2.0 * c.optimizer_bytes_per_parameter + grad_bytes(c) + 2.0
     opt_bytes = (stage_params * (step / shard + grad_bytes(c))
                  + expert_params * (step / eshard + grad_bytes(c)))
     return opt_bytes / (gpu.hbm_bandwidth_Bps * eff.hbm) + 20 * eff.kernel_overhead_s
 
 
-def layer_type_times(model: ModelSpec, c: Candidates, lc: dict, comm: dict) -> dict:
+def layer_type_times(model: ModelSpec, c: PlanBatch, lc: dict, comm: dict) -> dict:
     """Per-layer times (s, one microbatch) of a dense and of an MoE layer, by term:
     ``{"dense"|"moe": {"fwd", "bwd", "recompute", "tp_f", "tp_b", "cp_f", "cp_b", "ep_f",
     "ep_b"}}``. An MoE layer runs one tensor-parallel collective pair fewer (its routed
@@ -371,7 +371,7 @@ def layer_type_times(model: ModelSpec, c: Candidates, lc: dict, comm: dict) -> d
     return {"dense": dense, "moe": moe}
 
 
-def amax_reduction_s(model: ModelSpec, c: Candidates, gpus_per_node):
+def amax_reduction_s(model: ModelSpec, c: PlanBatch, gpus_per_node):
     """Seconds per layer and microbatch pass (forward or backward) of FP8 delayed scaling's
     amax reduction: Transformer Engine all-reduces the amaxes of a whole autocast region, a
     model chunk's layers, once per forward and once per backward (TE 2.10
@@ -387,7 +387,7 @@ def amax_reduction_s(model: ModelSpec, c: Candidates, gpus_per_node):
     return small_all_reduce_s(ranks, gpus_per_node) / np.maximum(layers, 1.0)
 
 
-def host_bound(c: Candidates, t: dict, host_fwd_s, sync=None) -> dict:
+def host_bound(c: PlanBatch, t: dict, host_fwd_s, sync=None) -> dict:
     """A layer's times ``t`` with the host's issue time as a floor: where the forward's GPU
     work and communication take less than ``host_fwd_s`` (the backward's less than
     :data:`~configurator.cost.host_ops.HOST_BACKWARD_FACTOR` times it; a full recompute's
@@ -413,7 +413,7 @@ def host_bound(c: Candidates, t: dict, host_fwd_s, sync=None) -> dict:
     return out
 
 
-def iteration_time(model: ModelSpec, cluster, c: Candidates,
+def iteration_time(model: ModelSpec, cluster, c: PlanBatch,
                    comm: dict[str, np.ndarray] | None = None,
                    profile=None) -> dict[str, np.ndarray]:
     """Iteration time (s) and its breakdown (keys :data:`BREAKDOWN_KEYS`) for every plan,

@@ -7,9 +7,8 @@ the layer's forward in two parts that cannot overlap (:func:`moe_host_synchronis
 
 from __future__ import annotations
 
-from configurator.core.candidates import Candidates
+from configurator.core.plan_batch import PlanBatch
 from configurator.core.model import ModelSpec
-from configurator.core.plan_terms import capacity_share
 from configurator.cost.gemm import fp8_quantize_s, fp8_scaling, gemm_time_s
 from configurator.cost.host_ops import (EXPERT_BIAS_BYTES, EXPERT_BIAS_KERNELS, HOST_OPS_ATTN,
                                         HOST_OPS_MOE_PARTS, MOE_ROUTER_OPS, clamp_s, eager_s,
@@ -17,7 +16,7 @@ from configurator.cost.host_ops import (EXPERT_BIAS_BYTES, EXPERT_BIAS_KERNELS, 
 from topology.gpus import GPUSpec
 
 
-def moe_host_synchronised(c: Candidates) -> bool:
+def moe_host_synchronised(c: PlanBatch) -> bool:
     """Whether the plans' token dispatcher stops the host once per MoE layer's forward until
     the GPU has routed the tokens: dropless routing sizes the exchange on the host
     (megatron-core 0.16.1 token_dispatcher.py: the all-to-all dispatcher's
@@ -30,7 +29,7 @@ def moe_host_synchronised(c: Candidates) -> bool:
     return not (drop_pad or scopes & {"moe_preprocess", "moe", "full_iteration"})
 
 
-def moe_host_before_sync_s(model: ModelSpec, c: Candidates, gpu: GPUSpec) -> float:
+def moe_host_before_sync_s(model: ModelSpec, c: PlanBatch, gpu: GPUSpec) -> float:
     """Host time (s) of an MoE layer's forward before the dispatcher's synchronisation
     (:func:`moe_host_synchronised`): its attention and its router (what graphs capture of
     them excepted; :func:`~configurator.cost.host_ops.host_layer_s`)."""
@@ -54,7 +53,7 @@ MOE_IMBALANCE = 1.0
 MOE_EXTRA_KERNELS = 30
 
 
-def moe_mlp_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec, T, kw):
+def moe_mlp_costs(model: ModelSpec, c: PlanBatch, gpu: GPUSpec, T, kw):
     """Forward time (s) of one MoE layer's MLP part for one microbatch on one rank and the
     per-rank routed tokens: ``{"fwd", "eager_fwd", "eager_bwd", "act_fwd", "tokens_routed",
     "tokens_in"}`` (``eager_*``: the eager expert bias of
@@ -74,7 +73,7 @@ def moe_mlp_costs(model: ModelSpec, c: Candidates, gpu: GPUSpec, T, kw):
     h, fe, E = model.hidden_size, model.moe_ffn_hidden_size, model.num_experts
     tp, etp, ep = (x.astype(float) for x in (c.tp, c.etp, c.ep))
     X = T / tp
-    R = model.moe_router_topk * X * etp * MOE_IMBALANCE * capacity_share(c)
+    R = model.moe_router_topk * X * etp * MOE_IMBALANCE * c.capacity_share
     local = E / ep
     rows = R / local
     gate = 2 if model.swiglu else 1

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from configurator.core.candidates import Candidates
+from configurator.core.plan_batch import PlanBatch
 from configurator.core.model import ModelSpec
 from configurator.core.plan import ParallelPlan
 from configurator.cost.compute import layer_costs
@@ -131,7 +131,7 @@ class PlacedPlan:
                              f"among the cluster's {cluster.num_gpus}")
         self.num_nodes = world // G
         self.table = cluster.link_table()
-        c = Candidates.from_plan(plan)
+        c = PlanBatch.from_plan(plan)
         self.c = c
         self.lc = layer_costs(model, c, cluster.gpu, profile)
         self.act_bytes = 2.0 * self.lc["tokens"] * model.hidden_size

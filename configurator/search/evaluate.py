@@ -8,7 +8,7 @@ from typing import Mapping
 
 import numpy as np
 
-from configurator.core.candidates import Candidates
+from configurator.core.plan_batch import PlanBatch
 from configurator.core.document import PlacementRecord
 from configurator.cost.flops import megatron_model_flops
 from configurator.core.model import ModelSpec
@@ -130,7 +130,7 @@ def evaluate_plan(model: ModelSpec, cluster, plan: ParallelPlan, *,
     peak = cluster.gpu.peak(mfu_peak_precision(plan.precision))
     cluster.gpu.peak(plan.precision)  # raises for fp8 on a GPU without it
     t = ({k: np.asarray([v]) for k, v in closed_form.items()} if closed_form is not None
-         else iteration_time(model, cluster, Candidates.from_plan(plan), profile=profile))
+         else iteration_time(model, cluster, PlanBatch.from_plan(plan), profile=profile))
     stages = estimate_memory(model, plan, non_tn_fp8_gemm=cluster.gpu.non_tn_fp8_gemm)
     peak_mem = max(s.total_bytes for s in stages)
     closed = float(t["iteration_time_s"][0])

@@ -36,7 +36,7 @@ import json
 
 import numpy as np
 
-from configurator.core.candidates import Candidates
+from configurator.core.plan_batch import PlanBatch
 from configurator.core.model import ModelSpec
 from configurator.cost.compute import layer_costs
 from configurator.data import data_path
@@ -97,7 +97,7 @@ def regimes(model: ModelSpec, cluster, evals: list, profile=None) -> list[str]:
     """The regime of every evaluation (one :func:`layer_costs` pass over their plans)."""
     if not evals:
         return []
-    lc = layer_costs(model, Candidates.from_plans([e.plan for e in evals]), cluster.gpu,
+    lc = layer_costs(model, PlanBatch.from_plans([e.plan for e in evals]), cluster.gpu,
                      profile)
     n = len(evals)
     host = np.broadcast_to(np.asarray(lc["host"], dtype=float), (n,))

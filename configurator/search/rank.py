@@ -1,7 +1,7 @@
 """Search: every legal plan, memory filter, rank by predicted iteration time.
 
 Vectorised end to end: :func:`configurator.search.space.enumerate_plans` builds the column store,
-:func:`memory_model.estimate.peak_memory_arrays` filters it, and
+:func:`configurator.search.engine.peak_memory` filters it, and
 :func:`configurator.cost.iteration.iteration_time` ranks the survivors in closed form. The best
 ``max(k, RERANK_K)`` are turned into full :class:`~configurator.search.evaluate.Evaluation`
 objects, whose time is the exact schedule simulated on the ranks' links, and re-ranked by it.
@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from configurator.core.candidates import Candidates
+from configurator.core.plan_batch import PlanBatch
 from configurator.core.errors import InputError, NoFeasiblePlanError
 from configurator.core.layers import split_ok
+from configurator.search.engine import in_chunks, peak_memory
 from configurator.search.evaluate import Evaluation, evaluate_plan
 from configurator.core.model import ModelSpec
 from configurator.core.plan import search_options
@@ -27,7 +28,6 @@ from configurator.search.space import (SearchSpace, enumerate_plans, layer_split
 from configurator.cost.communication import comm_table, expert_comm_table, gather_figures
 from configurator.search.intervals import rank_with_intervals
 from configurator.cost.iteration import iteration_time
-from memory_model.estimate import peak_memory
 
 
 #: Plans of the closed-form ranking re-ranked by the simulated schedule (at least).
@@ -40,7 +40,7 @@ class SearchResult:
     candidates_evaluated: int
     feasible: int
     search_time_s: float
-    ranked: Candidates | None = field(default=None, repr=False)
+    ranked: PlanBatch | None = field(default=None, repr=False)
     ranked_time_s: np.ndarray | None = field(default=None, repr=False)
     #: one line on the default pick when plans tie within the best plan's interval
     #: (:func:`configurator.search.intervals.rank_with_intervals`), else None
@@ -119,26 +119,6 @@ def search(model: ModelSpec, cluster, global_batch_size: int, *, top_k: int = 10
                         ranked_time_s=times[order] if keep_ranking else None)
 
 
-#: Candidates priced at once by the memory model and the closed form: their temporaries take
-#: about 1 KiB a candidate, so a search of 10⁵–10⁶ candidates (a cluster of 10⁵ GPUs) runs
-#: in slices of this many. Every figure is computed row by row, so slicing changes none.
-CHUNK_CANDIDATES = 1 << 16
-
-
-def in_chunks(cand: Candidates, price):
-    """``price(cand_slice, rows)`` (an array, or a dict of arrays, one entry per candidate of
-    the slice; ``rows``: the slice of ``cand`` it holds) computed on slices of
-    :data:`CHUNK_CANDIDATES` candidates and joined."""
-    n = len(cand)
-    if n <= CHUNK_CANDIDATES:
-        return price(cand, slice(None))
-    parts = [price(cand.take(slice(i, i + CHUNK_CANDIDATES)), slice(i, i + CHUNK_CANDIDATES))
-             for i in range(0, n, CHUNK_CANDIDATES)]
-    if isinstance(parts[0], dict):
-        return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-    return np.concatenate(parts)
-
-
 def best_layer_split(model: ModelSpec, cluster, plan, profile=None):
     """``plan`` with the fastest legal layer split at its pp and vp that fits in memory (the
     smallest in memory when none fits; closed form), for a plan whose pp does not divide the
@@ -165,7 +145,7 @@ def best_layer_split(model: ModelSpec, cluster, plan, profile=None):
         account_for_embedding_in_pipeline_split=ae, account_for_loss_in_pipeline_split=al,
         pipeline_model_parallel_layout=layout)
         for _vp, first, last, ae, al, layout in options]
-    cand = Candidates.from_plans(plans)
+    cand = PlanBatch.from_plans(plans)
     times = iteration_time(model, cluster, cand, profile=profile)["iteration_time_s"]
     mem = peak_memory(model, cand, non_tn_fp8_gemm=cluster.gpu.non_tn_fp8_gemm)
     fits = mem <= cluster.gpu.memory_bytes

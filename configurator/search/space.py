@@ -19,7 +19,7 @@ from configurator.core.plan import PLAN_FIELD, search_options
 from configurator.core.plan_terms import param_gather_overlap
 from configurator.core.layers import format_layout, split_ok, virtual_stage_layers
 from configurator.core.rules import SPLIT_FIELDS, rules_for, rules_mask
-from configurator.core.candidates import (COLUMN_FIELDS, GROUP_KEY_FIELDS, Candidates,
+from configurator.core.plan_batch import (COLUMN_FIELDS, GROUP_KEY_FIELDS, PlanBatch,
                                          column_dtype, column_value)
 
 
@@ -197,8 +197,8 @@ def _restricted(f, values: np.ndarray, space: SearchSpace) -> np.ndarray:
 
 def enumerate_plans(model: ModelSpec, world_size: int, global_batch_size: int, *,
                     overlap_grad_reduce: bool = True, overlap_param_gather: bool = True,
-                    space: SearchSpace = SearchSpace(), **options) -> Candidates:
-    """All legal plans as a :class:`Candidates` column store (may be empty). ``options``:
+                    space: SearchSpace = SearchSpace(), **options) -> PlanBatch:
+    """All legal plans as a :class:`PlanBatch` column store (may be empty). ``options``:
     the :data:`~configurator.core.plan.SEARCH_OPTIONS` every plan carries (default: the plan
     defaults)."""
     shared = dict(global_batch_size=global_batch_size, overlap_grad_reduce=overlap_grad_reduce,
@@ -220,7 +220,7 @@ def enumerate_plans(model: ModelSpec, world_size: int, global_batch_size: int, *
                   and not r.needs <= set(SPLIT_FIELDS))
 
     def with_derived(fields: dict) -> dict:
-        # overlap_param_gather is decided per plan, as Candidates.plan decides it
+        # overlap_param_gather is decided per plan, as PlanBatch.plan decides it
         if "distributed_optimizer" in fields:
             fields["overlap_param_gather"] = param_gather_overlap(
                 overlap_param_gather, fields["distributed_optimizer"])
@@ -319,4 +319,4 @@ def enumerate_plans(model: ModelSpec, world_size: int, global_batch_size: int, *
     columns = {f.name: (group_keys[:, GROUP_KEY_FIELDS.index(f.name)].take(group)
                         .astype(column_dtype(f), copy=False)) if f.name in LAYOUT
                else cat(cols[f.name], column_dtype(f)) for f in COLUMN_FIELDS}
-    return Candidates(columns, shared, group=group, group_keys=group_keys)
+    return PlanBatch(columns, shared, group=group, group_keys=group_keys)

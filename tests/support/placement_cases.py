@@ -77,7 +77,7 @@ def closed_form_agreement(name: str, cluster: str, nodes: int, tp: int):
     """The simulated schedule (Megatron's order on the uniform preset cluster) against the
     closed form over pp ∈ {1, 2, 4, 8, 16}, vp ∈ {1, 2, 4} and m ∈ {1, 4, 16}·pp (every legal
     combination, full recompute): ``(worst relative gap, where, plans checked)``."""
-    from configurator.core.candidates import Candidates
+    from configurator.core.plan_batch import PlanBatch
     from configurator.core.model_presets import load_model
     from configurator.core.rules import plan_for_world
     from configurator.cost.iteration import iteration_time
@@ -96,7 +96,7 @@ def closed_form_agreement(name: str, cluster: str, nodes: int, tp: int):
                 plan = plan_for_world(dict(tp=tp, pp=pp, cp=1, vp=vp, micro_batch_size=1,
                                            global_batch_size=mult * pp * dp, recompute="full",
                                            precision="bf16", attention_backend="auto"), world)
-                closed = float(iteration_time(model, cl, Candidates.from_plan(plan))
+                closed = float(iteration_time(model, cl, PlanBatch.from_plan(plan))
                                ["iteration_time_s"][0])
                 priced = PlacedPlan(model, cl, plan)
                 gap = abs(priced.time(*priced.default_placement()).iteration_time_s / closed - 1)
