@@ -49,7 +49,6 @@ from configurator.core.plan_batch import PlanBatch
 from configurator.core.layers import rank_layer_counts
 from configurator.core.model import ModelSpec
 from configurator.core.plan import ParallelPlan
-from configurator.core.plan_terms import main_grad_bytes
 from configurator.core.plan_values import is_fp8
 from configurator.core.units import GiB
 from memory_model.activations import (LayerInputs, StagePosition, linear_input_bytes,
@@ -147,8 +146,7 @@ def held_memory(model: ModelSpec, plans: PlanBatch, stage, rank_layers=None,
                                                moe_layers=rank_moe_layers, ep=ep, etp=etp)
     params = non_expert + expert
     gemm_params = params - stage_non_gemm_parameters(model, tp, pp, stage)
-    grad_bytes = main_grad_bytes(plans.precision, plans.grad_reduce_in_bf16,
-                                 plans.main_grads_dtype)
+    grad_bytes = plans.main_grad_bytes
     distributed_optimizer = plans.distributed_optimizer
     dp_cp = np.asarray(plans.dp) * np.asarray(plans.cp)
     shard = np.where(distributed_optimizer, dp_cp, 1)

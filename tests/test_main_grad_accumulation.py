@@ -77,6 +77,10 @@ def test_term_reads_main_grad_dtype_and_hides_behind_deep_reductions():
     bf16 = float(gemm.main_grad_accumulation_s(w, _cands(grad_reduce_in_bf16=True), gpu, 1024))
     assert fp32 == pytest.approx(8 * w / (gpu.hbm_bandwidth_Bps * gpu.efficiency.hbm))
     assert bf16 == pytest.approx(fp32 / 2)
+    # the precision-aware optimizer's BF16 main gradients: the same 2-byte buffer
+    pao = _cands(use_precision_aware_optimizer=True, main_grads_dtype="bf16",
+                 distributed_optimizer=True)
+    assert float(gemm.main_grad_accumulation_s(w, pao, gpu, 1024)) == pytest.approx(bf16)
     depth0 = gemm.ACCUMULATION_EXPOSED_TOKENS
     assert float(gemm.main_grad_accumulation_s(w, _cands(), gpu, depth0)) == fp32
     assert float(gemm.main_grad_accumulation_s(w, _cands(), gpu, 4 * depth0)) == \

@@ -22,8 +22,9 @@ import numpy as np
 from configurator.core.layers import layout_code, layout_text
 from configurator.core.plan import PLAN_FIELD, PLAN_FIELDS, ParallelPlan
 from configurator.core.plan_terms import (capacity_share, fp8_weights_gathered,
-                                          optimizer_state_bytes, param_gather_overlap,
-                                          recompute_code)
+                                          main_grad_bytes, optimizer_state_bytes,
+                                          param_gather_overlap, recompute_code,
+                                          tp_comm_overlapped)
 from configurator.core.plan_values import SCORE_STORING_BACKENDS
 
 COLUMN_FIELDS = tuple(f for f in PLAN_FIELDS if f.per_candidate)
@@ -102,6 +103,20 @@ class PlanBatch:
         (:func:`configurator.core.plan_terms.fp8_weights_gathered`)."""
         return fp8_weights_gathered(self.fp8_param_gather, self.distributed_optimizer,
                                     self.precision)
+
+    @property
+    def main_grad_bytes(self) -> float:
+        """Bytes of one main gradient, what the gradient buffer holds and the data-parallel
+        reduction moves (:func:`configurator.core.plan_terms.main_grad_bytes`: 4, or 2 with
+        FP16, ``--grad-reduce-in-bf16`` or ``--main-grads-dtype bf16``)."""
+        return main_grad_bytes(self.precision, self.grad_reduce_in_bf16, self.main_grads_dtype)
+
+    @property
+    def tp_comm_overlap_on(self) -> np.ndarray:
+        """Whether each plan's tensor-parallel communication overlap takes effect
+        (:func:`configurator.core.plan_terms.tp_comm_overlapped`)."""
+        return tp_comm_overlapped(self.tp_comm_overlap, self.tp, self.sequence_parallel,
+                                  self.attention_backend)
 
     @property
     def optimizer_bytes_per_parameter(self) -> float:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import numpy as np
 
 from configurator.core.plan_batch import PlanBatch
-from configurator.core.plan_terms import main_grad_bytes
 from topology.gpus import GPUSpec
 
 
@@ -85,7 +84,7 @@ def main_grad_accumulation_s(weights, c: PlanBatch, gpu: GPUSpec, tokens=None):
     (``1 + 256/tokens``), the published runs come out no closer (README, "Main-gradient
     accumulation")."""
     exposed = 1.0 if tokens is None else np.minimum(1.0, ACCUMULATION_EXPOSED_TOKENS / tokens)
-    return (2.0 * main_grad_bytes(c.precision, c.grad_reduce_in_bf16) * weights * exposed
+    return (2.0 * c.main_grad_bytes * weights * exposed
             / (gpu.hbm_bandwidth_Bps * gpu.efficiency.hbm))
 
 

@@ -30,8 +30,6 @@ import numpy as np
 
 from configurator.core.plan_batch import PlanBatch
 from configurator.core.model import ModelSpec
-from configurator.core.plan_terms import (fp8_weights_gathered, main_grad_bytes,
-                                          tp_comm_overlapped)
 from configurator.core.plan_values import RECOMPUTE_FULL, RECOMPUTE_MLP, mfu_peak_precision
 from configurator.core.schedule import p2p_transfers
 from configurator.core.layers import stage_class_arrays
@@ -104,8 +102,7 @@ def tp_layer_s(lc: dict, c: PlanBatch, act_bytes, tp_bw, tp_lat, num_sms: int):
     rerun = np.where(c.recompute == RECOMPUTE_FULL, 2.0,
                      np.where((c.recompute_code & RECOMPUTE_MLP) != 0, 1.0, 0.0))
     bwd = rerun * t_coll + np.maximum(2 * t_coll - weight_grads, 0.0)
-    on = tp_comm_overlapped(c.tp_comm_overlap, c.tp, c.sequence_parallel,
-                            c.attention_backend)
+    on = c.tp_comm_overlap_on
     if not np.any(on):
         return fwd, bwd
     half = t_coll / 2.0
@@ -266,12 +263,6 @@ def p2p_message_s(model: ModelSpec, c: PlanBatch, lc: dict, pp_bw, pp_lat, tp_bw
     return p2p_time_s(act_bytes / c.tp, pp_bw, pp_lat) + gather
 
 
-def grad_bytes(c: PlanBatch) -> float:
-    """Bytes of one main gradient of the plans
-    (:func:`configurator.core.plan_terms.main_grad_bytes`)."""
-    return main_grad_bytes(c.precision, c.grad_reduce_in_bf16, c.main_grads_dtype)
-
-
 def dp_exposed_s(c: PlanBatch, stage_params, dp_bw, dp_lat, bwd_window_s, fwd_window_s,
                  group=None):
     """Exposed data-parallel time of one pipeline rank per iteration (s): gradient
@@ -289,13 +280,12 @@ def dp_exposed_s(c: PlanBatch, stage_params, dp_bw, dp_lat, bwd_window_s, fwd_wi
     micro-batch's pass (the windows), ``m·(max(AG − fwd, 0) + max(AG + RS − bwd, 0))``
     (megatron/core/distributed/fsdp, megatron-fsdp-user-guide.md); expert shards, given no
     window, are priced fully exposed."""
-    gb = grad_bytes(c)
+    gb = c.main_grad_bytes
     n_dp = (c.dp * c.cp).astype(float) if group is None else np.asarray(group, dtype=float)
     stage_params = np.maximum(np.asarray(stage_params, dtype=float), 1.0)
     if c.megatron_fsdp:
-        gather = all_gather_time_s(stage_params * np.where(fp8_weights_gathered(
-            c.fp8_param_gather, c.distributed_optimizer, c.precision), 1.0, 2.0), n_dp, dp_bw,
-            dp_lat)
+        gather = all_gather_time_s(stage_params * np.where(c.fp8_weights_gathered, 1.0, 2.0),
+                                   n_dp, dp_bw, dp_lat)
         scatter = all_gather_time_s(stage_params * gb, n_dp, dp_bw, dp_lat)
         return c.num_microbatches * (np.maximum(gather - fwd_window_s, 0.0)
                                      + np.maximum(gather + scatter - bwd_window_s, 0.0))
@@ -306,8 +296,7 @@ def dp_exposed_s(c: PlanBatch, stage_params, dp_bw, dp_lat, bwd_window_s, fwd_wi
     t_grad = np.where(do, all_gather_time_s(stage_params * gb, n_dp, dp_bw, lat),
                       all_reduce_time_s(stage_params * gb, n_dp, dp_bw, lat))
     # --fp8-param-gather gathers FP8 weights (the embedding's 16-bit share is neglected)
-    gather_bytes = np.where(fp8_weights_gathered(c.fp8_param_gather, do, c.precision),
-                            1.0, 2.0)
+    gather_bytes = np.where(c.fp8_weights_gathered, 1.0, 2.0)
     t_gather = np.where(do, all_gather_time_s(stage_params * gather_bytes, n_dp, dp_bw,
                                               lat), 0.0)
     if c.overlap_grad_reduce:
@@ -322,7 +311,7 @@ def tied_embedding_s(model: ModelSpec, c: PlanBatch, pp_bw, pp_lat):
     """All-reduce of the tied embedding's gradient between the first and last stage (s);
     0 with untied embeddings or ``pp == 1``."""
     tied = (not model.untie_embeddings_and_output_weights) & (c.pp > 1)
-    t = all_reduce_time_s(embedding_parameters(model, c.tp) * grad_bytes(c), 2.0,
+    t = all_reduce_time_s(embedding_parameters(model, c.tp) * c.main_grad_bytes, 2.0,
                           pp_bw, pp_lat)
     return np.where(tied, t, 0.0)
 
@@ -337,9 +326,9 @@ def optimizer_s(c: PlanBatch, gpu, stage_params, expert_params=0.0):
     shard = np.where(c.distributed_optimizer, (c.dp * c.cp).astype(float), 1.0)
     eshard = np.where(c.distributed_optimizer,
                       (c.tp * c.dp * c.cp).astype(float) / (c.ep * c.etp), 1.0)
-    step = 2.0 * c.optimizer_bytes_per_parameter + grad_bytes(c) + 2.0
-    opt_bytes = (stage_params * (step / shard + grad_bytes(c))
-                 + expert_params * (step / eshard + grad_bytes(c)))
+    step = 2.0 * c.optimizer_bytes_per_parameter + c.main_grad_bytes + 2.0
+    opt_bytes = (stage_params * (step / shard + c.main_grad_bytes)
+                 + expert_params * (step / eshard + c.main_grad_bytes))
     return opt_bytes / (gpu.hbm_bandwidth_Bps * eff.hbm) + 20 * eff.kernel_overhead_s
 
 
