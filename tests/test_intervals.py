@@ -126,3 +126,41 @@ def test_small_high_tp_mbs1_plans_are_slower_than_their_gpu_work(tp, pp, dp, mbs
     else:
         assert e.iteration_time_s == pytest.approx(gpu_only, rel=1e-3)
         assert regime != "host-bound"
+
+
+def test_calibrated_parameters_intervals_widen_the_error_bars():
+    """A calibration's 95 % intervals travel with the calibrated cluster and widen each plan's
+    interval by the closed-form time at either end of every parameter, in quadrature; without
+    intervals (or uncalibrated) the interval is the regime's alone."""
+    from configurator.core.plan_batch import PlanBatch
+    from configurator.cost.iteration import iteration_time
+    from topology.calibration import Calibration
+
+    model = load_model("llama3-8b")
+    base = load_cluster("dgx-h100-80gb", nodes=1)
+    plan = ParallelPlan(tp=2, pp=1, dp=4, micro_batch_size=1, global_batch_size=32)
+    values = {"gemm": 0.7, "inter_node_efficiency": 0.8}
+    intervals = {"gemm": (0.6, 0.8), "inter_node_efficiency": (0.7, 0.9)}
+    gpu = base.gpu.name
+    bare = Calibration(values={gpu: {"bf16": values}})
+    cal = Calibration(values={gpu: {"bf16": values}}, intervals={gpu: {"bf16": intervals}})
+    assert bare.apply_cluster(base, "bf16").calibration_intervals == {}
+    cl = cal.apply_cluster(base, "bf16")
+    assert cl.calibration_intervals == intervals
+    assert cl.subset([0]).calibration_intervals == intervals
+    e = evaluate_plan(model, cl, plan)
+    [plain] = iv.with_intervals(model, bare.apply_cluster(base, "bf16"), [e])
+    [wide] = iv.with_intervals(model, cl, [e])
+    assert plain.iteration_time_interval_s == iv.interval_s(e.iteration_time_s, plain.regime)
+
+    def closed(gemm):
+        c = Calibration(values={gpu: {"bf16": {**values, "gemm": gemm}}}).apply_cluster(
+            base, "bf16")
+        return float(iteration_time(model, c, PlanBatch.from_plan(plan))["iteration_time_s"][0])
+
+    t0, slow, fast = closed(0.7), closed(0.6), closed(0.8)
+    assert fast < t0 < slow
+    # one node: the network efficiency moves nothing, so GEMM's ends alone set the spread
+    lo, hi = plain.iteration_time_interval_s
+    assert wide.iteration_time_interval_s == pytest.approx(
+        (lo * (1 - (1 - fast / t0)), hi * (1 + (slow / t0 - 1))), rel=1e-12)

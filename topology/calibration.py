@@ -134,11 +134,16 @@ class Calibration:
         return with_parameters(gpu, vals, f"calibrated ({self.path or 'calibration'})")
 
     def apply_cluster(self, cluster: "Cluster", precision: str) -> "Cluster":
-        """``cluster`` with its GPU calibrated (:meth:`apply`) and its nominal links at the
-        calibrated link efficiencies of its GPU and ``precision``."""
+        """``cluster`` with its GPU calibrated (:meth:`apply`), its nominal links at the
+        calibrated link efficiencies of its GPU and ``precision``, and those values'
+        intervals as its ``calibration_intervals`` (the error bars widen by them,
+        :func:`configurator.search.intervals.parameter_spread`)."""
         vals = self.values.get(cluster.gpu.name, {}).get(precision) or {}
-        out = cluster.with_gpu(self.apply(cluster.gpu, precision))
-        return with_link_parameters(out, vals)
+        out = with_link_parameters(cluster.with_gpu(self.apply(cluster.gpu, precision)), vals)
+        ivs = self.intervals.get(cluster.gpu.name, {}).get(precision) or {}
+        out.calibration_intervals = {k: (float(lo), float(hi)) for k, (lo, hi) in ivs.items()
+                                     if k in vals}
+        return out
 
     def to_dict(self) -> dict:
         doc = {"format": FORMAT,

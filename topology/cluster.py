@@ -118,6 +118,10 @@ class Cluster(GroupFigures):
         self._measured: MeasuredLinks | None = None
         #: Global rank -> physical GPU (torchrun's default order).
         self.placement = Placement(gpus_per_node)
+        #: The 95 % intervals of the calibrated parameters this cluster carries
+        #: (:meth:`topology.calibration.Calibration.apply_cluster`): parameter name ->
+        #: ``(low, high)``; empty when not calibrated or fitted without intervals.
+        self.calibration_intervals: dict[str, tuple[float, float]] = {}
         self._cache: dict = {}
 
     def with_gpu(self, gpu: GPUSpec) -> "Cluster":
@@ -146,6 +150,7 @@ class Cluster(GroupFigures):
                       hosts=self.hosts, spec=spec, nvlink_domain_gpus=self.nvlink_domain_gpus,
                       host_domains=self.host_domain)
         out.placement = self.placement
+        out.calibration_intervals = dict(self.calibration_intervals)
         return out
 
     # -- basic facts ---------------------------------------------------------------------
@@ -372,6 +377,7 @@ class Cluster(GroupFigures):
                       graph=None if self._graph is None else self._graph.__class__(),
                       nvlink_domain_gpus=self.nvlink_domain_gpus,
                       host_domains=self.host_domain[idx] if idx else [])
+        sub.calibration_intervals = dict(self.calibration_intervals)
         if self._measured is not None:
             sub.set_measured_links(self._measured.subset(idx))
         if self._graph is not None:

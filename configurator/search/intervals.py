@@ -9,6 +9,11 @@ with the in-training factors fitted on the *other* sources (leave one source out
 ``python -m bench.accuracy.error_bars --write``; a regime with fewer than
 :data:`MIN_RUNS` runs takes every run's percentiles.
 
+On a calibrated cluster the interval also spans the calibrated parameters' own intervals
+(:func:`parameter_spread`): each parameter is moved to either end of its 95 % interval, the
+plan priced again in closed form, and the relative changes, taken as independent, are added
+in quadrature and widen the interval on their side: ``(lo·(1 − down), hi·(1 + up))``.
+
 Regimes (:func:`regime_of`), the first that applies:
 
 * ``moe``: a mixture-of-experts model (routing, all-to-alls and grouped GEMMs: the least
@@ -39,7 +44,9 @@ import numpy as np
 from configurator.core.plan_batch import PlanBatch
 from configurator.core.model import ModelSpec
 from configurator.cost.compute import layer_costs
+from configurator.cost.iteration import iteration_time
 from configurator.data import data_path
+from topology.calibration import with_link_parameters, with_parameters
 
 #: The shipped percentiles (:mod:`bench.accuracy.error_bars` writes them).
 ERROR_BARS_FILE = ("error_bars", "loso_residuals.json")
@@ -106,11 +113,49 @@ def regimes(model: ModelSpec, cluster, evals: list, profile=None) -> list[str]:
             for i, e in enumerate(evals)]
 
 
+def parameter_spread(model: ModelSpec, cluster, evals: list,
+                     profile=None) -> tuple[np.ndarray, np.ndarray]:
+    """``(down, up)``: per evaluation, the relative fall and rise of its closed-form time
+    (:func:`configurator.cost.iteration.iteration_time`) when each calibrated parameter of
+    ``cluster`` (``cluster.calibration_intervals``: name -> ``(low, high)``) moves to either
+    end of its interval, the others held, added in quadrature over the parameters (shape
+    ``(len(evals),)`` each; zeros on an uncalibrated cluster)."""
+    n = len(evals)
+    ivs = getattr(cluster, "calibration_intervals", None) or {}
+    if not ivs or not n:
+        return np.zeros(n), np.zeros(n)
+    plans = PlanBatch.from_plans([e.plan for e in evals])
+
+    def price(cl):
+        return np.asarray(iteration_time(model, cl, plans, profile=profile)["iteration_time_s"],
+                          dtype=float)
+
+    t0 = price(cluster)
+    down2, up2 = np.zeros(n), np.zeros(n)
+    for name, ends in sorted(ivs.items()):
+        rel = []
+        for value in ends:
+            values = {name: float(value)}
+            cl = with_link_parameters(cluster, values).with_gpu(
+                with_parameters(cluster.gpu, values, cluster.gpu.efficiency.source))
+            rel.append(price(cl) / t0 - 1.0)
+        rel = np.stack(rel)
+        up2 += np.maximum(rel.max(axis=0), 0.0) ** 2
+        down2 += np.maximum(-rel.min(axis=0), 0.0) ** 2
+    return np.sqrt(down2), np.sqrt(up2)
+
+
 def with_intervals(model: ModelSpec, cluster, evals: list, profile=None) -> list:
-    """``evals`` with ``regime`` and ``iteration_time_interval_s`` set."""
-    return [dataclasses.replace(e, regime=r,
-                                iteration_time_interval_s=interval_s(e.iteration_time_s, r))
-            for e, r in zip(evals, regimes(model, cluster, evals, profile))]
+    """``evals`` with ``regime`` and ``iteration_time_interval_s`` set: the regime's
+    residual interval (:func:`interval_s`), widened by the calibrated parameters' spread
+    (:func:`parameter_spread`) on a calibrated cluster."""
+    down, up = parameter_spread(model, cluster, evals, profile)
+    out = []
+    for i, (e, r) in enumerate(zip(evals, regimes(model, cluster, evals, profile))):
+        lo, hi = interval_s(e.iteration_time_s, r)
+        out.append(dataclasses.replace(e, regime=r, iteration_time_interval_s=(
+            lo * max(0.0, 1.0 - float(down[i])), hi * (1.0 + float(up[i])))))
+    return out
 
 
 def worst_regret_s(intervals: list[tuple[float, float]]) -> list[float]:
