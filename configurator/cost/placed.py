@@ -44,7 +44,9 @@ from configurator.cost.compute import layer_costs
 from configurator.core.layers import chunk_layer_counts, rank_layer_counts
 from configurator.core.rows import distinct_rows
 from configurator.cost.communication import expert_comm_figures
-from configurator.cost.iteration import (dp_exposed_s, layer_type_times, optimizer_s,
+from configurator.cost.iteration import (dp_exposed_s, dp_windows_s,
+                                         expert_data_parallel_size, layer_pass_s,
+                                         layer_type_times, layers_terms_s, optimizer_s,
                                          p2p_message_s, stage_extras_s, tied_embedding_s)
 from configurator.cost.schedule_sim import SimResult, simulate
 from memory_model.params import stage_parameter_split
@@ -142,6 +144,9 @@ class PlacedPlan:
         # virtual stage j·pp + r)
         chunks = chunk_layer_counts(model, *plan.layer_split).astype(float)
         self.chunk_layers, self.chunk_moe = chunks[:, :, 0], chunks[:, :, 1]
+        # each rank's dense and MoE layers, [pp]
+        self.stage_moe = self.chunk_moe.sum(axis=1)
+        self.stage_dense = self.chunk_layers.sum(axis=1) - self.stage_moe
         counts = rank_layer_counts(model, *plan.layer_split)
         ne, ex = stage_parameter_split(model, tp, pp, np.arange(pp), layers=counts[:, 0],
                                        moe_layers=counts[:, 1], ep=plan.ep, etp=plan.etp)
@@ -271,22 +276,16 @@ class PlacedPlan:
                                                    cp_hop_bw=cp_hop_bw,
                                                    cp_hop_lat=cp_hop_lat,
                                                    cp_on_node=cp_on))
-        tp_f, tp_b = types["dense"]["tp_f"], types["dense"]["tp_b"]
         x = {k: np.broadcast_to(v, (K, dp, pp))
              for k, v in stage_extras_s(model, c, self.cluster.gpu, lc, tp_bw, tp_lat).items()}
-
-        def layer_s(t, back):
-            if back:
-                return t["bwd"] + t["recompute"] + t["tp_b"] + t["cp_b"] + t["ep_b"]
-            return t["fwd"] + t["tp_f"] + t["cp_f"] + t["ep_f"]
 
         def chunks(back):
             """``[K, dp, pp, vp]``: each chunk's dense and MoE layers at their layer times."""
             dense_n = (self.chunk_layers - self.chunk_moe)[None, None]       # [1, 1, pp, vp]
             moe_n = self.chunk_moe[None, None]
-            return (dense_n * np.broadcast_to(layer_s(types["dense"], back),
+            return (dense_n * np.broadcast_to(layer_pass_s(types["dense"], back),
                                               (K, dp, pp))[..., None]
-                    + moe_n * np.broadcast_to(layer_s(types["moe"], back),
+                    + moe_n * np.broadcast_to(layer_pass_s(types["moe"], back),
                                               (K, dp, pp))[..., None])
 
         fwd, bwd = chunks(False), chunks(True)
@@ -308,18 +307,19 @@ class PlacedPlan:
             p2p_f = np.broadcast_to(p2p_f, (K, dp, pp)).copy()
             p2p_b = np.broadcast_to(p2p_b, (K, dp, pp)).copy()
 
-        # data-parallel reduction per stage, windows as in the closed form (per rank)
-        layers = self.chunk_layers.sum(axis=1)                     # [pp]
-        tp_fb = np.broadcast_to(tp_f + tp_b, (K, dp, pp)).max(axis=1)             # [K, pp]
-        tail = dp_exposed_s(c, self.stage_params, dp_bw, dp_lat,
-                            bwd_window_s=layers * (lc["bwd"] + lc["recompute"] + tp_fb),
-                            fwd_window_s=layers * lc["fwd"])
+        # data-parallel reduction per stage under the windows of its own layers (the
+        # closed form's, of the pacing rank's), the longest of its replicas': [K, pp]
+        windows = dp_windows_s(layers_terms_s(types, self.stage_dense, self.stage_moe))
+        bwd_window, fwd_window = (np.broadcast_to(w, (K, dp, pp)).max(axis=1)
+                                  for w in windows)
+        tail = dp_exposed_s(c, self.stage_params, dp_bw, dp_lat, bwd_window_s=bwd_window,
+                            fwd_window_s=fwd_window)
         tail = np.broadcast_to(tail, (K, pp)).astype(float).copy()
         if model.is_moe:
             xc = self.expert_comm
             tail += np.broadcast_to(dp_exposed_s(
                 c, self.stage_expert_params, xc["edp_bw"], xc["edp_lat"], bwd_window_s=0.0,
-                fwd_window_s=0.0, group=(tp * cp * dp) / (plan.ep * plan.etp)), (pp,))
+                fwd_window_s=0.0, group=expert_data_parallel_size(c)), (pp,))
         if pp > 1:
             t_emb = np.broadcast_to(tied_embedding_s(model, c, pf_bw[:, :, pp - 1].min(axis=1),
                                                      pf_lat[:, :, pp - 1].max(axis=1)), (K,))
