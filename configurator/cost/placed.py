@@ -23,9 +23,14 @@ cluster's measured links:
   slowest of its tp rings), exposed as the plan's overlap flags say, then all ranks take
   the optimizer step.
 
-The terms themselves (collective counts, overlap windows, extras, optimizer bytes) are the
-closed form's (:mod:`configurator.cost.iteration`), so on a uniform cluster the two agree
-(``tests/test_placed.py``: within 1 % over a grid of pp, m and vp).
+The terms themselves (per-layer terms, :data:`~configurator.cost.iteration.LAYER_TERMS`;
+collective counts, overlap windows, extras, send and optimizer times) are the closed form's
+functions (:mod:`configurator.cost.iteration`), called here with each group's own figures, so
+on a uniform cluster the two agree: ``tests/test_placed.py`` draws plans from the search's
+enumeration (dense and MoE, 1F1B and interleaved, even and uneven splits, cp > 1) and finds
+one pipeline stage priced alike to 1e-9 and even splits within 1 % (the schedule never
+slower); uneven splits differ by what the closed form simplifies on purpose (that test's
+docstring gives the measured sizes).
 
 Rank order: Megatron's ``tp-cp-ep-dp-pp`` (:mod:`topology.rank_order`), ``ep = 1``.
 """
@@ -50,7 +55,7 @@ from configurator.cost.iteration import (dp_exposed_s, dp_windows_s,
                                          p2p_message_s, stage_extras_s, tied_embedding_s)
 from configurator.cost.schedule_sim import SimResult, simulate
 from memory_model.params import stage_parameter_split
-from topology.group_figures import host_ring_figures, ring_figures
+from topology.group_figures import domain_members, host_ring_figures, ring_figures
 
 
 #: Bytes of distinct replica rows whose simulated makespan a :class:`PlacedPlan` keeps.
@@ -136,7 +141,6 @@ class PlacedPlan:
         c = Candidates.from_plan(plan)
         self.c = c
         self.lc = layer_costs(model, c, cluster.gpu, profile)
-        self.act_bytes = 2.0 * self.lc["tokens"] * model.hidden_size
         pp, dp, cp, tp = plan.pp, plan.dp, plan.cp, plan.tp
         # global rank grid [pp, dp, cp, tp] (rank = t + tp·(c + cp·(d + dp·s)))
         self.ranks = np.arange(world, dtype=np.int64).reshape(pp, dp, cp, tp)
@@ -258,8 +262,7 @@ class PlacedPlan:
             bw_, bl = table_links(nxt.reshape(-1), sub.reshape(-1))
             hop_bw = np.minimum(fw, bw_).reshape(-1, cp).min(axis=1)
             hop_lat = np.maximum(fl, bl).reshape(-1, cp).max(axis=1)
-            dom = np.asarray(self.cluster.gpu_domains)[sub]
-            on = (dom[:, :, None] == dom[:, None, :]).sum(axis=2).min(axis=1)
+            on = domain_members(sub, self.cluster.gpu_domains)
             if rep is not None:
                 hop_bw, hop_lat, on = hop_bw[inv], hop_lat[inv], on[inv]
             cp_hop_bw, cp_hop_lat = slowest(hop_bw, hop_lat, tp)
