@@ -123,7 +123,8 @@ def equal_links_cluster(preset: str, nodes: int):
 
 def plan_class(plan, model) -> tuple[str, str, str, str]:
     """``(dense|moe, 1f1b|interleaved, even|uneven, cp1|cp>1)`` of a plan."""
-    uneven = bool(plan.decoder_first_pipeline_num_layers or plan.decoder_last_pipeline_num_layers
+    uneven = bool(plan.decoder_first_pipeline_num_layers
+                  or plan.decoder_last_pipeline_num_layers
                   or plan.account_for_embedding_in_pipeline_split
                   or plan.account_for_loss_in_pipeline_split
                   or plan.pipeline_model_parallel_layout)
@@ -190,6 +191,24 @@ def _describe(gap: float, plan) -> str:
             f"{plan.account_for_embedding_in_pipeline_split}/"
             f"{plan.account_for_loss_in_pipeline_split} "
             f"layout {plan.pipeline_model_parallel_layout!r}")
+
+
+def test_every_layer_term_is_in_the_table_both_pricings_read():
+    """:func:`layer_type_times` gives exactly the :data:`LAYER_TERMS` keys, dense and MoE:
+    a per-layer term missing from the table would reach neither pricing's sums."""
+    from configurator.core.candidates import Candidates
+    from configurator.cost.communication import comm_figures, expert_comm_figures
+    from configurator.cost.compute import layer_costs
+    from configurator.cost.iteration import LAYER_TERMS, layer_type_times
+
+    for name, preset, nodes, gbs, _ in (CONFIGS[0], CONFIGS[3]):
+        model, cl = load_model(name), load_cluster(preset, nodes)
+        c = sampled_plans(model, cl.num_gpus, gbs, SEED, per_class=1)
+        comm = dict(comm_figures(cl, c), **expert_comm_figures(cl, c))
+        types = layer_type_times(model, c, layer_costs(model, c, cl.gpu), comm)
+        assert set(types) == {"dense", "moe"}
+        for kind in types.values():
+            assert set(kind) == set(LAYER_TERMS)
 
 
 @pytest.mark.parametrize("measured", [False, True], ids=["preset", "equal-measured-links"])

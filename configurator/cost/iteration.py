@@ -407,8 +407,8 @@ def host_bound(c: Candidates, t: dict, host_fwd_s, sync=None) -> dict:
     seconds of the forward before a synchronisation of the host with the GPU
     (:func:`configurator.cost.moe_compute.moe_host_synchronised`): the two parts of the forward
     cannot overlap one another, so it takes ``max(host₁, GPU₁) + max(host₂, GPU₂)``."""
-    gpu_f = t["fwd"] + t["tp_f"] + t["cp_f"] + t["ep_f"]
-    gpu_b = t["bwd"] + t["tp_b"] + t["cp_b"] + t["ep_b"]
+    gpu_f = layer_pass_s(t, False)
+    gpu_b = layer_pass_s(t, True, without=("recompute",))    # recompute has its own floor
     out = dict(t)
     if sync is None:
         out["fwd"] = t["fwd"] + np.maximum(host_fwd_s - gpu_f, 0.0)
@@ -442,11 +442,12 @@ def layers_terms_s(types: dict, dense_layers, moe_layers) -> dict:
     return {k: dense_layers * d[k] + moe_layers * e[k] for k in LAYER_TERMS}
 
 
-def layer_pass_s(t: dict, backward: bool):
+def layer_pass_s(t: dict, backward: bool, without: tuple[str, ...] = ()):
     """One microbatch's forward (``backward`` False) or backward pass (s) through a layer or
     a rank's layers ``t`` (:data:`LAYER_TERMS` keys): the sum of that pass's terms, in the
-    table's order."""
-    keys = [k for k, (_, back) in LAYER_TERMS.items() if back == backward]
+    table's order, those named in ``without`` left out."""
+    keys = [k for k, (_, back) in LAYER_TERMS.items()
+            if back == backward and k not in without]
     out = t[keys[0]]
     for k in keys[1:]:
         out = out + t[k]
