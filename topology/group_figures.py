@@ -67,6 +67,15 @@ def uniform_group_shape(stride: int, size: int, world: int,
     return intra or bool(np.any(hi >= 2)), True, int(lo.min())
 
 
+def domain_members(gpus: np.ndarray, domains) -> np.ndarray:
+    """For each row of ``gpus`` (``[rows, n]`` physical GPU indices), the fewest members of
+    the row any of its GPUs shares an NVLink domain with, itself included (``domains``: the
+    NVLink domain of every GPU index): what its all-to-all reaches over NVLink
+    (:func:`topology.collectives.all_to_all_time_s`'s ``on_node``). ``[rows]`` ints."""
+    dom = np.asarray(domains)[gpus]
+    return (dom[:, :, None] == dom[:, None, :]).sum(axis=2).min(axis=1)
+
+
 def ring_figures(gpus: np.ndarray, links, domains) -> tuple[np.ndarray, np.ndarray]:
     """(bus bandwidth B/s, per-step latency s) of the NCCL ring over each row of ``gpus``
     (``[rows, n]`` physical GPU indices, host-major), by :meth:`GroupFigures.ring_busbw`'s rules:
@@ -329,8 +338,8 @@ class GroupFigures:
                 _, inter, k = self._uniform_shape(stride, size, world)
                 res = k if inter else size
             else:
-                dom = np.asarray(self.gpu_domains)[self._group_gpus(stride, size, world)]
-                res = int((dom[:, :, None] == dom[:, None, :]).sum(axis=2).min())
+                res = int(domain_members(self._group_gpus(stride, size, world),
+                                         self.gpu_domains).min())
             self._cache[key] = res
         return self._cache[key]
 

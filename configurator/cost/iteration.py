@@ -59,6 +59,18 @@ BREAKDOWN_TERMS = {
     "optimizer": "the optimizer step",
 }
 BREAKDOWN_KEYS = tuple(BREAKDOWN_TERMS)
+#: The per-layer terms :func:`layer_type_times` gives (seconds per layer and microbatch),
+#: each with the breakdown term (:data:`BREAKDOWN_TERMS`) it is counted in and whether it
+#: runs in the backward pass. Both pricings read this table: the closed form
+#: (:func:`iteration_time`) sums the terms into its breakdown, the simulated schedule
+#: (:class:`configurator.cost.placed.PlacedPlan`) into every chunk's forward and backward
+#: (:func:`layer_pass_s`), so a per-layer term added here and to :func:`layer_type_times`
+#: reaches both.
+LAYER_TERMS = {"fwd": ("compute", False), "bwd": ("compute", True),
+               "recompute": ("recompute", True),
+               "tp_f": ("tp_comm", False), "tp_b": ("tp_comm", True),
+               "cp_f": ("cp_comm", False), "cp_b": ("cp_comm", True),
+               "ep_f": ("ep_comm", False), "ep_b": ("ep_comm", True)}
 #: Megatron DDP bucket: ``max(40M, 1M·dp)`` parameters (megatron/core/distributed
 #: distributed_data_parallel_config.py, ``bucket_size``).
 BUCKET_PARAMS = 40_000_000
@@ -324,8 +336,7 @@ def optimizer_s(c: PlanBatch, gpu, stage_params, expert_params=0.0):
     optimizer, expert parameters over the expert-data-parallel group) plus a gradient-norm pass, at attained HBM bandwidth."""
     eff = gpu.efficiency
     shard = np.where(c.distributed_optimizer, (c.dp * c.cp).astype(float), 1.0)
-    eshard = np.where(c.distributed_optimizer,
-                      (c.tp * c.dp * c.cp).astype(float) / (c.ep * c.etp), 1.0)
+    eshard = np.where(c.distributed_optimizer, expert_data_parallel_size(c), 1.0)
     step = 2.0 * c.optimizer_bytes_per_parameter + c.main_grad_bytes + 2.0
     opt_bytes = (stage_params * (step / shard + c.main_grad_bytes)
                  + expert_params * (step / eshard + c.main_grad_bytes))
@@ -385,8 +396,8 @@ def host_bound(c: PlanBatch, t: dict, host_fwd_s, sync=None) -> dict:
     seconds of the forward before a synchronisation of the host with the GPU
     (:func:`configurator.cost.moe_compute.moe_host_synchronised`): the two parts of the forward
     cannot overlap one another, so it takes ``max(host₁, GPU₁) + max(host₂, GPU₂)``."""
-    gpu_f = t["fwd"] + t["tp_f"] + t["cp_f"] + t["ep_f"]
-    gpu_b = t["bwd"] + t["tp_b"] + t["cp_b"] + t["ep_b"]
+    gpu_f = layer_pass_s(t, False)
+    gpu_b = layer_pass_s(t, True, without=("recompute",))    # recompute has its own floor
     out = dict(t)
     if sync is None:
         out["fwd"] = t["fwd"] + np.maximum(host_fwd_s - gpu_f, 0.0)
@@ -400,6 +411,45 @@ def host_bound(c: PlanBatch, t: dict, host_fwd_s, sync=None) -> dict:
     out["recompute"] = np.where(c.recompute == RECOMPUTE_FULL,
                                 np.maximum(t["recompute"], host_fwd_s), t["recompute"])
     return out
+
+
+def expert_data_parallel_size(c: PlanBatch) -> np.ndarray:
+    """Each plan's expert-data-parallel group size, ``tp·cp·dp / (ep·etp)`` ranks (float):
+    the group expert gradients are reduced over and the distributed optimizer shards expert
+    state over (megatron/core/parallel_state.py, the ``etp-ep-edp-pp`` expert grid)."""
+    return (c.tp * c.dp * c.cp).astype(float) / (c.ep * c.etp)
+
+
+def layers_terms_s(types: dict, dense_layers, moe_layers) -> dict:
+    """Each :data:`LAYER_TERMS` term (s) of one microbatch through ``dense_layers`` dense and
+    ``moe_layers`` MoE layers (arrays broadcast against those of ``types``, the output of
+    :func:`layer_type_times`). With no MoE layer at all the dense terms alone (the same
+    floats as adding 0·moe)."""
+    d, e = types["dense"], types["moe"]
+    if not np.any(moe_layers):
+        return {k: dense_layers * d[k] for k in LAYER_TERMS}
+    return {k: dense_layers * d[k] + moe_layers * e[k] for k in LAYER_TERMS}
+
+
+def layer_pass_s(t: dict, backward: bool, without: tuple[str, ...] = ()):
+    """One microbatch's forward (``backward`` False) or backward pass (s) through a layer or
+    a rank's layers ``t`` (:data:`LAYER_TERMS` keys): the sum of that pass's terms, in the
+    table's order, those named in ``without`` left out."""
+    keys = [k for k, (_, back) in LAYER_TERMS.items()
+            if back == backward and k not in without]
+    out = t[keys[0]]
+    for k in keys[1:]:
+        out = out + t[k]
+    return out
+
+
+def dp_windows_s(t: dict):
+    """``(backward, forward)`` windows (s) a rank's data-parallel traffic hides under, from
+    one microbatch's terms through its layers ``t`` (:func:`layers_terms_s`): the gradient
+    reduction under the last microbatch's backward (its layers' backward, recompute and
+    tensor-parallel collectives), the parameter gather under the next forward
+    (:func:`dp_exposed_s`'s ``bwd_window_s`` and ``fwd_window_s``)."""
+    return t["bwd"] + t["recompute"] + t["tp_f"] + t["tp_b"], t["fwd"]
 
 
 def iteration_time(model: ModelSpec, cluster, c: PlanBatch,
@@ -436,24 +486,18 @@ def iteration_time(model: ModelSpec, cluster, c: PlanBatch,
                              layout=c.layout)
     n_moe = cls["moe_layers"].astype(float)
     n_dense = cls["layers"] - n_moe
-    d, e = types["dense"], types["moe"]
 
-    # each term of one microbatch through each class's layers, [plans, classes] (no MoE
-    # layer anywhere: the dense term alone, the same floats as adding 0·moe)
-    pc = ({k: n_dense * np.asarray(d[k])[:, None] + n_moe * np.asarray(e[k])[:, None]
-           for k in d} if n_moe.any() else
-          {k: n_dense * np.asarray(d[k])[:, None] for k in d})
+    # each term of one microbatch through each class's layers, [plans, classes]
+    pc = layers_terms_s({kind: {k: np.asarray(v)[:, None] for k, v in t.items()}
+                         for kind, t in types.items()}, n_dense, n_moe)
 
     is_first = cls["stage"] == 0
     is_last = cls["stage"] == c.pp[:, None] - 1
     stage_extra = is_first * emb[:, None] + is_last * logits[:, None]
-    terms = {
-        "compute": pc["fwd"] + pc["bwd"] + stage_extra,
-        "recompute": pc["recompute"],
-        "tp_comm": pc["tp_f"] + pc["tp_b"],
-        "cp_comm": pc["cp_f"] + pc["cp_b"],
-        "ep_comm": pc["ep_f"] + pc["ep_b"],
-    }
+    terms: dict = {}     # the breakdown's layer terms, in LAYER_TERMS order
+    for k, (key, _) in LAYER_TERMS.items():
+        terms[key] = pc[k] if key not in terms else terms[key] + pc[k]
+    terms["compute"] = terms["compute"] + stage_extra
     stage_t = sum(terms.values())
     live = cls["count"] > 0
     pace_k = np.argmax(np.where(live, stage_t, -np.inf), axis=1)[:, None]
@@ -500,20 +544,19 @@ def iteration_time(model: ModelSpec, cluster, c: PlanBatch,
     big = np.argmax(np.where(live, non_expert + expert, -np.inf), axis=1)[:, None]
     ne_params = np.take_along_axis(np.broadcast_to(non_expert, live.shape), big, axis=1)[:, 0]
     ex_params = np.take_along_axis(np.broadcast_to(expert, live.shape) * 1.0, big, axis=1)[:, 0]
-    def pace_total(key):   # the pacing rank's layers, one microbatch
-        return np.take_along_axis(pc[key], pace_k, axis=1)[:, 0]
 
-    bwd_window = (pace_total("bwd") + pace_total("recompute") + pace_total("tp_f")
-                  + pace_total("tp_b"))
-    fwd_window = pace_total("fwd")
+    class PaceTotal(dict):    # a term of the pacing rank's layers, one microbatch, on demand
+        def __missing__(self, key):
+            return np.take_along_axis(pc[key], pace_k, axis=1)[:, 0]
+
+    bwd_window, fwd_window = dp_windows_s(PaceTotal())
     out["dp_comm"] = dp_exposed_s(
         c, ne_params, comm["dp_bw"], comm["dp_lat"], bwd_window_s=bwd_window,
         fwd_window_s=fwd_window) + tied_embedding_s(model, c, comm["pp_bw"], comm["pp_lat"])
     if model.is_moe:
-        edp = (c.tp * c.cp * c.dp / (c.ep * c.etp)).astype(float)
         out["dp_comm"] = out["dp_comm"] + dp_exposed_s(
             c, ex_params, comm["edp_bw"], comm["edp_lat"], bwd_window_s=0.0,
-            fwd_window_s=0.0, group=edp)
+            fwd_window_s=0.0, group=expert_data_parallel_size(c))
     out["optimizer"] = optimizer_s(c, gpu, ne_params, ex_params)
     out["iteration_time_s"] = sum(out[k] for k in BREAKDOWN_KEYS)
     return out

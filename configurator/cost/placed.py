@@ -23,9 +23,14 @@ cluster's measured links:
   slowest of its tp rings), exposed as the plan's overlap flags say, then all ranks take
   the optimizer step.
 
-The terms themselves (collective counts, overlap windows, extras, optimizer bytes) are the
-closed form's (:mod:`configurator.cost.iteration`), so on a uniform cluster the two agree
-(``tests/test_placed.py``: within 1 % over a grid of pp, m and vp).
+The terms themselves (per-layer terms, :data:`~configurator.cost.iteration.LAYER_TERMS`;
+collective counts, overlap windows, extras, send and optimizer times) are the closed form's
+functions (:mod:`configurator.cost.iteration`), called here with each group's own figures, so
+on a uniform cluster the two agree: ``tests/test_placed.py`` draws plans from the search's
+enumeration (dense and MoE, 1F1B and interleaved, even and uneven splits, cp > 1) and finds
+one pipeline stage priced alike to 1e-9 and even splits within 1 % (the schedule never
+slower); uneven splits differ by what the closed form simplifies on purpose (that test's
+docstring gives the measured sizes).
 
 Rank order: Megatron's ``tp-cp-ep-dp-pp`` (:mod:`topology.rank_order`), ``ep = 1``.
 """
@@ -44,11 +49,13 @@ from configurator.cost.compute import layer_costs
 from configurator.core.layers import chunk_layer_counts, rank_layer_counts
 from configurator.core.rows import distinct_rows
 from configurator.cost.communication import expert_comm_figures
-from configurator.cost.iteration import (dp_exposed_s, layer_type_times, optimizer_s,
+from configurator.cost.iteration import (dp_exposed_s, dp_windows_s,
+                                         expert_data_parallel_size, layer_pass_s,
+                                         layer_type_times, layers_terms_s, optimizer_s,
                                          p2p_message_s, stage_extras_s, tied_embedding_s)
 from configurator.cost.schedule_sim import SimResult, simulate
 from memory_model.params import stage_parameter_split
-from topology.group_figures import host_ring_figures, ring_figures
+from topology.group_figures import domain_members, host_ring_figures, ring_figures
 
 
 #: Bytes of distinct replica rows whose simulated makespan a :class:`PlacedPlan` keeps.
@@ -134,7 +141,6 @@ class PlacedPlan:
         c = PlanBatch.from_plan(plan)
         self.c = c
         self.lc = layer_costs(model, c, cluster.gpu, profile)
-        self.act_bytes = 2.0 * self.lc["tokens"] * model.hidden_size
         pp, dp, cp, tp = plan.pp, plan.dp, plan.cp, plan.tp
         # global rank grid [pp, dp, cp, tp] (rank = t + tp·(c + cp·(d + dp·s)))
         self.ranks = np.arange(world, dtype=np.int64).reshape(pp, dp, cp, tp)
@@ -142,6 +148,9 @@ class PlacedPlan:
         # virtual stage j·pp + r)
         chunks = chunk_layer_counts(model, *plan.layer_split).astype(float)
         self.chunk_layers, self.chunk_moe = chunks[:, :, 0], chunks[:, :, 1]
+        # each rank's dense and MoE layers, [pp]
+        self.stage_moe = self.chunk_moe.sum(axis=1)
+        self.stage_dense = self.chunk_layers.sum(axis=1) - self.stage_moe
         counts = rank_layer_counts(model, *plan.layer_split)
         ne, ex = stage_parameter_split(model, tp, pp, np.arange(pp), layers=counts[:, 0],
                                        moe_layers=counts[:, 1], ep=plan.ep, etp=plan.etp)
@@ -253,8 +262,7 @@ class PlacedPlan:
             bw_, bl = table_links(nxt.reshape(-1), sub.reshape(-1))
             hop_bw = np.minimum(fw, bw_).reshape(-1, cp).min(axis=1)
             hop_lat = np.maximum(fl, bl).reshape(-1, cp).max(axis=1)
-            dom = np.asarray(self.cluster.gpu_domains)[sub]
-            on = (dom[:, :, None] == dom[:, None, :]).sum(axis=2).min(axis=1)
+            on = domain_members(sub, self.cluster.gpu_domains)
             if rep is not None:
                 hop_bw, hop_lat, on = hop_bw[inv], hop_lat[inv], on[inv]
             cp_hop_bw, cp_hop_lat = slowest(hop_bw, hop_lat, tp)
@@ -271,22 +279,16 @@ class PlacedPlan:
                                                    cp_hop_bw=cp_hop_bw,
                                                    cp_hop_lat=cp_hop_lat,
                                                    cp_on_node=cp_on))
-        tp_f, tp_b = types["dense"]["tp_f"], types["dense"]["tp_b"]
         x = {k: np.broadcast_to(v, (K, dp, pp))
              for k, v in stage_extras_s(model, c, self.cluster.gpu, lc, tp_bw, tp_lat).items()}
-
-        def layer_s(t, back):
-            if back:
-                return t["bwd"] + t["recompute"] + t["tp_b"] + t["cp_b"] + t["ep_b"]
-            return t["fwd"] + t["tp_f"] + t["cp_f"] + t["ep_f"]
 
         def chunks(back):
             """``[K, dp, pp, vp]``: each chunk's dense and MoE layers at their layer times."""
             dense_n = (self.chunk_layers - self.chunk_moe)[None, None]       # [1, 1, pp, vp]
             moe_n = self.chunk_moe[None, None]
-            return (dense_n * np.broadcast_to(layer_s(types["dense"], back),
+            return (dense_n * np.broadcast_to(layer_pass_s(types["dense"], back),
                                               (K, dp, pp))[..., None]
-                    + moe_n * np.broadcast_to(layer_s(types["moe"], back),
+                    + moe_n * np.broadcast_to(layer_pass_s(types["moe"], back),
                                               (K, dp, pp))[..., None])
 
         fwd, bwd = chunks(False), chunks(True)
@@ -308,18 +310,19 @@ class PlacedPlan:
             p2p_f = np.broadcast_to(p2p_f, (K, dp, pp)).copy()
             p2p_b = np.broadcast_to(p2p_b, (K, dp, pp)).copy()
 
-        # data-parallel reduction per stage, windows as in the closed form (per rank)
-        layers = self.chunk_layers.sum(axis=1)                     # [pp]
-        tp_fb = np.broadcast_to(tp_f + tp_b, (K, dp, pp)).max(axis=1)             # [K, pp]
-        tail = dp_exposed_s(c, self.stage_params, dp_bw, dp_lat,
-                            bwd_window_s=layers * (lc["bwd"] + lc["recompute"] + tp_fb),
-                            fwd_window_s=layers * lc["fwd"])
+        # data-parallel reduction per stage under the windows of its own layers (the
+        # closed form's, of the pacing rank's), the longest of its replicas': [K, pp]
+        windows = dp_windows_s(layers_terms_s(types, self.stage_dense, self.stage_moe))
+        bwd_window, fwd_window = (np.broadcast_to(w, (K, dp, pp)).max(axis=1)
+                                  for w in windows)
+        tail = dp_exposed_s(c, self.stage_params, dp_bw, dp_lat, bwd_window_s=bwd_window,
+                            fwd_window_s=fwd_window)
         tail = np.broadcast_to(tail, (K, pp)).astype(float).copy()
         if model.is_moe:
             xc = self.expert_comm
             tail += np.broadcast_to(dp_exposed_s(
                 c, self.stage_expert_params, xc["edp_bw"], xc["edp_lat"], bwd_window_s=0.0,
-                fwd_window_s=0.0, group=(tp * cp * dp) / (plan.ep * plan.etp)), (pp,))
+                fwd_window_s=0.0, group=expert_data_parallel_size(c)), (pp,))
         if pp > 1:
             t_emb = np.broadcast_to(tied_embedding_s(model, c, pf_bw[:, :, pp - 1].min(axis=1),
                                                      pf_lat[:, :, pp - 1].max(axis=1)), (K,))
