@@ -104,20 +104,53 @@ def test_small_high_tp_mbs1_local_plans_are_slower_than_their_gemms(tp):
 
 def test_long_kernels_hide_the_host():
     """tp 2, pp 4, micro-batch 4: every layer pass is longer on the GPU than issuing it,
-    so the host's count leaves the plan alone."""
+    so the host adds only the optimizer step's operations (74 tensors on the first
+    stage)."""
     plan = _plan(2, 4, 4)
     free = evaluate_plan(MODEL, _cluster(0.0), plan).iteration_time_s
-    assert evaluate_plan(MODEL, _cluster(), plan).iteration_time_s == pytest.approx(
-        free, rel=1e-6)
+    op = _cluster().gpu.efficiency.host_op_s
+    assert evaluate_plan(MODEL, _cluster(), plan).iteration_time_s - free == pytest.approx(
+        74 * host_ops.OPTIMIZER_HOST_OPS_PER_TENSOR * op, rel=1e-6)
 
 
 def test_ranking_moves_toward_the_measured_best():
     """Measured (a 2021-era Megatron grid on one DGX A100): tp 2, pp 1, mbs 1 takes
-    0.174 s and tp 2, pp 4, mbs 4 0.113 s. Counting the local layer's operations and the
-    checkpoint's narrows the predicted lead of the former (it does not flip it: the time
-    per host operation is the same figure as for Transformer Engine layers)."""
+    0.174 s and tp 2, pp 4, mbs 4 0.113 s. Counting the local layer's operations, the
+    checkpoint's and the optimizer's narrows the predicted lead of the former (it does not
+    flip it: the time per host operation is the same figure as for Transformer Engine
+    layers)."""
     fast = evaluate_plan(MODEL, _cluster(), _plan(2, 1, 1)).iteration_time_s
     best = evaluate_plan(MODEL, _cluster(), _plan(2, 4, 4)).iteration_time_s
     te = evaluate_plan(MODEL, _cluster(), _plan(2, 1, 1, attention_backend="unfused"))
     assert te.iteration_time_s < fast < best
     assert best - fast < 0.6 * (best - te.iteration_time_s)
+
+
+def test_parameter_tensors_follow_the_layers_they_hold():
+    """A pre-norm GPT layer with biases holds 12 tensors (two LayerNorms' weight and bias,
+    QKV, projection, fc1, fc2 with their biases); a Llama layer (RMSNorm, no biases) 6; the
+    first stage adds the word and position embeddings, the last the final norm."""
+    from configurator.core.model_presets import load_model
+    from memory_model.params import layer_parameter_tensors, stage_parameter_tensors
+    assert layer_parameter_tensors(MODEL) == (12, 12)
+    assert layer_parameter_tensors(load_model("llama3-70b")) == (6, 6)
+    assert float(stage_parameter_tensors(MODEL, 1, 0, layers=24, moe_layers=0)) == 24 * 12 + 4
+    # pp 4: the first stage its 6 layers and the embeddings, the last its layers, the final
+    # norm and its copy of the tied output weights
+    assert [float(stage_parameter_tensors(MODEL, 4, s, layers=6, moe_layers=0))
+            for s in range(4)] == [74, 72, 72, 75]
+    qwen = load_model("qwen3-30b-a3b")                     # 128 experts, top-8, qk norms
+    dense, moe = layer_parameter_tensors(qwen, ep=8)
+    assert float(moe) == dense - 2 + 1 + 16 * 2           # router, 16 local experts' fc1, fc2
+
+
+def test_optimizer_step_adds_its_host_operations_per_tensor():
+    """The optimizer term grows by two host operations per parameter tensor of the rank
+    (main-gradient cast, detach for the norm), whatever the plan's GPU work."""
+    op = _cluster().gpu.efficiency.host_op_s
+    for tp, pp, mbs, tensors in ((2, 1, 1, 292), (2, 4, 4, 74)):
+        plan = _plan(tp, pp, mbs)
+        with_host = evaluate_plan(MODEL, _cluster(), plan).time_breakdown_s["optimizer"]
+        free = evaluate_plan(MODEL, _cluster(0.0), plan).time_breakdown_s["optimizer"]
+        assert with_host - free == pytest.approx(
+            tensors * host_ops.OPTIMIZER_HOST_OPS_PER_TENSOR * op)
