@@ -57,9 +57,11 @@ MOE_PERMUTE_OPS = (13, 3)
 
 
 #: PyTorch operations the host issues per layer and microbatch, forward, in Megatron's own
-#: layer (``attention_backend`` ``local``, ``--transformer-impl local``): every call that
-#: reaches PyTorch's dispatcher or applies an autograd function, views included, counted
-#: from Megatron-LM's ``ParallelTransformerLayer`` (megatron/model/transformer.py,
+#: layer (``attention_backend`` ``local``, ``--transformer-impl local``): every PyTorch
+#: operation the layer's Python code issues (torch functions and tensor methods, views
+#: included, and autograd ``Function`` applications; ``F.linear`` on a 3-D input as the
+#: transpose, matmul and in-place bias add that torch/nn/functional.py's ``linear`` runs),
+#: counted from Megatron-LM's ``ParallelTransformerLayer`` (megatron/model/transformer.py,
 #: ``ParallelAttention.forward``, ``ParallelMLP.forward``; megatron/mpu/layers.py
 #: ``ColumnParallelLinear`` and ``RowParallelLinear``; megatron/mpu/random.py
 #: ``CudaRNGStatesTracker.fork``; megatron/model/fused_softmax.py; commit e270f68, April
@@ -89,8 +91,9 @@ HOST_OPS_LOCAL_ATTN_PARTS = ("input_norm", "qkv", "qkv_split", "scores", "softma
 HOST_OPS_LOCAL_TP_COLLECTIVES = 2
 #: Host operations of a full recompute's checkpoint around each layer, ``(forward,
 #: backward)``, beyond the layer's own forward that backward runs again (Megatron-LM
-#: ``CheckpointFunction``, megatron/mpu/random.py, commit e270f68; the same steps in
-#: megatron-core's tensor_parallel/random.py): forward reads the CPU and CUDA RNG states
+#: ``CheckpointFunction``, megatron/mpu/random.py, commit e270f68; megatron-core's
+#: tensor_parallel/random.py saves and restores the same states through
+#: ``_get_all_rng_states`` and ``_set_all_rng_states``): forward reads the CPU and CUDA RNG states
 #: (the tracker's states are a dict copy, no tensor operation); backward reads both again,
 #: sets the forward's two, detaches the two tensor inputs (hidden states and attention
 #: mask), sets its own two back after the re-run forward and calls
