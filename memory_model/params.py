@@ -224,3 +224,50 @@ def active_parameters(model: ModelSpec) -> int:
     ne, ex = moe_layer_parameters(model)
     unused = float(ex) * (1 - model.moe_router_topk / model.num_experts)
     return int(round(total_parameters(model) - unused * model.num_moe_layers))
+
+
+def layer_parameter_tensors(model: ModelSpec, ep=1) -> tuple:
+    """``(dense, moe)`` parameter tensors of one layer on one rank (counts; ``ep``
+    broadcasts), the units an optimizer's per-parameter loops walk over, following
+    :func:`attention_parameters`, :func:`mlp_parameters` and :func:`moe_layer_parameters`:
+    the two norms (weight, and bias with LayerNorm), the attention's weights (QKV and
+    projection; MLA's down and up projections and the latents' norms instead), qk norms,
+    biases with ``add_bias_linear`` (and the QKV bias with ``add_qkv_bias``), an MLP's fc1
+    and fc2; an MoE layer's router, shared expert and, per local expert, its fc1 and fc2
+    (one weight each, as Transformer Engine's ``GroupedLinear`` and megatron-core's
+    ``SequentialMLP`` hold them)."""
+    norm = 2 if model.normalization == "LayerNorm" else 1
+    bias = int(model.add_bias_linear)
+    attn = norm                                            # the input norm
+    if model.multi_latent_attention:
+        attn += 3 + (2 if model.q_lora_rank else 1)       # kv down, kv up, projection; q
+        if model.qk_layernorm:
+            attn += norm * (1 + bool(model.q_lora_rank))
+        attn += bias
+    else:
+        attn += 2 + (1 if (model.add_bias_linear or model.add_qkv_bias) else 0) + bias
+        if model.qk_layernorm:
+            attn += 2 * norm
+    mlp = 2 * (1 + bias)
+    dense = attn + norm + mlp
+    if not model.is_moe:
+        return dense, dense
+    router = 1 + bias
+    shared = mlp if model.moe_shared_expert_intermediate_size else 0
+    local = model.num_experts / np.asarray(ep, dtype=float)
+    return dense, attn + norm + router + shared + local * mlp
+
+
+def stage_parameter_tensors(model: ModelSpec, pp, stage, *, layers, moe_layers, ep=1):
+    """Parameter tensors held by one GPU of pipeline ``stage`` (counts; arrays broadcast):
+    its layers' (:func:`layer_parameter_tensors`), the word (and learned position)
+    embedding on the first stage, the final norm and an output layer (untied, or the tied
+    copy with ``pp > 1``) on the last."""
+    pp, stage = np.asarray(pp), np.asarray(stage)
+    layers, moe_layers = np.asarray(layers, dtype=float), np.asarray(moe_layers, dtype=float)
+    dense, moe = layer_parameter_tensors(model, ep)
+    n = dense * (layers - moe_layers) + moe * moe_layers
+    emb = 1 + (model.position_embedding_type == "learned_absolute")
+    norm = 2 if model.normalization == "LayerNorm" else 1
+    out = norm + np.where(model.untie_embeddings_and_output_weights | (pp > 1), 1, 0)
+    return n + np.where(stage == 0, emb, 0) + np.where(stage == pp - 1, out, 0)

@@ -72,8 +72,9 @@ from configurator.core.plan_values import (RECOMPUTE_CORE_ATTN, RECOMPUTE_FULL, 
                                            mfu_peak_precision)
 from configurator.cost.gemm import (fp8_quantize_s, fp8_scaling, gemm_time_s,
                                     main_grad_accumulation_s)
-from configurator.cost.host_ops import (UNFUSED_ROPE_BYTES, UNFUSED_ROPE_KERNELS, clamp_s,
-                                        eager_s, host_layer_s, offload_exposed)
+from configurator.cost.host_ops import (UNFUSED_ROPE_BYTES, UNFUSED_ROPE_KERNELS,
+                                        checkpoint_host_s, clamp_s, eager_s, host_layer_s,
+                                        offload_exposed)
 from configurator.cost.moe_compute import moe_host_before_sync_s, moe_mlp_costs
 from memory_model.activations import LayerInputs, offloaded_layer_bytes
 from memory_model.params import dense_layer_parameters, moe_layer_parameters
@@ -219,7 +220,9 @@ def layer_costs(model: ModelSpec, c: PlanBatch, gpu: GPUSpec, profile=None) -> d
     ``moe_host``: the host's time to issue each layer's forward
     (:func:`~configurator.cost.host_ops.host_layer_s`), which
     :func:`configurator.cost.iteration.layer_type_times` sets against the layer's GPU time
-    and communication. ``profile``: measured dense-layer times that replace the analytic
+    and communication; ``host_checkpoint``: a full recompute's checkpoint bookkeeping on the
+    host, ``(forward, backward)`` seconds (:func:`~configurator.cost.host_ops.checkpoint_host_s`).
+    ``profile``: measured dense-layer times that replace the analytic
     ``fwd``/``bwd`` at the shapes it holds (:func:`profiled_layer_s`; an MoE layer keeps its
     analytic MLP difference on top). ``main_grad_acc``, ``moe_main_grad_acc``: the part of
     ``bwd``, ``moe_bwd`` that accumulates the layer's weight gradients into ``main_grad``
@@ -333,6 +336,7 @@ def layer_costs(model: ModelSpec, c: PlanBatch, gpu: GPUSpec, profile=None) -> d
            "attn_fwd": attn_fwd, "attn_bwd": attn_bwd,
            "tp_gemm_pairs": ((gemm_qkv, gemm_proj), (gemm_fc1, gemm_fc2)),
            "host": host_dense, "moe_host": host_moe,
+           "host_checkpoint": checkpoint_host_s(c, gpu),
            "moe_host_pre": moe_host_before_sync_s(model, c, gpu), "main_grad_acc": grad_acc,
            "tokens": T, "gemm_kw": kw}
     if model.is_moe:

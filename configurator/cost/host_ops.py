@@ -13,7 +13,7 @@ import numpy as np
 
 from configurator.core.plan_batch import PlanBatch
 from configurator.core.model import ModelSpec
-from configurator.core.plan_values import is_fp8
+from configurator.core.plan_values import RECOMPUTE_FULL, is_fp8
 from topology.gpus import GPUSpec
 
 
@@ -56,6 +56,93 @@ MOE_ROUTER_OPS = (15, 3)
 MOE_PERMUTE_OPS = (13, 3)
 
 
+#: PyTorch operations the host issues per layer and microbatch, forward, in Megatron's own
+#: layer (``attention_backend`` ``local``, ``--transformer-impl local``): every PyTorch
+#: operation the layer's Python code issues (torch functions and tensor methods, views
+#: included, and autograd ``Function`` applications; ``F.linear`` on a 3-D input as the
+#: transpose, matmul and in-place bias add that torch/nn/functional.py's ``linear`` runs),
+#: counted from Megatron-LM's ``ParallelTransformerLayer`` (megatron/model/transformer.py,
+#: ``ParallelAttention.forward``, ``ParallelMLP.forward``; megatron/mpu/layers.py
+#: ``ColumnParallelLinear`` and ``RowParallelLinear``; megatron/mpu/random.py
+#: ``CudaRNGStatesTracker.fork``; megatron/model/fused_softmax.py; commit e270f68, April
+#: 2021), a pre-norm GPT layer with the causal fused softmax and the bias-GeLU and
+#: bias-dropout-add fusions, by part: ``input_norm`` apex's fused layer norm; ``qkv`` the
+#: input's ``copy_to_tensor_model_parallel_region``, ``F.linear`` with its bias (transpose,
+#: matmul, in-place add); ``qkv_split`` view and split into q, k, v; ``scores`` q and k
+#: views, the ``torch.empty`` score buffer, three transposes, ``baddbmm`` and a view;
+#: ``softmax`` a view, ``ScaledUpperTriangMaskedSoftmax`` and a view back; ``dropout_rng``
+#: the tensor-parallel RNG tracker's ``fork`` (CUDA RNG state read, set, read, set) around
+#: the dropout; ``context`` v and probabilities views, a transpose, ``bmm``, view, permute,
+#: ``contiguous``, view; ``proj`` ``F.linear`` without bias (transpose, matmul) and
+#: ``reduce_from_tensor_model_parallel_region``; ``bda_attn`` the bias's ``expand_as`` and
+#: the fused bias-dropout-add; ``mlp_norm``; ``fc1`` ``copy_to`` and ``F.linear`` without
+#: bias (``skip_bias_add``); ``gelu`` ``bias_gelu_impl``; ``fc2`` as ``proj``; ``bda_mlp``
+#: as ``bda_attn``. The two tensor-parallel all-reduces inside the reductions
+#: (:data:`HOST_OPS_LOCAL_TP_COLLECTIVES`) are issued only with tp > 1 (``_reduce`` returns
+#: its input on one rank).
+HOST_OPS_LOCAL_PARTS = {"input_norm": 1, "qkv": 4, "qkv_split": 2, "scores": 8, "softmax": 3,
+                        "dropout_rng": 5, "context": 8, "proj": 3, "bda_attn": 2,
+                        "mlp_norm": 1, "fc1": 3, "gelu": 1, "fc2": 3, "bda_mlp": 2}
+#: The attention's share of :data:`HOST_OPS_LOCAL_PARTS` (the parts up to ``bda_attn``).
+HOST_OPS_LOCAL_ATTN_PARTS = ("input_norm", "qkv", "qkv_split", "scores", "softmax",
+                             "dropout_rng", "context", "proj", "bda_attn")
+#: ``torch.distributed.all_reduce`` calls of the local layer's forward with tp > 1 (the
+#: projection's and fc2's ``reduce_from_tensor_model_parallel_region``).
+HOST_OPS_LOCAL_TP_COLLECTIVES = 2
+#: Host operations of a full recompute's checkpoint around each layer, ``(forward,
+#: backward)``, beyond the layer's own forward that backward runs again (Megatron-LM
+#: ``CheckpointFunction``, megatron/mpu/random.py, commit e270f68; megatron-core's
+#: tensor_parallel/random.py saves and restores the same states through
+#: ``_get_all_rng_states`` and ``_set_all_rng_states``): forward reads the CPU and CUDA RNG states
+#: (the tracker's states are a dict copy, no tensor operation); backward reads both again,
+#: sets the forward's two, detaches the two tensor inputs (hidden states and attention
+#: mask), sets its own two back after the re-run forward and calls
+#: ``torch.autograd.backward`` on the re-run outputs.
+CHECKPOINT_HOST_OPS = (2, 9)
+
+
+#: Host operations per parameter tensor of the optimizer step, each issued while the GPU
+#: has nothing else queued (the step reads the loss scaler's overflow flag and the gradient
+#: norm back to the host, ``found_inf.item()`` and ``total_norm.item()``, so the host waits
+#: for the GPU before each): Megatron-LM's ``Float16OptimizerWithFloat16Params.step``
+#: (megatron/optimizer/optimizer.py, commit e270f68, April 2021) casts every main gradient
+#: (``_copy_model_grads_to_main_grads``: ``main_param.grad = model_param.main_grad.float()``)
+#: and ``clip_grad_norm_fp32`` (megatron/optimizer/clip_grads.py) detaches every gradient
+#: (``param.grad.detach()``) before its multi-tensor norm; the unscale, norm, Adam and copy
+#: back run as multi-tensor kernels over lists (a few launches in all, priced with the step's
+#: bytes). megatron-core's optimizers walk their parameters the same way (the distributed
+#: optimizer views, slices and casts each shard: more operations, not counted here).
+OPTIMIZER_HOST_OPS_PER_TENSOR = 2
+
+
+def optimizer_host_s(tensors, gpu: GPUSpec):
+    """Host seconds of the optimizer step's per-parameter operations on a rank holding
+    ``tensors`` parameter tensors (:data:`OPTIMIZER_HOST_OPS_PER_TENSOR` ×
+    ``Efficiency.host_op_s``; :func:`memory_model.params.stage_parameter_tensors`)."""
+    return np.asarray(tensors, dtype=float) * OPTIMIZER_HOST_OPS_PER_TENSOR * (
+        gpu.efficiency.host_op_s)
+
+
+def local_layer_ops(c: PlanBatch) -> tuple:
+    """Host operations of one local layer's forward, ``(attention, MLP)``, per plan
+    (:data:`HOST_OPS_LOCAL_PARTS`; tp > 1 adds the all-reduces of
+    :data:`HOST_OPS_LOCAL_TP_COLLECTIVES`, one in each part)."""
+    parts = HOST_OPS_LOCAL_PARTS
+    attn = sum(parts[k] for k in HOST_OPS_LOCAL_ATTN_PARTS)
+    mlp = sum(parts.values()) - attn
+    coll = (np.asarray(c.tp) > 1) * (HOST_OPS_LOCAL_TP_COLLECTIVES / 2.0)
+    return attn + coll, mlp + coll
+
+
+def checkpoint_host_s(c: PlanBatch, gpu: GPUSpec) -> tuple:
+    """Host seconds of a full recompute's checkpoint per layer and microbatch, ``(forward,
+    backward)`` (:data:`CHECKPOINT_HOST_OPS` × ``Efficiency.host_op_s``); 0 for plans
+    without full recompute."""
+    full = np.asarray(c.recompute) == RECOMPUTE_FULL
+    op = gpu.efficiency.host_op_s
+    return tuple(np.where(full, n * op, 0.0) for n in CHECKPOINT_HOST_OPS)
+
+
 def moe_fused_ops(c: PlanBatch) -> float:
     """Operations an MoE layer's forward saves with the plans' ``moe_router_fusion`` and
     ``moe_permute_fusion`` (:data:`MOE_ROUTER_OPS`, :data:`MOE_PERMUTE_OPS`), on the host
@@ -75,7 +162,8 @@ def graph_scopes(c: PlanBatch) -> set[str]:
 
 def host_layer_s(model: ModelSpec, c: PlanBatch, gpu: GPUSpec) -> tuple:
     """Host time (s) to issue one layer's forward for one microbatch: ``(dense, moe)``
-    (:data:`HOST_OPS_DENSE` and friends × ``Efficiency.host_op_s``); FP8 doubles a grouped
+    (:data:`HOST_OPS_DENSE` and friends × ``Efficiency.host_op_s``; Megatron's own layer,
+    ``attention_backend`` ``local``, :func:`local_layer_ops` instead); FP8 doubles a grouped
     GEMM member's operations (its input cast); biased experts add their eager bias's
     operations (:data:`EXPERT_BIAS_KERNELS`), an unfused RoPE its own
     (:data:`UNFUSED_ROPE_KERNELS`); the routing and permutation fusions remove theirs
@@ -93,8 +181,12 @@ def host_layer_s(model: ModelSpec, c: PlanBatch, gpu: GPUSpec) -> tuple:
     extra = (CLAMP_KERNELS[0] * (model.activation_func_clamp_value is not None)
              # unfused RoPE: its operations on q and k replace the two fused ones
              + (2 * UNFUSED_ROPE_KERNELS[0] - 2) * model.rope_unfused)
-    attn = 0 if scopes & {"attn", "layer"} or full else HOST_OPS_ATTN
-    mlp_ops = HOST_OPS_DENSE - HOST_OPS_ATTN + extra
+    if c.attention_backend == "local":      # Megatron's own layer: its own count
+        attn_ops, mlp_base = local_layer_ops(c)
+    else:
+        attn_ops, mlp_base = HOST_OPS_ATTN, HOST_OPS_DENSE - HOST_OPS_ATTN
+    attn = 0 if scopes & {"attn", "layer"} or full else attn_ops
+    mlp_ops = mlp_base + extra
     dense = (attn + (0 if scopes & {"mlp", "layer"} or full else mlp_ops)) * op
     if not model.is_moe:
         return dense, dense

@@ -37,10 +37,10 @@ from configurator.cost.communication import comm_figures, expert_comm_figures
 from configurator.cost.compute import EMBEDDING_GRAD_BYTES, layer_costs
 from configurator.cost.expert_comm import ep_layer_s
 from configurator.cost.gemm import gemm_time_s, main_grad_accumulation_s
-from configurator.cost.host_ops import HOST_BACKWARD_FACTOR
+from configurator.cost.host_ops import HOST_BACKWARD_FACTOR, optimizer_host_s
 from configurator.cost.moe_compute import moe_host_synchronised
 from memory_model.params import (embedding_parameters, padded_vocab_size,
-                                 stage_parameter_split)
+                                 stage_parameter_split, stage_parameter_tensors)
 from topology.collectives import (all_gather_time_s, all_reduce_time_s, all_to_all_time_s,
                                   p2p_time_s, small_all_reduce_s)
 
@@ -328,19 +328,23 @@ def tied_embedding_s(model: ModelSpec, c: PlanBatch, pp_bw, pp_lat):
     return np.where(tied, t, 0.0)
 
 
-def optimizer_s(c: PlanBatch, gpu, stage_params, expert_params=0.0):
+def optimizer_s(c: PlanBatch, gpu, stage_params, expert_params=0.0, tensors=0.0):
     """Adam step over the local shard (s): master, m, v and the gradient read; master, m, v
     written; 16-bit copy written (the state bytes twice,
     :func:`configurator.core.plan_terms.optimizer_state_bytes`: 12 with FP32 state, and the
     gradient and weight: ≈ 30 bytes per parameter; sharded over dp·cp with the distributed
-    optimizer, expert parameters over the expert-data-parallel group) plus a gradient-norm pass, at attained HBM bandwidth."""
+    optimizer, expert parameters over the expert-data-parallel group) plus a gradient-norm pass, at attained HBM bandwidth,
+    plus the host's per-parameter operations on the rank's ``tensors`` parameter tensors,
+    which the step's reads of the overflow flag and gradient norm leave exposed
+    (:func:`configurator.cost.host_ops.optimizer_host_s`)."""
     eff = gpu.efficiency
     shard = np.where(c.distributed_optimizer, (c.dp * c.cp).astype(float), 1.0)
     eshard = np.where(c.distributed_optimizer, expert_data_parallel_size(c), 1.0)
     step = 2.0 * c.optimizer_bytes_per_parameter + c.main_grad_bytes + 2.0
     opt_bytes = (stage_params * (step / shard + c.main_grad_bytes)
                  + expert_params * (step / eshard + c.main_grad_bytes))
-    return opt_bytes / (gpu.hbm_bandwidth_Bps * eff.hbm) + 20 * eff.kernel_overhead_s
+    return (opt_bytes / (gpu.hbm_bandwidth_Bps * eff.hbm) + 20 * eff.kernel_overhead_s
+            + optimizer_host_s(tensors, gpu))
 
 
 def layer_type_times(model: ModelSpec, c: PlanBatch, lc: dict, comm: dict) -> dict:
@@ -357,7 +361,7 @@ def layer_type_times(model: ModelSpec, c: PlanBatch, lc: dict, comm: dict) -> di
     zero = 0.0 * tp_f
     dense = host_bound(c, dict(fwd=lc["fwd"], bwd=lc["bwd"], recompute=lc["recompute"],
                                tp_f=tp_f, tp_b=tp_b, cp_f=cp_f, cp_b=cp_b, ep_f=zero,
-                               ep_b=zero), lc["host"])
+                               ep_b=zero), lc["host"], checkpoint=lc["host_checkpoint"])
     if not model.is_moe:
         return {"dense": dense, "moe": dense}
     share = (1.0 + bool(model.moe_shared_expert_intermediate_size)) / 2.0
@@ -367,7 +371,8 @@ def layer_type_times(model: ModelSpec, c: PlanBatch, lc: dict, comm: dict) -> di
                              tp_b=share * tp_b, cp_f=cp_f, cp_b=cp_b, ep_f=ep_f, ep_b=ep_b),
                      lc["moe_host"], sync=(lc["moe_host_pre"], lc["moe_fwd"]
                                            - lc["moe_experts_fwd"] + share * tp_f + cp_f)
-                     if moe_host_synchronised(c) else None)
+                     if moe_host_synchronised(c) else None,
+                     checkpoint=lc["host_checkpoint"])
     return {"dense": dense, "moe": moe}
 
 
@@ -387,7 +392,7 @@ def amax_reduction_s(model: ModelSpec, c: PlanBatch, gpus_per_node):
     return small_all_reduce_s(ranks, gpus_per_node) / np.maximum(layers, 1.0)
 
 
-def host_bound(c: PlanBatch, t: dict, host_fwd_s, sync=None) -> dict:
+def host_bound(c: PlanBatch, t: dict, host_fwd_s, sync=None, checkpoint=(0.0, 0.0)) -> dict:
     """A layer's times ``t`` with the host's issue time as a floor: where the forward's GPU
     work and communication take less than ``host_fwd_s`` (the backward's less than
     :data:`~configurator.cost.host_ops.HOST_BACKWARD_FACTOR` times it; a full recompute's
@@ -395,7 +400,12 @@ def host_bound(c: PlanBatch, t: dict, host_fwd_s, sync=None) -> dict:
     compute (:func:`configurator.cost.host_ops.host_layer_s`). ``sync``: ``(host, GPU)``
     seconds of the forward before a synchronisation of the host with the GPU
     (:func:`configurator.cost.moe_compute.moe_host_synchronised`): the two parts of the forward
-    cannot overlap one another, so it takes ``max(host₁, GPU₁) + max(host₂, GPU₂)``."""
+    cannot overlap one another, so it takes ``max(host₁, GPU₁) + max(host₂, GPU₂)``.
+    ``checkpoint``: ``(forward, backward)`` host seconds of a full recompute's checkpoint
+    around the layer (:func:`configurator.cost.host_ops.checkpoint_host_s`), issued with
+    the forward and with the re-run forward in backward."""
+    ck_f, ck_b = checkpoint
+    host_fwd_s = host_fwd_s + ck_f
     gpu_f = layer_pass_s(t, False)
     gpu_b = layer_pass_s(t, True, without=("recompute",))    # recompute has its own floor
     out = dict(t)
@@ -407,9 +417,10 @@ def host_bound(c: PlanBatch, t: dict, host_fwd_s, sync=None) -> dict:
         waits = (np.maximum(host_pre - gpu_pre, 0.0)
                  + np.maximum(host_fwd_s - host_pre - (gpu_f - gpu_pre), 0.0))
         out["fwd"] = t["fwd"] + waits
-    out["bwd"] = t["bwd"] + np.maximum(HOST_BACKWARD_FACTOR * host_fwd_s - gpu_b, 0.0)
+    host_layer = host_fwd_s - ck_f               # the layer's own operations
+    out["bwd"] = t["bwd"] + np.maximum(HOST_BACKWARD_FACTOR * host_layer - gpu_b, 0.0)
     out["recompute"] = np.where(c.recompute == RECOMPUTE_FULL,
-                                np.maximum(t["recompute"], host_fwd_s), t["recompute"])
+                                np.maximum(t["recompute"], host_layer + ck_b), t["recompute"])
     return out
 
 
@@ -557,6 +568,10 @@ def iteration_time(model: ModelSpec, cluster, c: PlanBatch,
         out["dp_comm"] = out["dp_comm"] + dp_exposed_s(
             c, ex_params, comm["edp_bw"], comm["edp_lat"], bwd_window_s=0.0,
             fwd_window_s=0.0, group=expert_data_parallel_size(c))
-    out["optimizer"] = optimizer_s(c, gpu, ne_params, ex_params)
+    tensors = stage_parameter_tensors(model, c.pp[:, None], cls["stage"], layers=cls["layers"],
+                                      moe_layers=cls["moe_layers"], ep=c.ep[:, None])
+    big_tensors = np.take_along_axis(np.broadcast_to(tensors, live.shape) * 1.0, big,
+                                     axis=1)[:, 0]
+    out["optimizer"] = optimizer_s(c, gpu, ne_params, ex_params, big_tensors)
     out["iteration_time_s"] = sum(out[k] for k in BREAKDOWN_KEYS)
     return out

@@ -54,7 +54,7 @@ from configurator.cost.iteration import (dp_exposed_s, dp_windows_s,
                                          layer_type_times, layers_terms_s, optimizer_s,
                                          p2p_message_s, stage_extras_s, tied_embedding_s)
 from configurator.cost.schedule_sim import SimResult, simulate
-from memory_model.params import stage_parameter_split
+from memory_model.params import stage_parameter_split, stage_parameter_tensors
 from topology.group_figures import domain_members, host_ring_figures, ring_figures
 
 
@@ -157,8 +157,10 @@ class PlacedPlan:
         self.stage_params = np.broadcast_to(np.asarray(ne, dtype=float), (pp,)).copy()
         self.stage_expert_params = np.broadcast_to(np.asarray(ex, dtype=float), (pp,)).copy()
         # the optimizer step of the slowest stage: the same under every placement
+        tensors = stage_parameter_tensors(model, pp, np.arange(pp), layers=counts[:, 0],
+                                          moe_layers=counts[:, 1], ep=plan.ep)
         self.opt_s = float(np.max(optimizer_s(c, cluster.gpu, self.stage_params,
-                                              self.stage_expert_params)))
+                                              self.stage_expert_params, tensors)))
         self.expert_comm = expert_comm_figures(cluster, c)
         # On a uniform cluster a link's figures depend only on whether its GPUs share an
         # NVLink domain, which no node-granular placement changes while domains are hosts

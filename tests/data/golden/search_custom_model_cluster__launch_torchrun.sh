@@ -9,9 +9,9 @@
 #       tp_comm_overlap=False a2a_overlap=False microbatches=4
 # cluster: nodes=4 gpus_per_node=8 world_size=32
 # predicted:
-#   iteration_time_s: 2.501
-#   model_tflops_per_gpu: 521.1
-#   mfu: 0.527
+#   iteration_time_s: 2.51
+#   model_tflops_per_gpu: 519.3
+#   mfu: 0.525
 #   peak_memory_GiB: 54.71
 #
 # Usage on every node: MEGATRON_LM_DIR=/path/to/Megatron-LM bash launch_torchrun.sh [NODE_RANK] [extra pretrain_gpt.py flags...]

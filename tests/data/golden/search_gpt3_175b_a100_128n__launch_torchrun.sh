@@ -9,8 +9,8 @@
 #       tp_comm_overlap=False a2a_overlap=False microbatches=16
 # cluster: nodes=128 gpus_per_node=8 world_size=1024
 # predicted:
-#   iteration_time_s: 17.43
-#   model_tflops_per_gpu: 187.2
+#   iteration_time_s: 17.435
+#   model_tflops_per_gpu: 187.1
 #   mfu: 0.6
 #   peak_memory_GiB: 67.51
 #

@@ -9,8 +9,8 @@
 #       tp_comm_overlap=False a2a_overlap=False microbatches=8
 # cluster: nodes=4 gpus_per_node=8 world_size=32
 # predicted:
-#   iteration_time_s: 5.416
-#   model_tflops_per_gpu: 622.8
+#   iteration_time_s: 5.42
+#   model_tflops_per_gpu: 622.4
 #   mfu: 0.629
 #   peak_memory_GiB: 64.17
 #

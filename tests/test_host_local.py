@@ -1,0 +1,156 @@
+"""The host's issue time of Megatron's own (``local``) layer and of a full recompute's
+checkpoint (configurator.cost.host_ops): the operations counted from Megatron-LM's 2021
+layer, what they add on the plans of a small GPT on one DGX A100 (24 layers, hidden
+1,024, sequence 1,024, fp16, full recompute, scores stored), and nothing where the
+layer's kernels are longer than issuing them."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from configurator.core.plan_batch import PlanBatch
+from configurator.core.model_presets import make_model
+from configurator.core.plan import ParallelPlan
+from configurator.cost import host_ops
+from configurator.cost.compute import layer_costs
+from configurator.cost.iteration import host_bound
+from configurator.search.evaluate import evaluate_plan
+from topology.cluster_files import load_cluster
+
+MODEL = make_model(name="gpt-h1024-l24", num_layers=24, hidden_size=1024,
+                   num_attention_heads=16, vocab_size=51200, seq_length=1024)
+
+
+def _plan(tp, pp, mbs, **kw):
+    return ParallelPlan(**dict(dict(tp=tp, pp=pp, dp=8 // (tp * pp), micro_batch_size=mbs,
+                                    global_batch_size=8, recompute="full", precision="fp16",
+                                    attention_backend="local", sequence_parallel=False,
+                                    distributed_optimizer=False, overlap_grad_reduce=False,
+                                    overlap_param_gather=False), **kw))
+
+
+def _cluster(host_op_s=None):
+    cluster = load_cluster("dgx-a100-80gb", 1)
+    if host_op_s is None:
+        return cluster
+    gpu = cluster.gpu
+    return cluster.with_gpu(dataclasses.replace(
+        gpu, efficiency=dataclasses.replace(gpu.efficiency, host_op_s=host_op_s)))
+
+
+def test_local_layer_counts_its_listed_operations():
+    """46 operations by the listing (36 in the attention, 10 in the MLP), and the two
+    tensor-parallel all-reduces only where there is more than one tp rank."""
+    parts = host_ops.HOST_OPS_LOCAL_PARTS
+    assert sum(parts.values()) == 46
+    assert sum(parts[k] for k in host_ops.HOST_OPS_LOCAL_ATTN_PARTS) == 36
+    # the tracker's fork reads and sets the CUDA RNG state twice around the dropout
+    assert parts["dropout_rng"] == 4 + 1
+    for tp, want in ((1, (36, 10)), (2, (37, 11)), (8, (37, 11))):
+        c = PlanBatch.from_plan(_plan(tp, 1, 1))
+        assert tuple(float(np.ravel(x)[0]) for x in host_ops.local_layer_ops(c)) == want
+
+
+def test_only_the_local_layer_takes_the_local_count():
+    gpu = _cluster().gpu
+    op = gpu.efficiency.host_op_s
+    local, _ = host_ops.host_layer_s(MODEL, PlanBatch.from_plan(_plan(2, 1, 1)), gpu)
+    te, _ = host_ops.host_layer_s(MODEL, PlanBatch.from_plan(
+        _plan(2, 1, 1, attention_backend="auto")), gpu)
+    assert float(np.ravel(local)[0]) == pytest.approx(48 * op)
+    assert float(np.ravel(te)[0]) == pytest.approx(host_ops.HOST_OPS_DENSE * op)
+
+
+def test_checkpoint_bookkeeping_is_charged_to_forward_and_recompute_only():
+    """A layer whose GPU work costs nothing takes its host time: the forward its operations
+    plus the checkpoint's 2, backward twice its operations, the re-run forward its
+    operations plus the checkpoint's 9; without full recompute no checkpoint."""
+    gpu = _cluster().gpu
+    op = gpu.efficiency.host_op_s
+    for recompute, ck in (("full", host_ops.CHECKPOINT_HOST_OPS), ("selective", (0, 0))):
+        c = PlanBatch.from_plan(_plan(2, 1, 1, recompute=recompute))
+        zero = np.zeros(len(c))
+        t = dict(fwd=zero, bwd=zero, recompute=zero, tp_f=zero, tp_b=zero, cp_f=zero,
+                 cp_b=zero, ep_f=zero, ep_b=zero)
+        out = host_bound(c, t, 48 * op, checkpoint=host_ops.checkpoint_host_s(c, gpu))
+        assert float(out["fwd"][0]) == pytest.approx((48 + ck[0]) * op)
+        assert float(out["bwd"][0]) == pytest.approx(2 * 48 * op)
+        want = (48 + ck[1]) * op if recompute == "full" else 0.0
+        assert float(out["recompute"][0]) == pytest.approx(want)
+
+
+@pytest.mark.parametrize("tp", [2, 4, 8])
+def test_small_high_tp_mbs1_local_plans_are_slower_than_their_gemms(tp):
+    """tp > 1, micro-batch 1: the host sets the pace of every layer pass, so the plan
+    comes out slower than its GEMMs alone and slower than with a host that costs
+    nothing; its time grows with the time per host operation."""
+    plan = _plan(tp, 1, 1)
+    e = evaluate_plan(MODEL, _cluster(), plan)
+    c = PlanBatch.from_plan(plan)
+    lc = layer_costs(MODEL, c, _cluster().gpu)
+    gemms = sum(a + b for a, b in lc["tp_gemm_pairs"])     # one layer's forward GEMMs
+    m = tp                                  # microbatches: 8 sequences over dp = 8/tp
+    # forward, backward (2x) and the re-run forward of every layer and microbatch
+    gemm_only = float(np.ravel(gemms)[0]) * 4 * MODEL.num_layers * m
+    assert e.iteration_time_s > 2.0 * gemm_only
+    free = evaluate_plan(MODEL, _cluster(0.0), plan).iteration_time_s
+    assert e.iteration_time_s > 1.15 * free
+    slower = evaluate_plan(MODEL, _cluster(2 * _cluster().gpu.efficiency.host_op_s), plan)
+    assert slower.iteration_time_s > 1.3 * e.iteration_time_s
+
+
+def test_long_kernels_hide_the_host():
+    """tp 2, pp 4, micro-batch 4: every layer pass is longer on the GPU than issuing it,
+    so the host adds only the optimizer step's operations (74 tensors on the first
+    stage)."""
+    plan = _plan(2, 4, 4)
+    free = evaluate_plan(MODEL, _cluster(0.0), plan).iteration_time_s
+    op = _cluster().gpu.efficiency.host_op_s
+    assert evaluate_plan(MODEL, _cluster(), plan).iteration_time_s - free == pytest.approx(
+        74 * host_ops.OPTIMIZER_HOST_OPS_PER_TENSOR * op, rel=1e-6)
+
+
+def test_ranking_moves_toward_the_measured_best():
+    """Measured (a 2021-era Megatron grid on one DGX A100): tp 2, pp 1, mbs 1 takes
+    0.174 s and tp 2, pp 4, mbs 4 0.113 s. Counting the local layer's operations, the
+    checkpoint's and the optimizer's narrows the predicted lead of the former (it does not
+    flip it: the time per host operation is the same figure as for Transformer Engine
+    layers)."""
+    fast = evaluate_plan(MODEL, _cluster(), _plan(2, 1, 1)).iteration_time_s
+    best = evaluate_plan(MODEL, _cluster(), _plan(2, 4, 4)).iteration_time_s
+    te = evaluate_plan(MODEL, _cluster(), _plan(2, 1, 1, attention_backend="unfused"))
+    assert te.iteration_time_s < fast < best
+    assert best - fast < 0.6 * (best - te.iteration_time_s)
+
+
+def test_parameter_tensors_follow_the_layers_they_hold():
+    """A pre-norm GPT layer with biases holds 12 tensors (two LayerNorms' weight and bias,
+    QKV, projection, fc1, fc2 with their biases); a Llama layer (RMSNorm, no biases) 6; the
+    first stage adds the word and position embeddings, the last the final norm."""
+    from configurator.core.model_presets import load_model
+    from memory_model.params import layer_parameter_tensors, stage_parameter_tensors
+    assert layer_parameter_tensors(MODEL) == (12, 12)
+    assert layer_parameter_tensors(load_model("llama3-70b")) == (6, 6)
+    assert float(stage_parameter_tensors(MODEL, 1, 0, layers=24, moe_layers=0)) == 24 * 12 + 4
+    # pp 4: the first stage its 6 layers and the embeddings, the last its layers, the final
+    # norm and its copy of the tied output weights
+    assert [float(stage_parameter_tensors(MODEL, 4, s, layers=6, moe_layers=0))
+            for s in range(4)] == [74, 72, 72, 75]
+    qwen = load_model("qwen3-30b-a3b")                     # 128 experts, top-8, qk norms
+    dense, moe = layer_parameter_tensors(qwen, ep=8)
+    assert float(moe) == dense - 2 + 1 + 16 * 2           # router, 16 local experts' fc1, fc2
+
+
+def test_optimizer_step_adds_its_host_operations_per_tensor():
+    """The optimizer term grows by two host operations per parameter tensor of the rank
+    (main-gradient cast, detach for the norm), whatever the plan's GPU work."""
+    op = _cluster().gpu.efficiency.host_op_s
+    for tp, pp, mbs, tensors in ((2, 1, 1, 292), (2, 4, 4, 74)):
+        plan = _plan(tp, pp, mbs)
+        with_host = evaluate_plan(MODEL, _cluster(), plan).time_breakdown_s["optimizer"]
+        free = evaluate_plan(MODEL, _cluster(0.0), plan).time_breakdown_s["optimizer"]
+        assert with_host - free == pytest.approx(
+            tensors * host_ops.OPTIMIZER_HOST_OPS_PER_TENSOR * op)
