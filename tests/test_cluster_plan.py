@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from configurator.app.audit_costs import cluster_ref_for, island_crossings, used_host_pairs
+from configurator.app.audit_costs import island_crossings, used_host_pairs
+from configurator.app.inputs import cluster_ref_for
 from configurator.core.plan import ParallelPlan
 from configurator.report.network_html import SECTIONS
 from tests.conftest import REAL_CLUSTER, run_cli

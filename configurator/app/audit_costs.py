@@ -13,11 +13,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from configurator.core.errors import InputError
 from configurator.core.plan_values import mfu_peak_precision
+
+if TYPE_CHECKING:
+    from configurator.app.training_jobs import TrainingRequest
+    from configurator.search.evaluate import Evaluation
 
 #: Placements searched per priced variant (a finding repaired, a host left out).
 VARIANT_EVALUATIONS = 30
@@ -25,28 +30,6 @@ VARIANT_EVALUATIONS = 30
 #: of the audit's pricing (the search's own default is 100; the report shows the optimised
 #: and Megatron's order).
 PLAN_RANDOM_PLACEMENTS = 20
-
-
-def cluster_ref_for(topo, given: str | None) -> str:
-    """The cluster a measured topology runs on: ``given`` (a preset or a file), else the
-    preset whose GPU the measurements name (nccl-tests' Rank lines,
-    :attr:`topology.topofile.Topology.gpu_name`) and whose hosts hold the topology's GPUs
-    per host. Raises :class:`InputError` (field ``cluster``) when neither says."""
-    from topology.cluster_files import CLUSTER_PRESETS
-    from topology.gpus import guess_gpu_preset
-
-    if given:
-        return given
-    gpu = guess_gpu_preset(topo.gpu_name) if topo.gpu_name else None
-    fits = [name for name, c in CLUSTER_PRESETS.items()
-            if c["gpu"] == gpu and c["gpus_per_node"] == topo.gpus_per_host]
-    if not fits:
-        seen = (f"no cluster preset has {topo.gpu_name!r} GPUs, {topo.gpus_per_host} per "
-                f"host, as the measurements name" if topo.gpu_name
-                else "the measurements do not name their GPU")
-        raise InputError("cluster", None, f"required: {seen}; name the cluster (a preset or "
-                                          f"a YAML file)")
-    return fits[0]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -373,7 +356,7 @@ class CostRequest:
     seed: int = 0
     #: time to train (:class:`configurator.app.training_jobs.TrainingRequest`): each cost
     #: also in days, GPU-hours and cost; or None
-    training: object = None
+    training: TrainingRequest | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -382,7 +365,7 @@ class PricedPlan:
     costs, best first."""
 
     description: str
-    evaluation: object
+    evaluation: Evaluation
     costs: list[FindingCost]
 
 
@@ -392,7 +375,7 @@ def price_audit(topo_path: str, report, req: CostRequest) -> PricedPlan:
     optimised on the measured links when it has no placement) or the search's best
     (placed). Raises :class:`InputError` or
     :class:`~configurator.core.errors.NoFeasiblePlanError`."""
-    from configurator.app.inputs import JobInputs, resolve
+    from configurator.app.inputs import JobInputs, cluster_ref_for, resolve
     from configurator.app.plan_jobs import SearchRequest, ranked_search, search_space
     from configurator.core import validate as v
     from topology.cluster_files import load_cluster

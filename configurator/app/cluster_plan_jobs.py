@@ -7,12 +7,19 @@ without the hosts the audit flags), price the findings for the chosen plan
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from configurator.app.audit_costs import (PLAN_RANDOM_PLACEMENTS, VARIANT_EVALUATIONS,
                                           FindingCost, GroupCrossing, PricedPlan,
-                                          audit_document, cluster_ref_for, costs_by_finding,
-                                          island_crossings, price_findings, price_in_days)
+                                          audit_document, costs_by_finding, island_crossings,
+                                          price_findings, price_in_days)
 from configurator.core.errors import InputError
+
+if TYPE_CHECKING:
+    from configurator.app.training_jobs import TrainingRequest
+    from configurator.search.rank import SearchResult
+    from topology.audit import AuditReport
+    from topology.topofile import Topology
 
 #: Plans the scaling curve's search re-ranks with the simulated schedule, per node count.
 SCALING_RERANK = 4
@@ -42,7 +49,7 @@ class PlanRequest:
     seed: int = 0
     placement_evaluations: int = 100
     #: time, cost and energy to train (``--train-tokens`` and its options), or None
-    training: object = None
+    training: TrainingRequest | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,14 +57,26 @@ class PlanOutcome:
     """What ``plan`` decided and wrote: the audit, the chosen search result and whether the
     flagged hosts were left out (with both times), the findings' costs, the files."""
 
-    report: object
-    topology: object
-    chosen: object                      # SearchOutcome-like: result, header
+    #: the audit of the measured links (:func:`~configurator.app.inputs.audit_of`)
+    report: AuditReport
+    #: the measured topology (imported from the logs, or read from the topology file)
+    topology: Topology
+    #: the search the plan was chosen from (on every host, or without the flagged ones,
+    #: whichever is faster); ``chosen.plans[0]`` is the plan written, placed
+    chosen: SearchResult
+    #: the hosts left out as flagged by the audit (empty: every host was offered)
     excluded: tuple[str, ...]
+    #: the best placed iteration time of the other choice (seconds; None when not searched
+    #: or nothing fits)
     alternative_iteration_time_s: float | None
+    #: what each finding costs the chosen plan
+    #: (:func:`~configurator.app.audit_costs.price_findings`)
     costs: list[FindingCost]
+    #: how many of the chosen placement's groups cross the audit's islands, per dimension
     crossings: list[GroupCrossing]
+    #: the names of the files written into ``PlanRequest.out``
     written: list[str]
+    #: the lines ``plan`` prints (:func:`plan_summary`)
     summary: list[str]
 
 
@@ -89,7 +108,7 @@ def _run_plan(req: PlanRequest, stage) -> PlanOutcome:
     import os
 
     from configurator.app.inputs import (JobInputs, audit_of, check_measured_gpu,
-                                         load_measured_topology, resolve)
+                                         cluster_ref_for, load_measured_topology, resolve)
     from configurator.app.outputs import LAUNCH_FILES, check_out
     from configurator.app.plan_jobs import (SearchRequest, search_document,
                                             search_on_fewer_hosts, search_space)
@@ -204,7 +223,7 @@ def _run_plan(req: PlanRequest, stage) -> PlanOutcome:
                        crossings=crossings, written=written, summary=summary)
 
 
-def plan_warnings(report) -> list[str]:
+def plan_warnings(report: AuditReport) -> list[str]:
     """What the user must know before trusting the plan (shown after its first line, in the
     report's summary and as ``warnings`` in ``--json``): thin coverage of the audit."""
     return [w for w in (report.coverage_warning,) if w]
