@@ -1,8 +1,10 @@
 """Measurement classes of a topology and the statistics the audit and the structure analysis
 share: which records should share one bandwidth (:func:`measurement_classes`), the robust
-scale (:data:`MAD_TO_SIGMA`), the optimal two-mode split of a class and the rules that call it
-bimodal (:func:`two_mode_split`, :func:`is_bimodal`), and the thresholds of both
-(:class:`AuditThresholds`). The reasoning behind each rule is in :mod:`topology.audit`.
+scale (:data:`MAD_TO_SIGMA`, the link fit's, :mod:`topology.linkfit`), the optimal two-mode
+split of a class and the rules that call it bimodal (:func:`two_mode_split`,
+:func:`is_bimodal`), and the thresholds of both (:class:`AuditThresholds`, with the six
+slow-link and slow-host defaults the structure analysis shares). The reasoning behind each
+rule is in :mod:`topology.audit`.
 """
 
 from __future__ import annotations
@@ -12,10 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from topology.linkfit import MAD_TO_SIGMA
 from topology.topofile import Topology, host_sort_key
-
-#: σ ≈ 1.4826 · MAD for normally distributed data (1 / Φ⁻¹(3/4); Rousseeuw & Croux 1993).
-MAD_TO_SIGMA = 1.4826
 
 # The slow-link and slow-host rules the audit (:class:`AuditThresholds`) and the structure
 # analysis (:class:`topology.structure.StructureThresholds`) share, defined once here; the
