@@ -16,9 +16,14 @@ from configurator.app.audit_costs import (PLAN_RANDOM_PLACEMENTS, VARIANT_EVALUA
 from configurator.core.errors import InputError
 
 if TYPE_CHECKING:
+    from configurator.app.plan_jobs import SearchRequest
     from configurator.app.training_jobs import TrainingRequest
+    from configurator.core.model import ModelSpec
+    from configurator.search.evaluate import Evaluation
     from configurator.search.rank import SearchResult
+    from configurator.search.space import SearchSpace
     from topology.audit import AuditReport
+    from topology.cluster import Cluster
     from topology.topofile import Topology
 
 #: Plans the scaling curve's search re-ranks with the simulated schedule, per node count.
@@ -229,8 +234,10 @@ def plan_warnings(report: AuditReport) -> list[str]:
     return [w for w in (report.coverage_warning,) if w]
 
 
-def plan_summary(model, cluster, req, best, report, excluded, alternative, costs,
-                 crossings, default_crossings, fewer: str = "") -> list[str]:
+def plan_summary(model: ModelSpec, cluster: Cluster, req: PlanRequest, best: Evaluation,
+                 report: AuditReport, excluded: tuple[str, ...], alternative: float | None,
+                 costs: list[FindingCost], crossings: list[GroupCrossing],
+                 default_crossings: list[GroupCrossing], fewer: str = "") -> list[str]:
     """The lines ``plan`` prints (and the report's headline, as they are): the chosen plan
     and its time, the audit in one line, the hosts left out and why (flagged by the audit,
     or ``fewer``: no legal layout on all of them), the placement against Megatron's order,
@@ -371,8 +378,8 @@ def scaling_counts(pool_size: int) -> list[int]:
     return sorted(counts)
 
 
-def scaling_rows(model, cluster, gbs: int, space, sreq, pool_hosts: list[str]
-                 ) -> tuple[list[dict], str]:
+def scaling_rows(model: ModelSpec, cluster: Cluster, gbs: int, space: SearchSpace,
+                 sreq: SearchRequest, pool_hosts: list[str]) -> tuple[list[dict], str]:
     """The best plan per node count of :func:`scaling_counts` on the healthiest hosts of
     ``pool_hosts`` (the closed form with the simulated schedule of the best, on their
     measured links, Megatron's order: no placement search), as ``run_scaling`` rows; and a
