@@ -137,19 +137,20 @@ class ModelSpec:
     """MLA: rank of the query latent (units); None: no query compression. Megatron
     ``--q-lora-rank``; ``MLATransformerConfig.q_lora_rank``."""
     kv_lora_rank: int = 512
-    """MLA: rank of the key/value latent (units); default 512, DeepSeek-V2/V3's. Megatron
-    ``--kv-lora-rank``; ``MLATransformerConfig.kv_lora_rank``."""
+    """MLA: rank of the key/value latent (units); default 512, DeepSeek-V2/V3's and
+    MLATransformerConfig's. Megatron ``--kv-lora-rank``;
+    ``MLATransformerConfig.kv_lora_rank``."""
     qk_head_dim: int = 128
     """MLA: the no-position part of a query/key head (units); default 128, DeepSeek-V2/V3's
-    (Hugging Face ``qk_nope_head_dim``). Megatron ``--qk-head-dim``;
-    ``MLATransformerConfig.qk_head_dim``."""
+    and MLATransformerConfig's (Hugging Face ``qk_nope_head_dim``). Megatron
+    ``--qk-head-dim``; ``MLATransformerConfig.qk_head_dim``."""
     qk_pos_emb_head_dim: int = 64
-    """MLA: the RoPE part of a query/key head (units); default 64, DeepSeek-V2/V3's (Hugging
-    Face ``qk_rope_head_dim``). Megatron ``--qk-pos-emb-head-dim``;
-    ``MLATransformerConfig.qk_pos_emb_head_dim``."""
+    """MLA: the RoPE part of a query/key head (units); default 64, DeepSeek-V2/V3's and
+    MLATransformerConfig's (Hugging Face ``qk_rope_head_dim``). Megatron
+    ``--qk-pos-emb-head-dim``; ``MLATransformerConfig.qk_pos_emb_head_dim``."""
     v_head_dim: int = 128
-    """MLA: a value head (units); default 128, DeepSeek-V2/V3's. Megatron ``--v-head-dim``;
-    ``MLATransformerConfig.v_head_dim``."""
+    """MLA: a value head (units); default 128, DeepSeek-V2/V3's and MLATransformerConfig's.
+    Megatron ``--v-head-dim``; ``MLATransformerConfig.v_head_dim``."""
     mtp_num_layers: int | None = None
     """Multi-token-prediction modules (DeepSeek-V3), each one more transformer layer, a
     ``2h × h`` projection and three norms, on the last stage; None: none. Needs ``rope`` or
