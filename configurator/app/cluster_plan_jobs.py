@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from configurator.app.audit_costs import (PLAN_RANDOM_PLACEMENTS, VARIANT_EVALUATIONS,
-                                          FindingCost, GroupCrossing, PricedPlan,
-                                          audit_document, costs_by_finding, island_crossings,
+from configurator.app.audit_costs import (VARIANT_EVALUATIONS, FindingCost, GroupCrossing,
+                                          PricedPlan, audit_document, costs_by_finding,
+                                          island_crossings, measured_search_request,
                                           price_findings, price_in_days)
 from configurator.core.errors import InputError
 
@@ -112,11 +112,11 @@ PLAN_STAGES = ("import", "audit", "search", "search without the flagged hosts",
 def _run_plan(req: PlanRequest, stage) -> PlanOutcome:
     import os
 
-    from configurator.app.inputs import (JobInputs, audit_of, check_measured_gpu,
-                                         cluster_ref_for, load_measured_topology, resolve)
+    from configurator.app.inputs import (audit_of, check_measured_gpu, cluster_ref_for,
+                                         load_measured_topology, resolve)
     from configurator.app.outputs import LAUNCH_FILES, check_out
-    from configurator.app.plan_jobs import (SearchRequest, search_document,
-                                            search_on_fewer_hosts, search_space)
+    from configurator.app.plan_jobs import (search_document, search_on_fewer_hosts,
+                                            search_space)
     from configurator.core import validate as v
     from configurator.core.errors import NoFeasiblePlanError
     from topology.cluster_files import load_cluster
@@ -152,11 +152,11 @@ def _run_plan(req: PlanRequest, stage) -> PlanOutcome:
         cluster_ref = cluster_ref_for(topo, req.cluster)
     stage("audit")
     report = audit_of(topo_path)
-    sreq = SearchRequest(inputs=JobInputs(model=req.model, cluster=cluster_ref, nodes=req.nodes,
-                                          seq_length=req.seq_length, topology=topo_path),
-                         global_batch_size=req.global_batch_size, options=req.options,
-                         top=req.top, placement_evaluations=req.placement_evaluations,
-                         seed=req.seed, random_placements=PLAN_RANDOM_PLACEMENTS)
+    sreq = measured_search_request(
+        model=req.model, cluster_ref=cluster_ref, topology=topo_path,
+        global_batch_size=req.global_batch_size, nodes=req.nodes, seq_length=req.seq_length,
+        options=req.options, top=req.top, seed=req.seed,
+        placement_evaluations=req.placement_evaluations)
     model, cluster, _ = resolve(sreq.inputs, precision=sreq.precision)  # no profile
     train = training_inputs(req.training, cluster_ref)
     space = search_space(model, sreq)
