@@ -22,6 +22,7 @@ command uses these, never another command's private helpers:
   :func:`~configurator.app.plan_jobs.search_on_fewer_hosts`,
   :func:`~configurator.app.plan_jobs.search_document`;
 - the audit's pricing (:mod:`~configurator.app.audit_costs`):
+  :func:`~configurator.app.audit_costs.measured_search_request`,
   :func:`~configurator.app.audit_costs.price_findings`,
   :func:`~configurator.app.audit_costs.price_in_days`,
   :func:`~configurator.app.audit_costs.island_crossings`,
