@@ -57,11 +57,21 @@ from memory_model.params import (dense_layer_parameters, embedding_parameters,
                                   moe_layer_parameters, stage_non_gemm_parameters,
                                   stage_parameter_split)
 
+#: Per-GPU memory beyond weights, state and activations: CUDA context with cuBLAS/cuDNN
+#: workspaces (≈ 1 GiB) plus NCCL communicator buffers (≈ 1 GiB; module docstring). Set by
+#: hand from those two estimates, not fitted. Checked, with :data:`FRAGMENTATION_FRACTION`,
+#: against three Megatron-LM runs on one H200 (docs/accuracy.md, "Megatron-LM on one GPU";
+#: ``python -m bench.accuracy.megatron_gpu compare``): the predicted peak is within −1.0 to
+#: +5.7 % of ``torch.cuda.max_memory_reserved``.
 FIXED_OVERHEAD_BYTES = 2 * GiB
 #: Megatron FSDP units (a decoder layer, the embedding) whose full weights and gradients are
 #: live at once: the one computing and the one prefetched (``--fsdp-double-buffer``: two
 #: persistent buffers; megatron-fsdp-user-guide.md).
 FSDP_LIVE_UNITS = 2
+#: Caching-allocator fragmentation, as a fraction of the activation bytes: set by hand as a
+#: typical gap between ``max_memory_reserved`` and ``max_memory_allocated`` in Megatron runs
+#: (module docstring), not fitted; checked with :data:`FIXED_OVERHEAD_BYTES` on the three
+#: one-H200 runs above (reserved minus allocated there: 0.76, 1.86 and 2.14 GiB).
 FRAGMENTATION_FRACTION = 0.10
 
 

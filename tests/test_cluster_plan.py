@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from configurator.app.audit_costs import cluster_ref_for, island_crossings, used_host_pairs
+from configurator.app.audit_costs import island_crossings, used_host_pairs
+from configurator.app.inputs import cluster_ref_for
 from configurator.core.plan import ParallelPlan
 from configurator.report.network_html import SECTIONS
 from tests.conftest import REAL_CLUSTER, run_cli
@@ -221,3 +222,31 @@ def test_the_report_leads_with_the_terminal_lines_and_groups_findings_by_cause(r
     assert priced < found.index("34 links slower at large messages")
     assert "+2.8 %" in found[priced:found.index("<h3>", priced + 5)] or re.search(
         r"<b>\+\d+\.\d %</b> leaving out cnode2-003", found)
+
+
+def test_plan_outcome_names_and_holds_its_real_types(islands_file, tmp_path):
+    """``PlanOutcome`` is typed (no ``object`` field) and ``run_plan`` fills it with what its
+    annotations say: the audit, the measured topology and the search it chose from."""
+    import dataclasses
+    import typing
+
+    from configurator.app import cluster_plan_jobs as jobs
+    from configurator.app.training_jobs import TrainingRequest
+    from configurator.search.rank import SearchResult
+    from topology.audit import AuditReport
+    from topology.topofile import Topology
+
+    ns = dict(vars(jobs), AuditReport=AuditReport, Topology=Topology,
+              SearchResult=SearchResult, TrainingRequest=TrainingRequest)
+    hints = typing.get_type_hints(jobs.PlanOutcome, globalns=ns)
+    assert [f.name for f in dataclasses.fields(jobs.PlanOutcome)] == list(hints)
+    assert object not in hints.values()
+    assert (hints["report"], hints["topology"], hints["chosen"]) == (AuditReport, Topology,
+                                                                     SearchResult)
+    out = jobs.run_plan(jobs.PlanRequest(model="llama3-8b", global_batch_size=64,
+                                         topology=str(islands_file), out=str(tmp_path / "p"),
+                                         top=1, placement_evaluations=20))
+    assert isinstance(out.report, AuditReport) and out.report.islands
+    assert isinstance(out.topology, Topology) and len(out.topology.hosts) == 8
+    assert isinstance(out.chosen, SearchResult) and out.chosen.plans[0].placement is not None
+    assert "plan.json" in out.written

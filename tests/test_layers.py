@@ -62,3 +62,29 @@ def test_only_the_cli_prints():
             if "print(" in path.read_text(encoding="utf-8"):
                 offenders.append(rel)
     assert offenders == []
+
+
+def test_commands_share_public_steps_only():
+    """The steps the app package's docstring lists exist, are public and documented; and no
+    module of the app or the CLI imports another module's private name (``plan`` composes
+    the other commands through the same public functions they use)."""
+    import ast
+    import importlib
+    import re
+
+    import configurator.app as app
+
+    listed = re.findall(r":func:`~(configurator\.app\.[a-z_]+)\.([a-z_]+)`", app.__doc__)
+    assert len(listed) >= 20
+    for mod, name in listed:
+        fn = getattr(importlib.import_module(mod), name)
+        assert callable(fn) and not name.startswith("_") and fn.__doc__, f"{mod}.{name}"
+    private = []
+    for pkg in ("app", "cli"):
+        for path in sorted((ROOT / "configurator" / pkg).glob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if (isinstance(node, ast.ImportFrom) and node.module
+                        and node.module.startswith("configurator.")):
+                    private += [f"{path.name}: {node.module}.{a.name}" for a in node.names
+                                if a.name.startswith("_")]
+    assert not private, private

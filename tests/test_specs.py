@@ -88,3 +88,54 @@ def test_cluster_presets_and_yaml(tmp_path):
     assert bw_intra > bw_inter == pytest.approx(10e9 * 0.94)
     with pytest.raises(InputError, match="precision.*fp8"):
         c.gpu.peak("fp8")
+
+
+def _field_docstrings(cls) -> dict[str, str | None]:
+    """Each annotated field of ``cls``'s class body and the string expression right below
+    it (an attribute docstring), or None."""
+    import ast
+    import inspect
+    import textwrap
+
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body = tree.body[0].body
+    out = {}
+    for i, node in enumerate(body):
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            nxt = body[i + 1] if i + 1 < len(body) else None
+            doc = (nxt.value.value if isinstance(nxt, ast.Expr)
+                   and isinstance(nxt.value, ast.Constant)
+                   and isinstance(nxt.value.value, str) else None)
+            out[node.target.id] = doc
+    return out
+
+
+def test_every_model_field_has_its_own_docstring():
+    """Every ModelSpec field is documented right below it, and says its Megatron argument
+    (``--flag``) or ``TransformerConfig`` field, or that it is not a Megatron argument."""
+    import dataclasses
+
+    from configurator.core.model import MODEL_KEYS, ModelSpec
+
+    docs = _field_docstrings(ModelSpec)
+    assert list(docs) == [f.name for f in dataclasses.fields(ModelSpec)]
+    assert set(docs) == set(MODEL_KEYS)
+    missing = [k for k, d in docs.items() if not d or len(d.split()) < 8]
+    assert not missing, f"fields without a docstring: {missing}"
+    flat = {k: " ".join(d.split()) for k, d in docs.items()}
+    silent = [k for k, d in flat.items() if "--" not in d and "TransformerConfig." not in d
+              and "not a Megatron argument" not in d]
+    assert not silent, f"fields that do not name their Megatron argument: {silent}"
+
+
+def test_field_docstring_check_can_fail():
+    """The parser above sees a field without a docstring."""
+    from dataclasses import dataclass
+
+    @dataclass
+    class Two:
+        a: int = 1
+        """documented"""
+        b: int = 2
+
+    assert _field_docstrings(Two) == {"a": "documented", "b": None}

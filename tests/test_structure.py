@@ -201,3 +201,16 @@ def test_real_cluster_structure(real):
     # the pair whose 16 GiB sendrecv ran at 0.97 GB/s against 6.66 fitted
     assert "cnode2-001<->cnode2-004" in {f.subject for f in rep.findings
                                          if f.kind == "degrades_with_size"}
+
+
+def test_structure_shares_the_audits_thresholds():
+    """The slow-link and slow-host rules are defined once (topology.link_classes): the
+    structure analysis's defaults are the audit's."""
+    from topology.link_classes import AuditThresholds
+    from topology.structure import StructureThresholds
+
+    shared = ("slow_ratio", "slow_z", "mad_floor_fraction", "asymmetry_fraction",
+              "node_slow_fraction", "min_partners")
+    s, a = StructureThresholds(), AuditThresholds()
+    assert {k: getattr(s, k) for k in shared} == {k: getattr(a, k) for k in shared}
+    assert (a.slow_ratio, a.slow_z, a.min_partners) == (0.8, -4.0, 3)

@@ -19,7 +19,7 @@ Croux, JASA 1993). A directed link with bandwidth ``x`` is *slow* when both
 A healthy cluster with ±3 % noise never reaches ratio 0.8, and a noisy class (bimodal, large
 ``s``) flags nothing unless a link is far out of its own spread. A pair measured in both
 directions is *asymmetric* when ``1 − min/max > asymmetry_fraction`` (default 0.2, above the
-≤ 14 % send/recv asymmetry Pipette reports on a healthy A100 cluster, REFERENCE §5).
+≤ 14 % send/recv asymmetry Pipette reports on a healthy A100 cluster; Yim et al., DATE 2024).
 A host is a *slow node* when the fraction of its partners in a class whose link is slow is
 ``≥ node_slow_fraction`` (default 0.5): one bad cable slows one pair, a bad host slows most of
 its pairs. Inter-node partners are other hosts and at least ``min_partners`` (default 3) must

@@ -1,8 +1,10 @@
 """Measurement classes of a topology and the statistics the audit and the structure analysis
 share: which records should share one bandwidth (:func:`measurement_classes`), the robust
-scale (:data:`MAD_TO_SIGMA`), the optimal two-mode split of a class and the rules that call it
-bimodal (:func:`two_mode_split`, :func:`is_bimodal`), and the thresholds of both
-(:class:`AuditThresholds`). The reasoning behind each rule is in :mod:`topology.audit`.
+scale (:data:`MAD_TO_SIGMA`, the link fit's, :mod:`topology.linkfit`), the optimal two-mode
+split of a class and the rules that call it bimodal (:func:`two_mode_split`,
+:func:`is_bimodal`), and the thresholds of both (:class:`AuditThresholds`, with the six
+slow-link and slow-host defaults the structure analysis shares). The reasoning behind each
+rule is in :mod:`topology.audit`.
 """
 
 from __future__ import annotations
@@ -12,10 +14,34 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from topology.linkfit import MAD_TO_SIGMA
 from topology.topofile import Topology, host_sort_key
 
-#: σ ≈ 1.4826 · MAD for normally distributed data (1 / Φ⁻¹(3/4); Rousseeuw & Croux 1993).
-MAD_TO_SIGMA = 1.4826
+# The slow-link and slow-host rules the audit (:class:`AuditThresholds`) and the structure
+# analysis (:class:`topology.structure.StructureThresholds`) share, defined once here; the
+# reasoning behind each is in :mod:`topology.audit`'s docstring.
+
+#: A directed link is slow below this fraction of its class's healthy level: the "below
+#: 80 % of the median" rule of the 17-node H100 nccl-tests logs in
+#: configurator/data/examples; ±3 % noise on a healthy cluster never reaches it.
+SLOW_RATIO = 0.8
+#: ... and when its robust z (scaled MADs from the healthy level) is below this: ≈ 3·10⁻⁵
+#: one-sided normal tail, so 10⁴ healthy links give < 1 false alarm.
+SLOW_Z = -4.0
+#: Floor of the scaled MAD, as a fraction of the median (1 %): keeps z finite when every
+#: link of a class measures the same. Chosen by hand, below the ±3 % run-to-run noise.
+MAD_FLOOR_FRACTION = 0.01
+#: A pair measured both ways is asymmetric when ``1 − min/max`` exceeds this: above the
+#: ≤ 14 % send/recv asymmetry Pipette (Yim et al., DATE 2024) reports on a healthy A100
+#: cluster.
+ASYMMETRY_FRACTION = 0.2
+#: A host is slow when at least this fraction of its partners' links are slow: one bad
+#: cable slows one pair, a bad NIC most of its host's pairs (with one bad host among
+#: N ≥ 4, every other host has 1/(N−1) < 0.5 slow partners).
+NODE_SLOW_FRACTION = 0.5
+#: Fewest measured inter-node partners before a host can be called slow: with fewer a slow
+#: pair cannot be pinned on either end.
+MIN_PARTNERS = 3
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -30,12 +56,12 @@ class AuditThresholds:
     ``≥ bimodal_gap_mads`` pooled scaled MADs; scaled MADs floored at ``bimodal_mad_floor``
     (log units, i.e. 1 %).
     """
-    slow_ratio: float = 0.8
-    slow_z: float = -4.0
-    mad_floor_fraction: float = 0.01
-    asymmetry_fraction: float = 0.2
-    node_slow_fraction: float = 0.5
-    min_partners: int = 3
+    slow_ratio: float = SLOW_RATIO
+    slow_z: float = SLOW_Z
+    mad_floor_fraction: float = MAD_FLOOR_FRACTION
+    asymmetry_fraction: float = ASYMMETRY_FRACTION
+    node_slow_fraction: float = NODE_SLOW_FRACTION
+    min_partners: int = MIN_PARTNERS
     bimodal_min_share: float = 0.1
     bimodal_min_members: int = 2
     bimodal_median_ratio: float = 1.25

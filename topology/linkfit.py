@@ -85,8 +85,9 @@ LATENCY_BOUND_SHARE = 0.1
 LATENCY_MIN_T = 3.0
 #: ... and at most this share of the sweep's points were left out as outliers.
 LATENCY_MAX_OUTLIER_SHARE = 0.25
-#: σ ≈ 1.4826 · MAD for normally distributed data (Rousseeuw & Croux 1993).
-_MAD_TO_SIGMA = 1.4826
+#: σ ≈ 1.4826 · MAD for normally distributed data (1 / Φ⁻¹(3/4); Rousseeuw & Croux 1993);
+#: the audit's robust scale too (:mod:`topology.link_classes`).
+MAD_TO_SIGMA = 1.4826
 
 _BUS_FACTORS = {"sendrecv": lambda k: 1.0, "broadcast": lambda k: 1.0,
                 "reduce": lambda k: 1.0, "all_reduce": lambda k: 2 * (k - 1) / k,
@@ -301,7 +302,7 @@ def fit_alpha_beta(message_bytes: Sequence[float] | np.ndarray,
     for _ in range(MAX_ROUNDS):
         r = _residuals(n, t, a, g)
         center = float(np.median(r[keep]))
-        sigma = max(_MAD_TO_SIGMA * float(np.median(np.abs(r[keep] - center))), SIGMA_FLOOR)
+        sigma = max(MAD_TO_SIGMA * float(np.median(np.abs(r[keep] - center))), SIGMA_FLOOR)
         new = np.abs(r - center) <= OUTLIER_K * sigma
         if np.unique(n[new]).size < 2 or np.array_equal(new, keep):
             break

@@ -31,7 +31,10 @@ from topology import probe_plan as pp
 from topology.topofile import MissingMeasurement
 from topology.topofile_io import save_topology
 
+#: Exit status of a failed probe (the shell's usual failure code).
 EXIT_FAILED = 1
+#: Sleep between polls of the coordination files (s): set by hand, short beside the probe's
+#: ≈ 17 ms a step (docs/measure.md).
 POLL_S = 0.01
 HOSTNAME_ENV = "CONFIGURATOR_PROBE_HOSTNAME"
 #: Signals that stop the probe with one line (torchrun forwards the one it gets to workers).

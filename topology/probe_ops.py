@@ -20,7 +20,7 @@ import torch.distributed as dist
 
 MIN_SAMPLE_S = 0.02      # a timed sample lasts at least this long (messages are repeated)
 MAX_REPS = 1000          # at most this many messages per sample
-LATENCY_PINGS = 5
+LATENCY_PINGS = 5        # round trips per latency figure (its median); set by hand
 
 
 class Ops:

@@ -30,6 +30,7 @@ from topology.link_classes import class_label, measurement_classes
 from topology.topofile import Topology, host_sort_key
 
 FILES = ("index.html", "heatmap.png", "audit.json")
+#: Font sizes of the heatmap's titles and axis labels (points; set by hand for legibility).
 TITLE_FONT_PT = 12
 LABEL_FONT_PT = 11
 

@@ -43,8 +43,10 @@ import statistics
 from dataclasses import dataclass, field
 
 from configurator.core.units import GB
-from topology.link_classes import (MAD_TO_SIGMA, AuditThresholds, class_label, class_of,
-                                   is_bimodal, measurement_classes, two_mode_split)
+from topology.link_classes import (ASYMMETRY_FRACTION, MAD_FLOOR_FRACTION, MAD_TO_SIGMA,
+                                   MIN_PARTNERS, NODE_SLOW_FRACTION, SLOW_RATIO, SLOW_Z,
+                                   AuditThresholds, class_label, class_of, is_bimodal,
+                                   measurement_classes, two_mode_split)
 from topology.topofile import Topology, host_sort_key
 
 #: What a finding is about, in the order findings are reported.
@@ -110,13 +112,20 @@ class StructureThresholds:
     """Rules of the structure analysis (see the module docstring); the slow-link and
     slow-host figures are the audit's (:class:`topology.link_classes.AuditThresholds`)."""
 
-    slow_ratio: float = 0.8
-    slow_z: float = -4.0
-    mad_floor_fraction: float = 0.01
-    asymmetry_fraction: float = 0.2
-    node_slow_fraction: float = 0.5
-    min_partners: int = 3
+    slow_ratio: float = SLOW_RATIO
+    slow_z: float = SLOW_Z
+    mad_floor_fraction: float = MAD_FLOOR_FRACTION
+    asymmetry_fraction: float = ASYMMETRY_FRACTION
+    node_slow_fraction: float = NODE_SLOW_FRACTION
+    min_partners: int = MIN_PARTNERS
+    #: Share of the pairs between communities that must be slow (and of those inside that
+    #: must not) for them to be islands. Set by hand, no fit: above 0.5 so that most pairs
+    #: agree, below 1 so that one healthy cross link does not hide a failed spine; the
+    #: tests' two-island topologies (tests/test_structure.py) have purity 1.
     island_purity: float = 0.75
+    #: A link degrades with size when its two largest messages' busbw is below this
+    #: fraction of its fitted bandwidth. Set by hand, no fit: half, far outside the ±3 %
+    #: noise of a healthy sweep.
     degrade_fraction: float = 0.5
 
 

@@ -64,7 +64,7 @@ from topology.cluster import build_cluster
 from topology.measured_links import MeasuredLinks
 
 FORMAT = "configurator-topology"
-VERSION = 1
+VERSION = 1   # the topology file format's version (a file of another is refused)
 NOMINAL_SUFFIX = "(nominal)"
 
 __all__ = ["LinkMeasurement", "CollectiveMeasurement", "MissingMeasurement", "Topology",

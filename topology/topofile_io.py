@@ -213,7 +213,7 @@ def load_topology(path: str | os.PathLike) -> Topology:
 #: and the audit all load the same file once (a :class:`Topology` is immutable, so they
 #: share it); a changed file has another key.
 _LOADED: dict[tuple, Topology] = {}
-_LOADED_MAX = 8
+_LOADED_MAX = 8   # files kept (a search, its placement and the audit share one; set by hand)
 
 
 def _file_key(path: str) -> tuple | None:

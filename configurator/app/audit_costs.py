@@ -13,11 +13,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
 from configurator.core.errors import InputError
 from configurator.core.plan_values import mfu_peak_precision
+
+if TYPE_CHECKING:
+    from configurator.app.plan_jobs import SearchRequest
+    from configurator.app.training_jobs import TrainingRequest
+    from configurator.search.evaluate import Evaluation
 
 #: Placements searched per priced variant (a finding repaired, a host left out).
 VARIANT_EVALUATIONS = 30
@@ -27,26 +33,26 @@ VARIANT_EVALUATIONS = 30
 PLAN_RANDOM_PLACEMENTS = 20
 
 
-def cluster_ref_for(topo, given: str | None) -> str:
-    """The cluster a measured topology runs on: ``given`` (a preset or a file), else the
-    preset whose GPU the measurements name (nccl-tests' Rank lines,
-    :attr:`topology.topofile.Topology.gpu_name`) and whose hosts hold the topology's GPUs
-    per host. Raises :class:`InputError` (field ``cluster``) when neither says."""
-    from topology.cluster_files import CLUSTER_PRESETS
-    from topology.gpus import guess_gpu_preset
+def measured_search_request(*, model: str, cluster_ref: str, topology: str,
+                            global_batch_size: int, nodes: int | None,
+                            seq_length: int | None, options: Mapping[str, Any], top: int,
+                            seed: int, placement_evaluations: int | None = None
+                            ) -> SearchRequest:
+    """The search ``plan`` and the audit's pricing (:func:`price_audit`) run on the measured
+    topology file ``topology``: ``search``'s request for the model, the cluster
+    ``cluster_ref`` (:func:`~configurator.app.inputs.cluster_ref_for`), its hosts and the
+    shared plan settings ``options``, each placed plan's random median behind
+    :data:`PLAN_RANDOM_PLACEMENTS` placements. ``placement_evaluations``: placements priced
+    per plan (None: the search's default). Raises :class:`InputError` for bad ``options``."""
+    from configurator.app.inputs import JobInputs
+    from configurator.app.plan_jobs import SearchRequest
 
-    if given:
-        return given
-    gpu = guess_gpu_preset(topo.gpu_name) if topo.gpu_name else None
-    fits = [name for name, c in CLUSTER_PRESETS.items()
-            if c["gpu"] == gpu and c["gpus_per_node"] == topo.gpus_per_host]
-    if not fits:
-        seen = (f"no cluster preset has {topo.gpu_name!r} GPUs, {topo.gpus_per_host} per "
-                f"host, as the measurements name" if topo.gpu_name
-                else "the measurements do not name their GPU")
-        raise InputError("cluster", None, f"required: {seen}; name the cluster (a preset or "
-                                          f"a YAML file)")
-    return fits[0]
+    return SearchRequest(inputs=JobInputs(model=model, cluster=cluster_ref, nodes=nodes,
+                                          seq_length=seq_length, topology=topology),
+                         global_batch_size=global_batch_size, options=options, top=top,
+                         seed=seed, random_placements=PLAN_RANDOM_PLACEMENTS,
+                         **({} if placement_evaluations is None
+                            else {"placement_evaluations": placement_evaluations}))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -373,7 +379,7 @@ class CostRequest:
     seed: int = 0
     #: time to train (:class:`configurator.app.training_jobs.TrainingRequest`): each cost
     #: also in days, GPU-hours and cost; or None
-    training: object = None
+    training: TrainingRequest | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -382,7 +388,7 @@ class PricedPlan:
     costs, best first."""
 
     description: str
-    evaluation: object
+    evaluation: Evaluation
     costs: list[FindingCost]
 
 
@@ -392,8 +398,8 @@ def price_audit(topo_path: str, report, req: CostRequest) -> PricedPlan:
     optimised on the measured links when it has no placement) or the search's best
     (placed). Raises :class:`InputError` or
     :class:`~configurator.core.errors.NoFeasiblePlanError`."""
-    from configurator.app.inputs import JobInputs, resolve
-    from configurator.app.plan_jobs import SearchRequest, ranked_search, search_space
+    from configurator.app.inputs import JobInputs, cluster_ref_for, resolve
+    from configurator.app.plan_jobs import ranked_search, search_space
     from configurator.core import validate as v
     from topology.cluster_files import load_cluster
     from topology.topofile_io import load_topology
@@ -428,11 +434,10 @@ def price_audit(topo_path: str, report, req: CostRequest) -> PricedPlan:
         if req.global_batch_size is None:
             raise InputError("gbs", None, "required with --model (or give --plan FILE)")
         v.int_in_range("gbs", req.global_batch_size)
-        sreq = SearchRequest(inputs=JobInputs(model=req.model, cluster=cluster_ref,
-                                              nodes=req.nodes, seq_length=req.seq_length,
-                                              topology=topo_path),
-                             global_batch_size=req.global_batch_size, options=req.options,
-                             top=1, seed=req.seed, random_placements=PLAN_RANDOM_PLACEMENTS)
+        sreq = measured_search_request(
+            model=req.model, cluster_ref=cluster_ref, topology=topo_path,
+            global_batch_size=req.global_batch_size, nodes=req.nodes,
+            seq_length=req.seq_length, options=req.options, top=1, seed=req.seed)
         model, cluster, _ = resolve(sreq.inputs, precision=sreq.precision)  # no profile
         space, options = search_space(model, sreq), dict(sreq.options)
         res, _ = ranked_search(sreq, model, cluster, space, 1)

@@ -7,12 +7,24 @@ without the hosts the audit flags), price the findings for the chosen plan
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from configurator.app.audit_costs import (PLAN_RANDOM_PLACEMENTS, VARIANT_EVALUATIONS,
-                                          FindingCost, GroupCrossing, PricedPlan,
-                                          audit_document, cluster_ref_for, costs_by_finding,
-                                          island_crossings, price_findings, price_in_days)
+from configurator.app.audit_costs import (VARIANT_EVALUATIONS, FindingCost, GroupCrossing,
+                                          PricedPlan, audit_document, costs_by_finding,
+                                          island_crossings, measured_search_request,
+                                          price_findings, price_in_days)
 from configurator.core.errors import InputError
+
+if TYPE_CHECKING:
+    from configurator.app.plan_jobs import SearchRequest
+    from configurator.app.training_jobs import TrainingRequest
+    from configurator.core.model import ModelSpec
+    from configurator.search.evaluate import Evaluation
+    from configurator.search.rank import SearchResult
+    from configurator.search.space import SearchSpace
+    from topology.audit import AuditReport
+    from topology.cluster import Cluster
+    from topology.topofile import Topology
 
 #: Plans the scaling curve's search re-ranks with the simulated schedule, per node count.
 SCALING_RERANK = 4
@@ -42,7 +54,7 @@ class PlanRequest:
     seed: int = 0
     placement_evaluations: int = 100
     #: time, cost and energy to train (``--train-tokens`` and its options), or None
-    training: object = None
+    training: TrainingRequest | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,14 +62,26 @@ class PlanOutcome:
     """What ``plan`` decided and wrote: the audit, the chosen search result and whether the
     flagged hosts were left out (with both times), the findings' costs, the files."""
 
-    report: object
-    topology: object
-    chosen: object                      # SearchOutcome-like: result, header
+    #: the audit of the measured links (:func:`~configurator.app.inputs.audit_of`)
+    report: AuditReport
+    #: the measured topology (imported from the logs, or read from the topology file)
+    topology: Topology
+    #: the search the plan was chosen from (on every host, or without the flagged ones,
+    #: whichever is faster); ``chosen.plans[0]`` is the plan written, placed
+    chosen: SearchResult
+    #: the hosts left out as flagged by the audit (empty: every host was offered)
     excluded: tuple[str, ...]
+    #: the best placed iteration time of the other choice (seconds; None when not searched
+    #: or nothing fits)
     alternative_iteration_time_s: float | None
+    #: what each finding costs the chosen plan
+    #: (:func:`~configurator.app.audit_costs.price_findings`)
     costs: list[FindingCost]
+    #: how many of the chosen placement's groups cross the audit's islands, per dimension
     crossings: list[GroupCrossing]
+    #: the names of the files written into ``PlanRequest.out``
     written: list[str]
+    #: the lines ``plan`` prints (:func:`plan_summary`)
     summary: list[str]
 
 
@@ -88,11 +112,11 @@ PLAN_STAGES = ("import", "audit", "search", "search without the flagged hosts",
 def _run_plan(req: PlanRequest, stage) -> PlanOutcome:
     import os
 
-    from configurator.app.inputs import (JobInputs, audit_of, check_measured_gpu,
+    from configurator.app.inputs import (audit_of, check_measured_gpu, cluster_ref_for,
                                          load_measured_topology, resolve)
     from configurator.app.outputs import LAUNCH_FILES, check_out
-    from configurator.app.plan_jobs import (SearchRequest, search_document,
-                                            search_on_fewer_hosts, search_space)
+    from configurator.app.plan_jobs import (search_document, search_on_fewer_hosts,
+                                            search_space)
     from configurator.core import validate as v
     from configurator.core.errors import NoFeasiblePlanError
     from topology.cluster_files import load_cluster
@@ -128,11 +152,11 @@ def _run_plan(req: PlanRequest, stage) -> PlanOutcome:
         cluster_ref = cluster_ref_for(topo, req.cluster)
     stage("audit")
     report = audit_of(topo_path)
-    sreq = SearchRequest(inputs=JobInputs(model=req.model, cluster=cluster_ref, nodes=req.nodes,
-                                          seq_length=req.seq_length, topology=topo_path),
-                         global_batch_size=req.global_batch_size, options=req.options,
-                         top=req.top, placement_evaluations=req.placement_evaluations,
-                         seed=req.seed, random_placements=PLAN_RANDOM_PLACEMENTS)
+    sreq = measured_search_request(
+        model=req.model, cluster_ref=cluster_ref, topology=topo_path,
+        global_batch_size=req.global_batch_size, nodes=req.nodes, seq_length=req.seq_length,
+        options=req.options, top=req.top, seed=req.seed,
+        placement_evaluations=req.placement_evaluations)
     model, cluster, _ = resolve(sreq.inputs, precision=sreq.precision)  # no profile
     train = training_inputs(req.training, cluster_ref)
     space = search_space(model, sreq)
@@ -204,14 +228,16 @@ def _run_plan(req: PlanRequest, stage) -> PlanOutcome:
                        crossings=crossings, written=written, summary=summary)
 
 
-def plan_warnings(report) -> list[str]:
+def plan_warnings(report: AuditReport) -> list[str]:
     """What the user must know before trusting the plan (shown after its first line, in the
     report's summary and as ``warnings`` in ``--json``): thin coverage of the audit."""
     return [w for w in (report.coverage_warning,) if w]
 
 
-def plan_summary(model, cluster, req, best, report, excluded, alternative, costs,
-                 crossings, default_crossings, fewer: str = "") -> list[str]:
+def plan_summary(model: ModelSpec, cluster: Cluster, req: PlanRequest, best: Evaluation,
+                 report: AuditReport, excluded: tuple[str, ...], alternative: float | None,
+                 costs: list[FindingCost], crossings: list[GroupCrossing],
+                 default_crossings: list[GroupCrossing], fewer: str = "") -> list[str]:
     """The lines ``plan`` prints (and the report's headline, as they are): the chosen plan
     and its time, the audit in one line, the hosts left out and why (flagged by the audit,
     or ``fewer``: no legal layout on all of them), the placement against Megatron's order,
@@ -352,8 +378,8 @@ def scaling_counts(pool_size: int) -> list[int]:
     return sorted(counts)
 
 
-def scaling_rows(model, cluster, gbs: int, space, sreq, pool_hosts: list[str]
-                 ) -> tuple[list[dict], str]:
+def scaling_rows(model: ModelSpec, cluster: Cluster, gbs: int, space: SearchSpace,
+                 sreq: SearchRequest, pool_hosts: list[str]) -> tuple[list[dict], str]:
     """The best plan per node count of :func:`scaling_counts` on the healthiest hosts of
     ``pool_hosts`` (the closed form with the simulated schedule of the best, on their
     measured links, Megatron's order: no placement search), as ``run_scaling`` rows; and a

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from configurator.core import validate as v
 from configurator.core.errors import InputError
@@ -15,6 +16,10 @@ from configurator.core.model_presets import load_model
 from configurator.core.profile import LayerProfile, load_profile
 from topology.cluster import Cluster
 from topology.cluster_files import load_cluster
+
+if TYPE_CHECKING:
+    from topology.audit import AuditReport
+    from topology.topofile import Topology
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,7 +92,7 @@ def resolve_uncalibrated(inputs: JobInputs, *, exclude_flagged: bool | None = No
     return model, apply_topology(cluster, topo)
 
 
-def load_measured_topology(path: str):
+def load_measured_topology(path: str) -> Topology:
     """:func:`topology.topofile_io.load_topology`, saying so when the file is measurement
     output (an nccl-tests log, ``nvidia-smi topo -m``) rather than a topology file."""
     from topology.topofile_io import load_topology
@@ -109,7 +114,29 @@ def load_measured_topology(path: str):
         raise
 
 
-def check_measured_gpu(topo, cluster: Cluster, where: str) -> None:
+def cluster_ref_for(topo: Topology, given: str | None) -> str:
+    """The cluster a measured topology runs on: ``given`` (a preset or a file), else the
+    preset whose GPU the measurements name (nccl-tests' Rank lines,
+    :attr:`topology.topofile.Topology.gpu_name`) and whose hosts hold the topology's GPUs
+    per host. Raises :class:`InputError` (field ``cluster``) when neither says."""
+    from topology.cluster_files import CLUSTER_PRESETS
+    from topology.gpus import guess_gpu_preset
+
+    if given:
+        return given
+    gpu = guess_gpu_preset(topo.gpu_name) if topo.gpu_name else None
+    fits = [name for name, c in CLUSTER_PRESETS.items()
+            if c["gpu"] == gpu and c["gpus_per_node"] == topo.gpus_per_host]
+    if not fits:
+        seen = (f"no cluster preset has {topo.gpu_name!r} GPUs, {topo.gpus_per_host} per "
+                f"host, as the measurements name" if topo.gpu_name
+                else "the measurements do not name their GPU")
+        raise InputError("cluster", None, f"required: {seen}; name the cluster (a preset or "
+                                          f"a YAML file)")
+    return fits[0]
+
+
+def check_measured_gpu(topo: Topology, cluster: Cluster, where: str) -> None:
     """Refuse a cluster whose GPU is not the one the measurements were taken on: links
     measured between H100 hosts priced with A100 compute describe no real cluster. Compared
     where both are known: the GPU preset the measurements' device name maps to
@@ -151,7 +178,7 @@ def flagged_hosts(topology: str) -> tuple[str, ...]:
     return audit_of(topology).drain_hosts
 
 
-def audit_of(topology: str):
+def audit_of(topology: str) -> AuditReport:
     """The audit (:func:`topology.audit.audit`) of a topology file, made once per file
     while it is unchanged (:func:`topology.topofile_io.load_topology` keeps the file's
     topology; its audit is kept with it)."""

@@ -11,7 +11,7 @@ import os
 from configurator.app.cluster_plan_jobs import PlanRequest, plan_warnings, run_plan
 from configurator.cli.options import (add_force, add_json, add_out, add_training_options,
                                       integer, option_groups)
-from configurator.cli.plan_commands import _group_of, add_plan_option, training_request
+from configurator.cli.plan_commands import add_plan_option, group_of, training_request
 from configurator.core import jsonout
 from configurator.core.plan import SEARCH_OPTIONS
 from launchers import start_instructions
@@ -37,7 +37,7 @@ def add_plan_arguments(p) -> None:
                         "that is faster; the most that have a legal layout when all have "
                         "none, e.g. 13 hosts for gbs 128)")
     for name in SEARCH_OPTIONS:
-        add_plan_option(groups[_group_of(name)], name)
+        add_plan_option(groups[group_of(name)], name)
     g = groups["topology and placement"]
     g.add_argument("--logs", nargs="+", metavar="PATH", default=(),
                    help="nccl-tests logs, 'nvidia-smi topo -m' output or probe files, or "

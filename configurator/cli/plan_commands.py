@@ -55,7 +55,7 @@ def add_plan_option(p, name: str, *, required: bool = False, default=None) -> No
                        default=None, help=f.help)
 
 
-def _group_of(name: str) -> str:
+def group_of(name: str) -> str:
     """The ``--help`` group of plan field ``name``: precision and kernels, else the plan."""
     return ("precision and kernels" if PLAN_FIELD[name].flag_group == "precision and kernels"
             else "plan")
@@ -87,7 +87,7 @@ def _common(p: argparse.ArgumentParser, groups) -> None:
                         "cluster's GPU for this model and precision) in place of the analytic "
                         "layer compute at the shapes it holds")
     for name in SEARCH_OPTIONS:
-        add_plan_option(groups[_group_of(name)], name)
+        add_plan_option(groups[group_of(name)], name)
     groups["topology and placement"].add_argument(
         "--topology", metavar="FILE",
         help="measured topology file (configurator topology import / probe): collective "
@@ -119,7 +119,7 @@ def add_estimate_arguments(p) -> None:
     groups = option_groups(p)
     _common(p, groups)
     for name in ESTIMATE_FIELDS:
-        add_plan_option(groups[_group_of(name)], name, required=name in ESTIMATE_REQUIRED)
+        add_plan_option(groups[group_of(name)], name, required=name in ESTIMATE_REQUIRED)
     g = groups["topology and placement"]
     g.add_argument("--placement", default="default", metavar="default|optimized|FILE",
                    help="with --topology: where the ranks run: 'default' (Megatron's order "

@@ -8,7 +8,7 @@ import sys
 from configurator.app.inputs import JobInputs
 from configurator.app.trial_jobs import DEFAULT_ITERATIONS, DEFAULT_RUNS, TrialRequest, run_trial
 from configurator.cli.options import add_force, add_json, add_out, option_groups
-from configurator.cli.plan_commands import _group_of, add_plan_option
+from configurator.cli.plan_commands import add_plan_option, group_of
 from configurator.core import jsonout
 from configurator.core.model_presets import MODEL_PRESETS
 from configurator.core.plan import SEARCH_OPTIONS
@@ -28,7 +28,7 @@ def add_trial_arguments(p) -> None:
     g.add_argument("--gbs", type=int, required=True, help="global batch size (sequences)")
     g.add_argument("--seq-length", type=int, help="override the model's sequence length")
     for name in SEARCH_OPTIONS:
-        add_plan_option(groups[_group_of(name)], name)
+        add_plan_option(groups[group_of(name)], name)
     g = groups["search"]
     g.add_argument("--plans", metavar="FILE",
                    help="the plans you can run: a plans.json of 'search --out' (or a YAML/JSON "

@@ -31,85 +31,162 @@ def swiglu_ffn_hidden_size(hidden_size: int) -> int:
 class ModelSpec:
     """A GPT-style decoder (dense or mixture of experts), in Megatron-LM's argument names.
 
-    Sizes are counts (layers, hidden units, heads, tokens). ``hidden_dropout`` and
-    ``attention_dropout`` are probabilities (Megatron's defaults 0.1; Llama-family 0.0); a
-    dropout of 0 stores no mask. ``position_embedding_type`` is ``learned_absolute`` (GPT,
-    an s×h table on the first stage) or ``rope`` (no parameters). ``kv_channels`` is the
-    head dimension (Megatron's default ``h / a``).
-
-    Mixture of experts (megatron/core/transformer/moe): ``num_experts`` routed experts
-    (``None``: dense), each token to ``moe_router_topk`` of them; experts of
-    ``moe_ffn_hidden_size`` (default ``ffn_hidden_size``), an optional shared expert of
-    ``moe_shared_expert_intermediate_size``; ``moe_layer_freq`` an int ``N`` (every N-th
-    layer is MoE, counting from layer 0) or one 0/1 per layer (1 = MoE), as Megatron's
-    ``--moe-layer-freq``. Dense layers use ``ffn_hidden_size``.
-
-    Multi-latent attention (DeepSeek-V2/V3; megatron/core/transformer/multi_latent_attention.py):
-    ``q_lora_rank`` (``None``: no query compression), ``kv_lora_rank``, ``qk_head_dim`` (the
-    no-position part of a query/key head), ``qk_pos_emb_head_dim`` (its RoPE part) and
-    ``v_head_dim``; with MLA, ``qk_layernorm`` means the norms on the latents (DeepSeek's
-    ``q_a_layernorm``/``kv_a_layernorm``). ``mtp_num_layers`` multi-token-prediction
-    modules (each one more transformer layer, a 2h×h projection and three norms, on the last
-    stage).
-    ``window_size``: sliding-window attention over that many past keys (Megatron
-    ``--window-size (w,0)``), on every layer or, with ``window_attn_skip_freq`` N, on all but
-    every N-th layer (``--window-attn-skip-freq``, GPT-OSS: 2).
-    ``activation_func_clamp_value``: the gated MLP's inputs clamped to it before the
-    activation (TransformerConfig, GPT-OSS: 7.0, Hugging Face ``swiglu_limit``; megatron-core
-    clamps them in eager ops ahead of its fused activation, ``weighted_bias_quick_geglu_impl``).
-    ``yarn_rotary_scaling_factor``: RoPE extended by YaRN with this factor (megatron-core's
-    ``position_embedding_type='yarn'``, ``YarnRotaryEmbedding``; Megatron-Bridge's GPT-OSS:
-    32, Hugging Face ``rope_scaling`` of type ``yarn``); its attention concentration factor
-    (:attr:`rope_mscale`) scales cos and sin, which Transformer Engine's fused RoPE does not
-    take, so megatron-core applies RoPE in eager ops (``rope_utils.apply_rotary_pos_emb``).
-    No parameters. Needs ``position_embedding_type: rope`` and no multi-latent attention.
+    Built and validated by :func:`make_model` (the defaults below are the ones it fills in;
+    rules from Megatron-LM core_v0.16.1 ``megatron/training/arguments.py`` ``validate_args``
+    and ``megatron/core/transformer/transformer_config.py``). Sizes are counts (layers,
+    hidden units, heads, tokens); each field says its Megatron argument and, where it has
+    one, its ``TransformerConfig`` field; launchers/megatron_flags.py writes them.
     """
 
     name: str = "custom"
+    """Display name (a preset's, a file's ``name`` key, or ``custom``); printed in outputs,
+    not a Megatron argument."""
     num_layers: int
+    """Transformer layers (decoder blocks), without the MTP modules. Megatron
+    ``--num-layers``; ``TransformerConfig.num_layers``."""
     hidden_size: int
+    """Hidden size ``h`` (units per token). Megatron ``--hidden-size``;
+    ``TransformerConfig.hidden_size``."""
     num_attention_heads: int
+    """Query heads ``a`` per layer (each of ``kv_channels`` units). Megatron
+    ``--num-attention-heads``; ``TransformerConfig.num_attention_heads``."""
     num_query_groups: int
+    """Key/value heads (grouped-query attention); equal to ``num_attention_heads`` for
+    multi-head attention (the default), must divide it. Megatron ``--num-query-groups``
+    with ``--group-query-attention``; ``TransformerConfig.num_query_groups``."""
     ffn_hidden_size: int
+    """Hidden units of a dense layer's MLP. Default ``4h``, or with ``swiglu``
+    :func:`swiglu_ffn_hidden_size` (``int(8h/3/64)*64``), as arguments.py sets them.
+    Megatron ``--ffn-hidden-size``; ``TransformerConfig.ffn_hidden_size``."""
     vocab_size: int
+    """Rows of the embedding (and output) matrix: the padded vocabulary (tokens). Megatron's
+    ``padded_vocab_size`` (the tokenizer's size padded to a multiple of
+    ``--make-vocab-size-divisible-by`` × tp, tokenizer.py ``_vocab_size_with_padding``);
+    mock-data launch scripts pass ``--vocab-size V-1`` (the NullTokenizer adds EOD)."""
     seq_length: int
+    """Tokens per sequence (training context). Megatron ``--seq-length`` (the launch scripts
+    also pass it as ``--max-position-embeddings``); not a ``TransformerConfig`` field."""
     kv_channels: int
+    """Head dimension (units per attention head). Default ``h / a``, as arguments.py sets
+    it. Megatron ``--kv-channels``; ``TransformerConfig.kv_channels``."""
     swiglu: bool = False
+    """Gated MLP with SiLU (SwiGLU: two input projections, ``ffn_hidden_size`` each).
+    Megatron ``--swiglu``; ``TransformerConfig.gated_linear_unit`` with ``activation_func``
+    SiLU."""
     untie_embeddings_and_output_weights: bool = False
+    """The output layer has its own ``vocab_size × h`` weights (default: shared with the
+    input embedding). Megatron ``--untie-embeddings-and-output-weights``; GPTModel's
+    ``share_embeddings_and_output_weights`` is its negation."""
     normalization: str = "LayerNorm"
+    """``LayerNorm`` (weight and bias) or ``RMSNorm`` (weight only); default Megatron's.
+    Megatron ``--normalization``; ``TransformerConfig.normalization``."""
     norm_epsilon: float = 1e-5
+    """The norms' epsilon (dimensionless); default Megatron's 1e-5. Megatron
+    ``--norm-epsilon``; ``TransformerConfig.layernorm_epsilon``."""
     hidden_dropout: float = 0.1
+    """Dropout probability on the attention and MLP outputs; default Megatron's 0.1
+    (Llama-family presets 0.0); 0 stores no mask. Megatron ``--hidden-dropout``;
+    ``TransformerConfig.hidden_dropout``."""
     attention_dropout: float = 0.1
+    """Dropout probability on the attention probabilities; default Megatron's 0.1
+    (Llama-family presets 0.0); 0 stores no mask. Megatron ``--attention-dropout``;
+    ``TransformerConfig.attention_dropout``."""
     position_embedding_type: str = "learned_absolute"
+    """``learned_absolute`` (GPT: a ``seq_length × h`` table on the first stage; Megatron's
+    default), ``rope`` (no parameters) or ``none``. Megatron ``--position-embedding-type``;
+    GPTModel's ``position_embedding_type``."""
     rotary_base: int = 10000
+    """RoPE's base θ (with ``rope`` or multi-latent attention); default Megatron's 10000.
+    Megatron ``--rotary-base``; GPTModel's ``rotary_base``."""
     add_bias_linear: bool = True
+    """Biases on every linear layer (default, as Megatron's). Megatron
+    ``--disable-bias-linear`` sets it false; ``TransformerConfig.add_bias_linear``."""
     add_qkv_bias: bool = False
+    """Biases on the query/key/value projection even with ``add_bias_linear`` false
+    (Qwen2-style). Megatron ``--add-qkv-bias``; ``TransformerConfig.add_qkv_bias``."""
     qk_layernorm: bool = False
+    """Norms on the query and key heads; with multi-latent attention, the norms on the
+    latents (DeepSeek's ``q_a_layernorm``/``kv_a_layernorm``). Megatron ``--qk-layernorm``;
+    ``TransformerConfig.qk_layernorm``."""
     num_experts: int | None = None
+    """Routed experts per MoE layer (megatron/core/transformer/moe); None: a dense model.
+    Megatron ``--num-experts``; ``TransformerConfig.num_moe_experts``."""
     moe_router_topk: int = 2
+    """Experts each token is routed to (at most ``num_experts``); default Megatron's 2.
+    Megatron ``--moe-router-topk``; ``TransformerConfig.moe_router_topk``."""
     moe_ffn_hidden_size: int | None = None
+    """Hidden units of one routed expert's MLP; default ``ffn_hidden_size`` (as
+    TransformerConfig's ``__post_init__``); None for a dense model. Megatron
+    ``--moe-ffn-hidden-size``; ``TransformerConfig.moe_ffn_hidden_size``."""
     moe_shared_expert_intermediate_size: int | None = None
+    """Hidden units of the shared expert(s), all of them together; None: no shared expert.
+    Needs ``add_bias_linear`` false (a shared expert has no biases). Megatron
+    ``--moe-shared-expert-intermediate-size``;
+    ``TransformerConfig.moe_shared_expert_intermediate_size``."""
     moe_layer_freq: int | tuple[int, ...] = 1
+    """Which layers are MoE: an int ``N`` (every N-th layer, counting from layer 0) or one
+    0/1 per layer (1 = MoE); the others are dense (``ffn_hidden_size``). Default 1 (every
+    layer), Megatron's. Megatron ``--moe-layer-freq``; ``TransformerConfig.moe_layer_freq``
+    (expanded by :attr:`moe_layer_pattern`)."""
     multi_latent_attention: bool = False
+    """Multi-latent attention (DeepSeek-V2/V3;
+    megatron/core/transformer/multi_latent_attention.py): queries, keys and values through
+    low-rank latents; no query groups. Megatron ``--multi-latent-attention``;
+    ``TransformerConfig.multi_latent_attention`` (sizes in ``MLATransformerConfig``)."""
     q_lora_rank: int | None = None
+    """MLA: rank of the query latent (units); None: no query compression. Megatron
+    ``--q-lora-rank``; ``MLATransformerConfig.q_lora_rank``."""
     kv_lora_rank: int = 512
+    """MLA: rank of the key/value latent (units); default 512, DeepSeek-V2/V3's and
+    MLATransformerConfig's. Megatron ``--kv-lora-rank``;
+    ``MLATransformerConfig.kv_lora_rank``."""
     qk_head_dim: int = 128
+    """MLA: the no-position part of a query/key head (units); default 128, DeepSeek-V2/V3's
+    and MLATransformerConfig's (Hugging Face ``qk_nope_head_dim``). Megatron
+    ``--qk-head-dim``; ``MLATransformerConfig.qk_head_dim``."""
     qk_pos_emb_head_dim: int = 64
+    """MLA: the RoPE part of a query/key head (units); default 64, DeepSeek-V2/V3's and
+    MLATransformerConfig's (Hugging Face ``qk_rope_head_dim``). Megatron
+    ``--qk-pos-emb-head-dim``; ``MLATransformerConfig.qk_pos_emb_head_dim``."""
     v_head_dim: int = 128
+    """MLA: a value head (units); default 128, DeepSeek-V2/V3's and MLATransformerConfig's.
+    Megatron ``--v-head-dim``; ``MLATransformerConfig.v_head_dim``."""
     mtp_num_layers: int | None = None
+    """Multi-token-prediction modules (DeepSeek-V3), each one more transformer layer, a
+    ``2h × h`` projection and three norms, on the last stage; None: none. Needs ``rope`` or
+    no position embedding. Megatron ``--mtp-num-layers``; ``TransformerConfig.mtp_num_layers``."""
     window_size: int | None = None
+    """Sliding-window attention over this many past keys (tokens); None: full causal
+    attention. Megatron ``--window-size (w,0)``; ``TransformerConfig.window_size``."""
     window_attn_skip_freq: int | None = None
+    """With ``window_size``: every N-th layer (1-based) keeps full attention, the others are
+    windowed (GPT-OSS: 2); None: every layer windowed. Megatron ``--window-attn-skip-freq``;
+    ``TransformerConfig.window_attn_skip_freq``."""
     activation_func_clamp_value: float | None = None
+    """The gated MLP's inputs are clamped to this before the activation (GPT-OSS: 7.0,
+    Hugging Face ``swiglu_limit``); megatron-core clamps them in eager ops ahead of its fused
+    activation (``weighted_bias_quick_geglu_impl``). Needs ``swiglu``. Megatron
+    ``--activation-func-clamp-value``; ``TransformerConfig.activation_func_clamp_value``."""
     yarn_rotary_scaling_factor: float | None = None
-    #: the longest sequence the model's positions support (Megatron's
-    #: ``--max-position-embeddings``; Hugging Face ``max_position_embeddings``): an upper
-    #: bound on ``seq_length``, None when not given. With ``seq_length_source``, what the
-    #: user is told, not what is trained: neither takes part in comparing two models.
+    """RoPE extended by YaRN with this factor (dimensionless; Megatron-Bridge's GPT-OSS: 32,
+    Hugging Face ``rope_scaling`` of type ``yarn``); megatron-core's
+    ``position_embedding_type='yarn'`` (``YarnRotaryEmbedding``). Its attention
+    concentration factor (:attr:`rope_mscale`) scales cos and sin, which Transformer
+    Engine's fused RoPE does not take, so megatron-core applies RoPE in eager ops
+    (``rope_utils.apply_rotary_pos_emb``). No parameters. Needs ``position_embedding_type``
+    ``rope`` and no multi-latent attention. No core_v0.16.1 flag selects it without MLA:
+    the launch scripts train plain RoPE and say so (launchers/script_parts.py);
+    ``TransformerConfig.yarn_rotary_scaling_factor``."""
     max_position_embeddings: int | None = field(default=None, compare=False)
-    #: why ``seq_length`` has its value, where it was chosen for the user (a Hugging Face
-    #: config's pretraining length: :func:`configurator.core.hf_import.pretraining_seq_length`;
-    #: ``"given"`` once ``--seq-length`` replaced it)
+    """The longest sequence the model's positions support (tokens; Megatron's
+    ``--max-position-embeddings``; Hugging Face ``max_position_embeddings``): an upper bound
+    on ``seq_length``, None when not given. With ``seq_length_source``, what the user is
+    told, not what is trained: neither takes part in comparing two models."""
     seq_length_source: str | None = field(default=None, compare=False)
+    """Why ``seq_length`` has its value, where it was chosen for the user (a Hugging Face
+    config's pretraining length: :func:`configurator.core.hf_import.pretraining_seq_length`;
+    ``"given"`` once ``--seq-length`` replaced it); None for a preset or a Megatron-keyed
+    file. Not a Megatron argument."""
 
     @property
     def is_moe(self) -> bool:

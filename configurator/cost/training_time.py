@@ -72,6 +72,7 @@ from configurator.core.plan_terms import optimizer_state_bytes
 from configurator.core.units import GB
 from memory_model.params import stage_parameter_split
 
+#: Seconds per day and per hour (unit conversions).
 DAY_S = 86400.0
 HOUR_S = 3600.0
 

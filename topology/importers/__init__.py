@@ -32,6 +32,7 @@ from topology.topofile import (MissingMeasurement, Topology, check_policy, host_
 from topology.topofile_io import load_topology
 
 FORMATS = ("nccl-tests", "nvidia-smi", "topology")
+#: Files from which an import shows a progress bar unless asked (set by hand).
 PROGRESS_MIN_FILES = 20
 _TOPO_FORMAT = re.compile(r"[\"']?format[\"']?\s*:\s*[\"']?configurator-topology")
 
