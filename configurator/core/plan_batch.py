@@ -217,5 +217,7 @@ for _f in PLAN_FIELDS:
     PlanBatch.__annotations__[_f.name] = "np.ndarray" if _f.per_candidate else _f.type
     for _name in (_f.name, _f.alias):
         if _name:
+            if hasattr(PlanBatch, _name):   # a field named like a method or derived term
+                raise TypeError(f"plan field {_name!r} shadows PlanBatch.{_name}")
             setattr(PlanBatch, _name, _prop)
 del _f, _prop, _name
