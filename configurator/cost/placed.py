@@ -44,8 +44,9 @@ from configurator.cost.compute import layer_costs
 from configurator.core.layers import chunk_layer_counts, rank_layer_counts
 from configurator.core.rows import distinct_rows
 from configurator.cost.communication import expert_comm_figures
-from configurator.cost.iteration import (dp_exposed_s, layer_type_times, optimizer_s,
-                                         p2p_message_s, stage_extras_s, tied_embedding_s)
+from configurator.cost.iteration import (dp_exposed_s, dp_windows_s, layer_type_times,
+                                         optimizer_s, p2p_message_s, stage_extras_s,
+                                         tied_embedding_s)
 from configurator.cost.schedule_sim import SimResult, simulate
 from memory_model.params import stage_parameter_split
 from topology.group_figures import host_ring_figures, ring_figures
@@ -271,7 +272,6 @@ class PlacedPlan:
                                                    cp_hop_bw=cp_hop_bw,
                                                    cp_hop_lat=cp_hop_lat,
                                                    cp_on_node=cp_on))
-        tp_f, tp_b = types["dense"]["tp_f"], types["dense"]["tp_b"]
         x = {k: np.broadcast_to(v, (K, dp, pp))
              for k, v in stage_extras_s(model, c, self.cluster.gpu, lc, tp_bw, tp_lat).items()}
 
@@ -309,17 +309,15 @@ class PlacedPlan:
             p2p_b = np.broadcast_to(p2p_b, (K, dp, pp)).copy()
 
         # data-parallel reduction per stage, windows as in the closed form (per rank)
-        layers = self.chunk_layers.sum(axis=1)                     # [pp]
-        tp_fb = np.broadcast_to(tp_f + tp_b, (K, dp, pp)).max(axis=1)             # [K, pp]
+        n_moe = self.chunk_moe.sum(axis=1)                                  # [pp]
+        fwd_w, bwd_w = (np.broadcast_to(w, (K, dp, pp)).max(axis=1)         # [K, pp]
+                        for w in dp_windows_s(types, self.chunk_layers.sum(axis=1) - n_moe,
+                                              n_moe))
+        xc = dict(expert_params=self.stage_expert_params, edp_bw=self.expert_comm["edp_bw"],
+                  edp_lat=self.expert_comm["edp_lat"]) if model.is_moe else {}
         tail = dp_exposed_s(c, self.stage_params, dp_bw, dp_lat,
-                            bwd_window_s=layers * (lc["bwd"] + lc["recompute"] + tp_fb),
-                            fwd_window_s=layers * lc["fwd"])
+                            bwd_window_s=bwd_w, fwd_window_s=fwd_w, **xc)
         tail = np.broadcast_to(tail, (K, pp)).astype(float).copy()
-        if model.is_moe:
-            xc = self.expert_comm
-            tail += np.broadcast_to(dp_exposed_s(
-                c, self.stage_expert_params, xc["edp_bw"], xc["edp_lat"], bwd_window_s=0.0,
-                fwd_window_s=0.0, group=(tp * cp * dp) / (plan.ep * plan.etp)), (pp,))
         if pp > 1:
             t_emb = np.broadcast_to(tied_embedding_s(model, c, pf_bw[:, :, pp - 1].min(axis=1),
                                                      pf_lat[:, :, pp - 1].max(axis=1)), (K,))
