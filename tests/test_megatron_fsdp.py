@@ -2,7 +2,8 @@
 --data-parallel-sharding-strategy optim_grads_params``): weights, main gradients and optimizer
 state sharded over dp·cp, each unit's weights gathered before its forward and backward and
 its gradients reduce-scattered after every micro-batch (megatron-fsdp-user-guide.md,
-core_v0.16.1)."""
+core_v0.16.1); a unit's expert weights travel in the same hooks over the expert-data-parallel
+group and overlap the same passes."""
 
 from __future__ import annotations
 
@@ -11,18 +12,21 @@ import dataclasses
 import numpy as np
 import pytest
 
+from configurator.core.model_presets import load_model
 from configurator.core.plan_batch import PlanBatch
 from configurator.core.errors import InputError
 from configurator.core.plan import ParallelPlan
 from configurator.core.rules import check_plan
 from configurator.cost.groundtruth import bridge_runs
-from configurator.cost.iteration import dp_exposed_s
+from configurator.cost.iteration import dp_exposed_s, iteration_time
+from configurator.cost.placed import PlacedPlan
 from launchers.megatron_flags import flag_argv, megatron_flags
 from memory_model.estimate import FSDP_LIVE_UNITS, estimate_memory
 from memory_model.params import dense_layer_parameters, embedding_parameters
 from tests.conftest import run_cli
 from tests.megatron_argv import LLAMA8
 from tests.test_megatron_log import DENSE_TEXT, one, with_args
+from topology.cluster_files import load_cluster
 from topology.collectives import all_gather_time_s
 
 PLAN = ParallelPlan(tp=1, pp=1, dp=8, micro_batch_size=1, global_batch_size=32,
@@ -62,6 +66,66 @@ def test_every_microbatch_gathers_twice_and_reduces_once():
     assert float(t[0]) == pytest.approx(m * (2 * gather[0] + scatter[0]))
     hidden = dp_exposed_s(c, params, bw, lat, bwd_window_s=10.0, fwd_window_s=10.0)
     assert float(hidden[0]) == 0.0
+
+
+#: Qwen3-30B-A3B on 16 ranks with ep 8: Megatron FSDP shards the experts over the
+#: expert-data-parallel group tp·cp·dp/(ep·etp) = 2, the rest over dp·cp = 16.
+MOE_FSDP = ParallelPlan(tp=1, pp=1, dp=16, ep=8, micro_batch_size=1, global_batch_size=64,
+                        precision="bf16", distributed_optimizer=True, megatron_fsdp=True,
+                        recompute="full")
+
+
+def test_a_unit_gathers_and_reduces_its_experts_with_its_other_weights():
+    """megatron_fsdp.py (core_v0.16.1) gathers every parameter of an FSDP unit (a
+    TransformerLayer, experts included) in ``_pre_forward_param_unshard`` and
+    ``_pre_backward_param_unshard`` on the one all-gather pipeline, and reduce-scatters each
+    gradient in ``_process_post_backward_gradients`` on every backward
+    (``grad_reduce_every_bprop`` for ``optim_grads_params``; ``no_sync`` does not stop it);
+    the expert buckets only use the expert-data-parallel group. So per micro-batch two
+    gathers and one reduction of both shares, hidden together under the passes' windows."""
+    c = PlanBatch.from_plan(MOE_FSDP)
+    m = MOE_FSDP.num_microbatches
+    assert m == 4
+    ne, ex = 3e8, 2e9
+    bw, lat, ebw, elat = np.array([1e11]), np.array([1e-5]), np.array([4e10]), np.array([2e-5])
+    ag_ne = all_gather_time_s(ne * 2.0, 16.0, bw, lat)[0]
+    rs_ne = all_gather_time_s(ne * 4.0, 16.0, bw, lat)[0]
+    ag_ex = all_gather_time_s(ex * 2.0, 2.0, ebw, elat)[0]
+    rs_ex = all_gather_time_s(ex * 4.0, 2.0, ebw, elat)[0]
+    kw = dict(expert_params=ex, edp_bw=ebw, edp_lat=elat)
+    bare = dp_exposed_s(c, ne, bw, lat, bwd_window_s=0.0, fwd_window_s=0.0, **kw)
+    assert float(bare[0]) == pytest.approx(m * (2 * (ag_ne + ag_ex) + rs_ne + rs_ex))
+    # windows longer than both shares' traffic hide all of it, the expert share included
+    fwd, bwd = ag_ne + ag_ex + 1e-3, ag_ne + ag_ex + rs_ne + rs_ex + 1e-3
+    assert float(dp_exposed_s(c, ne, bw, lat, bwd_window_s=bwd, fwd_window_s=fwd,
+                              **kw)[0]) == 0.0
+    # a forward window that hides only the non-expert gather leaves the expert one out
+    part = dp_exposed_s(c, ne, bw, lat, bwd_window_s=bwd, fwd_window_s=ag_ne, **kw)
+    assert float(part[0]) == pytest.approx(m * ag_ex)
+
+
+def test_without_fsdp_the_expert_reduction_is_priced_as_before():
+    """The distributed optimizer's expert gradients: one more exposed reduction over the
+    expert-data-parallel group, the same as pricing that group on its own."""
+    c = PlanBatch.from_plan(dataclasses.replace(MOE_FSDP, megatron_fsdp=False))
+    bw, lat, ebw, elat = np.array([1e11]), np.array([1e-5]), np.array([4e10]), np.array([2e-5])
+    both = dp_exposed_s(c, 3e8, bw, lat, bwd_window_s=1.0, fwd_window_s=1.0,
+                        expert_params=2e9, edp_bw=ebw, edp_lat=elat)
+    apart = (dp_exposed_s(c, 3e8, bw, lat, bwd_window_s=1.0, fwd_window_s=1.0)
+             + dp_exposed_s(c, 2e9, ebw, elat, bwd_window_s=0.0, fwd_window_s=0.0, group=2.0))
+    assert float(both[0]) == pytest.approx(float(apart[0]))
+
+
+def test_closed_form_and_placed_schedule_price_the_moe_units_alike():
+    """Both pricing paths call the one definition: on the uniform preset cluster the
+    simulated schedule's exposed data-parallel tail of a Megatron FSDP MoE plan equals the
+    closed form's data-parallel term."""
+    model, cl = load_model("qwen3-30b-a3b"), load_cluster("dgx-h100-80gb", 2)
+    closed = iteration_time(model, cl, PlanBatch.from_plan(MOE_FSDP))
+    priced = PlacedPlan(model, cl, MOE_FSDP)
+    placed = priced.time(*priced.default_placement(), record=True)
+    tail = max(t["dp_exposed_s"] for t in placed.stage_times())
+    assert tail == pytest.approx(float(closed["dp_comm"][0]), rel=1e-6)
 
 
 def test_launch_flags_and_environment(tmp_path):

@@ -275,30 +275,53 @@ def p2p_message_s(model: ModelSpec, c: PlanBatch, lc: dict, pp_bw, pp_lat, tp_bw
     return p2p_time_s(act_bytes / c.tp, pp_bw, pp_lat) + gather
 
 
+def fsdp_unit_comm_s(c: PlanBatch, params, n_ranks, bw, lat):
+    """One micro-batch's Megatron FSDP traffic for ``params`` parameters sharded over
+    ``n_ranks`` ranks (s): ``(gather_s, scatter_s)``, one all-gather of the 16-bit weights
+    (FP8 with the FP8 weight gather) and one reduce-scatter of the main gradients (the
+    main-gradient dtype), priced as the all-gather of the same bytes. Shapes broadcast."""
+    params = np.maximum(np.asarray(params, dtype=float), 1.0)
+    gather = all_gather_time_s(params * np.where(c.fp8_weights_gathered, 1.0, 2.0),
+                               n_ranks, bw, lat)
+    return gather, all_gather_time_s(params * c.main_grad_bytes, n_ranks, bw, lat)
+
+
 def dp_exposed_s(c: PlanBatch, stage_params, dp_bw, dp_lat, bwd_window_s, fwd_window_s,
-                 group=None):
+                 group=None, *, expert_params=0.0, edp_bw=None, edp_lat=None):
     """Exposed data-parallel time of one pipeline rank per iteration (s): gradient
     all-reduce (reduce-scatter + parameter all-gather with the distributed optimizer) of
     ``stage_params`` parameters over the dp·cp group, the reduction overlapped with the
     last microbatch's backward (``bwd_window_s``) and the gather with the next forward
     (``fwd_window_s``) when the overlap flags are on, never below one bucket's time
     (Megatron DDP bucket ``max(40M, 1M·dp)`` parameters). ``group``: the group size when
-    not ``dp·cp`` (experts: the expert-data-parallel group). The gather moves 16-bit
-    weights, FP8 ones with ``fp8_param_gather``.
+    not ``dp·cp``. The gather moves 16-bit weights, FP8 ones with ``fp8_param_gather``.
+    ``expert_params``: the rank's expert parameters, reduced over the expert-data-parallel
+    group ``tp·cp·dp/(ep·etp)`` at ``edp_bw``/``edp_lat``; without FSDP they get no window
+    (priced fully exposed, as before).
 
-    With Megatron FSDP (``megatron_fsdp``, ``optim_grads_params``) nothing waits for the
-    end: every micro-batch gathers the weights before its forward and again before its
-    backward and reduce-scatters its gradients after it, each overlapped with that
-    micro-batch's pass (the windows), ``m·(max(AG − fwd, 0) + max(AG + RS − bwd, 0))``
-    (megatron/core/distributed/fsdp, megatron-fsdp-user-guide.md); expert shards, given no
-    window, are priced fully exposed."""
+    With Megatron FSDP (``megatron_fsdp``, ``optim_grads_params``) every micro-batch
+    gathers each unit's weights before its forward and again before its backward and
+    reduce-scatters its gradients after it, each overlapped with that micro-batch's pass
+    (the windows): ``m·(max(AG − fwd, 0) + max(AG + RS − bwd, 0))``. A unit (a decoder
+    layer) gathers its non-expert and its expert weights in the same hook on one gather
+    stream and queues both reductions after its backward (megatron_fsdp.py
+    ``_pre_forward_param_unshard``, ``_pre_backward_param_unshard``,
+    ``_process_post_backward_gradients``; param_and_grad_buffer.py ``AllGatherPipeline``,
+    buckets grouped by ``(fsdp_unit_id, is_expert_param)``), so AG and RS add both
+    groups' traffic and the expert share overlaps the same windows; see
+    :func:`fsdp_unit_comm_s`."""
     gb = c.main_grad_bytes
     n_dp = (c.dp * c.cp).astype(float) if group is None else np.asarray(group, dtype=float)
     stage_params = np.maximum(np.asarray(stage_params, dtype=float), 1.0)
+    expert_params = np.asarray(expert_params, dtype=float)
+    has_expert = edp_bw is not None
+    n_edp = expert_data_parallel_size(c)
     if c.megatron_fsdp:
-        gather = all_gather_time_s(stage_params * np.where(c.fp8_weights_gathered, 1.0, 2.0),
-                                   n_dp, dp_bw, dp_lat)
-        scatter = all_gather_time_s(stage_params * gb, n_dp, dp_bw, dp_lat)
+        gather, scatter = fsdp_unit_comm_s(c, stage_params, n_dp, dp_bw, dp_lat)
+        if has_expert:
+            ex_gather, ex_scatter = fsdp_unit_comm_s(c, expert_params, n_edp, edp_bw, edp_lat)
+            gather = gather + np.where(expert_params > 0, ex_gather, 0.0)
+            scatter = scatter + np.where(expert_params > 0, ex_scatter, 0.0)
         return c.num_microbatches * (np.maximum(gather - fwd_window_s, 0.0)
                                      + np.maximum(gather + scatter - bwd_window_s, 0.0))
     do = c.distributed_optimizer
@@ -316,7 +339,11 @@ def dp_exposed_s(c: PlanBatch, stage_params, dp_bw, dp_lat, bwd_window_s, fwd_wi
     if c.overlap_param_gather:
         t_gather = np.where(do, np.maximum(t_gather - fwd_window_s, t_gather * bucket),
                             t_gather)
-    return t_grad + t_gather
+    out = t_grad + t_gather
+    if has_expert:
+        out = out + dp_exposed_s(c, expert_params, edp_bw, edp_lat, bwd_window_s=0.0,
+                                 fwd_window_s=0.0, group=n_edp)
+    return out
 
 
 def tied_embedding_s(model: ModelSpec, c: PlanBatch, pp_bw, pp_lat):
@@ -561,13 +588,12 @@ def iteration_time(model: ModelSpec, cluster, c: PlanBatch,
             return np.take_along_axis(pc[key], pace_k, axis=1)[:, 0]
 
     bwd_window, fwd_window = dp_windows_s(PaceTotal())
+    xc = dict(expert_params=ex_params, edp_bw=comm["edp_bw"],
+              edp_lat=comm["edp_lat"]) if model.is_moe else {}
     out["dp_comm"] = dp_exposed_s(
         c, ne_params, comm["dp_bw"], comm["dp_lat"], bwd_window_s=bwd_window,
-        fwd_window_s=fwd_window) + tied_embedding_s(model, c, comm["pp_bw"], comm["pp_lat"])
-    if model.is_moe:
-        out["dp_comm"] = out["dp_comm"] + dp_exposed_s(
-            c, ex_params, comm["edp_bw"], comm["edp_lat"], bwd_window_s=0.0,
-            fwd_window_s=0.0, group=expert_data_parallel_size(c))
+        fwd_window_s=fwd_window, **xc) + tied_embedding_s(model, c, comm["pp_bw"],
+                                                          comm["pp_lat"])
     tensors = stage_parameter_tensors(model, c.pp[:, None], cls["stage"], layers=cls["layers"],
                                       moe_layers=cls["moe_layers"], ep=c.ep[:, None])
     big_tensors = np.take_along_axis(np.broadcast_to(tensors, live.shape) * 1.0, big,

@@ -49,8 +49,7 @@ from configurator.cost.compute import layer_costs
 from configurator.core.layers import chunk_layer_counts, rank_layer_counts
 from configurator.core.rows import distinct_rows
 from configurator.cost.communication import expert_comm_figures
-from configurator.cost.iteration import (dp_exposed_s, dp_windows_s,
-                                         expert_data_parallel_size, layer_pass_s,
+from configurator.cost.iteration import (dp_exposed_s, dp_windows_s, layer_pass_s,
                                          layer_type_times, layers_terms_s, optimizer_s,
                                          p2p_message_s, stage_extras_s, tied_embedding_s)
 from configurator.cost.schedule_sim import SimResult, simulate
@@ -317,14 +316,11 @@ class PlacedPlan:
         windows = dp_windows_s(layers_terms_s(types, self.stage_dense, self.stage_moe))
         bwd_window, fwd_window = (np.broadcast_to(w, (K, dp, pp)).max(axis=1)
                                   for w in windows)
+        xc = dict(expert_params=self.stage_expert_params, edp_bw=self.expert_comm["edp_bw"],
+                  edp_lat=self.expert_comm["edp_lat"]) if model.is_moe else {}
         tail = dp_exposed_s(c, self.stage_params, dp_bw, dp_lat, bwd_window_s=bwd_window,
-                            fwd_window_s=fwd_window)
+                            fwd_window_s=fwd_window, **xc)
         tail = np.broadcast_to(tail, (K, pp)).astype(float).copy()
-        if model.is_moe:
-            xc = self.expert_comm
-            tail += np.broadcast_to(dp_exposed_s(
-                c, self.stage_expert_params, xc["edp_bw"], xc["edp_lat"], bwd_window_s=0.0,
-                fwd_window_s=0.0, group=expert_data_parallel_size(c)), (pp,))
         if pp > 1:
             t_emb = np.broadcast_to(tied_embedding_s(model, c, pf_bw[:, :, pp - 1].min(axis=1),
                                                      pf_lat[:, :, pp - 1].max(axis=1)), (K,))
