@@ -92,7 +92,7 @@ def test_a_unit_gathers_and_reduces_its_experts_with_its_other_weights():
     rs_ne = all_gather_time_s(ne * 4.0, 16.0, bw, lat)[0]
     ag_ex = all_gather_time_s(ex * 2.0, 2.0, ebw, elat)[0]
     rs_ex = all_gather_time_s(ex * 4.0, 2.0, ebw, elat)[0]
-    kw = dict(expert_params=ex, edp_bw=ebw, edp_lat=elat)
+    kw = dict(expert=(ex, ebw, elat))
     bare = dp_exposed_s(c, ne, bw, lat, bwd_window_s=0.0, fwd_window_s=0.0, **kw)
     assert float(bare[0]) == pytest.approx(m * (2 * (ag_ne + ag_ex) + rs_ne + rs_ex))
     # windows longer than both shares' traffic hide all of it, the expert share included
@@ -110,7 +110,7 @@ def test_without_fsdp_the_expert_reduction_is_priced_as_before():
     c = PlanBatch.from_plan(dataclasses.replace(MOE_FSDP, megatron_fsdp=False))
     bw, lat, ebw, elat = np.array([1e11]), np.array([1e-5]), np.array([4e10]), np.array([2e-5])
     both = dp_exposed_s(c, 3e8, bw, lat, bwd_window_s=1.0, fwd_window_s=1.0,
-                        expert_params=2e9, edp_bw=ebw, edp_lat=elat)
+                        expert=(2e9, ebw, elat))
     apart = (dp_exposed_s(c, 3e8, bw, lat, bwd_window_s=1.0, fwd_window_s=1.0)
              + dp_exposed_s(c, 2e9, ebw, elat, bwd_window_s=0.0, fwd_window_s=0.0, group=2.0))
     assert float(both[0]) == pytest.approx(float(apart[0]))

@@ -287,7 +287,7 @@ def fsdp_unit_comm_s(c: PlanBatch, params, n_ranks, bw, lat):
 
 
 def dp_exposed_s(c: PlanBatch, stage_params, dp_bw, dp_lat, bwd_window_s, fwd_window_s,
-                 group=None, *, expert_params=0.0, edp_bw=None, edp_lat=None):
+                 group=None, expert=None):
     """Exposed data-parallel time of one pipeline rank per iteration (s): gradient
     all-reduce (reduce-scatter + parameter all-gather with the distributed optimizer) of
     ``stage_params`` parameters over the dp·cp group, the reduction overlapped with the
@@ -295,9 +295,9 @@ def dp_exposed_s(c: PlanBatch, stage_params, dp_bw, dp_lat, bwd_window_s, fwd_wi
     (``fwd_window_s``) when the overlap flags are on, never below one bucket's time
     (Megatron DDP bucket ``max(40M, 1M·dp)`` parameters). ``group``: the group size when
     not ``dp·cp``. The gather moves 16-bit weights, FP8 ones with ``fp8_param_gather``.
-    ``expert_params``: the rank's expert parameters, reduced over the expert-data-parallel
-    group ``tp·cp·dp/(ep·etp)`` at ``edp_bw``/``edp_lat``; without FSDP they get no window
-    (priced fully exposed, as before).
+    ``expert``: ``(expert_params, edp_bw, edp_lat)``, the rank's expert parameters, reduced
+    over the expert-data-parallel group ``tp·cp·dp/(ep·etp)`` at that bandwidth and latency
+    (None: no experts); without FSDP they get no window (priced fully exposed).
 
     With Megatron FSDP (``megatron_fsdp``, ``optim_grads_params``) every micro-batch
     gathers each unit's weights before its forward and again before its backward and
@@ -313,8 +313,9 @@ def dp_exposed_s(c: PlanBatch, stage_params, dp_bw, dp_lat, bwd_window_s, fwd_wi
     gb = c.main_grad_bytes
     n_dp = (c.dp * c.cp).astype(float) if group is None else np.asarray(group, dtype=float)
     stage_params = np.maximum(np.asarray(stage_params, dtype=float), 1.0)
+    has_expert = expert is not None
+    expert_params, edp_bw, edp_lat = expert if has_expert else (0.0, None, None)
     expert_params = np.asarray(expert_params, dtype=float)
-    has_expert = edp_bw is not None
     n_edp = expert_data_parallel_size(c)
     if c.megatron_fsdp:
         gather, scatter = fsdp_unit_comm_s(c, stage_params, n_dp, dp_bw, dp_lat)
@@ -588,12 +589,11 @@ def iteration_time(model: ModelSpec, cluster, c: PlanBatch,
             return np.take_along_axis(pc[key], pace_k, axis=1)[:, 0]
 
     bwd_window, fwd_window = dp_windows_s(PaceTotal())
-    xc = dict(expert_params=ex_params, edp_bw=comm["edp_bw"],
-              edp_lat=comm["edp_lat"]) if model.is_moe else {}
+    expert = (ex_params, comm["edp_bw"], comm["edp_lat"]) if model.is_moe else None
     out["dp_comm"] = dp_exposed_s(
         c, ne_params, comm["dp_bw"], comm["dp_lat"], bwd_window_s=bwd_window,
-        fwd_window_s=fwd_window, **xc) + tied_embedding_s(model, c, comm["pp_bw"],
-                                                          comm["pp_lat"])
+        fwd_window_s=fwd_window, expert=expert) + tied_embedding_s(model, c, comm["pp_bw"],
+                                                                   comm["pp_lat"])
     tensors = stage_parameter_tensors(model, c.pp[:, None], cls["stage"], layers=cls["layers"],
                                       moe_layers=cls["moe_layers"], ep=c.ep[:, None])
     big_tensors = np.take_along_axis(np.broadcast_to(tensors, live.shape) * 1.0, big,

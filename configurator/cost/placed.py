@@ -316,10 +316,10 @@ class PlacedPlan:
         windows = dp_windows_s(layers_terms_s(types, self.stage_dense, self.stage_moe))
         bwd_window, fwd_window = (np.broadcast_to(w, (K, dp, pp)).max(axis=1)
                                   for w in windows)
-        xc = dict(expert_params=self.stage_expert_params, edp_bw=self.expert_comm["edp_bw"],
-                  edp_lat=self.expert_comm["edp_lat"]) if model.is_moe else {}
+        expert = (self.stage_expert_params, self.expert_comm["edp_bw"],
+                  self.expert_comm["edp_lat"]) if model.is_moe else None
         tail = dp_exposed_s(c, self.stage_params, dp_bw, dp_lat, bwd_window_s=bwd_window,
-                            fwd_window_s=fwd_window, **xc)
+                            fwd_window_s=fwd_window, expert=expert)
         tail = np.broadcast_to(tail, (K, pp)).astype(float).copy()
         if pp > 1:
             t_emb = np.broadcast_to(tied_embedding_s(model, c, pf_bw[:, :, pp - 1].min(axis=1),
