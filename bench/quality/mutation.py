@@ -25,6 +25,7 @@ import os
 import random
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -237,6 +238,7 @@ class Runner:
 
     def __init__(self, scratch: Path):
         self.scratch = scratch
+        self.log = scratch.parent / (scratch.name + ".log")
         root = str(ROOT)
         loaded = [m for m in sys.modules
                   if m.split(".")[0] in ("configurator", "memory_model", "topology", "tests")]
@@ -253,16 +255,17 @@ class Runner:
                 pass
 
     def run(self, tests: list[str], timeout_s: float) -> tuple[str, float]:
-        """``("pass" | "fail" | "timeout", seconds)`` of ``pytest -x -q`` on ``tests``."""
+        """``("pass" | "fail" | "timeout", seconds)`` of ``pytest -x -q`` on ``tests``; the
+        run's output is left in :attr:`log`."""
         t0 = time.monotonic()
         pid = os.fork()
-        if pid == 0:   # the child: its own process group, output discarded
+        if pid == 0:   # the child: its own process group, output to the log
             code = 99
             try:
                 os.setpgid(0, 0)
-                null = os.open(os.devnull, os.O_WRONLY)
-                os.dup2(null, 1)
-                os.dup2(null, 2)
+                out = os.open(self.log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+                os.dup2(out, 1)
+                os.dup2(out, 2)
                 import pytest
                 code = int(pytest.main(["-x", "-q", "-p", "no:cacheprovider", *tests]))
             finally:
@@ -282,7 +285,14 @@ class Runner:
             time.sleep(0.02)
 
 
-def _scratch_copy(dest: Path) -> None:
+def _scratch_copy(dest: Path, ref: str | None = None) -> None:
+    """The working tree (or the commit ``ref``, its tracked files) copied to ``dest``."""
+    dest.mkdir()
+    if ref:
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref], check=True,
+                                 capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+        return
     ignore = shutil.ignore_patterns(".git", "__pycache__", "*.pyc", ".venv", "*.egg-info")
     for item in ROOT.iterdir():
         if item.name in (".git", ".venv") or item.name.startswith("."):
@@ -306,6 +316,9 @@ def main(argv=None) -> int:
                     help="the module's test files (TEST_MAP) or the whole suite")
     ap.add_argument("--modules", nargs="*", default=[],
                     help="only modules whose path contains one of these")
+    ap.add_argument("--ref", default=None,
+                    help="test the tests of this commit (its tracked files) instead of the "
+                         "working tree's; its target modules must be the working tree's")
     ap.add_argument("--list", action="store_true", help="print the sites per module and stop")
     args = ap.parse_args(argv)
     t_start = time.monotonic()
@@ -326,13 +339,18 @@ def main(argv=None) -> int:
     def tests_of(m: str) -> list[str]:
         if args.tests == "all":
             return ["tests"]
-        files = [t for t in FORMULA_TESTS + TEST_MAP[m] if (ROOT / t).exists()]
+        files = [t for t in FORMULA_TESTS + TEST_MAP[m] if (scratch / t).exists()]
         return files + [a for d in DESELECT if d.split("::")[0] in files
                         for a in ("--deselect", d)]
 
     with tempfile.TemporaryDirectory(prefix="mutation-") as tmp:
-        scratch = Path(tmp)
-        _scratch_copy(scratch)
+        scratch = Path(tmp) / "repo"
+        _scratch_copy(scratch, args.ref)
+        changed = [m for m in modules if (scratch / m).read_bytes() != (ROOT / m).read_bytes()]
+        if changed:
+            print(f"--ref {args.ref}: these modules differ from the working tree's, whose "
+                  f"sites are drawn: {', '.join(changed)}", file=sys.stderr)
+            return 2
         runner = Runner(scratch)
         timeouts: dict[str, float] = {}
         broken: set[str] = set()
@@ -341,7 +359,8 @@ def main(argv=None) -> int:
             timeouts[m] = 4 * secs + 10
             if outcome != "pass":
                 broken.add(m)
-                print(f"{m}: its tests fail unmutated; its mutants are skipped",
+                tail = runner.log.read_text()[-2000:]
+                print(f"{m}: its tests fail unmutated; its mutants are skipped\n{tail}",
                       file=sys.stderr)
         result: dict[Site, str] = {}
         for i, site in enumerate(drawn):
@@ -366,7 +385,7 @@ def main(argv=None) -> int:
     total = dict(sites=0, sampled=0, equivalent=0, killed=0, timed=0, survived=0)
     for m in modules:
         row = dict(sites=len(by_module[m]),
-                   sampled=sum(s.path == m for s in drawn),
+                   sampled=sum(s.path == m and s.path not in broken for s in drawn),
                    equivalent=sum(s.path == m for s in equivalent),
                    killed=sum(s.path == m and r == "killed" for s, r in result.items()),
                    timed=sum(s.path == m and r == "timed out" for s, r in result.items()),
