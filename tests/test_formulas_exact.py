@@ -1,0 +1,270 @@
+"""Exact values of the memory and cost formulas, each derived here by hand from its source
+(Megatron-LM's layer shapes, DeepSeek-V3's multi-latent attention, Korthikanti et al. 2022
+Table 2) rather than read back from the model: a wrong operator, constant or dropped term in
+``memory_model`` or ``configurator.cost`` changes a figure below (``bench.quality.mutation``
+measures how many such mutants these tests catch).
+
+Small models keep the arithmetic checkable: every expected figure is a sum of the tensors
+or parameters the cited source names, written out term by term."""
+
+import numpy as np
+import pytest
+
+from configurator.core.candidates import Candidates
+from configurator.core.model import make_model
+from configurator.core.plan import ParallelPlan
+from configurator.cost.communication import comm_figures, expert_comm_figures
+from configurator.cost.compute import layer_costs
+from configurator.cost.gemm import gemm_time_s, main_grad_accumulation_s
+from configurator.cost.iteration import (cp_layer_s, dp_exposed_s, iteration_time,
+                                         optimizer_s, stage_extras_s)
+from memory_model import estimate_memory
+from topology.cluster_files import load_cluster
+from topology.collectives import all_to_all_time_s
+
+GiB = 1024 ** 3
+#: Megatron pads the vocabulary to a multiple of 128·tp (``_vocab_size_with_padding``).
+def v_pad(vocab, tp):
+    return -(-vocab // (128 * tp)) * 128 * tp
+
+
+def _plan(**kw):
+    base = dict(tp=1, pp=1, dp=1, vp=1, micro_batch_size=1, global_batch_size=8,
+                recompute="none", sequence_parallel=False, distributed_optimizer=False,
+                overlap_grad_reduce=False, overlap_param_gather=False)
+    return ParallelPlan(**(base | kw))
+
+
+# ---------------------------------------------------------------- parameters (Megatron)
+
+#: Dense GQA model: RMSNorm, SwiGLU, RoPE, untied output layer, no biases (Llama layout).
+GQA = dict(num_layers=4, hidden_size=256, num_attention_heads=8, num_query_groups=2,
+           kv_channels=32, ffn_hidden_size=512, vocab_size=1000, seq_length=512,
+           swiglu=True, normalization="RMSNorm", position_embedding_type="rope",
+           untie_embeddings_and_output_weights=True, add_bias_linear=False,
+           hidden_dropout=0.0, attention_dropout=0.0)
+
+
+def _gqa_layer(tp):
+    """One Llama-layout layer on one tp rank (megatron/core/models/gpt/gpt_layer_specs.py):
+    input norm h, QKV h→(a+2g)·d and proj a·d→h split over tp, pre-MLP norm h, fc1 h→2f and
+    fc2 f→h split over tp."""
+    h, a, g, d, f = 256, 8, 2, 32, 512
+    return h + h * (a + 2 * g) * d / tp + a * d * h / tp + h + (h * 2 * f + f * h) / tp
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_dense_gqa_parameters_per_stage(tp):
+    model = make_model(**GQA)
+    stages = estimate_memory(model, _plan(tp=tp, pp=2, dp=2, distributed_optimizer=True))
+    h, V = 256, v_pad(1000, tp)
+    first = 2 * _gqa_layer(tp) + V * h / tp               # two layers + word embedding
+    last = 2 * _gqa_layer(tp) + h + V * h / tp            # two layers + final norm + output
+    for st, n in zip(stages, (first, last)):
+        assert st.parameters_bytes == pytest.approx(2 * n, rel=1e-12)      # bf16 weights
+        assert st.gradients_bytes == pytest.approx(4 * n, rel=1e-12)       # fp32 main grads
+        assert st.optimizer_bytes == pytest.approx(12 * n / 2, rel=1e-12)  # sharded over dp
+
+
+#: A DeepSeek-V3-shaped model made small: multi-latent attention (q_lora, kv_lora, decoupled
+#: RoPE head dim), a dense first layer then MoE (routed + shared experts), one MTP module.
+MLA_MOE = dict(num_layers=2, hidden_size=128, num_attention_heads=4, ffn_hidden_size=256,
+               vocab_size=500, seq_length=256, swiglu=True, normalization="RMSNorm",
+               position_embedding_type="rope", untie_embeddings_and_output_weights=True,
+               add_bias_linear=False, hidden_dropout=0.0, attention_dropout=0.0,
+               multi_latent_attention=True, qk_layernorm=True, q_lora_rank=64,
+               kv_lora_rank=32, qk_head_dim=16, qk_pos_emb_head_dim=8, v_head_dim=32,
+               num_experts=4, moe_router_topk=2, moe_ffn_hidden_size=64,
+               moe_shared_expert_intermediate_size=64, moe_layer_freq=[0, 1],
+               mtp_num_layers=1)
+
+
+def _mla_attention(tp):
+    """DeepSeek-V3 attention (multi_latent_attention.py): input norm h; q down h→q_lora and
+    its norm; q up q_lora→a·(qk+pos); kv down h→kv_lora+pos and the kv norm; kv up
+    kv_lora→a·(qk+v); out a·v→h (up and out split over tp)."""
+    h, a, ql, kl, qk, pos, v = 128, 4, 64, 32, 16, 8, 32
+    return (h + h * ql + ql + ql * a * (qk + pos) / tp + h * (kl + pos) + kl
+            + kl * a * (qk + v) / tp + a * v * h / tp)
+
+
+def _moe_parts(tp, ep):
+    """(non-expert, expert) of one MoE layer: attention, pre-MLP norm, router E·h, shared
+    expert (SwiGLU, split over tp); E/ep routed experts of 3·h·fe."""
+    h, E, fe, fs = 128, 4, 64, 64
+    non_expert = _mla_attention(tp) + h + E * h + 3 * h * fs / tp
+    return non_expert, E / ep * 3 * h * fe
+
+
+def test_mla_moe_mtp_parameters_and_expert_sharding():
+    model = make_model(**MLA_MOE)
+    tp, pp, dp, ep = 1, 2, 4, 2
+    stages = estimate_memory(model, _plan(tp=tp, pp=pp, dp=dp, ep=ep,
+                                          distributed_optimizer=True, global_batch_size=16))
+    h, V, f = 128, v_pad(500, 1), 256
+    dense_layer = _mla_attention(tp) + h + 3 * h * f
+    first = dense_layer + V * h                                 # layer 0 + embedding
+    ne, ex = _moe_parts(tp, ep)
+    # last stage: the MoE layer, final norm, output layer; the MTP module (enorm, hnorm,
+    # final norm, the 2h→h projection, one layer of the last layer's type: MoE) and its copy
+    # of the word embedding (untied, pp > 1)
+    last_ne = ne + h + V * h + (3 * h + 2 * h * h + ne) + V * h
+    last_ex = 2 * ex
+    assert stages[0].parameters_bytes == pytest.approx(2 * first, rel=1e-12)
+    assert stages[1].parameters_bytes == pytest.approx(2 * (last_ne + last_ex), rel=1e-12)
+    # optimizer state: non-expert over dp·cp = 4, expert over tp·cp·dp/(ep·etp) = 2
+    assert stages[0].optimizer_bytes == pytest.approx(12 * first / dp, rel=1e-12)
+    assert stages[1].optimizer_bytes == pytest.approx(12 * last_ne / dp + 12 * last_ex / 2,
+                                                      rel=1e-12)
+
+
+# ---------------------------------------------------------------- activations
+
+def test_korthikanti_sequence_parallel_activations_through_estimate_memory():
+    """Korthikanti Table 2, tensor + sequence parallel: ``sbh(34/t + 5as/(ht))`` a layer, plus
+    the embedding-dropout mask ``sbh/t`` and the last stage's ``4sbh/t·(1 + V/h)`` (§4.2.2);
+    pp 1 keeps one microbatch in flight. The allowance is 2 GiB + 10 % of the activations."""
+    L, h, a, s, b, t, V = 4, 1024, 16, 1024, 2, 4, 51200
+    model = make_model(num_layers=L, hidden_size=h, num_attention_heads=a, vocab_size=V,
+                       seq_length=s)
+    st, = estimate_memory(model, _plan(tp=t, micro_batch_size=b, sequence_parallel=True,
+                                       attention_backend="local", global_batch_size=8))
+    sbh = s * b * h
+    want = L * sbh * (34 / t + 5 * a * s / (h * t)) + sbh / t + 4 * sbh / t * (1 + V / h)
+    assert st.activations_bytes == pytest.approx(want, rel=1e-12)
+    assert st.other_bytes == pytest.approx(2 * GiB + 0.1 * want, rel=1e-12)
+
+
+#: Dense multi-latent attention (a·v = h, so the projection's input is X·h).
+MLA_DENSE = {k: v for k, v in MLA_MOE.items()
+             if not k.startswith(("num_experts", "moe_", "mtp_"))}
+
+
+def _mla_layer_bytes(s, b, t):
+    """One MLA layer's activations, flash kernel, bf16, sequence parallel (÷t on the
+    replicated terms): norm inputs 2·2Xh, QKV (down projections') input 2Xh, fc1 input 2Xh;
+    the latents, replicated: down outputs 2X(q_lora + kv_lora + pos) and the normalised
+    latents 2X(q_lora + kv_lora); Q and K of a heads of (qk + pos), V of a heads of v, the
+    fp32 log-sum-exp 4aX, all ÷t; proj input 2Xh/t; SwiGLU MLP 4Xf/t + 2Xf/t."""
+    h, a, ql, kl, qk, pos, v, f = 128, 4, 64, 32, 16, 8, 32, 256
+    X = s * b
+    q = 2 * X * a * (qk + pos) / t
+    k = 2 * X * a * (qk + pos) / t
+    vv = 2 * X * a * v / t
+    lse = 4 * a * X / t
+    latents = 2 * X * (ql + kl + pos) + 2 * X * (ql + kl)
+    return (8 * X * h / t + latents + q + k + vv + lse + 2 * X * h / t + 6 * X * f / t), \
+        q + k + vv + lse
+
+
+def test_mla_activations_with_sequence_parallel():
+    model = make_model(**MLA_DENSE)
+    s, b, t, L, h = 256, 2, 2, 2, 128
+    st, = estimate_memory(model, _plan(tp=t, micro_batch_size=b, sequence_parallel=True,
+                                       global_batch_size=8))
+    layer, _ = _mla_layer_bytes(s, b, t)
+    last = 4 * s * b * h / t + 4 * s * b * v_pad(500, t) / t   # final norm/output input, logits
+    assert st.activations_bytes == pytest.approx(L * layer + last, rel=1e-12)
+
+
+def test_offloaded_core_attention_leaves_the_device():
+    """Fine-grained offloading of ``core_attn``: every layer-microbatch but the last one in
+    flight moves its Q, K, V and log-sum-exp to the host (pp 1: L layers in flight)."""
+    model = make_model(**MLA_DENSE)
+    s, b, t, L = 256, 2, 2, 2
+    kw = dict(tp=t, micro_batch_size=b, sequence_parallel=True, global_batch_size=8)
+    on, = estimate_memory(model, _plan(offload_modules="core_attn", **kw))
+    off, = estimate_memory(model, _plan(**kw))
+    _, attn = _mla_layer_bytes(s, b, t)
+    assert off.activations_bytes - on.activations_bytes == pytest.approx((L - 1) * attn,
+                                                                         rel=1e-9)
+
+
+# ---------------------------------------------------------------- cost model
+
+H100 = "dgx-h100-80gb"
+
+
+def _one(x) -> float:
+    """The single plan's figure of an array of one plan."""
+    return float(np.asarray(x, dtype=float).ravel()[0])
+
+
+def _candidates(model, **kw):
+    return Candidates.from_plan(_plan(**kw))
+
+
+def test_mtp_adds_a_projection_a_layer_and_a_logits_pass_on_the_last_stage():
+    """Multi-token prediction (multi_token_prediction.py): per module the 2h→h projection,
+    one more layer of the last layer's type and its own logits and loss; backward 2× the
+    projection and logits GEMMs plus their main-gradient accumulation."""
+    with_mtp = make_model(**GQA, mtp_num_layers=1)
+    plain = make_model(**GQA)
+    gpu = load_cluster(H100, nodes=1).gpu
+    c = _candidates(plain, tp=2, micro_batch_size=2)
+    lc = layer_costs(with_mtp, c, gpu)
+    x = stage_extras_s(with_mtp, c, gpu, lc, 100e9, 1e-6)
+    y = stage_extras_s(plain, c, gpu, layer_costs(plain, c, gpu), 100e9, 1e-6)
+    T, h = lc["tokens"], 256
+    proj = gemm_time_s(T, h / c.tp, 2 * h, **lc["gemm_kw"])
+    assert x["emb_fwd"] == pytest.approx(y["emb_fwd"], rel=1e-12)
+    assert x["logits_fwd"] == pytest.approx(2 * y["logits_fwd"] + proj + lc["fwd"], rel=1e-12)
+    acc = main_grad_accumulation_s(h / c.tp * 2 * h, c, gpu, T)
+    assert x["logits_bwd"] == pytest.approx(2 * y["logits_bwd"] + 2 * proj + lc["bwd"] + acc,
+                                            rel=1e-12)
+
+
+def test_optimizer_step_shards_expert_state_over_the_expert_data_parallel_group():
+    """Adam reads and writes 2·12 bytes of state, the gradient and the 16-bit weight
+    (30 bytes with fp32 state and main grads) per sharded parameter, plus one gradient pass
+    over the whole local copy; expert parameters shard over tp·cp·dp/(ep·etp)."""
+    gpu = load_cluster(H100, nodes=1).gpu
+    c = _candidates(None, tp=2, dp=4, ep=2,
+                    distributed_optimizer=True, global_batch_size=8)
+    hbm = gpu.hbm_bandwidth_Bps * gpu.efficiency.hbm
+    ne, ex = 3e8, 5e8
+    edp = 2 * 4 / 2
+    want = (ne * (30 / 4 + 4) + ex * (30 / edp + 4)) / hbm + 20 * gpu.efficiency.kernel_overhead_s
+    assert _one(optimizer_s(c, gpu, ne, ex)) == pytest.approx(want, rel=1e-12)
+
+
+@pytest.mark.parametrize("ep", [2, 8])
+def test_expert_gradients_reduce_over_the_expert_data_parallel_group(ep):
+    """Expert gradients reduce over tp·cp·dp/(ep·etp) ranks (Megatron's expert grid): with
+    ep = 8 on 8 GPUs that group is one rank and moves nothing."""
+    model = make_model(**{k: v for k, v in MLA_MOE.items() if k != "mtp_num_layers"})
+    cl = load_cluster(H100, nodes=1)
+    c = _candidates(model, dp=8, ep=ep, distributed_optimizer=True,
+                    global_batch_size=64)
+    comm = dict(comm_figures(cl, c), **expert_comm_figures(cl, c))
+    out = iteration_time(model, cl, c, comm)
+    h, V, f = 128, v_pad(500, 1), 256
+    ne, ex = _moe_parts(1, ep)
+    ne_total = (_mla_attention(1) + h + 3 * h * f) + ne + V * h + h + V * h
+    want = dp_exposed_s(c, ne_total, comm["dp_bw"], comm["dp_lat"], 0.0, 0.0)
+    edp = 8 / ep
+    want = want + (0.0 if edp == 1 else dp_exposed_s(c, ex, comm["edp_bw"], comm["edp_lat"],
+                                                     0.0, 0.0, group=edp))
+    assert _one(out["dp_comm"]) == pytest.approx(_one(want), rel=1e-9)
+
+
+def test_cp_all_to_all_moves_q_k_v_and_the_output():
+    """Ulysses context parallelism (``a2a``): all-to-all of Q (a heads of d), K and V
+    (g heads each) before attention and of the output (a heads) after it, plus the reordering
+    copies (read and write of each) at HBM bandwidth; the same in backward."""
+    gpu = load_cluster(H100, nodes=1).gpu
+    model = make_model(**GQA)
+    c = _candidates(model, tp=2, cp=4, cp_comm_type="a2a", global_batch_size=8)
+    T, a, g, d, tp, cp = 4096.0, 8, 2, 32, 2, 4
+    comm = dict(cp_bw=100e9, cp_lat=2e-6, cp_hop_bw=50e9, cp_hop_lat=5e-6, cp_on_node=8,
+                ep_intra_bw=80e9, ep_intra_lat=3e-6)
+    lc = dict(tokens=T, attn_fwd=1e-3, attn_bwd=2e-3)
+    fwd, bwd = cp_layer_s(model, lc, c, comm, gpu)
+    qkv = 2 * T * (a * d + 2 * g * d) / tp
+    o = 2 * T * a * d / tp
+    moved = (all_to_all_time_s(qkv, cp, 8, 100e9, 2e-6, 50e9, 5e-6)
+             + all_to_all_time_s(o, cp, 8, 100e9, 2e-6, 50e9, 5e-6))
+    hbm = gpu.hbm_bandwidth_Bps * gpu.efficiency.hbm
+    want = moved + 4 * (qkv + o) / hbm + 4 * gpu.efficiency.kernel_overhead_s
+    assert _one(fwd) == pytest.approx(_one(want), rel=1e-12)
+    assert _one(bwd) == pytest.approx(_one(want), rel=1e-12)
