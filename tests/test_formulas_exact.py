@@ -268,3 +268,45 @@ def test_cp_all_to_all_moves_q_k_v_and_the_output():
     want = moved + 4 * (qkv + o) / hbm + 4 * gpu.efficiency.kernel_overhead_s
     assert _one(fwd) == pytest.approx(_one(want), rel=1e-12)
     assert _one(bwd) == pytest.approx(_one(want), rel=1e-12)
+
+
+def test_mla_projection_gemm_widths():
+    """DeepSeek-V3 attention's GEMMs (multi_latent_attention.py), T tokens: q down
+    h→q_lora and q up q_lora→a·(qk+pos)/t; kv down h→kv_lora+pos and kv up
+    kv_lora→a·(qk+v)/t (the down projections replicated over tp); out a·v/t→h. Recomputing
+    ``mla_up_proj`` re-runs the two up projections and the fused RoPE of Q and K (read and
+    write, 2 bytes each, of a·(qk+pos)/t and g·(qk+pos)/t values a token; two kernels)."""
+    model = make_model(**MLA_DENSE)
+    gpu = load_cluster(H100, nodes=1).gpu
+    h, a, ql, kl, qk, pos, v, t = 128, 4, 64, 32, 16, 8, 32, 2
+    c = _candidates(model, tp=t, micro_batch_size=2, sequence_parallel=True)
+    lc = layer_costs(model, c, gpu)
+    T, kw = lc["tokens"], lc["gemm_kw"]
+    up = gemm_time_s(T, a * (qk + pos) / t, ql, **kw) + gemm_time_s(T, a * (qk + v) / t, kl,
+                                                                     **kw)
+    qkv = gemm_time_s(T, ql, h, **kw) + gemm_time_s(T, kl + pos, h, **kw) + up
+    (got_qkv, got_proj), _ = lc["tp_gemm_pairs"]
+    assert _one(got_qkv) == pytest.approx(_one(qkv), rel=1e-12)
+    assert _one(got_proj) == pytest.approx(_one(gemm_time_s(T, h, a * v / t, **kw)), rel=1e-12)
+    c_up = _candidates(model, tp=t, micro_batch_size=2, sequence_parallel=True,
+                       recompute="selective", recompute_modules="mla_up_proj")
+    lc_up = layer_costs(model, c_up, gpu)
+    g = model.num_query_groups
+    eff = gpu.efficiency
+    rope = 4 * T * (a + g) * (qk + pos) / t / (gpu.hbm_bandwidth_Bps * eff.hbm)
+    assert _one(lc_up["recompute"]) == pytest.approx(
+        _one(up + rope + 2 * eff.kernel_overhead_s), rel=1e-12)
+
+
+def test_placed_plan_reduces_expert_gradients_over_the_expert_data_parallel_group():
+    """The placed plan's data-parallel tail on one uniform node: the closed form's figure
+    (non-expert over dp·cp, expert over tp·cp·dp/(ep·etp))."""
+    from configurator.cost.placed import PlacedPlan
+
+    model = make_model(**{k: v for k, v in MLA_MOE.items() if k != "mtp_num_layers"})
+    cl = load_cluster(H100, nodes=1)
+    plan = _plan(dp=8, ep=2, distributed_optimizer=True, global_batch_size=64)
+    placed = PlacedPlan(model, cl, plan)
+    tail = placed.terms(placed.rank_gpus(*placed.default_placement()))["tail"]
+    closed = iteration_time(model, cl, Candidates.from_plan(plan))["dp_comm"]
+    assert _one(tail) == pytest.approx(_one(closed), rel=1e-9)
