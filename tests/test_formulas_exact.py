@@ -310,3 +310,53 @@ def test_placed_plan_reduces_expert_gradients_over_the_expert_data_parallel_grou
     tail = placed.terms(placed.rank_gpus(*placed.default_placement()))["tail"]
     closed = iteration_time(model, cl, Candidates.from_plan(plan))["dp_comm"]
     assert _one(tail) == pytest.approx(_one(closed), rel=1e-9)
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp8"])
+def test_dense_layer_time_is_its_gemms_attention_and_elementwise_passes(precision):
+    """One Llama-layout layer (flash attention, fused RoPE, no dropout, sequence parallel),
+    T = b·s tokens: the four GEMMs (QKV h→(a+2g)·d/t, proj a·d/t→h, fc1 h→2f/t, fc2
+    f/t→h); causal attention, ½ of 2·b·s²·a·(d+d)/t multiply-adds at the fused kernel's
+    attained rate, backward 2.5×; the elementwise passes, 2·4 + 2·6 bytes of each replicated
+    (÷t) element, 6 per SwiGLU element and 4 per RoPE-rotated Q/K element, and 10 kernels;
+    under FP8 the casts of the GEMM inputs (2h/t + a·d/t + f/t a token) and of the output
+    gradients ((a+2g)·d/t + 2h/t + 2f/t). Backward: 2× the GEMMs and passes, plus the
+    weight gradients' accumulation into the main gradient."""
+    from configurator.core.plan_values import mfu_peak_precision
+    from configurator.cost.compute import flash_efficiency
+    from configurator.cost.gemm import fp8_quantize_s, fp8_scaling
+
+    model = make_model(**GQA)
+    gpu = load_cluster(H100, nodes=1).gpu
+    eff = gpu.efficiency
+    h, a, g, d, f, s, b, t = 256, 8, 2, 32, 512, 512, 2, 2
+    c = _candidates(model, tp=t, micro_batch_size=b, sequence_parallel=True,
+                    precision=precision)
+    lc = layer_costs(model, c, gpu)
+    T, kw = b * s, lc["gemm_kw"]
+    assert _one(lc["tokens"]) == T
+    gemms = (gemm_time_s(T, (a + 2 * g) * d / t, h, **kw) + gemm_time_s(T, h, a * d / t, **kw)
+             + gemm_time_s(T, 2 * f / t, h, **kw) + gemm_time_s(T, h, f / t, **kw))
+    peak16 = gpu.peak(mfu_peak_precision(precision))
+    attn = eff.kernel_overhead_s + 0.5 * 2 * b * s * s * a * 2 * d / t / (
+        peak16 * flash_efficiency(eff.flash_attention, s, 1.0))
+    hbm = gpu.hbm_bandwidth_Bps * eff.hbm
+    elem = (8 + 12) * T * h / t + 6 * T * f / t + 4 * T * (a + g) * d / t
+    cast_f = cast_b = 0.0
+    if precision == "fp8":
+        cast_f = fp8_quantize_s(T * (2 * h / t + a * d / t + f / t), gpu, fp8_scaling(c))
+        cast_b = fp8_quantize_s(T * ((a + 2 * g) * d / t + 2 * h / t + 2 * f / t), gpu,
+                                fp8_scaling(c))
+    fwd = gemms + attn + elem / hbm + 10 * eff.kernel_overhead_s + cast_f
+    acc = main_grad_accumulation_s(_gqa_layer(t), c, gpu, T)
+    bwd = 2 * gemms + 2.5 * attn + 2 * elem / hbm + 20 * eff.kernel_overhead_s + cast_b + acc
+    assert _one(lc["attn_fwd"]) == pytest.approx(_one(attn), rel=1e-12)
+    assert _one(lc["fwd"]) == pytest.approx(_one(fwd), rel=1e-12)
+    assert _one(lc["bwd"]) == pytest.approx(_one(bwd), rel=1e-12)
+    assert _one(lc["main_grad_acc"]) == pytest.approx(_one(acc), rel=1e-12)
+    # recompute: selective re-runs core attention, full the whole forward
+    for recompute, want in (("selective", attn), ("full", fwd)):
+        c_r = _candidates(model, tp=t, micro_batch_size=b, sequence_parallel=True,
+                          precision=precision, recompute=recompute)
+        assert _one(layer_costs(model, c_r, gpu)["recompute"]) == pytest.approx(_one(want),
+                                                                                rel=1e-12)
