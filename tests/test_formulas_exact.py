@@ -360,3 +360,50 @@ def test_dense_layer_time_is_its_gemms_attention_and_elementwise_passes(precisio
                           precision=precision, recompute=recompute)
         assert _one(layer_costs(model, c_r, gpu)["recompute"]) == pytest.approx(_one(want),
                                                                                 rel=1e-12)
+
+
+def test_expert_exchange_times():
+    """NCCL all-to-all dispatch (every routed copy, 16-bit, ``k·X`` a rank) and the
+    de-duplicated flex dispatch (a token crosses the network once per remote NVLink domain
+    its k experts lie in, NVLink once per other rank: ``1 − C(E − E/G, k)/C(E, k)`` of the
+    G groups); a layer exposes the dispatch and combine forward, their gradients backward,
+    and again under full recompute; under the all-to-all overlap each exchange hides behind
+    the compute it pairs with, ``max(comm, comp + 0.189·min(comm, comp))``."""
+    from configurator.cost.expert_comm import a2a_s, distinct_share, ep_layer_s
+
+    assert _one(distinct_share(16, 2, 2)) == pytest.approx(1 - 28 / 120, rel=1e-12)
+    assert _one(distinct_share(16, 2, 16)) == pytest.approx(1 - 105 / 120, rel=1e-12)
+    model = make_model(**{k: v for k, v in MLA_MOE.items() if k != "mtp_num_layers"}
+                       | dict(num_experts=16))
+    h, k, R = 128, 2, 4096.0
+    x = dict(ep_on_node=8, ep_intra_bw=400e9, ep_intra_lat=3e-6, ep_inter_bw=40e9,
+             ep_inter_lat=8e-6, etp_bw=300e9, etp_lat=2e-6)
+    lc = dict(tokens_routed=R, moe_experts_fwd=2e-4, moe_fwd=5e-4, moe_bwd=1.1e-3)
+    kw = dict(dp=16, ep=16, distributed_optimizer=True, global_batch_size=64)
+    c = _candidates(model, **kw)
+    one = all_to_all_time_s(2 * R * h, 16, 8, 400e9, 3e-6, 40e9, 8e-6)
+    assert _one(a2a_s(model, lc, c, x)) == pytest.approx(_one(one), rel=1e-12)
+    fwd, bwd = ep_layer_s(model, lc, c, x)
+    assert (_one(fwd), _one(bwd)) == pytest.approx((2 * _one(one), 2 * _one(one)), rel=1e-12)
+    _, bwd_full = ep_layer_s(model, lc, _candidates(model, recompute="full", **kw), x)
+    assert _one(bwd_full) == pytest.approx(4 * _one(one), rel=1e-12)
+    flex = _candidates(model, moe_token_dispatcher_type="flex", **kw)
+    tokens = R / k
+    rdma = 2 * h * tokens * (2 - 1) * (1 - 28 / 120)
+    nvl = 2 * h * tokens * 15 * (1 - 105 / 120)
+    assert _one(a2a_s(model, lc, flex, x)) == pytest.approx(
+        8e-6 + max(rdma / 40e9, nvl / 400e9), rel=1e-12)
+    over = _candidates(model, overlap_moe_expert_parallel_comm=True, **kw)
+    t = _one(one)
+
+    def seg(comm, comp):
+        return max(comm, comp + 0.189 * min(comm, comp))
+    m_f, m_b = 2e-4, 4e-4
+    a_f, a_b = 5e-4 - m_f, 1.1e-3 - m_b
+    pair = seg(t, a_f) + seg(t, m_b) + seg(t, m_f) + seg(t, a_b)
+    exposed_pair = max(pair - (a_f + a_b + m_f + m_b), 0.0)
+    m = 64 // 16            # microbatches: gbs / (dp·mbs)
+    share = (m - 1) / m      # all but the first forward and the last backward
+    want = (share * exposed_pair + (1 - share) * 4 * t) / 2
+    fwd, bwd = ep_layer_s(model, lc, over, x)
+    assert (_one(fwd), _one(bwd)) == pytest.approx((want, want), rel=1e-12)
