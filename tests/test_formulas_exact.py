@@ -407,3 +407,31 @@ def test_expert_exchange_times():
     want = (share * exposed_pair + (1 - share) * 4 * t) / 2
     fwd, bwd = ep_layer_s(model, lc, over, x)
     assert (_one(fwd), _one(bwd)) == pytest.approx((want, want), rel=1e-12)
+
+
+def test_model_flops_of_mla_moe_mtp_and_gqa_models():
+    """Megatron-LM core_v0.16.1 ``num_floating_point_operations``, term by term: 6·B·s times
+    the multiply-adds a token runs. MLA: q down and up ``r_q·(h + a·(qk+pos) + 1)``, kv down
+    and up ``r_kv·(h + a·(qk+v) + 1) + h·pos``, out ``a·v·h``, causal scores
+    ``s·a·(qk+pos)/2 + s·a·v/2``; SwiGLU MLPs 3·f·h, MoE layers 3·h·(k·f_e + f_shared);
+    the MTP layer takes the last layer's type, plus its norms and 2h→h projection, and one
+    more logits GEMM. GQA: ``h·(a·d + 2·g·d) + a·d·s + a·d·h`` (scores doubled when not
+    causal)."""
+    from configurator.cost.flops import megatron_model_flops
+
+    B, s = 4, 256
+    h, a, ql, kl, qk, pos, v, f = 128, 4, 64, 32, 16, 8, 32, 256
+    E_k, fe, fs, V = 2, 64, 64, 512
+    attn = (ql * (h + a * (qk + pos) + 1) + kl * (h + a * (qk + v) + 1) + h * pos + a * v * h
+            + s * a * (qk + pos) / 2 + s * a * v / 2)
+    mlp = 3 * f * h * 1 + 3 * h * (E_k * fe + fs) * 2      # 1 dense; MoE layer + MTP's
+    want = 6 * B * s * (mlp + 3 * attn + (3 * h + 2 * h * h) + h * V * 2)
+    got = megatron_model_flops(make_model(**MLA_MOE), B)
+    assert got == pytest.approx(want, rel=1e-12)
+    L, hh, aa, g, d, ff, VV = 4, 256, 8, 2, 32, 512, v_pad(1000, 1)
+    gqa_attn = hh * (aa * d + 2 * g * d) + aa * d * 512 + aa * d * hh
+    want = 6 * B * 512 * (3 * ff * hh * L + L * gqa_attn + hh * VV)
+    assert megatron_model_flops(make_model(**GQA), B) == pytest.approx(want, rel=1e-12)
+    noncausal = want + 6 * B * 512 * L * aa * d * 512
+    assert megatron_model_flops(make_model(**GQA), B, causal=False) == pytest.approx(
+        noncausal, rel=1e-12)
