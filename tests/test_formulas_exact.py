@@ -435,3 +435,66 @@ def test_model_flops_of_mla_moe_mtp_and_gqa_models():
     noncausal = want + 6 * B * 512 * L * aa * d * 512
     assert megatron_model_flops(make_model(**GQA), B, causal=False) == pytest.approx(
         noncausal, rel=1e-12)
+
+
+def _gqa_flash_layer_bytes(s, b, t):
+    """One Llama-layout layer's activations, flash kernel, bf16, sequence parallel: norm
+    inputs 2·2Xh, QKV and fc1 inputs 2Xh each (÷t); contiguous Q (a heads), K and V
+    (max(g, t) heads of d each over t ranks) and the fp32 log-sum-exp 4aX/t; proj input
+    2Xh/t; SwiGLU MLP 4Xf/t + 2Xf/t."""
+    h, a, g, d, f = 256, 8, 2, 32, 512
+    X = s * b
+    qkv = 2 * X * d * (a + 2 * max(g, t)) / t
+    return 8 * X * h / t + qkv + 4 * a * X / t + 2 * X * h / t + 6 * X * f / t
+
+
+def test_moe_layer_activations_with_sequence_parallel():
+    """An MoE layer keeps what a dense one does but its MLP's: X/t tokens a rank, R = k·X/t
+    routed copies (etp 1); the permuted input 2Rh, fc1 output 4R·f_e and fc2 input 2R·f_e,
+    the per-copy probabilities 2R, the router's scores, map and probabilities 7·X·E/t, the
+    int64 indices and fp32 top-k probabilities 20·X·k/t (megatron-core 0.16.1, measured on
+    CPU in tests/megatron_reference.py)."""
+    E, k, fe = 4, 2, 64
+    model = make_model(**GQA, num_experts=E, moe_router_topk=k, moe_ffn_hidden_size=fe,
+                       moe_layer_freq=[0, 1, 0, 1])
+    s, b, t, h, f = 512, 2, 2, 256, 512
+    st, = estimate_memory(model, _plan(tp=t, dp=2, ep=2, micro_batch_size=b,
+                                       sequence_parallel=True, global_batch_size=8))
+    X = s * b
+    dense = _gqa_flash_layer_bytes(s, b, t)
+    R = k * X / t
+    moe = dense - 6 * X * f / t + (2 * R * h + 6 * R * fe + 2 * R + 7 * X / t * E
+                                   + 20 * X / t * k)
+    last = 4 * X * h / t + 4 * X * v_pad(1000, t) / t
+    assert st.activations_bytes == pytest.approx(2 * dense + 2 * moe + last, rel=1e-12)
+
+
+def test_gqa_activations_under_recompute():
+    """Full recompute keeps each layer's input 2Xh/t (÷t with SP) and, in the backward of
+    the last layer, re-materialises that layer (its activations less its input, the
+    checkpoint); selective recompute with a flash kernel keeps the handed Q, K, V storages
+    (the QKV output M = 2X·d·(a + 2·max(g,t))/t plus RoPE's new Q and K) instead of the
+    kernel's copies and log-sum-exp, and in backward re-runs core attention (M, the output
+    2Xh/t and the log-sum-exp again) after the last layer's forward terms are freed."""
+    model = make_model(**GQA)
+    s, b, t, h, a, g, d, L = 512, 2, 2, 256, 8, 2, 32, 4
+    X = s * b
+    kw = dict(tp=t, micro_batch_size=b, sequence_parallel=True, global_batch_size=8)
+    full, = estimate_memory(model, _plan(recompute="full", **kw))
+    layer = _gqa_flash_layer_bytes(s, b, t)
+    last = 4 * X * h / t + 4 * X * v_pad(1000, t) / t
+    ckpt = 2 * X * h / t
+    # forward end: L checkpoints and the output-layer terms; backward of the last layer:
+    # L - 1 checkpoints, the checkpoint and the layer's re-materialised activations
+    assert full.activations_bytes == pytest.approx(max(L * ckpt + last, L * ckpt + layer - ckpt),
+                                                   rel=1e-12)
+    sel, = estimate_memory(model, _plan(recompute="selective", **kw))
+    M = 2 * X * d * (a + 2 * max(g, t)) / t
+    q, kv = 2 * X * a * d / t, 2 * X * d * max(g, t) / t
+    handed = M + q + kv                     # M, RoPE's new Q (GQA) and new K
+    lse = 4 * a * X / t
+    kept = layer - (M + lse) + handed
+    left = (2 + 2) * X * h / t + handed     # norm input, QKV input, the checkpointed Q, K, V
+    working = M + 2 * X * h / t + lse
+    want = max(L * kept + last, (L - 1) * kept + left + working)
+    assert sel.activations_bytes == pytest.approx(want, rel=1e-12)
