@@ -498,3 +498,33 @@ def test_gqa_activations_under_recompute():
     working = M + 2 * X * h / t + lse
     want = max(L * kept + last, (L - 1) * kept + left + working)
     assert sel.activations_bytes == pytest.approx(want, rel=1e-12)
+
+
+def test_gemm_roofline_accumulation_and_fp8_cast():
+    """A GEMM M×K·K×N: ``max(2MNK / (peak·η), (in_bytes·(MK + KN) + 2MN) / HBM) + 22 µs``
+    (compute- and memory-bound shapes both checked); the main-gradient accumulation reads
+    and writes 4-byte main grads, ``2·4·weights / HBM`` scaled by ``min(1, 2048/tokens)``;
+    an FP8 cast moves 4 bytes an element (+2 with current scaling) at 0.39 of the HBM."""
+    gpu = load_cluster(H100, nodes=1).gpu
+    hbm = gpu.hbm_bandwidth_Bps * gpu.efficiency.hbm
+    peak, eta = 1e15, 0.7
+    kw = dict(batch=1.0, peak=peak, gpu=gpu, in_bytes=2.0, gemm_eff=eta)
+    assert gemm_time_s(4096, 4096, 4096, **kw) == pytest.approx(
+        2 * 4096 ** 3 / (peak * eta) + 22e-6, rel=1e-12)
+    slim = (2 * (8 * 4096 + 4096 * 4096) + 2 * 8 * 4096) / hbm   # 8 tokens: weight-bound
+    assert gemm_time_s(8, 4096, 4096, **kw) == pytest.approx(slim + 22e-6, rel=1e-12)
+    assert gemm_time_s(8, 4096, 4096, **dict(kw, batch=3.0)) == pytest.approx(
+        3 * slim + 22e-6, rel=1e-12)
+    c = _candidates(None)
+    assert _one(main_grad_accumulation_s(1e6, c, gpu)) == pytest.approx(8e6 / hbm, rel=1e-12)
+    assert _one(main_grad_accumulation_s(1e6, c, gpu, 8192)) == pytest.approx(
+        8e6 / hbm / 4, rel=1e-12)
+    assert _one(main_grad_accumulation_s(1e6, c, gpu, 1024)) == pytest.approx(8e6 / hbm,
+                                                                               rel=1e-12)
+    from configurator.cost.gemm import fp8_quantize_s
+
+    raw = gpu.hbm_bandwidth_Bps * 0.39
+    assert fp8_quantize_s(1e6, gpu) == pytest.approx(4e6 / raw, rel=1e-12)
+    assert fp8_quantize_s(1e6, gpu, "tensorwise") == pytest.approx(6e6 / raw, rel=1e-12)
+    assert fp8_quantize_s(1e6, gpu, "mxfp8") == pytest.approx(1e6 * (4 + 2 / 32) / raw,
+                                                              rel=1e-12)
