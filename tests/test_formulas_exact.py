@@ -528,3 +528,93 @@ def test_gemm_roofline_accumulation_and_fp8_cast():
     assert fp8_quantize_s(1e6, gpu, "tensorwise") == pytest.approx(6e6 / raw, rel=1e-12)
     assert fp8_quantize_s(1e6, gpu, "mxfp8") == pytest.approx(1e6 * (4 + 2 / 32) / raw,
                                                               rel=1e-12)
+
+
+def test_tensor_parallel_collectives_per_layer():
+    """Two all-reduces (or all-gather + reduce-scatter pairs) of ``T·h`` 16-bit values a layer
+    forward, exposed; two backward under the QKV and fc1 weight-gradient GEMMs, exposed beyond
+    them, plus the forward's two again under full recompute (one with the ``mlp`` module).
+    With ``tp_comm_overlap`` each half-collective ``t/2`` hides behind its GEMM: a ring
+    exchange exposes ``max(t/2 − g, 0)``, a pipelined or bulk overlap
+    ``max(t/2, g·S/(S − 16)) − g`` (its GEMM on S − 16 of S SMs)."""
+    from configurator.core.candidates import Candidates as C
+    from configurator.cost.iteration import tp_layer_s
+    from topology.collectives import all_reduce_time_s
+
+    lc = dict(tp_gemm_pairs=((3e-5, 2e-5), (7e-5, 4e-5)))
+    act, bw, lat, sms = 2 * 4096 * 1024.0, 100e9, 5e-6, 132
+    t = all_reduce_time_s(act, 4.0, bw, lat)
+    c = C.from_plan(_plan(tp=4, sequence_parallel=True))
+    fwd, bwd = tp_layer_s(lc, c, act, bw, lat, sms)
+    assert (_one(fwd), _one(bwd)) == pytest.approx((2 * t, max(2 * t - 1e-4, 0.0)), rel=1e-12)
+    full = C.from_plan(_plan(tp=4, sequence_parallel=True, recompute="full"))
+    assert _one(tp_layer_s(lc, full, act, bw, lat, sms)[1]) == pytest.approx(
+        2 * t + max(2 * t - 1e-4, 0.0), rel=1e-12)
+    mlp = C.from_plan(_plan(tp=4, sequence_parallel=True, recompute="selective",
+                            recompute_modules="mlp"))
+    assert _one(tp_layer_s(lc, mlp, act, bw, lat, sms)[1]) == pytest.approx(
+        t + max(2 * t - 1e-4, 0.0), rel=1e-12)
+    over = C.from_plan(_plan(tp=4, sequence_parallel=True, tp_comm_overlap=True))
+    half, S = t / 2, sms / (sms - 16)
+
+    def ring(g):
+        return max(half - g, 0.0)
+
+    def margin(g):
+        return max(half, S * g) - g
+    pairs = lc["tp_gemm_pairs"]
+    want_f = sum(ring(gi) + margin(go) for gi, go in pairs)
+    want_b = sum(ring(go) + 2 * margin(gi) for gi, go in pairs)
+    fwd, bwd = tp_layer_s(lc, over, act, bw, lat, sms)
+    assert (_one(fwd), _one(bwd)) == pytest.approx((want_f, want_b), rel=1e-12)
+
+
+def test_pipeline_send_tied_embedding_and_data_parallel_reduction():
+    """A pipeline send: ``T·h`` 16-bit values ÷ tp, plus the all-gather that rebuilds them
+    without sequence parallelism. The tied embedding's gradient all-reduce between the first
+    and last stage (fp32, 2 ranks), none when untied. Data-parallel: the gradients'
+    reduce-scatter and the weights' all-gather with the distributed optimizer (all-reduce
+    without), over dp·cp, minus the windows they overlap, never below one bucket's share
+    (max(40M, 1M·dp) parameters); with Megatron FSDP every microbatch gathers and scatters."""
+    from configurator.core.candidates import Candidates as C
+    from configurator.cost.iteration import p2p_message_s, tied_embedding_s
+    from topology.collectives import all_gather_time_s, all_reduce_time_s, p2p_time_s
+
+    model = make_model(**GQA)
+    T, h = 4096.0, 256
+    act = 2 * T * h
+    lc = dict(tokens=T)
+    sp = C.from_plan(_plan(tp=4, pp=2, sequence_parallel=True))
+    assert _one(p2p_message_s(model, sp, lc, 50e9, 4e-6, 200e9, 2e-6)) == pytest.approx(
+        p2p_time_s(act / 4, 50e9, 4e-6), rel=1e-12)
+    nosp = C.from_plan(_plan(tp=4, pp=2))
+    assert _one(p2p_message_s(model, nosp, lc, 50e9, 4e-6, 200e9, 2e-6)) == pytest.approx(
+        p2p_time_s(act / 4, 50e9, 4e-6) + all_gather_time_s(act, 4.0, 200e9, 2e-6), rel=1e-12)
+    tied = make_model(**(GQA | dict(untie_embeddings_and_output_weights=False)))
+    emb = v_pad(1000, 4) * h / 4
+    assert _one(tied_embedding_s(tied, sp, 50e9, 4e-6)) == pytest.approx(
+        all_reduce_time_s(emb * 4, 2.0, 50e9, 4e-6), rel=1e-12)
+    assert _one(tied_embedding_s(model, sp, 50e9, 4e-6)) == 0.0
+    assert _one(tied_embedding_s(tied, C.from_plan(_plan(tp=4)), 50e9, 4e-6)) == 0.0
+
+    P, bw, lat = 2e8, 100e9, 1e-5
+    n_buckets = 5                     # 200M parameters in buckets of 40M (dp 8: max(40M, 8M))
+    base = dict(dp=8, global_batch_size=64)
+    do = C.from_plan(_plan(distributed_optimizer=True, **base))
+    rs = all_gather_time_s(P * 4, 8.0, bw, lat * n_buckets)
+    ag = all_gather_time_s(P * 2, 8.0, bw, lat * n_buckets)
+    assert _one(dp_exposed_s(do, P, bw, lat, 0.01, 0.01)) == pytest.approx(rs + ag, rel=1e-12)
+    plain = C.from_plan(_plan(**base))
+    ar = all_reduce_time_s(P * 4, 8.0, bw, lat * n_buckets)
+    assert _one(dp_exposed_s(plain, P, bw, lat, 0.01, 0.01)) == pytest.approx(ar, rel=1e-12)
+    over = C.from_plan(_plan(distributed_optimizer=True, overlap_grad_reduce=True,
+                             overlap_param_gather=True, **base))
+    for win in (1e-4, 1.0):
+        want = max(rs - win, rs / n_buckets) + max(ag - win, ag / n_buckets)
+        assert _one(dp_exposed_s(over, P, bw, lat, win, win)) == pytest.approx(want, rel=1e-12)
+    fsdp = C.from_plan(_plan(distributed_optimizer=True, megatron_fsdp=True, **base))
+    g1 = all_gather_time_s(P * 2, 8.0, bw, lat)
+    s1 = all_gather_time_s(P * 4, 8.0, bw, lat)
+    m = 64 // 8
+    want = m * (max(g1 - 1e-3, 0.0) + max(g1 + s1 - 2e-3, 0.0))
+    assert _one(dp_exposed_s(fsdp, P, bw, lat, 2e-3, 1e-3)) == pytest.approx(want, rel=1e-12)
