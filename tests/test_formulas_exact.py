@@ -618,3 +618,42 @@ def test_pipeline_send_tied_embedding_and_data_parallel_reduction():
     m = 64 // 8
     want = m * (max(g1 - 1e-3, 0.0) + max(g1 + s1 - 2e-3, 0.0))
     assert _one(dp_exposed_s(fsdp, P, bw, lat, 2e-3, 1e-3)) == pytest.approx(want, rel=1e-12)
+
+
+def test_host_issue_time_and_eager_kernels():
+    """Host operations a layer's forward issues: 40 a dense layer (23 its attention); an MoE
+    layer the attention's 23 and the MLP's 17, 30 each to route, preprocess and dispatch, 2
+    per local expert (4 under FP8), less 12 with the router fusion and 10 with the permute
+    fusion; CUDA graphs replay what they capture. Eager kernels move their bytes at
+    ``min(η·HBM, 14.7 GB/s per SM)`` plus a launch each; a clamp 8 and 15 bytes an element in
+    3 and 7 kernels; offloaded bytes go over the host link beside the pass."""
+    from configurator.cost.host_ops import (clamp_s, eager_s, host_layer_s,
+                                            offload_exposed)
+
+    gpu = load_cluster(H100, nodes=1).gpu
+    op = gpu.efficiency.host_op_s
+    E = 8
+    moe = make_model(**GQA, num_experts=E, moe_router_topk=2, moe_ffn_hidden_size=64)
+    base = dict(dp=8, ep=4, global_batch_size=64)
+    dense, moe_s = host_layer_s(moe, _candidates(moe, **base), gpu)
+    assert (_one(dense), _one(moe_s)) == pytest.approx(
+        (40 * op, (23 + 17 + 90 + 2 * E / 4) * op), rel=1e-12)
+    fused = _candidates(moe, precision="fp8", moe_router_fusion=True, moe_permute_fusion=True,
+                        **base)
+    assert _one(host_layer_s(moe, fused, gpu)[1]) == pytest.approx(
+        (23 + 17 + 90 + 4 * E / 4 - 12 - 10) * op, rel=1e-12)
+    graphs = _candidates(moe, cuda_graph_impl="transformer_engine",
+                         cuda_graph_scope="attn moe_router", **base)
+    dense, moe_s = host_layer_s(moe, graphs, gpu)
+    assert (_one(dense), _one(moe_s)) == pytest.approx(
+        (17 * op, (17 + 60 + 2 * E / 4) * op), rel=1e-12)
+    bw = min(gpu.hbm_bandwidth_Bps * gpu.efficiency.hbm, 14.7e9 * gpu.num_sms)
+    kov = gpu.efficiency.kernel_overhead_s
+    assert eager_s(1e9, 3, gpu) == pytest.approx(1e9 / bw + 3 * kov, rel=1e-12)
+    clamped = make_model(**GQA, activation_func_clamp_value=7.0)
+    assert clamp_s(clamped, 1e8, gpu) == pytest.approx(
+        (8e8 / bw + 3 * kov, 15e8 / bw + 7 * kov), rel=1e-12)
+    assert clamp_s(make_model(**GQA), 1e8, gpu) == (0.0, 0.0)
+    copy = 1e9 / gpu.host_link_Bps
+    assert offload_exposed(1e9, gpu, copy / 2, copy * 2) == pytest.approx((copy, copy * 2),
+                                                                          rel=1e-12)
