@@ -657,3 +657,56 @@ def test_host_issue_time_and_eager_kernels():
     copy = 1e9 / gpu.host_link_Bps
     assert offload_exposed(1e9, gpu, copy / 2, copy * 2) == pytest.approx((copy, copy * 2),
                                                                           rel=1e-12)
+
+
+@pytest.mark.parametrize("vp", [1, 2])
+def test_iteration_time_assembles_the_pipeline_schedule(vp):
+    """SC'21 §2.2 on two stages of four layers: m microbatches at the slower stage's pace
+    (its layers' forward, backward and exposed tensor-parallel terms, plus its end's extra:
+    embedding or logits and loss), the bubble the other stage once (1F1B) or, interleaved,
+    ``(others − lighter end)/vp + pp·lighter end``; sends ``m + 2(pp − 1)`` (1F1B) or
+    ``2(pp·vp − 1)`` at one send each (one uniform node); the data-parallel reduction of the
+    larger stage's parameters and Adam's step over them; the breakdown sums to the time."""
+    from configurator.cost.iteration import (layer_type_times, p2p_message_s)
+
+    model = make_model(**(GQA | dict(num_layers=8, hidden_size=1024, num_attention_heads=8,
+                                     kv_channels=128, ffn_hidden_size=4096,
+                                     seq_length=2048)))
+    cl = load_cluster(H100, nodes=1)
+    gpu = cl.gpu
+    m, dp = 8, 2
+    c = _candidates(model, tp=2, pp=2, vp=vp, dp=dp, micro_batch_size=1,
+                    sequence_parallel=True, distributed_optimizer=True,
+                    global_batch_size=m * dp)
+    comm = dict(comm_figures(cl, c), **expert_comm_figures(cl, c))
+    out = iteration_time(model, cl, c, comm)
+    lc = layer_costs(model, c, gpu)
+    d = layer_type_times(model, c, lc, comm)["dense"]
+    layer = sum(_one(d[k]) for k in ("fwd", "bwd", "recompute", "tp_f", "tp_b", "cp_f", "cp_b"))
+    x = {k: _one(v) for k, v in stage_extras_s(model, c, gpu, lc, comm["tp_bw"],
+                                               comm["tp_lat"]).items()}
+    emb, logits = x["emb_fwd"] + x["emb_bwd"], x["logits_fwd"] + x["logits_bwd"]
+    first, last = 4 * layer + emb, 4 * layer + logits
+    pace, other = max(first, last), min(first, last)
+    assert _one(out["compute"]) + _one(out["tp_comm"]) + _one(out["recompute"]) == \
+        pytest.approx(m * pace, rel=1e-9)
+    lighter = min(emb, logits)
+    bubble = other if vp == 1 else (other - lighter) / vp + 2 * lighter
+    assert _one(out["bubble"]) == pytest.approx(bubble, rel=1e-9)
+    send = _one(p2p_message_s(model, c, lc, comm["pp_bw"], comm["pp_lat"], comm["tp_bw"],
+                              comm["tp_lat"]))
+    sends = m + 2 * (2 - 1) if vp == 1 else 2 * (2 * vp - 1)
+    assert _one(out["pp_comm"]) == pytest.approx(sends * send, rel=1e-9)
+    h, f, V = 1024, 4096, v_pad(1000, 2)
+    layer_params = h + h * (8 + 4) * 128 / 2 + 8 * 128 * h / 2 + h + 3 * h * f / 2
+    big = 4 * layer_params + max(V * h / 2, h + V * h / 2)
+    fwd_win = 4 * _one(d["fwd"])
+    bwd_win = 4 * (_one(d["bwd"]) + _one(d["recompute"]) + _one(d["tp_f"]) + _one(d["tp_b"]))
+    dp_want = dp_exposed_s(c, big, comm["dp_bw"], comm["dp_lat"], bwd_win, fwd_win)
+    assert _one(out["dp_comm"]) == pytest.approx(_one(dp_want), rel=1e-9)
+    assert _one(out["optimizer"]) == pytest.approx(_one(optimizer_s(c, gpu, big, 0.0)),
+                                                   rel=1e-9)
+    keys = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "bubble", "pp_comm",
+            "dp_comm", "optimizer")
+    assert _one(out["iteration_time_s"]) == pytest.approx(sum(_one(out[k]) for k in keys),
+                                                          rel=1e-12)
