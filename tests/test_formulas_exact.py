@@ -710,3 +710,17 @@ def test_iteration_time_assembles_the_pipeline_schedule(vp):
             "dp_comm", "optimizer")
     assert _one(out["iteration_time_s"]) == pytest.approx(sum(_one(out[k]) for k in keys),
                                                           rel=1e-12)
+
+
+def test_total_parameters_match_the_published_checkpoints():
+    """Parameter counts of the released checkpoints (their Hugging Face safetensors index's
+    ``total_size`` in bf16 bytes over 2): Llama-3-8B 8,030,261,248; Llama-3-70B
+    70,553,706,496; Mixtral-8x7B 46,702,792,704, of which 12.9B active (its model card)."""
+    from configurator.core.model_presets import MODEL_PRESETS
+    from memory_model.params import active_parameters, total_parameters
+
+    assert total_parameters(MODEL_PRESETS["llama3-8b"]) == 16_060_522_496 // 2
+    assert total_parameters(MODEL_PRESETS["llama3-70b"]) == 141_107_412_992 // 2
+    assert total_parameters(MODEL_PRESETS["mixtral-8x7b"]) == 93_405_585_408 // 2
+    assert round(active_parameters(MODEL_PRESETS["mixtral-8x7b"]) / 1e8) == 129
+    assert active_parameters(MODEL_PRESETS["llama3-8b"]) == 8_030_261_248
