@@ -88,7 +88,18 @@ DESELECT = [
 #: Known equivalent mutants: ``(file, text on the line, mutation, why equivalent)``. A
 #: sampled site matches when its file and mutation are these and its source line contains
 #: the text; it is left out of the score.
-EQUIVALENT: list[tuple[str, str, str, str]] = []
+EQUIVALENT: list[tuple[str, str, str, str]] = [
+    ("memory_model/params.py", "tp.size > 64", "constant 64 ×1.1",
+     "the size only picks the table lookup over the division; both give the same integers"),
+    ("memory_model/params.py", "tp.size > 64", "`>` → `>=`",
+     "the size only picks the table lookup over the division; both give the same integers"),
+    ("memory_model/params.py", "if 0 < hi <= 4096", "constant 4096 ×1.1",
+     "the bound only limits the lookup table's length; the integers are the same"),
+    ("memory_model/params.py", "int(tp.min()) > 0", "`>` → `>=`",
+     "tp is at least 1, so the test holds either way"),
+    ("memory_model/estimate.py", "if np.size(kw[\"pp\"]) > GROUP_ROWS_ABOVE", "`>` → `>=`",
+     "grouping the plans by their layer's inputs computes the same values once per row"),
+]
 
 #: Modules preloaded before forking (below the mutated layers: the import contracts keep
 #: configurator.core and topology from importing memory_model or configurator.cost).
