@@ -23,8 +23,10 @@ from topology.cluster_files import load_cluster
 from topology.collectives import all_to_all_time_s
 
 GiB = 1024 ** 3
-#: Megatron pads the vocabulary to a multiple of 128·tp (``_vocab_size_with_padding``).
+
+
 def v_pad(vocab, tp):
+    """Megatron's padded vocabulary: a multiple of 128·tp (``_vocab_size_with_padding``)."""
     return -(-vocab // (128 * tp)) * 128 * tp
 
 
