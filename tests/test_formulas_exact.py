@@ -726,3 +726,37 @@ def test_total_parameters_match_the_published_checkpoints():
     assert total_parameters(MODEL_PRESETS["mixtral-8x7b"]) == 93_405_585_408 // 2
     assert round(active_parameters(MODEL_PRESETS["mixtral-8x7b"]) / 1e8) == 129
     assert active_parameters(MODEL_PRESETS["llama3-8b"]) == 8_030_261_248
+
+
+@pytest.mark.parametrize("precision", ["fp8", "mxfp8"])
+def test_fp8_activations_keep_quantised_gemm_inputs(precision):
+    """Under FP8 Transformer Engine's linears save their input quantised, ``q`` bytes a value
+    (1 for fp8, 1 + 1/32 for mxfp8's E8M0 block scales): the QKV and fc1 inputs ``q·Xh``
+    (÷t with SP; MLA's two down projections quantise a copy each, ``2q·Xh``), the latents' up
+    projections ``q`` a value, fc2 ``q·Xf/t`` beside the 16-bit SwiGLU input ``4Xf/t``, the
+    projection ``q·Xh/t`` plus the flash kernel's own 16-bit output ``2Xh/t`` (megatron-core
+    0.16.1 MLA under mxfp8 saves the 16-bit input alone, ``2Xh/t``); the norms' inputs,
+    attention and the output layer stay 16-bit."""
+    q = 1.0 if precision == "fp8" else 1 + 1 / 32
+    s, b, t, L = 512, 2, 2, 4
+    X = s * b
+    h, a, g, d, f = 256, 8, 2, 32, 512
+    gqa, = estimate_memory(make_model(**GQA), _plan(tp=t, micro_batch_size=b, precision=precision,
+                                                    sequence_parallel=True))
+    attn = 2 * X * d * (a + 2 * max(g, t)) / t + 4 * a * X / t
+    layer = (4 + q + q) * X * h / t + attn + (q + 2) * X * h / t + (4 + q) * X * f / t
+    last = 4 * X * h / t + 4 * X * v_pad(1000, t) / t
+    assert gqa.activations_bytes == pytest.approx(L * layer + last, rel=1e-12)
+
+    s, L = 256, 2
+    X = s * b
+    h, ql, kl, pos, f = 128, 64, 32, 8, 256
+    mla, = estimate_memory(make_model(**MLA_DENSE), _plan(tp=t, micro_batch_size=b,
+                                                         precision=precision,
+                                                         sequence_parallel=True))
+    _, attn = _mla_layer_bytes(s, b, t)
+    proj = 2 * X * h / t if precision == "mxfp8" else (q + 2) * X * h / t
+    layer = ((4 + 2 * q + q) * X * h / t + X * (2 * (ql + kl + pos) + q * (ql + kl)) + attn
+             + proj + (4 + q) * X * f / t)
+    last = 4 * X * h / t + 4 * X * v_pad(500, t) / t
+    assert mla.activations_bytes == pytest.approx(L * layer + last, rel=1e-12)
