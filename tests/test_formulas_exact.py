@@ -760,3 +760,50 @@ def test_fp8_activations_keep_quantised_gemm_inputs(precision):
              + proj + (4 + q) * X * f / t)
     last = 4 * X * h / t + 4 * X * v_pad(500, t) / t
     assert mla.activations_bytes == pytest.approx(L * layer + last, rel=1e-12)
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp8"])
+def test_moe_mlp_forward_time(precision):
+    """An MoE MLP on one rank, T tokens, X = T/tp routed by each tensor-parallel rank,
+    R = k·X·etp copies over E/ep local experts: the grouped fc1 (h → 2f_e/etp) and fc2 GEMMs
+    of R·ep/E rows each; the router GEMM X×E×h in 16-bit; a shared expert as a dense SwiGLU
+    MLP over T tokens with its activation (6 bytes per element); memory-bound passes:
+    permute and unpermute ``2·2·(Xh + Rh)``, the routed activation ``6·R·f_e``, the router's
+    fp32 softmax and top-k ``12·X·E``; 30 extra kernels; under FP8 the casts of the grouped
+    GEMMs' inputs ``R·(h + f_e/etp)``. The host stops before dispatch after the attention's
+    23 operations and the router's 30."""
+    from configurator.cost.gemm import fp8_quantize_s, fp8_scaling
+    from configurator.cost.moe_compute import moe_host_before_sync_s, moe_mlp_costs
+
+    E, k, fe, fs, h = 8, 2, 64, 128, 256
+    model = make_model(**GQA, num_experts=E, moe_router_topk=k, moe_ffn_hidden_size=fe,
+                       moe_shared_expert_intermediate_size=fs)
+    gpu = load_cluster(H100, nodes=1).gpu
+    eff = gpu.efficiency
+    hbm = gpu.hbm_bandwidth_Bps * eff.hbm
+    tp, ep = 2, 4
+    c = _candidates(model, tp=tp, dp=4, ep=ep, sequence_parallel=True, precision=precision,
+                    global_batch_size=8)
+    kw = layer_costs(model, c, gpu)["gemm_kw"]
+    T = 2048.0
+    X = T / tp
+    R = k * X
+    got = moe_mlp_costs(model, c, gpu, T, kw)
+    grouped = dict(kw, batch=E / ep)
+    experts = (gemm_time_s(R * ep / E, 2 * fe, h, **grouped)
+               + gemm_time_s(R * ep / E, h, fe, **grouped))
+    router = gemm_time_s(X, E, h, **dict(kw, peak=gpu.peak("bf16"), gemm_eff=eff.gemm,
+                                         in_bytes=2.0))
+    shared = (gemm_time_s(T, 2 * fs / tp, h, **kw) + gemm_time_s(T, h, fs / tp, **kw)
+              + 6 * T * fs / tp / hbm)
+    elem = 4 * (X * h + R * h) + 6 * R * fe + 12 * X * E
+    cast = fp8_quantize_s(R * (h + fe), gpu, fp8_scaling(c)) if precision == "fp8" else 0.0
+    want = experts + router + shared + elem / hbm + cast + 30 * eff.kernel_overhead_s
+    assert _one(got["fwd"]) == pytest.approx(_one(want), rel=1e-12)
+    assert _one(got["tokens_routed"]) == R and _one(got["tokens_in"]) == X
+    assert _one(got["experts_fwd"]) == pytest.approx(_one(experts + 6 * R * fe / hbm + cast),
+                                                     rel=1e-12)
+    assert _one(got["act_fwd"]) == pytest.approx(6 * R * fe / hbm + eff.kernel_overhead_s,
+                                                 rel=1e-12)
+    assert _one(moe_host_before_sync_s(model, c, gpu)) == pytest.approx(
+        (23 + 30) * eff.host_op_s, rel=1e-12)
