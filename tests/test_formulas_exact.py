@@ -807,3 +807,73 @@ def test_moe_mlp_forward_time(precision):
                                                  rel=1e-12)
     assert _one(moe_host_before_sync_s(model, c, gpu)) == pytest.approx(
         (23 + 30) * eff.host_op_s, rel=1e-12)
+
+
+def test_cp_ring_and_all_gather_exchanges():
+    """Context parallelism's ``p2p`` ring: cp − 1 sends of the K/V block
+    ``B = 2·T·g·(d_qk + d_v)/tp`` bytes, each exposed beyond its step's attention (1/cp of
+    the layer's), backward twice the bytes (dK, dV too); per step the fp32 correction of the
+    output (forward: read and write ``T·a·d_v/tp`` fp32 and read the 16-bit step output,
+    10 bytes; backward the same over d_qk) with 2 and 3 kernels. ``all_gather``: the
+    gathered K/V (cp·B) before attention, twice backward, one more kernel a pass."""
+    from topology.collectives import all_gather_time_s, p2p_time_s
+
+    gpu = load_cluster(H100, nodes=1).gpu
+    eff = gpu.efficiency
+    hbm = gpu.hbm_bandwidth_Bps * eff.hbm
+    model = make_model(**GQA)
+    T, a, g, d, tp, cp = 4096.0, 8, 2, 32, 2, 4
+    comm = dict(cp_bw=100e9, cp_lat=2e-6, cp_hop_bw=50e9, cp_hop_lat=5e-6, cp_on_node=8,
+                ep_intra_bw=80e9, ep_intra_lat=3e-6)
+    B = 2 * T * g * 2 * d / tp
+    step = p2p_time_s(B, 50e9, 5e-6)
+    corr = 10 * T * a * d / tp / hbm
+    for attn_f, attn_b in ((1e-5, 2e-5), (1e-2, 2e-2)):     # exposed, then hidden sends
+        lc = dict(tokens=T, attn_fwd=attn_f, attn_bwd=attn_b)
+        ring = _candidates(model, tp=tp, cp=cp, global_batch_size=8)
+        fwd, bwd = cp_layer_s(model, lc, ring, comm, gpu)
+        want_f = (cp - 1) * max(step - attn_f / cp, 0.0) + cp * (corr + 2 * eff.kernel_overhead_s)
+        want_b = ((cp - 1) * max(2 * step - attn_b / cp, 0.0)
+                  + cp * (corr + 3 * eff.kernel_overhead_s))
+        assert (_one(fwd), _one(bwd)) == pytest.approx((want_f, want_b), rel=1e-12)
+    gather = _candidates(model, tp=tp, cp=cp, cp_comm_type="all_gather", global_batch_size=8)
+    ag = all_gather_time_s(cp * B, cp, 100e9, 2e-6)
+    fwd, bwd = cp_layer_s(model, lc, gather, comm, gpu)
+    assert (_one(fwd), _one(bwd)) == pytest.approx(
+        (ag + eff.kernel_overhead_s, 2 * ag + eff.kernel_overhead_s), rel=1e-12)
+    one = _candidates(model, tp=tp, global_batch_size=8)
+    assert tuple(map(_one, cp_layer_s(model, lc, one, comm, gpu))) == (0.0, 0.0)
+
+
+def test_fp8_amax_reduction_and_the_measured_time_of_a_run():
+    """Delayed scaling all-reduces the amaxes once per forward and backward of a model
+    chunk over its tp·dp·cp ranks, spread over the chunk's layers (0 for other recipes).
+    A run's measured seconds per iteration: given, or ``B·s/(tokens/s per GPU · GPUs)``, or
+    its counted FLOPs over ``TFLOP/s per GPU · GPUs``."""
+    import dataclasses
+
+    from configurator.core.runs import MeasuredRun
+    from configurator.cost.flops import megatron_model_flops
+    from configurator.cost.iteration import amax_reduction_s
+    from configurator.cost.measured import measured_iteration_time_s
+    from topology.collectives import small_all_reduce_s
+
+    model = make_model(**GQA)
+    c = _candidates(model, tp=2, pp=2, dp=2, precision="fp8", fp8_recipe="delayed",
+                    global_batch_size=8)
+    assert _one(amax_reduction_s(model, c, 8)) == pytest.approx(
+        _one(small_all_reduce_s(4.0, 8)) / (4 / 2), rel=1e-12)
+    current = _candidates(model, tp=2, pp=2, dp=2, precision="fp8", fp8_recipe="tensorwise",
+                          global_batch_size=8)
+    assert amax_reduction_s(model, current, 8) == 0.0
+    plan = _plan(tp=2, dp=4, global_batch_size=64)
+    run = MeasuredRun(name="r", group="g", source="s", model=model, cluster=H100,
+                      num_gpus=8, seq_length=512, plan=plan, iteration_time_s=None,
+                      tokens_per_s_per_gpu=1000.0)
+    assert measured_iteration_time_s(model, run) == pytest.approx(64 * 512 / (1000 * 8),
+                                                                  rel=1e-12)
+    run = dataclasses.replace(run, tokens_per_s_per_gpu=None, tflops_per_gpu=100.0)
+    assert measured_iteration_time_s(model, run) == pytest.approx(
+        megatron_model_flops(model, 64, tp=2) / (100e12 * 8), rel=1e-12)
+    assert measured_iteration_time_s(model, dataclasses.replace(run, iteration_time_s=3.0)) \
+        == 3.0
