@@ -877,3 +877,99 @@ def test_fp8_amax_reduction_and_the_measured_time_of_a_run():
         megatron_model_flops(model, 64, tp=2) / (100e12 * 8), rel=1e-12)
     assert measured_iteration_time_s(model, dataclasses.replace(run, iteration_time_s=3.0)) \
         == 3.0
+
+
+def test_flash_efficiency_and_context_parallel_attention_calls():
+    """A fused kernel over s keys attains ``η·s/(s + 1024)`` of peak with the causal mask and
+    ``η·s/(s + 384)`` without, a mix by time (harmonic); with cp the ``p2p`` ring calls over
+    s/cp keys, 1/cp of the work causal; ``all_gather`` over ``(2cp+1)/(4cp)·s`` keys, all
+    causal; the layer's causal attention work is ½·2·b·(s/cp)·s·a·(d+d)/t."""
+    from configurator.core.plan_values import mfu_peak_precision
+    from configurator.cost.compute import flash_efficiency
+
+    assert _one(flash_efficiency(0.7, 2048)) == pytest.approx(0.7 * 2048 / 3072, rel=1e-12)
+    assert _one(flash_efficiency(0.7, 2048, 0.0)) == pytest.approx(0.7 * 2048 / 2432,
+                                                                   rel=1e-12)
+    mix = 1 / (0.25 / (0.7 * 2048 / 3072) + 0.75 / (0.7 * 2048 / 2432))
+    assert _one(flash_efficiency(0.7, 2048, 0.25)) == pytest.approx(mix, rel=1e-12)
+    model = make_model(**GQA)
+    gpu = load_cluster(H100, nodes=1).gpu
+    eff = gpu.efficiency
+    s, a, d, t, cp, b = 512, 8, 32, 2, 4, 1
+    peak = gpu.peak(mfu_peak_precision("bf16"))
+    work = 0.5 * 2 * b * (s / cp) * s * a * 2 * d / t
+    for kind, keys, causal in (("p2p", s / cp, 1 / cp),
+                               ("all_gather", (2 * cp + 1) / (4 * cp) * s, 1.0)):
+        c = _candidates(model, tp=t, cp=cp, cp_comm_type=kind, global_batch_size=8)
+        attn = eff.kernel_overhead_s + work / (peak * _one(flash_efficiency(
+            eff.flash_attention, keys, causal)))
+        assert _one(layer_costs(model, c, gpu)["attn_fwd"]) == pytest.approx(attn, rel=1e-12)
+
+
+def test_recompute_modules_rerun_their_forward():
+    """The ``mlp`` module re-runs the dense MLP's forward (its two GEMMs and the SwiGLU pass,
+    6 bytes an element of T·f/t); ``layernorm`` MLA's input norm (read and write 2 bytes of
+    each replicated element, one kernel); full recompute with tp-comm overlap re-runs the
+    forward's exposed collectives too."""
+    gpu = load_cluster(H100, nodes=1).gpu
+    eff = gpu.efficiency
+    hbm = gpu.hbm_bandwidth_Bps * eff.hbm
+    model = make_model(**GQA)
+    f, t, b, s = 512, 2, 2, 512
+    T = b * s
+    c = _candidates(model, tp=t, micro_batch_size=b, sequence_parallel=True,
+                    recompute="selective", recompute_modules="mlp")
+    lc = layer_costs(model, c, gpu)
+    (_, _), (fc1, fc2) = lc["tp_gemm_pairs"]
+    assert _one(lc["recompute"]) == pytest.approx(_one(fc1 + fc2) + 6 * T * f / t / hbm,
+                                                  rel=1e-12)
+    mla = make_model(**MLA_DENSE)
+    c = _candidates(mla, tp=t, micro_batch_size=b, sequence_parallel=True,
+                    recompute="selective", recompute_modules="layernorm")
+    assert _one(layer_costs(mla, c, gpu)["recompute"]) == pytest.approx(
+        4 * (b * 256) * 128 / t / hbm + eff.kernel_overhead_s, rel=1e-12)   # s = 256
+
+    from configurator.core.candidates import Candidates as C
+    from configurator.cost.iteration import tp_layer_s
+    from topology.collectives import all_reduce_time_s
+
+    lc = dict(tp_gemm_pairs=((3e-5, 2e-5), (7e-5, 4e-5)))
+    act, bw, lat, sms = 2 * 4096 * 1024.0, 100e9, 5e-6, 132
+    over = C.from_plan(_plan(tp=4, sequence_parallel=True, tp_comm_overlap=True,
+                             recompute="full"))
+    plain = C.from_plan(_plan(tp=4, sequence_parallel=True, tp_comm_overlap=True))
+    f_full, b_full = tp_layer_s(lc, over, act, bw, lat, sms)
+    f_plain, b_plain = tp_layer_s(lc, plain, act, bw, lat, sms)
+    assert _one(f_full) == pytest.approx(_one(f_plain), rel=1e-12)
+    assert _one(b_full) == pytest.approx(_one(b_plain) + _one(f_plain), rel=1e-12)
+    assert all_reduce_time_s(act, 4.0, bw, lat) > 0
+
+
+def test_moe_layer_backward_replaces_the_dense_mlp():
+    """An MoE layer's backward: the dense layer's, its MLP's twice-forward and gradient
+    accumulation taken out, the MoE MLP's twice-forward and its accumulation put in (the
+    non-expert parameters over the layer's T tokens, the experts' over their R·ep/E rows)."""
+    from configurator.cost.moe_compute import moe_mlp_costs
+
+    E, k, fe = 8, 2, 64
+    model = make_model(**GQA, num_experts=E, moe_router_topk=k, moe_ffn_hidden_size=fe,
+                       moe_layer_freq=[0, 1, 0, 1])
+    gpu = load_cluster(H100, nodes=1).gpu
+    hbm = gpu.hbm_bandwidth_Bps * gpu.efficiency.hbm
+    h, f, t, ep, b, s = 256, 512, 2, 4, 2, 512
+    c = _candidates(model, tp=t, dp=4, ep=ep, micro_batch_size=b, sequence_parallel=True,
+                    global_batch_size=8)
+    lc = layer_costs(model, c, gpu)
+    T = b * s
+    (_, _), (fc1, fc2) = lc["tp_gemm_pairs"]
+    dense_mlp = fc1 + fc2 + 6 * T * f / t / hbm
+    moe = moe_mlp_costs(model, c, gpu, T, lc["gemm_kw"])
+    attn_params = 256 + 256 * (8 + 4) * 32 / t + 8 * 32 * 256 / t
+    non_expert = attn_params + 256 + E * h
+    expert = E / ep * 3 * h * fe
+    moe_acc = (main_grad_accumulation_s(non_expert, c, gpu, T)
+               + main_grad_accumulation_s(expert, c, gpu, _one(moe["tokens_routed"]) * ep / E))
+    want = (lc["bwd"] - 2 * dense_mlp - lc["main_grad_acc"] + moe_acc + 2 * moe["fwd"])
+    assert _one(lc["moe_bwd"]) == pytest.approx(_one(want), rel=1e-12)
+    assert _one(lc["moe_fwd"]) == pytest.approx(_one(lc["fwd"] - dense_mlp + moe["fwd"]),
+                                                rel=1e-12)

@@ -99,6 +99,10 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
      "tp is at least 1, so the test holds either way"),
     ("memory_model/estimate.py", "if np.size(kw[\"pp\"]) > GROUP_ROWS_ABOVE", "`>` → `>=`",
      "grouping the plans by their layer's inputs computes the same values once per row"),
+    ("configurator/cost/expert_comm.py", "return np.where(n > 1, flex, 0.0)", "constant 1 ×1.1",
+     "ep is an integer: n > 1.1 holds where n > 1 does"),
+    ("configurator/cost/communication.py", "if G > 1 else", "constant 1 ×1.1",
+     "GPUs per NVLink domain are an integer: G > 1.1 holds where G > 1 does"),
 ]
 
 #: Modules preloaded before forking (below the mutated layers: the import contracts keep
