@@ -973,3 +973,36 @@ def test_moe_layer_backward_replaces_the_dense_mlp():
     assert _one(lc["moe_bwd"]) == pytest.approx(_one(want), rel=1e-12)
     assert _one(lc["moe_fwd"]) == pytest.approx(_one(lc["fwd"] - dense_mlp + moe["fwd"]),
                                                 rel=1e-12)
+
+
+def test_first_and_last_stage_extras():
+    """First stage: the embedding lookup writes ``2·T·h`` bytes and its tensor-parallel
+    all-reduce; backward reads and writes them, adds the dense embedding gradient (4 bytes a
+    weight) and accumulates it into the main gradient. Last stage: the logits GEMM
+    ``T × V/t × h`` in 16-bit, the unfused cross entropy's 38 (forward) and 14 (backward)
+    bytes a logit; backward twice the GEMM and the output layer's gradient accumulation."""
+    from configurator.cost.compute import layer_costs as costs
+    from topology.collectives import all_reduce_time_s
+
+    model = make_model(**GQA)
+    gpu = load_cluster(H100, nodes=1).gpu
+    hbm = gpu.hbm_bandwidth_Bps * gpu.efficiency.hbm
+    t, b, s, h = 2, 2, 512, 256
+    c = _candidates(model, tp=t, micro_batch_size=b, sequence_parallel=True)
+    lc = costs(model, c, gpu)
+    x = stage_extras_s(model, c, gpu, lc, 100e9, 1e-6)
+    T, V = b * s, v_pad(1000, t)
+    act = 2 * T * h
+    emb = V * h / t
+    assert _one(x["emb_fwd"]) == pytest.approx(
+        act / hbm + all_reduce_time_s(act, 2.0, 100e9, 1e-6), rel=1e-12)
+    assert _one(x["emb_bwd"]) == pytest.approx(
+        2 * act / hbm + 4 * emb / hbm + _one(main_grad_accumulation_s(emb, c, gpu)), rel=1e-12)
+    kw16 = dict(lc["gemm_kw"], peak=gpu.peak("bf16"), gemm_eff=gpu.efficiency.gemm,
+                in_bytes=2.0)
+    gemm = gemm_time_s(T, V / t, h, **kw16)
+    assert _one(x["logits_fwd"]) == pytest.approx(_one(gemm + 38 * T * V / t / hbm),
+                                                  rel=1e-12)
+    acc = main_grad_accumulation_s(V / t * h, c, gpu, T)
+    assert _one(x["logits_bwd"]) == pytest.approx(_one(2 * gemm + 14 * T * V / t / hbm + acc),
+                                                  rel=1e-12)

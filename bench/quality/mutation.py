@@ -61,7 +61,8 @@ TEST_MAP: dict[str, list[str]] = {
     "configurator/cost/measured.py": ["tests/test_profile.py"],
     "configurator/cost/moe_compute.py": ["tests/test_recipe_mechanisms.py",
                                          "tests/test_timing.py"],
-    "configurator/cost/placed.py": ["tests/test_measured_links.py"],
+    "configurator/cost/placed.py": ["tests/test_measured_links.py",
+                                    "tests/test_experts_and_splits.py"],
     "configurator/cost/schedule_sim.py": ["tests/test_schedule_sim.py"],
     "configurator/cost/training_time.py": ["tests/test_training_time.py"],
 }
@@ -103,6 +104,10 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
      "ep is an integer: n > 1.1 holds where n > 1 does"),
     ("configurator/cost/communication.py", "if G > 1 else", "constant 1 ×1.1",
      "GPUs per NVLink domain are an integer: G > 1.1 holds where G > 1 does"),
+    ("configurator/cost/schedule_sim.py", "return SimResult(t1 + (m - m1) // k", "`//` → `/`",
+     "m − m1 = m − m mod k − 2k is a multiple of k: the quotient is exact either way"),
+    ("configurator/cost/schedule_sim.py", "_levels: tuple = field(repr=False", "`False` → `True`",
+     "the field's repr flag changes only the object's repr"),
 ]
 
 #: Modules preloaded before forking (below the mutated layers: the import contracts keep
