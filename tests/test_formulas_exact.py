@@ -1006,3 +1006,60 @@ def test_first_and_last_stage_extras():
     acc = main_grad_accumulation_s(V / t * h, c, gpu, T)
     assert _one(x["logits_bwd"]) == pytest.approx(_one(2 * gemm + 14 * T * V / t / hbm + acc),
                                                   rel=1e-12)
+
+
+@pytest.mark.parametrize("moe", [False, True])
+def test_placed_plan_terms_on_one_uniform_node(moe):
+    """The placed plan's stage terms on one uniform node are the closed form's pieces: a
+    chunk's forward (backward) its layers' forward (backward, recompute) with their exposed
+    tensor-parallel and expert terms, the embedding on the first chunk, the logits on the
+    last; a send of ``p2p_message_s``; each stage's data-parallel tail over its parameters
+    with the windows of its layers (an MoE stage adds its experts' reduction over the
+    expert-data-parallel group); Adam's step."""
+    from configurator.cost.iteration import layer_type_times, p2p_message_s
+    from configurator.cost.placed import PlacedPlan
+
+    extra = dict(num_experts=4, moe_router_topk=2, moe_ffn_hidden_size=64) if moe else {}
+    model = make_model(**(GQA | dict(num_layers=8)), **extra)
+    cl = load_cluster(H100, nodes=1)
+    plan = _plan(tp=2, pp=2, vp=2, dp=2, ep=2 if moe else 1, sequence_parallel=True,
+                 distributed_optimizer=True, overlap_grad_reduce=True, global_batch_size=8)
+    placed = PlacedPlan(model, cl, plan)
+    got = placed.terms(placed.rank_gpus(*placed.default_placement()))
+    c = Candidates.from_plan(plan)
+    comm = dict(comm_figures(cl, c), **expert_comm_figures(cl, c))
+    lc = layer_costs(model, c, cl.gpu)
+    types = layer_type_times(model, c, lc, comm)
+    kind = types["moe" if moe else "dense"]
+    f = sum(_one(kind[k]) for k in ("fwd", "tp_f", "cp_f", "ep_f"))
+    b = sum(_one(kind[k]) for k in ("bwd", "recompute", "tp_b", "cp_b", "ep_b"))
+    x = {k: _one(v) for k, v in stage_extras_s(model, c, cl.gpu, lc, comm["tp_bw"],
+                                               comm["tp_lat"]).items()}
+    want_f = np.full((2, 2, 2), 2 * f)     # [dp, pp, vp]: two layers a chunk
+    want_b = np.full((2, 2, 2), 2 * b)
+    want_f[:, 0, 0] += x["emb_fwd"]
+    want_b[:, 0, 0] += x["emb_bwd"]
+    want_f[:, 1, 1] += x["logits_fwd"]
+    want_b[:, 1, 1] += x["logits_bwd"]
+    np.testing.assert_allclose(got["fwd"], want_f, rtol=1e-12)
+    np.testing.assert_allclose(got["bwd"], want_b, rtol=1e-12)
+    send = _one(p2p_message_s(model, c, lc, comm["pp_bw"], comm["pp_lat"], comm["tp_bw"],
+                              comm["tp_lat"]))
+    np.testing.assert_allclose(got["p2p_f"], np.full((2, 2), send), rtol=1e-12)
+    np.testing.assert_allclose(got["p2p_b"], np.full((2, 2), send), rtol=1e-12)
+    h, V = 256, v_pad(1000, 2)
+    attn = 256 + 256 * (8 + 4) * 32 / 2 + 8 * 32 * 256 / 2
+    layer = attn + 256 + 3 * 256 * 512 / 2
+    non_expert = (attn + 256 + 4 * h) if moe else layer
+    expert = 4 / 2 * 3 * h * 64 if moe else 0.0
+    d = types["dense"]
+    for s, end in ((0, V * h / 2), (1, h + V * h / 2)):
+        params = 4 * non_expert + end
+        tail = dp_exposed_s(c, params, comm["dp_bw"], comm["dp_lat"],
+                            bwd_window_s=4 * (_one(d["bwd"]) + _one(d["recompute"])
+                                              + _one(d["tp_f"]) + _one(d["tp_b"])),
+                            fwd_window_s=4 * _one(d["fwd"]))
+        if moe:
+            tail = tail + dp_exposed_s(c, 4 * expert, comm["edp_bw"], comm["edp_lat"], 0.0,
+                                       0.0, group=2 * 2 / 2)
+        assert _one(got["tail"][s]) == pytest.approx(_one(tail), rel=1e-9)
