@@ -23,6 +23,7 @@ import ast
 import copy
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -340,6 +341,9 @@ def main(argv=None) -> int:
     ap.add_argument("--ref", default=None,
                     help="test the tests of this commit (its tracked files) instead of the "
                          "working tree's; its target modules must be the working tree's")
+    ap.add_argument("--rerun", default=None, metavar="REPORT",
+                    help="run only the survivors a previous report of this bench lists "
+                         "(its `- file:line mutation` lines), e.g. after adding tests")
     ap.add_argument("--list", action="store_true", help="print the sites per module and stop")
     args = ap.parse_args(argv)
     t_start = time.monotonic()
@@ -353,7 +357,12 @@ def main(argv=None) -> int:
             print(f"| {m} | {len(by_module[m])} |")
         print(f"| all | {len(all_sites)} |")
         return 0
-    drawn = random.Random(args.seed).sample(all_sites, min(args.sample, len(all_sites)))
+    if args.rerun:
+        wanted = set(re.findall(r"^- (\S+?):(\d+) (.+?)  ←", Path(args.rerun).read_text(),
+                                flags=re.M))
+        drawn = [s for s in all_sites if (s.path, str(s.line), s.mutation) in wanted]
+    else:
+        drawn = random.Random(args.seed).sample(all_sites, min(args.sample, len(all_sites)))
     drawn.sort(key=lambda s: (s.path, s.start, s.mutation))
     equivalent = {s: why for s in drawn if (why := equivalent_reason(s))}
 
