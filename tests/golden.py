@@ -7,6 +7,10 @@ comparison; every predicted figure, plan field and script line must stay identic
 Record after an intended change of behaviour (and say why in the commit)::
 
     python -m tests.golden --record
+
+Record a case just added (only the cases that have no file yet; the others stay as recorded)::
+
+    python -m tests.golden --record-new
 """
 
 from __future__ import annotations
@@ -118,6 +122,15 @@ ESTIMATE_CASES: dict[str, list[str]] = {
     "estimate_custom_cluster_uneven_tp": ["--model", "{model}", "--cluster", "{cluster}",
                                           "--gbs", "64", "--tp", "4", "--pp", "2", "--mbs", "2",
                                           "--recompute", "full"],
+    # multi-latent attention, MoE with shared experts, multi-token prediction, an uneven split
+    "estimate_deepseek_v3_h100_mla_mtp": ["--model", "deepseek-v3", "--cluster", H100, "--nodes",
+                                          "64", "--gbs", "1024", "--tp", "2", "--pp", "16",
+                                          "--ep", "32", "--mbs", "1", "--recompute",
+                                          "selective"],
+    "estimate_qwen3_30b_a3b_h100_fp8_moe": ["--model", "qwen3-30b-a3b", "--cluster", H100,
+                                            "--nodes", "1", "--gbs", "64", "--tp", "1", "--pp",
+                                            "1", "--ep", "8", "--mbs", "1", "--precision",
+                                            "fp8"],
 }
 
 #: Cases whose ``search --out`` files (scripts, plan.json) are compared too.
@@ -158,8 +171,10 @@ def _strip(obj):
     return obj
 
 
-def produce() -> dict[str, object]:
-    """Run every case; returns ``{name: JSON object or script text}`` (timing stripped)."""
+def produce(only: set[str] | None = None) -> dict[str, object]:
+    """Run every case (or the search and estimate cases named in ``only``, and the
+    ``launch --plan`` case when its search is among them); returns ``{name: JSON object or
+    script text}`` (timing stripped)."""
     results: dict[str, object] = {}
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
@@ -168,6 +183,8 @@ def produce() -> dict[str, object]:
         assert code == 0, err
         fill = lambda argv, out="": [a.format(out=out, **files) for a in argv]  # noqa: E731
         for name, argv in SEARCH_CASES.items():
+            if only is not None and name not in only:
+                continue
             out_dir = tmp / name
             extra = ["--out", str(out_dir)] if name in SCRIPT_CASES else []
             code, out, err = _run(["search", *fill(argv), "--json", *extra])
@@ -179,9 +196,13 @@ def produce() -> dict[str, object]:
                 plan_doc = json.loads((out_dir / "plan.json").read_text())
                 results[f"{name}/plan.json:estimate"] = _strip(plan_doc["estimate"])
         for name, argv in ESTIMATE_CASES.items():
+            if only is not None and name not in only:
+                continue
             code, out, err = _run(["estimate", *fill(argv), "--json"])
             assert code == 0, f"{name}: {err}"
             results[name] = _strip(json.loads(out))
+        if only is not None and SCRIPT_CASES[0] not in only:
+            return results
         src = tmp / SCRIPT_CASES[0] / "plan.json"
         code, _, err = _run(["launch", "--plan", str(src), "--out", str(tmp / "launch"),
                              *LAUNCH_ARGS])
@@ -196,11 +217,17 @@ def golden_path(name: str) -> Path:
     return GOLDEN_DIR / (safe if safe.endswith((".sh", ".sbatch")) else safe + ".json")
 
 
-def record() -> int:
+def record(new_only: bool = False) -> int:
+    """Record every case (the old files removed first), or with ``new_only`` the search and
+    estimate cases that have no recorded file yet, leaving every recorded file as it is."""
     GOLDEN_DIR.mkdir(parents=True, exist_ok=True)
-    for old in GOLDEN_DIR.iterdir():
-        old.unlink()
-    results = produce()
+    if new_only:
+        only = {n for n in (*SEARCH_CASES, *ESTIMATE_CASES) if not golden_path(n).exists()}
+        results = {n: v for n, v in produce(only).items() if not golden_path(n).exists()}
+    else:
+        for old in GOLDEN_DIR.iterdir():
+            old.unlink()
+        results = produce()
     for name, value in results.items():
         text = value if isinstance(value, str) else json.dumps(value, indent=1, sort_keys=True)
         golden_path(name).write_text(text if text.endswith("\n") else text + "\n")
@@ -209,8 +236,8 @@ def record() -> int:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] != ["--record"]:
-        print("usage: python -m tests.golden --record", file=sys.stderr)
+    if sys.argv[1:] not in (["--record"], ["--record-new"]):
+        print("usage: python -m tests.golden --record | --record-new", file=sys.stderr)
         sys.exit(2)
     os.environ.setdefault("PYTHONWARNINGS", "ignore")
-    sys.exit(record())
+    sys.exit(record(new_only=sys.argv[1:] == ["--record-new"]))

@@ -1,5 +1,5 @@
 """Behaviour pinned by golden outputs (``tests/golden.py``): search and estimate ``--json`` of
-23 model/cluster/batch cases (presets, a custom YAML model and cluster, a Hugging Face config,
+25 model/cluster/batch cases (presets, a custom YAML model and cluster, a Hugging Face config,
 the measured 17-node topology with and without ``--exclude-flagged``) and the launch scripts
 and plan estimates of 4 searches plus one ``launch --plan``; identical except the search's
 wall-clock time; floats compared to :data:`REL_TOL` (below, with its reason), integers,

@@ -1,0 +1,455 @@
+"""Mutation score of the memory model and the cost model: small wrong formulas (an operator
+swapped, a constant off by 10 %, a term dropped, a condition negated) that the tests must
+catch.
+
+Run: ``python -m bench.quality.mutation [--sample 200] [--seed 0] [--tests map|all]
+[--modules SUBSTRING ...] [--list]``. The mutation sites of ``memory_model/*.py`` and
+``configurator/cost/*.py`` are enumerated from their syntax trees (:func:`sites`): ``+``↔``-``,
+``*``↔``/``, ``//``→``/``; ``<``↔``<=``, ``>``↔``>=``, ``==``↔``!=``, ``is``↔``is not``,
+``in``↔``not in``; a number operand (or a module constant) ×1.1; ``and``↔``or``; one term of
+a sum or difference dropped; ``not``/``~`` removed, an ``if`` test negated, ``True``↔``False``.
+``--sample`` of them are drawn with ``--seed``; each is written into one scratch copy of the
+repository (the worktree is never touched) and the tests that exercise its module
+(:data:`TEST_MAP`; ``--tests all``: the whole suite) run in a forked process (numpy and
+pytest preloaded; ``pytest -x -q -p no:cacheprovider``) under a timeout of four times the
+unmutated run plus 10 s. A mutant is killed when a test fails (a timeout counts as killed,
+shown apart). Known equivalent mutants (:data:`EQUIVALENT`, each with why) are left out of the
+score and listed. Prints a table per module, the score, every survivor and the equivalents.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.common import bench_parser, table_head
+
+ROOT = Path(__file__).resolve().parents[2]
+#: Folders whose modules are mutated (``__init__.py`` left out).
+TARGETS = ("memory_model", "configurator/cost")
+
+#: Exact-value tests of the formulas (independent derivations), run for every module.
+FORMULA_TESTS = ["tests/test_formulas_exact.py"]
+#: Tests run against each module's mutants: fast files that exercise it (seconds each).
+TEST_MAP: dict[str, list[str]] = {
+    "memory_model/activations.py": ["tests/test_memory_model.py", "tests/test_fp8_memory.py"],
+    "memory_model/estimate.py": ["tests/test_memory_model.py", "tests/test_fp8_memory.py",
+                                 "tests/test_experts_and_splits.py"],
+    "memory_model/params.py": ["tests/test_memory_model.py", "tests/test_experts_and_splits.py"],
+    "configurator/cost/communication.py": ["tests/test_timing.py",
+                                           "tests/test_recipe_mechanisms.py"],
+    "configurator/cost/compute.py": ["tests/test_timing.py", "tests/test_recipe_mechanisms.py"],
+    "configurator/cost/expert_comm.py": ["tests/test_recipe_mechanisms.py",
+                                         "tests/test_timing.py"],
+    "configurator/cost/flops.py": ["tests/test_timing.py"],
+    "configurator/cost/gemm.py": ["tests/test_gemm_model.py", "tests/test_timing.py"],
+    "configurator/cost/groundtruth.py": ["tests/test_published_runs_record.py",
+                                         "tests/test_sc21_accuracy.py"],
+    "configurator/cost/host_ops.py": ["tests/test_eager_mlp_ops.py"],
+    "configurator/cost/iteration.py": ["tests/test_timing.py", "tests/test_recipe_mechanisms.py",
+                                       "tests/test_experts_and_splits.py"],
+    "configurator/cost/measured.py": ["tests/test_profile.py"],
+    "configurator/cost/moe_compute.py": ["tests/test_recipe_mechanisms.py",
+                                         "tests/test_timing.py"],
+    "configurator/cost/placed.py": ["tests/test_measured_links.py",
+                                    "tests/test_experts_and_splits.py"],
+    "configurator/cost/schedule_sim.py": ["tests/test_schedule_sim.py"],
+    "configurator/cost/training_time.py": ["tests/test_training_time.py"],
+}
+
+#: Slow tests (searches, fits, torch runs: seconds each) left out of the mutants' runs.
+DESELECT = [
+    "tests/test_fp8_memory.py::test_fp8_param_gather_plan_field_makes_the_recipe_fit",
+    "tests/test_experts_and_splits.py::test_estimate_chooses_and_reports_a_split",
+    "tests/test_experts_and_splits.py::test_search_restricted_to_ep_values",
+    "tests/test_profile.py::test_estimate_and_search_use_the_profiled_layer_times",
+    "tests/test_profile.py::test_fp8_profile_on_cpu_names_its_backend",
+    "tests/test_profile.py::test_profile_tiny_model_on_cpu_round_trips",
+    "tests/test_calibrate_fit.py::test_link_efficiency_is_fitted_where_the_runs_determine_it",
+    "tests/test_calibrate_fit.py::test_calibrate_never_fits_an_efficiency_above_one_on_the_"
+    "published_blackwell_runs",
+    "tests/test_calibrate_fit.py::test_undetermined_parameters_name_the_run_that_would_"
+    "determine_them",
+    "tests/test_calibrate_fit.py::test_calibration_file_round_trips_intervals_and_applies_"
+    "link_efficiencies",
+    "tests/test_measured_links.py::test_thousands_of_hosts_stay_sparse",
+    "tests/test_eager_mlp_ops.py::test_megatron_core_bias_moves_the_priced_bytes_on_the_cpu",
+]
+
+#: Known equivalent mutants: ``(file, text on the line, mutation, why equivalent)``. A
+#: sampled site matches when its file and mutation are these and its source line contains
+#: the text; it is left out of the score.
+EQUIVALENT: list[tuple[str, str, str, str]] = [
+    ("memory_model/params.py", "tp.size > 64", "constant 64 ×1.1",
+     "the size only picks the table lookup over the division; both give the same integers"),
+    ("memory_model/params.py", "tp.size > 64", "`>` → `>=`",
+     "the size only picks the table lookup over the division; both give the same integers"),
+    ("memory_model/params.py", "if 0 < hi <= 4096", "constant 4096 ×1.1",
+     "the bound only limits the lookup table's length; the integers are the same"),
+    ("memory_model/params.py", "int(tp.min()) > 0", "`>` → `>=`",
+     "tp is at least 1, so the test holds either way"),
+    ("memory_model/estimate.py", "if np.size(kw[\"pp\"]) > GROUP_ROWS_ABOVE", "`>` → `>=`",
+     "grouping the plans by their layer's inputs computes the same values once per row"),
+    ("configurator/cost/expert_comm.py", "return np.where(n > 1, flex, 0.0)", "constant 1 ×1.1",
+     "ep is an integer: n > 1.1 holds where n > 1 does"),
+    ("configurator/cost/communication.py", "if G > 1 else", "constant 1 ×1.1",
+     "GPUs per NVLink domain are an integer: G > 1.1 holds where G > 1 does"),
+    ("configurator/cost/schedule_sim.py", "return SimResult(t1 + (m - m1) // k", "`//` → `/`",
+     "m − m1 = m − m mod k − 2k is a multiple of k: the quotient is exact either way"),
+    ("configurator/cost/schedule_sim.py", "_levels: tuple = field(repr=False", "`False` → `True`",
+     "the field's repr flag changes only the object's repr"),
+]
+
+#: Modules preloaded before forking (below the mutated layers: the import contracts keep
+#: configurator.core and topology from importing memory_model or configurator.cost).
+PRELOAD = ("numpy", "pytest", "yaml", "configurator.core.candidates",
+           "configurator.core.model_presets", "configurator.core.plan",
+           "topology.cluster_files", "topology.collectives")
+
+_SWAP = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult,
+         ast.FloorDiv: ast.Div}
+_CMP = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq,
+        ast.NotEq: ast.Eq, ast.Is: ast.IsNot, ast.IsNot: ast.Is, ast.In: ast.NotIn,
+        ast.NotIn: ast.In}
+_SYM = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//",
+        ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!=",
+        ast.Is: "is", ast.IsNot: "is not", ast.In: "in", ast.NotIn: "not in",
+        ast.And: "and", ast.Or: "or"}
+
+
+@dataclass(frozen=True)
+class Site:
+    """One mutation: ``path`` (relative), the source span ``start``–``end`` (line, byte
+    column) it replaces by ``replacement``, and what it does (``mutation``)."""
+
+    path: str
+    start: tuple[int, int]
+    end: tuple[int, int]
+    replacement: str
+    mutation: str
+
+    @property
+    def line(self) -> int:
+        return self.start[0]
+
+
+def _short(node: ast.AST, width: int = 40) -> str:
+    text = ast.unparse(node)
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def _mutants(node: ast.AST, parent: ast.AST | None, module_level: bool):
+    """``(new node or source text, mutation)`` pairs of one node."""
+    if isinstance(node, ast.BinOp) and type(node.op) in _SWAP:
+        new = copy.copy(node)
+        new.op = _SWAP[type(node.op)]()
+        yield new, f"`{_SYM[type(node.op)]}` → `{_SYM[type(new.op)]}`"
+        if isinstance(node.op, (ast.Add, ast.Sub)):
+            yield node.left, f"drop term `{_short(node.right)}`"
+            if isinstance(node.op, ast.Add):
+                yield node.right, f"drop term `{_short(node.left)}`"
+    elif isinstance(node, ast.AugAssign) and type(node.op) in _SWAP:
+        return  # statements are not spliced as expressions; none in the targets
+    elif isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _CMP:
+        new = copy.copy(node)
+        new.ops = [_CMP[type(node.ops[0])]()]
+        yield new, f"`{_SYM[type(node.ops[0])]}` → `{_SYM[type(new.ops[0])]}`"
+    elif isinstance(node, ast.BoolOp):
+        new = copy.copy(node)
+        new.op = ast.Or() if isinstance(node.op, ast.And) else ast.And()
+        yield new, f"`{_SYM[type(node.op)]}` → `{_SYM[type(new.op)]}`"
+    elif isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.Not, ast.Invert)):
+        yield node.operand, f"remove `{'not' if isinstance(node.op, ast.Not) else '~'}`"
+    elif isinstance(node, ast.Constant) and isinstance(node.value, bool):
+        if not isinstance(parent, (ast.Subscript, ast.Slice)):
+            yield ast.Constant(not node.value), f"`{node.value}` → `{not node.value}`"
+    elif isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and node.value:
+        if isinstance(parent, (ast.BinOp, ast.Compare)) or module_level:
+            new = ast.Constant(node.value * 1.1)
+            yield new, f"constant {node.value!r} ×1.1"
+
+
+def _test_mutants(node: ast.AST):
+    """Negated tests of ``if`` statements and conditional expressions."""
+    if isinstance(node, (ast.If, ast.IfExp)):
+        yield node.test, ast.UnaryOp(ast.Not(), node.test), "negate the `if` test"
+
+
+def sites(path: str) -> list[Site]:
+    """Every mutation site of the module ``path`` (relative to the repository root), in
+    source order. Skipped: f-strings, docstrings, annotations and subscripts' numbers."""
+    src = (ROOT / path).read_text()
+    tree = ast.parse(src)
+    out: list[Site] = []
+    skip: set[int] = set()
+    parents: dict[int, ast.AST] = {}
+    module_consts: set[int] = set()
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
+            module_consts.update(id(n) for n in ast.walk(stmt.value))
+    for node in ast.walk(tree):
+        for child in ast.iter_child_nodes(node):
+            parents[id(child)] = node
+        if isinstance(node, ast.JoinedStr) or (
+                isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.returns):
+            skip.update(id(n) for n in ast.walk(node if isinstance(node, ast.JoinedStr)
+                                                  else node.returns))
+        if isinstance(node, ast.arg) and node.annotation is not None:
+            skip.update(id(n) for n in ast.walk(node.annotation))
+        if isinstance(node, ast.AnnAssign):
+            skip.update(id(n) for n in ast.walk(node.annotation))
+
+    def add(target: ast.AST, new, mutation: str):
+        text = new if isinstance(new, str) else ast.unparse(new)
+        out.append(Site(path, (target.lineno, target.col_offset),
+                        (target.end_lineno, target.end_col_offset), f"({text})", mutation))
+
+    for node in ast.walk(tree):
+        if id(node) in skip or not hasattr(node, "lineno"):
+            continue
+        parent = parents.get(id(node))
+        for new, mutation in _mutants(node, parent, id(node) in module_consts):
+            add(node, new, mutation)
+        for target, new, mutation in _test_mutants(node):
+            if id(target) not in skip:
+                add(target, new, mutation)
+    return sorted(out, key=lambda s: (s.start, s.end, s.mutation))
+
+
+def apply(src: bytes, site: Site) -> bytes:
+    """``src`` with ``site``'s span replaced (columns are UTF-8 byte offsets, as ast's)."""
+    lines = src.splitlines(keepends=True)
+    offset = [0]
+    for line in lines:
+        offset.append(offset[-1] + len(line))
+    a = offset[site.start[0] - 1] + site.start[1]
+    b = offset[site.end[0] - 1] + site.end[1]
+    return src[:a] + site.replacement.encode() + src[b:]
+
+
+def target_modules() -> list[str]:
+    return sorted(str(p.relative_to(ROOT)) for t in TARGETS for p in (ROOT / t).glob("*.py")
+                  if p.name != "__init__.py")
+
+
+def source_line(site: Site) -> str:
+    return (ROOT / site.path).read_text().splitlines()[site.line - 1].strip()
+
+
+def equivalent_reason(site: Site) -> str | None:
+    line = source_line(site)
+    for path, text, mutation, why in EQUIVALENT:
+        if site.path == path and site.mutation == mutation and text in line:
+            return why
+    return None
+
+
+class Runner:
+    """Runs test files against a scratch copy of the repository in forked processes."""
+
+    def __init__(self, scratch: Path):
+        self.scratch = scratch
+        self.log = scratch.parent / (scratch.name + ".log")
+        root = str(ROOT)
+        loaded = [m for m in sys.modules
+                  if m.split(".")[0] in ("configurator", "memory_model", "topology", "tests")]
+        assert not loaded, f"imported before the scratch copy: {loaded}"
+        sys.path[:] = [str(scratch)] + [p for p in sys.path if p not in ("", root)]
+        os.environ["PYTHONPATH"] = str(scratch)
+        os.environ["PYTHONWARNINGS"] = "ignore"
+        os.environ.pop("PYTEST_ADDOPTS", None)
+        os.chdir(scratch)
+        for name in PRELOAD:
+            try:
+                __import__(name)
+            except ImportError:
+                pass
+
+    def run(self, tests: list[str], timeout_s: float) -> tuple[str, float]:
+        """``("pass" | "fail" | "timeout", seconds)`` of ``pytest -x -q`` on ``tests``; the
+        run's output is left in :attr:`log`."""
+        t0 = time.monotonic()
+        pid = os.fork()
+        if pid == 0:   # the child: its own process group, output to the log
+            code = 99
+            try:
+                os.setpgid(0, 0)
+                out = os.open(self.log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+                os.dup2(out, 1)
+                os.dup2(out, 2)
+                import pytest
+                code = int(pytest.main(["-x", "-q", "-p", "no:cacheprovider", *tests]))
+            finally:
+                os._exit(code)
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                code = os.waitstatus_to_exitcode(status)
+                return ("pass" if code == 0 else "fail"), time.monotonic() - t0
+            if time.monotonic() - t0 > timeout_s:
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                os.waitpid(pid, 0)
+                return "timeout", time.monotonic() - t0
+            time.sleep(0.02)
+
+
+def _scratch_copy(dest: Path, ref: str | None = None) -> None:
+    """The working tree (or the commit ``ref``, its tracked files) copied to ``dest``."""
+    dest.mkdir()
+    if ref:
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref], check=True,
+                                 capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+        return
+    ignore = shutil.ignore_patterns(".git", "__pycache__", "*.pyc", ".venv", "*.egg-info")
+    for item in ROOT.iterdir():
+        if item.name in (".git", ".venv") or item.name.startswith("."):
+            continue
+        if item.is_dir():
+            shutil.copytree(item, dest / item.name, ignore=ignore)
+        else:
+            shutil.copy2(item, dest / item.name)
+
+
+def _drop_pyc(path: Path) -> None:
+    for pyc in (path.parent / "__pycache__").glob(path.stem + ".*.pyc"):
+        pyc.unlink()
+
+
+def main(argv=None) -> int:
+    ap = bench_parser(__doc__)
+    ap.add_argument("--sample", type=int, default=200, help="mutants drawn (default 200)")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the draw (default 0)")
+    ap.add_argument("--tests", choices=("map", "all"), default="map",
+                    help="the module's test files (TEST_MAP) or the whole suite")
+    ap.add_argument("--modules", nargs="*", default=[],
+                    help="only modules whose path contains one of these")
+    ap.add_argument("--ref", default=None,
+                    help="test the tests of this commit (its tracked files) instead of the "
+                         "working tree's; its target modules must be the working tree's")
+    ap.add_argument("--rerun", default=None, metavar="REPORT",
+                    help="run only the survivors a previous report of this bench lists "
+                         "(its `- file:line mutation` lines), e.g. after adding tests")
+    ap.add_argument("--list", action="store_true", help="print the sites per module and stop")
+    args = ap.parse_args(argv)
+    t_start = time.monotonic()
+    modules = [m for m in target_modules()
+               if not args.modules or any(s in m for s in args.modules)]
+    by_module = {m: sites(m) for m in modules}
+    all_sites = [s for m in modules for s in by_module[m]]
+    if args.list:
+        print(table_head(["module", "sites"]))
+        for m in modules:
+            print(f"| {m} | {len(by_module[m])} |")
+        print(f"| all | {len(all_sites)} |")
+        return 0
+    if args.rerun:
+        wanted = set(re.findall(r"^- (\S+?):(\d+) (.+?)  ←", Path(args.rerun).read_text(),
+                                flags=re.M))
+        drawn = [s for s in all_sites if (s.path, str(s.line), s.mutation) in wanted]
+    else:
+        drawn = random.Random(args.seed).sample(all_sites, min(args.sample, len(all_sites)))
+    drawn.sort(key=lambda s: (s.path, s.start, s.mutation))
+    equivalent = {s: why for s in drawn if (why := equivalent_reason(s))}
+
+    def tests_of(m: str) -> list[str]:
+        if args.tests == "all":
+            return ["tests"]
+        files = [t for t in FORMULA_TESTS + TEST_MAP[m] if (scratch / t).exists()]
+        return files + [a for d in DESELECT if d.split("::")[0] in files
+                        for a in ("--deselect", d)]
+
+    with tempfile.TemporaryDirectory(prefix="mutation-") as tmp:
+        scratch = Path(tmp) / "repo"
+        _scratch_copy(scratch, args.ref)
+        changed = [m for m in modules if (scratch / m).read_bytes() != (ROOT / m).read_bytes()]
+        if changed:
+            print(f"--ref {args.ref}: these modules differ from the working tree's, whose "
+                  f"sites are drawn: {', '.join(changed)}", file=sys.stderr)
+            return 2
+        runner = Runner(scratch)
+        timeouts: dict[str, float] = {}
+        broken: set[str] = set()
+        for m in sorted({s.path for s in drawn}):
+            outcome, secs = runner.run(tests_of(m), 3600.0)
+            timeouts[m] = 4 * secs + 10
+            if outcome != "pass":
+                broken.add(m)
+                tail = runner.log.read_text()[-2000:]
+                print(f"{m}: its tests fail unmutated; its mutants are skipped\n{tail}",
+                      file=sys.stderr)
+        result: dict[Site, str] = {}
+        for i, site in enumerate(drawn):
+            if site in equivalent or site.path in broken:
+                continue
+            path = scratch / site.path
+            original = path.read_bytes()
+            try:
+                path.write_bytes(apply(original, site))
+                _drop_pyc(path)
+                outcome, _ = runner.run(tests_of(site.path), timeouts[site.path])
+            finally:
+                path.write_bytes(original)
+                _drop_pyc(path)
+            result[site] = {"fail": "killed", "pass": "survived"}[outcome] \
+                if outcome != "timeout" else "timed out"
+            print(f"[{i + 1}/{len(drawn)}] {result[site]}: {site.path}:{site.line} "
+                  f"{site.mutation}", file=sys.stderr, flush=True)
+
+    print(table_head(["module", "sites", "sampled", "equivalent", "killed", "timed out",
+                      "survived", "score"]))
+    total = dict(sites=0, sampled=0, equivalent=0, killed=0, timed=0, survived=0)
+    for m in modules:
+        row = dict(sites=len(by_module[m]),
+                   sampled=sum(s.path == m and s.path not in broken for s in drawn),
+                   equivalent=sum(s.path == m for s in equivalent),
+                   killed=sum(s.path == m and r == "killed" for s, r in result.items()),
+                   timed=sum(s.path == m and r == "timed out" for s, r in result.items()),
+                   survived=sum(s.path == m and r == "survived" for s, r in result.items()))
+        for k in total:
+            total[k] += row[k]
+        print(f"| {m} | {_row(row)} |")
+    print(f"| **all** | {_row(total)} |")
+    print(f"\nmutation score: {_score(total)} of {total['sampled'] - total['equivalent']} "
+          f"non-equivalent mutants killed (seed {args.seed}, tests: {args.tests}); "
+          f"{time.monotonic() - t_start:.0f} s")
+    if broken:
+        print(f"\nskipped (tests fail unmutated): {', '.join(sorted(broken))}")
+    survivors = [s for s, r in result.items() if r == "survived"]
+    print(f"\nsurvivors ({len(survivors)}):")
+    for s in survivors:
+        print(f"- {s.path}:{s.line} {s.mutation}  ←  `{source_line(s)}`")
+    print(f"\nknown equivalent mutants ({len(EQUIVALENT)} listed, {len(equivalent)} drawn):")
+    for path, text, mutation, why in EQUIVALENT:
+        print(f"- {path} `{text}` {mutation}: {why}")
+    return 0
+
+
+def _row(r: dict) -> str:
+    return (f"{r['sites']} | {r['sampled']} | {r['equivalent']} | {r['killed']} | "
+            f"{r['timed']} | {r['survived']} | {_score(r)}")
+
+
+def _score(r: dict) -> str:
+    n = r["sampled"] - r["equivalent"]
+    if n <= 0:
+        return "-"
+    return f"{100 * (r['killed'] + r['timed']) / n:.1f} %"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
