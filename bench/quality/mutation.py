@@ -99,8 +99,6 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
      "the bound only limits the lookup table's length; the integers are the same"),
     ("memory_model/params.py", "int(tp.min()) > 0", "`>` → `>=`",
      "tp is at least 1, so the test holds either way"),
-    ("memory_model/estimate.py", "if np.size(kw[\"pp\"]) > GROUP_ROWS_ABOVE", "`>` → `>=`",
-     "grouping the plans by their layer's inputs computes the same values once per row"),
     ("configurator/cost/expert_comm.py", "return np.where(n > 1, flex, 0.0)", "constant 1 ×1.1",
      "ep is an integer: n > 1.1 holds where n > 1 does"),
     ("configurator/cost/communication.py", "if G > 1 else", "constant 1 ×1.1",
@@ -113,7 +111,7 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
 
 #: Modules preloaded before forking (below the mutated layers: the import contracts keep
 #: configurator.core and topology from importing memory_model or configurator.cost).
-PRELOAD = ("numpy", "pytest", "yaml", "configurator.core.candidates",
+PRELOAD = ("numpy", "pytest", "yaml", "configurator.core.plan_batch",
            "configurator.core.model_presets", "configurator.core.plan",
            "topology.cluster_files", "topology.collectives")
 
