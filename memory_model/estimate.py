@@ -51,8 +51,8 @@ from configurator.core.model import ModelSpec
 from configurator.core.plan import ParallelPlan
 from configurator.core.plan_values import is_fp8
 from configurator.core.units import GiB
-from memory_model.activations import (LayerInputs, StagePosition, linear_input_bytes,
-                                      stage_activation_bytes)
+from memory_model.activations import (LayerInputs, StagePosition, layer_terms,
+                                      linear_input_bytes, stage_activation_bytes)
 from memory_model.params import (dense_layer_parameters, embedding_parameters,
                                   moe_layer_parameters, stage_non_gemm_parameters,
                                   stage_parameter_split)
@@ -180,6 +180,12 @@ def held_memory(model: ModelSpec, plans: PlanBatch, stage, rank_layers=None,
         "cp_gather_bytes": cp_gather_bytes(model, tp=tp, cp=plans.cp, mbs=plans.mbs,
                                            cp_comm_type=plans.cp_comm_type),
     }
+
+
+def plan_layer_terms(model: ModelSpec, plans: PlanBatch) -> dict:
+    """What one layer and microbatch of each plan keep and re-materialise
+    (:func:`memory_model.activations.layer_terms` of the plans' :class:`LayerInputs`)."""
+    return layer_terms(model, LayerInputs.of_plans(model, plans))
 
 
 def activation_memory(model: ModelSpec, plans: PlanBatch, stage, rank_layers=None,

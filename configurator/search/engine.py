@@ -34,8 +34,8 @@ from configurator.core.layers import stage_class_arrays
 from configurator.core.model import ModelSpec
 from configurator.core.plan_batch import PlanBatch
 from configurator.core.rows import row_groups
-from memory_model.activations import LayerInputs, layer_terms
-from memory_model.estimate import activation_memory, held_memory, total_memory
+from memory_model.estimate import (activation_memory, held_memory, plan_layer_terms,
+                                   total_memory)
 
 #: Plans above which :func:`peak_memory` groups them by their layer's inputs and, given a
 #: limit, prices the held bytes first.
@@ -126,22 +126,18 @@ def _activations(model, plans, classes, ks) -> dict:
 
 
 def _layer_terms(model, plans: PlanBatch) -> dict:
-    """:func:`memory_model.activations.layer_terms` of ``plans``; above
-    :data:`GROUP_ROWS_ABOVE` plans computed once per distinct row of the columns they depend
-    on and gathered back (the same values)."""
-    x = LayerInputs.of_plans(model, plans)
+    """:func:`memory_model.estimate.plan_layer_terms` of ``plans``; above
+    :data:`GROUP_ROWS_ABOVE` plans computed for one plan per distinct row of the columns they
+    depend on and gathered back (the same values)."""
     rows = None
     if len(plans) > GROUP_ROWS_ABOVE:
         rows = row_groups(plans.mbs, plans.cp, plans.tp, plans.sequence_parallel,
                           plans.recompute_code, plans.etp,
                           plans.overlap_moe_expert_parallel_comm)
     if rows is None:
-        return layer_terms(model, x)
+        return plan_layer_terms(model, plans)
     first, inverse = rows
-    pick = {name: np.broadcast_to(getattr(x, name), inverse.shape)[first]
-            for name in ("mbs", "seq", "tp", "sp", "recompute", "etp", "a2a_overlap")
-            if np.ndim(getattr(x, name))}
-    t = layer_terms(model, x.replace(**pick))
+    t = plan_layer_terms(model, plans.take(first))
     return {k: v[inverse] if np.ndim(v) else v for k, v in t.items()}
 
 
