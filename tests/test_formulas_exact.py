@@ -1066,3 +1066,72 @@ def test_placed_plan_terms_on_one_uniform_node(moe):
             tail = tail + dp_exposed_s(c, 4 * expert, comm["edp_bw"], comm["edp_lat"], 0.0,
                                        0.0, group=2 * 2 / 2)
         assert _one(got["tail"][s]) == pytest.approx(_one(tail), rel=1e-9)
+
+
+#: A GPT-2-layout model: LayerNorm (weight and bias), GeLU MLP, learned position embedding,
+#: biases on every linear, tied embedding (the last stage keeps its copy of it when pp > 1).
+GPT2 = dict(num_layers=2, hidden_size=64, num_attention_heads=4, num_query_groups=4,
+            kv_channels=16, ffn_hidden_size=256, vocab_size=300, seq_length=128, swiglu=False,
+            normalization="LayerNorm", position_embedding_type="learned_absolute",
+            untie_embeddings_and_output_weights=False, add_bias_linear=True,
+            hidden_dropout=0.0, attention_dropout=0.0)
+
+
+def test_linear_biases_and_the_fp8_copy_of_the_gemm_weights():
+    """Megatron's GPT-2 layer on one tp rank (gpt_layer_specs.py, ColumnParallelLinear /
+    RowParallelLinear): LayerNorm 2h; linear_qkv h→3h with its bias 3h, both split over tp;
+    linear_proj h→h split, its bias h not split; LayerNorm 2h; fc1 h→f with bias f split;
+    fc2 f→h split, bias h not split. Under fp8 every TE linear's layer parameters (norms and
+    biases counted with them) get a 2-byte quantised copy (row-wise + transpose on Hopper);
+    the word and position embedding (first stage), the final norm and the output layer (last
+    stage) get none."""
+    tp, pp = 2, 2
+    h, f, V, s = 64, 256, v_pad(300, 2), 128
+    layer = (2 * h + (h * 3 * h + 3 * h) / tp + h * h / tp + h + 2 * h
+             + (h * f + f) / tp + f * h / tp + h)
+    first_other = V * h / tp + s * h                 # word + learned position embedding
+    last_other = 2 * h + V * h / tp                  # final LayerNorm + output layer copy
+    model = make_model(**GPT2)
+    bf16 = estimate_memory(model, _plan(tp=tp, pp=pp, dp=2))
+    fp8 = estimate_memory(model, _plan(tp=tp, pp=pp, dp=2, precision="fp8"))
+    for st16, st8, other in zip(bf16, fp8, (first_other, last_other)):
+        assert st16.parameters_bytes == pytest.approx(2 * (layer + other), rel=1e-12)
+        assert st8.parameters_bytes == pytest.approx(2 * (layer + other) + 2 * layer,
+                                                     rel=1e-12)
+
+
+def test_mtp_embedding_copy_gets_no_fp8_weight_copy():
+    """The MLA/MoE/MTP model's last stage under fp8 (pp = 2): its non-GEMM parameters are
+    the final RMSNorm h, the output layer V·h and the MTP's copy of the word embedding V·h;
+    every other parameter (the MoE layer, the MTP module) gets 2 bytes more (no distributed
+    optimizer, so the 16-bit weights stay beside the FP8 copy)."""
+    model = make_model(**MLA_MOE)
+    kw = dict(tp=1, pp=2, dp=4, ep=2, global_batch_size=16)
+    h, V = 128, v_pad(500, 1)
+    ne, ex = _moe_parts(1, 2)
+    total = ne + h + V * h + (3 * h + 2 * h * h + ne) + V * h + 2 * ex
+    gemm = total - (h + V * h + V * h)
+    last = estimate_memory(model, _plan(precision="fp8", **kw))[1]
+    assert last.parameters_bytes == pytest.approx(2 * total + 2 * gemm, rel=1e-12)
+
+
+def test_megatron_fsdp_shards_expert_weights_over_the_expert_data_parallel_group():
+    """Megatron FSDP (optim_grads_params): the weights and main gradients are sharded like the
+    optimizer state, non-expert over dp·cp = 4, expert over tp·cp·dp/(ep·etp) = 2, plus two
+    live units (FSDP_LIVE_UNITS) of the largest unit being gathered and reduced: here the
+    dense layer, larger than the MoE layer (non-expert + its E/ep experts) and the
+    embedding."""
+    from memory_model.estimate import FSDP_LIVE_UNITS
+    model = make_model(**MLA_MOE)
+    h, V, f = 128, v_pad(500, 1), 256
+    ne, ex = _moe_parts(1, 2)
+    dense_layer = _mla_attention(1) + h + 3 * h * f
+    unit = max(dense_layer, V * h, ne + ex)
+    assert unit == dense_layer
+    last_ne = ne + h + V * h + (3 * h + 2 * h * h + ne) + V * h
+    last_ex = 2 * ex
+    held = last_ne / 4 + last_ex / 2 + FSDP_LIVE_UNITS * unit
+    last = estimate_memory(model, _plan(tp=1, pp=2, dp=4, ep=2, distributed_optimizer=True,
+                                        megatron_fsdp=True, global_batch_size=16))[1]
+    assert last.parameters_bytes == pytest.approx(2 * held, rel=1e-12)
+    assert last.gradients_bytes == pytest.approx(4 * held, rel=1e-12)
