@@ -1135,3 +1135,107 @@ def test_megatron_fsdp_shards_expert_weights_over_the_expert_data_parallel_group
                                         megatron_fsdp=True, global_batch_size=16))[1]
     assert last.parameters_bytes == pytest.approx(2 * held, rel=1e-12)
     assert last.gradients_bytes == pytest.approx(4 * held, rel=1e-12)
+
+
+# ---------------------------------------------------------------- activations by module
+
+def _activations():
+    from memory_model import activations
+    from configurator.core.plan_terms import recompute_code
+    return activations, recompute_code
+
+
+def test_local_attention_keeps_new_q_and_k_after_rope():
+    """megatron-core's local DotProductAttention with multi-head attention (g = a) keeps the
+    QKV output M (Q, K, V are views of it); RoPE (apply_rotary_pos_emb, not in place) makes a
+    new Q and a new K, 2·X·a·d/t bytes each, that a learned position embedding does not."""
+    act, _ = _activations()
+    s, b, t = 512, 2, 2
+    X = s * b
+    a, d = 8, 32
+    mha = dict(GQA, num_query_groups=8)
+    kw = dict(mbs=b, seq=s, tp=t, sp=True, recompute=0, stores_scores=True)
+    rope = act.layer_activation_bytes(make_model(**mha), **kw)
+    learned = act.layer_activation_bytes(
+        make_model(**(mha | dict(position_embedding_type="learned_absolute"))), **kw)
+    assert rope - learned == pytest.approx(2 * (2 * X * a * d / t), rel=1e-12)
+
+
+def test_selective_recompute_working_set_of_core_attention():
+    """While core attention is recomputed (selective): the local backend keeps the scores
+    again, softmax output 2 bytes a score (no attention dropout), a·s²·b/t scores, plus GQA's
+    K and V expanded to all heads (2·X·a·d/t each); a flash-style kernel keeps contiguous Q,
+    K, V (2·X·(a + 2·max(g, t))·d/t), its output 2·X·h/t and the fp32 log-sum-exp
+    4·a·X/t."""
+    act, code = _activations()
+    s, b, t = 512, 2, 2
+    X = s * b
+    h, a, g, d = 256, 8, 2, 32
+    model = make_model(**GQA)
+    kw = dict(mbs=b, seq=s, tp=t, sp=True, recompute=code("selective", "core_attn"))
+    local = act.recompute_working_bytes(model, stores_scores=True, **kw)
+    assert local == pytest.approx(2 * a * s * s * b / t + 2 * (2 * X * a * d / t), rel=1e-12)
+    flash = act.recompute_working_bytes(model, stores_scores=False, **kw)
+    assert flash == pytest.approx(2 * X * (a + 2 * max(g, t)) * d / t + 2 * X * h / t
+                                  + 4 * a * X / t, rel=1e-12)
+
+
+def test_recompute_modules_drop_mla_norm_mlp_and_up_projections():
+    """The bytes selective recompute's layernorm, mlp and mla_up_proj modules drop from an
+    MLA layer (bf16, sequence parallel, flash kernel): the input norm's output 2·X·h/t (not
+    fused into a TE linear under MLA); the MLP's fc1 input 2·X·h/t (its fused norm's output)
+    with the SwiGLU input 2·2f and fc2 input 2·f a token, ÷t; the Q, K, V storages
+    2·X·a·(qk + pos + qk + pos + v)/t."""
+    act, code = _activations()
+    s, b, t = 256, 2, 2
+    X = s * b
+    h, a, qk, pos, v, f = 128, 4, 16, 8, 32, 256
+    x = act.LayerInputs(seq=s, mbs=b, tp=t, sp=True,
+                        recompute=code("selective", "layernorm,mlp,mla_up_proj"))
+    every, moe = act.recompute_module_bytes(make_model(**MLA_DENSE), x)
+    expected = (2 * X * h / t + (2 * X * h / t + 6 * X * f / t)
+                + 2 * X * a * (2 * (qk + pos) + v) / t)
+    assert every == pytest.approx(expected, rel=1e-12)
+    assert moe == 0.0
+
+
+def test_offloaded_modules_bytes():
+    """Fine-grained offloading of qkv_linear (MLA: the shared 16-bit norm output, 2·X·h/t),
+    attn_proj (its 16-bit input 2·X·h/t) and moe_act (the routed experts' fc1 output, SwiGLU:
+    2·2 bytes a routed token and expert FFN unit, R = k·X/t·etp tokens over fe/etp units)."""
+    act, _ = _activations()
+    s, b, t, etp = 256, 2, 2, 2
+    X = s * b
+    h, k, fe = 128, 2, 64
+    x = act.LayerInputs(seq=s, mbs=b, tp=t, sp=True, etp=etp,
+                        offload_modules="qkv_linear,attn_proj,moe_act")
+    every, moe = act.offloaded_layer_bytes(make_model(**MLA_MOE), x)
+    R = k * X / t * etp
+    assert every == pytest.approx(2 * X * h / t + 2 * X * h / t, rel=1e-12)
+    assert moe == pytest.approx(2 * 2 * R * fe / etp, rel=1e-12)
+
+
+def test_offloaded_moe_act_and_the_layernorm_module_peak():
+    """One pipeline stage, two layers (one MoE) of one microbatch in flight (pp = 1): the
+    first layer's offloaded moe_act bytes wait in host memory at the end of the forward,
+    weighted by the MoE share 1/2 of the stage's layers (the last layer's stay). With the
+    layernorm module on a dense MLA stage (pp = 2, first stage: one layer of pp = 2
+    microbatches in flight), the last layer's backward holds the forward's bytes plus the
+    input norm output it re-materialises, 2·X·h/t."""
+    act, code = _activations()
+    s, b, t = 256, 2, 2
+    X = s * b
+    h, k, fe = 128, 2, 64
+    model = make_model(**MLA_MOE)
+    at = act.StagePosition(pp=1, stage=0, num_microbatches=4, rank_layers=2,
+                           rank_moe_layers=1)
+    x = act.LayerInputs(seq=s, mbs=b, tp=t, sp=True)
+    kept, _ = act.stage_activation_phases(model, x, at)
+    off, _ = act.stage_activation_phases(model, x.replace(offload_modules="moe_act"), at)
+    R = k * X / t
+    assert kept - off == pytest.approx((2 - 1) * 0.5 * (2 * 2 * R * fe), rel=1e-12)
+
+    at = act.StagePosition(pp=2, stage=0, num_microbatches=4, rank_layers=1)
+    x = act.LayerInputs(seq=s, mbs=b, tp=t, sp=True, recompute=code("selective", "layernorm"))
+    fwd, peak = act.stage_activation_phases(make_model(**MLA_DENSE), x, at)
+    assert peak - fwd == pytest.approx(2 * X * h / t, rel=1e-12)
