@@ -1239,3 +1239,70 @@ def test_offloaded_moe_act_and_the_layernorm_module_peak():
     x = act.LayerInputs(seq=s, mbs=b, tp=t, sp=True, recompute=code("selective", "layernorm"))
     fwd, peak = act.stage_activation_phases(make_model(**MLA_DENSE), x, at)
     assert peak - fwd == pytest.approx(2 * X * h / t, rel=1e-12)
+
+
+# ---------------------------------------------------------------- attention dropout, clamps
+
+def test_flash_attention_dropout_adds_its_mask_pass():
+    """With attention dropout the flash kernel draws a mask for every visited score, ½ of the
+    b·s²·a/t pairs causal, at ATTENTION_DROPOUT_SCORES_PER_SM_S per SM (forward, backward):
+    the layer's attention time grows by exactly that."""
+    from configurator.cost.compute import ATTENTION_DROPOUT_SCORES_PER_SM_S as rate
+    gpu = load_cluster(H100, nodes=1).gpu
+    a, s, b, t = 8, 512, 2, 2
+    kw = dict(tp=t, micro_batch_size=b, sequence_parallel=True)
+    plain = make_model(**GQA)
+    drop = make_model(**(GQA | dict(attention_dropout=0.1)))
+    lc0 = layer_costs(plain, _candidates(plain, **kw), gpu)
+    lc1 = layer_costs(drop, _candidates(drop, **kw), gpu)
+    visited = b * s * s * a / t * 0.5
+    assert _one(lc1["attn_fwd"] - lc0["attn_fwd"]) == pytest.approx(
+        visited / (rate[0] * gpu.num_sms), rel=1e-9)
+    assert _one(lc1["attn_bwd"] - lc0["attn_bwd"]) == pytest.approx(
+        visited / (rate[1] * gpu.num_sms), rel=1e-9)
+
+
+def test_clamped_mlp_recompute_and_moe_backward():
+    """activation_func_clamp_value: the eager clamps of the fc1 output (T·2f/t elements,
+    SwiGLU) move 8 bytes an element in 3 kernels forward and 15 in 7 backward (eager
+    element-wise bandwidth). The mlp recompute module re-runs the dense MLP's forward: its
+    GEMMs, the SwiGLU pass (6 bytes an element of T·f/t), the clamp, and under fp8 the casts
+    of its GEMM inputs (h/t with sequence parallelism, f/t a token). An MoE layer's backward
+    takes the dense MLP's out: twice its forward without the clamp, and the clamp's own
+    backward once."""
+    from configurator.cost.gemm import fp8_quantize_s, fp8_scaling
+    from configurator.cost.host_ops import eager_s
+    from configurator.cost.moe_compute import moe_mlp_costs
+
+    gpu = load_cluster(H100, nodes=1).gpu
+    hbm = gpu.hbm_bandwidth_Bps * gpu.efficiency.hbm
+    h, f, t, b, s = 256, 512, 2, 2, 512
+    T = b * s
+    clamp_f = eager_s(8 * T * 2 * f / t, 3, gpu)
+    clamp_b = eager_s(15 * T * 2 * f / t, 7, gpu)
+    model = make_model(**(GQA | dict(activation_func_clamp_value=7.0)))
+    c = _candidates(model, tp=t, micro_batch_size=b, sequence_parallel=True, precision="fp8",
+                    recompute="selective", recompute_modules="mlp")
+    lc = layer_costs(model, c, gpu)
+    (_, _), (fc1, fc2) = lc["tp_gemm_pairs"]
+    cast = fp8_quantize_s(T * (h / t + f / t), gpu, fp8_scaling(c))
+    assert _one(lc["recompute"]) == pytest.approx(
+        _one(fc1 + fc2) + 6 * T * f / t / hbm + _one(clamp_f) + _one(cast), rel=1e-12)
+
+    E, k, fe = 8, 2, 64
+    moe_model = make_model(**GQA, num_experts=E, moe_router_topk=k, moe_ffn_hidden_size=fe,
+                           moe_layer_freq=[0, 1, 0, 1], activation_func_clamp_value=7.0)
+    c = _candidates(moe_model, tp=t, dp=4, ep=4, micro_batch_size=b, sequence_parallel=True,
+                    global_batch_size=8)
+    lc = layer_costs(moe_model, c, gpu)
+    (_, _), (fc1, fc2) = lc["tp_gemm_pairs"]
+    dense_mlp = fc1 + fc2 + 6 * T * f / t / hbm          # without its clamp
+    moe = moe_mlp_costs(moe_model, c, gpu, T, lc["gemm_kw"])
+    attn_params = 256 + 256 * (8 + 4) * 32 / t + 8 * 32 * 256 / t
+    non_expert, expert = attn_params + h + E * h, E / 4 * 3 * h * fe
+    moe_acc = (main_grad_accumulation_s(non_expert, c, gpu, T)
+               + main_grad_accumulation_s(expert, c, gpu, _one(moe["tokens_routed"]) * 4 / E))
+    # the MoE MLP's forward twice but its eager kernels (bias, clamp) by their own counts
+    want = (lc["bwd"] - 2 * dense_mlp - clamp_b - lc["main_grad_acc"] + moe_acc
+            + 2 * (moe["fwd"] - moe["eager_fwd"]) + moe["eager_bwd"])
+    assert _one(lc["moe_bwd"]) == pytest.approx(_one(want), rel=1e-12)
