@@ -1306,3 +1306,30 @@ def test_clamped_mlp_recompute_and_moe_backward():
     want = (lc["bwd"] - 2 * dense_mlp - clamp_b - lc["main_grad_acc"] + moe_acc
             + 2 * (moe["fwd"] - moe["eager_fwd"]) + moe["eager_bwd"])
     assert _one(lc["moe_bwd"]) == pytest.approx(_one(want), rel=1e-12)
+
+
+def test_host_bound_waits_on_both_sides_of_the_dispatcher_sync():
+    """A layer's forward split by the dispatcher's host/GPU synchronisation into two parts
+    that cannot overlap: ``max(host₁, GPU₁) + max(host₂, GPU₂)``, the GPU's forward being
+    the sum of its compute and collectives (1.0 + 0.2 + 0.1 + 0.3 = 1.6 s). Host 0.9 s
+    before the sync against the GPU's 0.5 s: 0.4 s wait; after it host 2.5 − 0.9 = 1.6 s
+    against 1.6 − 0.5 = 1.1 s: 0.5 s more. Backward: twice the host's 2.5 s against the
+    GPU's 2.0 + 0.4 + 0.2 + 0.6 = 3.2 s, 1.8 s wait. When the GPU's part before the sync is
+    the longer one, the host's second part alone can make a wait: host 0.2 s against the
+    GPU's 1.2 s, then 2.5 − 0.2 = 2.3 s against 0.4 s, so 1.9 s. A GPU part before the sync
+    said to be longer than the whole forward counts as the whole forward (1.6 s): then 2.3 s
+    against nothing."""
+    from configurator.cost.iteration import host_bound
+    c = _candidates(make_model(**GQA))
+    t = dict(fwd=1.0, bwd=2.0, recompute=0.5, tp_f=0.2, tp_b=0.4, cp_f=0.1, cp_b=0.2,
+             ep_f=0.3, ep_b=0.6)
+    out = host_bound(c, t, 2.5, sync=(0.9, 0.5))
+    assert _one(out["fwd"]) == pytest.approx(1.0 + 0.4 + 0.5, rel=1e-12)
+    assert _one(out["bwd"]) == pytest.approx(2.0 + 1.8, rel=1e-12)
+    assert _one(out["recompute"]) == pytest.approx(0.5, rel=1e-12)
+    out = host_bound(c, t, 2.5, sync=(0.2, 1.2))
+    assert _one(out["fwd"]) == pytest.approx(1.0 + 0.0 + 1.9, rel=1e-12)
+    out = host_bound(c, t, 2.5, sync=(0.2, 3.0))
+    assert _one(out["fwd"]) == pytest.approx(1.0 + 0.0 + 2.3, rel=1e-12)
+    out = host_bound(c, t, 2.5)
+    assert _one(out["fwd"]) == pytest.approx(1.0 + 0.9, rel=1e-12)
