@@ -1333,3 +1333,35 @@ def test_host_bound_waits_on_both_sides_of_the_dispatcher_sync():
     assert _one(out["fwd"]) == pytest.approx(1.0 + 0.0 + 2.3, rel=1e-12)
     out = host_bound(c, t, 2.5)
     assert _one(out["fwd"]) == pytest.approx(1.0 + 0.9, rel=1e-12)
+
+
+# ---------------------------------------------------------------- training time
+
+def test_objective_keys_and_the_cluster_file_training_section():
+    """Each objective minimises its own figure (days, cost or GPU-hours without a price,
+    energy); any other is refused with the list. A cluster file's ``training`` section in
+    SI: storage GB/s ×1e9, the rest as written. The node overhead defaults: the DGX data
+    sheets' maximum system power less eight GPUs' rated power (A100 6.5 kW − 8·400 W, H100
+    and H200 10.2 kW − 8·700 W, B200 14.3 kW − 8·1000 W)."""
+    from types import SimpleNamespace
+    from configurator.core.errors import InputError
+    from configurator.cost import training_time as tt
+    t = SimpleNamespace(wall_time_s=86400.0, cost=None, gpu_hours=192.0, energy_J=3.6e9)
+    assert tt.objective_key("time-to-train", t) == 86400.0
+    assert tt.objective_key("cost", t) == 192.0
+    assert tt.objective_key("cost", SimpleNamespace(cost=500.0, gpu_hours=192.0)) == 500.0
+    assert tt.objective_key("energy", t) == 3.6e9
+    with pytest.raises(InputError, match="must be one of time-to-train, cost, energy"):
+        tt.objective_key("iteration", t)
+    section = {"failure_rate_per_node_day": 0.002, "restart_overhead_s": 240.0,
+               "storage_write_GBps_per_node": 2.0, "storage_write_GBps_aggregate": 500.0,
+               "storage_read_GBps_per_node": 3.0, "storage_read_GBps_aggregate": 700.0,
+               "gpu_hour_price": 2.5, "gpu_power_fraction": 0.8, "node_overhead_W": 3000.0,
+               "pue": 1.3}
+    assert tt.training_settings(section) == {
+        "failure_rate_per_node_day": 0.002, "restart_overhead_s": 240.0,
+        "node_write_Bps": 2e9, "aggregate_write_Bps": 5e11, "node_read_Bps": 3e9,
+        "aggregate_read_Bps": 7e11, "gpu_hour_price": 2.5, "gpu_power_fraction": 0.8,
+        "node_overhead_W": 3000.0, "pue": 1.3}
+    assert tt.DEFAULT_NODE_OVERHEAD_W == {"a100-80gb": 3300.0, "h100-80gb": 4600.0,
+                                          "h200-141gb": 4600.0, "b200-180gb": 6300.0}
