@@ -1365,3 +1365,35 @@ def test_objective_keys_and_the_cluster_file_training_section():
         "node_overhead_W": 3000.0, "pue": 1.3}
     assert tt.DEFAULT_NODE_OVERHEAD_W == {"a100-80gb": 3300.0, "h100-80gb": 4600.0,
                                           "h200-141gb": 4600.0, "b200-180gb": 6300.0}
+
+
+def test_data_parallel_windows_and_a_placed_iteration_per_stage():
+    """The windows data-parallel traffic hides under: the gradient reduction under the last
+    microbatch's backward, its recompute and its tensor-parallel collectives (forward and
+    backward: both run in the backward pass with recompute); the parameter gather under the
+    next forward. A placed iteration's stage table: m microbatches through the stage's
+    chunks forward and backward, busy their sum, idle what is left of the makespan
+    (iteration less optimizer) after busy and the exposed reduction."""
+    from configurator.cost.iteration import dp_windows_s
+    from configurator.cost.placed import PlacedTime
+    t = dict(fwd=1.0, bwd=2.0, recompute=0.5, tp_f=0.1, tp_b=0.2, cp_f=0.3, cp_b=0.4,
+             ep_f=0.6, ep_b=0.7)
+    bwd, fwd = dp_windows_s(t)
+    assert bwd == pytest.approx(2.0 + 0.5 + 0.1 + 0.2, rel=1e-12)
+    assert fwd == 1.0
+    # dp = 1, pp = 2, vp = 2; 4 microbatches
+    f = np.array([[[0.10, 0.15], [0.20, 0.05]]])
+    b = np.array([[[0.30, 0.25], [0.35, 0.30]]])
+    zero = np.zeros((1, 2))
+    pt = PlacedTime(iteration_time_s=5.0, stage_fwd_s=f, stage_bwd_s=b, p2p_fwd_s=zero,
+                    p2p_bwd_s=zero, dp_tail_s=np.array([0.4, 0.1]), optimizer_s=0.5,
+                    critical_replica=0, sim=None, num_microbatches=4)
+    rows = pt.stage_times()
+    for s, (fs, bs, tail) in enumerate(((1.0, 2.2, 0.4), (1.0, 2.6, 0.1))):
+        r = rows[s]
+        assert r["stage"] == s
+        assert r["forward_s"] == pytest.approx(fs, rel=1e-12)
+        assert r["backward_s"] == pytest.approx(bs, rel=1e-12)
+        assert r["busy_s"] == pytest.approx(fs + bs, rel=1e-12)
+        assert r["dp_exposed_s"] == tail
+        assert r["idle_s"] == pytest.approx(5.0 - 0.5 - fs - bs - tail, rel=1e-12)
