@@ -1397,3 +1397,36 @@ def test_data_parallel_windows_and_a_placed_iteration_per_stage():
         assert r["busy_s"] == pytest.approx(fs + bs, rel=1e-12)
         assert r["dp_exposed_s"] == tail
         assert r["idle_s"] == pytest.approx(5.0 - 0.5 - fs - bs - tail, rel=1e-12)
+
+
+# ---------------------------------------------------------------- pipeline schedule
+
+def test_1f1b_schedule_extrapolation_and_replica_passes():
+    """1F1B on pp = 2 uniform stages, forward 1 s and backward 2 s a microbatch, free sends:
+    the last stage starts after one forward and alternates, the first stage ends one
+    backward after it: (m + pp − 1)·(f + b). Up to m1 + 5k microbatches (k = 12 groups of
+    pp = 24, m1 = 2k + m mod k) the schedule is walked op by op; from m1 + 5k on (m = 168:
+    m1 = 48) it is extrapolated from m1 and m1 + k, exactly for a periodic steady state. A
+    long interleaved schedule (2·pp·vp·m ops over MAX_OPS) whose base would be itself (pp = 8,
+    vp = 32, m = 280: k = 96, m1 = 2k + 280 mod 96 = 280) is walked whole. Many replicas are
+    walked in passes of MAX_CELLS ops (here 1600 replicas of 4·167 ops, 1569 a pass), each
+    replica with its own tail (work after its last backward: here i ms on the first
+    stage)."""
+    from configurator.cost.schedule_sim import simulate
+    f, b = np.array([[1.0], [1.0]]), np.array([[2.0], [2.0]])
+    walked = simulate(f, b, 0.0, 0.0, 167)
+    assert walked.extrapolated_to is None
+    assert _one(walked.iteration_time_s) == pytest.approx(168 * 3.0, rel=1e-12)
+    extrapolated = simulate(f, b, 0.0, 0.0, 168)
+    assert extrapolated.extrapolated_to == 168
+    assert _one(extrapolated.iteration_time_s) == pytest.approx(169 * 3.0, rel=1e-12)
+
+    long = simulate(np.full((8, 32), 1e-3), np.full((8, 32), 2e-3), 0.0, 0.0, 280)
+    assert long.extrapolated_to is None
+
+    D, m = 1600, 167
+    tails = np.zeros((D, 2))
+    tails[:, 0] = 1e-3 * np.arange(D)
+    res = simulate(f, b, 0.0, 0.0, m, tail_s=tails)
+    np.testing.assert_allclose(res.iteration_time_s, (m + 1) * 3.0 + 1e-3 * np.arange(D),
+                               rtol=1e-12)
