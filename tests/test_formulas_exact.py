@@ -1459,3 +1459,27 @@ def test_1f1b_middle_stage_sends_twice_per_microbatch():
     assert send > extra
     assert _one(out["pp_comm"]) == pytest.approx((m + 2 * (pp - 1)) * send
                                                  + m * (send - extra), rel=1e-9)
+
+
+def test_moe_act_recompute_reruns_the_clamped_expert_activation():
+    """The moe_act module re-runs the routed experts' activation: SwiGLU reads 2·2 bytes and
+    writes 2 a routed token and expert FFN unit of this rank (R = k·X·etp·MOE_IMBALANCE
+    rows, X = T/tp, fe/etp units), one kernel, and with activation_func_clamp_value its
+    eager clamps (8 bytes an element of the fc1 output, R·2·fe/etp, in 3 kernels)."""
+    from configurator.cost.host_ops import eager_s
+    from configurator.cost.moe_compute import MOE_IMBALANCE
+    E, k, fe = 8, 2, 64
+    model = make_model(**GQA, num_experts=E, moe_router_topk=k, moe_ffn_hidden_size=fe,
+                       moe_layer_freq=[0, 1, 0, 1], activation_func_clamp_value=7.0)
+    gpu = load_cluster(H100, nodes=1).gpu
+    eff = gpu.efficiency
+    hbm = gpu.hbm_bandwidth_Bps * eff.hbm
+    t, etp, b, s = 2, 2, 2, 512
+    c = _candidates(model, tp=t, dp=4, ep=4, etp=etp, micro_batch_size=b,
+                    sequence_parallel=True, global_batch_size=8, recompute="selective",
+                    recompute_modules="moe_act")
+    lc = layer_costs(model, c, gpu)
+    R = k * (b * s / t) * etp * MOE_IMBALANCE
+    want = (6 * R * fe / etp / hbm + eff.kernel_overhead_s
+            + eager_s(8 * R * 2 * fe / etp, 3, gpu))
+    assert _one(lc["moe_recompute"]) == pytest.approx(want, rel=1e-12)
