@@ -1066,3 +1066,420 @@ def test_placed_plan_terms_on_one_uniform_node(moe):
             tail = tail + dp_exposed_s(c, 4 * expert, comm["edp_bw"], comm["edp_lat"], 0.0,
                                        0.0, group=2 * 2 / 2)
         assert _one(got["tail"][s]) == pytest.approx(_one(tail), rel=1e-9)
+
+
+#: A GPT-2-layout model: LayerNorm (weight and bias), GeLU MLP, learned position embedding,
+#: biases on every linear, tied embedding (the last stage keeps its copy of it when pp > 1).
+GPT2 = dict(num_layers=2, hidden_size=64, num_attention_heads=4, num_query_groups=4,
+            kv_channels=16, ffn_hidden_size=256, vocab_size=300, seq_length=128, swiglu=False,
+            normalization="LayerNorm", position_embedding_type="learned_absolute",
+            untie_embeddings_and_output_weights=False, add_bias_linear=True,
+            hidden_dropout=0.0, attention_dropout=0.0)
+
+
+def test_linear_biases_and_the_fp8_copy_of_the_gemm_weights():
+    """Megatron's GPT-2 layer on one tp rank (gpt_layer_specs.py, ColumnParallelLinear /
+    RowParallelLinear): LayerNorm 2h; linear_qkv h→3h with its bias 3h, both split over tp;
+    linear_proj h→h split, its bias h not split; LayerNorm 2h; fc1 h→f with bias f split;
+    fc2 f→h split, bias h not split. Under fp8 every TE linear's layer parameters (norms and
+    biases counted with them) get a 2-byte quantised copy (row-wise + transpose on Hopper);
+    the word and position embedding (first stage), the final norm and the output layer (last
+    stage) get none."""
+    tp, pp = 2, 2
+    h, f, V, s = 64, 256, v_pad(300, 2), 128
+    layer = (2 * h + (h * 3 * h + 3 * h) / tp + h * h / tp + h + 2 * h
+             + (h * f + f) / tp + f * h / tp + h)
+    first_other = V * h / tp + s * h                 # word + learned position embedding
+    last_other = 2 * h + V * h / tp                  # final LayerNorm + output layer copy
+    model = make_model(**GPT2)
+    bf16 = estimate_memory(model, _plan(tp=tp, pp=pp, dp=2))
+    fp8 = estimate_memory(model, _plan(tp=tp, pp=pp, dp=2, precision="fp8"))
+    for st16, st8, other in zip(bf16, fp8, (first_other, last_other)):
+        assert st16.parameters_bytes == pytest.approx(2 * (layer + other), rel=1e-12)
+        assert st8.parameters_bytes == pytest.approx(2 * (layer + other) + 2 * layer,
+                                                     rel=1e-12)
+
+
+def test_mtp_embedding_copy_gets_no_fp8_weight_copy():
+    """The MLA/MoE/MTP model's last stage under fp8 (pp = 2): its non-GEMM parameters are
+    the final RMSNorm h, the output layer V·h and the MTP's copy of the word embedding V·h;
+    every other parameter (the MoE layer, the MTP module) gets 2 bytes more (no distributed
+    optimizer, so the 16-bit weights stay beside the FP8 copy)."""
+    model = make_model(**MLA_MOE)
+    kw = dict(tp=1, pp=2, dp=4, ep=2, global_batch_size=16)
+    h, V = 128, v_pad(500, 1)
+    ne, ex = _moe_parts(1, 2)
+    total = ne + h + V * h + (3 * h + 2 * h * h + ne) + V * h + 2 * ex
+    gemm = total - (h + V * h + V * h)
+    last = estimate_memory(model, _plan(precision="fp8", **kw))[1]
+    assert last.parameters_bytes == pytest.approx(2 * total + 2 * gemm, rel=1e-12)
+
+
+def test_megatron_fsdp_shards_expert_weights_over_the_expert_data_parallel_group():
+    """Megatron FSDP (optim_grads_params): the weights and main gradients are sharded like the
+    optimizer state, non-expert over dp·cp = 4, expert over tp·cp·dp/(ep·etp) = 2, plus two
+    live units (FSDP_LIVE_UNITS) of the largest unit being gathered and reduced: here the
+    dense layer, larger than the MoE layer (non-expert + its E/ep experts) and the
+    embedding."""
+    from memory_model.estimate import FSDP_LIVE_UNITS
+    model = make_model(**MLA_MOE)
+    h, V, f = 128, v_pad(500, 1), 256
+    ne, ex = _moe_parts(1, 2)
+    dense_layer = _mla_attention(1) + h + 3 * h * f
+    unit = max(dense_layer, V * h, ne + ex)
+    assert unit == dense_layer
+    last_ne = ne + h + V * h + (3 * h + 2 * h * h + ne) + V * h
+    last_ex = 2 * ex
+    held = last_ne / 4 + last_ex / 2 + FSDP_LIVE_UNITS * unit
+    last = estimate_memory(model, _plan(tp=1, pp=2, dp=4, ep=2, distributed_optimizer=True,
+                                        megatron_fsdp=True, global_batch_size=16))[1]
+    assert last.parameters_bytes == pytest.approx(2 * held, rel=1e-12)
+    assert last.gradients_bytes == pytest.approx(4 * held, rel=1e-12)
+
+
+# ---------------------------------------------------------------- activations by module
+
+def _activations():
+    from memory_model import activations
+    from configurator.core.plan_terms import recompute_code
+    return activations, recompute_code
+
+
+def test_local_attention_keeps_new_q_and_k_after_rope():
+    """megatron-core's local DotProductAttention with multi-head attention (g = a) keeps the
+    QKV output M (Q, K, V are views of it); RoPE (apply_rotary_pos_emb, not in place) makes a
+    new Q and a new K, 2·X·a·d/t bytes each, that a learned position embedding does not."""
+    act, _ = _activations()
+    s, b, t = 512, 2, 2
+    X = s * b
+    a, d = 8, 32
+    mha = dict(GQA, num_query_groups=8)
+    kw = dict(mbs=b, seq=s, tp=t, sp=True, recompute=0, stores_scores=True)
+    rope = act.layer_activation_bytes(make_model(**mha), **kw)
+    learned = act.layer_activation_bytes(
+        make_model(**(mha | dict(position_embedding_type="learned_absolute"))), **kw)
+    assert rope - learned == pytest.approx(2 * (2 * X * a * d / t), rel=1e-12)
+
+
+def test_selective_recompute_working_set_of_core_attention():
+    """While core attention is recomputed (selective): the local backend keeps the scores
+    again, softmax output 2 bytes a score (no attention dropout), a·s²·b/t scores, plus GQA's
+    K and V expanded to all heads (2·X·a·d/t each); a flash-style kernel keeps contiguous Q,
+    K, V (2·X·(a + 2·max(g, t))·d/t), its output 2·X·h/t and the fp32 log-sum-exp
+    4·a·X/t."""
+    act, code = _activations()
+    s, b, t = 512, 2, 2
+    X = s * b
+    h, a, g, d = 256, 8, 2, 32
+    model = make_model(**GQA)
+    kw = dict(mbs=b, seq=s, tp=t, sp=True, recompute=code("selective", "core_attn"))
+    local = act.recompute_working_bytes(model, stores_scores=True, **kw)
+    assert local == pytest.approx(2 * a * s * s * b / t + 2 * (2 * X * a * d / t), rel=1e-12)
+    flash = act.recompute_working_bytes(model, stores_scores=False, **kw)
+    assert flash == pytest.approx(2 * X * (a + 2 * max(g, t)) * d / t + 2 * X * h / t
+                                  + 4 * a * X / t, rel=1e-12)
+
+
+def test_recompute_modules_drop_mla_norm_mlp_and_up_projections():
+    """The bytes selective recompute's layernorm, mlp and mla_up_proj modules drop from an
+    MLA layer (bf16, sequence parallel, flash kernel): the input norm's output 2·X·h/t (not
+    fused into a TE linear under MLA); the MLP's fc1 input 2·X·h/t (its fused norm's output)
+    with the SwiGLU input 2·2f and fc2 input 2·f a token, ÷t; the Q, K, V storages
+    2·X·a·(qk + pos + qk + pos + v)/t."""
+    act, code = _activations()
+    s, b, t = 256, 2, 2
+    X = s * b
+    h, a, qk, pos, v, f = 128, 4, 16, 8, 32, 256
+    x = act.LayerInputs(seq=s, mbs=b, tp=t, sp=True,
+                        recompute=code("selective", "layernorm,mlp,mla_up_proj"))
+    every, moe = act.recompute_module_bytes(make_model(**MLA_DENSE), x)
+    expected = (2 * X * h / t + (2 * X * h / t + 6 * X * f / t)
+                + 2 * X * a * (2 * (qk + pos) + v) / t)
+    assert every == pytest.approx(expected, rel=1e-12)
+    assert moe == 0.0
+
+
+def test_offloaded_modules_bytes():
+    """Fine-grained offloading of qkv_linear (MLA: the shared 16-bit norm output, 2·X·h/t),
+    attn_proj (its 16-bit input 2·X·h/t) and moe_act (the routed experts' fc1 output, SwiGLU:
+    2·2 bytes a routed token and expert FFN unit, R = k·X/t·etp tokens over fe/etp units)."""
+    act, _ = _activations()
+    s, b, t, etp = 256, 2, 2, 2
+    X = s * b
+    h, k, fe = 128, 2, 64
+    x = act.LayerInputs(seq=s, mbs=b, tp=t, sp=True, etp=etp,
+                        offload_modules="qkv_linear,attn_proj,moe_act")
+    every, moe = act.offloaded_layer_bytes(make_model(**MLA_MOE), x)
+    R = k * X / t * etp
+    assert every == pytest.approx(2 * X * h / t + 2 * X * h / t, rel=1e-12)
+    assert moe == pytest.approx(2 * 2 * R * fe / etp, rel=1e-12)
+
+
+def test_offloaded_moe_act_and_the_layernorm_module_peak():
+    """One pipeline stage, two layers (one MoE) of one microbatch in flight (pp = 1): the
+    first layer's offloaded moe_act bytes wait in host memory at the end of the forward,
+    weighted by the MoE share 1/2 of the stage's layers (the last layer's stay). With the
+    layernorm module on a dense MLA stage (pp = 2, first stage: one layer of pp = 2
+    microbatches in flight), the last layer's backward holds the forward's bytes plus the
+    input norm output it re-materialises, 2·X·h/t."""
+    act, code = _activations()
+    s, b, t = 256, 2, 2
+    X = s * b
+    h, k, fe = 128, 2, 64
+    model = make_model(**MLA_MOE)
+    at = act.StagePosition(pp=1, stage=0, num_microbatches=4, rank_layers=2,
+                           rank_moe_layers=1)
+    x = act.LayerInputs(seq=s, mbs=b, tp=t, sp=True)
+    kept, _ = act.stage_activation_phases(model, x, at)
+    off, _ = act.stage_activation_phases(model, x.replace(offload_modules="moe_act"), at)
+    R = k * X / t
+    assert kept - off == pytest.approx((2 - 1) * 0.5 * (2 * 2 * R * fe), rel=1e-12)
+
+    at = act.StagePosition(pp=2, stage=0, num_microbatches=4, rank_layers=1)
+    x = act.LayerInputs(seq=s, mbs=b, tp=t, sp=True, recompute=code("selective", "layernorm"))
+    fwd, peak = act.stage_activation_phases(make_model(**MLA_DENSE), x, at)
+    assert peak - fwd == pytest.approx(2 * X * h / t, rel=1e-12)
+
+
+# ---------------------------------------------------------------- attention dropout, clamps
+
+def test_flash_attention_dropout_adds_its_mask_pass():
+    """With attention dropout the flash kernel draws a mask for every visited score, ½ of the
+    b·s²·a/t pairs causal, at ATTENTION_DROPOUT_SCORES_PER_SM_S per SM (forward, backward):
+    the layer's attention time grows by exactly that."""
+    from configurator.cost.compute import ATTENTION_DROPOUT_SCORES_PER_SM_S as rate
+    gpu = load_cluster(H100, nodes=1).gpu
+    a, s, b, t = 8, 512, 2, 2
+    kw = dict(tp=t, micro_batch_size=b, sequence_parallel=True)
+    plain = make_model(**GQA)
+    drop = make_model(**(GQA | dict(attention_dropout=0.1)))
+    lc0 = layer_costs(plain, _candidates(plain, **kw), gpu)
+    lc1 = layer_costs(drop, _candidates(drop, **kw), gpu)
+    visited = b * s * s * a / t * 0.5
+    assert _one(lc1["attn_fwd"] - lc0["attn_fwd"]) == pytest.approx(
+        visited / (rate[0] * gpu.num_sms), rel=1e-9)
+    assert _one(lc1["attn_bwd"] - lc0["attn_bwd"]) == pytest.approx(
+        visited / (rate[1] * gpu.num_sms), rel=1e-9)
+
+
+def test_clamped_mlp_recompute_and_moe_backward():
+    """activation_func_clamp_value: the eager clamps of the fc1 output (T·2f/t elements,
+    SwiGLU) move 8 bytes an element in 3 kernels forward and 15 in 7 backward (eager
+    element-wise bandwidth). The mlp recompute module re-runs the dense MLP's forward: its
+    GEMMs, the SwiGLU pass (6 bytes an element of T·f/t), the clamp, and under fp8 the casts
+    of its GEMM inputs (h/t with sequence parallelism, f/t a token). An MoE layer's backward
+    takes the dense MLP's out: twice its forward without the clamp, and the clamp's own
+    backward once."""
+    from configurator.cost.gemm import fp8_quantize_s, fp8_scaling
+    from configurator.cost.host_ops import eager_s
+    from configurator.cost.moe_compute import moe_mlp_costs
+
+    gpu = load_cluster(H100, nodes=1).gpu
+    hbm = gpu.hbm_bandwidth_Bps * gpu.efficiency.hbm
+    h, f, t, b, s = 256, 512, 2, 2, 512
+    T = b * s
+    clamp_f = eager_s(8 * T * 2 * f / t, 3, gpu)
+    clamp_b = eager_s(15 * T * 2 * f / t, 7, gpu)
+    model = make_model(**(GQA | dict(activation_func_clamp_value=7.0)))
+    c = _candidates(model, tp=t, micro_batch_size=b, sequence_parallel=True, precision="fp8",
+                    recompute="selective", recompute_modules="mlp")
+    lc = layer_costs(model, c, gpu)
+    (_, _), (fc1, fc2) = lc["tp_gemm_pairs"]
+    cast = fp8_quantize_s(T * (h / t + f / t), gpu, fp8_scaling(c))
+    assert _one(lc["recompute"]) == pytest.approx(
+        _one(fc1 + fc2) + 6 * T * f / t / hbm + _one(clamp_f) + _one(cast), rel=1e-12)
+
+    E, k, fe = 8, 2, 64
+    moe_model = make_model(**GQA, num_experts=E, moe_router_topk=k, moe_ffn_hidden_size=fe,
+                           moe_layer_freq=[0, 1, 0, 1], activation_func_clamp_value=7.0)
+    c = _candidates(moe_model, tp=t, dp=4, ep=4, micro_batch_size=b, sequence_parallel=True,
+                    global_batch_size=8)
+    lc = layer_costs(moe_model, c, gpu)
+    (_, _), (fc1, fc2) = lc["tp_gemm_pairs"]
+    dense_mlp = fc1 + fc2 + 6 * T * f / t / hbm          # without its clamp
+    moe = moe_mlp_costs(moe_model, c, gpu, T, lc["gemm_kw"])
+    attn_params = 256 + 256 * (8 + 4) * 32 / t + 8 * 32 * 256 / t
+    non_expert, expert = attn_params + h + E * h, E / 4 * 3 * h * fe
+    moe_acc = (main_grad_accumulation_s(non_expert, c, gpu, T)
+               + main_grad_accumulation_s(expert, c, gpu, _one(moe["tokens_routed"]) * 4 / E))
+    # the MoE MLP's forward twice but its eager kernels (bias, clamp) by their own counts
+    want = (lc["bwd"] - 2 * dense_mlp - clamp_b - lc["main_grad_acc"] + moe_acc
+            + 2 * (moe["fwd"] - moe["eager_fwd"]) + moe["eager_bwd"])
+    assert _one(lc["moe_bwd"]) == pytest.approx(_one(want), rel=1e-12)
+
+
+def test_host_bound_waits_on_both_sides_of_the_dispatcher_sync():
+    """A layer's forward split by the dispatcher's host/GPU synchronisation into two parts
+    that cannot overlap: ``max(host₁, GPU₁) + max(host₂, GPU₂)``, the GPU's forward being
+    the sum of its compute and collectives (1.0 + 0.2 + 0.1 + 0.3 = 1.6 s). Host 0.9 s
+    before the sync against the GPU's 0.5 s: 0.4 s wait; after it host 2.5 − 0.9 = 1.6 s
+    against 1.6 − 0.5 = 1.1 s: 0.5 s more. Backward: twice the host's 2.5 s against the
+    GPU's 2.0 + 0.4 + 0.2 + 0.6 = 3.2 s, 1.8 s wait. When the GPU's part before the sync is
+    the longer one, the host's second part alone can make a wait: host 0.2 s against the
+    GPU's 1.2 s, then 2.5 − 0.2 = 2.3 s against 0.4 s, so 1.9 s. A GPU part before the sync
+    said to be longer than the whole forward counts as the whole forward (1.6 s): then 2.3 s
+    against nothing."""
+    from configurator.cost.iteration import host_bound
+    c = _candidates(make_model(**GQA))
+    t = dict(fwd=1.0, bwd=2.0, recompute=0.5, tp_f=0.2, tp_b=0.4, cp_f=0.1, cp_b=0.2,
+             ep_f=0.3, ep_b=0.6)
+    out = host_bound(c, t, 2.5, sync=(0.9, 0.5))
+    assert _one(out["fwd"]) == pytest.approx(1.0 + 0.4 + 0.5, rel=1e-12)
+    assert _one(out["bwd"]) == pytest.approx(2.0 + 1.8, rel=1e-12)
+    assert _one(out["recompute"]) == pytest.approx(0.5, rel=1e-12)
+    out = host_bound(c, t, 2.5, sync=(0.2, 1.2))
+    assert _one(out["fwd"]) == pytest.approx(1.0 + 0.0 + 1.9, rel=1e-12)
+    out = host_bound(c, t, 2.5, sync=(0.2, 3.0))
+    assert _one(out["fwd"]) == pytest.approx(1.0 + 0.0 + 2.3, rel=1e-12)
+    out = host_bound(c, t, 2.5)
+    assert _one(out["fwd"]) == pytest.approx(1.0 + 0.9, rel=1e-12)
+
+
+# ---------------------------------------------------------------- training time
+
+def test_objective_keys_and_the_cluster_file_training_section():
+    """Each objective minimises its own figure (days, cost or GPU-hours without a price,
+    energy); any other is refused with the list. A cluster file's ``training`` section in
+    SI: storage GB/s ×1e9, the rest as written. The node overhead defaults: the DGX data
+    sheets' maximum system power less eight GPUs' rated power (A100 6.5 kW − 8·400 W, H100
+    and H200 10.2 kW − 8·700 W, B200 14.3 kW − 8·1000 W)."""
+    from types import SimpleNamespace
+    from configurator.core.errors import InputError
+    from configurator.cost import training_time as tt
+    t = SimpleNamespace(wall_time_s=86400.0, cost=None, gpu_hours=192.0, energy_J=3.6e9)
+    assert tt.objective_key("time-to-train", t) == 86400.0
+    assert tt.objective_key("cost", t) == 192.0
+    assert tt.objective_key("cost", SimpleNamespace(cost=500.0, gpu_hours=192.0)) == 500.0
+    assert tt.objective_key("energy", t) == 3.6e9
+    with pytest.raises(InputError, match="must be one of time-to-train, cost, energy"):
+        tt.objective_key("iteration", t)
+    section = {"failure_rate_per_node_day": 0.002, "restart_overhead_s": 240.0,
+               "storage_write_GBps_per_node": 2.0, "storage_write_GBps_aggregate": 500.0,
+               "storage_read_GBps_per_node": 3.0, "storage_read_GBps_aggregate": 700.0,
+               "gpu_hour_price": 2.5, "gpu_power_fraction": 0.8, "node_overhead_W": 3000.0,
+               "pue": 1.3}
+    assert tt.training_settings(section) == {
+        "failure_rate_per_node_day": 0.002, "restart_overhead_s": 240.0,
+        "node_write_Bps": 2e9, "aggregate_write_Bps": 5e11, "node_read_Bps": 3e9,
+        "aggregate_read_Bps": 7e11, "gpu_hour_price": 2.5, "gpu_power_fraction": 0.8,
+        "node_overhead_W": 3000.0, "pue": 1.3}
+    assert tt.DEFAULT_NODE_OVERHEAD_W == {"a100-80gb": 3300.0, "h100-80gb": 4600.0,
+                                          "h200-141gb": 4600.0, "b200-180gb": 6300.0}
+
+
+def test_data_parallel_windows_and_a_placed_iteration_per_stage():
+    """The windows data-parallel traffic hides under: the gradient reduction under the last
+    microbatch's backward, its recompute and its tensor-parallel collectives (forward and
+    backward: both run in the backward pass with recompute); the parameter gather under the
+    next forward. A placed iteration's stage table: m microbatches through the stage's
+    chunks forward and backward, busy their sum, idle what is left of the makespan
+    (iteration less optimizer) after busy and the exposed reduction."""
+    from configurator.cost.iteration import dp_windows_s
+    from configurator.cost.placed import PlacedTime
+    t = dict(fwd=1.0, bwd=2.0, recompute=0.5, tp_f=0.1, tp_b=0.2, cp_f=0.3, cp_b=0.4,
+             ep_f=0.6, ep_b=0.7)
+    bwd, fwd = dp_windows_s(t)
+    assert bwd == pytest.approx(2.0 + 0.5 + 0.1 + 0.2, rel=1e-12)
+    assert fwd == 1.0
+    # dp = 1, pp = 2, vp = 2; 4 microbatches
+    f = np.array([[[0.10, 0.15], [0.20, 0.05]]])
+    b = np.array([[[0.30, 0.25], [0.35, 0.30]]])
+    zero = np.zeros((1, 2))
+    pt = PlacedTime(iteration_time_s=5.0, stage_fwd_s=f, stage_bwd_s=b, p2p_fwd_s=zero,
+                    p2p_bwd_s=zero, dp_tail_s=np.array([0.4, 0.1]), optimizer_s=0.5,
+                    critical_replica=0, sim=None, num_microbatches=4)
+    rows = pt.stage_times()
+    for s, (fs, bs, tail) in enumerate(((1.0, 2.2, 0.4), (1.0, 2.6, 0.1))):
+        r = rows[s]
+        assert r["stage"] == s
+        assert r["forward_s"] == pytest.approx(fs, rel=1e-12)
+        assert r["backward_s"] == pytest.approx(bs, rel=1e-12)
+        assert r["busy_s"] == pytest.approx(fs + bs, rel=1e-12)
+        assert r["dp_exposed_s"] == tail
+        assert r["idle_s"] == pytest.approx(5.0 - 0.5 - fs - bs - tail, rel=1e-12)
+
+
+# ---------------------------------------------------------------- pipeline schedule
+
+def test_1f1b_schedule_extrapolation_and_replica_passes():
+    """1F1B on pp = 2 uniform stages, forward 1 s and backward 2 s a microbatch, free sends:
+    the last stage starts after one forward and alternates, the first stage ends one
+    backward after it: (m + pp − 1)·(f + b). Up to m1 + 5k microbatches (k = 12 groups of
+    pp = 24, m1 = 2k + m mod k) the schedule is walked op by op; from m1 + 5k on (m = 168:
+    m1 = 48) it is extrapolated from m1 and m1 + k, exactly for a periodic steady state. A
+    long interleaved schedule (2·pp·vp·m ops over MAX_OPS) whose base would be itself (pp = 8,
+    vp = 32, m = 280: k = 96, m1 = 2k + 280 mod 96 = 280) is walked whole. Many replicas are
+    walked in passes of MAX_CELLS ops (here 1600 replicas of 4·167 ops, 1569 a pass), each
+    replica with its own tail (work after its last backward: here i ms on the first
+    stage)."""
+    from configurator.cost.schedule_sim import simulate
+    f, b = np.array([[1.0], [1.0]]), np.array([[2.0], [2.0]])
+    walked = simulate(f, b, 0.0, 0.0, 167)
+    assert walked.extrapolated_to is None
+    assert _one(walked.iteration_time_s) == pytest.approx(168 * 3.0, rel=1e-12)
+    extrapolated = simulate(f, b, 0.0, 0.0, 168)
+    assert extrapolated.extrapolated_to == 168
+    assert _one(extrapolated.iteration_time_s) == pytest.approx(169 * 3.0, rel=1e-12)
+
+    long = simulate(np.full((8, 32), 1e-3), np.full((8, 32), 2e-3), 0.0, 0.0, 280)
+    assert long.extrapolated_to is None
+
+    D, m = 1600, 167
+    tails = np.zeros((D, 2))
+    tails[:, 0] = 1e-3 * np.arange(D)
+    res = simulate(f, b, 0.0, 0.0, m, tail_s=tails)
+    np.testing.assert_allclose(res.iteration_time_s, (m + 1) * 3.0 + 1e-3 * np.arange(D),
+                               rtol=1e-12)
+
+
+def test_1f1b_middle_stage_sends_twice_per_microbatch():
+    """1F1B on pp = 4 (one uniform node, every boundary alike): the fill and drain cross
+    every boundary once each way and the steady state adds one send per microbatch at the
+    pacing end's boundary, m + 2(pp − 1) sends; a middle stage sends twice per microbatch
+    while an end stage sends once but carries its extra (the slower end's: embedding, or
+    logits and loss; the end stages' layers are alike), so the middle one paces the sends by
+    m·max(send − extra, 0) more. A tiny vocabulary and tp = 1 (no embedding all-reduce) keep
+    the extras shorter than a send of the s·b·h activations."""
+    from configurator.cost.iteration import p2p_message_s
+
+    model = make_model(**(GQA | dict(num_layers=8, hidden_size=4096, num_attention_heads=32,
+                                     kv_channels=128, ffn_hidden_size=4096,
+                                     seq_length=16384, vocab_size=200)))
+    cl = load_cluster(H100, nodes=1)
+    m, pp = 8, 4
+    c = _candidates(model, tp=1, pp=pp, micro_batch_size=1, global_batch_size=m)
+    comm = dict(comm_figures(cl, c), **expert_comm_figures(cl, c))
+    out = iteration_time(model, cl, c, comm)
+    lc = layer_costs(model, c, cl.gpu)
+    x = {k: _one(v) for k, v in stage_extras_s(model, c, cl.gpu, lc, comm["tp_bw"],
+                                               comm["tp_lat"]).items()}
+    extra = max(x["logits_fwd"] + x["logits_bwd"], x["emb_fwd"] + x["emb_bwd"])
+    send = _one(p2p_message_s(model, c, lc, comm["pp_bw"], comm["pp_lat"], comm["tp_bw"],
+                              comm["tp_lat"]))
+    assert send > extra
+    assert _one(out["pp_comm"]) == pytest.approx((m + 2 * (pp - 1)) * send
+                                                 + m * (send - extra), rel=1e-9)
+
+
+def test_moe_act_recompute_reruns_the_clamped_expert_activation():
+    """The moe_act module re-runs the routed experts' activation: SwiGLU reads 2·2 bytes and
+    writes 2 a routed token and expert FFN unit of this rank (R = k·X·etp·MOE_IMBALANCE
+    rows, X = T/tp, fe/etp units), one kernel, and with activation_func_clamp_value its
+    eager clamps (8 bytes an element of the fc1 output, R·2·fe/etp, in 3 kernels)."""
+    from configurator.cost.host_ops import eager_s
+    from configurator.cost.moe_compute import MOE_IMBALANCE
+    E, k, fe = 8, 2, 64
+    model = make_model(**GQA, num_experts=E, moe_router_topk=k, moe_ffn_hidden_size=fe,
+                       moe_layer_freq=[0, 1, 0, 1], activation_func_clamp_value=7.0)
+    gpu = load_cluster(H100, nodes=1).gpu
+    eff = gpu.efficiency
+    hbm = gpu.hbm_bandwidth_Bps * eff.hbm
+    t, etp, b, s = 2, 2, 2, 512
+    c = _candidates(model, tp=t, dp=4, ep=4, etp=etp, micro_batch_size=b,
+                    sequence_parallel=True, global_batch_size=8, recompute="selective",
+                    recompute_modules="moe_act")
+    lc = layer_costs(model, c, gpu)
+    R = k * (b * s / t) * etp * MOE_IMBALANCE
+    want = (6 * R * fe / etp / hbm + eff.kernel_overhead_s
+            + eager_s(8 * R * 2 * fe / etp, 3, gpu))
+    assert _one(lc["moe_recompute"]) == pytest.approx(want, rel=1e-12)

@@ -107,6 +107,15 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
      "m − m1 = m − m mod k − 2k is a multiple of k: the quotient is exact either way"),
     ("configurator/cost/schedule_sim.py", "_levels: tuple = field(repr=False", "`False` → `True`",
      "the field's repr flag changes only the object's repr"),
+    ("configurator/cost/schedule_sim.py",
+     "D * (dur_src.shape[1] + lat_src.shape[1]) <= _RANK_ENDS_KEY_FLOATS", "`+` → `-`",
+     "the size only decides which inputs the rank-finish cache keeps; its key holds the "
+     "whole inputs, so a hit returns what the walk computes"),
+    ("configurator/cost/placed.py", "if rep is None and self.table.host_level:",
+     "`is` → `is not`",
+     "it only swaps host_ring_figures, the representatives' figures and ring_figures, which "
+     "give the same numbers (tests/test_measured_links.py checks host_ring_figures against "
+     "ring_figures)"),
 ]
 
 #: Modules preloaded before forking (below the mutated layers: the import contracts keep
