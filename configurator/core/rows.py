@@ -15,6 +15,21 @@ import numpy as np
 #: a sort; above it, and when the product of the columns' distinct counts exceeds it, the
 #: rows are coded with :func:`numpy.unique`.
 DENSE_RANGE = 1 << 20
+#: Distinct values a column wider than :data:`DENSE_RANGE` is scanned for, one pass each
+#: (pipeline layouts' digests: a few per search), before it is sorted instead.
+FEW_VALUES = 8
+
+
+def _few_values(col: np.ndarray) -> np.ndarray | None:
+    """The column's distinct values, sorted, when there are at most :data:`FEW_VALUES` of
+    them (one pass over what is left per value), else None."""
+    values, rest = [], col
+    while rest.size:
+        if len(values) == FEW_VALUES:
+            return None
+        values.append(rest[0])
+        rest = rest[rest != rest[0]]
+    return np.sort(np.array(values, dtype=col.dtype))
 
 
 def _codes(col: np.ndarray) -> tuple[np.ndarray, int]:
@@ -30,6 +45,9 @@ def _codes(col: np.ndarray) -> tuple[np.ndarray, int]:
             return col, hi + 1
         rank = np.cumsum(present) - 1
         return rank.take(col), int(rank[-1]) + 1
+    few = _few_values(col)
+    if few is not None:
+        return np.searchsorted(few, col), len(few)
     values, codes = np.unique(col, return_inverse=True)
     return codes.ravel(), len(values)
 
