@@ -15,25 +15,31 @@ import numpy as np
 #: a sort; above it, and when the product of the columns' distinct counts exceeds it, the
 #: rows are coded with :func:`numpy.unique`.
 DENSE_RANGE = 1 << 20
-#: Distinct values a column wider than :data:`DENSE_RANGE` is scanned for, one pass each
-#: (pipeline layouts' digests: a few per search), before it is sorted instead.
-FEW_VALUES = 8
+#: Bins of the low bits a column wider than :data:`DENSE_RANGE` is first labelled by (pipeline
+#: layouts' 56-bit digests: a few dozen distinct values in a search); where two distinct
+#: values share their low bits the column is sorted instead.
+LOW_BITS_BINS = 1 << 16
 
 
-def _few_values(col: np.ndarray) -> np.ndarray | None:
-    """The column's distinct values, sorted, when there are at most :data:`FEW_VALUES` of
-    them (one pass over what is left per value), else None."""
-    values, rest = [], col
-    while rest.size:
-        if len(values) == FEW_VALUES:
-            return None
-        values.append(rest[0])
-        rest = rest[rest != rest[0]]
-    return np.sort(np.array(values, dtype=col.dtype))
+def _low_bits_codes(col: np.ndarray, lo: int) -> tuple[np.ndarray, int] | None:
+    """``(codes, count)`` of a wide column from its low bits above ``lo`` (a dense labelling
+    in order of those bits, not of the values), or None where the low bits do not tell its
+    values apart."""
+    low = (col - lo) & (LOW_BITS_BINS - 1)
+    present = np.bincount(low, minlength=LOW_BITS_BINS) > 0
+    rank = np.cumsum(present) - 1
+    codes = rank.take(low)
+    count = int(rank[-1]) + 1
+    first = np.empty(count, dtype=np.int64)
+    first[codes] = np.arange(len(col))
+    if not np.array_equal(col.take(first).take(codes), col):
+        return None
+    return codes, count
 
 
 def _codes(col: np.ndarray) -> tuple[np.ndarray, int]:
-    """``(codes, count)``: each entry's rank among the column's distinct values."""
+    """``(codes, count)``: a dense labelling of the column's distinct values, ``0 ..
+    count − 1`` (each entry's rank among them where the column's range is narrow)."""
     if col.dtype == bool:
         return col.view(np.uint8), 2
     lo, hi = int(col.min()), int(col.max())
@@ -45,9 +51,10 @@ def _codes(col: np.ndarray) -> tuple[np.ndarray, int]:
             return col, hi + 1
         rank = np.cumsum(present) - 1
         return rank.take(col), int(rank[-1]) + 1
-    few = _few_values(col)
-    if few is not None:
-        return np.searchsorted(few, col), len(few)
+    if lo >= 0:
+        labelled = _low_bits_codes(col, lo)
+        if labelled is not None:
+            return labelled
     values, codes = np.unique(col, return_inverse=True)
     return codes.ravel(), len(values)
 
