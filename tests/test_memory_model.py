@@ -4,7 +4,6 @@ import csv
 import dataclasses
 import os
 
-import numpy as np
 import pytest
 
 from configurator.core.model import make_model

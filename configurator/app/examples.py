@@ -66,8 +66,8 @@ EXAMPLE_FILES: tuple[Example, ...] = (
             f"configurator search --model llama3-8b --cluster {CLUSTER_FILE} --gbs 128"),
     Example(RUNS_FILE, "the published runs as a run file (one row per run, its source cited)",
             f"configurator validate {RUNS_FILE}"),
-    Example(RUN_MODELS_DIR, f"the models of those runs that are no preset, as model files "
-                            f"(the run file names them)",
+    Example(RUN_MODELS_DIR, "the models of those runs that are no preset, as model files "
+                            "(the run file names them)",
             f"configurator search --model {RUN_MODELS_DIR}/gpt-22b.yaml --cluster "
             f"dgx-a100-80gb --nodes 8 --gbs 256"),
 )

@@ -7,7 +7,6 @@ kept within ``--deadline``."""
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 

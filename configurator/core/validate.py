@@ -246,8 +246,6 @@ def parse_mapping_text(field: str, path: str, text: str, as_json: bool) -> Mappi
     mapping."""
     import json
 
-    import yaml
-
     try:
         if as_json:
             data = json.loads(text)   # NaN/Infinity parse; the field validators refuse them
