@@ -2,7 +2,7 @@
 swapped, a constant off by 10 %, a term dropped, a condition negated) that the tests must
 catch.
 
-Run: ``python -m bench.quality.mutation [--sample 200] [--seed 0] [--tests map|all]
+Run: ``python -m bench.quality.mutation [--sample 200] [--seed 0] [--tests map|wide|all]
 [--modules SUBSTRING ...] [--list]``. The mutation sites of ``memory_model/*.py`` and
 ``configurator/cost/*.py`` are enumerated from their syntax trees (:func:`sites`): ``+``↔``-``,
 ``*``↔``/``, ``//``→``/``; ``<``↔``<=``, ``>``↔``>=``, ``==``↔``!=``, ``is``↔``is not``,
@@ -10,10 +10,12 @@ Run: ``python -m bench.quality.mutation [--sample 200] [--seed 0] [--tests map|a
 a sum or difference dropped; ``not``/``~`` removed, an ``if`` test negated, ``True``↔``False``.
 ``--sample`` of them are drawn with ``--seed``; each is written into one scratch copy of the
 repository (the worktree is never touched) and the tests that exercise its module
-(:data:`TEST_MAP`; ``--tests all``: the whole suite) run in a forked process (numpy and
-pytest preloaded; ``pytest -x -q -p no:cacheprovider``) under a timeout of four times the
-unmutated run plus 10 s. A mutant is killed when a test fails (a timeout counts as killed,
-shown apart). Known equivalent mutants (:data:`EQUIVALENT`, each with why) are left out of the
+(:data:`TEST_MAP`) run in a forked process (numpy and pytest preloaded; ``pytest -x -q -p
+no:cacheprovider``) under a timeout of four times the unmutated run plus 10 s. With ``--tests
+wide`` (the default) a mutant they leave alive then runs against the wider files
+:data:`WIDE_TESTS` (goldens, the pricings' guard, published runs); ``--tests all`` runs the
+whole suite instead. A mutant is killed when a test fails (a timeout counts as killed, shown
+apart). Known equivalent mutants (:data:`EQUIVALENT`, each with why) are left out of the
 score and listed. Prints a table per module, the score, every survivor and the equivalents.
 """
 
@@ -67,6 +69,14 @@ TEST_MAP: dict[str, list[str]] = {
     "configurator/cost/schedule_sim.py": ["tests/test_schedule_sim.py"],
     "configurator/cost/training_time.py": ["tests/test_training_time.py"],
 }
+
+#: The second stage: a mutant the module's own files leave alive runs against these wider
+#: files of the suite (every mapped file, the goldens, the two pricings' guard, the published
+#: runs), about 40 s unmutated; a failure there kills it too ("killed by the suite").
+WIDE_TESTS = sorted({t for files in TEST_MAP.values() for t in files} | {
+    "tests/test_golden.py", "tests/test_placed.py", "tests/test_host_local.py",
+    "tests/test_published_runs_record.py", "tests/test_sc21_accuracy.py",
+    "tests/test_signatures.py", "tests/test_plan_batch.py"})
 
 #: Slow tests (searches, fits, torch runs: seconds each) left out of the mutants' runs.
 DESELECT = [
@@ -341,8 +351,9 @@ def main(argv=None) -> int:
     ap = bench_parser(__doc__)
     ap.add_argument("--sample", type=int, default=200, help="mutants drawn (default 200)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the draw (default 0)")
-    ap.add_argument("--tests", choices=("map", "all"), default="map",
-                    help="the module's test files (TEST_MAP) or the whole suite")
+    ap.add_argument("--tests", choices=("map", "wide", "all"), default="wide",
+                    help="the module's test files (TEST_MAP); wide (default): then the "
+                         "survivors against WIDE_TESTS; all: the whole suite")
     ap.add_argument("--modules", nargs="*", default=[],
                     help="only modules whose path contains one of these")
     ap.add_argument("--ref", default=None,
@@ -373,12 +384,17 @@ def main(argv=None) -> int:
     drawn.sort(key=lambda s: (s.path, s.start, s.mutation))
     equivalent = {s: why for s in drawn if (why := equivalent_reason(s))}
 
+    def with_deselect(files: list[str]) -> list[str]:
+        files = [t for t in files if (scratch / t).exists()]
+        return files + [a for d in DESELECT if d.split("::")[0] in files
+                        for a in ("--deselect", d)]
+
     def tests_of(m: str) -> list[str]:
         if args.tests == "all":
             return ["tests"]
-        files = [t for t in FORMULA_TESTS + TEST_MAP[m] if (scratch / t).exists()]
-        return files + [a for d in DESELECT if d.split("::")[0] in files
-                        for a in ("--deselect", d)]
+        return with_deselect(FORMULA_TESTS + TEST_MAP[m])
+
+    wide = with_deselect(FORMULA_TESTS + WIDE_TESTS) if args.tests == "wide" else []
 
     with tempfile.TemporaryDirectory(prefix="mutation-") as tmp:
         scratch = Path(tmp) / "repo"
@@ -399,7 +415,16 @@ def main(argv=None) -> int:
                 tail = runner.log.read_text()[-2000:]
                 print(f"{m}: its tests fail unmutated; its mutants are skipped\n{tail}",
                       file=sys.stderr)
+        wide_timeout = 0.0
+        if wide:
+            outcome, secs = runner.run(wide, 3600.0)
+            wide_timeout = 4 * secs + 10
+            if outcome != "pass":
+                print(f"the wide tests fail unmutated:\n{runner.log.read_text()[-2000:]}",
+                      file=sys.stderr)
+                return 2
         result: dict[Site, str] = {}
+        second: set[Site] = set()
         for i, site in enumerate(drawn):
             if site in equivalent or site.path in broken:
                 continue
@@ -409,6 +434,10 @@ def main(argv=None) -> int:
                 path.write_bytes(apply(original, site))
                 _drop_pyc(path)
                 outcome, _ = runner.run(tests_of(site.path), timeouts[site.path])
+                if outcome == "pass" and wide:
+                    outcome, _ = runner.run(wide, wide_timeout)
+                    if outcome != "pass":
+                        second.add(site)
             finally:
                 path.write_bytes(original)
                 _drop_pyc(path)
@@ -434,6 +463,9 @@ def main(argv=None) -> int:
     print(f"\nmutation score: {_score(total)} of {total['sampled'] - total['equivalent']} "
           f"non-equivalent mutants killed (seed {args.seed}, tests: {args.tests}); "
           f"{time.monotonic() - t_start:.0f} s")
+    if wide:
+        print(f"killed in the second stage (WIDE_TESTS, after the module's own files): "
+              f"{len(second)}")
     if broken:
         print(f"\nskipped (tests fail unmutated): {', '.join(sorted(broken))}")
     survivors = [s for s, r in result.items() if r == "survived"]
