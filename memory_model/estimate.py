@@ -48,7 +48,6 @@ import numpy as np
 from configurator.core.plan_batch import PlanBatch
 from configurator.core.layers import rank_layer_counts
 from configurator.core.model import ModelSpec
-from configurator.core.plan import ParallelPlan
 from configurator.core.plan_values import is_fp8
 from configurator.core.units import GiB
 from memory_model.activations import (LayerInputs, StagePosition, layer_terms,
@@ -224,15 +223,19 @@ def memory_arrays(model: ModelSpec, plans: PlanBatch, stage, rank_layers=None,
     return out
 
 
-def estimate_memory(model: ModelSpec, plan: ParallelPlan, *,
+def estimate_memory(model: ModelSpec, plans: PlanBatch, *,
                     non_tn_fp8_gemm: bool = False) -> list[MemoryBreakdown]:
-    """Memory of every pipeline stage of ``plan`` (one :class:`MemoryBreakdown` each);
-    ``non_tn_fp8_gemm``: the GPU's (:func:`fp8_weight_bytes`)."""
-    stages = np.arange(plan.pp)
-    counts = rank_layer_counts(model, *plan.layer_split)
-    arrays = memory_arrays(model, PlanBatch.from_plan(plan), stages, counts[:, 0],
-                           counts[:, 1], non_tn_fp8_gemm)
+    """Memory of every pipeline stage of one plan (``plans``, a :class:`PlanBatch` of one;
+    one :class:`MemoryBreakdown` per stage); ``non_tn_fp8_gemm``: the GPU's
+    (:func:`fp8_weight_bytes`). Raises ValueError if ``plans`` is not one plan."""
+    if len(plans) != 1:
+        raise ValueError(f"estimate_memory prices one plan, not a batch of {len(plans)}")
+    split = plans.layer_split(0)
+    pp = split[0]
+    stages = np.arange(pp)
+    counts = rank_layer_counts(model, *split)
+    arrays = memory_arrays(model, plans, stages, counts[:, 0], counts[:, 1], non_tn_fp8_gemm)
     columns = {k: np.broadcast_to(np.asarray(v, dtype=float), stages.shape).tolist()
                for k, v in arrays.items()}
     return [MemoryBreakdown(stage=i, **{k: v[i] for k, v in columns.items()})
-            for i in range(plan.pp)]
+            for i in range(pp)]

@@ -326,7 +326,7 @@ def test_placed_plan_on_two_racks_prices_host_moves_across_racks():
     plan = plan_for_world(dict(tp=8, pp=2, cp=1, vp=1, micro_batch_size=1,
                                global_batch_size=64, recompute="none", precision="bf16",
                                attention_backend="auto"), 64)
-    priced = PlacedPlan(model, cl, plan)
+    priced = PlacedPlan(model, cl, PlanBatch.from_plan(plan))
     assert not priced.uniform                                 # hosts may move across racks
     nh, go = priced.default_placement()                       # 16 trays of rack 0
     one_rack = priced.time(nh, go).iteration_time_s

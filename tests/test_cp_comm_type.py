@@ -36,6 +36,11 @@ def _plan(**kw) -> ParallelPlan:
     return ParallelPlan(**{**base, **kw})
 
 
+def _batch(**kw):
+    """:func:`_plan` as a batch of one (the single-plan form the models take)."""
+    return PlanBatch.from_plan(_plan(**kw))
+
+
 def _flags(model, plan) -> dict:
     return {f: v for _, flags in megatron_flags(model, plan) for f, v in flags}
 
@@ -119,8 +124,8 @@ def test_cp_comm_type_reaches_the_iteration_time():
 
 def test_all_gather_memory_holds_the_gathered_kv_and_their_gradients():
     model = LLAMA.with_seq_length(131072)
-    ring = estimate_memory(model, _plan(cp=8, tp=2, dp=1, global_batch_size=2))
-    gathered = estimate_memory(model, _plan(cp=8, tp=2, dp=1, global_batch_size=2,
+    ring = estimate_memory(model, _batch(cp=8, tp=2, dp=1, global_batch_size=2))
+    gathered = estimate_memory(model, _batch(cp=8, tp=2, dp=1, global_batch_size=2,
                                             cp_comm_type="all_gather"))
     extra = gathered[0].other_bytes - ring[0].other_bytes
     # K, V and dK, dV of 131,072 tokens, 4 key/value heads of 128 per tp rank, 16-bit,

@@ -108,7 +108,7 @@ def test_closed_form_agrees_with_the_simulated_schedule(model, nodes, fields, mu
                                global_batch_size=mult * fields["pp"] * dp), world)
     check_plan(model, plan, world)
     closed = float(iteration_time(model, cl, PlanBatch.from_plan(plan))["iteration_time_s"][0])
-    priced = PlacedPlan(model, cl, plan)
+    priced = PlacedPlan(model, cl, PlanBatch.from_plan(plan))
     sim = priced.time(*priced.default_placement()).iteration_time_s
     assert sim == pytest.approx(closed, rel=0.03)
 
@@ -116,7 +116,7 @@ def test_closed_form_agrees_with_the_simulated_schedule(model, nodes, fields, mu
 def test_expert_parameters_shard_over_ep_and_the_expert_data_parallel_group():
     q = MODEL_PRESETS["qwen3-30b-a3b"]
     base = dict(tp=1, pp=1, cp=1, vp=1, micro_batch_size=1, global_batch_size=64)
-    one, eight = (estimate_memory(q, plan_for_world(dict(base, ep=ep), 64))[0]
+    one, eight = (estimate_memory(q, PlanBatch.from_plan(plan_for_world(dict(base, ep=ep), 64)))[0]
                   for ep in (1, 8))
     # 8× fewer expert weights and gradients per GPU; the optimizer state of experts is
     # sharded over dp/ep, so it does not shrink with ep
@@ -153,7 +153,7 @@ def test_peak_memory_covers_every_stage_class():
     plan = plan_for_world(dict(tp=2, pp=8, cp=1, vp=1, ep=32, micro_batch_size=1,
                                global_batch_size=256, decoder_first_pipeline_num_layers=4,
                                decoder_last_pipeline_num_layers=9), 512)
-    per_stage = max(m.total_bytes for m in estimate_memory(ds, plan))
+    per_stage = max(m.total_bytes for m in estimate_memory(ds, PlanBatch.from_plan(plan)))
     c = PlanBatch.from_plan(plan)
     peak = peak_memory(ds, c)
     assert float(peak[0]) == pytest.approx(per_stage, rel=1e-12)

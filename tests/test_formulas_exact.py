@@ -37,6 +37,11 @@ def _plan(**kw):
     return ParallelPlan(**(base | kw))
 
 
+def _batch(**kw):
+    """:func:`_plan` as a batch of one (the single-plan form the models take)."""
+    return PlanBatch.from_plan(_plan(**kw))
+
+
 # ---------------------------------------------------------------- parameters (Megatron)
 
 #: Dense GQA model: RMSNorm, SwiGLU, RoPE, untied output layer, no biases (Llama layout).
@@ -58,7 +63,7 @@ def _gqa_layer(tp):
 @pytest.mark.parametrize("tp", [1, 2])
 def test_dense_gqa_parameters_per_stage(tp):
     model = make_model(**GQA)
-    stages = estimate_memory(model, _plan(tp=tp, pp=2, dp=2, distributed_optimizer=True))
+    stages = estimate_memory(model, _batch(tp=tp, pp=2, dp=2, distributed_optimizer=True))
     h, V = 256, v_pad(1000, tp)
     first = 2 * _gqa_layer(tp) + V * h / tp               # two layers + word embedding
     last = 2 * _gqa_layer(tp) + h + V * h / tp            # two layers + final norm + output
@@ -101,7 +106,7 @@ def _moe_parts(tp, ep):
 def test_mla_moe_mtp_parameters_and_expert_sharding():
     model = make_model(**MLA_MOE)
     tp, pp, dp, ep = 1, 2, 4, 2
-    stages = estimate_memory(model, _plan(tp=tp, pp=pp, dp=dp, ep=ep,
+    stages = estimate_memory(model, _batch(tp=tp, pp=pp, dp=dp, ep=ep,
                                           distributed_optimizer=True, global_batch_size=16))
     h, V, f = 128, v_pad(500, 1), 256
     dense_layer = _mla_attention(tp) + h + 3 * h * f
@@ -129,7 +134,7 @@ def test_korthikanti_sequence_parallel_activations_through_estimate_memory():
     L, h, a, s, b, t, V = 4, 1024, 16, 1024, 2, 4, 51200
     model = make_model(num_layers=L, hidden_size=h, num_attention_heads=a, vocab_size=V,
                        seq_length=s)
-    st, = estimate_memory(model, _plan(tp=t, micro_batch_size=b, sequence_parallel=True,
+    st, = estimate_memory(model, _batch(tp=t, micro_batch_size=b, sequence_parallel=True,
                                        attention_backend="local", global_batch_size=8))
     sbh = s * b * h
     want = L * sbh * (34 / t + 5 * a * s / (h * t)) + sbh / t + 4 * sbh / t * (1 + V / h)
@@ -162,7 +167,7 @@ def _mla_layer_bytes(s, b, t):
 def test_mla_activations_with_sequence_parallel():
     model = make_model(**MLA_DENSE)
     s, b, t, L, h = 256, 2, 2, 2, 128
-    st, = estimate_memory(model, _plan(tp=t, micro_batch_size=b, sequence_parallel=True,
+    st, = estimate_memory(model, _batch(tp=t, micro_batch_size=b, sequence_parallel=True,
                                        global_batch_size=8))
     layer, _ = _mla_layer_bytes(s, b, t)
     last = 4 * s * b * h / t + 4 * s * b * v_pad(500, t) / t   # final norm/output input, logits
@@ -175,8 +180,8 @@ def test_offloaded_core_attention_leaves_the_device():
     model = make_model(**MLA_DENSE)
     s, b, t, L = 256, 2, 2, 2
     kw = dict(tp=t, micro_batch_size=b, sequence_parallel=True, global_batch_size=8)
-    on, = estimate_memory(model, _plan(offload_modules="core_attn", **kw))
-    off, = estimate_memory(model, _plan(**kw))
+    on, = estimate_memory(model, _batch(offload_modules="core_attn", **kw))
+    off, = estimate_memory(model, _batch(**kw))
     _, attn = _mla_layer_bytes(s, b, t)
     assert off.activations_bytes - on.activations_bytes == pytest.approx((L - 1) * attn,
                                                                          rel=1e-9)
@@ -308,7 +313,7 @@ def test_placed_plan_reduces_expert_gradients_over_the_expert_data_parallel_grou
     model = make_model(**{k: v for k, v in MLA_MOE.items() if k != "mtp_num_layers"})
     cl = load_cluster(H100, nodes=1)
     plan = _plan(dp=8, ep=2, distributed_optimizer=True, global_batch_size=64)
-    placed = PlacedPlan(model, cl, plan)
+    placed = PlacedPlan(model, cl, PlanBatch.from_plan(plan))
     tail = placed.terms(placed.rank_gpus(*placed.default_placement()))["tail"]
     closed = iteration_time(model, cl, PlanBatch.from_plan(plan))["dp_comm"]
     assert _one(tail) == pytest.approx(_one(closed), rel=1e-9)
@@ -460,7 +465,7 @@ def test_moe_layer_activations_with_sequence_parallel():
     model = make_model(**GQA, num_experts=E, moe_router_topk=k, moe_ffn_hidden_size=fe,
                        moe_layer_freq=[0, 1, 0, 1])
     s, b, t, h, f = 512, 2, 2, 256, 512
-    st, = estimate_memory(model, _plan(tp=t, dp=2, ep=2, micro_batch_size=b,
+    st, = estimate_memory(model, _batch(tp=t, dp=2, ep=2, micro_batch_size=b,
                                        sequence_parallel=True, global_batch_size=8))
     X = s * b
     dense = _gqa_flash_layer_bytes(s, b, t)
@@ -482,7 +487,7 @@ def test_gqa_activations_under_recompute():
     s, b, t, h, a, g, d, L = 512, 2, 2, 256, 8, 2, 32, 4
     X = s * b
     kw = dict(tp=t, micro_batch_size=b, sequence_parallel=True, global_batch_size=8)
-    full, = estimate_memory(model, _plan(recompute="full", **kw))
+    full, = estimate_memory(model, _batch(recompute="full", **kw))
     layer = _gqa_flash_layer_bytes(s, b, t)
     last = 4 * X * h / t + 4 * X * v_pad(1000, t) / t
     ckpt = 2 * X * h / t
@@ -490,7 +495,7 @@ def test_gqa_activations_under_recompute():
     # L - 1 checkpoints, the checkpoint and the layer's re-materialised activations
     assert full.activations_bytes == pytest.approx(max(L * ckpt + last, L * ckpt + layer - ckpt),
                                                    rel=1e-12)
-    sel, = estimate_memory(model, _plan(recompute="selective", **kw))
+    sel, = estimate_memory(model, _batch(recompute="selective", **kw))
     M = 2 * X * d * (a + 2 * max(g, t)) / t
     q, kv = 2 * X * a * d / t, 2 * X * d * max(g, t) / t
     handed = M + q + kv                     # M, RoPE's new Q (GQA) and new K
@@ -744,7 +749,7 @@ def test_fp8_activations_keep_quantised_gemm_inputs(precision):
     s, b, t, L = 512, 2, 2, 4
     X = s * b
     h, a, g, d, f = 256, 8, 2, 32, 512
-    gqa, = estimate_memory(make_model(**GQA), _plan(tp=t, micro_batch_size=b, precision=precision,
+    gqa, = estimate_memory(make_model(**GQA), _batch(tp=t, micro_batch_size=b, precision=precision,
                                                     sequence_parallel=True))
     attn = 2 * X * d * (a + 2 * max(g, t)) / t + 4 * a * X / t
     layer = (4 + q + q) * X * h / t + attn + (q + 2) * X * h / t + (4 + q) * X * f / t
@@ -754,7 +759,7 @@ def test_fp8_activations_keep_quantised_gemm_inputs(precision):
     s, L = 256, 2
     X = s * b
     h, ql, kl, pos, f = 128, 64, 32, 8, 256
-    mla, = estimate_memory(make_model(**MLA_DENSE), _plan(tp=t, micro_batch_size=b,
+    mla, = estimate_memory(make_model(**MLA_DENSE), _batch(tp=t, micro_batch_size=b,
                                                          precision=precision,
                                                          sequence_parallel=True))
     _, attn = _mla_layer_bytes(s, b, t)
@@ -1027,7 +1032,7 @@ def test_placed_plan_terms_on_one_uniform_node(moe):
     cl = load_cluster(H100, nodes=1)
     plan = _plan(tp=2, pp=2, vp=2, dp=2, ep=2 if moe else 1, sequence_parallel=True,
                  distributed_optimizer=True, overlap_grad_reduce=True, global_batch_size=8)
-    placed = PlacedPlan(model, cl, plan)
+    placed = PlacedPlan(model, cl, PlanBatch.from_plan(plan))
     got = placed.terms(placed.rank_gpus(*placed.default_placement()))
     c = PlanBatch.from_plan(plan)
     comm = dict(comm_figures(cl, c), **expert_comm_figures(cl, c))
@@ -1092,8 +1097,8 @@ def test_linear_biases_and_the_fp8_copy_of_the_gemm_weights():
     first_other = V * h / tp + s * h                 # word + learned position embedding
     last_other = 2 * h + V * h / tp                  # final LayerNorm + output layer copy
     model = make_model(**GPT2)
-    bf16 = estimate_memory(model, _plan(tp=tp, pp=pp, dp=2))
-    fp8 = estimate_memory(model, _plan(tp=tp, pp=pp, dp=2, precision="fp8"))
+    bf16 = estimate_memory(model, _batch(tp=tp, pp=pp, dp=2))
+    fp8 = estimate_memory(model, _batch(tp=tp, pp=pp, dp=2, precision="fp8"))
     for st16, st8, other in zip(bf16, fp8, (first_other, last_other)):
         assert st16.parameters_bytes == pytest.approx(2 * (layer + other), rel=1e-12)
         assert st8.parameters_bytes == pytest.approx(2 * (layer + other) + 2 * layer,
@@ -1111,7 +1116,7 @@ def test_mtp_embedding_copy_gets_no_fp8_weight_copy():
     ne, ex = _moe_parts(1, 2)
     total = ne + h + V * h + (3 * h + 2 * h * h + ne) + V * h + 2 * ex
     gemm = total - (h + V * h + V * h)
-    last = estimate_memory(model, _plan(precision="fp8", **kw))[1]
+    last = estimate_memory(model, _batch(precision="fp8", **kw))[1]
     assert last.parameters_bytes == pytest.approx(2 * total + 2 * gemm, rel=1e-12)
 
 
@@ -1131,7 +1136,7 @@ def test_megatron_fsdp_shards_expert_weights_over_the_expert_data_parallel_group
     last_ne = ne + h + V * h + (3 * h + 2 * h * h + ne) + V * h
     last_ex = 2 * ex
     held = last_ne / 4 + last_ex / 2 + FSDP_LIVE_UNITS * unit
-    last = estimate_memory(model, _plan(tp=1, pp=2, dp=4, ep=2, distributed_optimizer=True,
+    last = estimate_memory(model, _batch(tp=1, pp=2, dp=4, ep=2, distributed_optimizer=True,
                                         megatron_fsdp=True, global_batch_size=16))[1]
     assert last.parameters_bytes == pytest.approx(2 * held, rel=1e-12)
     assert last.gradients_bytes == pytest.approx(4 * held, rel=1e-12)

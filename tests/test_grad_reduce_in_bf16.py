@@ -20,6 +20,7 @@ from memory_model.estimate import estimate_memory
 from tests.conftest import run_cli
 from tests.test_megatron_log import DENSE
 from topology.cluster_files import load_cluster
+from configurator.core.plan_batch import PlanBatch
 
 LLAMA8 = MODEL_PRESETS["llama3-8b"]
 PLAN = ParallelPlan(tp=1, pp=1, dp=16, micro_batch_size=1, global_batch_size=16,
@@ -41,7 +42,7 @@ def test_gradients_and_their_reduction_halve(precision):
     plan = dataclasses.replace(PLAN, precision=precision)
     bf16_grads = dataclasses.replace(plan, grad_reduce_in_bf16=True)
     cl = load_cluster("dgx-h100-80gb", nodes=2)
-    mem = [estimate_memory(LLAMA8, p)[0] for p in (plan, bf16_grads)]
+    mem = [estimate_memory(LLAMA8, PlanBatch.from_plan(p))[0] for p in (plan, bf16_grads)]
     ratio = 1.0 if precision == "fp16" else 0.5
     assert mem[1].gradients_bytes == pytest.approx(ratio * mem[0].gradients_bytes)
     assert mem[1].parameters_bytes == mem[0].parameters_bytes

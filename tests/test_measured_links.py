@@ -18,6 +18,7 @@ from topology.cluster_files import load_cluster
 from topology.group_figures import host_ring_figures, ring_figures
 from topology.link_table import _median_with_copies
 from topology.topofile import LinkMeasurement, Topology, apply_topology
+from configurator.core.plan_batch import PlanBatch
 
 
 def _link(src, dst, bw_GBps, src_gpu=None, dst_gpu=None, **kw):
@@ -177,7 +178,7 @@ def test_search_in_slices_and_replicas_in_slices_change_nothing(monkeypatch):
     assert [e.iteration_time_s for e in whole.plans] == [e.iteration_time_s
                                                          for e in sliced.plans]
     plan = whole.plans[0].plan
-    priced = PlacedPlan(model, sparse, plan)
+    priced = PlacedPlan(model, sparse, PlanBatch.from_plan(plan))
     rng = np.random.default_rng(11)
     placements = [(rng.permutation(8), np.array([rng.permutation(8) for _ in range(8)]))
                   for _ in range(5)]

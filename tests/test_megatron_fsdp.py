@@ -38,7 +38,7 @@ def test_weights_and_gradients_are_sharded_with_two_units_live():
     """BF16 weights (2 bytes) and FP32 main gradients (4): each parameter's share over the
     8 ranks plus two of the largest unit (Llama-3 8B: the embedding) whole; the optimizer
     state and the activations do not move."""
-    (dense,), (fsdp,) = estimate_memory(LLAMA8, PLAN), estimate_memory(LLAMA8, FSDP)
+    (dense,), (fsdp,) = (estimate_memory(LLAMA8, PlanBatch.from_plan(p)) for p in (PLAN, FSDP))
     params = dense.parameters_bytes / 2.0
     unit = max(dense_layer_parameters(LLAMA8), embedding_parameters(LLAMA8))
     assert unit == embedding_parameters(LLAMA8)
@@ -122,7 +122,7 @@ def test_closed_form_and_placed_schedule_price_the_moe_units_alike():
     closed form's data-parallel term."""
     model, cl = load_model("qwen3-30b-a3b"), load_cluster("dgx-h100-80gb", 2)
     closed = iteration_time(model, cl, PlanBatch.from_plan(MOE_FSDP))
-    priced = PlacedPlan(model, cl, MOE_FSDP)
+    priced = PlacedPlan(model, cl, PlanBatch.from_plan(MOE_FSDP))
     placed = priced.time(*priced.default_placement(), record=True)
     tail = max(t["dp_exposed_s"] for t in placed.stage_times())
     assert tail == pytest.approx(float(closed["dp_comm"][0]), rel=1e-6)

@@ -64,6 +64,7 @@ from configurator.cost.placed import PlacedPlan
 from configurator.search.space import enumerate_plans
 from topology.cluster_files import load_cluster
 from topology.topofile import LinkMeasurement, Topology, apply_topology
+from configurator.core.plan_batch import PlanBatch
 
 #: The two give the same iteration time within this fraction where nothing is approximated
 #: (one pipeline stage), and the schedule is no slower than the closed form by more on even
@@ -159,7 +160,7 @@ def gaps(model, cl, c) -> list[tuple[float, object]]:
         plan = c.plan(i)
         check_plan(model, plan, plan.world_size)
         assert plan.world_size == world
-        priced = PlacedPlan(model, cl, plan)
+        priced = PlacedPlan(model, cl, PlanBatch.from_plan(plan))
         sim = priced.time(*priced.default_placement()).iteration_time_s
         out.append((sim / float(closed[i]) - 1, plan))
     return out

@@ -17,6 +17,7 @@ from tests.support.placement_cases import (AGREEMENT_MODELS, assert_links_agree,
 from topology.cluster_files import load_cluster
 from topology.group_figures import ring_figures
 from topology.rank_order import MappedPlacement
+from configurator.core.plan_batch import PlanBatch
 
 TINY = make_model(name="tiny", num_layers=28, hidden_size=1024, num_attention_heads=8,
                   num_query_groups=8, ffn_hidden_size=4096, vocab_size=32000, seq_length=1024)
@@ -27,6 +28,11 @@ def _plan(world, **kw):
                 recompute="none", precision="bf16", attention_backend="auto")
     base.update(kw)
     return plan_for_world(base, world)
+
+
+def _batch(world, **kw):
+    """:func:`_plan` as a batch of one (the single-plan form the models take)."""
+    return PlanBatch.from_plan(_plan(world, **kw))
 
 
 # -- link table ----------------------------------------------------------------------------
@@ -87,7 +93,7 @@ def test_placed_time_sees_a_slow_pipeline_link():
     no group uses does not."""
     cl = measured_cluster(4, 2, seed=5, slow_links=0.0, slow_hosts=0)
     plan = _plan(8, pp=4)          # dp 2: stage s on host s (ranks 2s, 2s+1)
-    priced = PlacedPlan(TINY, cl, plan)
+    priced = PlacedPlan(TINY, cl, PlanBatch.from_plan(plan))
     base = priced.time(*priced.default_placement()).iteration_time_s
     g = cl.graph
     # the last stage (with the loss) paces the pipeline: a middle boundary's sends have
@@ -95,7 +101,7 @@ def test_placed_time_sees_a_slow_pipeline_link():
     for a, b in ((cl.hosts[1], cl.hosts[2]), (cl.hosts[2], cl.hosts[1])):
         g.edges[a, b]["bandwidth_Bps"] /= 100
     cl.invalidate()
-    priced = PlacedPlan(TINY, cl, plan)
+    priced = PlacedPlan(TINY, cl, PlanBatch.from_plan(plan))
     slow = priced.time(*priced.default_placement()).iteration_time_s
     assert slow > base * 1.1
     # hosts 0 and 2 exchange nothing under this plan (not neighbours, dp inside hosts;
@@ -104,14 +110,14 @@ def test_placed_time_sees_a_slow_pipeline_link():
     for a, b in ((cl2.hosts[0], cl2.hosts[2]), (cl2.hosts[2], cl2.hosts[0])):
         cl2.graph.edges[a, b]["bandwidth_Bps"] /= 20
     cl2.invalidate()
-    p2 = PlacedPlan(TINY, cl2, plan)
+    p2 = PlacedPlan(TINY, cl2, PlanBatch.from_plan(plan))
     assert p2.time(*p2.default_placement()).iteration_time_s == pytest.approx(base)
 
 
 def test_record_gives_critical_path_of_slowest_replica():
     cl = measured_cluster(4, 2, seed=6, slow_links=0.3)
     plan = _plan(8, pp=2, global_batch_size=16)
-    priced = PlacedPlan(TINY, cl, plan)
+    priced = PlacedPlan(TINY, cl, PlanBatch.from_plan(plan))
     t = priced.time(*priced.default_placement(), record=True)
     assert t.sim.critical_path and t.sim.critical_path[0]
     assert t.iteration_time_s == pytest.approx(float(t.sim.iteration_time_s[0]) + t.optimizer_s)
@@ -147,7 +153,7 @@ def test_local_search_reaches_exhaustive_optimum_on_small_heterogeneous_cases():
     for k in range(6):
         cl = measured_cluster(5, 2, seed=10 + k, slow_links=0.2, gpu_spread=0.15)
         plan = _plan(8, pp=(4, 2)[k % 2], global_batch_size=16)
-        priced = PlacedPlan(TINY, cl, plan)
+        priced = PlacedPlan(TINY, cl, PlanBatch.from_plan(plan))
         ex = search_placement(priced.objective, num_hosts=5, num_nodes=4, gpus_per_node=2)
         ls = search_placement(priced.objective, num_hosts=5, num_nodes=4, gpus_per_node=2,
                               exhaustive_limit=0, max_evaluations=300, time_budget_s=60,
@@ -240,7 +246,7 @@ def test_batched_pricing_gives_the_same_floats_as_one_at_a_time():
     rng = np.random.default_rng(5)
     for fields in (dict(pp=4, global_batch_size=16), dict(pp=2, vp=2, global_batch_size=16),
                    dict(tp=2, pp=2, global_batch_size=8)):
-        priced = PlacedPlan(TINY, cl, _plan(8, **fields))
+        priced = PlacedPlan(TINY, cl, _batch(8, **fields))
         draws = [(rng.permutation(5)[:4], np.array([rng.permutation(2) for _ in range(4)]))
                  for _ in range(12)]
         one = [priced.time(nh, go).iteration_time_s for nh, go in draws]
@@ -252,7 +258,7 @@ def test_batched_search_takes_the_same_path_as_one_at_a_time():
     """With objective_many, each neighbourhood is priced in growing batches but the first
     improving move in the same seeded order is taken: same placement, same value."""
     cl = measured_cluster(8, 2, seed=23, slow_links=0.3, slow_hosts=1, gpu_spread=0.1)
-    priced = PlacedPlan(TINY, cl, _plan(14, pp=7, global_batch_size=28))
+    priced = PlacedPlan(TINY, cl, _batch(14, pp=7, global_batch_size=28))
     kw = dict(num_hosts=8, num_nodes=7, gpus_per_node=2, exhaustive_limit=0,
               max_evaluations=100_000, time_budget_s=600, seed=4, patience=5)
     one = search_placement(priced.objective, **kw)
@@ -269,7 +275,7 @@ def test_pricing_ahead_changes_the_calls_not_the_search(monkeypatch):
     import configurator.search.placement_search as ps
 
     cl = measured_cluster(8, 2, seed=23, slow_links=0.3, slow_hosts=1, gpu_spread=0.1)
-    priced = PlacedPlan(TINY, cl, _plan(14, pp=7, global_batch_size=28))
+    priced = PlacedPlan(TINY, cl, _batch(14, pp=7, global_batch_size=28))
     kw = dict(num_hosts=8, num_nodes=7, gpus_per_node=2, exhaustive_limit=0,
               max_evaluations=100_000, time_budget_s=600, seed=4, patience=5)
     runs = {}
@@ -325,8 +331,8 @@ def test_stage_times_add_up_to_the_iteration():
     the stage's chunks) and the last stage, carrying the logits and loss, idles least."""
     cl = measured_cluster(4, 2, seed=8, slow_links=0.2)
     plan = _plan(8, pp=4, global_batch_size=16)
-    t = PlacedPlan(TINY, cl, plan).time(np.arange(4), np.tile(np.arange(2), (4, 1)),
-                                        record=True)
+    t = PlacedPlan(TINY, cl, PlanBatch.from_plan(plan)).time(
+        np.arange(4), np.tile(np.arange(2), (4, 1)), record=True)
     rows = t.stage_times()
     assert [r["stage"] for r in rows] == [0, 1, 2, 3]
     for r in rows:
@@ -356,8 +362,8 @@ def test_uniform_cluster_shortcut_equals_walking_every_group(gpn, fields):
                        hosts=[f"h{i}" for i in range(world // gpn)], **base.spec)
     assert cl.is_uniform
     plan = _plan(world, **fields)
-    fast = PlacedPlan(TINY, cl, plan)
-    slow = PlacedPlan(TINY, cl, plan)
+    fast = PlacedPlan(TINY, cl, PlanBatch.from_plan(plan))
+    slow = PlacedPlan(TINY, cl, PlanBatch.from_plan(plan))
     slow.uniform = False
     N = world // gpn
     rng = np.random.default_rng(0)

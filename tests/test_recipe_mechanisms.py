@@ -36,7 +36,7 @@ def cluster(name="dgx-h100-80gb", nodes=2):
 
 
 def peak(model, plan, gpu="h100-80gb"):
-    return max(m.total_bytes for m in estimate_memory(model, plan))
+    return max(m.total_bytes for m in estimate_memory(model, PlanBatch.from_plan(plan)))
 
 
 #: Qwen3-30B-A3B on 16 H100, ep 16 (Megatron-Bridge's A/B of the all-to-all overlap).
@@ -135,7 +135,8 @@ def test_overlap_keeps_one_more_microbatch_and_drops_the_moe_module():
                         global_batch_size=64, distributed_optimizer=True,
                         recompute="selective", recompute_modules="moe")
     with_overlap = dataclasses.replace(plan, overlap_moe_expert_parallel_comm=True)
-    act = [estimate_memory(QWEN30, p)[0].activations_bytes for p in (plan, with_overlap)]
+    act = [estimate_memory(QWEN30, PlanBatch.from_plan(p))[0].activations_bytes
+           for p in (plan, with_overlap)]
     assert act[1] > act[0]
 
 
@@ -209,7 +210,7 @@ def test_bf16_optimizer_state_fits_what_fp32_state_does_not():
                         recompute="selective", recompute_modules="mlp,mla_up_proj")
     pao = dataclasses.replace(plan, use_precision_aware_optimizer=True, main_grads_dtype="bf16",
                               exp_avg_dtype="bf16", exp_avg_sq_dtype="bf16")
-    plain, small = (estimate_memory(DSV3, p) for p in (plan, pao))
+    plain, small = (estimate_memory(DSV3, PlanBatch.from_plan(p)) for p in (plan, pao))
     assert max(m.optimizer_bytes for m in small) < 0.6 * max(m.optimizer_bytes for m in plain)
     assert max(m.gradients_bytes for m in small) == pytest.approx(
         0.5 * max(m.gradients_bytes for m in plain))

@@ -118,7 +118,7 @@ def test_plan_documents_round_trip_and_older_ones_default():
 
 
 def _act(model, plan, stage=1):
-    return estimate_memory(model, plan)[stage].activations_bytes
+    return estimate_memory(model, PlanBatch.from_plan(plan))[stage].activations_bytes
 
 
 def test_moe_act_and_layernorm_drop_what_megatron_core_discards():

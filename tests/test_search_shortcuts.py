@@ -130,7 +130,7 @@ def test_memory_of_a_plan_is_its_candidates_row():
     cand = enumerate_plans(model, 16, 64)
     for i in (0, len(cand) // 2, len(cand) - 1):
         plan = cand.plan(i)
-        stages = estimate_memory(model, plan)
+        stages = estimate_memory(model, PlanBatch.from_plan(plan))
         one = peak_memory(model, PlanBatch.from_plan(plan))
         assert max(s.total_bytes for s in stages) == pytest.approx(float(one[0]), rel=1e-12)
     x = LayerInputs.of_plans(model, cand.take(np.arange(3)))

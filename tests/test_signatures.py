@@ -38,3 +38,26 @@ def test_the_count_sees_every_kind_of_parameter():
            "class K:\n    def m(self, a, b, c, d, e, f, g, h, i): pass\n")
     assert [n for _, _, n in long_signatures(src)] == [9]
     assert parameter_count(ast.parse(src).body[0]) == 6
+
+
+#: The one module of the models that builds plans of its own: published runs typed as the
+#: plans their sources used (records, not an input form).
+PLAN_RECORDS = {"configurator/cost/groundtruth.py"}
+
+
+def plan_type_imports(source: str) -> list[int]:
+    """Lines that import the single-plan types (``ParallelPlan``, ``PlanLayout``)."""
+    return [node.lineno for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.ImportFrom)
+            and any(a.name in ("ParallelPlan", "PlanLayout") for a in node.names)]
+
+
+def test_the_models_take_plans_only_as_a_plan_batch():
+    """A single plan reaches the memory and cost models as a batch of one
+    (``PlanBatch.from_plan``): no module of theirs imports the single-plan types."""
+    found = [f"{path.relative_to(ROOT)}:{line}"
+             for pkg in PACKAGES for path in sorted((ROOT / pkg).rglob("*.py"))
+             if str(path.relative_to(ROOT)) not in PLAN_RECORDS
+             for line in plan_type_imports(path.read_text(encoding="utf-8"))]
+    assert not found, found
+    assert plan_type_imports("from configurator.core.plan import ParallelPlan\n") == [1]

@@ -18,6 +18,7 @@ from configurator.cost.training_time import (DAY_S, TrainingInputs, closed_form_
                                              parse_tokens, young_interval_s)
 from configurator.core.errors import InputError
 from topology.gpus import GPU_PRESETS
+from configurator.core.plan_batch import PlanBatch
 
 H100 = GPU_PRESETS["h100-80gb"]
 
@@ -104,9 +105,14 @@ def _plan():
                           8 * 9 * 32)
 
 
+def _batch():
+    """:func:`_plan` as a batch of one (the single-plan form the models take)."""
+    return PlanBatch.from_plan(_plan())
+
+
 def test_zero_failure_rate_leaves_only_the_save_stalls():
     model = load_model("llama3.1-405b")
-    t = estimate_training(model, _plan(), iteration_time_s=20.0, global_batch_size=2048,
+    t = estimate_training(model, _batch(), iteration_time_s=20.0, global_batch_size=2048,
                           gpus_per_node=8, gpu=H100,
                           inputs=TrainingInputs(train_tokens=1e12,
                                                 failure_rate_per_node_day=0.0))
@@ -120,7 +126,7 @@ def test_zero_failure_rate_leaves_only_the_save_stalls():
 def test_infinite_storage_bandwidth_gives_no_stall():
     model = load_model("llama3.1-405b")
     inf = math.inf
-    t = estimate_training(model, _plan(), iteration_time_s=20.0, global_batch_size=2048,
+    t = estimate_training(model, _batch(), iteration_time_s=20.0, global_batch_size=2048,
                           gpus_per_node=8, gpu=H100,
                           inputs=TrainingInputs(train_tokens=1e12, node_write_Bps=inf,
                                                 aggregate_write_Bps=inf, node_read_Bps=inf,
@@ -133,8 +139,8 @@ def test_async_save_stalls_for_the_host_copy_and_persists_within_the_interval():
     model = load_model("llama3.1-405b")
     base = TrainingInputs(train_tokens=1e12)
     kw = dict(iteration_time_s=20.0, global_batch_size=2048, gpus_per_node=8, gpu=H100)
-    sync = estimate_training(model, _plan(), inputs=base, **kw)
-    asy = estimate_training(model, _plan(), inputs=dataclasses.replace(base, async_save=True),
+    sync = estimate_training(model, _batch(), inputs=base, **kw)
+    asy = estimate_training(model, _batch(), inputs=dataclasses.replace(base, async_save=True),
                             **kw)
     assert asy.save_stall_s == pytest.approx(sync.checkpoint_rank_bytes / H100.host_link_Bps)
     assert asy.persist_s == pytest.approx(sync.save_stall_s)
@@ -144,10 +150,9 @@ def test_async_save_stalls_for_the_host_copy_and_persists_within_the_interval():
 
 def test_checkpoint_shards_add_up_and_shrink_with_dp():
     model = load_model("llama3.1-405b")
-    a = checkpoint_bytes(model, plan_for_world(dict(tp=8, pp=9, micro_batch_size=1,
-                                                    global_batch_size=2048), 8 * 9 * 16), 8)
-    b = checkpoint_bytes(model, plan_for_world(dict(tp=8, pp=9, micro_batch_size=1,
-                                                    global_batch_size=2048), 8 * 9 * 32), 8)
+    a, b = (checkpoint_bytes(model, PlanBatch.from_plan(plan_for_world(
+        dict(tp=8, pp=9, micro_batch_size=1, global_batch_size=2048), 8 * 9 * dp)), 8)
+        for dp in (16, 32))
     assert a.total_bytes == pytest.approx(b.total_bytes)
     assert b.rank_bytes == pytest.approx(a.rank_bytes / 2)
     # each rank writes at most the largest shard: the sum is within the largest x ranks
@@ -157,7 +162,7 @@ def test_checkpoint_shards_add_up_and_shrink_with_dp():
 def test_costs_follow_the_price_and_energy_the_power():
     model = load_model("llama3.1-405b")
     kw = dict(iteration_time_s=20.0, global_batch_size=2048, gpus_per_node=8, gpu=H100)
-    t = estimate_training(model, _plan(), inputs=TrainingInputs(train_tokens=1e12,
+    t = estimate_training(model, _batch(), inputs=TrainingInputs(train_tokens=1e12,
                                                                 gpu_hour_price=2.0), **kw)
     assert t.cost == pytest.approx(2.0 * t.gpu_hours)
     assert t.gpu_hours == pytest.approx(_plan().world_size * t.wall_time_s / 3600)
@@ -165,7 +170,7 @@ def test_costs_follow_the_price_and_energy_the_power():
     # DGX H100: 10.2 kW a node at most, PUE 1.2
     assert t.power_W == pytest.approx(nodes * 10200.0 * 1.2)
     assert t.energy_MWh == pytest.approx(t.power_W * t.wall_time_s / 3.6e9)
-    none = estimate_training(model, _plan(), inputs=TrainingInputs(train_tokens=1e12), **kw)
+    none = estimate_training(model, _batch(), inputs=TrainingInputs(train_tokens=1e12), **kw)
     assert none.cost is None
 
 

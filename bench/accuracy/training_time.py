@@ -21,6 +21,7 @@ from configurator.cost.training_time import (DAY_S, TrainingInputs, checkpoint_b
                                              ettr_closed_form, ettr_exact, ettr_monte_carlo,
                                              young_interval_s)
 from topology.gpus import GPU_PRESETS
+from configurator.core.plan_batch import PlanBatch
 
 #: Kokolis et al.'s example: a 16,384-GPU job (2,048 nodes of 8 A100) on RSC-1, 6.50
 #: failures per 1,000 node-days (stated); restart overhead 5 min and a negligible save
@@ -82,14 +83,14 @@ def llama3_estimate():
                             node_write_Bps=c["aggregate_Bps"] / c["nodes"],
                             aggregate_read_Bps=c["aggregate_Bps"],
                             node_read_Bps=c["aggregate_Bps"] / c["nodes"])
-    return estimate_training(model, plan, iteration_time_s=c["iteration_s"],
+    return estimate_training(model, PlanBatch.from_plan(plan), iteration_time_s=c["iteration_s"],
                              global_batch_size=2048, gpus_per_node=8,
                              gpu=GPU_PRESETS["h100-80gb"], inputs=inputs)
 
 
 def bloom_size() -> float:
     plan = plan_for_world(dict(tp=4, pp=14, micro_batch_size=2, global_batch_size=2048), 448)
-    return checkpoint_bytes(bloom_model(), plan, 8).total_bytes
+    return checkpoint_bytes(bloom_model(), PlanBatch.from_plan(plan), 8).total_bytes
 
 
 def main(argv=None) -> int:

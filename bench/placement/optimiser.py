@@ -34,6 +34,7 @@ from configurator.search.placement_search import place_plan, search_placement
 from configurator.search.rank import search
 from tests.support.placement_cases import measured_cluster
 from topology.cluster_files import load_cluster
+from configurator.core.plan_batch import PlanBatch
 
 
 def small_model():
@@ -53,7 +54,7 @@ def enumerable(n_cases: int):
     for k in range(n_cases):
         cl = measured_cluster(5, 2, seed=k, slow_links=0.2, slow_hosts=1, gpu_spread=0.15)
         p = placement_plan(layouts[k % len(layouts)], 8)
-        priced = PlacedPlan(model, cl, p)
+        priced = PlacedPlan(model, cl, PlanBatch.from_plan(p))
         t0 = time.perf_counter()
         ex = search_placement(priced.objective, num_hosts=5, num_nodes=4, gpus_per_node=2,
                               time_budget_s=600, objective_many=priced.times)
@@ -88,8 +89,8 @@ def pipette_anneal(priced: PlacedPlan, num_hosts: int, *, iterations: int, seed:
     rng = np.random.default_rng(seed)
     N, G = priced.num_nodes, priced.cluster.gpus_per_node
     ident = np.tile(np.arange(G), (N, 1))
-    m = priced.plan.num_microbatches
-    L = priced.model.num_layers / priced.plan.pp
+    m = priced.num_microbatches
+    L = priced.model.num_layers / priced.pp
 
     def comm_cost(perm):
         t = priced.terms(priced.rank_gpus(perm[:N], ident))
@@ -127,7 +128,7 @@ def versus_pipette(quick: bool):
             cl = measured_cluster(hosts, 8, seed=100 + seed, slow_links=0.1, slow_hosts=1)
             model = load_model(name)
             p = placement_plan(fields, n * 8)
-            priced = PlacedPlan(model, cl, p)
+            priced = PlacedPlan(model, cl, PlanBatch.from_plan(p))
             ident = np.tile(np.arange(8), (n, 1))
             default = priced.objective(np.arange(n), ident)
             sa_hosts, sa_wall = pipette_anneal(priced, hosts, iterations=2000 if quick

@@ -18,6 +18,7 @@ from configurator.core.model_presets import load_model
 from configurator.cost.placed import PlacedPlan
 from configurator.cost.schedule_sim import clear_cache, schedule_order, simulate
 from tests.support.placement_cases import measured_cluster
+from configurator.core.plan_batch import PlanBatch
 
 
 def best_of(fn, n: int, repeats: int) -> float:
@@ -49,7 +50,7 @@ def main(argv=None) -> None:
     for name, fields in (("gpt3-175b", dict(tp=8, pp=8, global_batch_size=1536)),
                          ("llama3-70b", dict(tp=8, pp=4, vp=2, global_batch_size=1024))):
         plan = placement_plan(dict(fields, recompute="full"), 1024)
-        priced = PlacedPlan(load_model(name), cl, plan)
+        priced = PlacedPlan(load_model(name), cl, PlanBatch.from_plan(plan))
         nh, go = priced.default_placement()
         t = best_of(lambda: priced.objective(nh, go), 10, repeats)
         print(f"| placed {name} tp{plan.tp} pp{plan.pp} vp{plan.vp} dp{plan.dp}, 128 measured "

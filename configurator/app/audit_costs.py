@@ -19,6 +19,7 @@ import numpy as np
 
 from configurator.core.errors import InputError
 from configurator.core.plan_values import mfu_peak_precision
+from configurator.core.plan_batch import PlanBatch
 
 if TYPE_CHECKING:
     from configurator.app.plan_jobs import SearchRequest
@@ -119,7 +120,7 @@ def price_in_days(costs: list[FindingCost], model, cluster, plan, inputs) -> lis
     from configurator.cost.training_time import estimate_training
 
     def train(p, t):
-        return estimate_training(model, p, iteration_time_s=t,
+        return estimate_training(model, PlanBatch.from_plan(p), iteration_time_s=t,
                                  global_batch_size=p.global_batch_size,
                                  gpus_per_node=cluster.gpus_per_node, gpu=cluster.gpu,
                                  inputs=inputs)
@@ -196,11 +197,11 @@ def price_findings(model, base, topo, report, evaluation, *, pool: list[int],
     index = {h: i for i, h in enumerate(measured.hosts)}
     nh = np.array([index[h] for h in pl.hosts], dtype=np.int64)
     go = np.array(pl.gpu_order, dtype=np.int64)
-    t0 = float(PlacedPlan(model, measured, plan).times([(nh, go)])[0])
+    t0 = float(PlacedPlan(model, measured, PlanBatch.from_plan(plan)).times([(nh, go)])[0])
     used = used_host_pairs(plan, nh, measured.gpus_per_node)
 
     def placed_time(cluster, hosts_pool, search: bool = True):
-        fixed = (float(PlacedPlan(model, cluster, plan).times([(nh, go)])[0])
+        fixed = (float(PlacedPlan(model, cluster, PlanBatch.from_plan(plan)).times([(nh, go)])[0])
                  if set(nh.tolist()) <= set(hosts_pool) else math.inf)
         if not search:
             return fixed

@@ -16,6 +16,7 @@ from configurator.cost.training_time import (OBJECTIVES, TrainingInputs, check_v
                                              merged_inputs,
                                              objective_key, parse_tokens, training_settings)
 from configurator.core.units import GB
+from configurator.core.plan_batch import PlanBatch
 
 #: Command-line options of the time to train → (TrainingInputs field, limits key, factor to SI).
 OPTION_FIELDS = {
@@ -88,7 +89,7 @@ def training_inputs(req: TrainingRequest | None, cluster_ref: str) -> TrainingIn
 def price_evaluation(model, cluster, e, inputs: TrainingInputs, global_batch_size: int):
     """``e`` (an :class:`~configurator.search.evaluate.Evaluation`) with its ``training``
     figures."""
-    t = estimate_training(model, e.plan, iteration_time_s=e.iteration_time_s,
+    t = estimate_training(model, PlanBatch.from_plan(e.plan), iteration_time_s=e.iteration_time_s,
                           global_batch_size=global_batch_size,
                           gpus_per_node=cluster.gpus_per_node, gpu=cluster.gpu, inputs=inputs)
     return dataclasses.replace(e, training=t)

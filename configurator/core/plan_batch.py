@@ -131,6 +131,28 @@ class PlanBatch:
         (:func:`configurator.core.plan_terms.capacity_share`)."""
         return capacity_share(self)
 
+    @property
+    def world_size(self) -> np.ndarray:
+        """GPUs of each plan, ``tp·pp·dp·cp`` (Megatron's world size)."""
+        return self.tp * self.pp * self.dp * self.cp
+
+    #: The fields of :meth:`layer_split`, in order.
+    LAYER_SPLIT_FIELDS = ("pp", "vp", "decoder_first_pipeline_num_layers",
+                          "decoder_last_pipeline_num_layers",
+                          "account_for_embedding_in_pipeline_split",
+                          "account_for_loss_in_pipeline_split", "pipeline_model_parallel_layout")
+
+    def layer_split(self, i: int = 0) -> tuple:
+        """Plan ``i``'s ``(pp, vp, first, last, account_embedding, account_loss, layout)``:
+        the arguments of :func:`configurator.core.layers.rank_layer_counts` (the layout as
+        its text)."""
+        out = []
+        for name in self.LAYER_SPLIT_FIELDS:
+            f = PLAN_FIELD[name]
+            out.append(field_value(f, self.columns[name][i]) if f.per_candidate
+                       else self.shared[name])
+        return tuple(out)
+
     def __len__(self) -> int:
         return len(self.columns["tp"])
 

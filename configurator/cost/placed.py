@@ -44,7 +44,6 @@ import numpy as np
 
 from configurator.core.plan_batch import PlanBatch
 from configurator.core.model import ModelSpec
-from configurator.core.plan import ParallelPlan
 from configurator.cost.compute import layer_costs
 from configurator.core.layers import chunk_layer_counts, rank_layer_counts
 from configurator.core.rows import distinct_rows
@@ -118,46 +117,54 @@ class PlacedTime:
 
 
 class PlacedPlan:
-    """Prices ``plan`` for ``model`` on ``cluster`` under any placement.
+    """Prices one plan (``plans``, a :class:`PlanBatch` of one) for ``model`` on ``cluster``
+    under any placement.
 
     Everything that does not depend on where ranks sit (layer compute, extras, message
     sizes, rank grid) is computed once here; :meth:`time` then only looks up the links of
     the given placement (:meth:`topology.cluster.Cluster.link_table`) and simulates.
     ``profile``: measured layer times (:class:`configurator.core.profile.LayerProfile`) in
-    place of the analytic layer compute, or None. Raises ValueError if the plan needs more
-    GPUs than ``cluster`` has.
+    place of the analytic layer compute, or None. Raises ValueError if ``plans`` is not one
+    plan or the plan needs more GPUs than ``cluster`` has.
     """
 
-    def __init__(self, model: ModelSpec, cluster, plan: ParallelPlan, profile=None):
-        self.model, self.cluster, self.plan = model, cluster, plan
+    def __init__(self, model: ModelSpec, cluster, plans: PlanBatch, profile=None):
+        if len(plans) != 1:
+            raise ValueError(f"PlacedPlan prices one plan, not a batch of {len(plans)}")
+        self.model, self.cluster, self.c = model, cluster, plans
         G = cluster.gpus_per_node
-        world = plan.world_size
+        self.pp, self.dp, self.cp, self.tp, self.vp = (
+            int(getattr(plans, k)[0]) for k in ("pp", "dp", "cp", "tp", "vp"))
+        self.world_size = int(plans.world_size[0])
+        self.num_microbatches = int(plans.num_microbatches[0])
+        world = self.world_size
         if world % G or world > cluster.num_gpus:
             raise ValueError(f"plan of {world} GPUs does not fill whole hosts of {G} GPUs "
                              f"among the cluster's {cluster.num_gpus}")
         self.num_nodes = world // G
         self.table = cluster.link_table()
-        c = PlanBatch.from_plan(plan)
-        self.c = c
+        c = plans
         self.lc = layer_costs(model, c, cluster.gpu, profile)
-        pp, dp, cp, tp = plan.pp, plan.dp, plan.cp, plan.tp
+        pp, dp, cp, tp = self.pp, self.dp, self.cp, self.tp
+        ep, etp = int(c.ep[0]), int(c.etp[0])
         # global rank grid [pp, dp, cp, tp] (rank = t + tp·(c + cp·(d + dp·s)))
         self.ranks = np.arange(world, dtype=np.int64).reshape(pp, dp, cp, tp)
         # decoder and MoE layers of each virtual stage: [pp, vp] (chunk j of rank r is
         # virtual stage j·pp + r)
-        chunks = chunk_layer_counts(model, *plan.layer_split).astype(float)
+        split = c.layer_split(0)
+        chunks = chunk_layer_counts(model, *split).astype(float)
         self.chunk_layers, self.chunk_moe = chunks[:, :, 0], chunks[:, :, 1]
         # each rank's dense and MoE layers, [pp]
         self.stage_moe = self.chunk_moe.sum(axis=1)
         self.stage_dense = self.chunk_layers.sum(axis=1) - self.stage_moe
-        counts = rank_layer_counts(model, *plan.layer_split)
+        counts = rank_layer_counts(model, *split)
         ne, ex = stage_parameter_split(model, tp, pp, np.arange(pp), layers=counts[:, 0],
-                                       moe_layers=counts[:, 1], ep=plan.ep, etp=plan.etp)
+                                       moe_layers=counts[:, 1], ep=ep, etp=etp)
         self.stage_params = np.broadcast_to(np.asarray(ne, dtype=float), (pp,)).copy()
         self.stage_expert_params = np.broadcast_to(np.asarray(ex, dtype=float), (pp,)).copy()
         # the optimizer step of the slowest stage: the same under every placement
         tensors = stage_parameter_tensors(model, pp, np.arange(pp), layers=counts[:, 0],
-                                          moe_layers=counts[:, 1], ep=plan.ep)
+                                          moe_layers=counts[:, 1], ep=ep)
         self.opt_s = float(np.max(optimizer_s(c, cluster.gpu, self.stage_params,
                                               self.stage_expert_params, tensors)))
         self.expert_comm = expert_comm_figures(cluster, c)
@@ -204,8 +211,8 @@ class PlacedPlan:
         return self._terms_batch(gpus)
 
     def _terms_batch(self, gpus: np.ndarray) -> dict:
-        plan, c, lc, model = self.plan, self.c, self.lc, self.model
-        pp, dp, cp, tp, vp = plan.pp, plan.dp, plan.cp, plan.tp, plan.vp
+        c, lc, model = self.c, self.lc, self.model
+        pp, dp, cp, tp, vp = self.pp, self.dp, self.cp, self.tp, self.vp
         K = gpus.shape[0]
         G = self.cluster.gpus_per_node
         table_links = self.table.links
@@ -337,7 +344,7 @@ class PlacedPlan:
             gpus = np.stack([self.rank_gpus(nh, go) for nh, go in placements])
         t = self.terms_many(gpus)
         pp = t["p2p_f"].shape[2]
-        if self.plan.vp == 1 and pp > 1:
+        if self.vp == 1 and pp > 1:
             # 1F1B: Megatron batches each send with the next receive and waits for both
             # (overlap_p2p_comm is forced off without interleaving, megatron/training/
             # arguments.py): the sending rank is busy for the send
@@ -359,7 +366,7 @@ class PlacedPlan:
         """Simulated makespan (before the optimizer step) of every row of
         :meth:`_replica_rows` output (flattened to ``[rows, columns]``), each distinct row
         simulated once, all in one call."""
-        pp, vp = self.plan.pp, self.plan.vp
+        pp, vp = self.pp, self.vp
         n = pp * vp
         uniq, inv = distinct_rows(rows)
         keys = [r.tobytes() for r in uniq]
@@ -371,7 +378,7 @@ class PlacedPlan:
             u = uniq[new]
             sim = simulate(u[:, :n].reshape(-1, pp, vp), u[:, n:2 * n].reshape(-1, pp, vp),
                            u[:, 2 * n:2 * n + pp], u[:, 2 * n + pp:2 * n + 2 * pp],
-                           self.plan.num_microbatches, tail_s=u[:, 2 * n + 2 * pp:])
+                           self.num_microbatches, tail_s=u[:, 2 * n + 2 * pp:])
             memo.update(zip((keys[i] for i in new), sim.iteration_time_s.tolist()))
         return np.array([memo[k] for k in keys])[inv]
 
@@ -386,7 +393,7 @@ class PlacedPlan:
         placements = list(placements)
         if not placements:
             return np.zeros(0)
-        step = max(1, BATCH_GPUS // self.plan.world_size)
+        step = max(1, BATCH_GPUS // self.world_size)
         slices = []                 # per slice: its distinct replica rows, their inverse, K
         for start in range(0, len(placements), step):
             rows = self._replica_rows(self._scheduled_terms(placements[start:start + step]))
@@ -413,7 +420,7 @@ class PlacedPlan:
                            stage_fwd_s=t["fwd"], stage_bwd_s=t["bwd"], p2p_fwd_s=t["p2p_f"],
                            p2p_bwd_s=t["p2p_b"], dp_tail_s=t["tail"], optimizer_s=t["opt"],
                            critical_replica=worst, sim=None,
-                           num_microbatches=self.plan.num_microbatches)
+                           num_microbatches=self.num_microbatches)
         return dataclasses.replace(timed, sim=timed.recorded()) if record else timed
 
     def default_placement(self) -> tuple[np.ndarray, np.ndarray]:

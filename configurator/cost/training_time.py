@@ -68,8 +68,8 @@ import numpy as np
 from configurator.core import validate as v
 from configurator.core.errors import InputError
 from configurator.core.layers import rank_layer_counts
-from configurator.core.plan_terms import optimizer_state_bytes
 from configurator.core.units import GB
+from configurator.cost.iteration import expert_data_parallel_size
 from memory_model.params import stage_parameter_split
 
 #: Seconds per day and per hour (unit conversions).
@@ -276,25 +276,29 @@ class CheckpointSize:
     node_bytes: float
 
 
-def checkpoint_bytes(model, plan, gpus_per_node: int) -> CheckpointSize:
-    """Checkpoint of ``plan`` in Megatron's ``torch_dist`` format (module docstring): per
-    parameter the saved weight (:data:`SAVED_WEIGHT_BYTES`) and the optimizer state
-    (:func:`optimizer_state_bytes`), each model-parallel rank's state spread over its
-    ``dp·cp`` replicas (experts' over the expert-data-parallel group)."""
-    per_param = SAVED_WEIGHT_BYTES + optimizer_state_bytes(plan)
-    counts = rank_layer_counts(model, *plan.layer_split)
-    stages = np.arange(plan.pp)
-    ne, ex = stage_parameter_split(model, plan.tp, plan.pp, stages, layers=counts[:, 0],
-                                   moe_layers=counts[:, 1], ep=plan.ep, etp=plan.etp)
+def checkpoint_bytes(model, plans, gpus_per_node: int) -> CheckpointSize:
+    """Checkpoint of one plan (``plans``, a :class:`~configurator.core.plan_batch.PlanBatch`
+    of one) in Megatron's ``torch_dist`` format (module docstring): per parameter the saved
+    weight (:data:`SAVED_WEIGHT_BYTES`) and the optimizer state
+    (:attr:`~configurator.core.plan_batch.PlanBatch.optimizer_bytes_per_parameter`), each
+    model-parallel rank's state spread over its ``dp·cp`` replicas (experts' over the
+    expert-data-parallel group)."""
+    per_param = SAVED_WEIGHT_BYTES + plans.optimizer_bytes_per_parameter
+    tp, pp, dp, cp, ep, etp = (int(getattr(plans, k).item())
+                               for k in ("tp", "pp", "dp", "cp", "ep", "etp"))
+    counts = rank_layer_counts(model, *plans.layer_split(0))
+    stages = np.arange(pp)
+    ne, ex = stage_parameter_split(model, tp, pp, stages, layers=counts[:, 0],
+                                   moe_layers=counts[:, 1], ep=ep, etp=etp)
     ne = np.broadcast_to(np.asarray(ne, float), stages.shape)
     ex = np.broadcast_to(np.asarray(ex, float), stages.shape)
-    replicas = plan.dp * plan.cp
-    expert_replicas = max(1, plan.tp * plan.cp * plan.dp // (plan.ep * plan.etp))
+    replicas = dp * cp
+    expert_replicas = float(expert_data_parallel_size(plans)[0])
     rank = (ne / replicas + ex / expert_replicas) * per_param
-    total = float(np.sum(ne * plan.tp + ex * plan.ep * plan.etp)) * per_param
+    total = float(np.sum(ne * tp + ex * ep * etp)) * per_param
     largest = float(rank.max())
     return CheckpointSize(total_bytes=total, rank_bytes=largest,
-                          node_bytes=largest * min(gpus_per_node, plan.world_size))
+                          node_bytes=largest * min(gpus_per_node, tp * pp * dp * cp))
 
 
 def transfer_s(node_bytes: float, total_bytes: float, node_Bps: float,
@@ -384,18 +388,20 @@ def best_interval(rate_per_s: float, restart_s: float, save_s: float, iteration_
     return max(range(a, b + 1), key=f)
 
 
-def estimate_training(model, plan, *, iteration_time_s: float, global_batch_size: int,
+def estimate_training(model, plans, *, iteration_time_s: float, global_batch_size: int,
                       gpus_per_node: int, gpu, inputs: TrainingInputs,
                       interval_iterations: int | None = None) -> TrainingEstimate:
-    """Time, cost and energy to train ``inputs.train_tokens`` with ``plan`` (its iteration
-    time, global batch in sequences of ``model.seq_length``) on ``plan.world_size /
+    """Time, cost and energy to train ``inputs.train_tokens`` with one plan (``plans``, a
+    :class:`~configurator.core.plan_batch.PlanBatch` of one; its iteration time, global batch
+    in sequences of ``model.seq_length``) on ``world_size /
     gpus_per_node`` nodes of ``gpu`` (:class:`topology.gpus.GPUSpec`: the GPU→host link and
     rated power). ``interval_iterations``: the save interval to price (default: the best,
     :func:`best_interval`)."""
     tokens_per_iter = global_batch_size * model.seq_length
     iterations = max(1, math.ceil(inputs.train_tokens / tokens_per_iter))
-    nodes = max(1, math.ceil(plan.world_size / gpus_per_node))
-    size = checkpoint_bytes(model, plan, gpus_per_node)
+    gpus = int(plans.world_size.item())
+    nodes = max(1, math.ceil(gpus / gpus_per_node))
+    size = checkpoint_bytes(model, plans, gpus_per_node)
     stall, persist = save_stall_s(size, inputs, gpu.host_link_Bps)
     load = transfer_s(size.node_bytes, size.total_bytes, inputs.node_read_Bps,
                       inputs.aggregate_read_Bps)
@@ -410,7 +416,6 @@ def estimate_training(model, plan, *, iteration_time_s: float, global_batch_size
     compute_s = iterations * iteration_time_s
     wall = compute_s / ettr if ettr > 0 else math.inf
     mtbf = 1.0 / rate if rate > 0 else math.inf
-    gpus = plan.world_size
     overhead = inputs.node_overhead_W
     if overhead is None:
         overhead = DEFAULT_NODE_OVERHEAD_W.get(gpu.name, 0.0)

@@ -127,15 +127,16 @@ def evaluate_plan(model: ModelSpec, cluster, plan: ParallelPlan, *,
     caller has them (a search's batch gives the same floats), not computed again.
     """
     check_plan(model, plan, plan.world_size, measured=measured)
+    one = PlanBatch.from_plan(plan)
     peak = cluster.gpu.peak(mfu_peak_precision(plan.precision))
     cluster.gpu.peak(plan.precision)  # raises for fp8 on a GPU without it
     t = ({k: np.asarray([v]) for k, v in closed_form.items()} if closed_form is not None
-         else iteration_time(model, cluster, PlanBatch.from_plan(plan), profile=profile))
-    stages = estimate_memory(model, plan, non_tn_fp8_gemm=cluster.gpu.non_tn_fp8_gemm)
+         else iteration_time(model, cluster, one, profile=profile))
+    stages = estimate_memory(model, one, non_tn_fp8_gemm=cluster.gpu.non_tn_fp8_gemm)
     peak_mem = max(s.total_bytes for s in stages)
     closed = float(t["iteration_time_s"][0])
     if placed is None:
-        priced = PlacedPlan(model, cluster, plan, profile)
+        priced = PlacedPlan(model, cluster, one, profile)
         placement, timed = None, priced.time(*priced.default_placement())
     else:
         placement, timed = placed

@@ -32,6 +32,7 @@ from configurator.core.model import ModelSpec
 from configurator.core.plan import ParallelPlan
 from configurator.cost.placed import PlacedPlan, PlacedTime
 from configurator.core.plan_values import mfu_peak_precision
+from configurator.core.plan_batch import PlanBatch
 
 # -- searching placements under any objective -----------------------------------------------
 
@@ -349,7 +350,7 @@ def place_plan(model: ModelSpec, cluster, plan: ParallelPlan, *,
     Raises ValueError when the pool has fewer hosts than the plan needs.
     """
     pool = list(range(cluster.num_nodes)) if pool is None else [int(h) for h in pool]
-    priced = PlacedPlan(model, cluster, plan, profile)
+    priced = PlacedPlan(model, cluster, PlanBatch.from_plan(plan), profile)
     memo: dict[int, float] = {}
 
     def objective_many(placements) -> list[float]:

@@ -98,7 +98,7 @@ def closed_form_agreement(name: str, cluster: str, nodes: int, tp: int):
                                            precision="bf16", attention_backend="auto"), world)
                 closed = float(iteration_time(model, cl, PlanBatch.from_plan(plan))
                                ["iteration_time_s"][0])
-                priced = PlacedPlan(model, cl, plan)
+                priced = PlacedPlan(model, cl, PlanBatch.from_plan(plan))
                 gap = abs(priced.time(*priced.default_placement()).iteration_time_s / closed - 1)
                 checked += 1
                 if gap > worst:
