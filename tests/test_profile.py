@@ -88,6 +88,9 @@ def test_profile_tiny_model_on_cpu_round_trips(tiny_yaml, tmp_path, monkeypatch)
         back.check_model(model.with_seq_length(256))
     text = format_profile(res)
     assert "fwd (ms)" in text and "needs a GPU" in text
+    # the host's dispatch time per eager operation, measured and kept in the profile
+    assert 0 < prof.host_op_us < 1000 and back.host_op_us == prof.host_op_us
+    assert f"host: {prof.host_op_us:.2f} us to issue one eager operation" in text
 
 
 def test_refuses_to_overwrite_before_running(tiny_yaml, tmp_path, monkeypatch):
@@ -248,6 +251,9 @@ def _set(path, value):
     (_set(["entries", 1], dict(GOOD["entries"][0])), "profile.entries[1]"),
     (_set(["entries", 0, "pp"], 2), "profile.entries[0].pp"),
     (_set(["note"], "two\nlines"), "profile.note"),
+    (_set(["host_op_us"], 0.0), "profile.host_op_us"),
+    (_set(["host_op_us"], "6us"), "profile.host_op_us"),
+    (_set(["host_op_us"], 5000.0), "profile.host_op_us"),
 ])
 def test_loader_rejects_malformed_profiles(tmp_path, edit, field):
     import yaml
@@ -354,3 +360,64 @@ def test_estimate_and_search_use_the_profiled_layer_times(tmp_path):
     path.write_text(json.dumps(other))
     res = run_cli(*base, "--tp", "1", "--profile", str(path))
     assert res.returncode == 2 and "profile.gpu_preset" in res.stderr
+
+
+def test_host_op_timing_counts_each_operation_of_the_loop(monkeypatch):
+    """The timed loop issues HOST_LOOP_OPS operations and divides by that count: a clock
+    that advances 1 s per operation issued gives 1 s per operation."""
+    import torch
+
+    from configurator.profiler import host_ops
+
+    clock = {"t": 0.0}
+    real_mul = torch.Tensor.__mul__
+    real_add = torch.Tensor.__add__
+
+    def tick(fn):
+        def op(self, other):
+            clock["t"] += 1.0
+            return fn(self, other)
+        return op
+
+    monkeypatch.setattr(torch.Tensor, "__mul__", tick(real_mul))
+    monkeypatch.setattr(torch.Tensor, "__add__", tick(real_add))
+    monkeypatch.setattr(host_ops.time, "perf_counter", lambda: clock["t"])
+    per_op = host_ops.time_host_op_s(torch, torch.device("cpu"), warmup=1, repeats=3)
+    assert per_op == 1.0
+
+
+def test_a_profiled_host_time_replaces_the_presets_and_a_calibration_wins(tmp_path):
+    """A profile's host_op_us (dispatch per eager operation on the user's host) sets the
+    host time per operation of a training step, × the in-training host factor; the host-bound
+    plans get slower with a slower host; a calibration's host_op_us applied after it wins."""
+    from configurator.app.inputs import JobInputs, resolve
+    from topology.gpus import IN_TRAINING
+
+    path = tmp_path / "prof.json"
+    slow = dict(GOOD, host_op_us=400.0)
+    path.write_text(json.dumps(slow))
+    inputs = dict(model="llama3-8b", cluster="dgx-h100-80gb", nodes=1)
+    _, preset, _ = resolve(JobInputs(**inputs))
+    _, profiled, prof = resolve(JobInputs(**inputs, profile=str(path)))
+    assert prof.host_op_us == 400.0
+    assert profiled.gpu.efficiency.host_op_s == pytest.approx(400.0 * IN_TRAINING["host"] * 1e-6)
+    assert preset.gpu.efficiency.host_op_s != profiled.gpu.efficiency.host_op_s
+    assert "profile" in profiled.gpu.efficiency.source
+    cal = tmp_path / "cal.yaml"
+    cal.write_text("format: configurator-calibration/1\ngpus:\n  h100-80gb:\n"
+                   "    bf16:\n      host_op_us: 3.0\n")
+    _, both, _ = resolve(JobInputs(**inputs, profile=str(path), calibration=str(cal)))
+    assert both.gpu.efficiency.host_op_s == pytest.approx(3.0e-6)
+    without_host = tmp_path / "plain.json"
+    without_host.write_text(json.dumps(GOOD))
+    _, plain, _ = resolve(JobInputs(**inputs, profile=str(without_host)))
+    assert plain.gpu.efficiency.host_op_s == preset.gpu.efficiency.host_op_s
+    # a layer with no profiled entry (tp 8) is priced analytically, its host floor from the
+    # profiled host: 400 us of dispatch (a host far slower than the preset) sets its pace
+    from tests.conftest import run_cli
+
+    argv = ("estimate", "--model", "llama3-8b", "--cluster", "dgx-h100-80gb", "--nodes", "1",
+            "--gbs", "8", "--tp", "8", "--pp", "1", "--mbs", "1", "--json")
+    times = [json.loads(run_cli(*argv, *extra).stdout)["iteration_time_s"]
+             for extra in ((), ("--profile", str(path)))]
+    assert times[1] > 1.2 * times[0]

@@ -183,13 +183,21 @@ HOST_OP_PRIOR = Prior(15.0, _EAGER, "host")
 IN_TRAINING = {"gemm": 0.88, "attention": 0.60, "host": 0.59}
 
 
+def host_op_in_training_us(dispatch_us: float, factors=None) -> float:
+    """Host time per operation of a training step (µs) from the eager dispatch time of one
+    operation (µs: :data:`HOST_OP_PRIOR`, or what ``configurator profile`` measures on the
+    user's host): times the ``host`` factor of ``factors`` (default :data:`IN_TRAINING`)."""
+    factors = IN_TRAINING if factors is None else factors
+    return dispatch_us * factors["host"]
+
+
 def run_fitted(gpu: str, name: str, factors=None) -> float:
     """The preset value of a :data:`RUN_FITTED` efficiency (``host_op_us``:
     :data:`HOST_OP_PRIOR`): its prior times the factor of its kind in ``factors`` (default
     :data:`IN_TRAINING`), a fraction capped at 1."""
     factors = IN_TRAINING if factors is None else factors
     if name == "host_op_us":
-        return HOST_OP_PRIOR.value * factors["host"]
+        return host_op_in_training_us(HOST_OP_PRIOR.value, factors)
     prior = RUN_FITTED[gpu][name]
     return min(1.0, prior.value * factors[prior.kind])
 

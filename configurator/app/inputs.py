@@ -56,12 +56,28 @@ def resolve(inputs: JobInputs, *, exclude_flagged: bool | None = None,
     if inputs.profile:
         profile = load_profile(inputs.profile)
         profile.check_job(model, cluster.gpu.name, precision)
+        if profile.host_op_us is not None:
+            cluster = with_profiled_host(cluster, profile)
     if inputs.calibration:
         from topology.calibration import load_calibration
 
         cal = load_calibration(inputs.calibration)
         cluster = cal.apply_cluster(cluster, precision)
     return model, cluster, profile
+
+
+def with_profiled_host(cluster: Cluster, profile: LayerProfile) -> Cluster:
+    """``cluster`` with the host time per operation of a training step taken from the
+    dispatch time ``profile`` measured on the user's host
+    (:func:`topology.gpus.host_op_in_training_us`); a calibration applied after it wins."""
+    from topology.calibration import with_parameters
+    from topology.gpus import host_op_in_training_us
+
+    us = host_op_in_training_us(profile.host_op_us)
+    gpu = with_parameters(cluster.gpu, {"host_op_us": us},
+                          f"{cluster.gpu.efficiency.source}; host_op_us {us:.3g} from the "
+                          f"profile {profile.path or 'given'}")
+    return cluster.with_gpu(gpu)
 
 
 def resolve_uncalibrated(inputs: JobInputs, *, exclude_flagged: bool | None = None

@@ -1,6 +1,7 @@
 """``configurator profile``: time one decoder layer with torch on the local device
 (:mod:`configurator.profiler.layer`) at every requested shape, write a profile
-(:mod:`configurator.core.profile`) the time model can use in place of its analytic compute
+(:mod:`configurator.core.profile`) the time model can use in place of its analytic compute,
+with the host's time to issue one eager operation (:mod:`configurator.profiler.host_ops`),
 and, on a GPU, compare with the analytic layer time
 (:func:`configurator.cost.compute.layer_costs`).
 
@@ -23,8 +24,10 @@ from configurator.core.model_presets import load_model
 from configurator.core.plan import ParallelPlan
 from configurator.core.profile import (PROFILE_PRECISIONS, LayerProfile, ProfileEntry,
                                        fingerprint_of)
+from configurator.profiler.host_ops import time_host_op_s
 from configurator.profiler.layer import check_fp8_sizes, fp8_backend, layer_shapes, time_layer
 from configurator.profiler.timing import import_torch, torch_device
+from configurator.core.units import US
 from topology.gpus import guess_gpu_preset
 
 DEFAULT_WARMUP = 3
@@ -179,6 +182,7 @@ def run_profile(req: ProfileRequest, progress: Callable | None = None) -> Profil
         entries.append(ProfileEntry(tp=shape.tp, cp=shape.cp, mbs=shape.batch,
                                     sequence_parallel=shape.sequence_parallel,
                                     forward_s=fwd, backward_s=bwd))
+    host_op_us = time_host_op_s(torch, device, warmup=warmup, repeats=repeats) / US
     cuda = device.type == "cuda"
     name = torch.cuda.get_device_name(device) if cuda else "cpu"
     preset = (req.gpu or guess_gpu_preset(name)) if cuda else None
@@ -186,7 +190,8 @@ def run_profile(req: ProfileRequest, progress: Callable | None = None) -> Profil
                          torch_version=str(torch.__version__)[:128] or "unknown",
                          model=model.name, model_fingerprint=fingerprint_of(model),
                          precision=req.precision, seq_length=model.seq_length,
-                         entries=tuple(entries), note=_note(model, backend))
+                         entries=tuple(entries), note=_note(model, backend),
+                         host_op_us=round(host_op_us, 3))
     comparison, why = (), None
     if not cuda:
         why = "the analytic comparison needs a GPU (profiled on the CPU)"

@@ -201,9 +201,11 @@ COMMANDS: tuple[Command, ...] = (
                   "FILE] [--runs K] [--out DIR] [options]"),
     Command("profile", "time one transformer layer with torch (CUDA or CPU)",
             "Time one transformer layer's forward and backward with torch on the local device "
-            "(CUDA when present, else the CPU) at the per-rank shapes of each --tp/--cp/--mbs,"
-            "write the profile (estimate/search --profile use it instead of the analytic "
-            "layer compute) and, on a GPU, compare it with the analytic layer time.",
+            "(CUDA when present, else the CPU) at the per-rank shapes of each --tp/--cp/--mbs "
+            "and the host's time to issue one eager operation, write the profile "
+            "(estimate/search --profile use it instead of the analytic layer compute and the "
+            "preset host time per operation) and, on a GPU, compare it with the analytic "
+            "layer time.",
             profile_command.add_profile_arguments, profile_command.run_profile, INPUT_EPILOG,
             examples=("configurator profile --model llama3-8b --tp 1 2 4 8",
                       "configurator profile --model llama3-8b --tp 1 2 --precision fp8 "

@@ -111,6 +111,13 @@ def format_profile(out) -> str:
                       f"{e.backward_s / c.analytic_backward_s:.2f}"]
         rows.append(cells)
     lines += plain_table(heads, rows)
+    if prof.host_op_us is not None:
+        from topology.gpus import host_op_in_training_us
+
+        lines.append(f"host: {prof.host_op_us:.2f} us to issue one eager operation; "
+                     f"{host_op_in_training_us(prof.host_op_us):.2f} us per operation of a "
+                     f"training step, what jobs priced with --profile use (or put "
+                     f"host_op_us under the GPU's efficiency in a cluster file)")
     if prof.note:
         lines.append(f"note: {prof.note}")
     if out.no_comparison:

@@ -14,6 +14,7 @@ Format (YAML, or JSON for a ``.json`` file)::
     precision: bf16                    # bf16 or fp8 (FP8 GEMMs; the note names the backend)
     seq_length: 8192                   # the full sequence (each rank holds seq_length / cp)
     note: ...                          # optional: what was not profiled (MoE: dense layer)
+    host_op_us: 6.2                    # optional: eager dispatch per operation on this host
     entries:                           # one per shape, (tp, cp, mbs, sp) unique
       - {tp: 1, cp: 1, mbs: 1, sequence_parallel: false,
          forward_s: 0.0123, backward_s: 0.0251}
@@ -22,7 +23,11 @@ Format (YAML, or JSON for a ``.json`` file)::
 backward alone (data and weight gradients) for one microbatch at the rank's shapes, without
 tensor- or context-parallel communication (priced separately) — what
 :func:`configurator.cost.compute.layer_costs` calls ``fwd`` and ``bwd`` of a dense layer.
-``sequence_parallel`` is false whenever ``tp`` is 1. A profile applies to a model whose
+``sequence_parallel`` is false whenever ``tp`` is 1. ``host_op_us``: median microseconds the
+host takes to issue one eager PyTorch operation with autograd recording
+(:func:`configurator.profiler.host_ops.time_host_op_s`); a job priced with the profile takes
+its host time per operation from it (:func:`topology.gpus.host_op_in_training_us`) in place of
+the preset's. A profile applies to a model whose
 :func:`fingerprint_of` and sequence length it records (:meth:`LayerProfile.check_model`).
 """
 
@@ -43,7 +48,9 @@ FINGERPRINT_KEYS = ("hidden_size", "num_layers", "ffn_hidden_size", "num_attenti
 PROFILE_PRECISIONS = ("bf16", "fp8")
 PROFILE_KEYS_REQUIRED = ("format", "device", "gpu_preset", "torch_version", "model",
                          "model_fingerprint", "precision", "seq_length", "entries")
-PROFILE_KEYS_OPTIONAL = ("note",)
+PROFILE_KEYS_OPTIONAL = ("note", "host_op_us")
+#: Largest ``host_op_us`` a profile may hold (µs), the cluster file's bound.
+MAX_HOST_OP_US = 1000.0
 ENTRY_KEYS = ("tp", "cp", "mbs", "sequence_parallel", "forward_s", "backward_s")
 #: Longest ``note`` (characters).
 MAX_NOTE_CHARS = 1000
@@ -90,6 +97,7 @@ class LayerProfile:
     seq_length: int
     entries: tuple[ProfileEntry, ...]
     note: str | None = None
+    host_op_us: float | None = None
     path: str = ""
 
     def lookup(self, tp: int, cp: int, mbs: int,
@@ -144,6 +152,8 @@ class LayerProfile:
              "seq_length": self.seq_length}
         if self.note is not None:
             d["note"] = self.note
+        if self.host_op_us is not None:
+            d["host_op_us"] = self.host_op_us
         d["entries"] = [e.to_dict() for e in self.entries]
         return d
 
@@ -194,13 +204,19 @@ def profile_from_dict(data: Any, path: str = "") -> LayerProfile:
         note = v.printable_text("profile.note", note)
         if len(note) > MAX_NOTE_CHARS:
             raise InputError("profile.note", note, f"at most {MAX_NOTE_CHARS} characters")
+    host_op_us = data.get("host_op_us")
+    if host_op_us is not None:
+        host_op_us = v.positive_float("profile.host_op_us", host_op_us)
+        if host_op_us > MAX_HOST_OP_US:
+            raise InputError("profile.host_op_us", host_op_us,
+                             f"must be at most {MAX_HOST_OP_US:g} microseconds")
     return LayerProfile(
         device=v.display_name("profile.device", data["device"]), gpu_preset=preset,
         torch_version=v.display_name("profile.torch_version", data["torch_version"]),
         model=v.display_name("profile.model", data["model"]), model_fingerprint=fp,
         precision=v.choice("profile.precision", data["precision"], PROFILE_PRECISIONS),
         seq_length=v.int_in_range("profile.seq_length", data["seq_length"], "seq_length"),
-        entries=tuple(parsed), note=note, path=path)
+        entries=tuple(parsed), note=note, host_op_us=host_op_us, path=path)
 
 
 def load_profile(path: str) -> LayerProfile:
