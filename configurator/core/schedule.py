@@ -39,17 +39,26 @@ def p2p_transfers(pp, vp, m):
     return np.where(pp > 1, n, 0.0)
 
 
+def warmup_forwards(pp, vp, m, stage):
+    """Forwards (of model chunks) rank ``stage`` runs before its first backward: 1F1B
+    (``vp`` 1) ``min(pp - stage - 1, m)``; interleaved ``min(2·(pp - stage - 1) +
+    (vp - 1)·pp, m·vp)`` (``num_warmup_microbatches`` of the two schedules)."""
+    pp, vp, m, r = (np.asarray(x) for x in (pp, vp, m, stage))
+    return np.where(vp > 1, np.minimum(2 * (pp - r - 1) + (vp - 1) * pp, m * vp),
+                    np.minimum(pp - r - 1, m))
+
+
 def inflight_microbatches_1f1b(pp, m, stage):
     """Microbatches whose activations rank ``stage`` holds at the end of 1F1B's warm-up:
-    ``min(pp - stage, m)`` (``num_warmup_microbatches + 1``)."""
-    return np.minimum(np.asarray(pp) - np.asarray(stage), m)
+    ``min(pp - stage, m)`` (:func:`warmup_forwards` + 1, at most ``m``)."""
+    return np.minimum(warmup_forwards(pp, 1, m, stage) + 1, m)
 
 
 def inflight_chunks_interleaved(pp, vp, m, stage):
-    """Model chunks (of ``L/(pp·vp)`` layers) rank ``stage`` holds under interleaved 1F1B:
-    ``min(m·vp, 2·(pp - stage - 1) + (vp - 1)·pp + 1)``."""
-    pp, vp, m, r = (np.asarray(x) for x in (pp, vp, m, stage))
-    return np.minimum(m * vp, 2 * (pp - r - 1) + (vp - 1) * pp + 1)
+    """Model chunks (of ``L/(pp·vp)`` layers) rank ``stage`` holds under interleaved 1F1B
+    (``vp > 1``): ``min(m·vp, 2·(pp - stage - 1) + (vp - 1)·pp + 1)`` (:func:`warmup_forwards`
+    + 1, at most ``m·vp``)."""
+    return np.minimum(warmup_forwards(pp, vp, m, stage) + 1, np.asarray(m) * np.asarray(vp))
 
 
 def inflight_layers(num_layers: int, *, pp, vp, num_microbatches, stage, rank_layers=None):

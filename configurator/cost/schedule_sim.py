@@ -53,6 +53,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from configurator.core.schedule import warmup_forwards
+
 __all__ = ["ScheduleOrder", "SimResult", "clear_cache", "rank_op_sequence", "schedule_order",
            "simulate"]
 
@@ -92,13 +94,6 @@ def _virtual_table(pp: int, vp: int, m: int) -> list[tuple[int, int]]:
     return table
 
 
-def _num_warmup(pp: int, vp: int, m: int, rank: int) -> int:
-    """Forwards rank ``rank`` runs before its first backward (``get_pp_rank_microbatches``)."""
-    if vp == 1:
-        return min(pp - rank - 1, m)
-    return min(2 * (pp - rank - 1) + (vp - 1) * pp, m * vp)
-
-
 def rank_op_sequence(pp, vp, num_microbatches, rank) -> list[tuple[str, int, int]]:
     """Ops of pipeline rank ``rank`` in Megatron-LM's execution order: a list of
     ``('F' | 'B', microbatch, chunk)``, ``2·m·vp`` long (module docstring for the rules).
@@ -114,7 +109,7 @@ def rank_op_sequence(pp, vp, num_microbatches, rank) -> list[tuple[str, int, int
     total = len(table)
     fwd = [("F", mb, c) for mb, c in table]
     bwd = [("B", mb, vp - 1 - c) for mb, c in table]
-    warm = _num_warmup(pp, vp, m, rank)
+    warm = int(warmup_forwards(pp, vp, m, rank))
     seq = fwd[:warm]
     for j in range(total - warm):
         seq.append(fwd[warm + j])
