@@ -13,7 +13,8 @@ micro-batch size, ``h`` hidden, ``a`` heads, ``g`` query groups, ``d = h/a``, ``
   and the two bias-dropout-add masks (``fused_bias_dropout._bias_dropout_add_func``; 1-byte
   masks of ``torch.native_dropout``, Xh each, only when ``hidden_dropout > 0``: a dropout of
   0 returns its input and keeps nothing). Table 2's ``10·sbh``.
-* split over tp: the core-attention output (linear_proj's input, 2Xh); fc1 output (2Xf; 4Xf
+* split over tp: the core-attention output (linear_proj's input, 2Xh; ``2X·a·d_v`` where the
+  heads' width differs from ``h``, :func:`attention_output_elements`); fc1 output (2Xf; 4Xf
   with SwiGLU: ``fused_bias_gelu.GeLUFunction`` / ``fused_bias_swiglu.SwiGLUFunction`` keep
   the activation input, Megatron's default ``--bias-gelu-fusion``/``--bias-swiglu-fusion``)
   and fc2's input (2Xf); and the query/key/value storages below. Table 2's ``24·sbh/t``.
@@ -301,7 +302,8 @@ def layer_activation_bytes(model: ModelSpec, *, mbs, seq, tp, sp, recompute,
         attention = np.where(selective, handed, kept + _score_bytes(model, s, b, tp))
     else:
         attention = np.where(selective, handed, qkv + _lse_bytes(model, s, b, tp))
-    out = _proj_input_bytes(model, xh, tp, precision, selective, stores_scores)
+    out = _proj_input_bytes(model, attention_output_elements(model, s, b), tp, precision,
+                            selective, stores_scores)
     mlp = s * b * f * mlp_bytes_per_ffn_element(model, precision) / tp
     dropped, _ = recompute_module_bytes(model, LayerInputs(
         mbs=b, seq=s, tp=tp, sp=sp, recompute=recompute, precision=precision,
@@ -404,11 +406,22 @@ def mlp_bytes_per_ffn_element(model: ModelSpec, precision: str = "bf16") -> floa
     return 2 * gate * (1 + clamped) + linear_input_bytes(precision)
 
 
+def attention_output_elements(model: ModelSpec, s, b):
+    """Values of the core-attention output of ``s·b`` tokens, linear_proj's input: ``a·d_v``
+    per token (``d_v`` = ``v_head_dim`` with MLA, else ``kv_channels``; ``h`` only where
+    ``a·d_v = h``: megatron-core ``Attention.forward`` reshapes the context to
+    ``[s, b, a·d_v]`` before ``linear_proj``, whose input width is
+    ``num_attention_heads·v_head_dim`` (MLA) or the ``kv_channels``·heads projection size)."""
+    dv = model.attention_heads_dims[1] if model.multi_latent_attention else model.kv_channels
+    return s * b * model.num_attention_heads * dv
+
+
 def _proj_input_bytes(model: ModelSpec, xh, tp, precision, selective, stores_scores):
-    """Core-attention output kept per layer (÷t): linear_proj's saved input (16-bit, or a
-    quantised copy under FP8), plus under FP8 the flash kernel's own 16-bit output when core
-    attention is not recomputed (module docstring, "FP8"). The score-storing backends keep
-    no output of their own (``bmm`` saves the probabilities and V)."""
+    """Core-attention output kept per layer (÷t; ``xh``: its values,
+    :func:`attention_output_elements`): linear_proj's saved input (16-bit, or a quantised
+    copy under FP8), plus under FP8 the flash kernel's own 16-bit output when core attention
+    is not recomputed (module docstring, "FP8"). The score-storing backends keep no output
+    of their own (``bmm`` saves the probabilities and V)."""
     q8 = linear_input_bytes(precision)
     if q8 == 2.0 or _saves_original_proj_input(model, precision):
         return 2 * xh / tp
@@ -513,7 +526,7 @@ def offloaded_layer_bytes(model: ModelSpec, x: LayerInputs):
         every = every + np.where((np.asarray(x.recompute) & RECOMPUTE_CORE_ATTN) != 0, 0.0,
                                  qkv + _lse_bytes(model, s, b, tp))
     if "attn_proj" in names:
-        every = every + q8 * xh / tp
+        every = every + q8 * attention_output_elements(model, s, b) / tp
     moe = 0.0 * xh
     if model.is_moe:
         gate = 2 if model.swiglu else 1

@@ -97,6 +97,9 @@ CONFIGS: dict[str, dict] = {
     # selective recompute of the dense MLP alone (TransformerLayer._forward_mlp)
     "llama-mlp": dict(_LLAMA, num_query_groups=2, recompute="selective",
                       recompute_modules="mlp"),
+    # heads wider than the hidden size (8 heads of 64 channels = 512 > 256, as Qwen3's 64 of
+    # 128 over 4,096): linear_proj's input is a·d wide, not h
+    "llama-wide-heads": dict(_LLAMA, num_query_groups=2, kv_channels=64, recompute="none"),
 }
 
 #: Mixture-of-experts layers (Llama-style attention, 4 query groups): 4 experts of 384, top-2,

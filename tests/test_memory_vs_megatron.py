@@ -36,6 +36,15 @@ def test_per_layer_activations(measured, name):
     assert _rel(got, want) <= TOLERANCE, (name, got, want)
 
 
+def test_heads_wider_than_the_hidden_size_keep_a_wider_projection_input(measured):
+    """linear_proj's saved input is the attention output, ``a·d`` values a token (512 here),
+    not ``h`` (256): pricing it at ``h`` misses 4.3 % of the layer, inside the 5 % above,
+    so this config is held to 1 %."""
+    got, want = (model_bytes("llama-wide-heads")["layer_bytes"],
+                 measured["llama-wide-heads"]["layer_bytes"])
+    assert _rel(got, want) <= 0.01, (got, want)
+
+
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_stage_total(measured, name):
     """Peak bytes kept for backward over one forward and backward of the whole model
