@@ -165,7 +165,8 @@ def bridge_recipe_fields(rec: dict[str, str], precision: str,
         f.update(overlap_moe_expert_parallel_comm=on("overlap_moe_expert_parallel_comm"),
                  delay_wgrad_compute=on("delay_wgrad_compute"),
                  moe_permute_fusion=on("moe_permute_fusion"),
-                 moe_router_fusion=on("moe_router_fusion"))
+                 moe_router_fusion=on("moe_router_fusion"),
+                 moe_router_force_load_balancing=on("moe_router_force_load_balancing"))
         if rec["moe_expert_capacity_factor"]:
             f.update(moe_expert_capacity_factor=float(rec["moe_expert_capacity_factor"]),
                      moe_pad_expert_input_to_capacity=on("moe_pad_expert_input_to_capacity"))
