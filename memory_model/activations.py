@@ -122,6 +122,7 @@ import numpy as np
 
 from configurator.core.model import ModelSpec
 from configurator.core.plan_batch import PlanBatch
+from configurator.core.plan_terms import routed_load_share
 from configurator.core.plan_values import (RECOMPUTE_CORE_ATTN, RECOMPUTE_FULL, RECOMPUTE_LAYERNORM,
                                            RECOMPUTE_MLA_UP_PROJ, RECOMPUTE_MLP, RECOMPUTE_MOE,
                                            RECOMPUTE_MOE_ACT, RECOMPUTE_SHARED_EXPERTS)
@@ -139,8 +140,10 @@ class LayerInputs:
     micro_batch_size; ``tp``, ``etp``: tensor and expert-tensor parallel sizes; ``sp``:
     sequence parallelism; ``recompute``: the recompute code
     (:func:`configurator.core.plan_terms.recompute_code`); ``precision``: the plan's (FP8 keeps
-    GEMM inputs quantised, module docstring); ``capacity``: the routed copies' share under a
-    capacity factor (:func:`configurator.core.plan_terms.capacity_share`); ``a2a_overlap``: the
+    GEMM inputs quantised, module docstring); ``capacity``: the routed copies the busiest
+    expert-parallel rank holds over the balanced dropless count, its peak being the one that
+    counts (:func:`configurator.core.plan_terms.routed_load_share`: the routing's load
+    imbalance, the capacity factor's cap or padding); ``a2a_overlap``: the
     expert all-to-all overlap's schedule (Megatron ``--overlap-moe-expert-parallel-comm``),
     which does not apply the ``moe`` recompute module; ``stores_scores``: a backend that keeps
     the ``s×s`` scores (megatron-core's local ``DotProductAttention``) rather than a
@@ -164,7 +167,9 @@ class LayerInputs:
         """The layer inputs of every plan of ``plans`` (arrays of ``len(plans)``)."""
         return cls(seq=model.seq_length / np.asarray(plans.cp), mbs=plans.mbs, tp=plans.tp,
                    sp=plans.sequence_parallel, etp=plans.etp, recompute=plans.recompute_code,
-                   precision=plans.precision, capacity=plans.capacity_share,
+                   precision=plans.precision,
+                   capacity=(routed_load_share(plans, model.num_experts) if model.is_moe
+                             else 1.0),
                    a2a_overlap=plans.overlap_moe_expert_parallel_comm,
                    stores_scores=plans.stores_scores, offload_modules=plans.offload_modules)
 
@@ -440,7 +445,7 @@ def moe_mlp_activation_delta(model: ModelSpec, x: LayerInputs):
     (megatron/core/transformer/moe/token_dispatcher.py ``MoEAlltoAllTokenDispatcher``) each
     rank's local experts receive ``R = k·X·etp`` token copies on average under balanced
     routing (``k`` = ``moe_router_topk``; the expert-tensor-parallel group gathers its ranks'
-    tokens). Kept (megatron-core 0.16.1, measured on CPU): the permuted expert input
+    tokens), the busiest rank that times ``x.capacity`` (:class:`LayerInputs`). Kept (megatron-core 0.16.1, measured on CPU): the permuted expert input
     (fc1's input, ``2Rh``), fc1's output (``2R·f_e/etp``, ×2 with SwiGLU) and fc2's input
     (``2R·f_e/etp``); the router's fp32 softmax scores of the auxiliary loss (``4·X·E``),
     the transposed routing map and probabilities (``X·E`` bool + ``2·X·E``), two int64

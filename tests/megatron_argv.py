@@ -142,9 +142,11 @@ MODERN_PLANS = [
                        delay_wgrad_compute=True, moe_permute_fusion=True,
                        moe_router_fusion=True)),
     # Megatron-Bridge's DeepSeek-V3 form: a layout, the overlap, HybridEP, Transformer Engine
-    # graphs of attention and router, the precision-aware optimizer with BF16 state
+    # graphs of attention and router, the precision-aware optimizer with BF16 state, routing
+    # forced to balance
     (MLA, ParallelPlan(tp=1, pp=2, vp=2, dp=4, ep=2, etp=1, micro_batch_size=1,
                        global_batch_size=8, distributed_optimizer=True,
+                       moe_router_force_load_balancing=True,
                        pipeline_model_parallel_layout="Et*2|t*3|t*3|t*2mL",
                        overlap_moe_expert_parallel_comm=True,
                        moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="hybridep",

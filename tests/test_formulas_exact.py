@@ -7,12 +7,15 @@ measures how many such mutants these tests catch).
 Small models keep the arithmetic checkable: every expected figure is a sum of the tensors
 or parameters the cited source names, written out term by term."""
 
+import math
+
 import numpy as np
 import pytest
 
 from configurator.core.plan_batch import PlanBatch
 from configurator.core.model import make_model
 from configurator.core.plan import ParallelPlan
+from configurator.core.plan_terms import EXPERT_LOAD_CV
 from configurator.cost.communication import comm_figures, expert_comm_figures
 from configurator.cost.compute import layer_costs
 from configurator.cost.gemm import gemm_time_s, main_grad_accumulation_s
@@ -456,8 +459,9 @@ def _gqa_flash_layer_bytes(s, b, t):
 
 
 def test_moe_layer_activations_with_sequence_parallel():
-    """An MoE layer keeps what a dense one does but its MLP's: X/t tokens a rank, R = k·X/t
-    routed copies (etp 1); the permuted input 2Rh, fc1 output 4R·f_e and fc2 input 2R·f_e,
+    """An MoE layer keeps what a dense one does but its MLP's: X/t tokens a rank, R = k·X/t·I
+    routed copies on the busiest rank (etp 1; I = 1 + c·sqrt(2·2·ln 2/4), the busiest of ep 2
+    ranks' load of E 4 experts under dropless routing); the permuted input 2Rh, fc1 output 4R·f_e and fc2 input 2R·f_e,
     the per-copy probabilities 2R, the router's scores, map and probabilities 7·X·E/t, the
     int64 indices and fp32 top-k probabilities 20·X·k/t (megatron-core 0.16.1, measured on
     CPU in tests/megatron_reference.py)."""
@@ -469,7 +473,7 @@ def test_moe_layer_activations_with_sequence_parallel():
                                        sequence_parallel=True, global_batch_size=8))
     X = s * b
     dense = _gqa_flash_layer_bytes(s, b, t)
-    R = k * X / t
+    R = k * X / t * (1 + EXPERT_LOAD_CV * math.sqrt(2 * 2 * math.log(2) / E))
     moe = dense - 6 * X * f / t + (2 * R * h + 6 * R * fe + 2 * R + 7 * X / t * E
                                    + 20 * X / t * k)
     last = 4 * X * h / t + 4 * X * v_pad(1000, t) / t
@@ -773,7 +777,8 @@ def test_fp8_activations_keep_quantised_gemm_inputs(precision):
 @pytest.mark.parametrize("precision", ["bf16", "fp8"])
 def test_moe_mlp_forward_time(precision):
     """An MoE MLP on one rank, T tokens, X = T/tp routed by each tensor-parallel rank,
-    R = k·X·etp copies over E/ep local experts: the grouped fc1 (h → 2f_e/etp) and fc2 GEMMs
+    R = k·X·etp·I copies over E/ep local experts on the busiest of the ep ranks (dropless
+    routing: I = 1 + c·sqrt(2·ep·ln(ep)/E), c the experts' load spread): the grouped fc1 (h → 2f_e/etp) and fc2 GEMMs
     of R·ep/E rows each; the router GEMM X×E×h in 16-bit; a shared expert as a dense SwiGLU
     MLP over T tokens with its activation (6 bytes per element); memory-bound passes:
     permute and unpermute ``2·2·(Xh + Rh)``, the routed activation ``6·R·f_e``, the router's
@@ -795,7 +800,7 @@ def test_moe_mlp_forward_time(precision):
     kw = layer_costs(model, c, gpu)["gemm_kw"]
     T = 2048.0
     X = T / tp
-    R = k * X
+    R = k * X * (1 + EXPERT_LOAD_CV * math.sqrt(2 * ep * math.log(ep) / E))
     got = moe_mlp_costs(model, c, gpu, T, kw)
     grouped = dict(kw, batch=E / ep)
     experts = (gemm_time_s(R * ep / E, 2 * fe, h, **grouped)
@@ -1468,11 +1473,11 @@ def test_1f1b_middle_stage_sends_twice_per_microbatch():
 
 def test_moe_act_recompute_reruns_the_clamped_expert_activation():
     """The moe_act module re-runs the routed experts' activation: SwiGLU reads 2·2 bytes and
-    writes 2 a routed token and expert FFN unit of this rank (R = k·X·etp·MOE_IMBALANCE
-    rows, X = T/tp, fe/etp units), one kernel, and with activation_func_clamp_value its
-    eager clamps (8 bytes an element of the fc1 output, R·2·fe/etp, in 3 kernels)."""
+    writes 2 a routed token and expert FFN unit of this rank (R = k·X·etp·I rows, X = T/tp,
+    fe/etp units, I the busiest of ep 4 ranks' load of E 8 experts under dropless routing,
+    1 + c·sqrt(2·4·ln 4/8)), one kernel, and with activation_func_clamp_value its eager
+    clamps (8 bytes an element of the fc1 output, R·2·fe/etp, in 3 kernels)."""
     from configurator.cost.host_ops import eager_s
-    from configurator.cost.moe_compute import MOE_IMBALANCE
     E, k, fe = 8, 2, 64
     model = make_model(**GQA, num_experts=E, moe_router_topk=k, moe_ffn_hidden_size=fe,
                        moe_layer_freq=[0, 1, 0, 1], activation_func_clamp_value=7.0)
@@ -1484,7 +1489,7 @@ def test_moe_act_recompute_reruns_the_clamped_expert_activation():
                     sequence_parallel=True, global_batch_size=8, recompute="selective",
                     recompute_modules="moe_act")
     lc = layer_costs(model, c, gpu)
-    R = k * (b * s / t) * etp * MOE_IMBALANCE
+    R = k * (b * s / t) * etp * (1 + EXPERT_LOAD_CV * math.sqrt(2 * 4 * math.log(4) / E))
     want = (6 * R * fe / etp / hbm + eff.kernel_overhead_s
             + eager_s(8 * R * 2 * fe / etp, 3, gpu))
     assert _one(lc["moe_recompute"]) == pytest.approx(want, rel=1e-12)

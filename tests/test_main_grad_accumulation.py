@@ -15,6 +15,7 @@ import pytest
 from configurator.core.plan_batch import PlanBatch
 from configurator.core.model_presets import load_model
 from configurator.core.plan import ParallelPlan
+from configurator.core.plan_terms import expert_load_imbalance
 from configurator.cost import compute, gemm
 from configurator.cost.iteration import stage_extras_s
 from memory_model.params import dense_layer_parameters, moe_layer_parameters, padded_vocab_size
@@ -102,7 +103,9 @@ def test_layer_backward_carries_the_accumulation_of_its_own_weights():
         c = _cands(ep=8, micro_batch_size=mbs)
         lc = compute.layer_costs(moe, c, gpu)
         non_expert, expert = moe_layer_parameters(moe, 1, 8, 1)
-        rows = moe.moe_router_topk * mbs * 4096 / (moe.num_experts / 8)   # per local expert
+        # per local expert, on the busiest of the 8 ranks (dropless routing)
+        rows = (moe.moe_router_topk * mbs * 4096 / (moe.num_experts / 8)
+                * float(expert_load_imbalance(moe.num_experts, 8)))
         expect = (gemm.main_grad_accumulation_s(non_expert, c, gpu, mbs * 4096)
                   + gemm.main_grad_accumulation_s(expert, c, gpu, rows))
         assert _f(lc["moe_main_grad_acc"]) == pytest.approx(_f(np.ravel(expect)[0]))

@@ -253,6 +253,8 @@ def test_megatron_own_validate_args(tmp_path):
                       "save_interval": 50 if priced else None,
                       "async_save": priced and not plan.megatron_fsdp,
                       "vpp": plan.vp if plan.vp > 1 else None, "dp": plan.dp,
+                      "force_balance": bool(model.is_moe
+                                            and plan.moe_router_force_load_balancing),
                       # what the launch scripts set (launchers/script_parts.py; FSDP unsets
                       # the connections, i.e. the default 8)
                       "env": {"CUDA_DEVICE_MAX_CONNECTIONS": "8"} | env})
@@ -266,6 +268,7 @@ def test_megatron_own_validate_args(tmp_path):
                 A.core_transformer_config_from_args(args)
             assert args.virtual_pipeline_model_parallel_size == case["vpp"], case
             assert args.data_parallel_size == case["dp"], case
+            assert args.moe_router_force_load_balancing == case["force_balance"], case
             # the checkpoint flags survive validate_args (an async save it would switch off)
             assert args.save_interval == case["save_interval"], case
             assert bool(args.async_save) == case["async_save"], case

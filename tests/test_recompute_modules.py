@@ -34,7 +34,8 @@ LLAMA = MODEL_PRESETS["llama3-8b"]
 DSV3 = MODEL_PRESETS["deepseek-v3"]
 #: Megatron-Bridge's GPT-OSS 120B H100 recipe (tp 1, pp 4, ep 8, mbs 1, 64 GPUs).
 PLAN = ParallelPlan(tp=1, pp=4, dp=16, ep=8, etp=1, micro_batch_size=1,
-                    global_batch_size=1280, distributed_optimizer=True)
+                    global_batch_size=1280, distributed_optimizer=True,
+                    moe_router_force_load_balancing=True)   # as Megatron-Bridge's recipe
 BRIDGE = dataclasses.replace(PLAN, recompute="selective", recompute_modules="layernorm,moe_act")
 
 

@@ -94,6 +94,7 @@ PLAN_ARGS: tuple[tuple[str, str, Any], ...] = (
     ("moe_permute_fusion", "moe_permute_fusion", ...),
     ("moe_router_fusion", "moe_router_fusion", ...),
     ("moe_pad_expert_input_to_capacity", "moe_pad_expert_input_to_capacity", ...),
+    ("moe_router_force_load_balancing", "moe_router_force_load_balancing", ...),
     ("use_precision_aware_optimizer", "use_precision_aware_optimizer", ...),
 )
 #: Optimizer-state dtypes as ``validate_args`` leaves them in the dump (torch dtypes;

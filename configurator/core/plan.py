@@ -366,6 +366,18 @@ class ParallelPlan(PlanLayout):
         flag_group="precision and kernels",
         flags=(("--moe-pad-expert-input-to-capacity",
                 lambda m, p: (m.is_moe and p.moe_pad_expert_input_to_capacity) or None),))
+    moe_router_force_load_balancing: bool = schema_field(
+        False, bridge=(("model.moe_router_force_load_balancing",
+                 _moe_only(lambda p: p.moe_router_force_load_balancing)),),
+        megatron_name="moe_router_force_load_balancing",
+        cli_flag="--moe-router-force-load-balancing", per_candidate=False, quiet=True,
+        help="route on random scores, so every expert gets its even share of tokens (Megatron "
+             "--moe-router-force-load-balancing, a benchmarking switch: Megatron-Bridge's "
+             "MoE performance recipes set it; default off: trained routing, whose busiest "
+             "expert-parallel rank gets more than the even share and sets the pace)",
+        flag_group="precision and kernels",
+        flags=(("--moe-router-force-load-balancing",
+                lambda m, p: (m.is_moe and p.moe_router_force_load_balancing) or None),))
     fp8_recipe: str = schema_field(
         "delayed", megatron_name="fp8_recipe", cli_flag="--fp8-recipe", choices=FP8_RECIPES,
         per_candidate=False, quiet=True,
@@ -535,7 +547,8 @@ OPTIONAL_PLAN_KEYS = ("ep", "etp", "decoder_first_pipeline_num_layers",
                       "overlap_moe_expert_parallel_comm", "delay_wgrad_compute",
                       "moe_token_dispatcher_type", "moe_flex_dispatcher_backend",
                       "moe_permute_fusion", "moe_router_fusion", "moe_expert_capacity_factor",
-                      "moe_pad_expert_input_to_capacity", "fp8_recipe",
+                      "moe_pad_expert_input_to_capacity",
+                      "moe_router_force_load_balancing", "fp8_recipe",
                       "fp8_dot_product_attention", "moe_fused_grouped_mlp", "cuda_graph_impl",
                       "cuda_graph_scope", "use_precision_aware_optimizer", "main_grads_dtype",
                       "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype",
@@ -547,7 +560,8 @@ SEARCH_OPTIONS = ("precision", "attention_backend", "fp8_param_gather", "cp_comm
                   "megatron_fsdp", "recompute_modules", "delay_wgrad_compute",
                   "moe_token_dispatcher_type", "moe_flex_dispatcher_backend",
                   "moe_permute_fusion", "moe_router_fusion", "moe_expert_capacity_factor",
-                  "moe_pad_expert_input_to_capacity", "fp8_recipe",
+                  "moe_pad_expert_input_to_capacity",
+                  "moe_router_force_load_balancing", "fp8_recipe",
                   "fp8_dot_product_attention", "moe_fused_grouped_mlp", "cuda_graph_impl",
                   "cuda_graph_scope", "use_precision_aware_optimizer", "main_grads_dtype",
                   "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype", "offload_modules")

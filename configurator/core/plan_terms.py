@@ -4,9 +4,10 @@ Each function takes the fields of one plan or the search's candidate columns
 (:class:`~configurator.core.plan_batch.PlanBatch`; numpy arrays broadcast) and gives what
 the cost and memory models use: the recompute code, whether an overlap or an FP8 weight
 gather takes effect, the bytes of a main gradient and of optimizer state per parameter, the
-share of routed tokens an expert computes. The values named (:data:`RECOMPUTE_CODES`,
-:data:`DTYPE_BYTES`, ...) are those of :mod:`configurator.core.plan_values`. Sources:
-Megatron-LM core_v0.16.1, as each function's docstring says.
+share of routed tokens an expert computes and the load of the busiest expert-parallel rank.
+The values named (:data:`RECOMPUTE_CODES`, :data:`DTYPE_BYTES`, ...) are those of
+:mod:`configurator.core.plan_values`. Sources: Megatron-LM core_v0.16.1, as each function's
+docstring says.
 """
 
 from __future__ import annotations
@@ -62,6 +63,56 @@ def capacity_share(c) -> float:
     if f <= 0:
         return 1.0
     return f if c.moe_pad_expert_input_to_capacity else min(1.0, f)
+
+
+#: Expert load of a router trained with an auxiliary balancing loss: the busiest expert's
+#: tokens over the mean, less one ("MaxVio_global"), 0.52 on Wang et al.'s 3B-parameter
+#: model with 64 routed experts and loss coefficient 0.001 (0.72 on their 1B model):
+#: "Auxiliary-Loss-Free Load Balancing Strategy for Mixture-of-Experts", arXiv:2408.15664,
+#: Table 2 and §4.1.
+AUX_LOSS_MAX_VIOLATION = 0.52
+#: The routed experts per layer of the model :data:`AUX_LOSS_MAX_VIOLATION` was measured on.
+AUX_LOSS_MAX_VIOLATION_EXPERTS = 64
+#: Coefficient of variation of one expert's tokens (``c``) implied by
+#: :data:`AUX_LOSS_MAX_VIOLATION`: the expected largest of ``n`` independent loads with spread
+#: ``c`` is ``1 + c·sqrt(2 ln n)``, so ``c = 0.52 / sqrt(2 ln 64) = 0.180``.
+EXPERT_LOAD_CV = AUX_LOSS_MAX_VIOLATION / float(np.sqrt(2.0 * np.log(
+    AUX_LOSS_MAX_VIOLATION_EXPERTS)))
+
+
+def expert_load_imbalance(num_experts: int, ep, forced=False):
+    """Routed token copies the busiest of the ``ep`` expert-parallel ranks receives, over
+    the mean (arrays broadcast; 1 for ``ep`` 1, where one rank holds every expert).
+
+    Each rank holds ``E/ep`` experts whose loads vary with spread :data:`EXPERT_LOAD_CV`
+    ``c`` around the even share, so a rank's load varies with ``c·sqrt(ep/E)`` and the
+    largest of ``ep`` of them is ``1 + c·sqrt(ep/E)·sqrt(2 ln ep) = 1 + c·sqrt(2·ep·ln(ep)/E)``
+    (the busiest rank runs the expert GEMMs and receives the all-to-all's bytes; the others
+    wait for it). At ``ep = E`` (one expert a rank) this is the measured ``1 +``
+    :data:`AUX_LOSS_MAX_VIOLATION` back. ``forced``: Megatron's
+    ``--moe-router-force-load-balancing`` routes on random scores, every expert its even
+    share (the multinomial spread of the random choice, under 2 % at a microbatch's
+    thousands of tokens a rank, is left out): 1."""
+    ep = np.asarray(ep, dtype=float)
+    spread = EXPERT_LOAD_CV * np.sqrt(2.0 * ep * np.log(np.maximum(ep, 1.0)) / num_experts)
+    return np.where(np.asarray(forced, dtype=bool), 1.0, 1.0 + spread)
+
+
+def routed_load_share(c, num_experts: int):
+    """Routed token copies the busiest expert-parallel rank computes with plans ``c`` (or a
+    plan), over the balanced dropless count: :func:`expert_load_imbalance` ``I`` of the
+    plans' ``ep`` and ``moe_router_force_load_balancing`` under dropless routing; ``min(I,
+    f)`` with a capacity factor ``f`` whose excess tokens are dropped (no expert takes more
+    than ``f`` times its even share, megatron-core 0.16.1 moe_utils.py
+    ``apply_router_token_dropping``); ``f`` when every expert is padded to its capacity.
+    With ``I`` = 1 this is :func:`capacity_share`."""
+    imbalance = expert_load_imbalance(num_experts, c.ep, c.moe_router_force_load_balancing)
+    f = float(c.moe_expert_capacity_factor)
+    if f <= 0:
+        return imbalance
+    if c.moe_pad_expert_input_to_capacity:
+        return np.full_like(imbalance, f)
+    return np.minimum(imbalance, f)
 
 
 def optimizer_state_bytes(p) -> float:

@@ -44,11 +44,14 @@ def a2a_s(model: ModelSpec, lc: dict, c: PlanBatch, x: dict):
     microbatch, seconds (arrays broadcast over plans).
 
     ``alltoall`` (megatron/core/transformer/moe/token_dispatcher.py
-    ``MoEAlltoAllTokenDispatcher``): every routed token copy (``k·X·etp``, 16-bit; the
-    capacity factor's share, :func:`configurator.core.plan_terms.capacity_share`) travels to
+    ``MoEAlltoAllTokenDispatcher``): every routed token copy (``k·X·etp``, 16-bit) travels to
     its expert's rank, those of other NVLink domains over the network
     (:func:`topology.collectives.all_to_all_time_s`), plus with ``etp > 1`` the all-gather
-    over the ETP group.
+    over the ETP group. The exchange lasts until the busiest rank's share has arrived: each
+    rank sends ``k·X·etp``, the busiest receives that times
+    :func:`configurator.core.plan_terms.routed_load_share` (the routing's load imbalance, or
+    the capacity factor's cap or padding) and sends it back in the combine, the count
+    ``tokens_routed`` of :func:`configurator.cost.moe_compute.moe_mlp_costs` holds.
 
     ``flex`` (``MoEFlexTokenDispatcher``: DeepEP's normal kernels, or HybridEP, which first
     send a token over RDMA to the peer GPU of each destination domain and then spread it
@@ -72,7 +75,7 @@ def a2a_s(model: ModelSpec, lc: dict, c: PlanBatch, x: dict):
     if c.moe_token_dispatcher_type != "flex":
         return nccl + etp_coll
     k, E = model.moe_router_topk, model.num_experts
-    tokens = lc["tokens_routed"] / k          # the rank's tokens (capacity share included)
+    tokens = lc["tokens_routed"] / k    # the rank's tokens (the busiest rank's share included)
     domains = n / g
     rdma = 2.0 * h * tokens * (domains - 1) * distinct_share(E, k, domains)
     nvl = 2.0 * h * tokens * (n - 1) / n * n * distinct_share(E, k, n)

@@ -165,7 +165,8 @@ def bridge_recipe_fields(rec: dict[str, str], precision: str,
         f.update(overlap_moe_expert_parallel_comm=on("overlap_moe_expert_parallel_comm"),
                  delay_wgrad_compute=on("delay_wgrad_compute"),
                  moe_permute_fusion=on("moe_permute_fusion"),
-                 moe_router_fusion=on("moe_router_fusion"))
+                 moe_router_fusion=on("moe_router_fusion"),
+                 moe_router_force_load_balancing=on("moe_router_force_load_balancing"))
         if rec["moe_expert_capacity_factor"]:
             f.update(moe_expert_capacity_factor=float(rec["moe_expert_capacity_factor"]),
                      moe_pad_expert_input_to_capacity=on("moe_pad_expert_input_to_capacity"))
@@ -516,7 +517,12 @@ def nemo_summary_runs() -> tuple[list[MeasuredRun], list[str]]:
     overlap with tp > 1 (``tp_comm_overlap``), the distributed optimizer, FP8 weights
     gathered in FP8 (NeMo's ``fp8_params``), Megatron FSDP where the FSDP column reads 1;
     the cross entropy fused from NeMo 2.0 (25.02 on; ``GPTConfig.cross_entropy_loss_fusion``),
-    eager before. Priced from the published tokens/s/GPU."""
+    eager before; MoE models' tokens dropped and padded to capacity 1.0 (the performance
+    scripts call the recipe with ``performance_mode=True``,
+    scripts/performance/llm/pretrain_mixtral_8x7b.py, whose
+    ``pretrain_performance_optimizations`` in nemo/collections/llm/recipes/mixtral_8x7b.py
+    adds ``MegatronTokenDropCallback``: ``moe_expert_capacity_factor=1.0``,
+    ``moe_pad_expert_input_to_capacity=True``). Priced from the published tokens/s/GPU."""
     out, skipped = [], []
     for r in read_table(published_path(NEMO_SUMMARY_TABLE)):
         key = f"nemo {r['release']} {r['model']} {r['system']} {r['num_gpus']}"
@@ -540,7 +546,9 @@ def nemo_summary_runs() -> tuple[list[MeasuredRun], list[str]]:
                             tp_comm_overlap=tp > 1, distributed_optimizer=True,
                             precision="fp8", fp8_param_gather=True, megatron_fsdp=fsdp,
                             cross_entropy_fusion="none" if r["release"] == "24.07"
-                            else "native")
+                            else "native",
+                            moe_expert_capacity_factor=1.0 if model.is_moe else 0.0,
+                            moe_pad_expert_input_to_capacity=model.is_moe)
         out.append(_run(key, r["source"], model, NEMO_SYSTEMS[r["system"]], plan,
                         NEMO_SUMMARY_TABLE, seq=seq,
                         tokens_per_s_per_gpu=float(first["tokens_per_sec_per_gpu"])))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from configurator.core.plan_batch import PlanBatch
 from configurator.core.model import ModelSpec
+from configurator.core.plan_terms import routed_load_share
 from configurator.cost.gemm import fp8_quantize_s, fp8_scaling, gemm_time_s
 from configurator.cost.host_ops import (EXPERT_BIAS_BYTES, EXPERT_BIAS_KERNELS, HOST_OPS_ATTN,
                                         HOST_OPS_MOE_PARTS, MOE_ROUTER_OPS, clamp_s, eager_s,
@@ -42,11 +43,6 @@ def moe_host_before_sync_s(model: ModelSpec, c: PlanBatch, gpu: GPUSpec) -> floa
     return (attn + router) * gpu.efficiency.host_op_s
 
 
-#: Load-imbalance factor of routed experts: the busiest rank's tokens over the mean. 1.0
-#: under force-balanced routing (Megatron ``--moe-router-force-load-balancing``, which the
-#: published Megatron-Bridge MoE benchmarks use); dropless training with an auxiliary loss
-#: runs above it, by an amount the routing decides, not the plan.
-MOE_IMBALANCE = 1.0
 #: Kernels an MoE layer launches beyond a dense MLP's, forward (router GEMM, top-k, softmax,
 #: auxiliary loss, token counts, permutations, dispatcher bookkeeping and its host sync):
 #: counted from megatron-core 0.16.1's ``MoELayer.forward`` with the all-to-all dispatcher.
@@ -64,7 +60,10 @@ def moe_mlp_costs(model: ModelSpec, c: PlanBatch, gpu: GPUSpec, T, kw):
 
     Tokens per rank ``X = T/tp`` (sequence parallel), routed copies ``R = k·X·etp`` over
     ``E/ep`` local experts (grouped GEMMs: ``E/ep`` GEMMs of ``R·ep/E`` rows, fc1 ``h →
-    f_e/etp`` (×2 SwiGLU), fc2 back), times :data:`MOE_IMBALANCE`; the router GEMM ``X×h×E``
+    f_e/etp`` (×2 SwiGLU), fc2 back), times the busiest expert-parallel rank's share
+    (:func:`~configurator.core.plan_terms.routed_load_share`: the routing's load imbalance
+    under dropless routing, the capacity factor's cap or padding; the other ranks wait for
+    it at the combine), so ``tokens_routed`` is that rank's; the router GEMM ``X×h×E``
     (fp32 scores); a shared expert as a dense MLP over the ``T`` gathered tokens; memory-bound
     passes: permute and unpermute (read and write ``R·h``), the activation over ``R·f_e``,
     router softmax/top-k over ``X·E`` in fp32, plus :data:`MOE_EXTRA_KERNELS` launches."""
@@ -73,7 +72,7 @@ def moe_mlp_costs(model: ModelSpec, c: PlanBatch, gpu: GPUSpec, T, kw):
     h, fe, E = model.hidden_size, model.moe_ffn_hidden_size, model.num_experts
     tp, etp, ep = (x.astype(float) for x in (c.tp, c.etp, c.ep))
     X = T / tp
-    R = model.moe_router_topk * X * etp * MOE_IMBALANCE * c.capacity_share
+    R = model.moe_router_topk * X * etp * routed_load_share(c, E)
     local = E / ep
     rows = R / local
     gate = 2 if model.swiglu else 1

@@ -14,8 +14,8 @@ work):
   lower bound and only the others get their activations, adding them to the held bytes of
   the first pass (the same sum, in the same order);
 * **row groups**: a layer's activation terms depend on a few columns
-  (micro_batch_size, cp, tp, sequence_parallel, the recompute code, etp, the all-to-all
-  overlap), so above :data:`GROUP_ROWS_ABOVE` plans they are computed once per distinct row
+  (micro_batch_size, cp, tp, sequence_parallel, the recompute code, etp, ep (the busiest
+  expert-parallel rank's routed tokens), the all-to-all overlap), so above :data:`GROUP_ROWS_ABOVE` plans they are computed once per distinct row
   (:func:`configurator.core.rows.row_groups`) and gathered back;
 * **chunks**: batches are priced in slices of :data:`CHUNK_CANDIDATES` plans, bounding the
   temporaries (:func:`in_chunks`).
@@ -132,7 +132,7 @@ def _layer_terms(model, plans: PlanBatch) -> dict:
     rows = None
     if len(plans) > GROUP_ROWS_ABOVE:
         rows = row_groups(plans.mbs, plans.cp, plans.tp, plans.sequence_parallel,
-                          plans.recompute_code, plans.etp,
+                          plans.recompute_code, plans.etp, plans.ep,
                           plans.overlap_moe_expert_parallel_comm)
     if rows is None:
         return plan_layer_terms(model, plans)
