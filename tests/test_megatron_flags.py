@@ -239,7 +239,7 @@ def test_megatron_own_validate_args(tmp_path):
     short = TrainingArgs(train_iters=30, lr_warmup_iters=10)    # what trial writes
     cases_in = ([(m, p) for m, p in SPREAD[:: max(1, len(SPREAD) // 40)]]
                 + [(GPT3, GPT3_PLAN)] + MODERN_PLANS)
-    for i, (model, plan, training) in enumerate(
+    for model, plan, training in (
             # every other case as a priced plan writes it: checkpoints, async saves
             [(m, p, CHECKPOINTED if k % 2 else None) for k, (m, p) in enumerate(cases_in)]
             + [(m, p, short) for m, p in _trial_plans(tmp_path)]):
@@ -248,7 +248,7 @@ def test_megatron_own_validate_args(tmp_path):
             argv.append("--no-rope-fusion")      # rope fusion needs Transformer Engine
         env = dict(line.split(" ", 1)[1].split("=", 1) for line in environment_block(plan)
                    if line.startswith("export "))
-        priced = bool(i % 2)
+        priced = training is CHECKPOINTED    # a priced plan's script: checkpoints, async saves
         cases.append({"argv": argv, "world": plan.world_size,
                       "save_interval": 50 if priced else None,
                       "async_save": priced and not plan.megatron_fsdp,
