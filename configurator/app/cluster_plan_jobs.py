@@ -396,7 +396,7 @@ def scaling_rows(model: ModelSpec, cluster: Cluster, gbs: int, space: SearchSpac
         try:
             res = search(model, cluster.subset(sorted(order[:n])), gbs, top_k=1, space=space,
                          max_memory_fraction=sreq.max_memory_fraction,
-                         rerank=SCALING_RERANK, **sreq.options)
+                         rerank=SCALING_RERANK, **sreq.search_kwargs)
         except (InputError, NoFeasiblePlanError) as err:
             rows.append(dict(row, tokens_per_s=None, reason=str(err)))
             continue
