@@ -206,7 +206,7 @@ def _run_plan(req: PlanRequest, stage) -> PlanOutcome:
     costs = price_findings(model, base, topo, report, best,
                            pool=list(range(cluster.num_nodes)), seed=req.seed,
                            evaluations=VARIANT_EVALUATIONS, search_space=space,
-                           options=dict(sreq.options), known=known)
+                           options=dict(sreq.search_kwargs), known=known)
     if train is not None:
         costs = price_in_days(costs, model, cluster, best.plan, train)
     pl = best.placement

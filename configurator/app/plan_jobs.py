@@ -21,6 +21,7 @@ from configurator.core import validate as v
 from configurator.core.document import read_plan_document
 from configurator.core.errors import InputError, NoFeasiblePlanError
 from configurator.core.plan import describe_search_options, search_options
+from configurator.core.plan_batch import COLUMN_FIELDS
 from configurator.core.plan_values import RECOMPUTE
 from configurator.core.rules import SPLIT_FIELDS, plan_for_world
 from configurator.search.evaluate import Evaluation, evaluate_plan
@@ -197,7 +198,11 @@ def calibration_change(req: SearchRequest, model, res: SearchResult, profile=Non
         "iteration_time_s"])
     old = int(np.argmin(t_unc))
     best = res.plans[0].plan
-    new = next((i for i in range(min(len(cand), 4 * RERANK_K)) if cand.plan(i) == best), 0)
+    # the ranked plan of the best one: its per-candidate fields (the search may have applied
+    # a per-plan mechanism to the best, configurator.search.mechanisms.plan_variants)
+    new = next((i for i in range(min(len(cand), 4 * RERANK_K))
+                if all(getattr(cand.plan(i), f.name) == getattr(best, f.name)
+                       for f in COLUMN_FIELDS)), 0)
     old_rank = 1 + int(np.sum(t_cal < t_cal[old]))
     new_rank = 1 + int(np.sum(t_unc < t_unc[new]))
     out = {"uncalibrated_best": cand.plan(old).to_dict(), "uncalibrated_best_rank": old_rank,
