@@ -100,7 +100,8 @@ def search(model: ModelSpec, cluster, global_batch_size: int, *, top_k: int = 10
         regimes = [Regime(options=options, restrict={}, mechanisms=())]
     limit = cluster.gpu.memory_bytes * max_memory_fraction
     n = nfeas = 0
-    parts, unfit = [], []    # (regime, feasible plans, closed form); legal plans none fits
+    # (regime, feasible plans, closed form, link tables); the legal plans of a regime none fits
+    parts, unfit = [], []
     for regime in regimes:
         cand = enumerate_plans(model, world, global_batch_size,
                                overlap_grad_reduce=overlap_grad_reduce,
