@@ -77,8 +77,12 @@ def test_search_table_and_python_m_entry():
     assert "plans evaluated" in lines[0]
     # one line on the ties and the pick, when plans tie within the best one's interval
     assert lines[1].startswith(("ties (* after the rank):", "picked a plan"))
+    # one line naming the recipe mechanisms the search turned on in plan 1 (an A100 cluster:
+    # Transformer Engine's cross entropy, the BF16 reduction, the precision-aware optimizer)
+    assert lines[2] == ("mechanisms turned on in plan 1: te_cross_entropy, "
+                        "grad_reduce_in_bf16, precision_aware_optimizer")
     # two header lines (the wider headers stacked), the rule, 5 plans, the next step
-    assert lines[3].split()[:3] == ["rank", "tp", "pp"] and set(lines[4]) == {"-", " "}
-    assert len(lines) == 5 + 5 + 1
+    assert lines[4].split()[:3] == ["rank", "tp", "pp"] and set(lines[5]) == {"-", " "}
+    assert len(lines) == 6 + 5 + 1
     # the last line says how to get scripts and how to see one plan in detail
     assert lines[-1].startswith("next: --out DIR") and "configurator estimate" in lines[-1]

@@ -228,6 +228,46 @@ def _trial_plans(tmp_path):
     return [(load_model(job["model"]), r.plan) for job in TRIAL_JOBS for r in _trial(job).runs]
 
 
+#: Searches whose best plans carry the recipe mechanisms the search turns on by itself
+#: (configurator/search/mechanisms.py): a dense FP8 model on H100 (the tensor-parallel
+#: overlap, the precision-aware optimizer) and an MoE model (the flex dispatcher, the fused
+#: permutation and routing, the delayed weight gradients).
+SEARCH_JOBS = [("llama3-8b", "dgx-h100-80gb", 2, 64, {"precision": "fp8"}),
+               ("qwen3-30b-a3b", "dgx-h100-80gb", 2, 64, {})]
+
+
+def _searched_plans():
+    """``(model, plan)`` of the best three plans of every search of :data:`SEARCH_JOBS`."""
+    from configurator.core.model_presets import load_model
+    from configurator.search.rank import search
+    from topology.cluster_files import load_cluster
+
+    out = []
+    for name, cluster, nodes, gbs, options in SEARCH_JOBS:
+        model = load_model(name)
+        res = search(model, load_cluster(cluster, nodes=nodes), gbs, top_k=3, **options)
+        out += [(model, e.plan) for e in res.plans]
+    return out
+
+
+def test_searched_plans_carry_the_mechanisms():
+    """The plans :data:`SEARCH_JOBS` find carry the mechanisms the validate_args test below
+    checks: the flex dispatcher with its fp32 router and the precision-aware optimizer's
+    flags reach the launch flags."""
+    plans = _searched_plans()
+    moe = [(m, p) for m, p in plans if m.is_moe]
+    assert moe and all(p.moe_token_dispatcher_type == "flex" for _, p in moe if p.ep > 1)
+    a = parse_argv(flag_argv(megatron_flags(*moe[0])))
+    assert a["--moe-token-dispatcher-type"] == "flex" and a["--moe-router-dtype"] == "fp32"
+    assert a["--moe-permute-fusion"] is True and a["--cross-entropy-fusion-impl"] == "te"
+    dense = [p for m, p in plans if not m.is_moe]
+    assert any(p.use_precision_aware_optimizer for p in dense)
+    a = parse_argv(flag_argv(megatron_flags(
+        plans[0][0], next(p for p in dense if p.use_precision_aware_optimizer))))
+    assert a["--use-precision-aware-optimizer"] is True and a["--exp-avg-dtype"] == "bf16"
+    assert a["--grad-reduce-in-bf16"] is True
+
+
 @pytest.mark.skipif(not MEGATRON_SRC, reason="set MEGATRON_LM_SRC to a Megatron-LM "
                     "core_v0.16.x checkout to run its parse_args/validate_args on our flags")
 def test_megatron_own_validate_args(tmp_path):
@@ -242,7 +282,8 @@ def test_megatron_own_validate_args(tmp_path):
     for model, plan, training in (
             # every other case as a priced plan writes it: checkpoints, async saves
             [(m, p, CHECKPOINTED if k % 2 else None) for k, (m, p) in enumerate(cases_in)]
-            + [(m, p, short) for m, p in _trial_plans(tmp_path)]):
+            + [(m, p, short) for m, p in _trial_plans(tmp_path)]
+            + [(m, p, None) for m, p in _searched_plans()]):
         argv = flag_argv(megatron_flags(model, plan, training=training))
         if model.position_embedding_type == "rope" or model.multi_latent_attention:
             argv.append("--no-rope-fusion")      # rope fusion needs Transformer Engine

@@ -440,7 +440,7 @@ def price_audit(topo_path: str, report, req: CostRequest) -> PricedPlan:
             global_batch_size=req.global_batch_size, nodes=req.nodes,
             seq_length=req.seq_length, options=req.options, top=1, seed=req.seed)
         model, cluster, _ = resolve(sreq.inputs, precision=sreq.precision)  # no profile
-        space, options = search_space(model, sreq), dict(sreq.options)
+        space, options = search_space(model, sreq), dict(sreq.search_kwargs)
         res, _ = ranked_search(sreq, model, cluster, space, 1)
         best = res.plans[0]
         where = "the search's best plan"

@@ -206,7 +206,7 @@ def _run_plan(req: PlanRequest, stage) -> PlanOutcome:
     costs = price_findings(model, base, topo, report, best,
                            pool=list(range(cluster.num_nodes)), seed=req.seed,
                            evaluations=VARIANT_EVALUATIONS, search_space=space,
-                           options=dict(sreq.options), known=known)
+                           options=dict(sreq.search_kwargs), known=known)
     if train is not None:
         costs = price_in_days(costs, model, cluster, best.plan, train)
     pl = best.placement
@@ -396,7 +396,7 @@ def scaling_rows(model: ModelSpec, cluster: Cluster, gbs: int, space: SearchSpac
         try:
             res = search(model, cluster.subset(sorted(order[:n])), gbs, top_k=1, space=space,
                          max_memory_fraction=sreq.max_memory_fraction,
-                         rerank=SCALING_RERANK, **sreq.options)
+                         rerank=SCALING_RERANK, **sreq.search_kwargs)
         except (InputError, NoFeasiblePlanError) as err:
             rows.append(dict(row, tokens_per_s=None, reason=str(err)))
             continue

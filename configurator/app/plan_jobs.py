@@ -21,6 +21,7 @@ from configurator.core import validate as v
 from configurator.core.document import read_plan_document
 from configurator.core.errors import InputError, NoFeasiblePlanError
 from configurator.core.plan import describe_search_options, search_options
+from configurator.core.plan_batch import COLUMN_FIELDS
 from configurator.core.plan_values import RECOMPUTE
 from configurator.core.rules import SPLIT_FIELDS, plan_for_world
 from configurator.search.evaluate import Evaluation, evaluate_plan
@@ -56,13 +57,24 @@ class SearchRequest:
     random_placements: int = RANDOM_PLACEMENTS
     #: time, cost and energy to train (``--train-tokens`` and its options), or None
     training: TrainingRequest | None = None
+    #: the options the user gave (not None in ``options``); the search chooses the others
+    given: frozenset = field(default=frozenset(), init=False)
 
     def __post_init__(self):
+        object.__setattr__(self, "given", frozenset(
+            k for k, v in self.options.items() if v is not None))
         object.__setattr__(self, "options", search_options(**self.options))
 
     @property
     def precision(self) -> str:
         return self.options["precision"]
+
+    @property
+    def search_kwargs(self) -> dict:
+        """The options as :func:`configurator.search.rank.search` takes them: those the user
+        gave, the others None (the search completes them with the recipe mechanisms the
+        cluster allows, :mod:`configurator.search.mechanisms`)."""
+        return {k: (v if k in self.given else None) for k, v in self.options.items()}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -140,6 +152,8 @@ def run_search(req: SearchRequest) -> SearchOutcome:
                    f"{pl.random_median_iteration_time_s:.3f} s")
     if res.pick_note:
         header += "\n" + res.pick_note
+    if res.mechanisms:
+        header += "\n" + mechanisms_line(res)
     doc = search_document(model, used, res)
     if compare:
         doc["calibration_change"] = calibration_change(req, model, res, profile)
@@ -153,6 +167,16 @@ def run_search(req: SearchRequest) -> SearchOutcome:
                                        document=doc)
     return SearchOutcome(result=res, header=header, document=doc, nodes=used.num_nodes,
                          written=written)
+
+
+def mechanisms_line(res: SearchResult) -> str:
+    """The line naming the recipe mechanisms the search turned on in plan 1 (and those it
+    chose that plan 1 runs without)."""
+    on = res.mechanisms_of(res.plans[0].plan)
+    bare = {name.split(" ")[0] for name in on}
+    off = [name for name in res.mechanisms if name not in bare]
+    return (f"mechanisms turned on in plan 1: {', '.join(on) or 'none'}"
+            + (f"; chosen where they apply, not in plan 1: {', '.join(off)}" if off else ""))
 
 
 def _short(plan) -> str:
@@ -174,7 +198,11 @@ def calibration_change(req: SearchRequest, model, res: SearchResult, profile=Non
         "iteration_time_s"])
     old = int(np.argmin(t_unc))
     best = res.plans[0].plan
-    new = next((i for i in range(min(len(cand), 4 * RERANK_K)) if cand.plan(i) == best), 0)
+    # the ranked plan of the best one: its per-candidate fields (the search may have applied
+    # a per-plan mechanism to the best, configurator.search.mechanisms.plan_variants)
+    new = next((i for i in range(min(len(cand), 4 * RERANK_K))
+                if all(getattr(cand.plan(i), f.name) == getattr(best, f.name)
+                       for f in COLUMN_FIELDS)), 0)
     old_rank = 1 + int(np.sum(t_cal < t_cal[old]))
     new_rank = 1 + int(np.sum(t_unc < t_unc[new]))
     out = {"uncalibrated_best": cand.plan(old).to_dict(), "uncalibrated_best_rank": old_rank,
@@ -218,7 +246,7 @@ def ranked_search(req: SearchRequest, model, cluster, space: SearchSpace, top: i
     the result's plans carry their placement (``exclude_flagged`` and ``nodes`` override the
     request's). ``profile``: the layer profile :func:`resolve` gave, or None. ``rerank``:
     the closed form's best the simulated schedule re-ranks (default the search's)."""
-    kw = dict(req.options, top_k=top, space=space, keep_ranking=keep_ranking,
+    kw = dict(req.search_kwargs, top_k=top, space=space, keep_ranking=keep_ranking,
               max_memory_fraction=req.max_memory_fraction, profile=profile,
               **({} if rerank is None else {"rerank": rerank}))
     if not req.inputs.topology:

@@ -115,8 +115,13 @@ COMMANDS: tuple[Command, ...] = (
     Command("search", "rank every legal plan that fits in memory",
             "Enumerate every plan Megatron-LM accepts (tp, pp, dp, cp, vp, ep, etp, layer "
             "split, micro batch size, recompute, sequence parallel, distributed optimizer), "
-            "drop those that do not fit, rank the rest by predicted iteration time. --out "
-            "writes the best plan's launch scripts and plan.json.",
+            "drop those that do not fit, rank the rest by predicted iteration time. The "
+            "recipe mechanisms the cluster allows (Transformer Engine's cross entropy, the "
+            "BF16 gradient reduction, the tensor-parallel overlap, the flex dispatcher, the "
+            "fused MoE permutation and routing, the delayed expert weight gradients, the "
+            "precision-aware optimizer) are turned on where their option is not given, and "
+            "the output names those plan 1 runs. --out writes the best plan's launch scripts "
+            "and plan.json.",
             plan_commands.add_search_arguments, plan_commands.run_search, PLAN_EPILOG,
             examples=(
                 "configurator search --model llama3-70b --cluster dgx-h100-80gb --nodes 16 "

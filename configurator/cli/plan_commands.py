@@ -46,8 +46,9 @@ def add_plan_option(p, name: str, *, required: bool = False, default=None) -> No
         p.add_argument(f.cli_flag, dest=f.name, action=argparse.BooleanOptionalAction,
                        default=None, help=f.help)
     elif f.choices:
-        p.add_argument(f.cli_flag, dest=f.name, choices=f.choices,
-                       default=f.default if default is None else default, help=f.help)
+        # None: not given (a search chooses a mechanism the user did not name)
+        p.add_argument(f.cli_flag, dest=f.name, choices=f.choices, default=default,
+                       help=f.help)
     else:
         p.add_argument(f.cli_flag, dest=f.name, type=integer if f.type is int else f.type,
                        required=required,
@@ -260,8 +261,9 @@ def estimate_command(args, plan) -> str:
     for name in ("calibration", "profile"):
         if getattr(args, name):
             words += [f"--{name}", getattr(args, name)]
-    given: dict = {name: getattr(args, name) for name in SEARCH_OPTIONS
-                   if getattr(args, name) not in (None, PLAN_FIELD[name].default)}
+    # the plan's own search-wide fields: those given and the mechanisms the search chose
+    given: dict = {name: getattr(plan, name) for name in SEARCH_OPTIONS
+                   if getattr(plan, name) != PLAN_FIELD[name].default}
     for name in ESTIMATE_FIELDS:
         f = PLAN_FIELD[name]
         value = getattr(plan, name)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from configurator.core.plan_batch import PlanBatch
+from configurator.core.plan_batch import SHARED_FIELDS, PlanBatch
 from configurator.core.errors import InputError, NoFeasiblePlanError
 from configurator.core.layers import split_ok
 from configurator.search.engine import in_chunks, peak_memory
@@ -27,6 +27,8 @@ from configurator.search.space import (SearchSpace, enumerate_plans, layer_split
                                         layout_splits)
 from configurator.cost.communication import comm_table, expert_comm_table, gather_figures
 from configurator.search.intervals import rank_with_intervals
+from configurator.search.mechanisms import (MECHANISM, Regime, mechanisms_on, plan_variants,
+                                            search_regimes)
 from configurator.cost.iteration import iteration_time
 
 
@@ -45,22 +47,37 @@ class SearchResult:
     #: one line on the default pick when plans tie within the best plan's interval
     #: (:func:`configurator.search.intervals.rank_with_intervals`), else None
     pick_note: str | None = None
+    #: the recipe mechanisms the search turned on where they apply
+    #: (:mod:`configurator.search.mechanisms`), in :data:`MECHANISMS` order
+    mechanisms: tuple[str, ...] = ()
+
+    def mechanisms_of(self, plan) -> list[str]:
+        """The mechanisms the search turned on that take effect in ``plan``."""
+        return mechanisms_on(plan, self.mechanisms)
 
     def to_dict(self) -> dict:
         return {"plans": [p.to_dict() for p in self.plans],
                 "candidates_evaluated": self.candidates_evaluated,
                 "feasible": self.feasible, "search_time_s": self.search_time_s,
-                "pick_note": self.pick_note}
+                "pick_note": self.pick_note,
+                "mechanisms": {"chosen": list(self.mechanisms),
+                               "by_plan": [self.mechanisms_of(p.plan) for p in self.plans]}}
 
 
 def search(model: ModelSpec, cluster, global_batch_size: int, *, top_k: int = 10,
            space: SearchSpace = SearchSpace(), overlap_grad_reduce: bool = True,
            overlap_param_gather: bool = True, keep_ranking: bool = False,
            max_memory_fraction: float = 1.0, rerank: int = RERANK_K, profile=None,
-           **options) -> SearchResult:
+           choose_mechanisms: bool = True, **options) -> SearchResult:
     """Rank every legal plan for ``model`` on all GPUs of ``cluster``; ``options``: the
     :data:`~configurator.core.plan.SEARCH_OPTIONS` (precision, attention backend, …) every
-    plan carries (default: the plan defaults).
+    plan carries (default: the plan defaults; a value of None is not given).
+
+    With ``choose_mechanisms`` the options not given are completed by the recipe mechanisms
+    the cluster allows (:mod:`configurator.search.mechanisms`): the search runs once per
+    regime of them, each regime on its part of the plans, and each shortlisted plan is
+    priced without the mechanisms that only move time where that is faster. An option given
+    (not None) is never changed.
 
     Raises :class:`InputError` when no plan is legal at all (e.g. a batch size no data-parallel
     degree divides) and :class:`NoFeasiblePlanError` when legal plans exist but none fits
@@ -72,51 +89,115 @@ def search(model: ModelSpec, cluster, global_batch_size: int, *, top_k: int = 10
     (:class:`configurator.core.profile.LayerProfile`), or None.
     """
     t0 = time.perf_counter()
+    pinned = {name for name, value in options.items() if value is not None}
     options = search_options(**options)
     cluster.gpu.peak(options["precision"])
     check_search_options(model, options)
     world = cluster.num_gpus
-    cand = enumerate_plans(model, world, global_batch_size,
-                           overlap_grad_reduce=overlap_grad_reduce,
-                           overlap_param_gather=overlap_param_gather, space=space, **options)
-    n = len(cand)
+    regimes = search_regimes(model, cluster, options, pinned, space.allowed) \
+        if choose_mechanisms else []
+    if not regimes:
+        regimes = [Regime(options=options, restrict={}, mechanisms=())]
+    limit = cluster.gpu.memory_bytes * max_memory_fraction
+    n = nfeas = 0
+    # (regime, feasible plans, closed form, link tables); the legal plans of a regime none fits
+    parts, unfit = [], []
+    for regime in regimes:
+        cand = enumerate_plans(model, world, global_batch_size,
+                               overlap_grad_reduce=overlap_grad_reduce,
+                               overlap_param_gather=overlap_param_gather,
+                               space=SearchSpace(**(space.allowed | regime.restrict)),
+                               **regime.options)
+        if not len(cand):
+            continue
+        mem = in_chunks(cand, lambda c, _rows: peak_memory(
+            model, c, limit_bytes=limit, non_tn_fp8_gemm=cluster.gpu.non_tn_fp8_gemm))
+        fits = mem <= limit
+        n, nfeas = n + len(cand), nfeas + int(fits.sum())
+        if not fits.any():
+            unfit.append(cand)
+            continue
+        feas = cand.take(np.flatnonzero(fits))
+        # the groups' link figures once for every slice (each slice would price every
+        # layout), gathered per plan slice by slice
+        tables = [comm_table(cluster, feas), expert_comm_table(cluster, feas)]
+        closed = in_chunks(feas, lambda c, rows: iteration_time(
+            model, cluster, c, comm=gather_figures(tables, rows), profile=profile))
+        parts.append((regime, feas, closed, tables))
     if n == 0:
         raise InputError("global_batch_size", global_batch_size,
                          f"no legal plan: no tp*pp*cp*dp layout of {world} GPUs with "
                          f"global_batch_size % (micro_batch_size*dp) == 0 under the "
                          f"search restrictions: another --gbs or --nodes gives one")
-    limit = cluster.gpu.memory_bytes * max_memory_fraction
-    mem = in_chunks(cand, lambda c, _rows: peak_memory(
-        model, c, limit_bytes=limit, non_tn_fp8_gemm=cluster.gpu.non_tn_fp8_gemm))
-    fits = mem <= limit
-    nfeas = int(fits.sum())
     if nfeas == 0:
-        mem = peak_memory(model, cand, non_tn_fp8_gemm=cluster.gpu.non_tn_fp8_gemm)
-        i = int(np.argmin(mem))
-        p = cand.plan(i)
+        mem, p = min(((m[i], c.plan(i)) for c in unfit
+                      for m in [peak_memory(model, c,
+                                            non_tn_fp8_gemm=cluster.gpu.non_tn_fp8_gemm)]
+                      for i in [int(np.argmin(m))]), key=lambda x: x[0])
         raise NoFeasiblePlanError(
-            f"{n} legal plans, none fits: smallest peak memory {mem[i] / 2**30:.1f} GiB > "
+            f"{n} legal plans, none fits: smallest peak memory {mem / 2**30:.1f} GiB > "
             f"capacity {limit / 2**30:.1f} GiB (tp={p.tp} pp={p.pp} "
             f"dp={p.dp} cp={p.cp} mbs={p.micro_batch_size} recompute={p.recompute}); "
             f"add GPUs or lower the batch size per GPU")
-    feas = cand.take(np.flatnonzero(fits))
-    # the groups' link figures once for every slice (each slice would price every layout),
-    # gathered per plan slice by slice
-    tables = [comm_table(cluster, feas), expert_comm_table(cluster, feas)]
-    closed = in_chunks(feas, lambda c, rows: iteration_time(
-        model, cluster, c, comm=gather_figures(tables, rows), profile=profile))
-    times = closed["iteration_time_s"]
+    times = np.concatenate([closed["iteration_time_s"] for _, _, closed, _ in parts])
+    part = np.concatenate([np.full(len(feas), k) for k, (_, feas, _, _) in enumerate(parts)])
+    row = np.concatenate([np.arange(len(feas)) for _, feas, _, _ in parts])
     order = np.argsort(times, kind="stable")
-    # the closed form ranks everything; the exact schedule re-ranks its best
-    shortlist = [evaluate_plan(model, cluster, feas.plan(int(i)), profile=profile,
-                               closed_form={k: float(v[i]) for k, v in closed.items()})
-                 for i in order[:max(top_k, rerank)]]
+    # the closed form ranks everything; the exact schedule re-ranks its best, each in the
+    # fastest of its mechanism variants
+    entries = []
+    for j in order[:max(top_k, rerank)]:
+        _, feas, closed, _ = parts[part[j]]
+        i = int(row[j])
+        entries.append((feas.plan(i), int(part[j]), i,
+                        {k: float(v[i]) for k, v in closed.items()}))
+    shortlist = [evaluate_plan(model, cluster, plan, profile=profile, closed_form=figures)
+                 for plan, figures in _fastest_variants(model, cluster, parts, entries,
+                                                        profile)]
     best = sorted(shortlist, key=lambda e: e.iteration_time_s)[:top_k]
     best, pick_note = rank_with_intervals(model, cluster, best, profile)
+    chosen = tuple(name for name in MECHANISM
+                   if any(name in regime.mechanisms for regime in regimes))
+    # the ranking kept is that of the best plan's regime (one set of search-wide options)
+    k = int(part[order[0]])
+    mine = order[part[order] == k]
     return SearchResult(plans=best, candidates_evaluated=n, feasible=nfeas, pick_note=pick_note,
-                        search_time_s=time.perf_counter() - t0,
-                        ranked=feas.take(order) if keep_ranking else None,
-                        ranked_time_s=times[order] if keep_ranking else None)
+                        search_time_s=time.perf_counter() - t0, mechanisms=chosen,
+                        ranked=parts[k][1].take(row[mine]) if keep_ranking else None,
+                        ranked_time_s=times[mine] if keep_ranking else None)
+
+
+def _fastest_variants(model: ModelSpec, cluster, parts: list, entries: list,
+                      profile=None) -> list:
+    """``(plan, closed-form figures)`` of each ``(plan, part, row, figures)`` of ``entries``
+    (a plan of the search's ``parts[part]``, ``(regime, feasible plans, closed form, link
+    tables)``, at ``row``): the fastest in closed form of the plan's mechanism variants
+    (:func:`configurator.search.mechanisms.plan_variants`; ``figures``: the plan's own).
+    Variants of one part that share their search-wide fields are priced as one batch, with
+    the part's link figures (a variant keeps its plan's layout)."""
+    variants = [plan_variants(model, cluster, plan, parts[k][0]) for plan, k, _, _ in entries]
+    groups: dict[tuple, list] = {}     # (part, shared fields) -> [(entry, variant index)]
+    for e, (vs, (plan, k, _, _)) in enumerate(zip(variants, entries)):
+        for j, v in enumerate(vs):
+            if v != plan:
+                groups.setdefault((k, *(getattr(v, f.name) for f in SHARED_FIELDS)),
+                                  []).append((e, j))
+    priced = [{} for _ in entries]     # entry -> variant index -> figures
+    for key, members in groups.items():
+        rows = np.array([entries[e][2] for e, _ in members])
+        closed = iteration_time(model, cluster, PlanBatch.from_plans(
+            [variants[e][j] for e, j in members]), comm=gather_figures(parts[key[0]][3], rows),
+            profile=profile)
+        for r, (e, j) in enumerate(members):
+            priced[e][j] = {name: float(np.broadcast_to(x, (len(members),))[r])
+                            for name, x in closed.items()}
+    out = []
+    for e, (plan, _, _, figures) in enumerate(entries):
+        f, v = min(((figures if v == plan else priced[e][j], v)
+                    for j, v in enumerate(variants[e])),
+                   key=lambda x: x[0]["iteration_time_s"])
+        out.append((v, f))
+    return out
 
 
 def best_layer_split(model: ModelSpec, cluster, plan, profile=None):

@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # torchrun launch: Megatron-LM pretrain_gpt.py (core_v0.16.1 flags), rendered by configurator.
 # model: custom-gpt-13b: layers=40 hidden=5120 ffn=20480 heads=40 query_groups=40 seq=2048 vocab=50257
-# plan: tp=4 pp=1 dp=8 cp=1 vp=1 mbs=8 gbs=256 ep=1 etp=1 first=0 last=0 acct_emb=False
+# plan: tp=2 pp=1 dp=16 cp=1 vp=1 mbs=4 gbs=256 ep=1 etp=1 first=0 last=0 acct_emb=False
 #       acct_loss=False recompute=none recompute_modules=core_attn sequence_parallel=True
 #       distributed_optimizer=True precision=bf16 cp_comm_type=p2p attention_backend=auto
 #       overlap_grad_reduce=True overlap_param_gather=True fp8_param_gather=True
-#       grad_reduce_in_bf16=False cross_entropy_fusion=none megatron_fsdp=False
-#       tp_comm_overlap=False a2a_overlap=False microbatches=4
+#       grad_reduce_in_bf16=True cross_entropy_fusion=te megatron_fsdp=False
+#       tp_comm_overlap=False a2a_overlap=False use_precision_aware_optimizer=True
+#       exp_avg_dtype=bf16 exp_avg_sq_dtype=bf16 microbatches=4
 # cluster: nodes=4 gpus_per_node=8 world_size=32
 # predicted:
-#   iteration_time_s: 2.51
-#   model_tflops_per_gpu: 519.3
-#   mfu: 0.525
-#   peak_memory_GiB: 54.71
+#   iteration_time_s: 2.34
+#   model_tflops_per_gpu: 557.0
+#   mfu: 0.563
+#   peak_memory_GiB: 58.41
 #
 # Usage on every node: MEGATRON_LM_DIR=/path/to/Megatron-LM bash launch_torchrun.sh [NODE_RANK] [extra pretrain_gpt.py flags...]
 # NODE_RANK: first argument, else $NODE_RANK (required).
@@ -69,7 +70,7 @@ TORCHRUN_ARGS=(
 # shellcheck disable=SC2054  # commas belong to values (--split 949,50,1)
 MEGATRON_ARGS=(
     # parallelism
-    --tensor-model-parallel-size 4
+    --tensor-model-parallel-size 2
     --pipeline-model-parallel-size 1
     --context-parallel-size 1
     --sequence-parallel
@@ -77,7 +78,7 @@ MEGATRON_ARGS=(
     --overlap-grad-reduce
     --overlap-param-gather
     # batch
-    --micro-batch-size 8
+    --micro-batch-size 4
     --global-batch-size 256
     # model
     --num-layers 40
@@ -93,6 +94,12 @@ MEGATRON_ARGS=(
     # precision and kernels
     --bf16
     --attention-backend auto
+    --grad-reduce-in-bf16
+    --cross-entropy-loss-fusion
+    --cross-entropy-fusion-impl te
+    --use-precision-aware-optimizer
+    --exp-avg-dtype bf16
+    --exp-avg-sq-dtype bf16
     # training
     --train-iters 100
     --lr 0.0003

@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # torchrun launch: Megatron-LM pretrain_gpt.py (core_v0.16.1 flags), rendered by configurator.
 # model: llama3-8b: layers=32 hidden=4096 ffn=14336 heads=32 query_groups=8 seq=8192 vocab=128256
-# plan: tp=2 pp=1 dp=16 cp=1 vp=1 mbs=2 gbs=256 ep=1 etp=1 first=0 last=0 acct_emb=False
-#       acct_loss=False recompute=none recompute_modules=core_attn sequence_parallel=True
+# plan: tp=1 pp=1 dp=32 cp=1 vp=1 mbs=1 gbs=256 ep=1 etp=1 first=0 last=0 acct_emb=False
+#       acct_loss=False recompute=none recompute_modules=core_attn sequence_parallel=False
 #       distributed_optimizer=True precision=fp8 cp_comm_type=p2p attention_backend=auto
 #       overlap_grad_reduce=True overlap_param_gather=True fp8_param_gather=True
-#       grad_reduce_in_bf16=False cross_entropy_fusion=none megatron_fsdp=False
-#       tp_comm_overlap=False a2a_overlap=False microbatches=8
+#       grad_reduce_in_bf16=True cross_entropy_fusion=te megatron_fsdp=False
+#       tp_comm_overlap=True a2a_overlap=False use_precision_aware_optimizer=True
+#       exp_avg_dtype=bf16 exp_avg_sq_dtype=bf16 microbatches=8
 # cluster: nodes=4 gpus_per_node=8 world_size=32
 # predicted:
-#   iteration_time_s: 5.42
-#   model_tflops_per_gpu: 622.4
-#   mfu: 0.629
-#   peak_memory_GiB: 64.17
+#   iteration_time_s: 5.153
+#   model_tflops_per_gpu: 654.7
+#   mfu: 0.662
+#   peak_memory_GiB: 70.24
 #
 # Usage on every node: MEGATRON_LM_DIR=/path/to/Megatron-LM bash launch_torchrun.sh [NODE_RANK] [extra pretrain_gpt.py flags...]
 # NODE_RANK: first argument, else $NODE_RANK (required).
@@ -69,15 +70,14 @@ TORCHRUN_ARGS=(
 # shellcheck disable=SC2054  # commas belong to values (--split 949,50,1)
 MEGATRON_ARGS=(
     # parallelism
-    --tensor-model-parallel-size 2
+    --tensor-model-parallel-size 1
     --pipeline-model-parallel-size 1
     --context-parallel-size 1
-    --sequence-parallel
     --use-distributed-optimizer
     --overlap-grad-reduce
     --overlap-param-gather
     # batch
-    --micro-batch-size 2
+    --micro-batch-size 1
     --global-batch-size 256
     # model
     --num-layers 32
@@ -101,6 +101,12 @@ MEGATRON_ARGS=(
     --fp8-format hybrid
     --attention-backend auto
     --fp8-param-gather
+    --grad-reduce-in-bf16
+    --cross-entropy-loss-fusion
+    --cross-entropy-fusion-impl te
+    --use-precision-aware-optimizer
+    --exp-avg-dtype bf16
+    --exp-avg-sq-dtype bf16
     # training
     --train-iters 100
     --lr 0.0003
