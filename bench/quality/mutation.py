@@ -45,10 +45,13 @@ TARGETS = ("memory_model", "configurator/cost")
 FORMULA_TESTS = ["tests/test_formulas_exact.py"]
 #: Tests run against each module's mutants: fast files that exercise it (seconds each).
 TEST_MAP: dict[str, list[str]] = {
-    "memory_model/activations.py": ["tests/test_memory_model.py", "tests/test_fp8_memory.py"],
+    "memory_model/activations.py": ["tests/test_memory_model.py", "tests/test_fp8_memory.py",
+                                    "tests/test_formulas_memory.py"],
     "memory_model/estimate.py": ["tests/test_memory_model.py", "tests/test_fp8_memory.py",
-                                 "tests/test_experts_and_splits.py"],
-    "memory_model/params.py": ["tests/test_memory_model.py", "tests/test_experts_and_splits.py"],
+                                 "tests/test_experts_and_splits.py",
+                                 "tests/test_formulas_memory.py"],
+    "memory_model/params.py": ["tests/test_memory_model.py", "tests/test_experts_and_splits.py",
+                               "tests/test_formulas_memory.py"],
     "configurator/cost/communication.py": ["tests/test_timing.py",
                                            "tests/test_recipe_mechanisms.py"],
     "configurator/cost/compute.py": ["tests/test_timing.py", "tests/test_recipe_mechanisms.py"],
@@ -65,9 +68,12 @@ TEST_MAP: dict[str, list[str]] = {
     "configurator/cost/moe_compute.py": ["tests/test_recipe_mechanisms.py",
                                          "tests/test_timing.py"],
     "configurator/cost/placed.py": ["tests/test_measured_links.py",
-                                    "tests/test_experts_and_splits.py"],
-    "configurator/cost/schedule_sim.py": ["tests/test_schedule_sim.py"],
-    "configurator/cost/training_time.py": ["tests/test_training_time.py"],
+                                    "tests/test_experts_and_splits.py",
+                                 "tests/test_formulas_memory.py"],
+    "configurator/cost/schedule_sim.py": ["tests/test_schedule_sim.py",
+                                          "tests/test_formulas_memory.py"],
+    "configurator/cost/training_time.py": ["tests/test_training_time.py",
+                                           "tests/test_formulas_memory.py"],
 }
 
 #: The second stage: a mutant the module's own files leave alive runs against these wider
@@ -95,6 +101,7 @@ DESELECT = [
     "link_efficiencies",
     "tests/test_measured_links.py::test_thousands_of_hosts_stay_sparse",
     "tests/test_eager_mlp_ops.py::test_megatron_core_bias_moves_the_priced_bytes_on_the_cpu",
+    "tests/test_formulas_memory.py::test_parameter_tensor_counts_match_megatron_core_layers",
 ]
 
 #: Known equivalent mutants: ``(file, text on the line, mutation, why equivalent)``. A
