@@ -21,6 +21,14 @@ import numpy as np
 import pytest
 
 from configurator.core.model import make_model
+from configurator.core.plan_values import (RECOMPUTE_CORE_ATTN, RECOMPUTE_FULL,
+                                           RECOMPUTE_LAYERNORM, RECOMPUTE_MLP, RECOMPUTE_MOE,
+                                           RECOMPUTE_MOE_ACT, RECOMPUTE_SHARED_EXPERTS)
+from memory_model.activations import (LayerInputs, StagePosition, layer_activation_bytes,
+                                      layer_terms, moe_mlp_activation_delta,
+                                      moe_mlp_kept_bytes, offloaded_layer_bytes,
+                                      recompute_module_bytes, recompute_working_bytes,
+                                      stage_activation_phases)
 from memory_model.params import (layer_parameter_tensors, stage_non_gemm_parameters,
                                  stage_parameter_split, stage_parameter_tensors,
                                  stage_parameters)
@@ -231,6 +239,249 @@ def test_moe_mtp_stage_parameters_with_biases(pp):
     assert np.broadcast_to(total, (pp,)) == pytest.approx(
         np.add(want_ne, want_ex), rel=1e-12)
     assert np.broadcast_to(non_gemm, (pp,)) == pytest.approx(want_non_gemm, rel=1e-12)
+
+
+
+# ---------------------------------------------------------------- activations per layer
+
+#: Dense GQA model with dropout (so the bias-dropout-add masks and the attention dropout
+#: count): RMSNorm, SwiGLU, RoPE; a·d = h.
+GQA_DROP = dict(num_layers=4, hidden_size=256, num_attention_heads=8, num_query_groups=2,
+                kv_channels=32, ffn_hidden_size=512, vocab_size=1000, seq_length=512,
+                swiglu=True, normalization="RMSNorm", position_embedding_type="rope",
+                untie_embeddings_and_output_weights=True, add_bias_linear=False,
+                hidden_dropout=0.1, attention_dropout=0.1)
+S, B, TP = 64, 2, 2          # sequence per rank, micro-batch, tp (sequence parallel)
+X = S * B                    # tokens of a microbatch
+
+
+def _gqa_sizes():
+    """Per-rank bytes of Q (2X·a·d/t), one of K/V (2X·d·max(g, t)/t) and the QKV output
+    M = Q + 2·K (attention.py ``get_query_key_value_tensors``)."""
+    h, d, g = 256, 32, 2
+    q = 2 * X * h / TP
+    kv = 2 * X * d * max(g, TP) / TP
+    return q, kv, q + 2 * kv
+
+
+def test_local_attention_layer_keeps_gqa_q_k_v_and_the_scores():
+    """megatron-core's local ``DotProductAttention`` with GQA (module docstring; Korthikanti
+    et al. 2022 Table 2 with sequence parallelism): norm inputs 2·2Xh, QKV and fc1 inputs
+    2·2Xh, two 1-byte dropout masks, all ÷t; Q and the repeat-interleaved K and V 3·2Xh/t;
+    softmax output, dropout mask and output 5·a·s·X/t; proj input 2Xh/t; SwiGLU's input 4Xf
+    and fc2's input 2Xf, ÷t."""
+    model = make_model(**GQA_DROP)
+    h, a, f = 256, 8, 512
+    xh = X * h
+    want = (xh * (4 + 4 + 2) / TP + 3 * 2 * xh / TP + 5 * a * S * X / TP + 2 * xh / TP
+            + 6 * X * f / TP)
+    got = layer_activation_bytes(model, mbs=B, seq=S, tp=TP, sp=True, recompute=0,
+                                 stores_scores=True)
+    assert float(got) == pytest.approx(want, rel=1e-12)
+    # without sequence parallelism the replicated terms are whole on every rank
+    got = layer_activation_bytes(model, mbs=B, seq=S, tp=TP, sp=False, recompute=0,
+                                 stores_scores=True)
+    assert float(got) == pytest.approx(want + xh * 10 / TP, rel=1e-12)
+    # MHA with RoPE: M (q + 2 kv, all a heads) plus RoPE's new Q and K
+    mha = make_model(**(GQA_DROP | dict(num_query_groups=8)))
+    want_mha = want - 3 * 2 * xh / TP + (6 + 4) * xh / TP
+    got = layer_activation_bytes(mha, mbs=B, seq=S, tp=TP, sp=True, recompute=0,
+                                 stores_scores=True)
+    assert float(got) == pytest.approx(want_mha, rel=1e-12)
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp8"])
+def test_flash_attention_layer_with_and_without_selective_recompute(precision):
+    """A flash-style kernel keeps M and the fp32 log-sum-exp 4·a·X/t; selective recompute
+    keeps the handed Q, K, V instead (M, RoPE/GQA's new Q, RoPE's new K). FP8: QKV, fc1 and
+    fc2 inputs one byte a value; proj keeps its quantised input and the kernel its 16-bit
+    output unless core attention is recomputed."""
+    model = make_model(**GQA_DROP)
+    h, a, f = 256, 8, 512
+    xh = X * h
+    q8 = 1.0 if precision == "fp8" else 2.0
+    q, kv, qkv = _gqa_sizes()
+    base = xh * (4 + 2 * q8 + 2) / TP + X * f * (4 + q8) / TP
+    proj = 2 * xh / TP if q8 == 2 else (q8 + 2) * xh / TP
+    none = layer_activation_bytes(model, mbs=B, seq=S, tp=TP, sp=True, recompute=0,
+                                  stores_scores=False, precision=precision)
+    assert float(none) == pytest.approx(base + qkv + 4 * a * X / TP + proj, rel=1e-12)
+    sel = layer_activation_bytes(model, mbs=B, seq=S, tp=TP, sp=True,
+                                 recompute=RECOMPUTE_CORE_ATTN, stores_scores=False,
+                                 precision=precision)
+    proj_sel = 2 * xh / TP if q8 == 2 else q8 * xh / TP
+    assert float(sel) == pytest.approx(base + qkv + q + kv + proj_sel, rel=1e-12)
+
+
+def test_recompute_working_set_of_one_layer():
+    """While a layer is recomputed: full, the whole layer less its input (the checkpoint
+    2Xh/t with sequence parallelism); selective with the local backend, the scores again and
+    GQA's expanded K and V (2·Q); with a flash kernel, contiguous Q, K, V (M), its output
+    2Xh/t and the log-sum-exp."""
+    model = make_model(**GQA_DROP)
+    h, a, f = 256, 8, 512
+    xh = X * h
+    q, kv, qkv = _gqa_sizes()
+    layer = (xh * 10 / TP + 6 * xh / TP + 5 * a * S * X / TP + 2 * xh / TP + 6 * X * f / TP)
+    args = dict(mbs=B, seq=S, tp=TP, sp=True)
+    got = recompute_working_bytes(model, **args, recompute=np.array(
+        [RECOMPUTE_FULL, RECOMPUTE_CORE_ATTN, 0]), stores_scores=True)
+    assert np.asarray(got) == pytest.approx(
+        [layer - 2 * xh / TP, 5 * a * S * X / TP + 2 * q, 0.0], rel=1e-12)
+    got = recompute_working_bytes(model, **args, recompute=RECOMPUTE_CORE_ATTN,
+                                  stores_scores=False)
+    assert float(got) == pytest.approx(qkv + 2 * xh / TP + 4 * a * X / TP, rel=1e-12)
+
+
+#: MoE model: SwiGLU experts and a shared expert, E = 8, top-2, RMSNorm, RoPE.
+MOE = dict(num_layers=4, hidden_size=128, num_attention_heads=4, ffn_hidden_size=256,
+           vocab_size=1000, seq_length=256, swiglu=True, normalization="RMSNorm",
+           position_embedding_type="rope", untie_embeddings_and_output_weights=True,
+           add_bias_linear=False, hidden_dropout=0.0, attention_dropout=0.0, num_experts=8,
+           moe_router_topk=2, moe_ffn_hidden_size=64, moe_shared_expert_intermediate_size=96)
+
+
+def _moe_kept(etp, q8=2.0, capacity=1.0):
+    """What an MoE layer's MLP keeps per rank (moe_mlp_activation_delta's docstring): X = s·b/t
+    tokens routed, R = k·X·etp·capacity copies on the rank's experts; the permuted input
+    q8·R·h, SwiGLU's input 4R·fe/etp, fc2's input q8·R·fe/etp, per-copy probabilities 2R;
+    router: fp32 scores 4XE, routing map XE and probabilities 2XE, two int64 index arrays
+    16Xk, fp32 top-k probabilities 4Xk; the shared expert as a dense MLP, (4 + q8)·s·b·fs/t."""
+    h, E, k, fe, fs = 128, 8, 2, 64, 96
+    x = S * B / TP
+    R = k * x * etp * capacity
+    routed = q8 * R * h + (4 + q8) * R * fe / etp + 2 * R + (4 + 1 + 2) * x * E + (16 + 4) * x * k
+    return routed + (4 + q8) * S * B * fs / TP
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp8"])
+def test_moe_mlp_kept_bytes_routed_and_shared(precision):
+    model = make_model(**MOE)
+    q8 = 1.0 if precision == "fp8" else 2.0
+    got = moe_mlp_kept_bytes(model, mbs=B, seq=S, tp=TP, etp=2, precision=precision,
+                             capacity=1.5)
+    assert float(got) == pytest.approx(_moe_kept(2, q8, 1.5), rel=1e-12)
+    # beyond a dense layer's MLP (4 + q8)·X·f/t
+    x = LayerInputs(seq=S, mbs=B, tp=TP, sp=True, etp=2, precision=precision, capacity=1.5)
+    delta = moe_mlp_activation_delta(model, x)
+    assert float(delta) == pytest.approx(
+        _moe_kept(2, q8, 1.5) - (4 + q8) * X * 256 / TP, rel=1e-12)
+
+
+def test_recompute_modules_drop_their_moe_tensors():
+    """Bytes the recompute modules drop from an MoE layer (recompute_module_bytes'
+    docstring): ``layernorm`` the pre-MLP norm output q·X·h (X = s·b/t); ``moe_act`` the
+    routed experts' fc2 input, 2·R·fe/etp (SwiGLU's input stays, the checkpoint's);
+    ``shared_experts`` the shared expert's MLP terms 6·s·b·fs/t; ``moe`` everything the MoE
+    MLP keeps; ``mlp`` gives the dense MLP's terms back (an MoE layer does not drop them)."""
+    model = make_model(**MOE)
+    h, k, fe, fs, f = 128, 2, 64, 96, 256
+    etp = 2
+    x_tok = S * B / TP
+    R = k * x_tok * etp
+    dense_mlp = 2 * X * h / TP + 6 * X * f / TP
+    cases = {RECOMPUTE_LAYERNORM: 2 * x_tok * h, RECOMPUTE_MOE_ACT: 2 * R * fe / etp,
+             RECOMPUTE_SHARED_EXPERTS: 6 * S * B * fs / TP, RECOMPUTE_MOE: _moe_kept(etp),
+             RECOMPUTE_MLP: -dense_mlp,
+             RECOMPUTE_MOE_ACT | RECOMPUTE_SHARED_EXPERTS: 2 * R * fe / etp + 6 * S * B * fs / TP}
+    for code, want in cases.items():
+        x = LayerInputs(seq=S, mbs=B, tp=TP, sp=True, etp=etp, recompute=code)
+        every, moe = recompute_module_bytes(model, x)
+        assert float(moe) == pytest.approx(want, rel=1e-12), code
+        assert float(every) == pytest.approx(dense_mlp if code == RECOMPUTE_MLP else 0.0,
+                                             rel=1e-12), code
+    # under the expert all-to-all overlap the moe module does not apply
+    x = LayerInputs(seq=S, mbs=B, tp=TP, sp=True, etp=etp, recompute=RECOMPUTE_MOE,
+                    a2a_overlap=True)
+    assert float(recompute_module_bytes(model, x)[1]) == 0.0
+
+
+def test_offloaded_modules_of_an_moe_layer():
+    """Fine-grained offloading (offloaded_layer_bytes' docstring): qkv_linear the norm's
+    16-bit input and QKV's input (Xh/t each ×2 bytes with SP), attn_proj 2Xh/t, core_attn M
+    and the log-sum-exp; mlp_norm 2Xh/t, expert_fc1 2Rh, moe_act 4R·fe/etp."""
+    model = make_model(**MOE)
+    h, a, k, fe, d = 128, 4, 2, 64, 32
+    etp = 2
+    R = k * S * B / TP * etp
+    q = 2 * X * h / TP
+    qkv = 3 * q
+    x = LayerInputs(seq=S, mbs=B, tp=TP, sp=True, etp=etp,
+                    offload_modules="qkv_linear,attn_proj,core_attn,mlp_norm,expert_fc1,moe_act")
+    every, moe = offloaded_layer_bytes(model, x)
+    assert float(every) == pytest.approx(
+        4 * X * h / TP + 2 * X * h / TP + qkv + 4 * a * X / TP, rel=1e-12)
+    assert float(moe) == pytest.approx(2 * X * h / TP + 2 * R * h + 4 * R * fe / etp,
+                                       rel=1e-12)
+    assert d * a == h
+
+
+# ---------------------------------------------------------------- a stage's two peaks
+
+#: Per-layer terms (bytes) given to stage_activation_phases directly: each distinct, so that
+#: every combination below is a sum of named terms.
+TERMS = dict(layer=100.0, moe_delta=40.0, ckpt=10.0, emb_mask=3.0, last=1000.0,
+             layer_left=30.0, working=50.0, every=7.0, moe=11.0, off_every=20.0, off_moe=8.0)
+
+
+@pytest.mark.parametrize("case", ["full", "selective-offload-overlap", "modules", "none",
+                                  "full-dense"])
+def test_stage_activation_phases_combine_the_layer_terms(case):
+    """A pipeline rank of pp 2 with 2 layers (1 MoE: share 1/2) and 4 microbatches (1F1B:
+    min(pp − r, m) in flight, 2·2 = 4 layer-microbatches on rank 0). Forward end: n kept
+    layer-microbatches (the checkpoint under full recompute) less the offloaded ones but
+    the last, the embedding masks of the microbatches in flight on rank 0, the output-layer
+    terms on the last rank. Recompute peak: n − 1 kept, the recomputed layer's left terms
+    and working set (plus the MoE delta under full recompute), masks, less what waits on
+    the host. Module peak: n − 1 kept, one whole layer, the modules' re-materialised
+    bytes."""
+    model = make_model(**MOE)
+    per_layer = 100 + 40 / 2
+    rank_moe = 0 if case == "full-dense" else 1
+    code, stage, offload, overlap = {
+        "full": (RECOMPUTE_FULL, 0, "", False),
+        "full-dense": (RECOMPUTE_FULL, 0, "", False),
+        "selective-offload-overlap": (RECOMPUTE_CORE_ATTN, 1, "core_attn", True),
+        "modules": (RECOMPUTE_LAYERNORM | RECOMPUTE_MOE_ACT, 0, "", False),
+        "none": (0, 1, "", False)}[case]
+    x = LayerInputs(seq=S, mbs=B, tp=TP, sp=True, recompute=code, a2a_overlap=overlap,
+                    offload_modules=offload)
+    at = StagePosition(pp=2, stage=stage, num_microbatches=4, rank_layers=2,
+                       rank_moe_layers=rank_moe)
+    fwd, rec = stage_activation_phases(model, x, at, dict(TERMS))
+    if case in ("full", "full-dense"):           # n = 4, kept = ckpt, masks of 2 microbatches
+        assert float(fwd) == pytest.approx(4 * 10 + 2 * 3)
+        working = 50 + (40 if rank_moe else 0)
+        assert float(rec) == pytest.approx(3 * 10 + 30 + working + 2 * 3)
+    elif case == "selective-offload-overlap":    # rank 1: 1·2 + 2 (overlap) = 4
+        on_host = 3 * (20 + 8 / 2)
+        assert float(fwd) == pytest.approx(4 * per_layer - on_host + 1000)
+        assert float(rec) == pytest.approx(3 * per_layer + 30 + 50 - on_host)
+    elif case == "modules":
+        assert float(fwd) == pytest.approx(4 * per_layer + 2 * 3)
+        assert float(rec) == pytest.approx(3 * per_layer + per_layer + 7 + 11 + 2 * 3)
+    else:
+        assert float(fwd) == pytest.approx(2 * per_layer + 1000)
+        assert float(rec) == 0.0
+
+
+def test_layer_terms_of_the_first_and_last_stage_and_the_recomputed_layer():
+    """layer_terms (activations module docstring, "Stage extras"): the embedding-dropout
+    mask Xh/t with SP; the last stage's final-norm and output-layer inputs 2·2Xh/t and the
+    fp32 cross-entropy softmax 4·X·V/t; the checkpoint 2Xh/t; what a selectively recomputed
+    layer keeps of itself: norm input 2Xh/t, QKV input 2Xh/t and the handed Q, K, V."""
+    model = make_model(**GQA_DROP)
+    h = 256
+    xh = X * h
+    q, kv, qkv = _gqa_sizes()
+    x = LayerInputs(seq=S, mbs=B, tp=TP, sp=True, recompute=RECOMPUTE_CORE_ATTN)
+    t = layer_terms(model, x)
+    assert float(t["emb_mask"]) == pytest.approx(xh / TP)
+    assert float(t["last"]) == pytest.approx(4 * xh / TP + 4 * X * v_pad(1000, TP) / TP)
+    assert float(t["ckpt"]) == pytest.approx(2 * xh / TP)
+    assert float(t["layer_left"]) == pytest.approx(4 * xh / TP + qkv + q + kv)
+    full = layer_terms(model, x.replace(recompute=RECOMPUTE_FULL))
+    assert float(full["layer_left"]) == pytest.approx(2 * xh / TP)
 
 
 _MCORE_NAMES = textwrap.dedent('''
