@@ -21,6 +21,10 @@ import numpy as np
 import pytest
 
 from configurator.core.model import make_model
+from configurator.core.plan import ParallelPlan
+from configurator.core.units import GB, US
+from configurator.cost import placed as placed_module
+from configurator.cost.placed import PlacedPlan
 from configurator.core.plan_values import (RECOMPUTE_CORE_ATTN, RECOMPUTE_FULL,
                                            RECOMPUTE_LAYERNORM, RECOMPUTE_MLP, RECOMPUTE_MOE,
                                            RECOMPUTE_MOE_ACT, RECOMPUTE_SHARED_EXPERTS)
@@ -29,6 +33,9 @@ from memory_model.activations import (LayerInputs, StagePosition, layer_activati
                                       moe_mlp_kept_bytes, offloaded_layer_bytes,
                                       recompute_module_bytes, recompute_working_bytes,
                                       stage_activation_phases)
+from topology.cluster_files import load_cluster
+from topology.collectives import p2p_time_s
+from topology.topofile import LinkMeasurement, Topology, apply_topology
 from memory_model.params import (layer_parameter_tensors, stage_non_gemm_parameters,
                                  stage_parameter_split, stage_parameter_tensors,
                                  stage_parameters)
@@ -482,6 +489,111 @@ def test_layer_terms_of_the_first_and_last_stage_and_the_recomputed_layer():
     assert float(t["layer_left"]) == pytest.approx(4 * xh / TP + qkv + q + kv)
     full = layer_terms(model, x.replace(recompute=RECOMPUTE_FULL))
     assert float(full["layer_left"]) == pytest.approx(2 * xh / TP)
+
+
+
+# ---------------------------------------------------------------- a plan on placed ranks
+
+#: Small dense model for the placed pricing: h = 256, 8 layers, sequence 512.
+PLACED_MODEL = dict(num_layers=8, hidden_size=256, num_attention_heads=8, ffn_hidden_size=512,
+                    vocab_size=1000, seq_length=512, swiglu=True, normalization="RMSNorm",
+                    position_embedding_type="rope", untie_embeddings_and_output_weights=True,
+                    add_bias_linear=False)
+
+
+def _host_link(src, dst, bw_GBps, lat_us, **kw):
+    return LinkMeasurement(src=src, dst=dst, src_gpu=None, dst_gpu=None,
+                           bandwidth_Bps=bw_GBps * GB, latency_s=lat_us * US,
+                           link_class="network", message_bytes=1 << 30,
+                           method="nccl-tests sendrecv_perf", timestamp=None, gpus_per_host=1,
+                           rails_used=1, **kw)
+
+
+def _placed_case(kind):
+    """(cluster, plan): ``uniform``: the preset's two 8-GPU hosts, tp 2 · dp 2 · pp 4, so
+    stages 0→1 and 2→3 send inside a host, 1→2 and 3→0 between hosts; ``measured``: four
+    hosts measured host to host, each direction of each ring neighbour at its own rate, tp 8
+    · pp 4 (one stage a host); ``measured-gpu``: the same plus one GPU pair's NVLink
+    measured inside host 1 (the link table is then no longer host-level)."""
+    if kind == "uniform":
+        return load_cluster("dgx-h100-80gb", 2), dict(tp=2, dp=2, pp=4)
+    hosts = ("h0", "h1", "h2", "h3")
+    links = [_host_link(hosts[i], hosts[(i + 1) % 4], 10.0 * (i + 1), 5.0 + i)
+             for i in range(4)]
+    links += [_host_link(hosts[(i + 1) % 4], hosts[i], 7.0 * (i + 1), 9.0 - i)
+              for i in range(4)]
+    if kind == "measured-gpu":
+        links.append(LinkMeasurement(src="h1", dst="h1", src_gpu=2, dst_gpu=5,
+                                     bandwidth_Bps=150 * GB, latency_s=None,
+                                     link_class="nvlink", message_bytes=1 << 30,
+                                     method="nccl-tests sendrecv_perf", timestamp=None,
+                                     gpus_per_host=1, rails_used=1))
+    topo = Topology(hosts=hosts, gpus_per_host=8, links=tuple(links))
+    return apply_topology(load_cluster("dgx-h100-80gb", 4), topo), dict(tp=8, dp=1, pp=4)
+
+
+def _placed_plan(kind, vp=1, mbs=1):
+    cluster, par = _placed_case(kind)
+    plan = ParallelPlan(**par, vp=vp, micro_batch_size=mbs, global_batch_size=8 * par["dp"],
+                        recompute="none", sequence_parallel=True, distributed_optimizer=True,
+                        overlap_grad_reduce=False, overlap_param_gather=False)
+    return PlacedPlan(make_model(**PLACED_MODEL), cluster, plan), cluster, par
+
+
+@pytest.mark.parametrize("kind", ["uniform", "measured", "measured-gpu"])
+def test_placed_pipeline_sends_use_their_own_links(kind):
+    """Each replica's send s → s+1 (index s; the wrap pp−1 → 0 included) moves a
+    microbatch's activations, T·h 16-bit values ÷ tp (sequence parallel), over its tp·cp
+    pairs at once: the least bandwidth and the most latency of those pairs' links, looked
+    up here pair by pair in the cluster's link table; backward sends go the other way."""
+    placed, cluster, par = _placed_plan(kind)
+    tp, dp, pp = par["tp"], par["dp"], par["pp"]
+    gpus = placed.rank_gpus(*placed.default_placement())       # [pp, dp, cp, tp]
+    t = placed.terms(gpus)
+    table = cluster.link_table()
+    size = 2.0 * 512 * 256 / tp
+    want_f, want_b = np.zeros((dp, pp)), np.zeros((dp, pp))
+    for d in range(dp):
+        for st in range(pp):
+            a, b = gpus[st, d].reshape(-1), gpus[(st + 1) % pp, d].reshape(-1)
+            bw, lat = table.links(a, b)
+            want_f[d, st] = p2p_time_s(size, np.min(bw), np.max(lat))
+            bw, lat = table.links(b, a)
+            want_b[d, st] = p2p_time_s(size, np.min(bw), np.max(lat))
+    assert t["p2p_f"] == pytest.approx(want_f, rel=1e-12)
+    assert t["p2p_b"] == pytest.approx(want_b, rel=1e-12)
+    # the boundaries differ (inside a host or not; each measured pair at its own rate)
+    assert len(set(want_f[0].round(12))) > 1
+
+
+def test_placed_times_in_slices_are_each_placements_time(monkeypatch):
+    """:meth:`PlacedPlan.times` prices placements in slices of BATCH_GPUS ranks: with slices
+    of two placements, five placements on the measured hosts give each one's own
+    :meth:`PlacedPlan.time`."""
+    placed, _, _ = _placed_plan("measured")
+    rng = np.random.default_rng(3)
+    placements = [(rng.permutation(4), np.array([rng.permutation(8) for _ in range(4)]))
+                  for _ in range(5)]
+    want = [placed.time(*p).iteration_time_s for p in placements]
+    assert len(set(want)) > 1
+    monkeypatch.setattr(placed_module, "BATCH_GPUS", 2 * 32)
+    assert placed.times(placements).tolist() == pytest.approx(want, rel=1e-12)
+
+
+def test_placed_time_records_the_pacing_replicas_schedule():
+    """``record=True`` keeps the pacing replica's simulated schedule: its makespan plus the
+    optimizer step is the iteration; a time priced without it simulates it again from the
+    kept chunk and send times, with the same critical path."""
+    placed, _, _ = _placed_plan("uniform", vp=2)
+    timed = placed.time(*placed.default_placement(), record=True)
+    assert timed.sim is not None and timed.sim.critical_path
+    assert float(np.max(timed.sim.iteration_time_s)) + timed.optimizer_s == pytest.approx(
+        timed.iteration_time_s, rel=1e-12)
+    plain = placed.time(*placed.default_placement())
+    assert plain.sim is None
+    again = plain.recorded()
+    assert again.critical_path == timed.sim.critical_path
+    assert np.array_equal(again.iteration_time_s, timed.sim.iteration_time_s)
 
 
 _MCORE_NAMES = textwrap.dedent('''
