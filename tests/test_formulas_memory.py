@@ -11,7 +11,9 @@ The file stays fast (it runs once per mutant); the one check that builds megatro
 layers (:func:`test_parameter_tensor_counts_match_megatron_core_layers`) runs in a
 subprocess and is left out of the mutants' runs."""
 
+import dataclasses
 import json
+import math
 import os
 import subprocess
 import sys
@@ -25,6 +27,10 @@ from configurator.core.plan import ParallelPlan
 from configurator.core.units import GB, US
 from configurator.cost import placed as placed_module
 from configurator.cost.placed import PlacedPlan
+from configurator.cost.schedule_sim import simulate
+from configurator.cost.training_time import (CheckpointSize, TrainingEstimate, TrainingInputs,
+                                             checkpoint_bytes, closed_form_holds,
+                                             estimate_training)
 from configurator.core.plan_values import (RECOMPUTE_CORE_ATTN, RECOMPUTE_FULL,
                                            RECOMPUTE_LAYERNORM, RECOMPUTE_MLP, RECOMPUTE_MOE,
                                            RECOMPUTE_MOE_ACT, RECOMPUTE_SHARED_EXPERTS)
@@ -594,6 +600,79 @@ def test_placed_time_records_the_pacing_replicas_schedule():
     again = plain.recorded()
     assert again.critical_path == timed.sim.critical_path
     assert np.array_equal(again.iteration_time_s, timed.sim.iteration_time_s)
+
+
+
+# ---------------------------------------------------------------- schedule simulator
+
+@pytest.mark.parametrize("shape", [(3,), (0, 2), (2, 0)])
+def test_simulate_refuses_forward_times_of_a_bad_shape(shape):
+    """``fwd_s`` must be ``[pp, vp]`` or ``[D, pp, vp]`` with no empty axis: ValueError
+    naming it."""
+    with pytest.raises(ValueError, match="fwd_s must have shape"):
+        simulate(np.ones(shape), np.ones(shape), 0.0, 0.0, 4)
+
+
+# ---------------------------------------------------------------- time to train
+
+def test_moe_checkpoint_spreads_expert_state_over_the_expert_data_parallel_group():
+    """torch_dist checkpoint (training_time module docstring): 2 + 12 bytes a parameter; a
+    rank writes its non-expert state over dp·cp = 4 replicas and its expert state over the
+    expert-data-parallel group tp·cp·dp/(ep·etp) = 2; every rank's shards add up to the
+    model-parallel ranks' state (non-expert × tp, expert × ep·etp); the busiest node writes
+    G shards. Parameter counts as :func:`_moe_mtp_parts` (pp 1: both layers, the MTP module,
+    the embedding and the output layer)."""
+    tp, ep, etp, dp = 2, 2, 2, 4
+    model = make_model(**MOE_MTP)
+    plan = ParallelPlan(tp=tp, pp=1, dp=dp, ep=ep, etp=etp, micro_batch_size=1,
+                        global_batch_size=8, recompute="none", sequence_parallel=True,
+                        distributed_optimizer=True)
+    attn, mlp, router, expert = _moe_mtp_parts(tp, ep, etp)
+    h, V = 64, v_pad(300, tp)
+    moe_ne = attn + router
+    ne = (attn + mlp) + moe_ne + V * h / tp + (2 * h + V * h / tp) + (
+        3 * 2 * h + 2 * h * h / tp + moe_ne)
+    ex = 2 * 4 / ep * expert
+    size = checkpoint_bytes(model, plan, gpus_per_node=8)
+    rank = (ne / 4 + ex / 2) * 14
+    assert size.rank_bytes == pytest.approx(rank, rel=1e-12)
+    assert size.node_bytes == pytest.approx(8 * rank, rel=1e-12)
+    assert size.total_bytes == pytest.approx((ne * tp + ex * ep * etp) * 14, rel=1e-12)
+
+
+def test_closed_form_holds_up_to_its_limits():
+    """λ·(Δt + u₀) up to 0.08 and λ·w up to 0.005, both bounds included (0.08·(0.25 + 0.75)
+    and 0.08·0.0625 are the limits exactly in binary floating point)."""
+    assert closed_form_holds(0.08, 0.25, 0.75, 0.0625)
+    assert not closed_form_holds(0.08, 0.25, 0.76, 0.0)
+    assert not closed_form_holds(0.08, 0.25, 0.5, 0.07)
+
+
+def test_a_job_that_never_finishes_a_segment_takes_forever():
+    """Failures so frequent that λ·(Δt + w) > 700: the exact ETTR is 0 and the wall time,
+    days and energy infinite (not a division by zero)."""
+    model = make_model(**PLACED_MODEL)
+    plan = ParallelPlan(tp=1, pp=1, dp=8, micro_batch_size=1, global_batch_size=8,
+                        recompute="none")
+    gpu = load_cluster("dgx-h100-80gb", 1).gpu
+    t = estimate_training(model, plan, iteration_time_s=10.0, global_batch_size=8,
+                          gpus_per_node=8, gpu=gpu, interval_iterations=1000,
+                          inputs=TrainingInputs(train_tokens=1e9,
+                                                failure_rate_per_node_day=1e6))
+    assert t.ettr == 0.0
+    assert math.isinf(t.wall_time_s) and math.isinf(t.days) and math.isinf(t.energy_J)
+
+
+@pytest.mark.parametrize("cls", [TrainingInputs, CheckpointSize, TrainingEstimate])
+def test_training_records_are_frozen_and_keyword_only(cls):
+    """The time-to-train records are read-only values built by keyword."""
+    fields = dataclasses.fields(cls)
+    values = {f.name: 1.0 for f in fields}
+    record = cls(**values)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(record, fields[0].name, 2.0)
+    with pytest.raises(TypeError):
+        cls(*values.values())
 
 
 _MCORE_NAMES = textwrap.dedent('''
