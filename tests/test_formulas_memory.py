@@ -24,6 +24,7 @@ import pytest
 
 from configurator.core.model import make_model
 from configurator.core.plan import ParallelPlan
+from configurator.core.plan_batch import PlanBatch
 from configurator.core.units import GB, US
 from configurator.cost import placed as placed_module
 from configurator.cost.placed import PlacedPlan
@@ -325,6 +326,27 @@ def test_flash_attention_layer_with_and_without_selective_recompute(precision):
     proj_sel = 2 * xh / TP if q8 == 2 else q8 * xh / TP
     assert float(sel) == pytest.approx(base + qkv + q + kv + proj_sel, rel=1e-12)
 
+
+
+def test_layer_inputs_of_a_plan():
+    """A plan's layer inputs: the sequence a rank holds is seq_length / cp; the rest as the
+    plan sets it (recompute modules as their bits, a local backend keeps the scores, a
+    padded capacity factor of 1.5 computes 1.5 copies)."""
+    model = make_model(**MOE)
+    plan = ParallelPlan(tp=2, pp=1, dp=2, cp=2, ep=2, etp=1, micro_batch_size=2,
+                        global_batch_size=8, sequence_parallel=True, recompute="selective",
+                        recompute_modules="core_attn,moe_act", attention_backend="local",
+                        precision="fp8", moe_expert_capacity_factor=1.5,
+                        moe_pad_expert_input_to_capacity=True,
+                        overlap_moe_expert_parallel_comm=True, offload_modules="attn_proj")
+    x = LayerInputs.of_plans(model, PlanBatch.from_plan(plan))
+    assert np.asarray(x.seq).tolist() == [128.0]
+    assert np.asarray(x.mbs).tolist() == [2] and np.asarray(x.tp).tolist() == [2]
+    assert np.asarray(x.etp).tolist() == [1] and bool(np.asarray(x.sp)[0])
+    assert np.asarray(x.recompute).tolist() == [RECOMPUTE_CORE_ATTN | RECOMPUTE_MOE_ACT]
+    assert x.precision == "fp8" and x.stores_scores and x.capacity == 1.5
+    assert x.offload_modules == "attn_proj"
+    assert not np.asarray(x.whole_moe).any()
 
 def test_recompute_working_set_of_one_layer():
     """While a layer is recomputed: full, the whole layer less its input (the checkpoint

@@ -133,6 +133,27 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
      "it only swaps host_ring_figures, the representatives' figures and ring_figures, which "
      "give the same numbers (tests/test_measured_links.py checks host_ring_figures against "
      "ring_figures)"),
+    # memory_model, configurator/cost/{placed,schedule_sim,training_time}.py
+    ("configurator/cost/placed.py", "if pp > 1:", "constant 1 ×1.1",
+     "pp is an integer: pp > 1.1 holds where pp > 1 does"),
+    ("configurator/cost/placed.py", "if not self.uniform or first.size <= G:", "`<=` → `<`",
+     "at a size of G rows it only picks the residue path over the row-by-row one on a "
+     "uniform cluster, where both give every row its own figures (tests/"
+     "test_formulas_memory.py checks the residue path against links looked up pair by pair)"),
+    ("configurator/cost/schedule_sim.py", "end = np.zeros((n + 1, D))", "drop term `1`",
+     "ops are numbered by level and op n − 1 is in the last level, which reads its "
+     "predecessors before it writes: row n − 1 doubles as the sentinel and is still 0 "
+     "whenever read, and end[:n] is the same array"),
+    ("configurator/cost/schedule_sim.py", "t1 = simulate(f, b, pf, pb, m1, tail_s=tl, _exact=True)",
+     "`True` → `False`",
+     "m1 = 2k + m mod k has no smaller extrapolation base (_extrapolation_base gives m1 "
+     "itself), so without _exact the call simulates m1 microbatches all the same"),
+    ("configurator/cost/training_time.py", "while b - a > 3:", "constant 3 ×1.1",
+     "b − a is an integer: b − a > 3.3 holds where b − a > 3 does"),
+    ("configurator/cost/training_time.py", "while b - a > 3:", "`>` → `>=`",
+     "one more step on a bracket of four drops an end that cannot be the first maximum of a "
+     "unimodal function (the side beyond the smaller inner point); the final scan covers "
+     "the other three"),
 ]
 
 #: Modules preloaded before forking (below the mutated layers: the import contracts keep
