@@ -30,8 +30,10 @@ from configurator.cost import placed as placed_module
 from configurator.cost.placed import PlacedPlan
 from configurator.cost.schedule_sim import simulate
 from configurator.cost.training_time import (CheckpointSize, TrainingEstimate, TrainingInputs,
-                                             checkpoint_bytes, closed_form_holds,
-                                             estimate_training)
+                                             best_interval, checkpoint_bytes,
+                                             closed_form_holds, estimate_training,
+                                             ettr_exact, ettr_monte_carlo, format_tokens,
+                                             merged_inputs)
 from configurator.core.plan_values import (RECOMPUTE_CORE_ATTN, RECOMPUTE_FULL,
                                            RECOMPUTE_LAYERNORM, RECOMPUTE_MLP, RECOMPUTE_MOE,
                                            RECOMPUTE_MOE_ACT, RECOMPUTE_SHARED_EXPERTS)
@@ -43,7 +45,8 @@ from memory_model.activations import (LayerInputs, StagePosition, layer_activati
 from topology.cluster_files import load_cluster
 from topology.collectives import p2p_time_s
 from topology.topofile import LinkMeasurement, Topology, apply_topology
-from memory_model.params import (layer_parameter_tensors, stage_non_gemm_parameters,
+from memory_model.estimate import cp_gather_bytes, estimate_memory
+from memory_model.params import (layer_parameter_tensors, mtp_parameters, stage_non_gemm_parameters,
                                  stage_parameter_split, stage_parameter_tensors,
                                  stage_parameters)
 
@@ -695,6 +698,112 @@ def test_training_records_are_frozen_and_keyword_only(cls):
         setattr(record, fields[0].name, 2.0)
     with pytest.raises(TypeError):
         cls(*values.values())
+
+
+
+# ---------------------------------------------------------------- more edges
+
+def test_mtp_module_of_a_dense_model():
+    """A dense model's MTP module (multi_token_prediction.py): enorm, hnorm and the final
+    norm (3h, RMSNorm), the 2h→h projection split over tp, one dense layer (the last
+    decoder layer's type); no expert parameters."""
+    model = make_model(**(GQA_DROP | dict(mtp_num_layers=2)))
+    h, a, g, d, f, tp = 256, 8, 2, 32, 512, 2
+    layer = h + (h * (a + 2 * g) * d + a * d * h) / tp + h + (h * 2 * f + f * h) / tp
+    ne, ex = mtp_parameters(model, tp=tp)
+    assert float(ne) == pytest.approx(2 * (3 * h + 2 * h * h / tp + layer), rel=1e-12)
+    assert float(ex) == 0.0
+
+
+def test_cp_all_gather_keeps_the_whole_sequences_k_and_v_in_backward():
+    """cp_comm_type all_gather (Transformer Engine ``AttnFuncWithCPAndKVAllGather``): the
+    gathered K and V of the whole sequence and their gradients, 16-bit, g/t heads of d + d,
+    beyond the local shard ((cp − 1)/cp of them); p2p keeps none; cp = 1 none."""
+    model = make_model(**GQA_DROP)
+    mbs, tp, g, d, seq = 2, 2, 2, 32, 512
+    full = 2 * mbs * seq * g / tp * (d + d)
+    got = cp_gather_bytes(model, tp=tp, cp=np.array([1, 2, 4]), mbs=mbs,
+                          cp_comm_type="all_gather")
+    assert np.asarray(got) == pytest.approx([0.0, 2 * full / 2, 2 * full * 3 / 4], rel=1e-12)
+    assert not np.asarray(cp_gather_bytes(model, tp=tp, cp=4, mbs=mbs,
+                                          cp_comm_type="p2p")).any()
+    # the estimate adds it to the allowance beyond the activations' fragmentation
+    plans = [ParallelPlan(tp=tp, cp=4, pp=1, dp=1, micro_batch_size=mbs, global_batch_size=8,
+                          sequence_parallel=True, recompute="none", cp_comm_type=kind)
+             for kind in ("all_gather", "p2p")]
+    gathered, p2p = (estimate_memory(model, p)[0] for p in plans)
+    assert gathered.other_bytes - p2p.other_bytes == pytest.approx(2 * full * 3 / 4,
+                                                                   rel=1e-9)
+    assert gathered.total_bytes == pytest.approx(
+        gathered.parameters_bytes + gathered.gradients_bytes + gathered.optimizer_bytes
+        + gathered.activations_bytes + gathered.other_bytes, rel=1e-12)
+    assert gathered.to_dict()["other_bytes"] == gathered.other_bytes
+
+
+def test_offloaded_mla_input_norm():
+    """With multi-latent attention the input norm runs apart from the down projections:
+    attn_norm offloads its 16-bit input, 2Xh/t with SP."""
+    model = make_model(**(_BASE | _MLA | dict(q_lora_rank=32)))
+    x = LayerInputs(seq=S, mbs=B, tp=TP, sp=True, offload_modules="attn_norm")
+    every, moe = offloaded_layer_bytes(model, x)
+    assert float(every) == pytest.approx(2 * X * 64 / TP, rel=1e-12)
+    assert float(moe) == 0.0
+
+
+def test_placed_plan_edges():
+    """A plan that does not fill whole hosts is refused; no placement prices to no time;
+    the objective is the iteration time; a recorded time's schedule is its own."""
+    cluster, _ = _placed_case("uniform")
+    model = make_model(**PLACED_MODEL)
+    with pytest.raises(ValueError, match="whole hosts"):
+        PlacedPlan(model, cluster, ParallelPlan(tp=2, pp=2, dp=1, micro_batch_size=1,
+                                                global_batch_size=8, recompute="none"))
+    placed, _, _ = _placed_plan("uniform")
+    assert placed.times([]).shape == (0,)
+    default = placed.default_placement()
+    assert placed.objective(*default) == placed.time(*default).iteration_time_s
+    timed = placed.time(*default, record=True)
+    assert timed.recorded() is timed.sim
+
+
+def test_placed_residue_path_gives_each_row_its_own_figures():
+    """On a uniform cluster every group and send is priced once per place within a host
+    (the residue path); pricing each row on its own (the path of a non-uniform cluster)
+    gives the same stage, send and tail times, context parallelism's rings included."""
+    cluster = load_cluster("dgx-h100-80gb", 4)
+    for par in (dict(tp=2, cp=2, dp=2, pp=4), dict(tp=1, cp=4, dp=2, pp=4)):
+        plan = ParallelPlan(**par, vp=2, micro_batch_size=1, global_batch_size=8 * par["dp"],
+                            recompute="none", sequence_parallel=par["tp"] > 1,
+                            distributed_optimizer=True)
+        placed = PlacedPlan(make_model(**PLACED_MODEL), cluster, plan)
+        gpus = placed.rank_gpus(*placed.default_placement())
+        fast = placed.terms(gpus)
+        placed.uniform = False
+        slow = placed.terms(gpus)
+        for k in ("fwd", "bwd", "p2p_f", "p2p_b", "tail"):
+            assert np.array_equal(fast[k], slow[k]), k
+
+
+def test_simulate_refuses_a_fractional_microbatch_count():
+    with pytest.raises(ValueError, match="num_microbatches must be an integer"):
+        simulate(np.ones((2, 1)), np.ones((2, 1)), 0.0, 0.0, 2.5)
+
+
+def test_save_interval_edges_and_token_formats():
+    """Without failures the whole run between saves; with a free save one iteration (at
+    least the async persist's); a failure-free Monte-Carlo is Δt/(Δt + w); tokens format
+    with the largest suffix keeping the number ≥ 1; overrides of None keep the base."""
+    assert best_interval(0.0, 300.0, 60.0, 2.0, max_iterations=5000) == 5000
+    assert best_interval(1e-5, 300.0, 0.0, 2.0, min_interval_s=7.0) == 4
+    k = best_interval(1e-4, 300.0, 60.0, 2.0, max_iterations=10**6)
+    brute = max(range(1, 20001), key=lambda i: ettr_exact(1e-4, 300.0, 2.0 * i, 60.0))
+    assert k == brute
+    assert ettr_monte_carlo(0.0, 300.0, 90.0, 10.0) == 0.9
+    assert [format_tokens(t) for t in (2e15, 15e12, 3e11, 4.5e6, 1234.0, 999.0)] == [
+        "2P", "15T", "300B", "4.5M", "1.23K", "999"]
+    assert merged_inputs({"pue": 1.2, "restart_overhead_s": 300.0},
+                         {"pue": None, "restart_overhead_s": 60.0, "async_save": True}) == {
+        "pue": 1.2, "restart_overhead_s": 60.0, "async_save": True}
 
 
 _MCORE_NAMES = textwrap.dedent('''
