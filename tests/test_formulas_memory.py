@@ -46,7 +46,7 @@ from topology.cluster_files import load_cluster
 from topology.collectives import p2p_time_s
 from topology.topofile import LinkMeasurement, Topology, apply_topology
 from memory_model.estimate import cp_gather_bytes, estimate_memory
-from memory_model.params import (layer_parameter_tensors, mtp_parameters, stage_non_gemm_parameters,
+from memory_model.params import (layer_parameter_tensors, mtp_parameters, padded_vocab_size, stage_non_gemm_parameters,
                                  stage_parameter_split, stage_parameter_tensors,
                                  stage_parameters)
 
@@ -198,6 +198,14 @@ def test_stage_parameter_tensors_add_embedding_and_output_layer():
     got = stage_parameter_tensors(moe, 1, 0, layers=2, moe_layers=1, ep=2)
     assert float(got) == n_dense + (n_moe - 4) + 1 + (1 + 1)   # rope: no position table
 
+
+def test_padded_vocabulary_of_many_plans_whatever_the_dtype():
+    """Padded to a multiple of 128·tp for every tp of a column of plans: an integer column
+    (looked up in a table) and a float one (divided) give the same sizes."""
+    tp = np.tile([1, 2, 3, 8], 25)
+    want = [v_pad(50000, t) for t in tp.tolist()]
+    assert np.asarray(padded_vocab_size(50000, tp)).tolist() == want
+    assert np.asarray(padded_vocab_size(50000, tp.astype(float))).tolist() == want
 
 # ---------------------------------------------------------------- parameters per stage
 
@@ -463,7 +471,7 @@ TERMS = dict(layer=100.0, moe_delta=40.0, ckpt=10.0, emb_mask=3.0, last=1000.0,
 
 
 @pytest.mark.parametrize("case", ["full", "selective-offload-overlap", "modules", "none",
-                                  "full-dense"])
+                                  "full-dense", "modules-dense"])
 def test_stage_activation_phases_combine_the_layer_terms(case):
     """A pipeline rank of pp 2 with 2 layers (1 MoE: share 1/2) and 4 microbatches (1F1B:
     min(pp − r, m) in flight, 2·2 = 4 layer-microbatches on rank 0). Forward end: n kept
@@ -474,13 +482,14 @@ def test_stage_activation_phases_combine_the_layer_terms(case):
     the host. Module peak: n − 1 kept, one whole layer, the modules' re-materialised
     bytes."""
     model = make_model(**MOE)
-    per_layer = 100 + 40 / 2
-    rank_moe = 0 if case == "full-dense" else 1
+    per_layer = 100 + 40 / 2 * (case not in ("full-dense", "modules-dense"))
+    rank_moe = 0 if case.endswith("-dense") else 1
     code, stage, offload, overlap = {
         "full": (RECOMPUTE_FULL, 0, "", False),
         "full-dense": (RECOMPUTE_FULL, 0, "", False),
         "selective-offload-overlap": (RECOMPUTE_CORE_ATTN, 1, "core_attn", True),
         "modules": (RECOMPUTE_LAYERNORM | RECOMPUTE_MOE_ACT, 0, "", False),
+        "modules-dense": (RECOMPUTE_LAYERNORM | RECOMPUTE_MOE_ACT, 0, "", False),
         "none": (0, 1, "", False)}[case]
     x = LayerInputs(seq=S, mbs=B, tp=TP, sp=True, recompute=code, a2a_overlap=overlap,
                     offload_modules=offload)
@@ -495,9 +504,10 @@ def test_stage_activation_phases_combine_the_layer_terms(case):
         on_host = 3 * (20 + 8 / 2)
         assert float(fwd) == pytest.approx(4 * per_layer - on_host + 1000)
         assert float(rec) == pytest.approx(3 * per_layer + 30 + 50 - on_host)
-    elif case == "modules":
+    elif case in ("modules", "modules-dense"):   # a dense rank: no MoE module bytes
         assert float(fwd) == pytest.approx(4 * per_layer + 2 * 3)
-        assert float(rec) == pytest.approx(3 * per_layer + per_layer + 7 + 11 + 2 * 3)
+        moe = 11 if rank_moe else 0
+        assert float(rec) == pytest.approx(3 * per_layer + per_layer + 7 + moe + 2 * 3)
     else:
         assert float(fwd) == pytest.approx(2 * per_layer + 1000)
         assert float(rec) == 0.0

@@ -136,6 +136,14 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
      "give the same numbers (tests/test_measured_links.py checks host_ring_figures against "
      "ring_figures)"),
     # memory_model, configurator/cost/{placed,schedule_sim,training_time}.py
+    ("memory_model/params.py", "np.where(pp > 1, embedding_parameters", "constant 1 ×1.1",
+     "pp is an integer: pp > 1.1 holds where pp > 1 does"),
+    ("memory_model/params.py", "(np.asarray(pp) > 1)", "constant 1 ×1.1",
+     "pp is an integer: pp > 1.1 holds where pp > 1 does"),
+    ("memory_model/params.py", "untie_embeddings_and_output_weights | (pp > 1)",
+     "constant 1 ×1.1", "pp is an integer: pp > 1.1 holds where pp > 1 does"),
+    ("memory_model/estimate.py", "return np.where(cp > 1, 2.0 * full", "constant 1 ×1.1",
+     "cp is an integer: cp > 1.1 holds where cp > 1 does"),
     ("configurator/cost/placed.py", "if pp > 1:", "constant 1 ×1.1",
      "pp is an integer: pp > 1.1 holds where pp > 1 does"),
     ("configurator/cost/placed.py", "if not self.uniform or first.size <= G:", "`<=` → `<`",
