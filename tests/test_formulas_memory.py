@@ -25,6 +25,9 @@ import pytest
 from configurator.core.model import make_model
 from configurator.core.plan import ParallelPlan
 from configurator.core.plan_batch import PlanBatch
+from configurator.core.plan_values import (RECOMPUTE_CORE_ATTN, RECOMPUTE_FULL,
+                                           RECOMPUTE_LAYERNORM, RECOMPUTE_MLP, RECOMPUTE_MOE,
+                                           RECOMPUTE_MOE_ACT, RECOMPUTE_SHARED_EXPERTS)
 from configurator.core.units import GB, US
 from configurator.cost import placed as placed_module
 from configurator.cost.placed import PlacedPlan
@@ -34,21 +37,18 @@ from configurator.cost.training_time import (CheckpointSize, TrainingEstimate, T
                                              closed_form_holds, estimate_training,
                                              ettr_exact, ettr_monte_carlo, format_tokens,
                                              merged_inputs)
-from configurator.core.plan_values import (RECOMPUTE_CORE_ATTN, RECOMPUTE_FULL,
-                                           RECOMPUTE_LAYERNORM, RECOMPUTE_MLP, RECOMPUTE_MOE,
-                                           RECOMPUTE_MOE_ACT, RECOMPUTE_SHARED_EXPERTS)
 from memory_model.activations import (LayerInputs, StagePosition, layer_activation_bytes,
                                       layer_terms, moe_mlp_activation_delta,
                                       moe_mlp_kept_bytes, offloaded_layer_bytes,
                                       recompute_module_bytes, recompute_working_bytes,
                                       stage_activation_phases)
+from memory_model.estimate import cp_gather_bytes, estimate_memory
+from memory_model.params import (layer_parameter_tensors, mtp_parameters, padded_vocab_size,
+                                 stage_non_gemm_parameters, stage_parameter_split,
+                                 stage_parameter_tensors, stage_parameters)
 from topology.cluster_files import load_cluster
 from topology.collectives import p2p_time_s
 from topology.topofile import LinkMeasurement, Topology, apply_topology
-from memory_model.estimate import cp_gather_bytes, estimate_memory
-from memory_model.params import (layer_parameter_tensors, mtp_parameters, padded_vocab_size, stage_non_gemm_parameters,
-                                 stage_parameter_split, stage_parameter_tensors,
-                                 stage_parameters)
 
 
 def v_pad(vocab, tp):
