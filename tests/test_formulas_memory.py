@@ -22,6 +22,7 @@ import textwrap
 import numpy as np
 import pytest
 
+from configurator.core.errors import InputError
 from configurator.core.model import make_model
 from configurator.core.plan import ParallelPlan
 from configurator.core.plan_batch import PlanBatch
@@ -36,7 +37,8 @@ from configurator.cost.training_time import (CheckpointSize, TrainingEstimate, T
                                              best_interval, checkpoint_bytes,
                                              closed_form_holds, estimate_training,
                                              ettr_exact, ettr_monte_carlo, format_tokens,
-                                             merged_inputs)
+                                             merged_inputs, objective_key,
+                                             training_settings)
 from memory_model.activations import (LayerInputs, StagePosition, layer_activation_bytes,
                                       layer_terms, moe_mlp_activation_delta,
                                       moe_mlp_kept_bytes, offloaded_layer_bytes,
@@ -696,6 +698,80 @@ def test_a_job_that_never_finishes_a_segment_takes_forever():
                                                 failure_rate_per_node_day=1e6))
     assert t.ettr == 0.0
     assert math.isinf(t.wall_time_s) and math.isinf(t.days) and math.isinf(t.energy_J)
+
+
+def test_time_to_train_of_one_node_by_hand():
+    """estimate_training (training_time module docstring) on one DGX H100 node, every figure
+    by hand: the dense model's 5,771,520 parameters (8 layers of 2h + 4h² + 3hf, the
+    embedding V_pad·h, the final norm and output layer h + V_pad·h) at 14 bytes, spread
+    over dp = 8; a synchronous save and the load at the node's 1 GB/s; failures at 0.5 a
+    node-day; ETTR = Δt / ((1/λ + u₀)·(e^{λ(Δt+w)} − 1)) (Daly 2006, Eq. 13); Kokolis et
+    al.'s closed form beside it; Young's √(2wM) and Daly's Eq. 37 intervals; power (8 GPUs
+    at 0.8 of 700 W and the DGX's 4.6 kW beyond them) × PUE 1.2."""
+    model = make_model(**PLACED_MODEL)
+    plan = ParallelPlan(tp=1, pp=1, dp=8, micro_batch_size=1, global_batch_size=8,
+                        recompute="none", distributed_optimizer=True)
+    gpu = load_cluster("dgx-h100-80gb", 1).gpu
+    assert (gpu.name, gpu.rated_power_W) == ("h100-80gb", 700.0)
+    inputs = TrainingInputs(train_tokens=4096 * 10_000, failure_rate_per_node_day=0.5,
+                            restart_overhead_s=300.0, node_write_Bps=1e9,
+                            aggregate_write_Bps=2e12, node_read_Bps=0.5e9,
+                            aggregate_read_Bps=2e12, gpu_hour_price=2.0,
+                            gpu_power_fraction=0.8, pue=1.2)
+    t = estimate_training(model, plan, iteration_time_s=2.0, global_batch_size=8,
+                          gpus_per_node=8, gpu=gpu, inputs=inputs, interval_iterations=500)
+    h, f, V = 256, 512, 1024
+    params = 8 * (2 * h + 4 * h * h + 3 * h * f) + V * h + (h + V * h)
+    assert params == 5_771_520
+    total = 14.0 * params
+    assert (t.checkpoint_bytes, t.checkpoint_rank_bytes) == pytest.approx((total, total / 8))
+    w, load = total / 1e9, total / 0.5e9
+    u0 = 300.0 + load
+    lam = 0.5 / 86400.0
+    dt = 500 * 2.0
+    ettr = dt / ((1 / lam + u0) * (math.exp(lam * (dt + w)) - 1))
+    wall = 10_000 * 2.0 / ettr
+    assert t.iterations == 10_000 and t.interval_s == dt and t.interval_iterations == 500
+    assert (t.save_stall_s, t.persist_s, t.load_s, t.restart_s) == pytest.approx(
+        (w, 0.0, load, u0), rel=1e-12)
+    assert t.failure_rate_per_s == pytest.approx(lam, rel=1e-12)
+    assert t.ettr == pytest.approx(ettr, rel=1e-9)
+    assert t.ettr_closed_form == pytest.approx(
+        (1 - lam * (u0 + dt / 2)) / (1 + w / dt), rel=1e-12)
+    assert t.closed_form_holds
+    assert t.wall_time_s == pytest.approx(wall, rel=1e-9)
+    assert t.days == pytest.approx(wall / 86400, rel=1e-9)
+    assert t.expected_interruptions == pytest.approx(lam * wall, rel=1e-9)
+    assert t.goodput_tokens_per_s == pytest.approx(4096e4 / wall, rel=1e-9)
+    assert t.goodput_tokens_per_s_per_gpu == pytest.approx(4096e4 / wall / 8, rel=1e-9)
+    mtbf = 1 / lam
+    assert t.young_interval_s == pytest.approx(math.sqrt(2 * w * mtbf), rel=1e-12)
+    x = w / (2 * mtbf)
+    assert t.daly_interval_s == pytest.approx(
+        math.sqrt(2 * w * mtbf) * (1 + math.sqrt(x) / 3 + x / 9) - w, rel=1e-12)
+    assert t.gpu_hours == pytest.approx(8 * wall / 3600, rel=1e-9)
+    assert t.cost == pytest.approx(2.0 * 8 * wall / 3600, rel=1e-9)
+    power = (8 * 700 * 0.8 + 4600.0) * 1.2
+    assert (t.power_W, t.node_overhead_W) == pytest.approx((power, 4600.0), rel=1e-12)
+    assert t.energy_J == pytest.approx(power * wall, rel=1e-9)
+    assert t.energy_MWh == pytest.approx(power * wall / 3.6e9, rel=1e-9)
+    assert not t.async_save and t.tokens == 4096e4
+    # asynchronous: the stall is the rank's shard over the GPU→host link, the write persists
+    a = estimate_training(model, plan, iteration_time_s=2.0, global_batch_size=8,
+                          gpus_per_node=8, gpu=gpu, interval_iterations=500,
+                          inputs=dataclasses.replace(inputs, async_save=True))
+    assert (a.save_stall_s, a.persist_s, a.restart_s) == pytest.approx(
+        (total / 8 / 64e9, w, u0 + w), rel=1e-12)
+    # the objectives: days, cost (GPU-hours without a price), energy
+    assert objective_key("time-to-train", t) == t.wall_time_s
+    assert objective_key("cost", t) == t.cost
+    assert objective_key("cost", dataclasses.replace(t, cost=None)) == t.gpu_hours
+    assert objective_key("energy", t) == t.energy_J
+    with pytest.raises(InputError):
+        objective_key("iteration", t)
+    assert training_settings({"storage_write_GBps_per_node": 2.0, "pue": 1.3,
+                              "storage_read_GBps_aggregate": 100.0}) == {
+        "node_write_Bps": 2e9, "pue": 1.3, "aggregate_read_Bps": 1e11}
 
 
 @pytest.mark.parametrize("cls", [TrainingInputs, CheckpointSize, TrainingEstimate])
