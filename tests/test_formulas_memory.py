@@ -32,7 +32,7 @@ from configurator.core.plan_values import (RECOMPUTE_CORE_ATTN, RECOMPUTE_FULL,
 from configurator.core.units import GB, US
 from configurator.cost import placed as placed_module
 from configurator.cost.placed import PlacedPlan
-from configurator.cost.schedule_sim import simulate
+from configurator.cost.schedule_sim import schedule_order, simulate
 from configurator.cost.training_time import (CheckpointSize, TrainingEstimate, TrainingInputs,
                                              best_interval, checkpoint_bytes,
                                              closed_form_holds, estimate_training,
@@ -649,6 +649,22 @@ def test_simulate_refuses_forward_times_of_a_bad_shape(shape):
     with pytest.raises(ValueError, match="fwd_s must have shape"):
         simulate(np.ones(shape), np.ones(shape), 0.0, 0.0, 4)
 
+
+
+def test_recorded_schedules_are_recorded_every_time():
+    """A schedule simulated again with the same inputs (the rank-finish cache's case) still
+    records every op when asked, whether or not it was simulated before without; the
+    compiled order's arrays are read-only (it is cached and shared)."""
+    fwd, bwd = np.array([[1.0], [2.0]]), np.array([[2.0], [3.0]])
+    plain = simulate(fwd, bwd, 0.5, 0.25, 4)
+    for _ in range(2):
+        rec = simulate(fwd, bwd, 0.5, 0.25, 4, record=True)
+        assert rec.start_s is not None and rec.critical_path
+        assert np.array_equal(rec.iteration_time_s, plain.iteration_time_s)
+    order = schedule_order(2, 1, 4)
+    assert not order.rank.flags.writeable
+    with pytest.raises(ValueError):
+        order.rank[0] = 1
 
 # ---------------------------------------------------------------- time to train
 

@@ -106,6 +106,10 @@ DESELECT = [
 
 _MEMO_ONLY = ("the test only decides when the memo of simulated makespans is emptied before "
               "the new rows are simulated; every row is then read from it, simulated alike")
+_WALKS = ("the size only picks the op-by-op walk over the level-by-level one, which do the "
+          "same float operations per op in the same order")
+_CACHE = ("it only decides which rank finishes the cache keeps or drops (or whether it is "
+          "read-only); its key holds the whole inputs, so a hit returns what the walk computes")
 #: Known equivalent mutants: ``(file, text on the line, mutation, why equivalent)``. A
 #: sampled site matches when its file and mutation are these and its source line contains
 #: the text; it is left out of the score.
@@ -170,6 +174,36 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
      "drop term `len(keys)`", _MEMO_ONLY),
     ("configurator/cost/placed.py", "if (len(memo) + len(keys)) * uniq.itemsize",
      "drop term `len(memo)`", _MEMO_ONLY),
+    ("configurator/cost/schedule_sim.py", "SCALAR_OPS_PER_LEVEL = 14",
+     "constant 14 ×1.1", _WALKS),
+    ("configurator/cost/schedule_sim.py", "if D * order.n_ops <= SCALAR_OPS_PER_LEVEL",
+     "`*` → `/`", _WALKS),
+    ("configurator/cost/schedule_sim.py", "if D * order.n_ops <= SCALAR_OPS_PER_LEVEL",
+     "`<=` → `<`", _WALKS),
+    ("configurator/cost/schedule_sim.py", "if D * order.n_ops <= SCALAR_OPS_PER_LEVEL",
+     "negate the `if` test", _WALKS),
+    ("configurator/cost/schedule_sim.py", "_RANK_ENDS_ENTRIES = 64",
+     "constant 64 ×1.1", _CACHE),
+    ("configurator/cost/schedule_sim.py", "D * (dur_src.shape[1] + lat_src.shape[1])",
+     "`*` → `/`", _CACHE),
+    ("configurator/cost/schedule_sim.py", "D * (dur_src.shape[1] + lat_src.shape[1])",
+     "`<=` → `<`", _CACHE),
+    ("configurator/cost/schedule_sim.py", "D * (dur_src.shape[1] + lat_src.shape[1])",
+     "drop term `dur_src.shape[1]`", _CACHE),
+    ("configurator/cost/schedule_sim.py", "D * (dur_src.shape[1] + lat_src.shape[1])",
+     "drop term `lat_src.shape[1]`", _CACHE),
+    ("configurator/cost/schedule_sim.py", "if key is not None:",
+     "`is not` → `is`", _CACHE),
+    ("configurator/cost/schedule_sim.py", "if key is not None:",
+     "negate the `if` test", _CACHE),
+    ("configurator/cost/schedule_sim.py", "ends.setflags(write=False)",
+     "`False` → `True`", _CACHE),
+    ("configurator/cost/schedule_sim.py", "if len(_RANK_ENDS) > _RANK_ENDS_ENTRIES:",
+     "`>` → `>=`", _CACHE),
+    ("configurator/cost/schedule_sim.py", "if len(_RANK_ENDS) > _RANK_ENDS_ENTRIES:",
+     "negate the `if` test", _CACHE),
+    ("configurator/cost/schedule_sim.py", "_RANK_ENDS.popitem(last=False)",
+     "`False` → `True`", _CACHE),
     ("configurator/cost/training_time.py", "while b - a > 3:", "constant 3 ×1.1",
      "b − a is an integer: b − a > 3.3 holds where b − a > 3 does"),
     ("configurator/cost/training_time.py", "while b - a > 3:", "`>` → `>=`",
