@@ -515,6 +515,23 @@ def test_stage_activation_phases_combine_the_layer_terms(case):
         assert float(rec) == 0.0
 
 
+def test_stage_activation_phases_interleaved_overlap_and_a_one_layer_rank():
+    """Interleaved (vp 2) rank 1 of pp 2, 4 microbatches: min(m·vp, 2(pp − r − 1) +
+    (vp − 1)·pp + 1) = 3 chunks of 2/2 layers, plus one chunk's microbatch for the expert
+    all-to-all overlap (2/vp = 1 layer): n = 4. A rank of one MoE layer keeps the whole
+    MoE delta per layer (share 1/1)."""
+    model = make_model(**MOE)
+    x = LayerInputs(seq=S, mbs=B, tp=TP, sp=True, recompute=RECOMPUTE_CORE_ATTN,
+                    a2a_overlap=True)
+    at = StagePosition(pp=2, vp=2, stage=1, num_microbatches=4, rank_layers=2,
+                       rank_moe_layers=1)
+    fwd, rec = stage_activation_phases(model, x, at, dict(TERMS))
+    assert (float(fwd), float(rec)) == pytest.approx((4 * 120 + 1000, 3 * 120 + 30 + 50))
+    x = LayerInputs(seq=S, mbs=B, tp=TP, sp=True)
+    at = StagePosition(pp=2, stage=0, num_microbatches=4, rank_layers=1, rank_moe_layers=1)
+    fwd, rec = stage_activation_phases(model, x, at, dict(TERMS))
+    assert (float(fwd), float(rec)) == pytest.approx((2 * 140 + 2 * 3, 0.0))
+
 def test_layer_terms_of_the_first_and_last_stage_and_the_recomputed_layer():
     """layer_terms (activations module docstring, "Stage extras"): the embedding-dropout
     mask Xh/t with SP; the last stage's final-norm and output-layer inputs 2·2Xh/t and the
