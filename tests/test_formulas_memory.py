@@ -31,7 +31,7 @@ from configurator.core.plan_values import (RECOMPUTE_CORE_ATTN, RECOMPUTE_FULL,
                                            RECOMPUTE_MOE_ACT, RECOMPUTE_SHARED_EXPERTS)
 from configurator.core.units import GB, US
 from configurator.cost import placed as placed_module
-from configurator.cost.placed import PlacedPlan
+from configurator.cost.placed import PlacedPlan, PlacedTime
 from configurator.cost.schedule_sim import schedule_order, simulate
 from configurator.cost.training_time import (CheckpointSize, TrainingEstimate, TrainingInputs,
                                              best_interval, checkpoint_bytes,
@@ -868,6 +868,25 @@ def test_offloaded_mla_input_norm():
     assert float(every) == pytest.approx(2 * X * 64 / TP, rel=1e-12)
     assert float(moe) == 0.0
 
+
+def test_placed_stage_times_of_the_pacing_replica():
+    """Per stage of the pacing replica (index 1 here), per iteration: m microbatches through
+    its chunks forward and backward, their sum busy, the exposed reduction, and idle the
+    rest of the iteration before the optimizer step (never below 0)."""
+    fwd = np.array([[[9.0, 9.0], [9.0, 9.0]], [[1.0, 0.5], [2.0, 1.0]]])     # [dp, pp, vp]
+    bwd = 2 * fwd
+    timed = PlacedTime(iteration_time_s=40.0, stage_fwd_s=fwd, stage_bwd_s=bwd,
+                       p2p_fwd_s=np.zeros((2, 2)), p2p_bwd_s=np.zeros((2, 2)),
+                       dp_tail_s=np.array([0.5, 1.0]), optimizer_s=2.0, critical_replica=1,
+                       sim=None, num_microbatches=4)
+    got = timed.stage_times()
+    assert got == [
+        {"stage": 0, "forward_s": 6.0, "backward_s": 12.0, "busy_s": 18.0,
+         "dp_exposed_s": 0.5, "idle_s": 38.0 - 18.0 - 0.5},
+        {"stage": 1, "forward_s": 12.0, "backward_s": 24.0, "busy_s": 36.0,
+         "dp_exposed_s": 1.0, "idle_s": 1.0}]
+    late = dataclasses.replace(timed, iteration_time_s=30.0)
+    assert late.stage_times()[1]["idle_s"] == 0.0
 
 def test_placed_plan_edges():
     """A plan that does not fill whole hosts is refused; no placement prices to no time;
