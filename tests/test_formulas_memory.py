@@ -45,7 +45,8 @@ from memory_model.activations import (LayerInputs, StagePosition, layer_activati
                                       recompute_module_bytes, recompute_working_bytes,
                                       stage_activation_phases)
 from memory_model.estimate import cp_gather_bytes, estimate_memory
-from memory_model.params import (layer_parameter_tensors, mtp_parameters, padded_vocab_size,
+from memory_model.params import (dense_layer_parameters, layer_parameter_tensors,
+                                 moe_layer_parameters, mtp_parameters, padded_vocab_size,
                                  stage_non_gemm_parameters, stage_parameter_split,
                                  stage_parameter_tensors, stage_parameters)
 from topology.cluster_files import load_cluster
@@ -946,7 +947,7 @@ def test_save_interval_edges_and_token_formats():
 
 _MCORE_NAMES = textwrap.dedent('''
     """Print the named parameters of one megatron-core decoder layer per case (local spec,
-    CPU, gloo world of one) as JSON: {case: [names]}."""
+    CPU, gloo world of one) as JSON: {case: {name: elements}}."""
     import json, os, socket, sys
     import torch
     import torch.distributed as dist
@@ -996,16 +997,18 @@ _MCORE_NAMES = textwrap.dedent('''
         if mla:   # the local DotProductAttention takes no k_channels; it holds no parameter
             spec.submodules.self_attention.submodules.core_attention = IdentityOp
         layer = build_module(spec, config=config, layer_number=1)
-        out[name] = [n for n, _ in layer.named_parameters()]
+        out[name] = {n: p.numel() for n, p in layer.named_parameters()}
     print(json.dumps(out))
 ''')
 
 
 def test_parameter_tensor_counts_match_megatron_core_layers():
-    """:data:`TENSOR_CASES`' names are what megatron-core's own layers hold: each case's
-    layer is built from ``get_gpt_layer_local_spec`` on CPU (in a subprocess: it starts a
-    process group) and its ``named_parameters()`` compared. Slow (megatron-core's import
-    and layer construction, seconds): left out of the mutation bench's runs."""
+    """:data:`TENSOR_CASES`' names are what megatron-core's own layers hold, and the layer's
+    parameter count (:func:`memory_model.params.dense_layer_parameters`, or the MoE layer's
+    two parts) its elements: each case's layer is built from ``get_gpt_layer_local_spec``
+    on CPU (in a subprocess: it starts a process group) and its ``named_parameters()``
+    compared. Slow (megatron-core's import and layer construction, seconds): left out of
+    the mutation bench's runs."""
     pytest.importorskip("megatron.core")
     keep = ("hidden_size", "num_attention_heads", "ffn_hidden_size", "add_bias_linear",
             "add_qkv_bias", "normalization", "qk_layernorm", "swiglu",
@@ -1021,3 +1024,7 @@ def test_parameter_tensor_counts_match_megatron_core_layers():
     got = json.loads(run.stdout.strip().splitlines()[-1])
     for name, (_, names) in TENSOR_CASES.items():
         assert sorted(got[name]) == sorted(names), name
+        model = _layer_model(name)
+        count = (sum(moe_layer_parameters(model)) if model.is_moe
+                 else dense_layer_parameters(model))
+        assert float(count) == sum(got[name].values()), name
