@@ -31,6 +31,7 @@ from configurator.core.plan_values import (RECOMPUTE_CORE_ATTN, RECOMPUTE_FULL,
                                            RECOMPUTE_MOE_ACT, RECOMPUTE_SHARED_EXPERTS)
 from configurator.core.units import GB, US
 from configurator.cost import placed as placed_module
+from configurator.cost.iteration import iteration_time
 from configurator.cost.placed import PlacedPlan, PlacedTime
 from configurator.cost.schedule_sim import schedule_order, simulate
 from configurator.cost.training_time import (CheckpointSize, TrainingEstimate, TrainingInputs,
@@ -888,6 +889,27 @@ def test_placed_stage_times_of_the_pacing_replica():
          "dp_exposed_s": 1.0, "idle_s": 1.0}]
     late = dataclasses.replace(timed, iteration_time_s=30.0)
     assert late.stage_times()[1]["idle_s"] == 0.0
+
+def test_placed_moe_plan_on_one_stage_is_the_closed_forms():
+    """With one pipeline stage there is no schedule to approximate: the placed pricing and
+    the closed form (:func:`configurator.cost.iteration.iteration_time`) read the same
+    terms and agree to 1e-9 (tests/test_placed.py's bound), here for an MoE model of dense
+    and MoE layers whose gradient reduction between two hosts overlaps the backward of its
+    layers (the windows count each kind of layer)."""
+    model = make_model(num_layers=16, hidden_size=4096, num_attention_heads=8,
+                       ffn_hidden_size=16384, vocab_size=1000, seq_length=64, swiglu=True,
+                       normalization="RMSNorm", position_embedding_type="rope",
+                       untie_embeddings_and_output_weights=True, add_bias_linear=False,
+                       num_experts=8, moe_router_topk=2, moe_ffn_hidden_size=4096,
+                       moe_layer_freq=[0, 1] * 8)
+    cluster = load_cluster("dgx-h100-80gb", 2)
+    plan = ParallelPlan(tp=1, pp=1, dp=16, ep=4, micro_batch_size=1, global_batch_size=32,
+                        recompute="none", distributed_optimizer=True,
+                        overlap_grad_reduce=True, overlap_param_gather=True)
+    placed = PlacedPlan(model, cluster, plan)
+    closed = iteration_time(model, cluster, PlanBatch.from_plan(plan))["iteration_time_s"]
+    assert placed.time(*placed.default_placement()).iteration_time_s == pytest.approx(
+        float(closed[0]), rel=1e-9)
 
 def test_placed_plan_edges():
     """A plan that does not fill whole hosts is refused; no placement prices to no time;
