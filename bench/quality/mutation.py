@@ -204,6 +204,10 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
      "negate the `if` test", _CACHE),
     ("configurator/cost/schedule_sim.py", "_RANK_ENDS.popitem(last=False)",
      "`False` → `True`", _CACHE),
+    ("configurator/cost/schedule_sim.py", "progressed = False", "`False` → `True`",
+     "it only disarms the deadlock check, which cannot fire: schedule_order builds "
+     "Megatron's 1F1B and interleaved orders alone (pp, vp, m validated), and they never "
+     "deadlock, so every sweep progresses"),
     ("configurator/cost/training_time.py", "while b - a > 3:", "constant 3 ×1.1",
      "b − a is an integer: b − a > 3.3 holds where b − a > 3 does"),
     ("configurator/cost/training_time.py", "while b - a > 3:", "`>` → `>=`",
