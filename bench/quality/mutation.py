@@ -110,6 +110,8 @@ _WALKS = ("the size only picks the op-by-op walk over the level-by-level one, wh
           "same float operations per op in the same order")
 _CACHE = ("it only decides which rank finishes the cache keeps or drops (or whether it is "
           "read-only); its key holds the whole inputs, so a hit returns what the walk computes")
+_MINLENGTH = ("bincount's length is the largest level plus one whatever a smaller minlength "
+              "asks (never negative: a backward follows its forward, so that level is >= 1)")
 #: Known equivalent mutants: ``(file, text on the line, mutation, why equivalent)``. A
 #: sampled site matches when its file and mutation are these and its source line contains
 #: the text; it is left out of the score.
@@ -208,6 +210,12 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
      "it only disarms the deadlock check, which cannot fire: schedule_order builds "
      "Megatron's 1F1B and interleaved orders alone (pp, vp, m validated), and they never "
      "deadlock, so every sweep progresses"),
+    ("configurator/cost/schedule_sim.py", "np.bincount(level, minlength=int(level.max()) + 1)",
+     "`+` → `-`", _MINLENGTH),
+    ("configurator/cost/schedule_sim.py", "np.bincount(level, minlength=int(level.max()) + 1)",
+     "drop term `1`", _MINLENGTH),
+    ("configurator/cost/schedule_sim.py", "np.bincount(level, minlength=int(level.max()) + 1)",
+     "drop term `int(level.max())`", _MINLENGTH),
     ("configurator/cost/training_time.py", "while b - a > 3:", "constant 3 ×1.1",
      "b − a is an integer: b − a > 3.3 holds where b − a > 3 does"),
     ("configurator/cost/training_time.py", "while b - a > 3:", "`>` → `>=`",
