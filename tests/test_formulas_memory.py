@@ -959,6 +959,9 @@ def test_save_interval_edges_and_token_formats():
     k = best_interval(1e-4, 300.0, 60.0, 2.0, max_iterations=10**6)
     brute = max(range(1, 20001), key=lambda i: ettr_exact(1e-4, 300.0, 2.0 * i, 60.0))
     assert k == brute
+    # failures so rare (λ = 1e-20/s) that the exact ETTR only grows over the whole run,
+    # in steps below a float's resolution near 1 (a search that stops early misses it)
+    assert best_interval(1e-20, 300.0, 1e-5, 10.0, max_iterations=100_000) == 100_000
     assert ettr_monte_carlo(0.0, 300.0, 90.0, 10.0) == 0.9
     assert [format_tokens(t) for t in (2e15, 15e12, 3e11, 4.5e6, 1234.0, 999.0)] == [
         "2P", "15T", "300B", "4.5M", "1.23K", "999"]

@@ -218,10 +218,6 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
      "drop term `int(level.max())`", _MINLENGTH),
     ("configurator/cost/training_time.py", "while b - a > 3:", "constant 3 ×1.1",
      "b − a is an integer: b − a > 3.3 holds where b − a > 3 does"),
-    ("configurator/cost/training_time.py", "while b - a > 3:", "`>` → `>=`",
-     "one more step on a bracket of four drops an end that cannot be the first maximum of a "
-     "unimodal function (the side beyond the smaller inner point); the final scan covers "
-     "the other three"),
 ]
 
 #: Modules preloaded before forking (below the mutated layers: the import contracts keep
