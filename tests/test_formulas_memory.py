@@ -181,6 +181,30 @@ def test_layer_parameter_tensors_count_megatron_core_layers(name):
         assert dense == moe == len(names)
 
 
+def test_layer_parameter_counts_by_hand():
+    """One layer's parameters (h 64, a = g = 4 heads of d 16, SwiGLU f 128, LayerNorm's
+    weight and bias 2h), term by term from the named tensors above (megatron-core's
+    layer holds these elements: the slow test below checks it)."""
+    h, d, f = 64, 16, 128
+    attn = 2 * h + h * 12 * d + 4 * d * h                   # input norm, QKV, proj
+    mlp = h * 2 * f + f * h
+    qk_norms = 2 * (2 * d)                                  # q and k LayerNorm over d
+    assert float(dense_layer_parameters(_layer_model("gqa-qk-layernorm"))) == (
+        attn + qk_norms + 2 * h + mlp)
+    biases = 12 * d + h + 2 * f + h                         # QKV, proj, fc1, fc2
+    assert float(dense_layer_parameters(_layer_model("gqa-bias"))) == (
+        attn + 2 * h + mlp + biases)
+    # MLA: q down h→32, q up 32→4·(8+4), kv down h→16+4, kv up 16→4·(8+8), proj 4·8→h
+    # and its bias, q and kv LayerNorms over the latents
+    mla = (2 * h + h * 32 + 32 * 4 * 12 + h * 20 + 16 * 4 * 16 + 4 * 8 * h + h
+           + 2 * 32 + 2 * 16)
+    assert float(dense_layer_parameters(_layer_model("mla-q-lora-qk-layernorm-bias"))) == (
+        mla + 2 * h + mlp + 2 * f + h)
+    # MoE with biases: router E·h + E, four experts h→2·32, 32→h with biases
+    ne, ex = moe_layer_parameters(_layer_model("moe-bias"))
+    assert float(ne) == attn + 12 * d + h + 2 * h + 4 * h + 4
+    assert float(ex) == 4 * (h * 64 + 64 + 32 * h + h)
+
 def test_stage_parameter_tensors_add_embedding_and_output_layer():
     """Per stage: its layers' tensors; the word and learned position embeddings on the first
     stage; the final norm (weight and bias with LayerNorm) and the output layer (untied, or

@@ -142,6 +142,11 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
      "give the same numbers (tests/test_measured_links.py checks host_ring_figures against "
      "ring_figures)"),
     # memory_model, configurator/cost/{placed,schedule_sim,training_time}.py
+    ("memory_model/params.py", "if tp.ndim == 1 and tp.size > 64", "`==` → `!=`",
+     "the shape only picks the table lookup over the division for an integer column; "
+     "np.take keeps any shape and both give the same integers"),
+    ("memory_model/params.py", "if tp.ndim == 1 and tp.size > 64", "constant 1 ×1.1",
+     "it only sends every column to the division, which gives the table's integers"),
     ("memory_model/params.py", "np.where(pp > 1, embedding_parameters", "constant 1 ×1.1",
      "pp is an integer: pp > 1.1 holds where pp > 1 does"),
     ("memory_model/params.py", "(np.asarray(pp) > 1)", "constant 1 ×1.1",
