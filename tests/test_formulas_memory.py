@@ -986,6 +986,12 @@ def test_save_interval_edges_and_token_formats():
     # failures so rare (λ = 1e-20/s) that the exact ETTR only grows over the whole run,
     # in steps below a float's resolution near 1 (a search that stops early misses it)
     assert best_interval(1e-20, 300.0, 1e-5, 10.0, max_iterations=100_000) == 100_000
+    # failures every 250 s on average and a run of 10⁷ iterations: past about 58,000
+    # iterations a segment never completes (λ(Δt + w) > 700, ETTR exactly 0); the search
+    # still finds the optimum, where a brute force over the first 5,000 intervals does
+    ettr = [ettr_exact(0.004, 300.0, 3.0 * i, 250.0) for i in range(1, 5001)]
+    assert best_interval(0.004, 300.0, 250.0, 3.0, max_iterations=10**7) == (
+        1 + int(np.argmax(ettr)))
     assert ettr_monte_carlo(0.0, 300.0, 90.0, 10.0) == 0.9
     assert [format_tokens(t) for t in (2e15, 15e12, 3e11, 4.5e6, 1234.0, 999.0)] == [
         "2P", "15T", "300B", "4.5M", "1.23K", "999"]
