@@ -937,7 +937,8 @@ def test_placed_moe_plan_on_one_stage_is_the_closed_forms():
 
 def test_placed_plan_edges():
     """A plan that does not fill whole hosts is refused; no placement prices to no time;
-    the objective is the iteration time; a recorded time's schedule is its own."""
+    placements on a uniform cluster price alike, one figure each; the objective is the
+    iteration time; a recorded time's schedule is its own."""
     cluster, _ = _placed_case("uniform")
     model = make_model(**PLACED_MODEL)
     with pytest.raises(ValueError, match="whole hosts"):
@@ -946,6 +947,13 @@ def test_placed_plan_edges():
     placed, _, _ = _placed_plan("uniform")
     assert placed.times([]).shape == (0,)
     default = placed.default_placement()
+    # on a uniform cluster every placement prices as Megatron's order, each its own time
+    swapped = (default[0][::-1].copy(), default[1][:, ::-1].copy())
+    assert placed.times([default, swapped, default]).tolist() == [
+        placed.time(*default).iteration_time_s] * 3
+    many = placed.terms_many(np.stack([placed.rank_gpus(*p) for p in (default, swapped)]))
+    assert many["fwd"].shape[0] == many["p2p_f"].shape[0] == many["tail"].shape[0] == 2
+    assert many["opt"] == placed.time(*default).optimizer_s
     assert placed.objective(*default) == placed.time(*default).iteration_time_s
     timed = placed.time(*default, record=True)
     assert timed.recorded() is timed.sim
