@@ -157,6 +157,11 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
      "cp is an integer: cp > 1.1 holds where cp > 1 does"),
     ("configurator/cost/placed.py", "if pp > 1:", "constant 1 ×1.1",
      "pp is an integer: pp > 1.1 holds where pp > 1 does"),
+    ("configurator/cost/placed.py", "if cp > 1:", "`>` → `>=`",
+     "at cp = 1 the context ring's single-send figures and members per domain feed only "
+     "configurator.cost.iteration.cp_layer_s, which is 0 there (np.where(cp > 1, ...))"),
+    ("configurator/cost/placed.py", "if cp > 1:", "constant 1 ×1.1",
+     "cp is an integer: cp > 1.1 holds where cp > 1 does"),
     ("configurator/cost/placed.py", "if not self.uniform or first.size <= G:", "`<=` → `<`",
      "at a size of G rows it only picks the residue path over the row-by-row one on a "
      "uniform cluster, where both give every row its own figures (tests/"
