@@ -33,6 +33,7 @@ from configurator.core.units import GB, US
 from configurator.cost import placed as placed_module
 from configurator.cost.iteration import iteration_time
 from configurator.cost.placed import PlacedPlan, PlacedTime
+from configurator.cost import schedule_sim
 from configurator.cost.schedule_sim import schedule_order, simulate
 from configurator.cost.training_time import (CheckpointSize, TrainingEstimate, TrainingInputs,
                                              best_interval, checkpoint_bytes,
@@ -708,6 +709,21 @@ def test_recorded_schedules_are_recorded_every_time():
     assert not order.rank.flags.writeable
     with pytest.raises(ValueError):
         order.rank[0] = 1
+
+
+def test_schedule_of_max_ops_is_simulated_op_by_op(monkeypatch):
+    """A schedule of exactly MAX_OPS ops (pp 32, 2,048 microbatches: 2·32·2,048) is still
+    simulated op by op, not extrapolated; replicas walked in slices (MAX_CELLS) are recorded
+    all the same when asked; compiled orders hash and compare by identity (cached)."""
+    assert 2 * 32 * 2048 == schedule_sim.MAX_OPS
+    res = simulate(np.ones((32, 1)), np.full((32, 1), 2.0), 0.125, 0.125, 2048)
+    assert res.extrapolated_to is None
+    monkeypatch.setattr(schedule_sim, "MAX_CELLS", 64)
+    fwd = np.array([[[1.0], [2.0]], [[1.5], [1.0]], [[1.0], [1.0]]])        # D = 3
+    rec = simulate(fwd, 2 * fwd, 0.5, 0.25, 8, record=True)
+    assert rec.start_s.shape == (3, 32) and len(rec.critical_path) == 3
+    order = schedule_order(2, 1, 8)
+    assert {order: 1}[schedule_order(2, 1, 8)] == 1 and order != schedule_order(2, 1, 4)
 
 # ---------------------------------------------------------------- time to train
 

@@ -226,6 +226,11 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
      "drop term `1`", _MINLENGTH),
     ("configurator/cost/schedule_sim.py", "np.bincount(level, minlength=int(level.max()) + 1)",
      "drop term `int(level.max())`", _MINLENGTH),
+    ("configurator/cost/schedule_sim.py", "_lists: tuple = field(repr=False",
+     "`False` → `True`", "the field's repr flag changes only the object's repr"),
+    ("configurator/cost/schedule_sim.py", "hi = m if lo + pp >= m else lo + pp", "`>=` → `>`",
+     "the interleaved table needs m divisible by pp (_check_schedule), so lo + pp <= m and "
+     "both give hi = lo + pp"),
     ("configurator/cost/training_time.py", "while b - a > 3:", "constant 3 ×1.1",
      "b − a is an integer: b − a > 3.3 holds where b − a > 3 does"),
 ]
