@@ -951,6 +951,21 @@ def test_placed_moe_plan_on_one_stage_is_the_closed_forms():
     assert placed.time(*placed.default_placement()).iteration_time_s == pytest.approx(
         float(closed[0]), rel=1e-9)
 
+@pytest.mark.parametrize("kind", ["p2p", "a2a", "all_gather"])
+def test_placed_context_ring_across_hosts_on_one_stage_is_the_closed_forms(kind):
+    """cp = 16 over two hosts, one stage: the ring's sends (p2p: its slowest single send,
+    between the hosts), its members per NVLink domain (a2a) and its ring figures
+    (all_gather) priced on the placed ranks give the closed form's iteration to 1e-9."""
+    model = make_model(**(PLACED_MODEL | dict(hidden_size=1024, ffn_hidden_size=4096,
+                                              seq_length=8192)))
+    cluster = load_cluster("dgx-h100-80gb", 2)
+    plan = ParallelPlan(tp=1, cp=16, dp=1, pp=1, micro_batch_size=1, global_batch_size=4,
+                        recompute="none", cp_comm_type=kind)
+    placed = PlacedPlan(model, cluster, plan)
+    closed = iteration_time(model, cluster, PlanBatch.from_plan(plan))["iteration_time_s"]
+    assert placed.time(*placed.default_placement()).iteration_time_s == pytest.approx(
+        float(closed[0]), rel=1e-9)
+
 def test_placed_plan_edges():
     """A plan that does not fill whole hosts is refused; no placement prices to no time;
     placements on a uniform cluster price alike, one figure each; the objective is the
