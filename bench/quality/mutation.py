@@ -142,6 +142,8 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
      "give the same numbers (tests/test_measured_links.py checks host_ring_figures against "
      "ring_figures)"),
     # memory_model, configurator/cost/{placed,schedule_sim,training_time}.py
+    ("memory_model/activations.py", "= 0.0 * xh", "`*` → `/`",
+     "0·xh and 0/xh are the same zeros of xh's shape (xh = s·b·h > 0)"),
     ("memory_model/params.py", "if tp.ndim == 1 and tp.size > 64", "`==` → `!=`",
      "the shape only picks the table lookup over the division for an integer column; "
      "np.take keeps any shape and both give the same integers"),
