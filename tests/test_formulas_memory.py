@@ -231,7 +231,7 @@ def test_stage_parameter_tensors_add_embedding_and_output_layer():
 def test_tied_embeddings_keep_one_copy_per_pipeline_end():
     """Tied input and output embeddings: with pp 1 the one word embedding serves both (the
     stage holds the final norm beside it, no output layer); with pp 2 the last stage keeps
-    a copy of it (Megatron's tied copy)."""
+    a copy of it (Megatron's tied copy). Untied: the output layer, as large."""
     model = make_model(**(GQA_DROP | dict(untie_embeddings_and_output_weights=False)))
     h, a, g, d, f, tp = 256, 8, 2, 32, 512, 2
     layer = h + (h * (a + 2 * g) * d + a * d * h) / tp + h + 3 * h * f / tp
@@ -241,6 +241,11 @@ def test_tied_embeddings_keep_one_copy_per_pipeline_end():
     two = stage_parameters(model, tp, 2, np.arange(2), layers=np.array([2, 2]),
                            moe_layers=np.array([0, 0]))
     assert np.asarray(two) == pytest.approx([2 * layer + emb, 2 * layer + h + emb], rel=1e-12)
+    # outside the GEMMs: the embedding first, the final norm and the output layer last (an
+    # untied model without MTP keeps no other copy of the embedding there)
+    untied = make_model(**GQA_DROP)
+    got = stage_non_gemm_parameters(untied, tp, 2, np.arange(2))
+    assert np.asarray(got) == pytest.approx([emb, h + emb], rel=1e-12)
 
 def test_padded_vocabulary_of_many_plans_whatever_the_dtype():
     """Padded to a multiple of 128·tp for every tp of a column of plans: an integer column
