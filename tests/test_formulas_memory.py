@@ -672,6 +672,25 @@ def test_placed_pipeline_sends_use_their_own_links(kind):
     assert len(set(want_f[0].round(12))) > 1
 
 
+def test_placed_1f1b_senders_are_busy_for_their_sends():
+    """1F1B (vp 1): Megatron batches each send with the next receive and waits, so a send
+    adds to its sender's chunk (forward sends to ranks 0..pp−2, backward sends to ranks
+    1..pp−1) and no send is left to overlap; the iteration is that schedule's makespan
+    plus the optimizer step."""
+    placed, _, par = _placed_plan("uniform")
+    pp = par["pp"]
+    gpus = placed.rank_gpus(*placed.default_placement())
+    t = placed.terms(gpus)
+    timed = placed.time(*placed.default_placement())
+    fwd, bwd = t["fwd"].copy(), t["bwd"].copy()
+    fwd[:, :pp - 1, 0] += t["p2p_f"][:, :pp - 1]
+    bwd[:, 1:, 0] += t["p2p_b"][:, :pp - 1]
+    assert np.array_equal(timed.stage_fwd_s, fwd) and np.array_equal(timed.stage_bwd_s, bwd)
+    assert not timed.p2p_fwd_s.any() and not timed.p2p_bwd_s.any()
+    sim = simulate(fwd, bwd, 0.0, 0.0, placed.plan.num_microbatches, tail_s=t["tail"])
+    assert timed.iteration_time_s == pytest.approx(
+        float(sim.iteration_time_s.max()) + t["opt"], rel=1e-12)
+
 def test_placed_times_in_slices_are_each_placements_time(monkeypatch):
     """:meth:`PlacedPlan.times` prices placements in slices of BATCH_GPUS ranks: with slices
     of two placements, five placements on the measured hosts give each one's own

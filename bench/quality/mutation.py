@@ -112,6 +112,9 @@ _CACHE = ("it only decides which rank finishes the cache keeps or drops (or whet
           "read-only); its key holds the whole inputs, so a hit returns what the walk computes")
 _MINLENGTH = ("bincount's length is the largest level plus one whatever a smaller minlength "
               "asks (never negative: a backward follows its forward, so that level is >= 1)")
+_SLICES = ("the size only decides whether replicas are walked in slices of MAX_CELLS cells, "
+           "each replica's walk the same floats either way (record, the other operand, "
+           "is not mutated here)")
 #: Known equivalent mutants: ``(file, text on the line, mutation, why equivalent)``. A
 #: sampled site matches when its file and mutation are these and its source line contains
 #: the text; it is left out of the score.
@@ -233,6 +236,19 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
     ("configurator/cost/schedule_sim.py", "hi = m if lo + pp >= m else lo + pp", "`>=` → `>`",
      "the interleaved table needs m divisible by pp (_check_schedule), so lo + pp <= m and "
      "both give hi = lo + pp"),
+    ("configurator/cost/schedule_sim.py", "D * 2 * pp * vp * m > MAX_CELLS",
+     "`*` → `/`", _SLICES),
+    ("configurator/cost/schedule_sim.py", "D * 2 * pp * vp * m > MAX_CELLS",
+     "`>` → `>=`", _SLICES),
+    ("configurator/cost/schedule_sim.py", "D * 2 * pp * vp * m > MAX_CELLS",
+     "constant 2 ×1.1", _SLICES),
+    ("configurator/cost/schedule_sim.py", "D * 2 * pp * vp * m > MAX_CELLS",
+     "constant 1 ×1.1", _SLICES),
+    ("configurator/cost/schedule_sim.py", ".shape[0] > 1 else", "constant 1 ×1.1",
+     "an array's length is an integer: > 1.1 holds where > 1 does"),
+    ("configurator/cost/schedule_sim.py", "if d >= 0 and not dn[d]:", "`>=` → `>`",
+     "the op of temporary id 0 (rank 0's first forward, no predecessor) is done in the "
+     "first sweep before any other op reads it, so d = 0 never breaks either way"),
     ("configurator/cost/training_time.py", "while b - a > 3:", "constant 3 ×1.1",
      "b − a is an integer: b − a > 3.3 holds where b − a > 3 does"),
 ]
