@@ -1070,6 +1070,8 @@ def test_save_interval_edges_and_token_formats():
     assert best_interval(0.004, 300.0, 250.0, 3.0, max_iterations=10**7) == (
         1 + int(np.argmax(ettr)))
     assert ettr_monte_carlo(0.0, 300.0, 90.0, 10.0) == 0.9
+    with pytest.raises(ValueError, match="almost never completes"):   # λ(Δt + w) = 21 > 20
+        ettr_monte_carlo(1.0, 0.0, 20.5, 0.5)
     assert [format_tokens(t) for t in (2e15, 15e12, 3e11, 4.5e6, 1234.0, 999.0)] == [
         "2P", "15T", "300B", "4.5M", "1.23K", "999"]
     assert merged_inputs({"pue": 1.2, "restart_overhead_s": 300.0},
