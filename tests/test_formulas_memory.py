@@ -763,6 +763,27 @@ def test_schedule_of_max_ops_is_simulated_op_by_op(monkeypatch):
     order = schedule_order(2, 1, 8)
     assert {order: 1}[schedule_order(2, 1, 8)] == 1 and order != schedule_order(2, 1, 4)
 
+
+def test_schedule_levels_are_a_topological_order():
+    """The compiled order (ScheduleOrder's docstring): pp 2 with one microbatch has four
+    levels, one op each (rank 0's forward, rank 1's forward and backward, rank 0's
+    backward), one rank's 16 ops sixteen; in a deeper interleaved schedule every level holds ops and every op comes
+    after its same-rank and data predecessors' levels. Uniform 1F1B stages (f 1, b 2, no
+    send time) take (m + pp − 1)·(f + b)."""
+    small = schedule_order(2, 1, 1)
+    assert small.n_levels == 4 and small.level_bounds.tolist() == [0, 1, 2, 3, 4]
+    chain = schedule_order(1, 1, 8)          # one rank: 16 ops one after the other
+    assert chain.level_bounds.tolist() == list(range(17))
+    order = schedule_order(4, 2, 8)
+    bounds = order.level_bounds
+    assert order.n_levels == len(bounds) - 1 and np.all(np.diff(bounds) > 0)
+    level = np.repeat(np.arange(order.n_levels), np.diff(bounds))
+    for pred in (order.rank_pred, order.data_pred):
+        has = pred >= 0
+        assert np.all(level[pred[has]] < level[has])
+    res = simulate(np.ones((4, 1)), np.full((4, 1), 2.0), 0.0, 0.0, 8)
+    assert res.iteration_time_s.tolist() == [(8 + 4 - 1) * 3.0]
+
 # ---------------------------------------------------------------- time to train
 
 def test_moe_checkpoint_spreads_expert_state_over_the_expert_data_parallel_group():
@@ -1070,6 +1091,9 @@ def test_save_interval_edges_and_token_formats():
     assert best_interval(0.004, 300.0, 250.0, 3.0, max_iterations=10**7) == (
         1 + int(np.argmax(ettr)))
     assert ettr_monte_carlo(0.0, 300.0, 90.0, 10.0) == 0.9
+    # λ(Δt + w) = 700 exactly is still priced (e^700 is finite): Δt / ((1/λ)(e^700 − 1))
+    assert ettr_exact(7.0, 0.0, 99.0, 1.0) == pytest.approx(
+        99.0 / ((1 / 7.0) * (math.exp(700.0) - 1.0)), rel=1e-12, abs=0.0)
     with pytest.raises(ValueError, match="almost never completes"):   # λ(Δt + w) = 21 > 20
         ettr_monte_carlo(1.0, 0.0, 20.5, 0.5)
     assert [format_tokens(t) for t in (2e15, 15e12, 3e11, 4.5e6, 1234.0, 999.0)] == [
