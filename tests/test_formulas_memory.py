@@ -767,13 +767,13 @@ def test_schedule_of_max_ops_is_simulated_op_by_op(monkeypatch):
 def test_schedule_levels_are_a_topological_order():
     """The compiled order (ScheduleOrder's docstring): pp 2 with one microbatch has four
     levels, one op each (rank 0's forward, rank 1's forward and backward, rank 0's
-    backward), one rank's 16 ops sixteen; in a deeper interleaved schedule every level
+    backward), one rank's 64 ops sixty-four; in a deeper interleaved schedule every level
     holds ops and every op comes after its same-rank and data predecessors' levels.
     Uniform 1F1B stages (f 1, b 2, no send time) take (m + pp − 1)·(f + b)."""
     small = schedule_order(2, 1, 1)
     assert small.n_levels == 4 and small.level_bounds.tolist() == [0, 1, 2, 3, 4]
-    chain = schedule_order(1, 1, 8)          # one rank: 16 ops one after the other
-    assert chain.level_bounds.tolist() == list(range(17))
+    chain = schedule_order(1, 1, 32)         # one rank: 64 ops one after the other
+    assert chain.level_bounds.tolist() == list(range(65))
     order = schedule_order(4, 2, 8)
     bounds = order.level_bounds
     assert order.n_levels == len(bounds) - 1 and np.all(np.diff(bounds) > 0)
