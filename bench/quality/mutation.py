@@ -45,10 +45,13 @@ TARGETS = ("memory_model", "configurator/cost")
 FORMULA_TESTS = ["tests/test_formulas_exact.py"]
 #: Tests run against each module's mutants: fast files that exercise it (seconds each).
 TEST_MAP: dict[str, list[str]] = {
-    "memory_model/activations.py": ["tests/test_memory_model.py", "tests/test_fp8_memory.py"],
+    "memory_model/activations.py": ["tests/test_memory_model.py", "tests/test_fp8_memory.py",
+                                    "tests/test_formulas_memory.py"],
     "memory_model/estimate.py": ["tests/test_memory_model.py", "tests/test_fp8_memory.py",
-                                 "tests/test_experts_and_splits.py"],
-    "memory_model/params.py": ["tests/test_memory_model.py", "tests/test_experts_and_splits.py"],
+                                 "tests/test_experts_and_splits.py",
+                                 "tests/test_formulas_memory.py"],
+    "memory_model/params.py": ["tests/test_memory_model.py", "tests/test_experts_and_splits.py",
+                               "tests/test_formulas_memory.py"],
     "configurator/cost/communication.py": ["tests/test_timing.py",
                                            "tests/test_recipe_mechanisms.py"],
     "configurator/cost/compute.py": ["tests/test_timing.py", "tests/test_recipe_mechanisms.py"],
@@ -65,9 +68,12 @@ TEST_MAP: dict[str, list[str]] = {
     "configurator/cost/moe_compute.py": ["tests/test_recipe_mechanisms.py",
                                          "tests/test_timing.py"],
     "configurator/cost/placed.py": ["tests/test_measured_links.py",
-                                    "tests/test_experts_and_splits.py"],
-    "configurator/cost/schedule_sim.py": ["tests/test_schedule_sim.py"],
-    "configurator/cost/training_time.py": ["tests/test_training_time.py"],
+                                    "tests/test_experts_and_splits.py",
+                                 "tests/test_formulas_memory.py"],
+    "configurator/cost/schedule_sim.py": ["tests/test_schedule_sim.py",
+                                          "tests/test_formulas_memory.py"],
+    "configurator/cost/training_time.py": ["tests/test_training_time.py",
+                                           "tests/test_formulas_memory.py"],
 }
 
 #: The second stage: a mutant the module's own files leave alive runs against these wider
@@ -95,8 +101,20 @@ DESELECT = [
     "link_efficiencies",
     "tests/test_measured_links.py::test_thousands_of_hosts_stay_sparse",
     "tests/test_eager_mlp_ops.py::test_megatron_core_bias_moves_the_priced_bytes_on_the_cpu",
+    "tests/test_formulas_memory.py::test_parameter_tensor_counts_match_megatron_core_layers",
 ]
 
+_MEMO_ONLY = ("the test only decides when the memo of simulated makespans is emptied before "
+              "the new rows are simulated; every row is then read from it, simulated alike")
+_WALKS = ("the size only picks the op-by-op walk over the level-by-level one, which do the "
+          "same float operations per op in the same order")
+_CACHE = ("it only decides which rank finishes the cache keeps or drops (or whether it is "
+          "read-only); its key holds the whole inputs, so a hit returns what the walk computes")
+_MINLENGTH = ("bincount's length is the largest level plus one whatever a smaller minlength "
+              "asks (never negative: a backward follows its forward, so that level is >= 1)")
+_SLICES = ("the size only decides whether replicas are walked in slices of MAX_CELLS cells, "
+           "each replica's walk the same floats either way (record, the other operand, "
+           "is not mutated here)")
 #: Known equivalent mutants: ``(file, text on the line, mutation, why equivalent)``. A
 #: sampled site matches when its file and mutation are these and its source line contains
 #: the text; it is left out of the score.
@@ -126,6 +144,113 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
      "it only swaps host_ring_figures, the representatives' figures and ring_figures, which "
      "give the same numbers (tests/test_measured_links.py checks host_ring_figures against "
      "ring_figures)"),
+    # memory_model, configurator/cost/{placed,schedule_sim,training_time}.py
+    ("memory_model/activations.py", "= 0.0 * xh", "`*` → `/`",
+     "0·xh and 0/xh are the same zeros of xh's shape (xh = s·b·h > 0)"),
+    ("memory_model/params.py", "if tp.ndim == 1 and tp.size > 64", "`==` → `!=`",
+     "the shape only picks the table lookup over the division for an integer column; "
+     "np.take keeps any shape and both give the same integers"),
+    ("memory_model/params.py", "if tp.ndim == 1 and tp.size > 64", "constant 1 ×1.1",
+     "it only sends every column to the division, which gives the table's integers"),
+    ("memory_model/params.py", "np.where(pp > 1, embedding_parameters", "constant 1 ×1.1",
+     "pp is an integer: pp > 1.1 holds where pp > 1 does"),
+    ("memory_model/params.py", "(np.asarray(pp) > 1)", "constant 1 ×1.1",
+     "pp is an integer: pp > 1.1 holds where pp > 1 does"),
+    ("memory_model/params.py", "untie_embeddings_and_output_weights | (pp > 1)",
+     "constant 1 ×1.1", "pp is an integer: pp > 1.1 holds where pp > 1 does"),
+    ("memory_model/estimate.py", "return np.where(cp > 1, 2.0 * full", "constant 1 ×1.1",
+     "cp is an integer: cp > 1.1 holds where cp > 1 does"),
+    ("configurator/cost/placed.py", "if pp > 1:", "constant 1 ×1.1",
+     "pp is an integer: pp > 1.1 holds where pp > 1 does"),
+    ("configurator/cost/placed.py", "if cp > 1:", "`>` → `>=`",
+     "at cp = 1 the context ring's single-send figures and members per domain feed only "
+     "configurator.cost.iteration.cp_layer_s, which is 0 there (np.where(cp > 1, ...))"),
+    ("configurator/cost/placed.py", "if cp > 1:", "constant 1 ×1.1",
+     "cp is an integer: cp > 1.1 holds where cp > 1 does"),
+    ("configurator/cost/placed.py", "if not self.uniform or first.size <= G:", "`<=` → `<`",
+     "at a size of G rows it only picks the residue path over the row-by-row one on a "
+     "uniform cluster, where both give every row its own figures (tests/"
+     "test_formulas_memory.py checks the residue path against links looked up pair by pair)"),
+    ("configurator/cost/schedule_sim.py", "end = np.zeros((n + 1, D))", "drop term `1`",
+     "ops are numbered by level and op n − 1 is in the last level, which reads its "
+     "predecessors before it writes: row n − 1 doubles as the sentinel and is still 0 "
+     "whenever read, and end[:n] is the same array"),
+    ("configurator/cost/schedule_sim.py", "t1 = simulate(f, b, pf, pb, m1, tail_s=tl, _exact=True)",
+     "`True` → `False`",
+     "m1 = 2k + m mod k has no smaller extrapolation base (_extrapolation_base gives m1 "
+     "itself), so without _exact the call simulates m1 microbatches all the same"),
+    ("configurator/cost/placed.py", "if (len(memo) + len(keys)) * uniq.itemsize",
+     "`*` → `/`", _MEMO_ONLY),
+    ("configurator/cost/placed.py", "if (len(memo) + len(keys)) * uniq.itemsize",
+     "`>` → `>=`", _MEMO_ONLY),
+    ("configurator/cost/placed.py", "if (len(memo) + len(keys)) * uniq.itemsize",
+     "negate the `if` test", _MEMO_ONLY),
+    ("configurator/cost/placed.py", "if (len(memo) + len(keys)) * uniq.itemsize",
+     "`+` → `-`", _MEMO_ONLY),
+    ("configurator/cost/placed.py", "if (len(memo) + len(keys)) * uniq.itemsize",
+     "drop term `len(keys)`", _MEMO_ONLY),
+    ("configurator/cost/placed.py", "if (len(memo) + len(keys)) * uniq.itemsize",
+     "drop term `len(memo)`", _MEMO_ONLY),
+    ("configurator/cost/schedule_sim.py", "SCALAR_OPS_PER_LEVEL = 14",
+     "constant 14 ×1.1", _WALKS),
+    ("configurator/cost/schedule_sim.py", "if D * order.n_ops <= SCALAR_OPS_PER_LEVEL",
+     "`*` → `/`", _WALKS),
+    ("configurator/cost/schedule_sim.py", "if D * order.n_ops <= SCALAR_OPS_PER_LEVEL",
+     "`<=` → `<`", _WALKS),
+    ("configurator/cost/schedule_sim.py", "if D * order.n_ops <= SCALAR_OPS_PER_LEVEL",
+     "negate the `if` test", _WALKS),
+    ("configurator/cost/schedule_sim.py", "_RANK_ENDS_ENTRIES = 64",
+     "constant 64 ×1.1", _CACHE),
+    ("configurator/cost/schedule_sim.py", "D * (dur_src.shape[1] + lat_src.shape[1])",
+     "`*` → `/`", _CACHE),
+    ("configurator/cost/schedule_sim.py", "D * (dur_src.shape[1] + lat_src.shape[1])",
+     "`<=` → `<`", _CACHE),
+    ("configurator/cost/schedule_sim.py", "D * (dur_src.shape[1] + lat_src.shape[1])",
+     "drop term `dur_src.shape[1]`", _CACHE),
+    ("configurator/cost/schedule_sim.py", "D * (dur_src.shape[1] + lat_src.shape[1])",
+     "drop term `lat_src.shape[1]`", _CACHE),
+    ("configurator/cost/schedule_sim.py", "if key is not None:",
+     "`is not` → `is`", _CACHE),
+    ("configurator/cost/schedule_sim.py", "if key is not None:",
+     "negate the `if` test", _CACHE),
+    ("configurator/cost/schedule_sim.py", "ends.setflags(write=False)",
+     "`False` → `True`", _CACHE),
+    ("configurator/cost/schedule_sim.py", "if len(_RANK_ENDS) > _RANK_ENDS_ENTRIES:",
+     "`>` → `>=`", _CACHE),
+    ("configurator/cost/schedule_sim.py", "if len(_RANK_ENDS) > _RANK_ENDS_ENTRIES:",
+     "negate the `if` test", _CACHE),
+    ("configurator/cost/schedule_sim.py", "_RANK_ENDS.popitem(last=False)",
+     "`False` → `True`", _CACHE),
+    ("configurator/cost/schedule_sim.py", "progressed = False", "`False` → `True`",
+     "it only disarms the deadlock check, which cannot fire: schedule_order builds "
+     "Megatron's 1F1B and interleaved orders alone (pp, vp, m validated), and they never "
+     "deadlock, so every sweep progresses"),
+    ("configurator/cost/schedule_sim.py", "np.bincount(level, minlength=int(level.max()) + 1)",
+     "`+` → `-`", _MINLENGTH),
+    ("configurator/cost/schedule_sim.py", "np.bincount(level, minlength=int(level.max()) + 1)",
+     "drop term `1`", _MINLENGTH),
+    ("configurator/cost/schedule_sim.py", "np.bincount(level, minlength=int(level.max()) + 1)",
+     "drop term `int(level.max())`", _MINLENGTH),
+    ("configurator/cost/schedule_sim.py", "_lists: tuple = field(repr=False",
+     "`False` → `True`", "the field's repr flag changes only the object's repr"),
+    ("configurator/cost/schedule_sim.py", "hi = m if lo + pp >= m else lo + pp", "`>=` → `>`",
+     "the interleaved table needs m divisible by pp (_check_schedule), so lo + pp <= m and "
+     "both give hi = lo + pp"),
+    ("configurator/cost/schedule_sim.py", "D * 2 * pp * vp * m > MAX_CELLS",
+     "`*` → `/`", _SLICES),
+    ("configurator/cost/schedule_sim.py", "D * 2 * pp * vp * m > MAX_CELLS",
+     "`>` → `>=`", _SLICES),
+    ("configurator/cost/schedule_sim.py", "D * 2 * pp * vp * m > MAX_CELLS",
+     "constant 2 ×1.1", _SLICES),
+    ("configurator/cost/schedule_sim.py", "D * 2 * pp * vp * m > MAX_CELLS",
+     "constant 1 ×1.1", _SLICES),
+    ("configurator/cost/schedule_sim.py", ".shape[0] > 1 else", "constant 1 ×1.1",
+     "an array's length is an integer: > 1.1 holds where > 1 does"),
+    ("configurator/cost/schedule_sim.py", "if d >= 0 and not dn[d]:", "`>=` → `>`",
+     "the op of temporary id 0 (rank 0's first forward, no predecessor) is done in the "
+     "first sweep before any other op reads it, so d = 0 never breaks either way"),
+    ("configurator/cost/training_time.py", "while b - a > 3:", "constant 3 ×1.1",
+     "b − a is an integer: b − a > 3.3 holds where b − a > 3 does"),
 ]
 
 #: Modules preloaded before forking (below the mutated layers: the import contracts keep
