@@ -643,7 +643,8 @@ def _placed_plan(kind, vp=1, mbs=1):
     plan = ParallelPlan(**par, vp=vp, micro_batch_size=mbs, global_batch_size=8 * par["dp"],
                         recompute="none", sequence_parallel=True, distributed_optimizer=True,
                         overlap_grad_reduce=False, overlap_param_gather=False)
-    return PlacedPlan(make_model(**PLACED_MODEL), cluster, plan), cluster, par
+    placed = PlacedPlan(make_model(**PLACED_MODEL), cluster, PlanBatch.from_plan(plan))
+    return placed, cluster, par
 
 
 @pytest.mark.parametrize("kind", ["uniform", "measured", "measured-gpu"])
@@ -687,7 +688,7 @@ def test_placed_1f1b_senders_are_busy_for_their_sends():
     bwd[:, 1:, 0] += t["p2p_b"][:, :pp - 1]
     assert np.array_equal(timed.stage_fwd_s, fwd) and np.array_equal(timed.stage_bwd_s, bwd)
     assert not timed.p2p_fwd_s.any() and not timed.p2p_bwd_s.any()
-    sim = simulate(fwd, bwd, 0.0, 0.0, placed.plan.num_microbatches, tail_s=t["tail"])
+    sim = simulate(fwd, bwd, 0.0, 0.0, placed.num_microbatches, tail_s=t["tail"])
     assert timed.iteration_time_s == pytest.approx(
         float(sim.iteration_time_s.max()) + t["opt"], rel=1e-12)
 
@@ -804,7 +805,7 @@ def test_moe_checkpoint_spreads_expert_state_over_the_expert_data_parallel_group
     ne = (attn + mlp) + moe_ne + V * h / tp + (2 * h + V * h / tp) + (
         3 * 2 * h + 2 * h * h / tp + moe_ne)
     ex = 2 * 4 / ep * expert
-    size = checkpoint_bytes(model, plan, gpus_per_node=8)
+    size = checkpoint_bytes(model, PlanBatch.from_plan(plan), gpus_per_node=8)
     rank = (ne / 4 + ex / 2) * 14
     assert size.rank_bytes == pytest.approx(rank, rel=1e-12)
     assert size.node_bytes == pytest.approx(8 * rank, rel=1e-12)
@@ -826,7 +827,8 @@ def test_a_job_that_never_finishes_a_segment_takes_forever():
     plan = ParallelPlan(tp=1, pp=1, dp=8, micro_batch_size=1, global_batch_size=8,
                         recompute="none")
     gpu = load_cluster("dgx-h100-80gb", 1).gpu
-    t = estimate_training(model, plan, iteration_time_s=10.0, global_batch_size=8,
+    t = estimate_training(model, PlanBatch.from_plan(plan), iteration_time_s=10.0,
+                          global_batch_size=8,
                           gpus_per_node=8, gpu=gpu, interval_iterations=1000,
                           inputs=TrainingInputs(train_tokens=1e9,
                                                 failure_rate_per_node_day=1e6))
@@ -852,7 +854,8 @@ def test_time_to_train_of_one_node_by_hand():
                             aggregate_write_Bps=2e12, node_read_Bps=0.5e9,
                             aggregate_read_Bps=2e12, gpu_hour_price=2.0,
                             gpu_power_fraction=0.8, pue=1.2)
-    t = estimate_training(model, plan, iteration_time_s=2.0, global_batch_size=8,
+    one = PlanBatch.from_plan(plan)
+    t = estimate_training(model, one, iteration_time_s=2.0, global_batch_size=8,
                           gpus_per_node=8, gpu=gpu, inputs=inputs, interval_iterations=500)
     h, f, V = 256, 512, 1024
     params = 8 * (2 * h + 4 * h * h + 3 * h * f) + V * h + (h + V * h)
@@ -891,7 +894,7 @@ def test_time_to_train_of_one_node_by_hand():
     assert t.energy_MWh == pytest.approx(power * wall / 3.6e9, rel=1e-9)
     assert not t.async_save and t.tokens == 4096e4
     # asynchronous: the stall is the rank's shard over the GPU→host link, the write persists
-    a = estimate_training(model, plan, iteration_time_s=2.0, global_batch_size=8,
+    a = estimate_training(model, one, iteration_time_s=2.0, global_batch_size=8,
                           gpus_per_node=8, gpu=gpu, interval_iterations=500,
                           inputs=dataclasses.replace(inputs, async_save=True))
     assert (a.save_stall_s, a.persist_s, a.restart_s) == pytest.approx(
@@ -951,7 +954,7 @@ def test_cp_all_gather_keeps_the_whole_sequences_k_and_v_in_backward():
     plans = [ParallelPlan(tp=tp, cp=4, pp=1, dp=1, micro_batch_size=mbs, global_batch_size=8,
                           sequence_parallel=True, recompute="none", cp_comm_type=kind)
              for kind in ("all_gather", "p2p")]
-    gathered, p2p = (estimate_memory(model, p)[0] for p in plans)
+    gathered, p2p = (estimate_memory(model, PlanBatch.from_plan(p))[0] for p in plans)
     assert gathered.other_bytes - p2p.other_bytes == pytest.approx(2 * full * 3 / 4,
                                                                    rel=1e-9)
     assert gathered.total_bytes == pytest.approx(
@@ -1005,7 +1008,7 @@ def test_placed_moe_plan_on_one_stage_is_the_closed_forms():
     plan = ParallelPlan(tp=1, pp=1, dp=16, ep=4, micro_batch_size=1, global_batch_size=32,
                         recompute="none", distributed_optimizer=True,
                         overlap_grad_reduce=True, overlap_param_gather=True)
-    placed = PlacedPlan(model, cluster, plan)
+    placed = PlacedPlan(model, cluster, PlanBatch.from_plan(plan))
     closed = iteration_time(model, cluster, PlanBatch.from_plan(plan))["iteration_time_s"]
     assert placed.time(*placed.default_placement()).iteration_time_s == pytest.approx(
         float(closed[0]), rel=1e-9)
@@ -1020,7 +1023,7 @@ def test_placed_context_ring_across_hosts_on_one_stage_is_the_closed_forms(kind)
     cluster = load_cluster("dgx-h100-80gb", 2)
     plan = ParallelPlan(tp=1, cp=16, dp=1, pp=1, micro_batch_size=1, global_batch_size=4,
                         recompute="none", cp_comm_type=kind)
-    placed = PlacedPlan(model, cluster, plan)
+    placed = PlacedPlan(model, cluster, PlanBatch.from_plan(plan))
     closed = iteration_time(model, cluster, PlanBatch.from_plan(plan))["iteration_time_s"]
     assert placed.time(*placed.default_placement()).iteration_time_s == pytest.approx(
         float(closed[0]), rel=1e-9)
@@ -1032,7 +1035,7 @@ def test_placed_plan_edges():
     cluster, _ = _placed_case("uniform")
     model = make_model(**PLACED_MODEL)
     with pytest.raises(ValueError, match="whole hosts"):
-        PlacedPlan(model, cluster, ParallelPlan(tp=2, pp=2, dp=1, micro_batch_size=1,
+        PlacedPlan(model, cluster, PlanBatch.of(tp=2, pp=2, dp=1, micro_batch_size=1,
                                                 global_batch_size=8, recompute="none"))
     placed, _, _ = _placed_plan("uniform")
     assert placed.times([]).shape == (0,)
@@ -1058,7 +1061,7 @@ def test_placed_residue_path_gives_each_row_its_own_figures():
         plan = ParallelPlan(**par, vp=2, micro_batch_size=1, global_batch_size=8 * par["dp"],
                             recompute="none", sequence_parallel=par["tp"] > 1,
                             distributed_optimizer=True)
-        placed = PlacedPlan(make_model(**PLACED_MODEL), cluster, plan)
+        placed = PlacedPlan(make_model(**PLACED_MODEL), cluster, PlanBatch.from_plan(plan))
         gpus = placed.rank_gpus(*placed.default_placement())
         fast = placed.terms(gpus)
         placed.uniform = False
