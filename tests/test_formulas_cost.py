@@ -1,0 +1,307 @@
+"""Exact values of the cost model's formulas (``configurator.cost``), each derived here by
+hand from its cited source (Megatron-LM's and Transformer Engine's kernels as the module
+docstrings count them, the published recipes' figures) on small inputs chosen so that the
+term under test matters: score-storing attention with and without dropout, clamped and
+YaRN-rotated layers, the de-duplicated expert dispatch inside one NVLink domain, a
+multi-token-prediction layer after a dense one, the optimizer's host operations.
+
+A companion of ``tests/test_formulas_exact.py`` (whose small models these reuse);
+``bench.quality.mutation`` runs both against every mutant of the cost modules."""
+
+import numpy as np
+import pytest
+
+from configurator.core.model import make_model
+from configurator.cost.compute import layer_costs
+from configurator.cost.gemm import gemm_time_s, main_grad_accumulation_s
+from tests.test_formulas_exact import GQA, H100, MLA_MOE, _candidates, _gqa_layer, _one, v_pad
+from topology.cluster_files import load_cluster
+
+
+def _gpu():
+    return load_cluster(H100, nodes=1).gpu
+
+
+def _eager_bw(gpu):
+    """Eager element-wise kernels' rate: ``min(η·HBM, 14.7 GB/s per SM)`` (host_ops.py)."""
+    return min(gpu.hbm_bandwidth_Bps * gpu.efficiency.hbm, 14.7e9 * gpu.num_sms)
+
+
+# ---------------------------------------------------------------- attention storing scores
+
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+def test_score_storing_attention_layer(dropout):
+    """Megatron's own attention (``local``): per head the two batched GEMMs ``s×d·d×s`` and
+    ``s×s·s×d`` (16-bit, ``b·a/t`` of them in one kernel), the softmax over the ``a·s²``
+    scores (read and write 2 bytes each: 4), with dropout its mask and the dropped scores
+    (5 more), the context's 4·T·a·d/t bytes and three kernels; backward twice that."""
+    model = make_model(**(GQA | dict(attention_dropout=dropout)))
+    gpu = _gpu()
+    eff = gpu.efficiency
+    h, a, g, d, s, b, t = 256, 8, 2, 32, 512, 2, 2
+    c = _candidates(model, tp=t, micro_batch_size=b, sequence_parallel=True,
+                    attention_backend="local")
+    lc = layer_costs(model, c, gpu)
+    heads = b * a / t
+    kw16 = dict(batch=heads, peak=gpu.peak("bf16"), gpu=gpu, in_bytes=2.0, gemm_eff=eff.gemm)
+    hbm = gpu.hbm_bandwidth_Bps * eff.hbm
+    scores = s * s * heads
+    per_score = 4 + (5 if dropout else 0)
+    attn = (gemm_time_s(s, s, d, **kw16) + gemm_time_s(s, d, s, **kw16)
+            + per_score * scores / hbm + 4 * b * s * a * d / t / hbm + 3 * eff.kernel_overhead_s)
+    assert _one(lc["attn_fwd"]) == pytest.approx(attn, rel=1e-12)
+    assert _one(lc["attn_bwd"]) == pytest.approx(2 * attn, rel=1e-12)
+    assert _one(lc["attn"]) == pytest.approx(3 * attn, rel=1e-12)
+
+
+# ---------------------------------------------------------------- eager element-wise passes
+
+def test_clamped_yarn_layer_prices_its_eager_clamp_and_rope():
+    """GPT-OSS's eager passes on a Llama-layout layer: the gated MLP's clamp over the fc1
+    output (T·2f/t elements: 8 bytes in 3 kernels forward, 15 in 7 backward) and YaRN's
+    unfused RoPE over Q and K (T·(a+g)·d/t elements: 24 bytes and 2·12 kernels forward, 28
+    and 2·7 backward) at the eager kernels' rate, replacing the fused RoPE's 4 bytes; the
+    other passes as a fused layer's. The host issues the clamp's 3 and RoPE's 2·12 − 2 more
+    operations; the ``mlp`` recompute re-runs the MLP's GEMMs, activation and clamp."""
+    model = make_model(**(GQA | dict(activation_func_clamp_value=7.0,
+                                     yarn_rotary_scaling_factor=32.0)))
+    gpu = _gpu()
+    eff = gpu.efficiency
+    kov = eff.kernel_overhead_s
+    h, a, g, d, f, s, b, t = 256, 8, 2, 32, 512, 512, 2, 2
+    c = _candidates(model, tp=t, micro_batch_size=b, sequence_parallel=True)
+    lc = layer_costs(model, c, gpu)
+    T, kw = b * s, lc["gemm_kw"]
+    hbm = gpu.hbm_bandwidth_Bps * eff.hbm
+    ebw = _eager_bw(gpu)
+    mlp_gemms = gemm_time_s(T, 2 * f / t, h, **kw) + gemm_time_s(T, h, f / t, **kw)
+    gemms = (gemm_time_s(T, (a + 2 * g) * d / t, h, **kw) + gemm_time_s(T, h, a * d / t, **kw)
+             + mlp_gemms)
+    attn = _one(lc["attn_fwd"])
+    elem = (8 + 12) * T * h / t + 6 * T * f / t
+    fc1_out, qk = T * 2 * f / t, T * (a + g) * d / t
+    clamp_f, clamp_b = 8 * fc1_out / ebw + 3 * kov, 15 * fc1_out / ebw + 7 * kov
+    rope_f, rope_b = 24 * qk / ebw + 24 * kov, 28 * qk / ebw + 14 * kov
+    fwd = gemms + attn + elem / hbm + 10 * kov + clamp_f + rope_f
+    acc = main_grad_accumulation_s(_gqa_layer(t), c, gpu, T)
+    bwd = 2 * gemms + 2.5 * attn + 2 * elem / hbm + 20 * kov + clamp_b + rope_b + acc
+    assert _one(lc["fwd"]) == pytest.approx(fwd, rel=1e-12)
+    assert _one(lc["bwd"]) == pytest.approx(_one(bwd), rel=1e-12)
+    op = eff.host_op_s
+    assert _one(lc["host"]) == pytest.approx((40 + 3 + 22) * op, rel=1e-12)
+    c_mlp = _candidates(model, tp=t, micro_batch_size=b, sequence_parallel=True,
+                        recompute="selective", recompute_modules="mlp")
+    assert _one(layer_costs(model, c_mlp, gpu)["recompute"]) == pytest.approx(
+        _one(mlp_gemms + 6 * T * f / t / hbm + clamp_f), rel=1e-12)
+
+
+# ---------------------------------------------------------------- expert-parallel exchanges
+
+#: A DeepSeek-V3-shaped MoE model of 16 experts, top-2 (MLA_MOE without MTP).
+MOE16 = {k: v for k, v in MLA_MOE.items() if k != "mtp_num_layers"} | dict(num_experts=16)
+
+
+def _ring_all_gather(size, n, bw, lat):
+    """Ring all-gather of a ``size``-byte gathered buffer over ``n`` ranks."""
+    return 0.0 if n == 1 else (n - 1) * lat + (n - 1) / n * size / bw
+
+
+def test_expert_exchange_inside_one_nvlink_domain_with_expert_tensor_parallelism():
+    """One domain of 8 GPUs, ep 8: the NCCL all-to-all moves the rank's ``2·R·h/etp`` bytes,
+    7/8 of them over NVLink, plus the etp all-gather of ``2·R·h``; the flex dispatcher sends
+    nothing over the network (one domain) and over NVLink each token once per other rank
+    its top-2 experts lie on: ``2·h·(R/k)·(n−1)·share`` with ``share = 1 − C(14,2)/C(16,2)``
+    of the ranks reached (two experts a rank), at NVLink's latency and rate."""
+    from configurator.cost.expert_comm import a2a_s
+
+    model = make_model(**MOE16)
+    h, k, R = 128, 2, 4096.0
+    x = dict(ep_on_node=8, ep_intra_bw=400e9, ep_intra_lat=3e-6, ep_inter_bw=40e9,
+             ep_inter_lat=8e-6, etp_bw=300e9, etp_lat=2e-6)
+    lc = dict(tokens_routed=R)
+    for etp in (1, 2):
+        kw = dict(tp=etp, dp=8 // etp, ep=8, etp=etp, sequence_parallel=etp > 1,
+                  distributed_optimizer=True, global_batch_size=64)
+        nccl_bytes = 2 * R * h / etp
+        gather = _ring_all_gather(2 * R * h, etp, 300e9, 2e-6)
+        nccl = 3e-6 + 7 / 8 * nccl_bytes / 400e9
+        got = a2a_s(model, lc, _candidates(model, **kw), x)
+        assert _one(got) == pytest.approx(nccl + gather, rel=1e-12)
+        flex = _candidates(model, moe_token_dispatcher_type="flex", **kw)
+        nvl = 2 * h * (R / k) * 7 * (1 - 91 / 120)
+        assert _one(a2a_s(model, lc, flex, x)) == pytest.approx(3e-6 + nvl / 400e9 + gather,
+                                                                 rel=1e-12)
+
+
+# ---------------------------------------------------------------- host operations
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_megatron_local_layer_host_operations(tp):
+    """Megatron's own layer (``local``), counted op by op from ParallelTransformerLayer
+    (host_ops.py): attention 1 + 4 + 2 + 8 + 3 + 5 + 8 + 3 + 2 = 36 (norm, QKV, split,
+    scores, softmax, dropout RNG, context, projection, bias-dropout-add), MLP 1 + 3 + 1 +
+    3 + 2 = 10, plus one all-reduce in each with tp > 1; backward issues twice the forward's."""
+    from configurator.cost.host_ops import host_layer_s, local_layer_ops
+
+    gpu = _gpu()
+    op = gpu.efficiency.host_op_s
+    model = make_model(**GQA)
+    c = _candidates(model, tp=tp, attention_backend="local", sequence_parallel=tp > 1)
+    coll = 1 if tp > 1 else 0
+    attn, mlp = local_layer_ops(c)
+    assert (_one(attn), _one(mlp)) == (36 + coll, 10 + coll)
+    dense, moe = host_layer_s(model, c, gpu)
+    assert (_one(dense), _one(moe)) == pytest.approx(((46 + 2 * coll) * op,) * 2, rel=1e-12)
+
+
+def test_optimizer_step_host_operations_per_parameter_tensor():
+    """The optimizer step's host work: two operations per parameter tensor (the main
+    gradient's cast and the norm's detach), on top of its HBM traffic (30 bytes per
+    unsharded parameter plus the gradient pass: 34) and its 20 kernel launches."""
+    from configurator.cost.host_ops import optimizer_host_s
+    from configurator.cost.iteration import optimizer_s
+
+    gpu = _gpu()
+    eff = gpu.efficiency
+    assert optimizer_host_s(50, gpu) == pytest.approx(100 * eff.host_op_s, rel=1e-12)
+    c = _candidates(None)
+    hbm = gpu.hbm_bandwidth_Bps * eff.hbm
+    want = 1e6 * 34 / hbm + 20 * eff.kernel_overhead_s + 2 * 50 * eff.host_op_s
+    assert _one(optimizer_s(c, gpu, 1e6, 0.0, 50)) == pytest.approx(want, rel=1e-12)
+
+
+# ---------------------------------------------------------------- model FLOPs
+
+def test_model_flops_of_a_dense_model_with_multi_token_prediction():
+    """Megatron-LM ``num_floating_point_operations``: an MTP layer after a dense last layer
+    is dense (``N_dense = L + D``), adds its attention, its norms and 2h→h projection
+    ``3h + 2h²`` and one more logits GEMM: ``6·B·s·[h·3f·(L+1) + (L+1)·A + 3h + 2h² +
+    2·h·V]`` with GQA's ``A = h·(a·d + 2·g·d) + a·d·s + a·d·h``."""
+    from configurator.cost.flops import megatron_model_flops
+
+    B, L, h, a, g, d, f, s = 4, 4, 256, 8, 2, 32, 512, 512
+    V = v_pad(1000, 1)
+    attn = h * (a * d + 2 * g * d) + a * d * s + a * d * h
+    want = 6 * B * s * (h * 3 * f * (L + 1) + (L + 1) * attn + 3 * h + 2 * h * h + 2 * h * V)
+    got = megatron_model_flops(make_model(**GQA, mtp_num_layers=1), B)
+    assert got == pytest.approx(want, rel=1e-12)
+
+
+# ---------------------------------------------------------------- published plans
+
+def test_deepseek_v3_pipeline_layouts_are_the_recipes():
+    """Megatron-Bridge ``set_deepseek_v3_pipeline_model_parallel_layout``: 4 stages of 16,
+    16, 16 and 13 decoder layers, 8 of 8 (the last 5), 16 of 4 (the last 1; the
+    performance configurations' ``pp_layout`` "Et*4|(t*4|)*14tmL"), and the H100
+    configuration's 32-stage "Et|(tt|)*30mL"; every layout holds DeepSeek-V3's 61 layers
+    (the MTP layer and the loss on the last stage)."""
+    from configurator.core.model_presets import MODEL_PRESETS
+    from configurator.cost.groundtruth import BRIDGE_DEEPSEEK_V3_STAGES, bridge_layout
+
+    recipe = {4: [16, 16, 16, 13], 8: [8] * 7 + [5], 16: [4] * 15 + [1],
+              32: [1] + [2] * 30 + [0]}
+    assert {k: list(v) for k, v in BRIDGE_DEEPSEEK_V3_STAGES.items()} == recipe
+    model = MODEL_PRESETS["deepseek-v3"]
+    assert model.num_layers == 61
+    for stages, counts in recipe.items():
+        assert len(counts) == stages and sum(counts) == 61
+    assert bridge_layout(model, 16) == "Et*4|(t*4|)*14tmL"
+    assert bridge_layout(model, 32) == "Et|(tt|)*30mL"
+    assert bridge_layout(model, 4) == "Et*16|(t*16|)*2t*13mL"
+    assert bridge_layout(MODEL_PRESETS["llama3-8b"], 4) == ""
+
+
+# ---------------------------------------------------------------- context parallelism
+
+def _cp_comm(on_node):
+    return dict(cp_bw=100e9, cp_lat=2e-6, cp_hop_bw=50e9, cp_hop_lat=5e-6, cp_on_node=on_node,
+                ep_intra_bw=80e9, ep_intra_lat=3e-6)
+
+
+@pytest.mark.parametrize("attn_fwd", [1e-6, 1e-2])
+def test_cp_ring_exchange_hides_behind_attention(attn_fwd):
+    """``p2p`` on cp = 4: a K/V block of ``2·T·g·(d + d)/t`` bytes per ring step, one send
+    (``lat + bytes/bw``) each of the ``cp − 1`` steps, exposed beyond the step's attention
+    (``attn/cp``; backward dK and dV too, twice the bytes); per step the fp32 correction of
+    the output (4 + 4 + 2 bytes of ``T·a·d/t`` values) and 2 kernels forward, 3 backward."""
+    from configurator.cost.iteration import cp_layer_s
+
+    gpu = _gpu()
+    eff = gpu.efficiency
+    model = make_model(**GQA)
+    c = _candidates(model, tp=2, cp=4, global_batch_size=8)
+    T, a, g, d, tp, cp = 4096.0, 8, 2, 32, 2, 4
+    lc = dict(tokens=T, attn_fwd=attn_fwd, attn_bwd=2.5 * attn_fwd)
+    fwd, bwd = cp_layer_s(model, lc, c, _cp_comm(8), gpu)
+    hbm = gpu.hbm_bandwidth_Bps * eff.hbm
+    step = 5e-6 + 2 * T * g * 2 * d / tp / 50e9
+    corr_f = 10 * T * a * d / tp / hbm + 2 * eff.kernel_overhead_s
+    corr_b = 10 * T * a * d / tp / hbm + 3 * eff.kernel_overhead_s
+    want_f = (cp - 1) * max(step - attn_fwd / cp, 0.0) + cp * corr_f
+    want_b = (cp - 1) * max(2 * step - 2.5 * attn_fwd / cp, 0.0) + cp * corr_b
+    assert (_one(fwd), _one(bwd)) == pytest.approx((want_f, want_b), rel=1e-12)
+
+
+def test_cp_all_gather_and_all_to_all_inside_one_domain():
+    """``all_gather`` on cp = 4: the K/V blocks all-gathered (``cp·B`` gathered, a ring over
+    the cp group) and one more kernel forward; backward gathers them again and
+    reduce-scatters dK, dV. ``a2a`` with the whole cp group in one NVLink domain: the
+    exchanges at the cp ring's own NVLink figures (3/4 of each buffer leaves the rank)."""
+    from configurator.cost.iteration import cp_layer_s
+
+    gpu = _gpu()
+    kov = gpu.efficiency.kernel_overhead_s
+    model = make_model(**GQA)
+    T, a, g, d, tp, cp = 4096.0, 8, 2, 32, 2, 4
+    lc = dict(tokens=T, attn_fwd=1e-3, attn_bwd=2e-3)
+    kv = 2 * T * g * 2 * d / tp
+    c = _candidates(model, tp=tp, cp=cp, cp_comm_type="all_gather", global_batch_size=8)
+    gather = _ring_all_gather(cp * kv, cp, 100e9, 2e-6)
+    fwd, bwd = cp_layer_s(model, lc, c, _cp_comm(8), gpu)
+    assert (_one(fwd), _one(bwd)) == pytest.approx((gather + kov, 2 * gather + kov), rel=1e-12)
+    c = _candidates(model, tp=tp, cp=cp, cp_comm_type="a2a", global_batch_size=8)
+    q, o = 2 * T * a * d / tp, 2 * T * a * d / tp
+    moved = (2e-6 + 3 / 4 * (q + kv) / 100e9) + (2e-6 + 3 / 4 * o / 100e9)
+    hbm = gpu.hbm_bandwidth_Bps * gpu.efficiency.hbm
+    want = moved + 4 * (q + kv + o) / hbm + 4 * kov
+    fwd, bwd = cp_layer_s(model, lc, c, _cp_comm(4), gpu)
+    assert (_one(fwd), _one(bwd)) == pytest.approx((want, want), rel=1e-12)
+
+
+# ---------------------------------------------------------------- first and last stage
+
+@pytest.mark.parametrize("fusion,ce", [("none", (38, 14)), ("native", (22, 6)),
+                                       ("te", (8, 14))])
+def test_embedding_logits_and_cross_entropy(fusion, ce):
+    """First stage: the lookup writes ``2·T·h`` bytes and the tensor-parallel all-reduce
+    sums them; backward reads and writes them, zero-fills and adds the dense word-embedding
+    gradient (4 bytes a parameter) and accumulates it into the main gradient. Last stage:
+    the 16-bit logits GEMM ``T × h → V/t`` (2× backward, plus its weight gradient's
+    accumulation) and the cross entropy's passes over the ``T·V/t`` logits: eager
+    38 + 14 bytes, Megatron's fused 22 + 6, Transformer Engine's 8 + 14."""
+    from configurator.cost.iteration import stage_extras_s
+
+    gpu = _gpu()
+    eff = gpu.efficiency
+    model = make_model(**GQA)
+    h, t, b, s = 256, 2, 2, 512
+    c = _candidates(model, tp=t, micro_batch_size=b, sequence_parallel=True,
+                    cross_entropy_fusion=fusion)
+    lc = layer_costs(model, c, gpu)
+    T, V = b * s, v_pad(1000, t)
+    hbm = gpu.hbm_bandwidth_Bps * eff.hbm
+    x = stage_extras_s(model, c, gpu, lc, 100e9, 4e-6)
+    act = 2 * T * h
+    all_reduce = 2 * (t - 1) * 4e-6 + 2 * (t - 1) / t * act / 100e9
+    emb = V * h / t
+    assert _one(x["emb_fwd"]) == pytest.approx(act / hbm + all_reduce, rel=1e-12)
+    assert _one(x["emb_bwd"]) == pytest.approx(
+        2 * act / hbm + 4 * emb / hbm + _one(main_grad_accumulation_s(emb, c, gpu)),
+        rel=1e-12)
+    kw16 = dict(batch=1.0, peak=gpu.peak("bf16"), gpu=gpu, in_bytes=2.0, gemm_eff=eff.gemm)
+    gemm = gemm_time_s(T, V / t, h, **kw16)
+    logits = T * V / t
+    acc = _one(main_grad_accumulation_s(V / t * h, c, gpu, T))
+    assert _one(x["logits_fwd"]) == pytest.approx(gemm + ce[0] * logits / hbm, rel=1e-12)
+    assert _one(x["logits_bwd"]) == pytest.approx(2 * gemm + ce[1] * logits / hbm + acc,
+                                                  rel=1e-12)
