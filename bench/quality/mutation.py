@@ -147,6 +147,9 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
      "tp is an integer: tp > 1.1 holds where tp > 1 does"),
     ("configurator/cost/groundtruth.py", "distributed_optimizer=dp * cp > 1", "constant 1 ×1.1",
      "dp·cp is an integer: dp·cp > 1.1 holds where dp·cp > 1 does"),
+    ("configurator/cost/iteration.py", "single = pp == 1", "constant 1 ×1.1",
+     "single then never holds; with pp 1 it decides only `extra` (used where pp > 2) and "
+     "`lighter_end` (used where vp > 1, which the rules allow only with pp > 1)"),
 ]
 
 #: Modules preloaded before forking (below the mutated layers: the import contracts keep
