@@ -268,3 +268,55 @@ def test_logits_and_fused_cross_entropy(fusion, ce):
     assert _one(x["logits_bwd"]) == pytest.approx(2 * gemm + ce[1] * logits / hbm + acc,
                                                   rel=1e-12)
 
+
+# ---------------------------------------------------------------- mixture-of-experts MLP
+
+def test_moe_mlp_with_a_clamped_shared_expert_and_fused_routing():
+    """An MoE MLP (tp 2, ep 4: X = T/2 tokens a rank, R = 2X routed copies over 2 local
+    experts) whose gated MLPs clamp their fc1 outputs and with a shared expert: the grouped
+    GEMMs, the 16-bit router GEMM X×h→E, the shared expert's GEMMs over the T gathered tokens
+    and its activation (6 bytes of T·fs/t); the passes 4·(X·h + R·h) + 6·R·fe + 12·X·E; the
+    clamps, each once, of the routed fc1 output (R·2fe elements) and the shared one's
+    (T·2fs/t), 8 bytes in 3 kernels forward, 15 in 7 backward; 30 extra kernels less the
+    router fusion's 15 − 3 and the permute fusion's 13 − 3. The shared expert's forward
+    (what its recompute re-runs) holds its clamp; the host stops before dispatch after the
+    attention's 23 operations and the router's 30 less the fusion's 12."""
+    from configurator.cost.moe_compute import moe_host_before_sync_s, moe_mlp_costs
+
+    E, k, fe, fs, h = 8, 2, 64, 128, 256
+    model = make_model(**GQA, num_experts=E, moe_router_topk=k, moe_ffn_hidden_size=fe,
+                       moe_shared_expert_intermediate_size=fs, activation_func_clamp_value=7.0)
+    gpu = _gpu()
+    eff = gpu.efficiency
+    kov = eff.kernel_overhead_s
+    hbm = gpu.hbm_bandwidth_Bps * eff.hbm
+    ebw = _eager_bw(gpu)
+    tp, ep = 2, 4
+    c = _candidates(model, tp=tp, dp=4, ep=ep, sequence_parallel=True, global_batch_size=8,
+                    moe_router_fusion=True, moe_permute_fusion=True)
+    kw = layer_costs(model, c, gpu)["gemm_kw"]
+    T = 2048.0
+    X, R = T / tp, k * T / tp
+    got = moe_mlp_costs(model, c, gpu, T, kw)
+    grouped = dict(kw, batch=E / ep)
+    experts = (gemm_time_s(R * ep / E, 2 * fe, h, **grouped)
+               + gemm_time_s(R * ep / E, h, fe, **grouped))
+    router = gemm_time_s(X, E, h, **dict(kw, peak=gpu.peak("bf16"), gemm_eff=eff.gemm,
+                                         in_bytes=2.0))
+    routed_f, routed_b = 8 * R * 2 * fe / ebw + 3 * kov, 15 * R * 2 * fe / ebw + 7 * kov
+    shared_f, shared_b = (8 * T * 2 * fs / tp / ebw + 3 * kov,
+                          15 * T * 2 * fs / tp / ebw + 7 * kov)
+    shared = (gemm_time_s(T, 2 * fs / tp, h, **kw) + gemm_time_s(T, h, fs / tp, **kw)
+              + 6 * T * fs / tp / hbm)
+    elem = 4 * (X * h + R * h) + 6 * R * fe + 12 * X * E
+    kernels = 30 - 12 - 10
+    fwd = (experts + router + shared + elem / hbm + kernels * kov + routed_f + shared_f)
+    assert _one(got["fwd"]) == pytest.approx(_one(fwd), rel=1e-12)
+    assert _one(got["eager_fwd"]) == pytest.approx(routed_f + shared_f, rel=1e-12)
+    assert _one(got["eager_bwd"]) == pytest.approx(routed_b + shared_b, rel=1e-12)
+    assert _one(got["shared_fwd"]) == pytest.approx(_one(shared) + shared_f, rel=1e-12)
+    assert _one(got["act_fwd"]) == pytest.approx(6 * R * fe / hbm + kov + routed_f, rel=1e-12)
+    assert _one(got["experts_fwd"]) == pytest.approx(
+        _one(experts) + 6 * R * fe / hbm + routed_f, rel=1e-12)
+    assert _one(moe_host_before_sync_s(model, c, gpu)) == pytest.approx(
+        (23 + 30 - 12) * eff.host_op_s, rel=1e-12)
