@@ -320,3 +320,59 @@ def test_moe_mlp_with_a_clamped_shared_expert_and_fused_routing():
         _one(experts) + 6 * R * fe / hbm + routed_f, rel=1e-12)
     assert _one(moe_host_before_sync_s(model, c, gpu)) == pytest.approx(
         (23 + 30 - 12) * eff.host_op_s, rel=1e-12)
+
+
+# ---------------------------------------------------------------- FP8 attention, checkpoints
+
+def test_fp8_dot_product_attention():
+    """FP8 attention (``fp8_dot_product_attention``): the fused kernels at the FP8 peak with
+    the 16-bit kernels' attained fraction (½ of 2·b·s²·a·2d/t causal pairs at η·s/(s + 1024)
+    of the FP8 peak, plus a launch, the launch too divided by the FP8 speed-up as priced);
+    forward quantises Q, K, V and casts the output back,
+    ``T·((a + 2g)·d + a·d)/t`` elements, backward the output gradient too (``T·a·d/t`` more),
+    4 bytes an element (delayed scaling) at 0.39 of the raw HBM bandwidth; backward runs
+    2.5× the forward kernels."""
+    model = make_model(**GQA)
+    gpu = _gpu()
+    eff = gpu.efficiency
+    h, a, g, d, s, b, t = 256, 8, 2, 32, 512, 2, 2
+    c = _candidates(model, tp=t, micro_batch_size=b, sequence_parallel=True, precision="fp8",
+                    fp8_recipe="delayed", fp8_dot_product_attention=True)
+    lc = layer_costs(model, c, gpu)
+    T = b * s
+    rate = eff.flash_attention * s / (s + 1024.0)
+    kernels = 0.5 * 2 * b * s * s * a * 2 * d / t / (gpu.peak("fp8") * rate)
+    kov = eff.kernel_overhead_s * gpu.peak("bf16") / gpu.peak("fp8")
+    qkv_o = T * ((a + 2 * g) * d + a * d) / t
+    raw = gpu.hbm_bandwidth_Bps * 0.39
+    assert _one(lc["attn_fwd"]) == pytest.approx(kov + kernels + 4 * qkv_o / raw, rel=1e-12)
+    assert _one(lc["attn_bwd"]) == pytest.approx(
+        2.5 * (kov + kernels) + 4 * (qkv_o + T * a * d / t) / raw, rel=1e-12)
+
+
+def test_full_recompute_checkpoint_host_operations():
+    """A full recompute's checkpoint around each layer (``CheckpointFunction``): the host
+    reads the two RNG states forward (2 operations) and in backward reads and sets them,
+    detaches the inputs, restores its states and calls backward (9); none without it."""
+    from configurator.cost.host_ops import checkpoint_host_s
+
+    gpu = _gpu()
+    op = gpu.efficiency.host_op_s
+    model = make_model(**GQA)
+    full = _candidates(model, recompute="full")
+    assert tuple(map(_one, checkpoint_host_s(full, gpu))) == pytest.approx((2 * op, 9 * op),
+                                                                           rel=1e-12)
+    assert tuple(map(_one, layer_costs(model, full, gpu)["host_checkpoint"])) == \
+        pytest.approx((2 * op, 9 * op), rel=1e-12)
+    assert tuple(map(_one, checkpoint_host_s(_candidates(model), gpu))) == (0.0, 0.0)
+
+
+def test_sc21_flops():
+    """Narayanan et al. SC'21 §5.1, recompute included:
+    ``96·B·s·L·h²·(1 + s/(6h) + V/(16·L·h))``, here B = 4, s = 512, L = 4, h = 256,
+    V = 1000 (the vocabulary unpadded)."""
+    from configurator.cost.flops import sc21_flops
+
+    B, s, L, h, V = 4, 512, 4, 256, 1000
+    want = 96 * B * s * L * h * h + 16 * B * s * s * L * h + 6 * B * s * h * V
+    assert sc21_flops(make_model(**GQA), B) == pytest.approx(want, rel=1e-12)

@@ -418,7 +418,6 @@ def main(argv=None) -> int:
             return ["tests"]
         return with_deselect(FORMULA_TESTS + TEST_MAP[m])
 
-    wide = with_deselect(FORMULA_TESTS + WIDE_TESTS) if args.tests == "wide" else []
 
     with tempfile.TemporaryDirectory(prefix="mutation-") as tmp:
         scratch = Path(tmp) / "repo"
@@ -429,6 +428,7 @@ def main(argv=None) -> int:
                   f"sites are drawn: {', '.join(changed)}", file=sys.stderr)
             return 2
         runner = Runner(scratch)
+        wide = with_deselect(FORMULA_TESTS + WIDE_TESTS) if args.tests == "wide" else []
         timeouts: dict[str, float] = {}
         broken: set[str] = set()
         for m in sorted({s.path for s in drawn}):
@@ -487,7 +487,7 @@ def main(argv=None) -> int:
     print(f"\nmutation score: {_score(total)} of {total['sampled'] - total['equivalent']} "
           f"non-equivalent mutants killed (seed {args.seed}, tests: {args.tests}); "
           f"{time.monotonic() - t_start:.0f} s")
-    if wide:
+    if args.tests == "wide":
         print(f"killed in the second stage (WIDE_TESTS, after the module's own files): "
               f"{len(second)}")
     if broken:
