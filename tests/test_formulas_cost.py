@@ -376,3 +376,85 @@ def test_sc21_flops():
     B, s, L, h, V = 4, 512, 4, 256, 1000
     want = 96 * B * s * L * h * h + 16 * B * s * s * L * h + 6 * B * s * h * V
     assert sc21_flops(make_model(**GQA), B) == pytest.approx(want, rel=1e-12)
+
+
+# ---------------------------------------------------------------- group figures
+
+class _Pipeline:
+    """A cluster stand-in whose pipeline boundaries are given: forward and backward
+    bandwidths and latencies of the ``size`` boundaries (the last the wrap-around)."""
+
+    def __init__(self, fb, fl, bb, bl):
+        self.boundaries = tuple(np.asarray(x, dtype=float) for x in (fb, fl, bb, bl))
+
+    def p2p_boundaries(self, stride, size, world):
+        return tuple(x[:size] for x in self.boundaries)
+
+
+def test_pipeline_figures_path_ring_and_end():
+    """Three stages: the path's boundaries 0 and 1 both ways (3, 2, 4, 6 GB/s) at their
+    harmonic mean, 4/(1/3 + 1/2 + 1/4 + 1/6) = 3.2 GB/s, latency their mean 3 µs; the ring
+    adds the wrap-around (0.5 and 1 GB/s): 6/4.25 GB/s, 3.5 µs; the end stages' boundaries
+    (0 and 1 here) the slowest of them, 2 GB/s, and the longest latency, 5 µs. Two stages:
+    one boundary. One stage: none (infinite bandwidth, no latency)."""
+    from configurator.cost.communication import pipeline_figures
+
+    cl = _Pipeline([3e9, 2e9, 0.5e9], [1e-6, 2e-6, 3e-6], [4e9, 6e9, 1e9], [4e-6, 5e-6, 6e-6])
+    got = pipeline_figures(cl, 1, 3, 3)
+    want = (3.2e9, 3e-6, 6 / 4.25 * 1e9, 3.5e-6, 2e9, 5e-6)
+    assert got == pytest.approx(want, rel=1e-12)
+    got = pipeline_figures(cl, 1, 2, 2)
+    want = (2 / (1 / 3 + 1 / 4) * 1e9, 2.5e-6, 4 / (1 / 3 + 1 / 2 + 1 / 4 + 1 / 6) * 1e9,
+            3e-6, 3e9, 4e-6)
+    assert got == pytest.approx(want, rel=1e-12)
+    assert pipeline_figures(cl, 1, 1, 1) == (float("inf"), 0.0) * 3
+
+
+def test_expert_group_figures_on_two_hosts():
+    """Megatron's expert grid ``etp-ep-edp-pp`` on 2 hosts of 8: tp 2, dp 8, ep 4, etp 2:
+    the EP group (stride etp) holds min(ep, 8/etp) = 4 members a host, its exchange at the
+    NVLink and network links of GPU 0 to GPUs 1 and 8; the ETP ring of 2 adjacent GPUs;
+    the expert-data-parallel ring of 16/(ep·etp) = 2 ranks at stride etp·ep = 8, across the
+    hosts; 8 GPUs a host."""
+    from configurator.cost.communication import expert_comm_figures
+
+    cl = load_cluster(H100, nodes=2)
+    model = make_model(**MOE16)
+    c = _candidates(model, tp=2, dp=8, ep=4, etp=2, sequence_parallel=True,
+                    global_batch_size=64)
+    x = {k: _one(v) for k, v in expert_comm_figures(cl, c).items()}
+    assert x["ep_on_node"] == 4 and x["gpus_per_node"] == 8
+    assert (x["ep_intra_bw"], x["ep_intra_lat"]) == cl.link(0, 1)
+    assert (x["ep_inter_bw"], x["ep_inter_lat"]) == cl.link(0, 8)
+    assert (x["etp_bw"], x["etp_lat"]) == cl.group_busbw(1, 2, 16)
+    assert (x["edp_bw"], x["edp_lat"]) == cl.group_busbw(8, 2, 16)
+    assert cl.group_busbw(8, 2, 16) != cl.group_busbw(1, 2, 16)
+    c = _candidates(model, tp=2, dp=8, ep=8, etp=2, sequence_parallel=True,
+                    global_batch_size=64)
+    x = {k: _one(v) for k, v in expert_comm_figures(cl, c).items()}
+    assert x["ep_on_node"] == 4
+    assert (x["edp_bw"], x["edp_lat"]) == (float("inf"), 0.0)     # one rank: no ring
+
+
+def test_group_figures_follow_megatrons_rank_order():
+    """Megatron's rank order ``tp-cp-ep-dp-pp`` on 2 hosts of 8, tp = cp = dp = pp = 2: the
+    tp ring of adjacent GPUs (stride 1), the cp ring at stride tp = 2, the dp·cp ring of 4
+    at stride 2, the pipeline's neighbours 8 apart (across the hosts); the cp ring's single
+    send and its 2 members a host."""
+    from configurator.cost.communication import comm_figures
+
+    cl = load_cluster(H100, nodes=2)
+    model = make_model(**GQA)
+    c = _candidates(model, tp=2, cp=2, dp=2, pp=2, sequence_parallel=True,
+                    distributed_optimizer=True, global_batch_size=8)
+    x = {k: _one(v) for k, v in comm_figures(cl, c).items()}
+    assert (x["tp_bw"], x["tp_lat"]) == cl.group_busbw(1, 2, 16)
+    assert (x["cp_bw"], x["cp_lat"]) == cl.group_busbw(2, 2, 16)
+    assert (x["dp_bw"], x["dp_lat"]) == cl.group_busbw(2, 4, 16)
+    assert (x["pp_bw"], x["pp_lat"]) == cl.p2p_worst(8, 2, 16)
+    assert (x["cp_hop_bw"], x["cp_hop_lat"]) == cl.ring_hop_worst(2, 2, 16)
+    assert x["cp_on_node"] == 2
+    assert x["pp_bw"] < x["tp_bw"]           # the pipeline crosses the hosts
+    end = (x["pp_end_bw"], x["pp_end_lat"])
+    assert end == (x["pp_path_bw"], x["pp_path_lat"]) == (x["pp_ring_bw"], x["pp_ring_lat"])
+    assert end == pytest.approx(cl.link(0, 8), rel=1e-12)
