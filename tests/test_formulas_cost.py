@@ -458,3 +458,38 @@ def test_group_figures_follow_megatrons_rank_order():
     end = (x["pp_end_bw"], x["pp_end_lat"])
     assert end == (x["pp_path_bw"], x["pp_path_lat"]) == (x["pp_ring_bw"], x["pp_ring_lat"])
     assert end == pytest.approx(cl.link(0, 8), rel=1e-12)
+
+
+# ---------------------------------------------------------------- MoE recompute modules
+
+@pytest.mark.parametrize("modules", ["layernorm,moe", "moe_act,shared_experts", "full"])
+def test_moe_layer_recompute_modules(modules):
+    """An MoE layer's recompute (tp 2, sequence parallel): ``layernorm`` re-runs its
+    pre-MLP norm (read and write 2 bytes of each of the T·h/t elements, one kernel) and
+    ``moe`` the whole MoE MLP (router, experts, shared expert, passes); ``moe_act`` the routed
+    experts' activation and ``shared_experts`` the shared expert's forward; full recompute
+    the whole forward, the MoE MLP in place of the dense one. Core attention is not
+    recomputed when the modules do not name it."""
+    from configurator.cost.moe_compute import moe_mlp_costs
+
+    E, k, fe, fs, h, t, b, s = 8, 2, 64, 128, 256, 2, 2, 512
+    model = make_model(**GQA, num_experts=E, moe_router_topk=k, moe_ffn_hidden_size=fe,
+                       moe_shared_expert_intermediate_size=fs)
+    gpu = _gpu()
+    eff = gpu.efficiency
+    hbm = gpu.hbm_bandwidth_Bps * eff.hbm
+    kw = dict(tp=t, dp=4, ep=4, micro_batch_size=b, sequence_parallel=True,
+              global_batch_size=8)
+    if modules == "full":
+        c = _candidates(model, recompute="full", **kw)
+    else:
+        c = _candidates(model, recompute="selective", recompute_modules=modules, **kw)
+    lc = layer_costs(model, c, gpu)
+    T = b * s
+    moe = moe_mlp_costs(model, c, gpu, T, lc["gemm_kw"])
+    (_, _), (fc1, fc2) = lc["tp_gemm_pairs"]
+    norm = 4 * T * h / t / hbm + eff.kernel_overhead_s
+    want = {"layernorm,moe": norm + moe["fwd"],
+            "moe_act,shared_experts": moe["act_fwd"] + moe["shared_fwd"],
+            "full": lc["fwd"] - (fc1 + fc2 + 6 * T * 512 / t / hbm) + moe["fwd"]}[modules]
+    assert _one(lc["moe_recompute"]) == pytest.approx(_one(want), rel=1e-12)
