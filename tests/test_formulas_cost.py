@@ -493,3 +493,53 @@ def test_moe_layer_recompute_modules(modules):
             "moe_act,shared_experts": moe["act_fwd"] + moe["shared_fwd"],
             "full": lc["fwd"] - (fc1 + fc2 + 6 * T * 512 / t / hbm) + moe["fwd"]}[modules]
     assert _one(lc["moe_recompute"]) == pytest.approx(_one(want), rel=1e-12)
+
+
+# ---------------------------------------------------------------- CUDA graphs and the host
+
+#: ``(cuda_graph_impl, cuda_graph_scope, capacity padding)`` → host operations of a dense
+#: and of an MoE layer's forward (E/ep = 2 local experts, biased: 2 + 2 operations each),
+#: and of the MoE layer's forward before the dispatcher's host sync (None: no sync).
+_GRAPH_CASES = {
+    ("none", "", False): (40, 23 + 17 + 90 + 4 * 2, 23 + 30),
+    ("transformer_engine", "mlp", False): (23, 23 + 17 + 90 + 4 * 2, 23 + 30),
+    ("transformer_engine", "", False): (0, 17 + 90 + 4 * 2, 30),
+    ("transformer_engine", "", True): (0, 0, None),
+    ("transformer_engine", "moe", False): (40, 23, None),
+    ("transformer_engine", "moe_preprocess", False): (40, 23 + 17 + 60 + 4 * 2, None),
+    ("transformer_engine", "attn", False): (17, 17 + 90 + 4 * 2, 30),
+    ("local", "full_iteration", False): (0, 0, None),
+}
+
+
+@pytest.mark.parametrize("impl,scope,pad", list(_GRAPH_CASES))
+def test_host_operations_under_cuda_graph_scopes(impl, scope, pad):
+    """What CUDA graphs capture the host replays without issuing: ``attn`` the dense
+    attention's 23 operations, ``mlp`` the dense MLP's 17, whole-layer graphs every dense
+    layer and an MoE layer's attention, its MLP too where the experts are padded to capacity
+    (static shapes), ``moe`` the MoE MLP, ``moe_preprocess`` the dispatcher's 30 operations
+    before the exchange, ``full_iteration`` everything. An MoE layer's MLP: the dense MLP's
+    17, 30 each to route, preprocess and dispatch, 2 grouped-GEMM members and 2 eager bias
+    operations per local expert. Padding or a captured preprocessing removes the host's
+    sync; before it the host issues the attention and the router."""
+    from configurator.cost.host_ops import host_layer_s
+    from configurator.cost.moe_compute import moe_host_before_sync_s, moe_host_synchronised
+
+    model = make_model(**(GQA | dict(add_bias_linear=True)), num_experts=8, moe_router_topk=2,
+                       moe_ffn_hidden_size=64)
+    gpu = _gpu()
+    op = gpu.efficiency.host_op_s
+    kw = dict(dp=8, ep=4, global_batch_size=64, cuda_graph_impl=impl, cuda_graph_scope=scope)
+    if pad:
+        kw.update(moe_expert_capacity_factor=1.0, moe_pad_expert_input_to_capacity=True)
+    c = _candidates(model, **kw)
+    dense_ops, moe_ops, before_sync = _GRAPH_CASES[(impl, scope, pad)]
+    dense, moe = host_layer_s(model, c, gpu)
+    assert (_one(dense), _one(moe)) == pytest.approx((dense_ops * op, moe_ops * op),
+                                                     rel=1e-12)
+    assert moe_host_synchronised(c) == (before_sync is not None)
+    if before_sync is not None:
+        assert _one(moe_host_before_sync_s(model, c, gpu)) == pytest.approx(
+            before_sync * op, rel=1e-12)
+    if scope == "full_iteration":
+        assert moe_host_before_sync_s(model, c, gpu) == 0.0
