@@ -543,3 +543,37 @@ def test_host_operations_under_cuda_graph_scopes(impl, scope, pad):
             before_sync * op, rel=1e-12)
     if scope == "full_iteration":
         assert moe_host_before_sync_s(model, c, gpu) == 0.0
+
+
+# ---------------------------------------------------------------- the all-to-all overlap
+
+def test_expert_exchange_overlap_interleaved_with_delayed_weight_gradients():
+    """Megatron's combined 1F1B with the interleaved schedule (pp 2, vp 2, m = 4
+    microbatches: 8 passes of a chunk, of which the warm-up's (pp − 1) + (vp − 1)·pp + 1 = 4
+    are not paired: share ½) and ``delay_wgrad_compute``: the experts' weight gradients (half
+    their backward) run while the dispatch's gradient travels, so the middle segments are
+    ``S(D_f, M_b/2) + S(D_b, M_b/2 + M_f)`` with ``S(comm, comp) = max(comm, comp +
+    0.189·min(comm, comp))``; what the pair takes beyond its compute is exposed on the
+    paired passes, the four exchanges on the others, split evenly forward and backward."""
+    from configurator.cost.expert_comm import a2a_s, ep_layer_s, overlapped_share
+
+    model = make_model(**GQA, num_experts=16, moe_router_topk=2, moe_ffn_hidden_size=64)
+    x = dict(ep_on_node=8, ep_intra_bw=400e9, ep_intra_lat=3e-6, ep_inter_bw=40e9,
+             ep_inter_lat=8e-6, etp_bw=300e9, etp_lat=2e-6)
+    R = 65536.0
+    lc = dict(tokens_routed=R, moe_experts_fwd=5e-5, moe_fwd=5e-4, moe_bwd=1.1e-3)
+    c = _candidates(model, pp=2, vp=2, dp=8, ep=8, distributed_optimizer=True,
+                    global_batch_size=32, overlap_moe_expert_parallel_comm=True,
+                    delay_wgrad_compute=True)
+    assert _one(overlapped_share(c)) == pytest.approx(0.5, rel=1e-12)
+    t = 3e-6 + 7 / 8 * 2 * R * 256 / 400e9          # one exchange inside the node
+    assert _one(a2a_s(model, lc, c, x)) == pytest.approx(t, rel=1e-12)
+
+    def seg(comm, comp):
+        return max(comm, comp + 0.189 * min(comm, comp))
+    m_f, m_b = 5e-5, 1e-4          # the experts' forward shorter than an exchange
+    a_f, a_b = 5e-4 - m_f, 1.1e-3 - m_b
+    pair = seg(t, a_f) + seg(t, m_b / 2) + seg(t, m_b / 2 + m_f) + seg(t, a_b)
+    exposed = 0.5 * max(pair - (a_f + a_b + m_f + m_b), 0.0) + 0.5 * 4 * t
+    fwd, bwd = ep_layer_s(model, lc, c, x)
+    assert (_one(fwd), _one(bwd)) == pytest.approx((exposed / 2, exposed / 2), rel=1e-12)
