@@ -577,3 +577,40 @@ def test_expert_exchange_overlap_interleaved_with_delayed_weight_gradients():
     exposed = 0.5 * max(pair - (a_f + a_b + m_f + m_b), 0.0) + 0.5 * 4 * t
     fwd, bwd = ep_layer_s(model, lc, c, x)
     assert (_one(fwd), _one(bwd)) == pytest.approx((exposed / 2, exposed / 2), rel=1e-12)
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_moe_layer_runs_one_tensor_parallel_pair_fewer(shared):
+    """Per layer term by kind: a dense layer's two tensor-parallel all-reduces of ``2·T·h``
+    bytes forward (tp 2: ``2·(lat + ½·bytes/bw)`` each), backward the two exposed beyond the
+    QKV and fc1 weight-gradient GEMMs; an MoE layer's routed experts exchange over EP
+    instead, so it keeps half of them, or all with a shared expert (which keeps its
+    pair); the expert terms the exchange's (one domain, 4 ranks: ¾ of ``2·R·h`` bytes over
+    NVLink, dispatch and combine each way)."""
+    from configurator.cost.iteration import layer_type_times
+
+    extra = dict(moe_shared_expert_intermediate_size=128) if shared else {}
+    model = make_model(**GQA, num_experts=8, moe_router_topk=2, moe_ffn_hidden_size=64,
+                       **extra)
+    gpu = _gpu()
+    c = _candidates(model, tp=2, dp=4, ep=4, micro_batch_size=2, sequence_parallel=True,
+                    global_batch_size=8)
+    lc = layer_costs(model, c, gpu)
+    comm = dict(tp_bw=10e9, tp_lat=5e-6, cp_bw=1.0, cp_lat=0.0, cp_hop_bw=1.0,
+                cp_hop_lat=0.0, cp_on_node=1, ep_on_node=8, ep_intra_bw=400e9,
+                ep_intra_lat=3e-6, ep_inter_bw=40e9, ep_inter_lat=8e-6, etp_bw=300e9,
+                etp_lat=2e-6, gpus_per_node=8)
+    types = layer_type_times(model, c, lc, comm)
+    T, h = 1024, 256
+    coll = 2 * 5e-6 + 2 * 0.5 * 2 * T * h / 10e9
+    (qkv, _), (fc1, _) = lc["tp_gemm_pairs"]
+    tp_f, tp_b = 2 * coll, max(2 * coll - _one(qkv + fc1), 0.0)
+    d, m = ({k: _one(v) for k, v in types[kind].items()} for kind in ("dense", "moe"))
+    assert (d["tp_f"], d["tp_b"], d["ep_f"], d["ep_b"]) == pytest.approx(
+        (tp_f, tp_b, 0.0, 0.0), rel=1e-12)
+    share = 1.0 if shared else 0.5
+    R = 2 * T / 2
+    a2a = 3e-6 + 3 / 4 * 2 * R * h / 400e9
+    assert (m["tp_f"], m["tp_b"], m["ep_f"], m["ep_b"]) == pytest.approx(
+        (share * tp_f, share * tp_b, 2 * a2a, 2 * a2a), rel=1e-12)
+    assert tp_b > 0 and (d["cp_f"], m["cp_b"]) == (0.0, 0.0)
