@@ -614,3 +614,31 @@ def test_moe_layer_runs_one_tensor_parallel_pair_fewer(shared):
     assert (m["tp_f"], m["tp_b"], m["ep_f"], m["ep_b"]) == pytest.approx(
         (share * tp_f, share * tp_b, 2 * a2a, 2 * a2a), rel=1e-12)
     assert tp_b > 0 and (d["cp_f"], m["cp_b"]) == (0.0, 0.0)
+
+
+# ---------------------------------------------------------------- activation offloading
+
+@pytest.mark.parametrize("modules", ["attn_norm,qkv_linear,core_attn,attn_proj,mlp_norm",
+                                     "expert_fc1,moe_act"])
+def test_offloaded_activations_bound_each_pass_by_their_copy(modules):
+    """Fine-grained offloading: a layer's offloaded tensors go to the host during its
+    forward and come back during its backward, each copy on a side stream at the host
+    link's rate; a pass takes the longer of its own time and its copy. A dense layer copies
+    what every layer offloads; an MoE layer that and its experts' tensors, against its own
+    forward and backward (mbs 64 makes the dense modules' copy the longer)."""
+    from memory_model.activations import LayerInputs, offloaded_layer_bytes
+
+    model = make_model(**GQA, num_experts=8, moe_router_topk=2, moe_ffn_hidden_size=64)
+    gpu = _gpu()
+    kw = dict(tp=1, dp=4, ep=4, micro_batch_size=64, global_batch_size=256)
+    c = _candidates(model, offload_modules=modules, **kw)
+    on = layer_costs(model, c, gpu)
+    off = layer_costs(model, _candidates(model, **kw), gpu)
+    every, moe = offloaded_layer_bytes(model, LayerInputs.of_plans(model, c))
+    copy, moe_copy = _one(every) / gpu.host_link_Bps, _one(every + moe) / gpu.host_link_Bps
+    assert moe_copy > 0
+    got = {k: _one(v) for k, v in on.items() if k in ("fwd", "bwd", "moe_fwd", "moe_bwd")}
+    want = {"fwd": max(_one(off["fwd"]), copy), "bwd": max(_one(off["bwd"]), copy),
+            "moe_fwd": max(_one(off["moe_fwd"]), moe_copy),
+            "moe_bwd": max(_one(off["moe_bwd"]), moe_copy)}
+    assert got == pytest.approx(want, rel=1e-12)
