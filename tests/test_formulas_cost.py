@@ -642,3 +642,48 @@ def test_offloaded_activations_bound_each_pass_by_their_copy(modules):
             "moe_fwd": max(_one(off["moe_fwd"]), moe_copy),
             "moe_bwd": max(_one(off["moe_bwd"]), moe_copy)}
     assert got == pytest.approx(want, rel=1e-12)
+
+
+def test_mtp_after_an_moe_layer_runs_an_moe_layer():
+    """Multi-token prediction after an MoE last layer: the MTP module's layer is an MoE
+    layer (its forward and backward the MoE layer's), beside its 2h→h projection (2× and
+    its weight gradient's accumulation backward) and its own logits GEMM and eager cross
+    entropy (38 and 14 bytes a logit)."""
+    from configurator.cost.iteration import stage_extras_s
+
+    gpu = _gpu()
+    eff = gpu.efficiency
+    model = make_model(**GQA, num_experts=8, moe_router_topk=2, moe_ffn_hidden_size=64,
+                       moe_layer_freq=[0, 0, 0, 1], mtp_num_layers=1)
+    h, t, b, s = 256, 2, 2, 512
+    c = _candidates(model, tp=t, dp=4, ep=4, micro_batch_size=b, sequence_parallel=True,
+                    global_batch_size=8)
+    lc = layer_costs(model, c, gpu)
+    T, V = b * s, v_pad(1000, t)
+    hbm = gpu.hbm_bandwidth_Bps * eff.hbm
+    kw16 = dict(batch=1.0, peak=gpu.peak("bf16"), gpu=gpu, in_bytes=2.0, gemm_eff=eff.gemm)
+    gemm = gemm_time_s(T, V / t, h, **kw16)
+    proj = gemm_time_s(T, h / t, 2 * h, **lc["gemm_kw"])
+    ce_f, ce_b = 38 * T * V / t / hbm, 14 * T * V / t / hbm
+    acc = _one(main_grad_accumulation_s(V / t * h, c, gpu, T))
+    acc_proj = _one(main_grad_accumulation_s(h / t * 2 * h, c, gpu, T))
+    x = stage_extras_s(model, c, gpu, lc, 100e9, 4e-6)
+    assert _one(x["logits_fwd"]) == pytest.approx(
+        2 * (gemm + ce_f) + proj + _one(lc["moe_fwd"]), rel=1e-12)
+    assert _one(x["logits_bwd"]) == pytest.approx(
+        2 * (2 * gemm + ce_b + acc) + 2 * proj + _one(lc["moe_bwd"]) + acc_proj, rel=1e-12)
+    assert _one(lc["moe_bwd"]) != pytest.approx(_one(lc["bwd"]), rel=1e-3)
+
+
+def test_fp8_block_scaling_casts():
+    """Transformer Engine's quantisation of a 16-bit tensor into row- and column-wise FP8
+    copies: read 2, write 1 + 1 bytes an element, plus per block of 128 a 4-byte scale in
+    each copy (``blockwise``: 2·4/128) or per block of 32 a 1-byte one (``mxfp8``: 2/32),
+    at 0.39 of the raw HBM bandwidth."""
+    from configurator.cost.gemm import fp8_quantize_s
+
+    gpu = _gpu()
+    raw = gpu.hbm_bandwidth_Bps * 0.39
+    assert fp8_quantize_s(1e6, gpu, "blockwise") == pytest.approx(1e6 * (4 + 8 / 128) / raw,
+                                                                  rel=1e-12)
+    assert fp8_quantize_s(1e6, gpu, "delayed") == pytest.approx(4e6 / raw, rel=1e-12)
