@@ -687,3 +687,39 @@ def test_fp8_block_scaling_casts():
     assert fp8_quantize_s(1e6, gpu, "blockwise") == pytest.approx(1e6 * (4 + 8 / 128) / raw,
                                                                   rel=1e-12)
     assert fp8_quantize_s(1e6, gpu, "delayed") == pytest.approx(4e6 / raw, rel=1e-12)
+
+
+def test_data_parallel_and_optimizer_terms_of_the_rank_holding_most_parameters():
+    """The closed form's data-parallel reduction and optimizer step are the rank's that holds
+    the most parameters: two dense layers and the embedding (2·557,568 + 262,144) on stage 0
+    against two MoE layers (166,400 non-expert each: attention, norms, router 8·256; 2 local
+    experts of 3·256·512: 786,432 expert parameters each), the final norm and the output
+    layer on stage 1, which holds more in all though fewer non-expert ones. Its reduction:
+    non-expert gradients over dp = 4, expert ones over the expert-data-parallel group of
+    4/4 = 1 (nothing to reduce); Adam's step over its shards (34 bytes a parameter
+    unsharded, 30/4 + 4 sharded over 4 ranks) and the host's 2 operations on each of its 20
+    parameter tensors (9 a MoE layer: 5 plus 2 per local expert; norm, output layer)."""
+    from configurator.cost.iteration import dp_exposed_s, iteration_time
+
+    model = make_model(**(GQA | dict(ffn_hidden_size=512)), num_experts=8, moe_router_topk=2,
+                       moe_ffn_hidden_size=512, moe_layer_freq=[0, 0, 1, 1])
+    cl = load_cluster(H100, nodes=1)
+    gpu = cl.gpu
+    eff = gpu.efficiency
+    c = _candidates(model, pp=2, dp=4, ep=4, distributed_optimizer=True,
+                    global_batch_size=8)
+    from configurator.cost.communication import comm_figures, expert_comm_figures
+    comm = dict(comm_figures(cl, c), **expert_comm_figures(cl, c))
+    out = iteration_time(model, cl, c, comm)
+    h, V = 256, v_pad(1000, 1)
+    first = 2 * _gqa_layer(1) + V * h
+    ne = 2 * (256 + 256 * 12 * 32 + 8 * 32 * 256 + 256 + 8 * h) + h + V * h
+    ex = 2 * (8 / 4 * 3 * h * 512)
+    assert ne + ex > first > ne - ex
+    want = dp_exposed_s(c, ne, comm["dp_bw"], comm["dp_lat"], 0.0, 0.0,
+                        expert=(ex, comm["edp_bw"], comm["edp_lat"]))
+    assert _one(out["dp_comm"]) == pytest.approx(_one(want), rel=1e-12)
+    hbm = gpu.hbm_bandwidth_Bps * eff.hbm
+    opt = ((ne * (30 / 4 + 4) + ex * 34) / hbm + 20 * eff.kernel_overhead_s
+           + 2 * 20 * eff.host_op_s)
+    assert _one(out["optimizer"]) == pytest.approx(opt, rel=1e-12)

@@ -150,6 +150,14 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
     ("configurator/cost/iteration.py", "single = pp == 1", "constant 1 ×1.1",
      "single then never holds; with pp 1 it decides only `extra` (used where pp > 2) and "
      "`lighter_end` (used where vp > 1, which the rules allow only with pp > 1)"),
+    ("configurator/cost/moe_compute.py",
+     "drop_pad = c.moe_expert_capacity_factor > 0 and c.moe_pad_expert_input_to_capacity",
+     "`>` → `>=`", "the rules allow padding only with a factor > 0 (rules.py), so both "
+     "tests read the padding flag"),
+    ("configurator/cost/host_ops.py",
+     "drop_pad = c.moe_expert_capacity_factor > 0 and c.moe_pad_expert_input_to_capacity",
+     "`>` → `>=`", "the rules allow padding only with a factor > 0 (rules.py), so both "
+     "tests read the padding flag"),
 ]
 
 #: Modules preloaded before forking (below the mutated layers: the import contracts keep
