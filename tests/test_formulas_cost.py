@@ -723,3 +723,29 @@ def test_data_parallel_and_optimizer_terms_of_the_rank_holding_most_parameters()
     opt = ((ne * (30 / 4 + 4) + ex * 34) / hbm + 20 * eff.kernel_overhead_s
            + 2 * 20 * eff.host_op_s)
     assert _one(out["optimizer"]) == pytest.approx(opt, rel=1e-12)
+
+
+def test_sliding_window_layers_attention():
+    """GPT-OSS's alternation (``window_size`` 128, every 2nd layer full) on 4 layers of
+    s = 512: half the layers compute ½ of the s² query-key pairs over 512 keys a call, half
+    a causal window's ``w/s·(1 − w/(2s))`` = 0.21875 over at most 128 keys, each at the
+    fused kernel's attained rate ``η·keys/(keys + 1024)``; with attention dropout every
+    visited score (the mean fraction, 0.359375) draws its mask at the per-SM rates."""
+    model = make_model(**(GQA | dict(window_size=128, window_attn_skip_freq=2,
+                                     attention_dropout=0.1)))
+    gpu = _gpu()
+    eff = gpu.efficiency
+    a, d, s, b, t = 8, 32, 512, 2, 2
+    c = _candidates(model, tp=t, micro_batch_size=b, sequence_parallel=True)
+    lc = layer_costs(model, c, gpu)
+    pairs = 2 * b * s * s * a * 2 * d / t
+    peak = gpu.peak("bf16")
+
+    def rate(keys):
+        return peak * eff.flash_attention * keys / (keys + 1024.0)
+    kernels = 0.5 * pairs * 0.5 / rate(512) + 0.5 * pairs * 0.21875 / rate(128)
+    visited = b * s * s * a / t * (0.5 * 0.5 + 0.5 * 0.21875)
+    fwd = eff.kernel_overhead_s + kernels + visited / (8.2e9 * gpu.num_sms)
+    bwd = 2.5 * (eff.kernel_overhead_s + kernels) + visited / (1.6e10 * gpu.num_sms)
+    assert (_one(lc["attn_fwd"]), _one(lc["attn_bwd"])) == pytest.approx((fwd, bwd),
+                                                                         rel=1e-12)
