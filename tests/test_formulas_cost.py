@@ -749,3 +749,44 @@ def test_sliding_window_layers_attention():
     bwd = 2.5 * (eff.kernel_overhead_s + kernels) + visited / (1.6e10 * gpu.num_sms)
     assert (_one(lc["attn_fwd"]), _one(lc["attn_bwd"])) == pytest.approx((fwd, bwd),
                                                                          rel=1e-12)
+
+
+def test_model_flops_of_mla_without_a_query_latent():
+    """Multi-latent attention without ``q_lora_rank`` (DeepSeek-V2-Lite's layout): the
+    query's one projection ``h·a·(qk + pos)`` in place of the down and up projections;
+    the rest as with it (Megatron-LM ``num_floating_point_operations``)."""
+    from configurator.cost.flops import megatron_model_flops
+
+    B, s = 4, 256
+    h, a, kl, qk, pos, v, f = 128, 4, 32, 16, 8, 32, 256
+    E_k, fe, fs, V = 2, 64, 64, 512
+    attn = (h * a * (qk + pos) + kl * (h + a * (qk + v) + 1) + h * pos + a * v * h
+            + s * a * (qk + pos) / 2 + s * a * v / 2)
+    mlp = 3 * f * h * 1 + 3 * h * (E_k * fe + fs) * 2      # 1 dense; MoE layer + MTP's
+    want = 6 * B * s * (mlp + 3 * attn + (3 * h + 2 * h * h) + h * V * 2)
+    model = make_model(**{k: v for k, v in MLA_MOE.items() if k != "q_lora_rank"})
+    assert megatron_model_flops(model, B) == pytest.approx(want, rel=1e-12)
+
+
+def test_published_rows_iteration_times_and_immutability():
+    """A published row's iteration time from its own figures: SC'21 Table 1's 1.7B row
+    (24 layers of h = 2304, s = 2048, V = 51,200, batch 512 on 32 GPUs at 137 TFLOP/s,
+    counted ``96·B·s·L·h²·(1 + s/(6h) + V/(16·L·h))``) and Megatron-Bridge 26.08's
+    DeepSeek-V3 MXFP8 row on 256 GB300 (batch 4096 of 4096 tokens at 6,288 tokens/s/GPU).
+    The typed rows are frozen records."""
+    import dataclasses
+
+    from configurator.cost.groundtruth import bridge_rows, sc21_rows
+
+    row = next(r for r in sc21_rows() if r.model.name == "gpt-1.7b")
+    B, s, L, h, V = 512, 2048, 24, 2304, 51200
+    F = 96 * B * s * L * h * h * (1 + s / (6 * h) + V / (16 * L * h))
+    assert row.published_iteration_time_s == pytest.approx(F / (137e12 * 32), rel=1e-12)
+    rows, _ = bridge_rows()
+    dsv3 = next(r for r in rows if r.release == "26.08" and r.model.name == "deepseek-v3"
+                and r.cluster == "gb300-nvl72" and r.plan.precision == "mxfp8")
+    assert dsv3.published_iteration_time_s == pytest.approx(4096 * 4096 / (6288 * 256),
+                                                            rel=1e-12)
+    for r in (row, dsv3):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            r.source = "changed"

@@ -150,6 +150,12 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
     ("configurator/cost/iteration.py", "single = pp == 1", "constant 1 ×1.1",
      "single then never holds; with pp 1 it decides only `extra` (used where pp > 2) and "
      "`lighter_end` (used where vp > 1, which the rules allow only with pp > 1)"),
+    ("configurator/cost/groundtruth.py", 'layout = "" if (model.num_layers + 2) % (pp * vp)',
+     "`+` → `-`", "bridge_layout gives a layout only for DeepSeek-V3 (61 layers) on 4, 8, 16 "
+     "or 32 stages, which divide neither 63 nor 59: \"\" either way elsewhere"),
+    ("configurator/cost/groundtruth.py", 'layout = "" if (model.num_layers + 2) % (pp * vp)',
+     "drop term `2`", "bridge_layout gives a layout only for DeepSeek-V3 (61 layers) on 4, 8, "
+     "16 or 32 stages, which divide neither 63 nor 61: \"\" either way elsewhere"),
     ("configurator/cost/moe_compute.py",
      "drop_pad = c.moe_expert_capacity_factor > 0 and c.moe_pad_expert_input_to_capacity",
      "`>` → `>=`", "the rules allow padding only with a factor > 0 (rules.py), so both "
