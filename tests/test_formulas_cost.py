@@ -790,3 +790,77 @@ def test_published_rows_iteration_times_and_immutability():
     for r in (row, dsv3):
         with pytest.raises(dataclasses.FrozenInstanceError):
             r.source = "changed"
+
+
+def test_moe_layer_forward_waits_for_the_host_after_the_dispatcher_sync():
+    """The all-to-all dispatcher stops the host until the GPU has routed the tokens: before
+    the sync the GPU runs the attention, router and passes (the MoE forward less the
+    experts' work, with the tensor-parallel and cp terms), after it the experts and the
+    exchanges. Here (h = 1024, mbs 4, tp 1) the GPU's first part outlasts the host's 23 + 30
+    operations, and the host's remaining 17 + 90 + 2·2 operations outlast the experts and
+    the two exchanges (one domain, 4 ranks: ¾ of 2·R·h bytes each over NVLink), so the
+    layer's forward waits for the host by that difference."""
+    from configurator.cost.iteration import layer_type_times
+
+    model = make_model(**(GQA | dict(hidden_size=1024, num_attention_heads=16,
+                                     num_query_groups=4, kv_channels=64, seq_length=2048,
+                                     ffn_hidden_size=2048)),
+                       num_experts=8, moe_router_topk=1, moe_ffn_hidden_size=64)
+    gpu = _gpu()
+    op = gpu.efficiency.host_op_s
+    c = _candidates(model, dp=4, ep=4, micro_batch_size=4, global_batch_size=32)
+    lc = layer_costs(model, c, gpu)
+    comm = dict(tp_bw=1.0, tp_lat=0.0, cp_bw=1.0, cp_lat=0.0, cp_hop_bw=1.0,
+                cp_hop_lat=0.0, cp_on_node=1, ep_on_node=8, ep_intra_bw=400e9,
+                ep_intra_lat=3e-6, ep_inter_bw=40e9, ep_inter_lat=8e-6, etp_bw=300e9,
+                etp_lat=2e-6, gpus_per_node=8)
+    moe = {k: _one(v) for k, v in layer_type_times(model, c, lc, comm)["moe"].items()}
+    R, h = 1 * 4 * 2048, 1024
+    ep_f = 2 * (3e-6 + 3 / 4 * 2 * R * h / 400e9)
+    fwd, experts = _one(lc["moe_fwd"]), _one(lc["moe_experts_fwd"])
+    host_pre, host = (23 + 30) * op, (23 + 17 + 90 + 2 * 2) * op
+    assert fwd - experts > host_pre                       # no wait before the sync
+    wait = host - host_pre - (experts + ep_f)
+    assert wait > 0
+    assert moe["ep_f"] == pytest.approx(ep_f, rel=1e-12)
+    assert moe["fwd"] == pytest.approx(fwd + wait, rel=1e-12)
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_biased_experts_eager_bias_and_the_fused_grouped_mlp(fused):
+    """Biased experts (GPT-OSS's layout): megatron-core adds the fc2 biases outside the
+    grouped GEMM, one expert at a time, over the R×h output: 28 bytes an element in 2
+    kernels per local expert and 2 more forward, 40 bytes in 6 per expert and 3 more
+    backward, at the eager kernels' rate. The op fuser's fused grouped MLP
+    (``moe_fused_grouped_mlp``) runs the activation, clamp and bias in the GEMMs'
+    epilogues: none of them is priced apart."""
+    from configurator.cost.moe_compute import moe_mlp_costs
+
+    E, k, fe, h = 8, 2, 64, 256
+    model = make_model(**(GQA | dict(add_bias_linear=True, activation_func_clamp_value=7.0)),
+                       num_experts=E, moe_router_topk=k, moe_ffn_hidden_size=fe)
+    gpu = _gpu()
+    eff = gpu.efficiency
+    kov = eff.kernel_overhead_s
+    hbm = gpu.hbm_bandwidth_Bps * eff.hbm
+    ebw = _eager_bw(gpu)
+    c = _candidates(model, dp=8, ep=4, global_batch_size=64, moe_fused_grouped_mlp=fused)
+    kw = layer_costs(model, c, gpu)["gemm_kw"]
+    T = 1024.0
+    R, local = k * T, E / 4
+    got = moe_mlp_costs(model, c, gpu, T, kw)
+    experts = (gemm_time_s(R / local, 2 * fe, h, **dict(kw, batch=local))
+               + gemm_time_s(R / local, h, fe, **dict(kw, batch=local)))
+    if fused:
+        assert (_one(got["eager_fwd"]), _one(got["eager_bwd"])) == (0.0, 0.0)
+        assert _one(got["experts_fwd"]) == pytest.approx(_one(experts), rel=1e-12)
+        assert _one(got["act_fwd"]) == pytest.approx(kov, rel=1e-12)
+        return
+    bias_f = 28 * R * h / ebw + (2 * local + 2) * kov
+    bias_b = 40 * R * h / ebw + (6 * local + 3) * kov
+    clamp_f = 8 * R * 2 * fe / ebw + 3 * kov
+    clamp_b = 15 * R * 2 * fe / ebw + 7 * kov
+    assert (_one(got["eager_fwd"]), _one(got["eager_bwd"])) == pytest.approx(
+        (bias_f + clamp_f, bias_b + clamp_b), rel=1e-12)
+    assert _one(got["experts_fwd"]) == pytest.approx(
+        _one(experts) + 6 * R * fe / hbm + bias_f + clamp_f, rel=1e-12)
