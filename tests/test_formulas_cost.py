@@ -38,7 +38,7 @@ def test_score_storing_attention_layer(dropout):
     model = make_model(**(GQA | dict(attention_dropout=dropout)))
     gpu = _gpu()
     eff = gpu.efficiency
-    h, a, g, d, s, b, t = 256, 8, 2, 32, 512, 2, 2
+    a, d, s, b, t = 8, 32, 512, 2, 2
     c = _candidates(model, tp=t, micro_batch_size=b, sequence_parallel=True,
                     attention_backend="local")
     lc = layer_costs(model, c, gpu)
@@ -335,7 +335,7 @@ def test_fp8_dot_product_attention():
     model = make_model(**GQA)
     gpu = _gpu()
     eff = gpu.efficiency
-    h, a, g, d, s, b, t = 256, 8, 2, 32, 512, 2, 2
+    a, g, d, s, b, t = 8, 2, 32, 512, 2, 2
     c = _candidates(model, tp=t, micro_batch_size=b, sequence_parallel=True, precision="fp8",
                     fp8_recipe="delayed", fp8_dot_product_attention=True)
     lc = layer_costs(model, c, gpu)
