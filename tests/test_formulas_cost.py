@@ -1,9 +1,12 @@
 """Exact values of the cost model's formulas (``configurator.cost``), each derived here by
 hand from its cited source (Megatron-LM's and Transformer Engine's kernels as the module
-docstrings count them, the published recipes' figures) on small inputs chosen so that the
-term under test matters: score-storing attention with and without dropout, clamped and
-YaRN-rotated layers, the de-duplicated expert dispatch inside one NVLink domain, a
-multi-token-prediction layer after a dense one, the optimizer's host operations.
+docstrings count them, the published papers' and recipes' figures) on small inputs chosen
+so that the term under test matters: score-storing, FP8 and sliding-window attention,
+clamped and YaRN-rotated layers, the MoE MLP with a clamped shared expert, biased experts
+and fused routing, the expert exchange inside one NVLink domain and its overlap, the host's
+operations under CUDA graphs and around the dispatcher's sync, activation offloading,
+multi-token prediction, the group figures, the rank holding the most parameters, FLOP
+counts and the published rows.
 
 A companion of ``tests/test_formulas_exact.py`` (whose small models these reuse);
 ``bench.quality.mutation`` runs both against every mutant of the cost modules."""
