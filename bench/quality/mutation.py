@@ -156,6 +156,11 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
     ("configurator/cost/groundtruth.py", 'layout = "" if (model.num_layers + 2) % (pp * vp)',
      "drop term `2`", "bridge_layout gives a layout only for DeepSeek-V3 (61 layers) on 4, 8, "
      "16 or 32 stages, which divide neither 63 nor 61: \"\" either way elsewhere"),
+    ("configurator/cost/compute.py",
+     "tokens_routed=0.0 * T, tokens_in=0.0 * T, moe_experts_fwd=0.0 * T", "`*` → `/`",
+     "T (a microbatch's tokens on the rank) is positive: 0 / T = 0 · T"),
+    ("configurator/cost/compute.py", "return 0.0 * T", "`*` → `/`",
+     "T (a microbatch's tokens on the rank) is positive: 0 / T = 0 · T"),
     ("configurator/cost/host_ops.py", "return 0.0 * elements, 0.0 * elements", "`*` → `/`",
      "the clamped elements (tokens × fc1 width) are positive: 0 / elements = 0 · elements"),
     ("configurator/cost/moe_compute.py",
