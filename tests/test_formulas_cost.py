@@ -867,3 +867,84 @@ def test_biased_experts_eager_bias_and_the_fused_grouped_mlp(fused):
         (bias_f + clamp_f, bias_b + clamp_b), rel=1e-12)
     assert _one(got["experts_fwd"]) == pytest.approx(
         _one(experts) + 6 * R * fe / hbm + bias_f + clamp_f, rel=1e-12)
+
+
+def test_expert_tensor_parallel_grouped_gemms():
+    """Expert tensor parallelism (tp 2, etp 2, ep 4): each rank's experts take the routed
+    copies of its etp group, ``R = k·X·etp`` with X = T/tp, split over the E/ep local experts,
+    and hold 1/etp of each expert's FFN: the grouped fc1 ``h → 2·fe/etp`` and fc2
+    ``fe/etp → h`` GEMMs of R·ep/E rows, the activation over R·fe/etp values (6 bytes)."""
+    from configurator.cost.moe_compute import moe_mlp_costs
+
+    E, k, fe, h, tp, etp, ep = 8, 2, 64, 256, 2, 2, 4
+    model = make_model(**GQA, num_experts=E, moe_router_topk=k, moe_ffn_hidden_size=fe)
+    gpu = _gpu()
+    hbm = gpu.hbm_bandwidth_Bps * gpu.efficiency.hbm
+    c = _candidates(model, tp=tp, dp=4, ep=ep, etp=etp, sequence_parallel=True,
+                    global_batch_size=8)
+    kw = layer_costs(model, c, gpu)["gemm_kw"]
+    T = 2048.0
+    R = k * (T / tp) * etp
+    got = moe_mlp_costs(model, c, gpu, T, kw)
+    grouped = dict(kw, batch=E / ep)
+    experts = (gemm_time_s(R * ep / E, 2 * fe / etp, h, **grouped)
+               + gemm_time_s(R * ep / E, h, fe / etp, **grouped))
+    assert _one(got["tokens_routed"]) == R
+    assert _one(got["experts_fwd"]) == pytest.approx(_one(experts) + 6 * R * fe / etp / hbm,
+                                                     rel=1e-12)
+
+
+def test_megatron_fsdp_gathers_and_scatters_expert_units_every_microbatch():
+    """Megatron FSDP with experts: every microbatch gathers a unit's 16-bit non-expert
+    weights over dp·cp = 8 and its expert weights over the expert-data-parallel group of
+    8/ep = 2, and reduce-scatters both gradients (4 bytes), the gathers overlapped with the
+    forward, gathers and scatters with the backward: ``m·(max(AG − fwd, 0) + max(AG + RS −
+    bwd, 0))`` with AG and RS the sums over both groups (ring all-gather times)."""
+    from configurator.cost.iteration import dp_exposed_s
+
+    c = _candidates(None, dp=8, ep=4, distributed_optimizer=True, megatron_fsdp=True,
+                    global_batch_size=32)
+    ne, ex, bw, lat, ebw, elat = 3e8, 5e8, 100e9, 1e-5, 50e9, 2e-5
+    ag = _ring_all_gather(2 * ne, 8, bw, lat) + _ring_all_gather(2 * ex, 2, ebw, elat)
+    rs = _ring_all_gather(4 * ne, 8, bw, lat) + _ring_all_gather(4 * ex, 2, ebw, elat)
+    m = 32 // 8
+    want = m * (max(ag - 1e-3, 0.0) + max(ag + rs - 2e-3, 0.0))
+    got = dp_exposed_s(c, ne, bw, lat, 2e-3, 1e-3, expert=(ex, ebw, elat))
+    assert _one(got) == pytest.approx(want, rel=1e-12)
+
+
+def test_full_recompute_checkpoint_floors_the_host_bound_passes():
+    """A full recompute's checkpoint bookkeeping on the host: its forward operations add to
+    the layer's own (host 1.0 + 0.25 s against the GPU's 1.0 + 0.1 s forward: 0.15 s wait);
+    backward waits for twice the layer's own operations (2·1.0 s against 1.5 + 0.2 s:
+    0.3 s); the re-run forward takes at least the layer's operations and the checkpoint's
+    backward ones (1.0 + 0.5 s against 0.8 s)."""
+    from configurator.cost.iteration import host_bound
+
+    c = _candidates(make_model(**GQA), recompute="full")
+    t = dict(fwd=1.0, bwd=1.5, recompute=0.8, tp_f=0.1, tp_b=0.2, cp_f=0.0, cp_b=0.0,
+             ep_f=0.0, ep_b=0.0)
+    out = host_bound(c, t, 1.0, checkpoint=(0.25, 0.5))
+    assert (_one(out["fwd"]), _one(out["bwd"]), _one(out["recompute"])) == pytest.approx(
+        (1.0 + 0.15, 1.5 + 0.3, 1.5), rel=1e-12)
+
+
+def test_tied_embedding_gradient_joins_the_data_parallel_term():
+    """Tied embeddings on 2 stages: the last stage keeps its copy of the word embedding,
+    whose gradient the first and last stage all-reduce (fp32, 2 ranks, over the pipeline's
+    link) on top of the data-parallel reduction of the larger stage (two layers, the final
+    norm and the embedding copy)."""
+    from configurator.cost.communication import comm_figures, expert_comm_figures
+    from configurator.cost.iteration import dp_exposed_s, iteration_time
+
+    model = make_model(**(GQA | dict(untie_embeddings_and_output_weights=False)))
+    cl = load_cluster(H100, nodes=1)
+    c = _candidates(model, pp=2, dp=2, distributed_optimizer=True, global_batch_size=8)
+    comm = dict(comm_figures(cl, c), **expert_comm_figures(cl, c))
+    out = iteration_time(model, cl, c, comm)
+    h, V = 256, v_pad(1000, 1)
+    last = 2 * _gqa_layer(1) + h + V * h
+    dp = dp_exposed_s(c, last, comm["dp_bw"], comm["dp_lat"], 0.0, 0.0)
+    bw, lat = _one(comm["pp_bw"]), _one(comm["pp_lat"])
+    tied = 2 * lat + 2 * (1 / 2) * 4 * V * h / bw     # ring all-reduce of 4·V·h bytes, 2 ranks
+    assert _one(out["dp_comm"]) == pytest.approx(_one(dp) + tied, rel=1e-12)
