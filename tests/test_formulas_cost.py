@@ -948,3 +948,29 @@ def test_tied_embedding_gradient_joins_the_data_parallel_term():
     bw, lat = _one(comm["pp_bw"]), _one(comm["pp_lat"])
     tied = 2 * lat + 2 * (1 / 2) * 4 * V * h / bw     # ring all-reduce of 4·V·h bytes, 2 ranks
     assert _one(out["dp_comm"]) == pytest.approx(_one(dp) + tied, rel=1e-12)
+
+
+class _Profile:
+    """A layer profile holding one shape, ``(tp 2, cp 1, mbs 1, sequence parallel)``."""
+
+    def lookup(self, tp, cp, mbs, sequence_parallel):
+        key = (int(tp), int(cp), int(mbs), bool(sequence_parallel) and int(tp) > 1)
+        return (1e-3, 2e-3) if key == (2, 1, 1, True) else None
+
+
+def test_profiled_layer_times_replace_the_analytic_ones_at_their_shape():
+    """A measured layer profile replaces a dense layer's analytic forward and backward where
+    it holds the plan's per-rank shape (the backward then adds the weight gradients'
+    accumulation into the main gradient, which the profiled layer's fresh gradients do not
+    include); elsewhere the analytic times stay."""
+    from configurator.cost.compute import profiled_layer_s
+
+    model = make_model(**GQA)
+    gpu = _gpu()
+    c = _candidates(model, tp=2, sequence_parallel=True)
+    assert tuple(map(_one, profiled_layer_s(_Profile(), c, 5.0, 6.0))) == (1e-3, 2e-3)
+    lc = layer_costs(model, c, gpu, _Profile())
+    assert _one(lc["fwd"]) == 1e-3
+    assert _one(lc["bwd"]) == pytest.approx(2e-3 + _one(lc["main_grad_acc"]), rel=1e-12)
+    other = _candidates(model, tp=2, micro_batch_size=2, sequence_parallel=True)
+    assert tuple(map(_one, profiled_layer_s(_Profile(), other, 5.0, 6.0))) == (5.0, 6.0)
