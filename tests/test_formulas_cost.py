@@ -557,14 +557,16 @@ def test_expert_exchange_overlap_interleaved_with_delayed_weight_gradients():
     their backward) run while the dispatch's gradient travels, so the middle segments are
     ``S(D_f, M_b/2) + S(D_b, M_b/2 + M_f)`` with ``S(comm, comp) = max(comm, comp +
     0.189·min(comm, comp))``; what the pair takes beyond its compute is exposed on the
-    paired passes, the four exchanges on the others, split evenly forward and backward."""
+    paired passes, the four exchanges on the others, split evenly forward and backward.
+    (With ``M_b = 2·M_f`` and equal exchanges the two pairings' sums are equal: the delay
+    changes the segments, not their total.)"""
     from configurator.cost.expert_comm import a2a_s, ep_layer_s, overlapped_share
 
     model = make_model(**GQA, num_experts=16, moe_router_topk=2, moe_ffn_hidden_size=64)
     x = dict(ep_on_node=8, ep_intra_bw=400e9, ep_intra_lat=3e-6, ep_inter_bw=40e9,
              ep_inter_lat=8e-6, etp_bw=300e9, etp_lat=2e-6)
     R = 65536.0
-    lc = dict(tokens_routed=R, moe_experts_fwd=5e-5, moe_fwd=5e-4, moe_bwd=1.1e-3)
+    lc = dict(tokens_routed=R, moe_experts_fwd=5e-5, moe_fwd=1e-4, moe_bwd=1.5e-4)
     c = _candidates(model, pp=2, vp=2, dp=8, ep=8, distributed_optimizer=True,
                     global_batch_size=32, overlap_moe_expert_parallel_comm=True,
                     delay_wgrad_compute=True)
@@ -574,8 +576,8 @@ def test_expert_exchange_overlap_interleaved_with_delayed_weight_gradients():
 
     def seg(comm, comp):
         return max(comm, comp + 0.189 * min(comm, comp))
-    m_f, m_b = 5e-5, 1e-4          # the experts' forward shorter than an exchange
-    a_f, a_b = 5e-4 - m_f, 1.1e-3 - m_b
+    m_f, m_b = 5e-5, 1e-4          # every piece but M_b shorter than an exchange
+    a_f, a_b = 1e-4 - m_f, 1.5e-4 - m_b
     pair = seg(t, a_f) + seg(t, m_b / 2) + seg(t, m_b / 2 + m_f) + seg(t, a_b)
     exposed = 0.5 * max(pair - (a_f + a_b + m_f + m_b), 0.0) + 0.5 * 4 * t
     fwd, bwd = ep_layer_s(model, lc, c, x)
@@ -974,3 +976,28 @@ def test_profiled_layer_times_replace_the_analytic_ones_at_their_shape():
     assert _one(lc["bwd"]) == pytest.approx(2e-3 + _one(lc["main_grad_acc"]), rel=1e-12)
     other = _candidates(model, tp=2, micro_batch_size=2, sequence_parallel=True)
     assert tuple(map(_one, profiled_layer_s(_Profile(), other, 5.0, 6.0))) == (5.0, 6.0)
+
+
+@pytest.mark.parametrize("impl,scope,want", [
+    ("local", "['full_iteration']", dict(cuda_graph_impl="local",
+                                         cuda_graph_scope="full_iteration")),
+    ("full_iteration", "", dict(cuda_graph_impl="local", cuda_graph_scope="full_iteration")),
+    ("local", "['attn']", {}),
+    ("transformer_engine", "['attn', 'moe_router']",
+     dict(cuda_graph_impl="transformer_engine", cuda_graph_scope="attn,moe_router")),
+    ("transformer_engine", "full", dict(cuda_graph_impl="transformer_engine",
+                                        cuda_graph_scope="")),
+    ("none", "", {})])
+def test_bridge_recipe_cuda_graph_settings(impl, scope, want):
+    """A Megatron-Bridge recipe's CUDA graphs as plan fields: whole-iteration graphs
+    (``cuda_graph_impl`` ``full_iteration``, or ``local`` with the ``full_iteration``
+    scope) as Megatron's local full-iteration graph; Transformer Engine graphs with their
+    scopes (``full``: whole layers, no scope); a local graph of another scope is none the
+    plans model."""
+    from configurator.cost.groundtruth import bridge_recipe_fields
+
+    rec = dict(recompute_modules="", recompute_granularity="", cuda_graph_impl=impl,
+               cuda_graph_scope=scope, tp_comm_overlap="False")
+    fields, unmodelled, notes = bridge_recipe_fields(rec, "bf16", make_model(**GQA))
+    graph = {k: v for k, v in fields.items() if k.startswith("cuda_graph")}
+    assert (graph, unmodelled, notes) == (want, None, [])
