@@ -1001,3 +1001,34 @@ def test_bridge_recipe_cuda_graph_settings(impl, scope, want):
     fields, unmodelled, notes = bridge_recipe_fields(rec, "bf16", make_model(**GQA))
     graph = {k: v for k, v in fields.items() if k.startswith("cuda_graph")}
     assert (graph, unmodelled, notes) == (want, None, [])
+
+
+@pytest.mark.parametrize("precision,key,field,note", [
+    ("fp8", "fp8_dot_product_attention", True, None),
+    ("mxfp8", "fp8_dot_product_attention", False, "FP8 attention under MXFP8"),
+    ("fp8", "moe_paged_stash", False, "the paged stash"),
+    ("bf16", "moe_paged_stash", False, "the paged stash")])
+def test_bridge_recipe_settings_left_unpriced(precision, key, field, note):
+    """A recipe's FP8 attention is the plan's ``fp8_dot_product_attention`` under FP8 and
+    left unpriced (named in the row's notes) under MXFP8; the MoE paged stash is always
+    left unpriced."""
+    from configurator.cost.groundtruth import bridge_recipe_fields
+
+    rec = dict(recompute_modules="", recompute_granularity="", cuda_graph_impl="none",
+               cuda_graph_scope="", tp_comm_overlap="False", fp8_recipe="tensorwise")
+    rec[key] = "True"
+    fields, unmodelled, notes = bridge_recipe_fields(rec, precision, make_model(**GQA))
+    assert fields["fp8_dot_product_attention"] is field and unmodelled is None
+    assert notes == ([note] if note else [])
+
+
+def test_korthikanti_runs_are_single_replica_plans():
+    """Korthikanti et al. Table 3 trains without data parallelism: every run's plan is one
+    replica, ``dp = GPUs/(tp·pp) = 1`` as an integer, over the table's GPUs."""
+    from configurator.cost.groundtruth import korthikanti_runs
+
+    runs = korthikanti_runs()
+    assert len(runs) == 8
+    for run in runs:
+        p = run.plan
+        assert type(p.dp) is int and p.dp == 1 and p.tp * p.pp == run.num_gpus

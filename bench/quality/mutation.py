@@ -170,6 +170,11 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
      "R (routed copies: k·X·etp times a capacity share > 0) is positive: 0 / R = 0 · R"),
     ("configurator/cost/host_ops.py", "return 0.0 * elements, 0.0 * elements", "`*` → `/`",
      "the clamped elements (tokens × fc1 width) are positive: 0 / elements = 0 · elements"),
+    ("configurator/cost/groundtruth.py", 'layout = "" if (model.num_layers + 2) % (pp * vp)',
+     "constant 2 ×1.1", "bridge_layout gives a layout only for DeepSeek-V3 (61 layers) on 4, "
+     "8, 16 or 32 stages, which divide neither 63 nor 63.2: \"\" either way elsewhere"),
+    ("configurator/cost/groundtruth.py", "same_plan: bool = True", "`True` → `False`",
+     "the default is never used: the one caller (bridge_rows) passes same_plan"),
     ("configurator/cost/moe_compute.py",
      "drop_pad = c.moe_expert_capacity_factor > 0 and c.moe_pad_expert_input_to_capacity",
      "`>` → `>=`", "the rules allow padding only with a factor > 0 (rules.py), so both "
