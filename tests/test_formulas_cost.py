@@ -917,6 +917,12 @@ def test_megatron_fsdp_gathers_and_scatters_expert_units_every_microbatch():
     want = m * (max(ag - 1e-3, 0.0) + max(ag + rs - 2e-3, 0.0))
     got = dp_exposed_s(c, ne, bw, lat, 2e-3, 1e-3, expert=(ex, ebw, elat))
     assert _one(got) == pytest.approx(want, rel=1e-12)
+    # a stage without experts (an MoE model's dense first layers) moves no expert unit
+    ag = _ring_all_gather(2 * ne, 8, bw, lat)
+    rs = _ring_all_gather(4 * ne, 8, bw, lat)
+    want = m * (max(ag - 1e-3, 0.0) + max(ag + rs - 2e-3, 0.0))
+    got = dp_exposed_s(c, ne, bw, lat, 2e-3, 1e-3, expert=(0.0, ebw, elat))
+    assert _one(got) == pytest.approx(want, rel=1e-12)
 
 
 def test_full_recompute_checkpoint_floors_the_host_bound_passes():
