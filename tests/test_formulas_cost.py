@@ -801,8 +801,8 @@ def test_moe_layer_forward_waits_for_the_host_after_the_dispatcher_sync():
     """The all-to-all dispatcher stops the host until the GPU has routed the tokens: before
     the sync the GPU runs the attention, router and passes (the MoE forward less the
     experts' work) with the layer's tensor-parallel collective (half the dense layer's pair:
-    tp 2, two all-reduces of 2·T·h bytes) and cp terms, after it the experts and the
-    exchanges. Here (h = 1024, mbs 4) the GPU's first part outlasts the host's 23 + 30
+    tp 2, two all-reduces of 2·T·h bytes) and cp term (cp 2), after it the experts and the
+    exchanges. Here (h = 1024, mbs 8) the GPU's first part outlasts the host's 23 + 30
     operations, and the host's remaining 17 + 90 + 2·2 operations outlast the experts and
     the two exchanges (one domain, 4 ranks: ¾ of 2·R·h bytes each over NVLink), so the
     layer's forward waits for the host by that difference."""
@@ -814,21 +814,24 @@ def test_moe_layer_forward_waits_for_the_host_after_the_dispatcher_sync():
                        num_experts=8, moe_router_topk=1, moe_ffn_hidden_size=64)
     gpu = _gpu()
     op = gpu.efficiency.host_op_s
-    c = _candidates(model, tp=2, dp=4, ep=4, micro_batch_size=4, sequence_parallel=True,
-                    global_batch_size=32)
+    c = _candidates(model, tp=2, cp=2, dp=2, ep=4, micro_batch_size=8,
+                    sequence_parallel=True, global_batch_size=32)
     lc = layer_costs(model, c, gpu)
-    comm = dict(tp_bw=100e9, tp_lat=5e-6, cp_bw=1.0, cp_lat=0.0, cp_hop_bw=1.0,
-                cp_hop_lat=0.0, cp_on_node=1, ep_on_node=8, ep_intra_bw=400e9,
+    comm = dict(tp_bw=100e9, tp_lat=5e-6, cp_bw=100e9, cp_lat=2e-6, cp_hop_bw=50e9,
+                cp_hop_lat=5e-6, cp_on_node=8, ep_on_node=8, ep_intra_bw=400e9,
                 ep_intra_lat=3e-6, ep_inter_bw=40e9, ep_inter_lat=8e-6, etp_bw=300e9,
                 etp_lat=2e-6, gpus_per_node=8)
-    moe = {k: _one(v) for k, v in layer_type_times(model, c, lc, comm)["moe"].items()}
-    T, h = 4 * 2048, 1024
+    types = layer_type_times(model, c, lc, comm)
+    moe = {k: _one(v) for k, v in types["moe"].items()}
+    T, h = 8 * 2048 / 2, 1024
     tp_f = 0.5 * 2 * (2 * 5e-6 + 2 * 0.5 * 2 * T * h / 100e9)
     R = 1 * T / 2
     ep_f = 2 * (3e-6 + 3 / 4 * 2 * R * h / 400e9)
     fwd, experts = _one(lc["moe_fwd"]), _one(lc["moe_experts_fwd"])
     host_pre, host = (23 + 30) * op, (23 + 17 + 90 + 2 * 2) * op
-    assert fwd - experts < host_pre < fwd - experts + tp_f     # no wait before the sync
+    cp_f = _one(types["dense"]["cp_f"])
+    assert cp_f > 0 and moe["cp_f"] == cp_f
+    assert host_pre < fwd - experts + tp_f + cp_f         # no wait before the sync
     wait = host - host_pre - (experts + ep_f)
     assert wait > 0
     assert (moe["tp_f"], moe["ep_f"]) == pytest.approx((tp_f, ep_f), rel=1e-12)
