@@ -566,7 +566,7 @@ def test_expert_exchange_overlap_interleaved_with_delayed_weight_gradients():
     x = dict(ep_on_node=8, ep_intra_bw=400e9, ep_intra_lat=3e-6, ep_inter_bw=40e9,
              ep_inter_lat=8e-6, etp_bw=300e9, etp_lat=2e-6)
     R = 65536.0
-    lc = dict(tokens_routed=R, moe_experts_fwd=5e-5, moe_fwd=1e-4, moe_bwd=1.5e-4)
+    lc = dict(tokens_routed=R, moe_experts_fwd=1e-4, moe_fwd=1.5e-4, moe_bwd=2.5e-4)
     c = _candidates(model, pp=2, vp=2, dp=8, ep=8, distributed_optimizer=True,
                     global_batch_size=32, overlap_moe_expert_parallel_comm=True,
                     delay_wgrad_compute=True)
@@ -576,8 +576,8 @@ def test_expert_exchange_overlap_interleaved_with_delayed_weight_gradients():
 
     def seg(comm, comp):
         return max(comm, comp + 0.189 * min(comm, comp))
-    m_f, m_b = 5e-5, 1e-4          # every piece but M_b shorter than an exchange
-    a_f, a_b = 1e-4 - m_f, 1.5e-4 - m_b
+    m_f, m_b = 1e-4, 2e-4          # the experts longer, the rest shorter than an exchange
+    a_f, a_b = 1.5e-4 - m_f, 2.5e-4 - m_b
     pair = seg(t, a_f) + seg(t, m_b / 2) + seg(t, m_b / 2 + m_f) + seg(t, a_b)
     exposed = 0.5 * max(pair - (a_f + a_b + m_f + m_b), 0.0) + 0.5 * 4 * t
     fwd, bwd = ep_layer_s(model, lc, c, x)
