@@ -53,20 +53,26 @@ TEST_MAP: dict[str, list[str]] = {
     "memory_model/params.py": ["tests/test_memory_model.py", "tests/test_experts_and_splits.py",
                                "tests/test_formulas_memory.py"],
     "configurator/cost/communication.py": ["tests/test_timing.py",
-                                           "tests/test_recipe_mechanisms.py"],
-    "configurator/cost/compute.py": ["tests/test_timing.py", "tests/test_recipe_mechanisms.py"],
+                                           "tests/test_recipe_mechanisms.py",
+                                           "tests/test_formulas_cost.py"],
+    "configurator/cost/compute.py": ["tests/test_timing.py", "tests/test_recipe_mechanisms.py",
+                                     "tests/test_formulas_cost.py"],
     "configurator/cost/expert_comm.py": ["tests/test_recipe_mechanisms.py",
-                                         "tests/test_timing.py"],
-    "configurator/cost/flops.py": ["tests/test_timing.py"],
-    "configurator/cost/gemm.py": ["tests/test_gemm_model.py", "tests/test_timing.py"],
+                                         "tests/test_timing.py", "tests/test_formulas_cost.py"],
+    "configurator/cost/flops.py": ["tests/test_timing.py", "tests/test_formulas_cost.py"],
+    "configurator/cost/gemm.py": ["tests/test_gemm_model.py", "tests/test_timing.py",
+                                  "tests/test_formulas_cost.py"],
     "configurator/cost/groundtruth.py": ["tests/test_published_runs_record.py",
-                                         "tests/test_sc21_accuracy.py"],
-    "configurator/cost/host_ops.py": ["tests/test_eager_mlp_ops.py"],
+                                         "tests/test_sc21_accuracy.py",
+                                         "tests/test_formulas_cost.py"],
+    "configurator/cost/host_ops.py": ["tests/test_eager_mlp_ops.py",
+                                      "tests/test_formulas_cost.py"],
     "configurator/cost/iteration.py": ["tests/test_timing.py", "tests/test_recipe_mechanisms.py",
-                                       "tests/test_experts_and_splits.py"],
-    "configurator/cost/measured.py": ["tests/test_profile.py"],
+                                       "tests/test_experts_and_splits.py",
+                                       "tests/test_formulas_cost.py"],
+    "configurator/cost/measured.py": ["tests/test_profile.py", "tests/test_formulas_cost.py"],
     "configurator/cost/moe_compute.py": ["tests/test_recipe_mechanisms.py",
-                                         "tests/test_timing.py"],
+                                         "tests/test_timing.py", "tests/test_formulas_cost.py"],
     "configurator/cost/placed.py": ["tests/test_measured_links.py",
                                     "tests/test_experts_and_splits.py",
                                  "tests/test_formulas_memory.py"],
@@ -82,7 +88,7 @@ TEST_MAP: dict[str, list[str]] = {
 WIDE_TESTS = sorted({t for files in TEST_MAP.values() for t in files} | {
     "tests/test_golden.py", "tests/test_placed.py", "tests/test_host_local.py",
     "tests/test_published_runs_record.py", "tests/test_sc21_accuracy.py",
-    "tests/test_signatures.py", "tests/test_plan_batch.py"})
+    "tests/test_signatures.py", "tests/test_plan_batch.py", "tests/test_moe_load_imbalance.py"})
 
 #: Slow tests (searches, fits, torch runs: seconds each) left out of the mutants' runs.
 DESELECT = [
@@ -251,6 +257,57 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
      "first sweep before any other op reads it, so d = 0 never breaks either way"),
     ("configurator/cost/training_time.py", "while b - a > 3:", "constant 3 ×1.1",
      "b − a is an integer: b − a > 3.3 holds where b − a > 3 does"),
+    # configurator/cost: compute, expert_comm, flops, gemm, host_ops, moe_compute,
+    # communication, measured, iteration, groundtruth
+    ("configurator/cost/compute.py", "c.sequence_parallel & (c.tp > 1)], axis=1)", "`>` → `>=`",
+     "the key only groups plans for the profile's lookup, which counts sequence parallelism "
+     "only with tp > 1 itself (LayerProfile.lookup): every plan gets the same entry"),
+    ("configurator/cost/compute.py", "c.sequence_parallel & (c.tp > 1)], axis=1)",
+     "constant 1 ×1.1", "tp is an integer: tp > 1.1 holds where tp > 1 does"),
+    ("configurator/cost/gemm.py", '"mxfp8": 2 * 1 / 32}', "`*` → `/`",
+     "2 / 1 / 32 = 2 * 1 / 32"),
+    ("configurator/cost/groundtruth.py", "sequence_parallel=tp > 1", "constant 1 ×1.1",
+     "tp is an integer: tp > 1.1 holds where tp > 1 does"),
+    ("configurator/cost/groundtruth.py", "tp_comm_overlap=tp > 1", "constant 1 ×1.1",
+     "tp is an integer: tp > 1.1 holds where tp > 1 does"),
+    ("configurator/cost/groundtruth.py", "distributed_optimizer=dp * cp > 1", "constant 1 ×1.1",
+     "dp·cp is an integer: dp·cp > 1.1 holds where dp·cp > 1 does"),
+    ("configurator/cost/iteration.py", "single = pp == 1", "constant 1 ×1.1",
+     "single then never holds; with pp 1 it decides only `extra` (used where pp > 2) and "
+     "`lighter_end` (used where vp > 1, which the rules allow only with pp > 1)"),
+    ("configurator/cost/groundtruth.py", 'layout = "" if (model.num_layers + 2) % (pp * vp)',
+     "`+` → `-`", "bridge_layout gives a layout only for DeepSeek-V3 (61 layers) on 4, 8, 16 "
+     "or 32 stages, which divide neither 63 nor 59: \"\" either way elsewhere"),
+    ("configurator/cost/groundtruth.py", 'layout = "" if (model.num_layers + 2) % (pp * vp)',
+     "drop term `2`", "bridge_layout gives a layout only for DeepSeek-V3 (61 layers) on 4, 8, "
+     "16 or 32 stages, which divide neither 63 nor 61: \"\" either way elsewhere"),
+    ("configurator/cost/compute.py",
+     "tokens_routed=0.0 * T, tokens_in=0.0 * T, moe_experts_fwd=0.0 * T", "`*` → `/`",
+     "T (a microbatch's tokens on the rank) is positive: 0 / T = 0 · T"),
+    ("configurator/cost/compute.py", "return 0.0 * T", "`*` → `/`",
+     "T (a microbatch's tokens on the rank) is positive: 0 / T = 0 · T"),
+    ("configurator/cost/host_ops.py", "moe_mlp = 0.0 * local", "`*` → `/`",
+     "the local experts E/ep are at least one: 0 / local = 0 · local"),
+    ("configurator/cost/moe_compute.py", "bias_f = bias_b = 0.0 * R", "`*` → `/`",
+     "R (routed copies: k·X·etp times a capacity share > 0) is positive: 0 / R = 0 · R"),
+    ("configurator/cost/moe_compute.py", "clamp_f, clamp_b = (0.0 * R, 0.0 * R) if fused",
+     "`*` → `/`",
+     "R (routed copies: k·X·etp times a capacity share > 0) is positive: 0 / R = 0 · R"),
+    ("configurator/cost/host_ops.py", "return 0.0 * elements, 0.0 * elements", "`*` → `/`",
+     "the clamped elements (tokens × fc1 width) are positive: 0 / elements = 0 · elements"),
+    ("configurator/cost/groundtruth.py", 'layout = "" if (model.num_layers + 2) % (pp * vp)',
+     "constant 2 ×1.1", "bridge_layout gives a layout only for DeepSeek-V3 (61 layers) on 4, "
+     "8, 16 or 32 stages, which divide neither 63 nor 63.2: \"\" either way elsewhere"),
+    ("configurator/cost/groundtruth.py", "same_plan: bool = True", "`True` → `False`",
+     "the default is never used: the one caller (bridge_rows) passes same_plan"),
+    ("configurator/cost/moe_compute.py",
+     "drop_pad = c.moe_expert_capacity_factor > 0 and c.moe_pad_expert_input_to_capacity",
+     "`>` → `>=`", "the rules allow padding only with a factor > 0 (rules.py), so both "
+     "tests read the padding flag"),
+    ("configurator/cost/host_ops.py",
+     "drop_pad = c.moe_expert_capacity_factor > 0 and c.moe_pad_expert_input_to_capacity",
+     "`>` → `>=`", "the rules allow padding only with a factor > 0 (rules.py), so both "
+     "tests read the padding flag"),
 ]
 
 #: Modules preloaded before forking (below the mutated layers: the import contracts keep

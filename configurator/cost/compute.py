@@ -328,6 +328,7 @@ def layer_costs(model: ModelSpec, c: PlanBatch, gpu: GPUSpec, profile=None) -> d
     mlp_module = np.where((rc & RECOMPUTE_MLP) != 0, dense_mlp, 0.0)
     host_dense, host_moe = host_layer_s(model, c, gpu)
     off_every = off_moe = 0.0
+    gpu_fwd, gpu_bwd = fwd, bwd     # the layer's own passes, before any offload copy
     if c.offload_modules:
         off_every, off_moe = offloaded_layer_bytes(model, LayerInputs.of_plans(model, c))
         fwd, bwd = offload_exposed(off_every, gpu, fwd, bwd)
@@ -358,12 +359,13 @@ def layer_costs(model: ModelSpec, c: PlanBatch, gpu: GPUSpec, profile=None) -> d
         moe_acc = (main_grad_accumulation_s(non_expert, c, gpu, T)
                    + main_grad_accumulation_s(expert, c, gpu, moe["tokens_routed"]
                                               * c.ep / model.num_experts))
+        # (from the dense layer's own passes: its offload copy is not the MoE layer's)
         moe_fwd, moe_bwd = offload_exposed(
-            off_every + off_moe, gpu, fwd + delta,
-            bwd - 2 * (dense_mlp - clamp_f) - clamp_b - grad_acc + moe_acc
+            off_every + off_moe, gpu, gpu_fwd + delta,
+            gpu_bwd - 2 * (dense_mlp - clamp_f) - clamp_b - grad_acc + moe_acc
             + 2 * (moe["fwd"] - moe["eager_fwd"]) + moe["eager_bwd"])
         out.update(moe_fwd=moe_fwd, moe_bwd=moe_bwd,
-                   moe_recompute=np.where(rc == RECOMPUTE_FULL, fwd + delta,
+                   moe_recompute=np.where(rc == RECOMPUTE_FULL, gpu_fwd + delta,
                                           recompute + moe_modules),
                    tokens_routed=moe["tokens_routed"], tokens_in=moe["tokens_in"],
                    moe_experts_fwd=moe["experts_fwd"])

@@ -104,13 +104,13 @@ def moe_mlp_costs(model: ModelSpec, c: PlanBatch, gpu: GPUSpec, T, kw):
     act_fwd = routed_act / hbm_bw + eff.kernel_overhead_s + clamp_f
     # the experts' own work (what the all-to-all overlap runs as its "mlp" node)
     experts_fwd = experts + routed_act / hbm_bw + cast + bias_f + clamp_f
-    if fs:
+    shared_f = 0.0
+    if fs:   # the shared expert's clamp: counted once, in clamp_f (eager)
         shared_f, shared_b = clamp_s(model, T * gate * fs / tp, gpu)
         clamp_f, clamp_b = clamp_f + shared_f, clamp_b + shared_b
-        shared = shared + shared_f
     kernels = MOE_EXTRA_KERNELS - moe_fused_ops(c)
     fwd = (experts + router + shared + elem / hbm_bw + cast
            + kernels * eff.kernel_overhead_s + bias_f + clamp_f)
     return {"fwd": fwd, "eager_fwd": bias_f + clamp_f, "eager_bwd": bias_b + clamp_b,
-            "act_fwd": act_fwd, "experts_fwd": experts_fwd, "shared_fwd": shared,
+            "act_fwd": act_fwd, "experts_fwd": experts_fwd, "shared_fwd": shared + shared_f,
             "tokens_routed": R, "tokens_in": X}
