@@ -21,10 +21,9 @@ import numpy as np
 
 from configurator.core.layers import layout_code, layout_text
 from configurator.core.plan import PLAN_FIELD, PLAN_FIELDS, ParallelPlan
-from configurator.core.plan_terms import (capacity_share, fp8_weights_gathered,
-                                          main_grad_bytes, optimizer_state_bytes,
-                                          param_gather_overlap, recompute_code,
-                                          tp_comm_overlapped)
+from configurator.core.plan_terms import (fp8_weights_gathered, main_grad_bytes,
+                                          optimizer_state_bytes, param_gather_overlap,
+                                          recompute_code, tp_comm_overlapped)
 from configurator.core.plan_values import SCORE_STORING_BACKENDS
 
 COLUMN_FIELDS = tuple(f for f in PLAN_FIELDS if f.per_candidate)
@@ -124,12 +123,6 @@ class PlanBatch:
         (:func:`configurator.core.plan_terms.optimizer_state_bytes`: 12 for Adam's FP32 master
         weight, m and v; less with the precision-aware optimizer's dtypes)."""
         return optimizer_state_bytes(self)
-
-    @property
-    def capacity_share(self) -> float:
-        """Routed token copies an expert computes over the dropless count
-        (:func:`configurator.core.plan_terms.capacity_share`)."""
-        return capacity_share(self)
 
     @property
     def world_size(self) -> np.ndarray:
