@@ -445,7 +445,8 @@ def moe_mlp_activation_delta(model: ModelSpec, x: LayerInputs):
     (megatron/core/transformer/moe/token_dispatcher.py ``MoEAlltoAllTokenDispatcher``) each
     rank's local experts receive ``R = k·X·etp`` token copies on average under balanced
     routing (``k`` = ``moe_router_topk``; the expert-tensor-parallel group gathers its ranks'
-    tokens), the busiest rank that times ``x.capacity`` (:class:`LayerInputs`). Kept (megatron-core 0.16.1, measured on CPU): the permuted expert input
+    tokens), the busiest rank that times ``x.capacity`` (:class:`LayerInputs`). Kept
+    (megatron-core 0.16.1, measured on CPU): the permuted expert input
     (fc1's input, ``2Rh``), fc1's output (``2R·f_e/etp``, ×2 with SwiGLU) and fc2's input
     (``2R·f_e/etp``); the router's fp32 softmax scores of the auxiliary loss (``4·X·E``),
     the transposed routing map and probabilities (``X·E`` bool + ``2·X·E``), two int64

@@ -461,8 +461,8 @@ def _gqa_flash_layer_bytes(s, b, t):
 def test_moe_layer_activations_with_sequence_parallel():
     """An MoE layer keeps what a dense one does but its MLP's: X/t tokens a rank, R = k·X/t·I
     routed copies on the busiest rank (etp 1; I = 1 + c·sqrt(2·2·ln 2/4), the busiest of ep 2
-    ranks' load of E 4 experts under dropless routing); the permuted input 2Rh, fc1 output 4R·f_e and fc2 input 2R·f_e,
-    the per-copy probabilities 2R, the router's scores, map and probabilities 7·X·E/t, the
+    ranks' load of E 4 experts under dropless routing); the permuted input 2Rh, fc1 output
+    4R·f_e and fc2 input 2R·f_e, the per-copy probabilities 2R, the router's scores, map and probabilities 7·X·E/t, the
     int64 indices and fp32 top-k probabilities 20·X·k/t (megatron-core 0.16.1, measured on
     CPU in tests/megatron_reference.py)."""
     E, k, fe = 4, 2, 64
@@ -778,8 +778,8 @@ def test_fp8_activations_keep_quantised_gemm_inputs(precision):
 def test_moe_mlp_forward_time(precision):
     """An MoE MLP on one rank, T tokens, X = T/tp routed by each tensor-parallel rank,
     R = k·X·etp·I copies over E/ep local experts on the busiest of the ep ranks (dropless
-    routing: I = 1 + c·sqrt(2·ep·ln(ep)/E), c the experts' load spread): the grouped fc1 (h → 2f_e/etp) and fc2 GEMMs
-    of R·ep/E rows each; the router GEMM X×E×h in 16-bit; a shared expert as a dense SwiGLU
+    routing: I = 1 + c·sqrt(2·ep·ln(ep)/E), c the experts' load spread): the grouped fc1
+    (h → 2f_e/etp) and fc2 GEMMs of R·ep/E rows each; the router GEMM X×E×h in 16-bit; a shared expert as a dense SwiGLU
     MLP over T tokens with its activation (6 bytes per element); memory-bound passes:
     permute and unpermute ``2·2·(Xh + Rh)``, the routed activation ``6·R·f_e``, the router's
     fp32 softmax and top-k ``12·X·E``; 30 extra kernels; under FP8 the casts of the grouped

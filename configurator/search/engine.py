@@ -15,7 +15,8 @@ work):
   the first pass (the same sum, in the same order);
 * **row groups**: a layer's activation terms depend on a few columns
   (micro_batch_size, cp, tp, sequence_parallel, the recompute code, etp, ep (the busiest
-  expert-parallel rank's routed tokens), the all-to-all overlap), so above :data:`GROUP_ROWS_ABOVE` plans they are computed once per distinct row
+  expert-parallel rank's routed tokens), the all-to-all overlap), so above
+  :data:`GROUP_ROWS_ABOVE` plans they are computed once per distinct row
   (:func:`configurator.core.rows.row_groups`) and gathered back;
 * **chunks**: batches are priced in slices of :data:`CHUNK_CANDIDATES` plans, bounding the
   temporaries (:func:`in_chunks`).
