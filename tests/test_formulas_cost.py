@@ -882,6 +882,33 @@ def test_biased_experts_eager_bias_and_the_fused_grouped_mlp(fused):
         _one(experts) + 6 * R * fe / hbm + bias_f + clamp_f, rel=1e-12)
 
 
+def test_fp8_casts_of_expert_tensor_parallel_grouped_gemm_inputs(monkeypatch):
+    """Under FP8 the grouped GEMMs' inputs are cast forward: fc1's input, the R routed copies
+    of h values, and fc2's, R copies of the rank's fe/etp slice of each expert's FFN, so the
+    cast moves R·(h + fe/etp) elements (tp 2, etp 2, ep 4, forced balance: R = k·(T/tp)·etp);
+    a 16-bit plan casts nothing."""
+    from configurator.cost import moe_compute
+
+    E, k, fe, h, tp, etp, ep = 8, 2, 64, 256, 2, 2, 4
+    model = make_model(**GQA, num_experts=E, moe_router_topk=k, moe_ffn_hidden_size=fe)
+    gpu = _gpu()
+    seen = []
+    real = moe_compute.fp8_quantize_s
+    monkeypatch.setattr(moe_compute, "fp8_quantize_s",
+                        lambda n, *a, **kw: seen.append(float(np.ravel(n)[0])) or real(n, *a,
+                                                                                        **kw))
+    T = 2048.0
+    for precision, want in (("fp8", [k * (T / tp) * etp * (h + fe / etp)]), ("bf16", [])):
+        seen.clear()
+        c = _candidates(model, moe_router_force_load_balancing=True, tp=tp, dp=4, ep=ep,
+                        etp=etp, sequence_parallel=True, global_batch_size=8,
+                        precision=precision)
+        kw = layer_costs(model, c, gpu)["gemm_kw"]
+        seen.clear()
+        moe_compute.moe_mlp_costs(model, c, gpu, T, kw)
+        assert seen == pytest.approx(want, rel=1e-12), precision
+
+
 def test_expert_tensor_parallel_grouped_gemms():
     """Expert tensor parallelism (tp 2, etp 2, ep 4): each rank's experts take the routed
     copies of its etp group, ``R = k·X·etp`` with X = T/tp, split over the E/ep local experts,

@@ -304,6 +304,15 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
      "drop_pad = c.moe_expert_capacity_factor > 0 and c.moe_pad_expert_input_to_capacity",
      "`>` → `>=`", "the rules allow padding only with a factor > 0 (rules.py), so both "
      "tests read the padding flag"),
+    # found by the final draw (seed 2029)
+    ("configurator/cost/schedule_sim.py", "e = [0.0] * (n + 1)", "drop term `1`",
+     "the scalar walk writes op i's end after reading its predecessors' (indices below i, or "
+     "the sentinel -1): without the extra entry e[-1] is op n − 1's end, written last, after "
+     "every read, and still 0 when op n − 1 reads it; e[:n] is the same list"),
+    ("memory_model/activations.py", "every = every + (_qkv_input_bytes(model, precision)",
+     "drop term `every`",
+     "the first module's bytes are added to every = 0·xh, zeros that broadcast to the "
+     "term's own shape: 0 + x and x are the same array"),
     ("configurator/cost/host_ops.py",
      "drop_pad = c.moe_expert_capacity_factor > 0 and c.moe_pad_expert_input_to_capacity",
      "`>` → `>=`", "the rules allow padding only with a factor > 0 (rules.py), so both "
