@@ -1189,3 +1189,22 @@ def test_parameter_tensor_counts_match_megatron_core_layers():
         count = (sum(moe_layer_parameters(model)) if model.is_moe
                  else dense_layer_parameters(model))
         assert float(count) == sum(got[name].values()), name
+
+
+def test_layer_inputs_default_to_one_plain_rank():
+    """A layer's inputs default to Megatron's defaults for what is not given: micro-batch 1,
+    tp and etp 1, no sequence parallelism, no recompute, bf16, the balanced dropless count,
+    no all-to-all overlap, a flash-style kernel, nothing offloaded. Without sequence
+    parallelism a tp-2 rank keeps its norms' and QKV/fc1 inputs whole (10·s·b·h bytes for a
+    bias-dropout GPT layer's replicated part), so the default is the unsplit figure."""
+    model = make_model(num_layers=2, hidden_size=256, num_attention_heads=8,
+                       vocab_size=1024, seq_length=128)
+    x = LayerInputs(seq=128)
+    assert (x.mbs, x.tp, x.sp, x.etp, x.recompute, x.precision, x.capacity, x.a2a_overlap,
+            x.stores_scores, x.offload_modules) == (1, 1, False, 1, 0, "bf16", 1.0, False,
+                                                   False, "")
+    kw = dict(mbs=1, seq=128, tp=2, recompute=0, stores_scores=False)
+    plain = layer_activation_bytes(model, sp=False, **kw)
+    split = layer_activation_bytes(model, sp=True, **kw)
+    # the replicated part, whole on each rank without sp, halved with it
+    assert float(plain - split) == pytest.approx(10 * 128 * 256 / 2, rel=1e-12)
