@@ -39,26 +39,41 @@ def p2p_transfers(pp, vp, m):
     return np.where(pp > 1, n, 0.0)
 
 
-def warmup_forwards(pp, vp, m, stage):
-    """Forwards (of model chunks) rank ``stage`` runs before its first backward: 1F1B
-    (``vp`` 1) ``min(pp - stage - 1, m)``; interleaved ``min(2·(pp - stage - 1) +
-    (vp - 1)·pp, m·vp)`` (``num_warmup_microbatches`` of the two schedules)."""
+def warmup_forwards_1f1b(pp, m, stage):
+    """Forwards rank ``stage`` runs before its first backward under 1F1B:
+    ``min(pp - stage - 1, m)`` (``num_warmup_microbatches`` of
+    ``forward_backward_pipelining_without_interleaving``)."""
+    return np.minimum(np.asarray(pp) - np.asarray(stage) - 1, m)
+
+
+def warmup_forwards_interleaved(pp, vp, m, stage):
+    """Model-chunk forwards rank ``stage`` runs before its first backward under interleaved
+    1F1B (``vp > 1``): ``min(2·(pp - stage - 1) + (vp - 1)·pp, m·vp)``
+    (``num_warmup_microbatches`` of ``forward_backward_pipelining_with_interleaving``)."""
     pp, vp, m, r = (np.asarray(x) for x in (pp, vp, m, stage))
-    return np.where(vp > 1, np.minimum(2 * (pp - r - 1) + (vp - 1) * pp, m * vp),
-                    np.minimum(pp - r - 1, m))
+    return np.minimum(2 * (pp - r - 1) + (vp - 1) * pp, m * vp)
+
+
+def warmup_forwards(pp, vp, m, stage):
+    """Forwards (of model chunks) rank ``stage`` runs before its first backward: 1F1B for
+    ``vp`` 1 (:func:`warmup_forwards_1f1b`), else interleaved
+    (:func:`warmup_forwards_interleaved`)."""
+    return np.where(np.asarray(vp) > 1, warmup_forwards_interleaved(pp, vp, m, stage),
+                    warmup_forwards_1f1b(pp, m, stage))
 
 
 def inflight_microbatches_1f1b(pp, m, stage):
     """Microbatches whose activations rank ``stage`` holds at the end of 1F1B's warm-up:
-    ``min(pp - stage, m)`` (:func:`warmup_forwards` + 1, at most ``m``)."""
-    return np.minimum(warmup_forwards(pp, 1, m, stage) + 1, m)
+    ``min(pp - stage, m)`` (:func:`warmup_forwards_1f1b` + 1, at most ``m``)."""
+    return np.minimum(warmup_forwards_1f1b(pp, m, stage) + 1, m)
 
 
 def inflight_chunks_interleaved(pp, vp, m, stage):
     """Model chunks (of ``L/(pp·vp)`` layers) rank ``stage`` holds under interleaved 1F1B
-    (``vp > 1``): ``min(m·vp, 2·(pp - stage - 1) + (vp - 1)·pp + 1)`` (:func:`warmup_forwards`
-    + 1, at most ``m·vp``)."""
-    return np.minimum(warmup_forwards(pp, vp, m, stage) + 1, np.asarray(m) * np.asarray(vp))
+    (``vp > 1``): ``min(m·vp, 2·(pp - stage - 1) + (vp - 1)·pp + 1)``
+    (:func:`warmup_forwards_interleaved` + 1, at most ``m·vp``)."""
+    return np.minimum(warmup_forwards_interleaved(pp, vp, m, stage) + 1,
+                      np.asarray(m) * np.asarray(vp))
 
 
 def inflight_layers(num_layers: int, *, pp, vp, num_microbatches, stage, rank_layers=None):
