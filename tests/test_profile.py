@@ -397,8 +397,9 @@ def test_a_profiled_host_time_replaces_the_presets_and_a_calibration_wins(tmp_pa
     slow = dict(GOOD, host_op_us=400.0)
     path.write_text(json.dumps(slow))
     inputs = dict(model="llama3-8b", cluster="dgx-h100-80gb", nodes=1)
-    _, preset, _ = resolve(JobInputs(**inputs))
-    _, profiled, prof = resolve(JobInputs(**inputs, profile=str(path)))
+    preset = resolve(JobInputs(**inputs)).cluster
+    job = resolve(JobInputs(**inputs, profile=str(path)))
+    profiled, prof = job.cluster, job.profile
     assert prof.host_op_us == 400.0
     assert profiled.gpu.efficiency.host_op_s == pytest.approx(400.0 * IN_TRAINING["host"] * 1e-6)
     assert preset.gpu.efficiency.host_op_s != profiled.gpu.efficiency.host_op_s
@@ -406,11 +407,11 @@ def test_a_profiled_host_time_replaces_the_presets_and_a_calibration_wins(tmp_pa
     cal = tmp_path / "cal.yaml"
     cal.write_text("format: configurator-calibration/1\ngpus:\n  h100-80gb:\n"
                    "    bf16:\n      host_op_us: 3.0\n")
-    _, both, _ = resolve(JobInputs(**inputs, profile=str(path), calibration=str(cal)))
+    both = resolve(JobInputs(**inputs, profile=str(path), calibration=str(cal))).cluster
     assert both.gpu.efficiency.host_op_s == pytest.approx(3.0e-6)
     without_host = tmp_path / "plain.json"
     without_host.write_text(json.dumps(GOOD))
-    _, plain, _ = resolve(JobInputs(**inputs, profile=str(without_host)))
+    plain = resolve(JobInputs(**inputs, profile=str(without_host))).cluster
     assert plain.gpu.efficiency.host_op_s == preset.gpu.efficiency.host_op_s
     # a layer with no profiled entry (tp 8) is priced analytically, its host floor from the
     # profiled host: 400 us of dispatch (a host far slower than the preset) sets its pace

@@ -49,14 +49,6 @@ def training_section(data: Any) -> dict[str, float]:
             for key, val in data.items()}
 
 
-def cluster_training_section(ref: str) -> dict[str, float]:
-    """The checked ``training`` section (:func:`training_section`) of cluster ``ref`` (a
-    preset name or a file), empty when it has none."""
-    preset = v.preset_name(ref, CLUSTER_PRESETS)
-    data = CLUSTER_PRESETS[preset] if preset is not None else v.load_mapping_file("cluster", ref)
-    return training_section(data.get("training") or {}) if isinstance(data, Mapping) else {}
-
-
 def _load_presets() -> dict[str, dict[str, Any]]:
     """The presets of ``configurator/data/clusters/presets.yaml``, in its order, each in the
     cluster-file schema with its key as ``name`` (its ``source`` stays in the file)."""
@@ -79,9 +71,16 @@ def cluster_from_config(data: Mapping[str, Any], nodes: int | None = None) -> Cl
     tray). Optional ``nvlink_domain_gpus``: GPUs of one NVLink domain, a positive multiple
     of ``gpus_per_node`` (default: one host); hosts are grouped into domains in order, the
     last one possibly partial. The ``intra_node_*`` figures apply inside a domain."""
+    return cluster_and_training(data, nodes)[0]
+
+
+def cluster_and_training(data: Mapping[str, Any], nodes: int | None = None
+                         ) -> tuple[Cluster, dict[str, float]]:
+    """:func:`cluster_from_config` and the cluster's checked ``training`` section
+    (:func:`training_section`; empty when it has none), both checked in one pass over
+    ``data``. Raises :class:`InputError` naming the offending key."""
     v.exact_keys("cluster", data, CLUSTER_KEYS_REQUIRED, CLUSTER_KEYS_OPTIONAL)
-    if "training" in data:
-        training_section(data["training"])
+    training = training_section(data["training"]) if "training" in data else {}
     gpu = gpu_from_config(data["gpu"])
     gpn = v.int_in_range("gpus_per_node", data["gpus_per_node"])
     n = v.int_in_range("nodes", data["nodes"] if nodes is None else nodes)
@@ -99,7 +98,7 @@ def cluster_from_config(data: Mapping[str, Any], nodes: int | None = None) -> Cl
     name = v.display_name("name", data.get("name", "custom-cluster"))
     figure = {key: v.float_in_range(key, data[key]) for key in CLUSTER_KEYS_REQUIRED
               if key.endswith(("_GBps", "_us"))}
-    return build_cluster(
+    cluster = build_cluster(
         name=name, gpu=gpu, gpus_per_node=gpn, hosts=[f"node{i:04d}" for i in range(n)],
         intra_bandwidth_Bps=figure["intra_node_bandwidth_GBps"] * GB,
         inter_bandwidth_Bps=figure["inter_node_bandwidth_GBps"] * GB,
@@ -107,6 +106,23 @@ def cluster_from_config(data: Mapping[str, Any], nodes: int | None = None) -> Cl
         inter_latency_s=figure["inter_node_latency_us"] * US,
         intra_efficiency=eff["intra_node_efficiency"],
         inter_efficiency=eff["inter_node_efficiency"], nvlink_domain_gpus=domain)
+    return cluster, training
+
+
+def cluster_config(ref: str) -> Mapping[str, Any]:
+    """The mapping that describes cluster ``ref``: a preset's (name in any case) or a
+    YAML/JSON cluster file's, unchecked (:func:`cluster_and_training` checks it). Raises
+    :class:`InputError` (field ``cluster``) when ``ref`` is neither."""
+    import os
+
+    preset = v.preset_name(ref, CLUSTER_PRESETS)
+    if preset is not None:
+        return CLUSTER_PRESETS[preset]
+    if not os.path.exists(ref):
+        raise InputError("cluster", ref, "not a preset name nor an existing file"
+                         + (v.did_you_mean(ref, CLUSTER_PRESETS)
+                            or " (presets: " + ", ".join(CLUSTER_PRESETS) + ")"))
+    return v.load_mapping_file("cluster", ref)
 
 
 def load_cluster(ref: str, nodes: int | None = None) -> Cluster:
@@ -115,15 +131,11 @@ def load_cluster(ref: str, nodes: int | None = None) -> Cluster:
 
     Raises :class:`InputError` (field ``cluster``, ``nodes``, or the offending key).
     """
-    import os
+    return read_cluster(ref, nodes)[0]
 
-    if nodes is not None:
-        v.int_in_range("nodes", nodes)
-    preset = v.preset_name(ref, CLUSTER_PRESETS)
-    if preset is not None:
-        return cluster_from_config(CLUSTER_PRESETS[preset], nodes)
-    if not os.path.exists(ref):
-        raise InputError("cluster", ref, "not a preset name nor an existing file"
-                         + (v.did_you_mean(ref, CLUSTER_PRESETS)
-                            or " (presets: " + ", ".join(CLUSTER_PRESETS) + ")"))
-    return cluster_from_config(v.load_mapping_file("cluster", ref), nodes)
+
+def read_cluster(ref: str, nodes: int | None = None) -> tuple[Cluster, dict[str, float]]:
+    """:func:`load_cluster` and the cluster's checked ``training`` section
+    (:func:`training_section`; empty when it has none): the preset or file read once for
+    both. Raises :class:`InputError` (field ``cluster``, ``nodes``, or the offending key)."""
+    return cluster_and_training(cluster_config(ref), nodes)

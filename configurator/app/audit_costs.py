@@ -414,8 +414,8 @@ def price_audit(topo_path: str, report, req: CostRequest) -> PricedPlan:
 
         doc = read_plan_document(v.load_mapping_file("plan", req.plan))
         inputs = JobInputs(model=req.model, cluster=cluster_ref, topology=topo_path)
-        model, cluster, _ = resolve(inputs, precision=doc.plan.precision)  # no profile
-        model = doc.model
+        job = resolve(inputs, precision=doc.plan.precision)  # no profile
+        model, cluster = doc.model, job.cluster
         if doc.nodes > cluster.num_nodes:
             raise InputError("plan", req.plan, f"the plan needs {doc.nodes} hosts; the "
                                                f"topology has {cluster.num_nodes}")
@@ -439,7 +439,8 @@ def price_audit(topo_path: str, report, req: CostRequest) -> PricedPlan:
             model=req.model, cluster_ref=cluster_ref, topology=topo_path,
             global_batch_size=req.global_batch_size, nodes=req.nodes,
             seq_length=req.seq_length, options=req.options, top=1, seed=req.seed)
-        model, cluster, _ = resolve(sreq.inputs, precision=sreq.precision)  # no profile
+        job = resolve(sreq.inputs, precision=sreq.precision)  # no profile
+        model, cluster = job.model, job.cluster
         space, options = search_space(model, sreq), dict(sreq.search_kwargs)
         res, _ = ranked_search(sreq, model, cluster, space, 1)
         best = res.plans[0]
@@ -451,7 +452,7 @@ def price_audit(topo_path: str, report, req: CostRequest) -> PricedPlan:
                    f"iteration placed on the measured links")
     from configurator.app.training_jobs import training_inputs
 
-    train = training_inputs(req.training, cluster_ref)
+    train = training_inputs(req.training, job.training)
     costs = price_findings(model, load_cluster(cluster_ref, cluster.num_nodes), topo, report,
                            best, pool=list(range(cluster.num_nodes)), seed=req.seed,
                            search_space=space, options=options)

@@ -157,8 +157,9 @@ def _run_plan(req: PlanRequest, stage) -> PlanOutcome:
         global_batch_size=req.global_batch_size, nodes=req.nodes, seq_length=req.seq_length,
         options=req.options, top=req.top, seed=req.seed,
         placement_evaluations=req.placement_evaluations)
-    model, cluster, _ = resolve(sreq.inputs, precision=sreq.precision)  # no profile
-    train = training_inputs(req.training, cluster_ref)
+    job = resolve(sreq.inputs, precision=sreq.precision)  # no profile
+    model, cluster = job.model, job.cluster
+    train = training_inputs(req.training, job.training)
     space = search_space(model, sreq)
     drain = tuple(h for h in report.drain_hosts if h in cluster.hosts)
     res = used = None

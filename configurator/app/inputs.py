@@ -5,9 +5,10 @@ a :class:`~topology.cluster.Cluster` whose links are the measured ones where giv
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Mapping
 
 from configurator.core import validate as v
 from configurator.core.errors import InputError
@@ -15,10 +16,11 @@ from configurator.core.model import ModelSpec
 from configurator.core.model_presets import load_model
 from configurator.core.profile import LayerProfile, load_profile
 from topology.cluster import Cluster
-from topology.cluster_files import load_cluster
+from topology.cluster_files import read_cluster
 
 if TYPE_CHECKING:
     from topology.audit import AuditReport
+    from topology.calibration import Calibration
     from topology.topofile import Topology
 
 
@@ -44,26 +46,54 @@ class JobInputs:
     profile: str | None = None
 
 
+@dataclass(frozen=True, kw_only=True)
+class ResolvedJob:
+    """A :class:`JobInputs` resolved (:func:`resolve`, :func:`resolve_uncalibrated`).
+
+    ``model``: the model (at the sequence length asked for); ``cluster``: its nodes, its
+    links measured where a topology was given, and with :func:`resolve` the profile's host
+    time and the calibration applied (:func:`with_measurements`); ``profile``: the layer
+    profile the cost prices layers with, or None; ``training``: the cluster's checked
+    ``training`` section (:func:`topology.cluster_files.training_section`, in the cluster
+    file's units; empty when it has none), read with the cluster."""
+
+    model: ModelSpec
+    cluster: Cluster
+    profile: LayerProfile | None = None
+    training: Mapping[str, float] = field(default_factory=dict)
+
+
 def resolve(inputs: JobInputs, *, exclude_flagged: bool | None = None,
-            precision: str = "bf16") -> tuple[ModelSpec, Cluster, LayerProfile | None]:
-    """:func:`resolve_uncalibrated`, then the calibration's values for ``precision`` (the
-    plan's) on the cluster's GPU; ``(model, cluster, profile)`` with ``profile`` the layer
-    profile (checked against the model, the GPU and ``precision``:
-    :meth:`configurator.core.profile.LayerProfile.check_job`) the cost takes as its
-    ``profile``, or None."""
-    model, cluster = resolve_uncalibrated(inputs, exclude_flagged=exclude_flagged)
+            precision: str = "bf16") -> ResolvedJob:
+    """:func:`resolve_uncalibrated`, then the layer profile (checked against the model, the
+    GPU and ``precision``, the plan's: :meth:`configurator.core.profile.LayerProfile.check_job`)
+    and the calibration, both applied to the cluster (:func:`with_measurements`)."""
+    job = resolve_uncalibrated(inputs, exclude_flagged=exclude_flagged)
     profile = None
     if inputs.profile:
         profile = load_profile(inputs.profile)
-        profile.check_job(model, cluster.gpu.name, precision)
-        if profile.host_op_us is not None:
-            cluster = with_profiled_host(cluster, profile)
+        profile.check_job(job.model, job.cluster.gpu.name, precision)
+    calibration = None
     if inputs.calibration:
         from topology.calibration import load_calibration
 
-        cal = load_calibration(inputs.calibration)
-        cluster = cal.apply_cluster(cluster, precision)
-    return model, cluster, profile
+        calibration = load_calibration(inputs.calibration)
+    cluster = with_measurements(job.cluster, profile, calibration, precision)
+    return dataclasses.replace(job, cluster=cluster, profile=profile)
+
+
+def with_measurements(cluster: Cluster, profile: LayerProfile | None,
+                      calibration: Calibration | None, precision: str) -> Cluster:
+    """``cluster`` with what was measured of the user's hosts: the host time per operation
+    of a training step from the dispatch time ``profile`` measured
+    (:func:`with_profiled_host`), then ``calibration``'s values for ``precision``
+    (:meth:`topology.calibration.Calibration.apply_cluster`), which win. Either may be
+    None."""
+    if profile is not None and profile.host_op_us is not None:
+        cluster = with_profiled_host(cluster, profile)
+    if calibration is not None:
+        cluster = calibration.apply_cluster(cluster, precision)
+    return cluster
 
 
 def with_profiled_host(cluster: Cluster, profile: LayerProfile) -> Cluster:
@@ -81,11 +111,12 @@ def with_profiled_host(cluster: Cluster, profile: LayerProfile) -> Cluster:
 
 
 def resolve_uncalibrated(inputs: JobInputs, *, exclude_flagged: bool | None = None
-                         ) -> tuple[ModelSpec, Cluster]:
-    """Load the model and build the cluster. Without a topology: ``inputs.nodes`` nodes of
-    the cluster (default its own count). With one: every host of the topology, its links
-    measured; :func:`host_pool` then says which hosts a plan may use and how many.
-    ``exclude_flagged`` (default ``inputs.exclude_flagged``) needs a topology.
+                         ) -> ResolvedJob:
+    """Load the model and build the cluster (no profile, no calibration). Without a
+    topology: ``inputs.nodes`` nodes of the cluster (default its own count). With one:
+    every host of the topology, its links measured; :func:`host_pool` then says which hosts
+    a plan may use and how many. ``exclude_flagged`` (default ``inputs.exclude_flagged``)
+    needs a topology. The cluster is read once, its ``training`` section with it.
     Raises :class:`InputError`."""
     exclude = inputs.exclude_flagged if exclude_flagged is None else exclude_flagged
     model = load_model(inputs.model)
@@ -93,19 +124,22 @@ def resolve_uncalibrated(inputs: JobInputs, *, exclude_flagged: bool | None = No
         model = model.with_seq_length(inputs.seq_length)
     if inputs.nodes is not None:
         v.int_in_range("nodes", inputs.nodes)
-    if not inputs.topology:
-        if exclude:
-            raise InputError("exclude_flagged", True, "needs --topology FILE")
-        return model, load_cluster(inputs.cluster, inputs.nodes)
-    from topology.topofile import apply_topology
+    topo = None
+    if inputs.topology:
+        topo = load_measured_topology(inputs.topology)
+    elif exclude:
+        raise InputError("exclude_flagged", True, "needs --topology FILE")
+    nodes = inputs.nodes if topo is None else len(topo.hosts)
+    cluster, training = read_cluster(inputs.cluster, nodes)
+    if topo is not None:
+        from topology.topofile import apply_topology
 
-    topo = load_measured_topology(inputs.topology)
-    cluster = load_cluster(inputs.cluster, len(topo.hosts))
-    check_measured_gpu(topo, cluster, inputs.topology)
-    if inputs.nodes is not None and inputs.nodes > len(topo.hosts):
-        raise InputError("nodes", inputs.nodes, f"must be at most the {len(topo.hosts)} hosts "
-                         f"of the topology {inputs.topology}")
-    return model, apply_topology(cluster, topo)
+        check_measured_gpu(topo, cluster, inputs.topology)
+        if inputs.nodes is not None and inputs.nodes > len(topo.hosts):
+            raise InputError("nodes", inputs.nodes, f"must be at most the {len(topo.hosts)} "
+                             f"hosts of the topology {inputs.topology}")
+        cluster = apply_topology(cluster, topo)
+    return ResolvedJob(model=model, cluster=cluster, training=training)
 
 
 def load_measured_topology(path: str) -> Topology:

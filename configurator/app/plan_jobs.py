@@ -107,13 +107,14 @@ def run_search(req: SearchRequest) -> SearchOutcome:
     :func:`configurator.search.placement_search.place_plan`) and re-ranked by its placed
     time.
     Raises :class:`InputError` (bad input) or :class:`NoFeasiblePlanError`."""
-    model, cluster, profile = resolve(req.inputs, precision=req.precision)
+    job = resolve(req.inputs, precision=req.precision)
+    model, cluster, profile = job.model, job.cluster, job.profile
     v.int_in_range("gbs", req.global_batch_size)
     v.int_in_range("top", req.top)
     if not 0 < req.max_memory_fraction <= 1:
         raise InputError("max_memory_fraction", req.max_memory_fraction, "must be in (0, 1]")
     check_placement_options(req)
-    train = training_inputs(req.training, req.inputs.cluster)
+    train = training_inputs(req.training, job.training)
     if req.out:
         check_out(req.out, SEARCH_FILES, req.force)
     space = search_space(model, req)
@@ -192,7 +193,7 @@ def calibration_change(req: SearchRequest, model, res: SearchResult, profile=Non
     from configurator.cost.iteration import iteration_time
     from configurator.search.engine import in_chunks
 
-    _, base = resolve_uncalibrated(req.inputs)
+    base = resolve_uncalibrated(req.inputs).cluster
     cand, t_cal = res.ranked, res.ranked_time_s
     t_unc = in_chunks(cand, lambda c, _rows: iteration_time(model, base, c, profile=profile)[
         "iteration_time_s"])
@@ -395,8 +396,8 @@ def run_estimate(req: EstimateRequest) -> EstimateOutcome:
     mapping with ``hosts`` and ``gpu_order``); the result carries the placement record."""
     from launchers import check_out_file
 
-    model, cluster, profile = resolve(req.inputs,
-                                      precision=req.fields.get("precision") or "bf16")
+    job = resolve(req.inputs, precision=req.fields.get("precision") or "bf16")
+    model, cluster, profile = job.model, job.cluster, job.profile
     if req.out:
         check_out_file(req.out, req.force)
     if not req.inputs.topology:
@@ -578,8 +579,8 @@ def run_scaling(req: SearchRequest, lo: int, hi: int) -> ScalingOutcome:
     (tokens/s and per-GPU tokens/s against nodes) and ``scaling.json``."""
     from configurator.core.progress import progress
 
-    model, cluster, profile = resolve(dataclasses.replace(req.inputs, nodes=None),
-                                      precision=req.precision)
+    job = resolve(dataclasses.replace(req.inputs, nodes=None), precision=req.precision)
+    model, cluster, profile = job.model, job.cluster, job.profile
     v.int_in_range("gbs", req.global_batch_size)
     check_placement_options(req)
     if not 0 < req.max_memory_fraction <= 1:
@@ -589,7 +590,7 @@ def run_scaling(req: SearchRequest, lo: int, hi: int) -> ScalingOutcome:
         if hi > len(pool):
             raise InputError("nodes_range", f"{lo}:{hi}", f"must end at most at the "
                              f"{len(pool)} hosts the topology offers")
-    train = training_inputs(req.training, req.inputs.cluster)
+    train = training_inputs(req.training, job.training)
     if hi - lo + 1 > MAX_SCALING_POINTS and train is None:
         parse_nodes_range(f"{lo}:{hi}")      # refused: too many counts without a sample
     if req.out:
@@ -606,8 +607,8 @@ def run_scaling(req: SearchRequest, lo: int, hi: int) -> ScalingOutcome:
                 res, used = ranked_search(req, model, cluster, space, 1, nodes=n,
                                           profile=profile, rerank=rerank)
             else:
-                _, cl, _ = resolve(dataclasses.replace(req.inputs, nodes=n),
-                                   precision=req.precision)
+                cl = resolve(dataclasses.replace(req.inputs, nodes=n),
+                             precision=req.precision).cluster
                 res, used = ranked_search(req, model, cl, space, 1, profile=profile,
                                           rerank=rerank)
         except (InputError, NoFeasiblePlanError) as err:

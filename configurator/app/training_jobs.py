@@ -54,10 +54,11 @@ class TrainingRequest:
                 or any(val is not None for val in self.options.values()))
 
 
-def training_inputs(req: TrainingRequest | None, cluster_ref: str) -> TrainingInputs | None:
+def training_inputs(req: TrainingRequest | None,
+                    cluster_training: Mapping[str, float]) -> TrainingInputs | None:
     """The :class:`TrainingInputs` of ``req`` (None when it asks for nothing): the cluster
-    file's ``training`` section (:func:`topology.cluster_files.cluster_training_section`)
-    under the command line's options. Raises :class:`InputError` naming the option, the
+    file's checked ``training`` section ``cluster_training`` (read with the cluster:
+    :attr:`configurator.app.inputs.ResolvedJob.training`) under the command line's options. Raises :class:`InputError` naming the option, the
     value and the rule; every option but ``--train-tokens`` needs ``--train-tokens``."""
     if req is None or not req.given:
         return None
@@ -73,9 +74,7 @@ def training_inputs(req: TrainingRequest | None, cluster_ref: str) -> TrainingIn
     tokens = parse_tokens(req.train_tokens)
     if req.deadline_days is not None:
         check_value("deadline", req.deadline_days, "deadline_days")
-    from topology.cluster_files import cluster_training_section
-
-    base = training_settings(cluster_training_section(cluster_ref))
+    base = training_settings(cluster_training)
     over = {}
     for opt, val in req.options.items():
         if val is None:

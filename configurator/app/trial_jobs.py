@@ -275,7 +275,8 @@ def run_trial(req: TrialRequest) -> TrialOutcome:
                          "prices the presets' nominal links: not with --topology or "
                          "--calibration")
     options = search_options(**req.options)
-    model, cluster = resolve_uncalibrated(req.inputs)
+    job = resolve_uncalibrated(req.inputs)
+    model, cluster = job.model, job.cluster
     names = tuple(n for n in trial_parameters(options["precision"])
                   if n in LINK_PARAMETERS or n == "host_op_us"
                   or getattr(cluster.gpu.efficiency, n) is not None)
