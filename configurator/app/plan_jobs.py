@@ -76,6 +76,18 @@ class SearchRequest:
         cluster allows, :mod:`configurator.search.mechanisms`)."""
         return {k: (v if k in self.given else None) for k, v in self.options.items()}
 
+    def check(self) -> None:
+        """Check the request's own settings: the global batch size (field ``gbs``), ``top``,
+        ``max_memory_fraction`` (in (0, 1]), then the placement search's
+        (:func:`check_placement_options`). Raises :class:`InputError` naming the first out
+        of range."""
+        v.int_in_range("gbs", self.global_batch_size)
+        v.int_in_range("top", self.top)
+        if not 0 < self.max_memory_fraction <= 1:
+            raise InputError("max_memory_fraction", self.max_memory_fraction,
+                             "must be in (0, 1]")
+        check_placement_options(self)
+
 
 @dataclass(frozen=True, kw_only=True)
 class SearchOutcome:
@@ -109,11 +121,7 @@ def run_search(req: SearchRequest) -> SearchOutcome:
     Raises :class:`InputError` (bad input) or :class:`NoFeasiblePlanError`."""
     job = resolve(req.inputs, precision=req.precision)
     model, cluster, profile = job.model, job.cluster, job.profile
-    v.int_in_range("gbs", req.global_batch_size)
-    v.int_in_range("top", req.top)
-    if not 0 < req.max_memory_fraction <= 1:
-        raise InputError("max_memory_fraction", req.max_memory_fraction, "must be in (0, 1]")
-    check_placement_options(req)
+    req.check()
     train = training_inputs(req.training, job.training)
     if req.out:
         check_out(req.out, SEARCH_FILES, req.force)
