@@ -36,9 +36,10 @@ from configurator.core import validate as v
 from configurator.core.errors import InputError
 from configurator.core.plan_values import PRECISION
 from configurator.core.units import US
-from topology.gpus import GPUSpec
+from topology.gpus import GPUSpec, host_op_in_training_us
 
 if TYPE_CHECKING:
+    from configurator.core.profile import LayerProfile
     from topology.cluster import Cluster
 
 FORMAT = "configurator-calibration/1"
@@ -113,6 +114,30 @@ def with_link_parameters(cluster: "Cluster", values: Mapping[str, float]) -> "Cl
     (:meth:`topology.cluster.Cluster.with_link_efficiency`: a measured cluster is kept)."""
     return cluster.with_link_efficiency(values.get("intra_node_efficiency"),
                                         values.get("inter_node_efficiency"))
+
+
+def with_measurements(cluster: "Cluster", profile: "LayerProfile | None",
+                      calibration: "Calibration | None", precision: str) -> "Cluster":
+    """``cluster`` with what was measured of the user's hosts: the host time per operation
+    of a training step from the dispatch time ``profile`` measured
+    (:func:`with_profiled_host`), then ``calibration``'s values for ``precision``
+    (:meth:`Calibration.apply_cluster`), which win. Either may be None."""
+    if profile is not None and profile.host_op_us is not None:
+        cluster = with_profiled_host(cluster, profile)
+    if calibration is not None:
+        cluster = calibration.apply_cluster(cluster, precision)
+    return cluster
+
+
+def with_profiled_host(cluster: "Cluster", profile: "LayerProfile") -> "Cluster":
+    """``cluster`` with the host time per operation of a training step taken from the
+    dispatch time ``profile`` measured on the user's host
+    (:func:`topology.gpus.host_op_in_training_us`); a calibration applied after it wins."""
+    us = host_op_in_training_us(profile.host_op_us)
+    gpu = with_parameters(cluster.gpu, {"host_op_us": us},
+                          f"{cluster.gpu.efficiency.source}; host_op_us {us:.3g} from the "
+                          f"profile {profile.path or 'given'}")
+    return cluster.with_gpu(gpu)
 
 
 @dataclass(frozen=True)

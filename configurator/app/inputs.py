@@ -15,12 +15,12 @@ from configurator.core.errors import InputError
 from configurator.core.model import ModelSpec
 from configurator.core.model_presets import load_model
 from configurator.core.profile import LayerProfile, load_profile
+from topology.calibration import load_calibration, with_measurements
 from topology.cluster import Cluster
 from topology.cluster_files import read_cluster
 
 if TYPE_CHECKING:
     from topology.audit import AuditReport
-    from topology.calibration import Calibration
     from topology.topofile import Topology
 
 
@@ -52,8 +52,8 @@ class ResolvedJob:
 
     ``model``: the model (at the sequence length asked for); ``cluster``: its nodes, its
     links measured where a topology was given, and with :func:`resolve` the profile's host
-    time and the calibration applied (:func:`with_measurements`); ``profile``: the layer
-    profile the cost prices layers with, or None; ``training``: the cluster's checked
+    time and the calibration applied (:func:`topology.calibration.with_measurements`);
+    ``profile``: the layer profile the cost prices layers with, or None; ``training``: the cluster's checked
     ``training`` section (:func:`topology.cluster_files.training_section`, in the cluster
     file's units; empty when it has none), read with the cluster."""
 
@@ -67,47 +67,16 @@ def resolve(inputs: JobInputs, *, exclude_flagged: bool | None = None,
             precision: str = "bf16") -> ResolvedJob:
     """:func:`resolve_uncalibrated`, then the layer profile (checked against the model, the
     GPU and ``precision``, the plan's: :meth:`configurator.core.profile.LayerProfile.check_job`)
-    and the calibration, both applied to the cluster (:func:`with_measurements`)."""
+    and the calibration, both applied to the cluster
+    (:func:`topology.calibration.with_measurements`)."""
     job = resolve_uncalibrated(inputs, exclude_flagged=exclude_flagged)
     profile = None
     if inputs.profile:
         profile = load_profile(inputs.profile)
         profile.check_job(job.model, job.cluster.gpu.name, precision)
-    calibration = None
-    if inputs.calibration:
-        from topology.calibration import load_calibration
-
-        calibration = load_calibration(inputs.calibration)
+    calibration = load_calibration(inputs.calibration) if inputs.calibration else None
     cluster = with_measurements(job.cluster, profile, calibration, precision)
     return dataclasses.replace(job, cluster=cluster, profile=profile)
-
-
-def with_measurements(cluster: Cluster, profile: LayerProfile | None,
-                      calibration: Calibration | None, precision: str) -> Cluster:
-    """``cluster`` with what was measured of the user's hosts: the host time per operation
-    of a training step from the dispatch time ``profile`` measured
-    (:func:`with_profiled_host`), then ``calibration``'s values for ``precision``
-    (:meth:`topology.calibration.Calibration.apply_cluster`), which win. Either may be
-    None."""
-    if profile is not None and profile.host_op_us is not None:
-        cluster = with_profiled_host(cluster, profile)
-    if calibration is not None:
-        cluster = calibration.apply_cluster(cluster, precision)
-    return cluster
-
-
-def with_profiled_host(cluster: Cluster, profile: LayerProfile) -> Cluster:
-    """``cluster`` with the host time per operation of a training step taken from the
-    dispatch time ``profile`` measured on the user's host
-    (:func:`topology.gpus.host_op_in_training_us`); a calibration applied after it wins."""
-    from topology.calibration import with_parameters
-    from topology.gpus import host_op_in_training_us
-
-    us = host_op_in_training_us(profile.host_op_us)
-    gpu = with_parameters(cluster.gpu, {"host_op_us": us},
-                          f"{cluster.gpu.efficiency.source}; host_op_us {us:.3g} from the "
-                          f"profile {profile.path or 'given'}")
-    return cluster.with_gpu(gpu)
 
 
 def resolve_uncalibrated(inputs: JobInputs, *, exclude_flagged: bool | None = None
