@@ -53,9 +53,9 @@ class ResolvedJob:
     ``model``: the model (at the sequence length asked for); ``cluster``: its nodes, its
     links measured where a topology was given, and with :func:`resolve` the profile's host
     time and the calibration applied (:func:`topology.calibration.with_measurements`);
-    ``profile``: the layer profile the cost prices layers with, or None; ``training``: the cluster's checked
-    ``training`` section (:func:`topology.cluster_files.training_section`, in the cluster
-    file's units; empty when it has none), read with the cluster."""
+    ``profile``: the layer profile the cost prices layers with, or None; ``training``: the
+    cluster's checked ``training`` section (:func:`topology.cluster_files.training_section`,
+    in the cluster file's units; empty when it has none), read with the cluster."""
 
     model: ModelSpec
     cluster: Cluster

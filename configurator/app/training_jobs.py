@@ -58,8 +58,9 @@ def training_inputs(req: TrainingRequest | None,
                     cluster_training: Mapping[str, float]) -> TrainingInputs | None:
     """The :class:`TrainingInputs` of ``req`` (None when it asks for nothing): the cluster
     file's checked ``training`` section ``cluster_training`` (read with the cluster:
-    :attr:`configurator.app.inputs.ResolvedJob.training`) under the command line's options. Raises :class:`InputError` naming the option, the
-    value and the rule; every option but ``--train-tokens`` needs ``--train-tokens``."""
+    :attr:`configurator.app.inputs.ResolvedJob.training`) under the command line's options.
+    Raises :class:`InputError` naming the option, the value and the rule; every option but
+    ``--train-tokens`` needs ``--train-tokens``."""
     if req is None or not req.given:
         return None
     if req.objective not in OBJECTIVES:
