@@ -86,3 +86,15 @@ def test_a_good_request_passes_its_check():
 def test_nothing_measured_leaves_the_cluster_as_it_is():
     cluster = load_cluster("dgx-h100-80gb", 1)
     assert with_measurements(cluster, None, None, "bf16") is cluster
+
+
+def test_the_uncalibrated_cluster_is_the_one_before_profile_and_calibration(tmp_path):
+    cal = tmp_path / "cal.yaml"
+    cal.write_text("format: configurator-calibration/1\ngpus:\n  h100-80gb:\n    bf16:\n"
+                   "      gemm: 0.5\n      host_op_us: 5.0\n")
+    preset = load_cluster("dgx-h100-80gb", 1)
+    job = resolve(JobInputs(model="llama3-8b", cluster="dgx-h100-80gb", nodes=1,
+                            calibration=str(cal)))
+    assert job.cluster.gpu.efficiency.gemm == 0.5
+    assert job.uncalibrated_cluster.gpu.efficiency == preset.gpu.efficiency
+    assert job.uncalibrated_cluster.to_dict() == preset.to_dict()

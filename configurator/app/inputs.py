@@ -61,6 +61,9 @@ class ResolvedJob:
     cluster: Cluster
     profile: LayerProfile | None = None
     training: Mapping[str, float] = field(default_factory=dict)
+    #: the cluster as :func:`resolve_uncalibrated` built it: without the profile's host time
+    #: and the calibration (what a calibration is compared against)
+    uncalibrated_cluster: Cluster
 
 
 def resolve(inputs: JobInputs, *, exclude_flagged: bool | None = None,
@@ -108,7 +111,8 @@ def resolve_uncalibrated(inputs: JobInputs, *, exclude_flagged: bool | None = No
             raise InputError("nodes", inputs.nodes, f"must be at most the {len(topo.hosts)} "
                              f"hosts of the topology {inputs.topology}")
         cluster = apply_topology(cluster, topo)
-    return ResolvedJob(model=model, cluster=cluster, training=training)
+    return ResolvedJob(model=model, cluster=cluster, training=training,
+                       uncalibrated_cluster=cluster)
 
 
 def load_measured_topology(path: str) -> Topology:

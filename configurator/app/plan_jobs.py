@@ -10,7 +10,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from configurator.app.inputs import JobInputs, host_pool, resolve, resolve_uncalibrated
+from configurator.app.inputs import JobInputs, host_pool, resolve
 from configurator.app.training_jobs import (TrainingRequest, objective_note,
                                             pick_scaling_row, price_evaluation, rank_plans,
                                             scaling_summary, training_inputs, training_line)
@@ -165,7 +165,8 @@ def run_search(req: SearchRequest) -> SearchOutcome:
         header += "\n" + mechanisms_line(res)
     doc = search_document(model, used, res)
     if compare:
-        doc["calibration_change"] = calibration_change(req, model, res, profile)
+        doc["calibration_change"] = calibration_change(req, model, job.uncalibrated_cluster,
+                                                       res, profile)
         header += "\n" + doc["calibration_change"]["summary"]
     if req.inputs.exclude_flagged:
         doc["exclusion"] = exclusion_effect(req, model, cluster, res, space, profile)
@@ -193,15 +194,17 @@ def _short(plan) -> str:
             f"{plan.micro_batch_size} recompute {plan.recompute}")
 
 
-def calibration_change(req: SearchRequest, model, res: SearchResult, profile=None) -> dict:
+def calibration_change(req: SearchRequest, model, base, res: SearchResult,
+                       profile=None) -> dict:
     """How the calibration (``req.inputs.calibration``) changed the ranking of a search
-    kept with its ranking: every feasible plan priced again in closed form with the presets'
-    figures; the uncalibrated best's rank under the calibration and the calibrated best's
-    rank without it (ranks from 1, closed form), with ``summary`` a line saying so."""
+    kept with its ranking: every feasible plan priced again in closed form on ``base``, the
+    cluster with the presets' figures
+    (:attr:`configurator.app.inputs.ResolvedJob.uncalibrated_cluster`); the uncalibrated
+    best's rank under the calibration and the calibrated best's rank without it (ranks from
+    1, closed form), with ``summary`` a line saying so."""
     from configurator.cost.iteration import iteration_time
     from configurator.search.engine import in_chunks
 
-    base = resolve_uncalibrated(req.inputs).cluster
     cand, t_cal = res.ranked, res.ranked_time_s
     t_unc = in_chunks(cand, lambda c, _rows: iteration_time(model, base, c, profile=profile)[
         "iteration_time_s"])
