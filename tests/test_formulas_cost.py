@@ -326,6 +326,47 @@ def test_moe_mlp_with_a_clamped_shared_expert_and_fused_routing():
         (23 + 30 - 12) * eff.host_op_s, rel=1e-12)
 
 
+def test_grouped_gemm_pays_a_fixed_cost_per_gemm_each_stream_runs():
+    """Transformer Engine's grouped GEMM issues one cuBLAS GEMM per group over 4 streams
+    (gemm.h ``num_streams = 4``): the batch's roofline plus 22 µs for each GEMM a stream runs
+    after its first, ceil(groups/4) − 1 of them: 1 and 4 groups pay none, 5 one, 16 three."""
+    from configurator.cost.gemm import grouped_gemm_time_s
+
+    gpu = _gpu()
+    kw = dict(peak=gpu.peak("bf16"), gpu=gpu, in_bytes=2.0, gemm_eff=gpu.efficiency.gemm)
+    groups = np.array([1.0, 4.0, 5.0, 16.0])
+    got = grouped_gemm_time_s(512.0, 1024.0, 2048.0, groups=groups, **kw)
+    for g, extra, t in zip(groups, (0, 0, 1, 3), got):
+        assert t == pytest.approx(
+            _one(gemm_time_s(512.0, 1024.0, 2048.0, batch=g, **kw)) + extra * 22e-6,
+            rel=1e-12)
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_moe_experts_over_many_local_experts(fused):
+    """16 local experts (E 32 over ep 2): unfused, each grouped GEMM (fc1 h→2fe, fc2 fe→h)
+    runs one GEMM per expert over 4 streams, 3 fixed costs of 22 µs beyond the batch's
+    roofline, with the SwiGLU's 6 bytes per routed fc1 element on its own; the op fuser's
+    one kernel (``moe_fused_grouped_mlp``) pays the batch's roofline alone, the activation in
+    its epilogue."""
+    from configurator.cost.moe_compute import moe_mlp_costs
+
+    E, k, fe, h = 32, 2, 64, 256
+    model = make_model(**GQA, num_experts=E, moe_router_topk=k, moe_ffn_hidden_size=fe)
+    gpu = _gpu()
+    hbm = gpu.hbm_bandwidth_Bps * gpu.efficiency.hbm
+    c = _candidates(model, moe_router_force_load_balancing=True, dp=2, ep=2,
+                    global_batch_size=8, moe_fused_grouped_mlp=fused)
+    kw = layer_costs(model, c, gpu)["gemm_kw"]
+    T = 2048.0
+    R = k * T
+    got = moe_mlp_costs(model, c, gpu, T, kw)
+    grouped = dict(kw, batch=16.0)
+    experts = (gemm_time_s(R / 16, 2 * fe, h, **grouped) + gemm_time_s(R / 16, h, fe, **grouped))
+    want = _one(experts) + (0.0 if fused else 2 * 3 * 22e-6 + 6 * R * fe / hbm)
+    assert _one(got["experts_fwd"]) == pytest.approx(want, rel=1e-12)
+
+
 # ---------------------------------------------------------------- FP8 attention, checkpoints
 
 def test_fp8_dot_product_attention():

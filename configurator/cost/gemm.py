@@ -40,6 +40,26 @@ def gemm_time_s(M, N, K, *, batch, peak, gpu: GPUSpec, in_bytes, gemm_eff):
     return np.maximum(t_compute, t_memory) + GEMM_FIXED_S
 
 
+#: Compute streams over which Transformer Engine's grouped GEMM issues its GEMMs, one cuBLAS
+#: GEMM per group (``GroupedLinear`` → ``general_grouped_gemm`` → C++
+#: ``nvte_multi_stream_cublas_gemm``: GEMM ``i`` on compute stream ``i % num_streams``;
+#: transformer_engine/common/include/transformer_engine/gemm.h ``constexpr int num_streams =
+#: 4``). The grouped_gemm package behind Megatron's non-TE ``GroupedMLP`` loops over cuBLAS on
+#: the same number of streams (``NUM_STREAM 4``).
+GROUPED_GEMM_STREAMS = 4
+
+
+def grouped_gemm_time_s(M, N, K, *, groups, peak, gpu: GPUSpec, in_bytes, gemm_eff):
+    """Time (s) of ``groups`` GEMMs of ``M×K · K×N`` (one per local expert) issued as one
+    cuBLAS GEMM each over :data:`GROUPED_GEMM_STREAMS` streams: their roofline together
+    (:func:`gemm_time_s` of the batch) plus :data:`GEMM_FIXED_S` for each GEMM a stream runs
+    after its first, ``ceil(groups / streams) − 1`` of them (the streams' GEMMs overlap one
+    another's fixed cost, not their own). Broadcasts over plans."""
+    waves = np.ceil(np.asarray(groups, dtype=float) / GROUPED_GEMM_STREAMS)
+    return (gemm_time_s(M, N, K, batch=groups, peak=peak, gpu=gpu, in_bytes=in_bytes,
+                        gemm_eff=gemm_eff) + (waves - 1.0) * GEMM_FIXED_S)
+
+
 #: Reduction depth (tokens) up to which a weight-gradient GEMM's main-gradient traffic is
 #: fully exposed; a deeper reduction hides the fraction ``1 − depth₀/depth`` of it under the
 #: other tiles' reductions (:func:`main_grad_accumulation_s`). From ``bench/kernels/gemm_shapes.py``

@@ -10,7 +10,8 @@ from __future__ import annotations
 from configurator.core.plan_batch import PlanBatch
 from configurator.core.model import ModelSpec
 from configurator.core.plan_terms import routed_load_share
-from configurator.cost.gemm import fp8_quantize_s, fp8_scaling, gemm_time_s
+from configurator.cost.gemm import (fp8_quantize_s, fp8_scaling, gemm_time_s,
+                                    grouped_gemm_time_s)
 from configurator.cost.host_ops import (EXPERT_BIAS_BYTES, EXPERT_BIAS_KERNELS, HOST_OPS_ATTN,
                                         HOST_OPS_MOE_PARTS, MOE_ROUTER_OPS, clamp_s, eager_s,
                                         graph_scopes, moe_fused_ops)
@@ -76,9 +77,15 @@ def moe_mlp_costs(model: ModelSpec, c: PlanBatch, gpu: GPUSpec, T, kw):
     local = E / ep
     rows = R / local
     gate = 2 if model.swiglu else 1
-    grouped = dict(kw, batch=local)
-    experts = (gemm_time_s(rows, gate * fe / etp, h, **grouped)
-               + gemm_time_s(rows, h, fe / etp, **grouped))
+    fused = bool(c.moe_fused_grouped_mlp)
+    # one fused kernel for every local expert, or one cuBLAS GEMM per expert over TE's streams
+    if fused:
+        expert_gemm, grouped = gemm_time_s, dict(kw, batch=local)
+    else:
+        expert_gemm = grouped_gemm_time_s
+        grouped = {k: val for k, val in kw.items() if k != "batch"} | {"groups": local}
+    experts = (expert_gemm(rows, gate * fe / etp, h, **grouped)
+               + expert_gemm(rows, h, fe / etp, **grouped))
     router = gemm_time_s(X, E, h, **dict(kw, peak=gpu.peak("bf16"), gemm_eff=eff.gemm,
                                          in_bytes=2.0))
     act_bytes = 2 * gate + 2     # the activation: read gate·f 16-bit inputs, write f
@@ -89,7 +96,6 @@ def moe_mlp_costs(model: ModelSpec, c: PlanBatch, gpu: GPUSpec, T, kw):
                   + act_bytes * T * fs / tp / hbm_bw)
     # the routed experts' activation's bytes (fused into the grouped GEMMs' epilogues by the
     # op fuser, moe_fused_grouped_mlp, with the clamp, probabilities and fc2 bias)
-    fused = bool(c.moe_fused_grouped_mlp)
     routed_act = 0.0 if fused else act_bytes * R * fe / etp
     elem = 2 * 2 * (X * h + R * h) + routed_act + 3 * 4 * X * E
     cast = (fp8_quantize_s(R * (h + fe / etp), gpu, fp8_scaling(c))   # FP8 casts of the
