@@ -1001,6 +1001,36 @@ def test_megatron_fsdp_gathers_and_scatters_expert_units_every_microbatch():
     assert _one(got) == pytest.approx(want, rel=1e-12)
 
 
+def test_expert_gradients_reduce_under_the_same_windows_as_the_dense_ones():
+    """The distributed optimizer with both overlaps: the dense gradients' reduce-scatter
+    (4 bytes) over dp = 4 and the expert ones' over the expert-data-parallel group 4/ep = 2
+    run under the last microbatch's backward together, the 16-bit gathers under the next
+    forward (megatron-core DDP: every parameter's backward hook marks its bucket group,
+    expert ones included): ``max(RS + RSₑ − bwd, last buckets) + max(AG + AGₑ − fwd, last
+    buckets)``, one latency per bucket of max(40M, 1M·n) parameters: 25 dense buckets of
+    1e9, 50 expert buckets of 2e9. Windows wider than the dense traffic hide the expert
+    traffic too; without experts only the dense terms."""
+    from configurator.cost.iteration import dp_exposed_s
+
+    c = _candidates(None, dp=4, ep=2, distributed_optimizer=True, overlap_grad_reduce=True,
+                    overlap_param_gather=True, global_batch_size=16)
+    ne, ex, bw, lat, ebw, elat = 1e9, 2e9, 50e9, 5e-6, 100e9, 5e-6
+    rs = _ring_all_gather(4 * ne, 4, bw, 25 * lat)
+    ag = _ring_all_gather(2 * ne, 4, bw, 25 * lat)
+    rs_e = _ring_all_gather(4 * ex, 2, ebw, 50 * elat)
+    ag_e = _ring_all_gather(2 * ex, 2, ebw, 50 * elat)
+    for bwd, fwd in ((0.05, 0.02), (0.1, 0.05)):
+        want = (max(rs + rs_e - bwd, rs * 0.04 + rs_e * 0.02)
+                + max(ag + ag_e - fwd, ag * 0.04 + ag_e * 0.02))
+        got = dp_exposed_s(c, ne, bw, lat, bwd, fwd, expert=(ex, ebw, elat))
+        assert _one(got) == pytest.approx(want, rel=1e-12)
+    # wide windows: about 5 ms exposed, where the expert traffic alone is 60 ms
+    assert want < 0.006 < 0.06 < rs_e + ag_e
+    got = dp_exposed_s(c, ne, bw, lat, 0.05, 0.02, expert=(0.0, ebw, elat))
+    want = max(rs - 0.05, rs * 0.04) + max(ag - 0.02, ag * 0.04)
+    assert _one(got) == pytest.approx(want, rel=1e-12)
+
+
 def test_full_recompute_checkpoint_floors_the_host_bound_passes():
     """A full recompute's checkpoint bookkeeping on the host: its forward operations add to
     the layer's own (host 1.0 + 0.25 s against the GPU's 1.0 + 0.1 s forward: 0.15 s wait);

@@ -297,7 +297,15 @@ def dp_exposed_s(c: PlanBatch, stage_params, dp_bw, dp_lat, bwd_window_s, fwd_wi
     not ``dp·cp``. The gather moves 16-bit weights, FP8 ones with ``fp8_param_gather``.
     ``expert``: ``(expert_params, edp_bw, edp_lat)``, the rank's expert parameters, reduced
     over the expert-data-parallel group ``tp·cp·dp/(ep·etp)`` at that bandwidth and latency
-    (None: no experts); without FSDP they get no window (priced fully exposed).
+    (None: no experts). Their reduction and gather share the same windows with the dense
+    ones: the backward hook of every parameter, expert ones included, marks its gradient
+    ready in its bucket group (the dense groups over dp·cp, the expert groups over the
+    expert-data-parallel group) and a full group starts its reduction at once under
+    ``overlap_grad_reduce``; the forward pre-hook waits for each bucket group's gather,
+    expert ones included (megatron-core 0.16.1 distributed_data_parallel.py
+    ``_make_backward_post_hook``, ``_make_forward_pre_hook``,
+    ``expert_parallel_bucket_groups``). The two groups' times add within a window (they may
+    share links), never below the last bucket of each.
 
     With Megatron FSDP (``megatron_fsdp``, ``optim_grads_params``) every micro-batch
     gathers each unit's weights before its forward and again before its backward and
@@ -310,7 +318,6 @@ def dp_exposed_s(c: PlanBatch, stage_params, dp_bw, dp_lat, bwd_window_s, fwd_wi
     buckets grouped by ``(fsdp_unit_id, is_expert_param)``), so AG and RS add both
     groups' traffic and the expert share overlaps the same windows; see
     :func:`fsdp_unit_comm_s`."""
-    gb = c.main_grad_bytes
     n_dp = (c.dp * c.cp).astype(float) if group is None else np.asarray(group, dtype=float)
     stage_params = np.maximum(np.asarray(stage_params, dtype=float), 1.0)
     has_expert = expert is not None
@@ -326,25 +333,41 @@ def dp_exposed_s(c: PlanBatch, stage_params, dp_bw, dp_lat, bwd_window_s, fwd_wi
         return c.num_microbatches * (np.maximum(gather - fwd_window_s, 0.0)
                                      + np.maximum(gather + scatter - bwd_window_s, 0.0))
     do = c.distributed_optimizer
-    # one collective per bucket: the latency once per bucket, the bytes once in all
-    bucket = np.minimum(1.0, np.maximum(BUCKET_PARAMS, 1e6 * n_dp) / stage_params)
-    lat = dp_lat * np.ceil(1.0 / bucket)
-    t_grad = np.where(do, all_gather_time_s(stage_params * gb, n_dp, dp_bw, lat),
-                      all_reduce_time_s(stage_params * gb, n_dp, dp_bw, lat))
+    t_grad, t_gather, last_grad, last_gather = _dp_group_s(c, stage_params, n_dp, dp_bw,
+                                                           dp_lat)
+    if has_expert:
+        e_grad, e_gather, e_last_grad, e_last_gather = _dp_group_s(
+            c, np.maximum(expert_params, 1.0), n_edp, edp_bw, edp_lat)
+        some = expert_params > 0
+        t_grad = t_grad + np.where(some, e_grad, 0.0)
+        t_gather = t_gather + np.where(some, e_gather, 0.0)
+        last_grad = last_grad + np.where(some, e_last_grad, 0.0)
+        last_gather = last_gather + np.where(some, e_last_gather, 0.0)
+    if c.overlap_grad_reduce:
+        t_grad = np.maximum(t_grad - bwd_window_s, last_grad)
+    if c.overlap_param_gather:
+        t_gather = np.where(do, np.maximum(t_gather - fwd_window_s, last_gather), t_gather)
+    return t_grad + t_gather
+
+
+def _dp_group_s(c: PlanBatch, params, n, bw, lat_s):
+    """One data-parallel group's gradient reduction and parameter gather (s) of ``params``
+    parameters over ``n`` ranks, whole and their last bucket's share: ``(grad, gather,
+    last_grad, last_gather)``. One collective per Megatron DDP bucket (``max(40M, 1M·n)``
+    parameters): the latency once per bucket, the bytes once in all; the reduction a
+    reduce-scatter with the distributed optimizer (else an all-reduce), the gather of
+    16-bit weights, FP8 ones with ``fp8_param_gather`` (none without the distributed
+    optimizer)."""
+    do = c.distributed_optimizer
+    bucket = np.minimum(1.0, np.maximum(BUCKET_PARAMS, 1e6 * n) / params)
+    lat = lat_s * np.ceil(1.0 / bucket)
+    gb = c.main_grad_bytes
+    t_grad = np.where(do, all_gather_time_s(params * gb, n, bw, lat),
+                      all_reduce_time_s(params * gb, n, bw, lat))
     # --fp8-param-gather gathers FP8 weights (the embedding's 16-bit share is neglected)
     gather_bytes = np.where(c.fp8_weights_gathered, 1.0, 2.0)
-    t_gather = np.where(do, all_gather_time_s(stage_params * gather_bytes, n_dp, dp_bw,
-                                              lat), 0.0)
-    if c.overlap_grad_reduce:
-        t_grad = np.maximum(t_grad - bwd_window_s, t_grad * bucket)
-    if c.overlap_param_gather:
-        t_gather = np.where(do, np.maximum(t_gather - fwd_window_s, t_gather * bucket),
-                            t_gather)
-    out = t_grad + t_gather
-    if has_expert:
-        out = out + dp_exposed_s(c, expert_params, edp_bw, edp_lat, bwd_window_s=0.0,
-                                 fwd_window_s=0.0, group=n_edp)
-    return out
+    t_gather = np.where(do, all_gather_time_s(params * gather_bytes, n, bw, lat), 0.0)
+    return t_grad, t_gather, t_grad * bucket, t_gather * bucket
 
 
 def tied_embedding_s(model: ModelSpec, c: PlanBatch, pp_bw, pp_lat):
