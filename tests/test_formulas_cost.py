@@ -1031,6 +1031,33 @@ def test_expert_gradients_reduce_under_the_same_windows_as_the_dense_ones():
     assert _one(got) == pytest.approx(want, rel=1e-12)
 
 
+def test_interleaved_chunks_reduce_and_gather_one_after_another():
+    """With vp model chunks the cool-down's last pp microbatches run their backward chunk
+    by chunk and each chunk reduces its gradients after its last backward: exposed
+    ``max((T − W)/vp, T − (1 + (vp−1)·pp)·W/vp)`` of a reduction T whose one-microbatch
+    window through all the rank's layers is W; vp 1 gives T − W. pp 4, vp 3, T 0.9 s,
+    W 0.3 s: max(0.2, 0.9 − 9·0.1) = 0.2 s (the last chunk's own overrun); T 3 s:
+    max(0.9, 3 − 0.9) = 2.1 s (the whole chain's). The data-parallel term takes it for both
+    the reduction and the gather, never below the last bucket."""
+    from configurator.cost.iteration import chunked_exposed_s, dp_exposed_s
+
+    c = _candidates(None, pp=4, vp=3, dp=2, distributed_optimizer=True,
+                    overlap_grad_reduce=True, overlap_param_gather=True,
+                    global_batch_size=16)
+    assert _one(chunked_exposed_s(c, 0.9, 0.3)) == pytest.approx(0.2, rel=1e-12)
+    assert _one(chunked_exposed_s(c, 3.0, 0.3)) == pytest.approx(2.1, rel=1e-12)
+    flat = _candidates(None, pp=4, dp=2, distributed_optimizer=True, global_batch_size=16)
+    assert _one(chunked_exposed_s(flat, 0.9, 0.3)) == pytest.approx(0.6, rel=1e-12)
+    params, bw, lat = 4e9, 50e9, 5e-6       # 100 buckets of 40M
+    rs = _ring_all_gather(4 * params, 2, bw, 100 * lat)
+    ag = _ring_all_gather(2 * params, 2, bw, 100 * lat)
+    bwd, fwd = 0.06, 0.03
+    want = (max((rs - bwd) / 3, rs - 9 * bwd / 3, rs / 100)
+            + max((ag - fwd) / 3, ag - 9 * fwd / 3, ag / 100))
+    got = dp_exposed_s(c, params, bw, lat, bwd, fwd)
+    assert _one(got) == pytest.approx(want, rel=1e-12)
+
+
 def test_full_recompute_checkpoint_floors_the_host_bound_passes():
     """A full recompute's checkpoint bookkeeping on the host: its forward operations add to
     the layer's own (host 1.0 + 0.25 s against the GPU's 1.0 + 0.1 s forward: 0.15 s wait);

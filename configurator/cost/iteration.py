@@ -344,10 +344,33 @@ def dp_exposed_s(c: PlanBatch, stage_params, dp_bw, dp_lat, bwd_window_s, fwd_wi
         last_grad = last_grad + np.where(some, e_last_grad, 0.0)
         last_gather = last_gather + np.where(some, e_last_gather, 0.0)
     if c.overlap_grad_reduce:
-        t_grad = np.maximum(t_grad - bwd_window_s, last_grad)
+        t_grad = np.maximum(chunked_exposed_s(c, t_grad, bwd_window_s), last_grad)
     if c.overlap_param_gather:
-        t_gather = np.where(do, np.maximum(t_gather - fwd_window_s, last_gather), t_gather)
+        t_gather = np.where(do, np.maximum(chunked_exposed_s(c, t_gather, fwd_window_s),
+                                           last_gather), t_gather)
     return t_grad + t_gather
+
+
+def chunked_exposed_s(c: PlanBatch, total_s, window_s):
+    """Exposed part (s) of a rank's data-parallel reduction (or gather) of ``total_s``
+    whose one-microbatch window through all the rank's layers is ``window_s``, with the
+    rank's layers in ``vp`` model chunks: ``max((T − W)/vp, T − (1 + (vp−1)·pp)·W/vp)``,
+    ``T − W`` for ``vp = 1``.
+
+    The interleaved schedule reduces each chunk's gradients as soon as that chunk's last
+    backward has run (megatron-core 0.16.1 pipeline_parallel/schedules.py
+    ``backward_step_helper_postprocess``: ``grad_sync_func`` of the chunk whose last
+    microbatch this was), and the cool-down runs the last ``pp`` microbatches' backward
+    chunk by chunk, so chunk ``k`` finishes ``k·pp`` chunk-backward steps (``W/vp`` each)
+    before chunk 0; the chunks' reductions (``T/vp`` each, one group, in turn) start under
+    their own last backward and the exposure is the chain's overrun, largest for the last
+    chunk alone or for all of them. The gathers mirror it: chunk ``k``'s is launched at the
+    first forward of chunk ``k − 1`` (``forward_step_helper_preprocess``,
+    ``param_sync_func``; chunks 0 and 1 at the start) and the warm-up runs ``pp``
+    microbatches' forward per chunk. Broadcasts over plans."""
+    vp, pp = c.vp.astype(float), c.pp.astype(float)
+    return np.maximum((total_s - window_s) / vp,
+                      total_s - (1.0 + (vp - 1.0) * pp) * window_s / vp)
 
 
 def _dp_group_s(c: PlanBatch, params, n, bw, lat_s):
