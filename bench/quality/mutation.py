@@ -173,6 +173,8 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
      "configurator.cost.iteration.cp_layer_s, which is 0 there (np.where(cp > 1, ...))"),
     ("configurator/cost/placed.py", "if cp > 1:", "constant 1 ×1.1",
      "cp is an integer: cp > 1.1 holds where cp > 1 does"),
+    ("configurator/cost/iteration.py", "return np.where(cp > 1, fwd, 0.0), np.where(cp > 1, bwd",
+     "constant 1 ×1.1", "cp is an integer: cp > 1.1 holds where cp > 1 does"),
     ("configurator/cost/placed.py", "if not self.uniform or first.size <= G:", "`<=` → `<`",
      "at a size of G rows it only picks the residue path over the row-by-row one on a "
      "uniform cluster, where both give every row its own figures (tests/"
