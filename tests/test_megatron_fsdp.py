@@ -104,16 +104,27 @@ def test_a_unit_gathers_and_reduces_its_experts_with_its_other_weights():
     assert float(part[0]) == pytest.approx(m * ag_ex)
 
 
-def test_without_fsdp_the_expert_reduction_is_priced_as_before():
-    """The distributed optimizer's expert gradients: one more exposed reduction over the
-    expert-data-parallel group, the same as pricing that group on its own."""
+def test_without_fsdp_the_expert_reduction_shares_the_dense_windows():
+    """The distributed optimizer's expert gradients reduce, and its expert weights gather,
+    under the same windows as the dense ones (megatron-core DDP's bucket groups): with no
+    window the exposure is the two groups' traffic priced apart; with 1 s windows, wider
+    than both groups' traffic together, only the last buckets of each stay exposed."""
+    from configurator.cost.iteration import _dp_group_s
+
     c = PlanBatch.from_plan(dataclasses.replace(MOE_FSDP, megatron_fsdp=False))
     bw, lat, ebw, elat = np.array([1e11]), np.array([1e-5]), np.array([4e10]), np.array([2e-5])
-    both = dp_exposed_s(c, 3e8, bw, lat, bwd_window_s=1.0, fwd_window_s=1.0,
-                        expert=(2e9, ebw, elat))
-    apart = (dp_exposed_s(c, 3e8, bw, lat, bwd_window_s=1.0, fwd_window_s=1.0)
+    open_ = dp_exposed_s(c, 3e8, bw, lat, bwd_window_s=0.0, fwd_window_s=0.0,
+                         expert=(2e9, ebw, elat))
+    apart = (dp_exposed_s(c, 3e8, bw, lat, bwd_window_s=0.0, fwd_window_s=0.0)
              + dp_exposed_s(c, 2e9, ebw, elat, bwd_window_s=0.0, fwd_window_s=0.0, group=2.0))
-    assert float(both[0]) == pytest.approx(float(apart[0]))
+    assert float(open_[0]) == pytest.approx(float(apart[0]))
+    hidden = dp_exposed_s(c, 3e8, bw, lat, bwd_window_s=1.0, fwd_window_s=1.0,
+                          expert=(2e9, ebw, elat))
+    dense = _dp_group_s(c, 3e8, (c.dp * c.cp).astype(float), bw, lat)
+    expert = _dp_group_s(c, 2e9, 2.0, ebw, elat)
+    assert float(open_[0]) > 1.0 / 20 > float(hidden[0])
+    assert float(hidden[0]) == pytest.approx(
+        float(dense[2][0] + dense[3][0] + expert[2][0] + expert[3][0]))
 
 
 def test_closed_form_and_placed_schedule_price_the_moe_units_alike():
