@@ -329,14 +329,15 @@ def test_moe_mlp_with_a_clamped_shared_expert_and_fused_routing():
 def test_grouped_gemm_pays_a_fixed_cost_per_gemm_each_stream_runs():
     """Transformer Engine's grouped GEMM issues one cuBLAS GEMM per group over 4 streams
     (gemm.h ``num_streams = 4``): the batch's roofline plus 22 µs for each GEMM a stream runs
-    after its first, ceil(groups/4) − 1 of them: 1 and 4 groups pay none, 5 one, 16 three."""
+    after its first, ceil(groups/4) − 1 of them: 1 and 4 groups pay none, 5 one, 16 three,
+    64 fifteen."""
     from configurator.cost.gemm import grouped_gemm_time_s
 
     gpu = _gpu()
     kw = dict(peak=gpu.peak("bf16"), gpu=gpu, in_bytes=2.0, gemm_eff=gpu.efficiency.gemm)
-    groups = np.array([1.0, 4.0, 5.0, 16.0])
+    groups = np.array([1.0, 4.0, 5.0, 16.0, 64.0])
     got = grouped_gemm_time_s(512.0, 1024.0, 2048.0, groups=groups, **kw)
-    for g, extra, t in zip(groups, (0, 0, 1, 3), got):
+    for g, extra, t in zip(groups, (0, 0, 1, 3, 15), got):
         assert t == pytest.approx(
             _one(gemm_time_s(512.0, 1024.0, 2048.0, batch=g, **kw)) + extra * 22e-6,
             rel=1e-12)

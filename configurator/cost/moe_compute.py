@@ -61,7 +61,9 @@ def moe_mlp_costs(model: ModelSpec, c: PlanBatch, gpu: GPUSpec, T, kw):
 
     Tokens per rank ``X = T/tp`` (sequence parallel), routed copies ``R = k·X·etp`` over
     ``E/ep`` local experts (grouped GEMMs: ``E/ep`` GEMMs of ``R·ep/E`` rows, fc1 ``h →
-    f_e/etp`` (×2 SwiGLU), fc2 back), times the busiest expert-parallel rank's share
+    f_e/etp`` (×2 SwiGLU), fc2 back; one cuBLAS GEMM per expert over Transformer Engine's
+    streams, :func:`~configurator.cost.gemm.grouped_gemm_time_s`, or one kernel with
+    ``moe_fused_grouped_mlp``), times the busiest expert-parallel rank's share
     (:func:`~configurator.core.plan_terms.routed_load_share`: the routing's load imbalance
     under dropless routing, the capacity factor's cap or padding; the other ranks wait for
     it at the combine), so ``tokens_routed`` is that rank's; the router GEMM ``X×h×E``
