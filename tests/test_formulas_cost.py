@@ -336,7 +336,7 @@ def test_grouped_gemm_pays_a_fixed_cost_per_gemm_each_stream_runs():
     gpu = _gpu()
     kw = dict(peak=gpu.peak("bf16"), gpu=gpu, in_bytes=2.0, gemm_eff=gpu.efficiency.gemm)
     groups = np.array([1.0, 4.0, 5.0, 16.0, 64.0])
-    got = grouped_gemm_time_s(512.0, 1024.0, 2048.0, groups=groups, **kw)
+    got = grouped_gemm_time_s(512.0, 1024.0, 2048.0, batch=groups, **kw)
     for g, extra, t in zip(groups, (0, 0, 1, 3, 15), got):
         assert t == pytest.approx(
             _one(gemm_time_s(512.0, 1024.0, 2048.0, batch=g, **kw)) + extra * 22e-6,

@@ -49,14 +49,15 @@ def gemm_time_s(M, N, K, *, batch, peak, gpu: GPUSpec, in_bytes, gemm_eff):
 GROUPED_GEMM_STREAMS = 4
 
 
-def grouped_gemm_time_s(M, N, K, *, groups, peak, gpu: GPUSpec, in_bytes, gemm_eff):
-    """Time (s) of ``groups`` GEMMs of ``M×K · K×N`` (one per local expert) issued as one
+def grouped_gemm_time_s(M, N, K, *, batch, peak, gpu: GPUSpec, in_bytes, gemm_eff):
+    """Time (s) of ``batch`` GEMMs of ``M×K · K×N`` (one per local expert) issued as one
     cuBLAS GEMM each over :data:`GROUPED_GEMM_STREAMS` streams: their roofline together
     (:func:`gemm_time_s` of the batch) plus :data:`GEMM_FIXED_S` for each GEMM a stream runs
-    after its first, ``ceil(groups / streams) − 1`` of them (the streams' GEMMs overlap one
-    another's fixed cost, not their own). Broadcasts over plans."""
-    waves = np.ceil(np.asarray(groups, dtype=float) / GROUPED_GEMM_STREAMS)
-    return (gemm_time_s(M, N, K, batch=groups, peak=peak, gpu=gpu, in_bytes=in_bytes,
+    after its first, ``ceil(batch / streams) − 1`` of them (the streams' GEMMs overlap one
+    another's fixed cost, not their own). Same arguments as :func:`gemm_time_s`; broadcasts
+    over plans."""
+    waves = np.ceil(np.asarray(batch, dtype=float) / GROUPED_GEMM_STREAMS)
+    return (gemm_time_s(M, N, K, batch=batch, peak=peak, gpu=gpu, in_bytes=in_bytes,
                         gemm_eff=gemm_eff) + (waves - 1.0) * GEMM_FIXED_S)
 
 

@@ -81,11 +81,8 @@ def moe_mlp_costs(model: ModelSpec, c: PlanBatch, gpu: GPUSpec, T, kw):
     gate = 2 if model.swiglu else 1
     fused = bool(c.moe_fused_grouped_mlp)
     # one fused kernel for every local expert, or one cuBLAS GEMM per expert over TE's streams
-    if fused:
-        expert_gemm, grouped = gemm_time_s, dict(kw, batch=local)
-    else:
-        expert_gemm = grouped_gemm_time_s
-        grouped = {k: val for k, val in kw.items() if k != "batch"} | {"groups": local}
+    expert_gemm = gemm_time_s if fused else grouped_gemm_time_s
+    grouped = dict(kw, batch=local)
     experts = (expert_gemm(rows, gate * fe / etp, h, **grouped)
                + expert_gemm(rows, h, fe / etp, **grouped))
     router = gemm_time_s(X, E, h, **dict(kw, peak=gpu.peak("bf16"), gemm_eff=eff.gemm,
