@@ -36,7 +36,7 @@ from configurator.core import validate as v
 from configurator.core.errors import InputError
 from configurator.core.plan_values import PRECISION
 from configurator.core.units import US
-from topology.gpus import GPUSpec, host_op_in_training_us
+from topology.gpus import EAGER_DISPATCH_US, GPUSpec, host_op_in_training_us
 
 if TYPE_CHECKING:
     from configurator.core.profile import LayerProfile
@@ -64,7 +64,8 @@ PARAMETER_RANGES: dict[str, tuple[float, float, str]] = {
     "flash_attention": (0.1, 1.0, "a fraction of the tensor-core peak; FlashAttention-2 "
                                   "(Dao 2023, Fig. 4-6) 0.35-0.73 forward+backward on A100, "
                                   "FlashAttention-3 (Shah et al. 2024) 0.6-0.75 on H100"),
-    "host_op_us": (2.0, 50.0, "PyTorch eager dispatch per operation: about 3-10 us of CPU "
+    "host_op_us": (2.0, 50.0, "PyTorch eager dispatch per operation: about "
+                              f"{EAGER_DISPATCH_US[0]:g}-{EAGER_DISPATCH_US[1]:g} us of CPU "
                               "time on a current x86 host (PyTorch's Performance Tuning "
                               "Guide; Lumos, MLSys 2025, per-kernel CPU launch gaps), tens "
                               "of us with Python-side hooks"),

@@ -92,9 +92,10 @@ Efficiencies (:class:`Efficiency`), one set per GPU type and precision, each wit
   Blackwell kept at 4 µs, same launch path).
 * ``host_op_s``: host (CPU) time to issue one PyTorch operation of a training step in eager
   mode: Python, autograd and dispatcher work before the kernel launch; run-fitted (below)
-  from PyTorch's eager dispatch with autograd, 10–20 µs per operation (15 µs × the host
-  factor: 8.9 µs), the same on every GPU. Used only where a layer's kernels are shorter than
-  issuing them (:func:`configurator.cost.host_ops.host_layer_s`).
+  from PyTorch's eager dispatch with autograd, about 3–10 µs of CPU time per operation on a
+  current x86 host (:data:`EAGER_DISPATCH_US`; the middle, 6.5 µs, × the host factor: 8.8
+  µs), the same on every GPU. Used only where a layer's kernels are shorter than issuing
+  them (:func:`configurator.cost.host_ops.host_layer_s`).
 
 Fitted on published runs (:data:`RUN_FITTED`, :data:`IN_TRAINING`). A training step
 attains less of a GEMM's, a fused attention kernel's and the host's figures than the kernel
@@ -105,10 +106,11 @@ microbenchmark figure (:func:`run_fitted`). The three factors are fitted togethe
 squares on the log time with every published source weighted alike, on the published runs
 (``configurator validate --by-source``, "in sample": SC'21 Table 1, Korthikanti et al.
 Table 5, Megatron-LM's H100 table, NeMo's long-context and performance-summary tables,
-Megatron-Bridge's newest release of each recipe): GEMM 0.88, attention 0.60, host 0.59.
+Megatron-Bridge's newest release of each recipe): GEMM 0.88, attention 0.60, host 1.35.
 Leaving one source out at a time moves them by at most 0.02, 0.05 and, where Megatron-Bridge
 (whose MoE rows at micro-batch 1 are the only host-bound ones) is left out, to the prior
-(1.0). Those NeMo long-context TFLOP/s count the attention scores over all ``s²`` pairs
+(1.0: the other sources leave the host factor at its lower bound, which does not determine
+it; ``configurator.app.calibrate_jobs.fit_factors``). Those NeMo long-context TFLOP/s count the attention scores over all ``s²`` pairs
 (NeMo's ``flops_formulas`` before commit 6251117, "Discount FLOPs in dot-product att",
 2025-08-09: NeMo 24.07's Llama-2 7B row, 16,634 tokens/s/GPU at 767 TFLOP/s, is 4.611e10
 FLOP per token, the full-score count 4.608e10, not the causal 4.286e10).
@@ -145,7 +147,15 @@ _FA4 = "FlashAttention-4 forward on B200, 0.71 of the dense BF16 peak"
 _CUDNN_H200 = ("cuDNN fused attention on an H200 (bench/kernels/attention_masks.py, "
                "tests/data/attention_masks.csv): 608.9 forward and 524.1 backward TFLOP/s at "
                "64k causal keys, 0.55 of 989 TFLOP/s with the backward's 2.5x work")
-_EAGER = "PyTorch eager dispatch with autograd, 10-20 us per operation: 15 us"
+#: CPU time to issue one eager PyTorch operation on a current x86 host (µs), low and high:
+#: "about 3-10 us" (PyTorch's Performance Tuning Guide; Lumos, MLSys 2025, per-kernel CPU
+#: launch gaps). ``configurator profile``'s own loop (``configurator.profiler.host_ops``) on
+#: a CPU device, which pays no CUDA launch, takes 3.4 µs (AMD EPYC, torch 2.13.0+cpu;
+#: ``python -m bench.kernels.host_dispatch``), the range's low end.
+EAGER_DISPATCH_US = (3.0, 10.0)
+_EAGER = ("PyTorch eager dispatch with autograd, about 3-10 us of CPU time per operation on a "
+          "current x86 host (PyTorch's Performance Tuning Guide; Lumos, MLSys 2025): the "
+          "middle, 6.5 us")
 _XLA_SM100 = "OpenXLA sm_100 matmul table, 4096^3 E4M3: 2.78 of 4.5 PFLOP/s"
 #: The presets' efficiencies that rest on published end-to-end runs, each with its value
 #: before any run (a microbenchmark's or a paper's figure of the kernel alone): the preset
@@ -172,7 +182,7 @@ RUN_FITTED: dict[str, dict[str, Prior]] = {
        for g in ("b300-288gb", "gb300-288gb")},
 }
 #: The host's time per operation (:data:`HOST_OP_S`) before any run, shared by every GPU.
-HOST_OP_PRIOR = Prior(15.0, _EAGER, "host")
+HOST_OP_PRIOR = Prior(sum(EAGER_DISPATCH_US) / 2, _EAGER, "host")
 #: What a training step attains of the figure its kernel reaches alone, one factor per kind
 #: of figure and the same on every GPU: ``gemm`` (a large square GEMM's fraction of the peak
 #: against the GEMMs of a training step: thinner shapes, clocks under a full node's power),
@@ -180,7 +190,7 @@ HOST_OP_PRIOR = Prior(15.0, _EAGER, "host")
 #: training) and ``host`` (eager dispatch per operation against a training step's).
 #: Fitted together on every published run (``configurator validate --by-source``, "in
 #: sample"; leave one source out, each source is predicted from the others' fit).
-IN_TRAINING = {"gemm": 0.88, "attention": 0.60, "host": 0.59}
+IN_TRAINING = {"gemm": 0.88, "attention": 0.60, "host": 1.35}
 
 
 def host_op_in_training_us(dispatch_us: float, factors=None) -> float:

@@ -78,9 +78,6 @@ MAX_CONDITION = 30.0
 #: A parameter whose interval spans more than this share of its (log) range is not
 #: determined.
 MAX_INTERVAL_SHARE = 0.8
-#: Smallest |d log T / d log f| of an in-training factor (:func:`fit_factors`) on some run
-#: for the factor to be fitted.
-MIN_SENSITIVITY = 0.02
 #: Starts besides the presets, in ``u`` (every parameter at the same point of its range).
 EXTRA_STARTS = (0.2, 0.8)
 #: An end point whose cost is within this factor of the best one's counts as a solution too.
@@ -480,6 +477,17 @@ FACTOR_KINDS = ("gemm", "attention", "host")
 #: Bounds of an in-training factor (a fraction capped at 1 after it applies; the host's up
 #: to 20 times its prior).
 FACTOR_BOUNDS = {"gemm": (0.05, 2.0), "attention": (0.05, 2.0), "host": (0.05, 20.0)}
+#: A factor fitted within this (log) distance of a bound of :data:`FACTOR_BOUNDS` is not
+#: determined by the runs (they push it out of its plausible range, or do not pin it inside
+#: it: a flat direction the solver left at the bound) and stays 1, as :func:`fit_group`
+#: refuses a parameter whose interval spans its range.
+BOUND_MARGIN_LOG = 0.01
+#: Points of each factor's (log) range the fit prices before it starts (the bounds
+#: included, with the prior besides): the factor's effect over its whole range, and the
+#: start of its fit at the best of them (a least-squares step from a prior where the runs'
+#: times are flat in it, such as a host time below every run's host-bound point, would not
+#: move it).
+FACTOR_GRID_POINTS = 7
 
 
 def factor_calibration(factors) -> Calibration:
@@ -502,10 +510,15 @@ def factor_calibration(factors) -> Calibration:
 def fit_factors(runs: list[MeasuredRun], progress=None) -> dict:
     """The in-training factors (:data:`topology.gpus.IN_TRAINING`) that best predict
     ``runs`` (every GPU type together), by nonlinear least squares on the log ratio of
-    predicted to measured time from the values before any run (factors 1; a factor the
-    runs' times do not depend on, |d log T / d log f| below :data:`MIN_SENSITIVITY` on every
-    run, stays 1). Returns kind → factor. ``progress``: called with no argument after each
-    pricing of the runs. Raises :class:`InputError` for a run that cannot be priced."""
+    predicted to measured time, each factor started from the best of
+    :data:`FACTOR_GRID_POINTS` points of its range (the values before any run are factors
+    1). A factor whose whole range (:data:`FACTOR_BOUNDS`) moves no run's log time by
+    :data:`MIN_RANGE_EFFECT` stays 1, the rule :func:`fit_group` applies to a parameter (a
+    local step from the prior cannot see a regime the prior sits outside of: a host time per
+    operation below every run's host-bound point); so does one the fit leaves at a bound
+    (:data:`BOUND_MARGIN_LOG`), the others fitted again without it. Returns kind → factor. ``progress``: called with no
+    argument after each pricing of the runs. Raises :class:`InputError` for a run that
+    cannot be priced."""
     from scipy.optimize import least_squares
 
     prepared = prepared_runs(runs)
@@ -525,19 +538,34 @@ def fit_factors(runs: list[MeasuredRun], progress=None) -> dict:
                                                                    p.run.plan.precision))
                                            / p.measured_s) for p in prepared])
 
-    step = 0.05
-    r0 = resid(FACTOR_KINDS, np.zeros(len(FACTOR_KINDS)))
-    kinds = []
+    kinds, start = [], {}
     for j, k in enumerate(FACTOR_KINDS):
-        x = np.zeros(len(FACTOR_KINDS))
-        x[j] = -step
-        if np.max(np.abs((r0 - resid(FACTOR_KINDS, x)) / step)) >= MIN_SENSITIVITY:
+        # the factor over its whole range, the others at their priors: its effect on the
+        # runs' log times, and the best point of the grid (the fit's start for it)
+        grid = np.append(np.linspace(*np.log(FACTOR_BOUNDS[k]), FACTOR_GRID_POINTS), 0.0)
+        logs = []
+        for g in grid:
+            x = np.zeros(len(FACTOR_KINDS))
+            x[j] = g
+            logs.append(resid(FACTOR_KINDS, x))
+        logs = np.array(logs)
+        if np.max(np.ptp(logs / weight, axis=0)) >= MIN_RANGE_EFFECT:
             kinds.append(k)
-    if not kinds:
-        return {k: 1.0 for k in FACTOR_KINDS}
-    lo = np.log([FACTOR_BOUNDS[k][0] for k in kinds])
-    hi = np.log([FACTOR_BOUNDS[k][1] for k in kinds])
-    sol = least_squares(lambda x: resid(kinds, x), np.zeros(len(kinds)), bounds=(lo, hi),
-                        diff_step=0.02, xtol=1e-3, ftol=1e-4, max_nfev=40)
+            start[k] = grid[int(np.argmin(np.sum(logs ** 2, axis=1)))]
+    fitted: dict = {}
+    while kinds:
+        lo = np.log([FACTOR_BOUNDS[k][0] for k in kinds])
+        hi = np.log([FACTOR_BOUNDS[k][1] for k in kinds])
+        x0 = np.clip([start[k] for k in kinds], lo + 2 * BOUND_MARGIN_LOG,
+                     hi - 2 * BOUND_MARGIN_LOG)
+        sol = least_squares(lambda x: resid(kinds, x), x0, bounds=(lo, hi),
+                            diff_step=0.02, xtol=1e-3, ftol=1e-4, max_nfev=40)
+        at_bound = [k for k, x, a, b in zip(kinds, sol.x, lo, hi)
+                    if min(x - a, b - x) < BOUND_MARGIN_LOG]
+        fitted = dict(zip(kinds, np.exp(sol.x)))
+        if not at_bound:
+            break
+        kinds = [k for k in kinds if k not in at_bound]
+        fitted = {}
     return {k: 1.0 for k in FACTOR_KINDS} | {k: round(float(v), 4)
-                                              for k, v in zip(kinds, np.exp(sol.x))}
+                                              for k, v in fitted.items()}
