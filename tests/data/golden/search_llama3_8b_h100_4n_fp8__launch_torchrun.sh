@@ -10,7 +10,7 @@
 #       exp_avg_dtype=bf16 exp_avg_sq_dtype=bf16 microbatches=8
 # cluster: nodes=4 gpus_per_node=8 world_size=32
 # predicted:
-#   iteration_time_s: 5.153
+#   iteration_time_s: 5.152
 #   model_tflops_per_gpu: 654.7
 #   mfu: 0.662
 #   peak_memory_GiB: 70.24
