@@ -106,11 +106,13 @@ microbenchmark figure (:func:`run_fitted`). The three factors are fitted togethe
 squares on the log time with every published source weighted alike, on the published runs
 (``configurator validate --by-source``, "in sample": SC'21 Table 1, Korthikanti et al.
 Table 5, Megatron-LM's H100 table, NeMo's long-context and performance-summary tables,
-Megatron-Bridge's newest release of each recipe): GEMM 0.88, attention 0.60, host 1.35.
-Leaving one source out at a time moves them by at most 0.02, 0.05 and, where Megatron-Bridge
-(whose MoE rows at micro-batch 1 are the only host-bound ones) is left out, to the prior
-(1.0: the other sources leave the host factor at its lower bound, which does not determine
-it; ``configurator.app.calibrate_jobs.fit_factors``). Those NeMo long-context TFLOP/s count the attention scores over all ``s²`` pairs
+Megatron-Bridge's newest release of each recipe): GEMM 0.88, attention 0.60, host 1.35 (a
+training step's operation takes longer to issue than the bare dispatch). Leaving one source
+out at a time moves them by at most 0.03, 0.04 and 0.03 and, where Megatron-Bridge (whose MoE
+rows at micro-batch 1 are the only host-bound ones) is left out, the host's to the prior (1.0:
+the other sources only push it to its lower bound, which does not determine it;
+``configurator.app.calibrate_jobs.fit_factors``). Those NeMo long-context TFLOP/s count the
+attention scores over all ``s²`` pairs
 (NeMo's ``flops_formulas`` before commit 6251117, "Discount FLOPs in dot-product att",
 2025-08-09: NeMo 24.07's Llama-2 7B row, 16,634 tokens/s/GPU at 767 TFLOP/s, is 4.611e10
 FLOP per token, the full-score count 4.608e10, not the causal 4.286e10).
@@ -153,9 +155,10 @@ _CUDNN_H200 = ("cuDNN fused attention on an H200 (bench/kernels/attention_masks.
 #: a CPU device, which pays no CUDA launch, takes 3.4 µs (AMD EPYC, torch 2.13.0+cpu;
 #: ``python -m bench.kernels.host_dispatch``), the range's low end.
 EAGER_DISPATCH_US = (3.0, 10.0)
-_EAGER = ("PyTorch eager dispatch with autograd, about 3-10 us of CPU time per operation on a "
-          "current x86 host (PyTorch's Performance Tuning Guide; Lumos, MLSys 2025): the "
-          "middle, 6.5 us")
+_EAGER = (f"PyTorch eager dispatch with autograd, about {EAGER_DISPATCH_US[0]:g}-"
+          f"{EAGER_DISPATCH_US[1]:g} us of CPU time per operation on a current x86 host "
+          f"(PyTorch's Performance Tuning Guide; Lumos, MLSys 2025): the middle, "
+          f"{sum(EAGER_DISPATCH_US) / 2:g} us")
 _XLA_SM100 = "OpenXLA sm_100 matmul table, 4096^3 E4M3: 2.78 of 4.5 PFLOP/s"
 #: The presets' efficiencies that rest on published end-to-end runs, each with its value
 #: before any run (a microbenchmark's or a paper's figure of the kernel alone): the preset

@@ -28,7 +28,8 @@ Identifiability is judged over each parameter's whole range, not a local step:
    leave a degree of freedom for the noise (at most ``runs - 1`` parameters), tell its effect
    apart from the others' (the column-normalised Jacobian's condition number at the solution
    at most :data:`MAX_CONDITION`), pin it and the others to part of their ranges (no
-   interval spans more than :data:`MAX_INTERVAL_SHARE` of its range) and, without explicit
+   interval spans more than :data:`MAX_INTERVAL_SHARE` of its range, no value sits at a
+   bound of it, :data:`BOUND_MARGIN_SHARE`) and, without explicit
    ``params``, predict the runs left out better than without it (the leave-one-out error
    below).
 
@@ -78,6 +79,12 @@ MAX_CONDITION = 30.0
 #: A parameter whose interval spans more than this share of its (log) range is not
 #: determined.
 MAX_INTERVAL_SHARE = 0.8
+#: A value fitted within this share of its (log) range of either bound is not determined by
+#: the runs: they ask for one outside its plausible range, where it would absorb what the
+#: model misses (an NVLink efficiency of 0.3 standing in for unpriced time), or leave it on
+#: a flat direction the solver stopped at. :func:`fit_group` refuses such a parameter and
+#: :func:`fit_factors` keeps such a factor at 1.
+BOUND_MARGIN_SHARE = 0.01
 #: Starts besides the presets, in ``u`` (every parameter at the same point of its range).
 EXTRA_STARTS = (0.2, 0.8)
 #: An end point whose cost is within this factor of the best one's counts as a solution too.
@@ -381,6 +388,16 @@ def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
                     f"with it the runs leave {', '.join(wide)} unpinned")
             refused.append(_refusal(n, what))
             continue
+        at_bound = [k for k in trial if not BOUND_MARGIN_SHARE < u[trial.index(k)]
+                    < 1.0 - BOUND_MARGIN_SHARE]
+        if at_bound:
+            side = "upper" if u[trial.index(at_bound[0])] >= 0.5 else "lower"
+            what = (f"the fit sits at its {side} bound of {_range_name(n)}: the runs ask for "
+                    f"a value outside its plausible range, where it would absorb what the "
+                    f"model misses" if at_bound == [n] else
+                    f"with it the fit puts {', '.join(at_bound)} at a bound of its range")
+            refused.append(_refusal(n, what))
+            continue
         loo = _loo(J, r)
         if not explicit and loo is not None and loo >= loo_prev:
             refused.append(f"{n}: left out (the runs left out are predicted no better with "
@@ -477,11 +494,6 @@ FACTOR_KINDS = ("gemm", "attention", "host")
 #: Bounds of an in-training factor (a fraction capped at 1 after it applies; the host's up
 #: to 20 times its prior).
 FACTOR_BOUNDS = {"gemm": (0.05, 2.0), "attention": (0.05, 2.0), "host": (0.05, 20.0)}
-#: A factor fitted within this (log) distance of a bound of :data:`FACTOR_BOUNDS` is not
-#: determined by the runs (they push it out of its plausible range, or do not pin it inside
-#: it: a flat direction the solver left at the bound) and stays 1, as :func:`fit_group`
-#: refuses a parameter whose interval spans its range.
-BOUND_MARGIN_LOG = 0.01
 #: Points of each factor's (log) range the fit prices before it starts (the bounds
 #: included, with the prior besides): the factor's effect over its whole range, and the
 #: start of its fit at the best of them (a least-squares step from a prior where the runs'
@@ -516,9 +528,9 @@ def fit_factors(runs: list[MeasuredRun], progress=None) -> dict:
     :data:`MIN_RANGE_EFFECT` stays 1, the rule :func:`fit_group` applies to a parameter (a
     local step from the prior cannot see a regime the prior sits outside of: a host time per
     operation below every run's host-bound point); so does one the fit leaves at a bound
-    (:data:`BOUND_MARGIN_LOG`), the others fitted again without it. Returns kind → factor. ``progress``: called with no
-    argument after each pricing of the runs. Raises :class:`InputError` for a run that
-    cannot be priced."""
+    (:data:`BOUND_MARGIN_SHARE`), the others fitted again without it. Returns kind → factor.
+    ``progress``: called with no argument after each pricing of the runs. Raises
+    :class:`InputError` for a run that cannot be priced."""
     from scipy.optimize import least_squares
 
     prepared = prepared_runs(runs)
@@ -556,12 +568,12 @@ def fit_factors(runs: list[MeasuredRun], progress=None) -> dict:
     while kinds:
         lo = np.log([FACTOR_BOUNDS[k][0] for k in kinds])
         hi = np.log([FACTOR_BOUNDS[k][1] for k in kinds])
-        x0 = np.clip([start[k] for k in kinds], lo + 2 * BOUND_MARGIN_LOG,
-                     hi - 2 * BOUND_MARGIN_LOG)
+        x0 = np.clip([start[k] for k in kinds], lo + 2 * BOUND_MARGIN_SHARE * (hi - lo),
+                     hi - 2 * BOUND_MARGIN_SHARE * (hi - lo))
         sol = least_squares(lambda x: resid(kinds, x), x0, bounds=(lo, hi),
                             diff_step=0.02, xtol=1e-3, ftol=1e-4, max_nfev=40)
         at_bound = [k for k, x, a, b in zip(kinds, sol.x, lo, hi)
-                    if min(x - a, b - x) < BOUND_MARGIN_LOG]
+                    if min(x - a, b - x) < BOUND_MARGIN_SHARE * (b - a)]
         fitted = dict(zip(kinds, np.exp(sol.x)))
         if not at_bound:
             break
