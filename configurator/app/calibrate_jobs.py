@@ -225,6 +225,14 @@ def _to_u(name: str, value: float) -> float:
     return float(np.clip((math.log(value) - lo) / (hi - lo), 0.0, 1.0))
 
 
+def _bound_side(u: float) -> str | None:
+    """``"lower"`` or ``"upper"`` where a value at ``u`` of its (log) range sits at that
+    bound (within :data:`BOUND_MARGIN_SHARE`), else None."""
+    if u <= BOUND_MARGIN_SHARE:
+        return "lower"
+    return "upper" if u >= 1.0 - BOUND_MARGIN_SHARE else None
+
+
 def _range_name(n: str) -> str:
     lo, hi, _ = PARAMETER_RANGES[n]
     return f"{lo:g}-{hi:g} us" if n == "host_op_us" else f"{lo:g}-{hi:g}"
@@ -378,20 +386,17 @@ def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
                                        + " on these runs"))
             continue
         wide = [k for k in trial if share[k] > MAX_INTERVAL_SHARE]
+        side = _bound_side(u[trial.index(n)])
         if wide:
-            j = trial.index(n)
-            bound = ("" if 0.0 < u[j] < 1.0 else
-                     f" (the fit sits at its {'upper' if u[j] >= 1.0 else 'lower'} bound: "
-                     f"the runs ask for a value outside its plausible range)")
+            bound = ("" if side is None else f" (the fit sits at its {side} bound: the runs "
+                                             f"ask for a value outside its plausible range)")
             what = (f"the runs leave it anywhere in {100 * share[n]:.0f} % of its range "
                     f"{_range_name(n)}{bound}" if n in wide else
                     f"with it the runs leave {', '.join(wide)} unpinned")
             refused.append(_refusal(n, what))
             continue
-        at_bound = [k for k in trial if not BOUND_MARGIN_SHARE < u[trial.index(k)]
-                    < 1.0 - BOUND_MARGIN_SHARE]
+        at_bound = [k for k, x in zip(trial, u) if _bound_side(x) is not None]
         if at_bound:
-            side = "upper" if u[trial.index(at_bound[0])] >= 0.5 else "lower"
             what = (f"the fit sits at its {side} bound of {_range_name(n)}: the runs ask for "
                     f"a value outside its plausible range, where it would absorb what the "
                     f"model misses" if at_bound == [n] else
@@ -573,11 +578,10 @@ def fit_factors(runs: list[MeasuredRun], progress=None) -> dict:
         sol = least_squares(lambda x: resid(kinds, x), x0, bounds=(lo, hi),
                             diff_step=0.02, xtol=1e-3, ftol=1e-4, max_nfev=40)
         at_bound = [k for k, x, a, b in zip(kinds, sol.x, lo, hi)
-                    if min(x - a, b - x) < BOUND_MARGIN_SHARE * (b - a)]
-        fitted = dict(zip(kinds, np.exp(sol.x)))
+                    if _bound_side((x - a) / (b - a)) is not None]
         if not at_bound:
+            fitted = dict(zip(kinds, np.exp(sol.x)))
             break
         kinds = [k for k in kinds if k not in at_bound]
-        fitted = {}
     return {k: 1.0 for k in FACTOR_KINDS} | {k: round(float(v), 4)
                                               for k, v in fitted.items()}
