@@ -1,5 +1,7 @@
 """Bad input: exit code 2 and one line naming field, value and rule; never a traceback."""
 
+import json
+
 import pytest
 
 from tests.conftest import run_cli
@@ -48,6 +50,23 @@ def test_tp_not_dividing_heads():
 def test_gpus_not_divisible():
     check_error(run_cli(*BASE, "--model", "gpt-1.7b", "--tp", "3", "--pp", "1"),
                 "tp(3) * pp(1) * cp(1) = 3 does not divide 16 GPUs")
+
+
+def test_search_restrictions_no_plan_meets_names_them():
+    """A restriction no legal plan meets is named, not blamed on the batch; one a plan meets
+    is kept by every plan shown."""
+    search = ["search", "--model", "gpt-1.7b", "--cluster", "dgx-a100-80gb", "--nodes", "2",
+              "--gbs", "64"]
+    check_error(run_cli(*search, "--tp", "16"), "--tp=16", "has tp 16", "widen")
+    check_error(run_cli(*search, "--tp", "8", "--pp", "2", "--dp", "2"), "--tp=8",
+                "has tp 8, pp 2, dp 2")
+    check_error(run_cli(*search, "--dp", "0"), "--dp=0", "1..")
+    res = run_cli(*search, "--tp", "2", "4", "--mbs", "2", "--no-sequence-parallel",
+                  "--top", "50", "--json")
+    assert res.returncode == 0, res.stderr
+    plans = [p["config"] for p in json.loads(res.stdout)["plans"]]
+    assert {(c["tp"], c["mbs"], c["sequence_parallel"]) for c in plans} == {
+        (2, 2, False), (4, 2, False)}
 
 
 def test_gbs_not_divisible():

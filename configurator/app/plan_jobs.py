@@ -44,7 +44,8 @@ class SearchRequest:
     global_batch_size: int
     options: Mapping[str, Any] = field(default_factory=dict)
     recompute: tuple[str, ...] = RECOMPUTE
-    #: other restrictions: plan field -> the values the search keeps (e.g. ``ep``)
+    #: other restrictions: plan field -> the values the search keeps (e.g. ``ep``: (8, 16)),
+    #: or a boolean field's one value (``sequence_parallel``: False)
     restrict: dict = field(default_factory=dict)
     top: int = 10
     max_memory_fraction: float = DEFAULT_MAX_MEMORY_FRACTION
@@ -373,7 +374,8 @@ def search_space(model, req: SearchRequest) -> SearchSpace:
                              "expert parallelism needs a model "
                              "with num_experts")
     return SearchSpace(recompute=tuple(req.recompute), **{
-        k: tuple(v.int_in_range(k, x) for x in vals) for k, vals in req.restrict.items()})
+        k: (vals,) if isinstance(vals, bool) else tuple(v.int_in_range(k, x) for x in vals)
+        for k, vals in req.restrict.items()})
 
 
 def split_note(fields: dict, plan) -> str:

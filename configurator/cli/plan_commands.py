@@ -29,9 +29,12 @@ from topology.cluster_files import CLUSTER_PRESETS
 #: Plan fields ``estimate`` takes as options (every field with a CLI flag; dp is derived).
 ESTIMATE_FIELDS = tuple(f.name for f in PLAN_FIELDS
                         if f.cli_flag and f.name not in SEARCH_OPTIONS)
-#: Plan fields ``search`` can be restricted to given values (``--ep 8 16``).
-SEARCH_RESTRICTIONS = ("ep", "etp", "decoder_first_pipeline_num_layers",
-                       "decoder_last_pipeline_num_layers")
+#: Integer plan fields ``search`` can be restricted to given values (``--tp 4 8``,
+#: ``--ep 8 16``; dp, derived by ``estimate``, is one of them).
+SEARCH_RESTRICTIONS = ("tp", "pp", "dp", "cp", "vp", "micro_batch_size", "ep", "etp",
+                       "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers")
+#: Boolean plan fields ``search`` can fix (``--no-sequence-parallel``; default both values).
+SEARCH_SWITCHES = ("sequence_parallel", "distributed_optimizer")
 #: Required options of ``estimate``: the layout and micro-batch size.
 ESTIMATE_REQUIRED = ("tp", "pp", "micro_batch_size")
 
@@ -163,9 +166,16 @@ def add_search_arguments(p) -> None:
                    help="restrict recompute choices (default: all)")
     for name in SEARCH_RESTRICTIONS:
         f = PLAN_FIELD[name]
-        g.add_argument(f.cli_flag, dest=name, type=integer, nargs="+",
-                       metavar=(f.alias or f.cli_flag.lstrip("-")).upper(),
+        flag = f.cli_flag or f"--{name}"
+        g.add_argument(flag, dest=name, type=integer, nargs="+",
+                       metavar=(f.alias or flag.lstrip("-")).upper(),
                        help=f"restrict {f.megatron_name} to these values (default: all legal)")
+    for name in SEARCH_SWITCHES:
+        f = PLAN_FIELD[name]
+        g.add_argument(f.cli_flag, dest=name, action=argparse.BooleanOptionalAction,
+                       default=None,
+                       help=f"only plans with (or, --no-, without) {f.megatron_name} "
+                            "(default: both)")
     g = groups["search"]
     g.add_argument("--top", type=integer, default=10, help="plans to show (default 10)")
     g.add_argument("--max-memory-fraction", type=float, default=DEFAULT_MAX_MEMORY_FRACTION,
@@ -199,7 +209,7 @@ def run_search(args) -> int:
                         options={name: getattr(args, name) for name in SEARCH_OPTIONS},
                         recompute=tuple(args.recompute) if args.recompute else RECOMPUTE,
                         restrict={k: getattr(args, k) for k in SEARCH_RESTRICTIONS
-                                  if getattr(args, k) is not None},
+                                  + SEARCH_SWITCHES if getattr(args, k) is not None},
                         top=args.top, max_memory_fraction=args.max_memory_fraction,
                         out=args.out, force=args.force,
                         placement_time_s=args.placement_time_s,

@@ -64,6 +64,25 @@ class SearchResult:
                                "by_plan": [self.mechanisms_of(p.plan) for p in self.plans]}}
 
 
+def _refuse_restrictions(model: ModelSpec, world: int, global_batch_size: int,
+                         space: SearchSpace, options: dict) -> None:
+    """Raise :class:`InputError` naming the search restrictions (``space`` beyond the
+    recompute choices) when they, not the GPU count and batch, leave no legal plan: the
+    same enumeration without them finds some."""
+    named = {k: v for k, v in space.allowed.items() if k != "recompute"}
+    if not named:
+        return
+    free = SearchSpace(**{k: v for k, v in space.allowed.items() if k == "recompute"})
+    if not len(enumerate_plans(model, world, global_batch_size, space=free, **options)):
+        return
+    field, values = next(iter(named.items()))
+    shown = ", ".join(f"{k} {'/'.join(map(str, v))}" for k, v in named.items())
+    raise InputError(field, values[0] if len(values) == 1 else list(values),
+                     f"no legal plan of {world} GPUs at global batch {global_batch_size} "
+                     f"has {shown} (tp*pp*cp*dp = GPUs, tp divides the heads, pp the "
+                     f"layers, mbs*dp the batch): widen the restrictions")
+
+
 def search(model: ModelSpec, cluster, global_batch_size: int, *, top_k: int = 10,
            space: SearchSpace = SearchSpace(), overlap_grad_reduce: bool = True,
            overlap_param_gather: bool = True, keep_ranking: bool = False,
@@ -125,6 +144,7 @@ def search(model: ModelSpec, cluster, global_batch_size: int, *, top_k: int = 10
             model, cluster, c, comm=gather_figures(tables, rows), profile=profile))
         parts.append((regime, feas, closed, tables))
     if n == 0:
+        _refuse_restrictions(model, world, global_batch_size, space, regimes[0].options)
         raise InputError("global_batch_size", global_batch_size,
                          f"no legal plan: no tp*pp*cp*dp layout of {world} GPUs with "
                          f"global_batch_size % (micro_batch_size*dp) == 0 under the "
