@@ -116,11 +116,17 @@ def test_megatron_log_reads_it():
 
 
 def test_an_option_prefix_is_not_taken_for_it():
-    """``search`` has no ``--tp``: with prefix matching argparse would read ``--tp 8`` as
-    ``--tp-comm-overlap`` and complain about ``8``; options are matched whole."""
-    res = run_cli("search", "--model", "llama3-8b", "--cluster", "dgx-h100-80gb", "--gbs", "8",
-                  "--tp", "8")
+    """With prefix matching argparse would read ``--tp-comm`` as ``--tp-comm-overlap`` (and
+    ``--to 3`` as ``--top 3``); options are matched whole, and the error names the options
+    meant."""
+    base = ("search", "--model", "llama3-8b", "--cluster", "dgx-h100-80gb", "--gbs", "8")
+    res = run_cli(*base, "--tp-comm")
     assert res.returncode == 2
     assert res.stderr.strip().splitlines() == [
-        "configurator search: error: unrecognized arguments: --tp 8; did you mean "
-        "'--tp-comm-overlap' or '--top'?"]
+        "configurator search: error: unrecognized arguments: --tp-comm; did you mean "
+        "'--tp-comm-overlap' or '--tp'?"]
+    res = run_cli(*base, "--to", "3")
+    assert res.returncode == 2
+    assert res.stderr.strip().splitlines() == [
+        "configurator search: error: unrecognized arguments: --to 3; did you mean "
+        "'--topology' or '--top'?"]
