@@ -33,6 +33,7 @@ HF_KEYS_NO_COST = frozenset((
     "activation_function", "hidden_act", "torchscript", "return_dict", "name_or_path",
     "_name_or_path", "id2label", "label2id", "tokenizer_class", "problem_type",
     "swiglu_limit", "router_bias", "experts_per_token", "rope_interleave",
+    "_attn_implementation", "_attn_implementation_autoset",
 ))
 #: A key naming one of these, when not mapped, changes the model: refuse to drop it.
 _HF_ARCH_WORDS = ("expert", "moe", "lora", "head_dim", "layer", "hidden", "intermediate",
@@ -136,6 +137,15 @@ def from_hf_config(cfg: Mapping[str, Any], name: str = "hf-model") -> ModelSpec:
     mtype = cfg.get("model_type", "")
     if not isinstance(mtype, str):
         raise InputError("config.json.model_type", mtype, "must be a string")
+    if mtype == "llama4":
+        # the multimodal wrapper (Llama4ForConditionalGeneration): its language model, what
+        # Megatron-Bridge's Llama 4 recipes pretrain; the vision encoder is not priced
+        text = cfg.get("text_config")
+        if not isinstance(text, Mapping):
+            raise InputError("config.json.text_config", text,
+                             "a llama4 config holds its language model in text_config")
+        top = {k: cfg[k] for k in ("tie_word_embeddings",) if k in cfg}
+        return from_hf_config({**top, **text, "model_type": "llama4_text"}, name)
     if mtype == "gpt2" or "n_embd" in cfg:
         hidden = v.int_in_range("config.json.n_embd", need("n_embd"), key="hidden_size")
         spec = make_model(
@@ -235,6 +245,8 @@ def from_hf_config(cfg: Mapping[str, Any], name: str = "hf-model") -> ModelSpec:
         shared = get("shared_expert_intermediate_size")
         if shared is not None and shared != 0:
             kw["moe_shared_expert_intermediate_size"] = shared
+    elif mtype == "llama4_text":
+        kw.update(_llama4_moe(cfg, layers, get, need))
     elif mtype in ("deepseek_v2", "deepseek_v3"):
         first_dense = get("first_k_dense_replace", 0)
         if isinstance(first_dense, bool) or not isinstance(first_dense, int) or not (
@@ -270,11 +282,48 @@ def from_hf_config(cfg: Mapping[str, Any], name: str = "hf-model") -> ModelSpec:
                 raise InputError(f"config.json.{key}", cfg[key],
                                  f"experts in a model_type {mtype!r} config are not supported "
                                  "(supported MoE families: mixtral, qwen2_moe, qwen3_moe, "
-                                 "deepseek_v2, deepseek_v3, gpt_oss)")
+                                 "deepseek_v2, deepseek_v3, gpt_oss, llama4)")
         kw["ffn_hidden_size"] = need("intermediate_size")
     spec = make_model(**kw)
     _refuse_unmapped(cfg, used)
     return spec
+
+
+def _llama4_moe(cfg: Mapping[str, Any], layers: int, get, need) -> dict:
+    """The MoE and attention fields of a Llama 4 language model (``llama4_text``; Hugging
+    Face transformers ``modeling_llama4.py``, ``configuration_llama4.py``): ``moe_layers``
+    (default every ``interleave_moe_layer_step``-th layer, from layer ``step − 1``) hold
+    ``num_local_experts`` routed experts of ``intermediate_size`` and one shared expert of
+    the same size (``Llama4TextMoe.shared_expert``); the other layers a dense MLP of
+    ``intermediate_size_mlp``. ``attention_chunk_size``: chunked attention
+    (:attr:`~configurator.core.model.ModelSpec.attention_chunk_size`). The NoPE layers
+    (``no_rope_layers``), the query/key L2 norm (``use_qk_norm``, no parameters) and the
+    attention temperature tuning leave the cost alone."""
+    step = v.int_in_range("config.json.interleave_moe_layer_step",
+                          get("interleave_moe_layer_step", 1), key="moe_layer_freq")
+    moe = get("moe_layers")
+    if moe is None:
+        moe = list(range(step - 1, layers, step))
+    if not isinstance(moe, list) or any(isinstance(i, bool) or not isinstance(i, int)
+                                        or not 0 <= i < layers for i in moe):
+        raise InputError("config.json.moe_layers", moe,
+                         f"must be a list of layer numbers in [0, {layers})")
+    pattern = [int(i in set(moe)) for i in range(layers)]
+    if not any(pattern):
+        raise InputError("config.json.moe_layers", moe, "must name at least one MoE layer")
+    expert = v.int_in_range("config.json.intermediate_size", need("intermediate_size"),
+                            key="moe_ffn_hidden_size")
+    for key in ("no_rope_layers", "no_rope_layer_interval", "use_qk_norm",
+                "attn_temperature_tuning", "attn_scale", "floor_scale"):
+        get(key)
+    chunk = get("attention_chunk_size")
+    return dict(num_experts=need("num_local_experts"),
+                moe_router_topk=need("num_experts_per_tok"), moe_ffn_hidden_size=expert,
+                moe_shared_expert_intermediate_size=expert,
+                ffn_hidden_size=get("intermediate_size_mlp") or expert,
+                moe_layer_freq=1 if all(pattern) else pattern,
+                **({} if chunk is None else {"attention_chunk_size": v.int_in_range(
+                    "config.json.attention_chunk_size", chunk, key="attention_chunk_size")}))
 
 
 def _seq_kw(cfg: Mapping[str, Any], key: str, max_positions: Any) -> dict:

@@ -34,6 +34,7 @@ INT_RANGES: dict[str, tuple[int, int]] = {
     "v_head_dim": (1, 65_536),
     "mtp_num_layers": (1, 64),
     "window_size": (1, 16_777_216),
+    "attention_chunk_size": (1, 16_777_216),
     "window_attn_skip_freq": (1, 2048),
     # job and plan
     "gbs": (1, 16_777_216),

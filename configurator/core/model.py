@@ -177,6 +177,14 @@ class ModelSpec:
     ``rope`` and no multi-latent attention. No core_v0.16.1 flag selects it without MLA:
     the launch scripts train plain RoPE and say so (launchers/script_parts.py);
     ``TransformerConfig.yarn_rotary_scaling_factor``."""
+    attention_chunk_size: int | None = field(default=None, compare=False)
+    """Chunked attention over blocks of this many tokens (Llama 4; Hugging Face
+    ``attention_chunk_size``, Megatron-Bridge's ``Llama4SelfAttention``, which splits a
+    longer sequence into such chunks, each attending causally within itself); None: none.
+    A sequence of at most one chunk is plain causal attention, the only case priced: a
+    longer ``seq_length`` is an input error. Like ``max_position_embeddings`` a bound on
+    ``seq_length``, so it takes no part in comparing two models; not a Megatron argument
+    (megatron-core 0.16.1 has no chunked attention)."""
     max_position_embeddings: int | None = field(default=None, compare=False)
     """The longest sequence the model's positions support (tokens; Megatron's
     ``--max-position-embeddings``; Hugging Face ``max_position_embeddings``): an upper bound
@@ -271,9 +279,10 @@ class ModelSpec:
 
     def with_seq_length(self, seq_length: int) -> "ModelSpec":
         """This model at ``seq_length`` tokens (``--seq-length``). Raises
-        :class:`InputError` above :attr:`max_position_embeddings`."""
+        :class:`InputError` above :attr:`max_position_embeddings` or
+        :attr:`attention_chunk_size`."""
         seq = v.int_in_range("seq_length", seq_length)
-        _check_context(seq, self.max_position_embeddings)
+        _check_context(seq, self.max_position_embeddings, self.attention_chunk_size)
         return dataclasses.replace(
             self, seq_length=seq,
             seq_length_source=None if self.seq_length_source is None else "given")
@@ -293,7 +302,7 @@ class ModelSpec:
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
-        for key in ("max_position_embeddings", "seq_length_source"):
+        for key in ("attention_chunk_size", "max_position_embeddings", "seq_length_source"):
             if d[key] is None:     # a preset's or a Megatron file's: no such keys
                 del d[key]
         if isinstance(self.moe_layer_freq, tuple):
@@ -313,18 +322,25 @@ MODEL_KEYS_OPTIONAL = ("name", "num_query_groups", "ffn_hidden_size", "kv_channe
                        "multi_latent_attention", "q_lora_rank", "kv_lora_rank", "qk_head_dim",
                        "qk_pos_emb_head_dim", "v_head_dim", "mtp_num_layers", "window_size",
                        "window_attn_skip_freq", "activation_func_clamp_value",
-                       "yarn_rotary_scaling_factor", "max_position_embeddings",
-                       "seq_length_source")
+                       "yarn_rotary_scaling_factor", "attention_chunk_size",
+                       "max_position_embeddings", "seq_length_source")
 MODEL_KEYS = MODEL_KEYS_REQUIRED + MODEL_KEYS_OPTIONAL
 
 
-def _check_context(seq_length: int, max_positions: int | None) -> None:
+def _check_context(seq_length: int, max_positions: int | None,
+                   chunk: int | None = None) -> None:
     """Megatron's rule ``max_position_embeddings >= seq_length`` (arguments.py
-    ``validate_args``)."""
+    ``validate_args``), and a sequence within one attention chunk
+    (:attr:`ModelSpec.attention_chunk_size`)."""
     if max_positions is not None and seq_length > max_positions:
         raise InputError("seq_length", seq_length,
                          f"must be at most the model's max_position_embeddings "
                          f"({max_positions}, its maximum context): lower --seq-length")
+    if chunk is not None and seq_length > chunk:
+        raise InputError("seq_length", seq_length,
+                         f"above the model's attention_chunk_size ({chunk}): chunked "
+                         f"attention is priced only within one chunk, where it is causal "
+                         f"attention; lower --seq-length")
 
 
 def _optional_int(kw: Mapping[str, Any], key: str, default=None):
@@ -455,13 +471,15 @@ def make_model(**kw: Any) -> ModelSpec:
                              "multi-latent attention (MLA has its own rotary embedding)")
     name = v.display_name("name", kw.get("name", "custom"))
     max_positions = _optional_int(kw, "max_position_embeddings")
-    _check_context(n["seq_length"], max_positions)
+    chunk = _optional_int(kw, "attention_chunk_size")
+    _check_context(n["seq_length"], max_positions, chunk)
     source = kw.get("seq_length_source")
     if source is not None:
         source = v.printable_text("seq_length_source", source)
         if len(source) > 300:
             raise InputError("seq_length_source", source, "must be at most 300 characters")
     return ModelSpec(max_position_embeddings=max_positions, seq_length_source=source,
+                     attention_chunk_size=chunk,
                      name=name, num_query_groups=groups, ffn_hidden_size=ffn,
                      activation_func_clamp_value=clamp, yarn_rotary_scaling_factor=yarn,
                      kv_channels=kv_channels, swiglu=swiglu, normalization=norm,
