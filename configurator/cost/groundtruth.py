@@ -517,7 +517,10 @@ def nemo_summary_runs() -> tuple[list[MeasuredRun], list[str]]:
     overlap with tp > 1 (``tp_comm_overlap``), the distributed optimizer, FP8 weights
     gathered in FP8 (NeMo's ``fp8_params``), Megatron FSDP where the FSDP column reads 1;
     the cross entropy fused from NeMo 2.0 (25.02 on; ``GPTConfig.cross_entropy_loss_fusion``),
-    eager before; MoE models' tokens dropped and padded to capacity 1.0 (the performance
+    eager before; FP8 with current per-tensor scaling from 25.02 on (``fp8_recipe``
+    tensorwise: the 25.0x pages "apply per-tensor FP8 quantization, leveraging scaling
+    factors computed in the current step"), delayed scaling in 24.07 (Transformer Engine's
+    default recipe then); MoE models' tokens dropped and padded to capacity 1.0 (the performance
     scripts call the recipe with ``performance_mode=True``,
     scripts/performance/llm/pretrain_mixtral_8x7b.py, whose
     ``pretrain_performance_optimizations`` in nemo/collections/llm/recipes/mixtral_8x7b.py
@@ -545,6 +548,7 @@ def nemo_summary_runs() -> tuple[list[MeasuredRun], list[str]]:
                             global_batch_size=gbs, sequence_parallel=tp > 1,
                             tp_comm_overlap=tp > 1, distributed_optimizer=True,
                             precision="fp8", fp8_param_gather=True, megatron_fsdp=fsdp,
+                            fp8_recipe="delayed" if r["release"] == "24.07" else "tensorwise",
                             cross_entropy_fusion="none" if r["release"] == "24.07"
                             else "native",
                             moe_expert_capacity_factor=1.0 if model.is_moe else 0.0,
