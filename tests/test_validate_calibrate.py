@@ -496,3 +496,27 @@ def test_run_files_are_their_own_dataset(tmp_path):
     assert run.dataset == "mine.csv"
     path.write_text(",".join(RUN) + ",dataset\n" + ",".join(RUN.values()) + ",lab A\n")
     assert load_runs(str(path))[0].dataset == "lab A"
+
+
+def test_runs_that_confirm_the_presets_give_an_empty_calibration_not_an_error(tmp_path, capsys):
+    """Two of Korthikanti's runs determine the GEMM efficiency, but the fit predicts each run
+    left out worse than the presets do: calibrate keeps every preset (exit 0, an empty
+    calibration file that --calibration reads) instead of refusing; it refuses only where the
+    runs determine nothing."""
+    import yaml
+
+    from topology.calibration import load_calibration
+
+    runs = [r for r in published_runs()[0] if r.dataset == "Korthikanti Table 5"][:2]
+    cal, fits = calibrate_runs(runs)
+    assert cal.values == {} and not fits[0].parameters
+    assert any("predicted no better" in n for n in fits[0].notes)
+    path = tmp_path / "cal.yaml"
+    path.write_text(yaml.safe_dump(cal.to_dict()))
+    assert load_calibration(str(path)).values == {}
+    args = ["estimate", "--model", "llama2-7b", "--cluster", "dgx-h100-80gb", "--nodes", "1",
+            "--tp", "1", "--pp", "1", "--mbs", "1", "--gbs", "64", "--json"]
+    assert main(args) == 0
+    plain = json.loads(capsys.readouterr().out)["iteration_time_s"]
+    assert main(args + ["--calibration", str(path)]) == 0
+    assert json.loads(capsys.readouterr().out)["iteration_time_s"] == plain

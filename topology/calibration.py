@@ -201,7 +201,7 @@ def calibration_from_dict(data: Any, path: str = "") -> Calibration:
     if data["format"] != FORMAT:
         raise InputError("calibration.format", data["format"], f"must be {FORMAT}")
     gpus = data["gpus"]
-    if not isinstance(gpus, Mapping) or not gpus:
+    if not isinstance(gpus, Mapping):   # empty: every preset kept (the runs confirmed them)
         raise InputError("calibration.gpus", gpus, "must map GPU names to precisions")
     values: dict = {}
     for gname, by in gpus.items():

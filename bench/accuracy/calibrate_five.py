@@ -48,14 +48,13 @@ def bench(draws: int, k: int, seed: int) -> list[dict]:
             t0 = time.perf_counter()
             try:
                 cal, fits = calibrate_runs(train)
-            except InputError as exc:
-                # determined but no better than the presets on the runs left out, or not
-                # determined at all
-                if "predicted no better" in str(exc):
-                    kept += 1
-                else:
-                    refused += 1
+            except InputError:          # not determined at all
+                refused += 1
                 cal, fits = None, []
+            if cal is not None and not cal.values:
+                # determined, but no better than the presets on the runs left out
+                kept += 1
+                cal = None
             seconds.append(time.perf_counter() - t0)
             for f in fits:
                 top = max([top] + [v for n, v in f.parameters.items() if n != "host_op_us"])

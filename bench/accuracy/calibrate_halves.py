@@ -54,10 +54,12 @@ def table(title: str, min_runs: int = 4) -> None:
         head = f"| {gpu} | {precision} | {len(train)} / {len(test)} | {100 * before:.1f} % "
         try:
             cal, fits = calibrate_runs(train)
-        except InputError as exc:      # nothing determined: the presets stay
-            why = ("determined, but no better than the presets on the runs left out"
-                   if "predicted no better" in str(exc) else "nothing determined")
-            print(head + f"| {100 * before:.1f} % | nothing: {why} |")
+        except InputError:      # nothing determined: the presets stay
+            print(head + f"| {100 * before:.1f} % | nothing: nothing determined |")
+            continue
+        if not cal.values:      # the presets kept
+            print(head + f"| {100 * before:.1f} % | nothing: determined, but no better than "
+                         f"the presets on the runs left out |")
             continue
         after = validate_runs(test, cal).overall.mape
         fitted = ", ".join(f"{k} {v:.3g}" for f in fits for k, v in f.parameters.items())

@@ -494,13 +494,24 @@ def prepared_runs(runs: list[MeasuredRun]) -> list[_Prepared]:
     return out
 
 
+def presets_kept(fits: list[GroupFit]) -> bool:
+    """Whether nothing was fitted because what the runs determine predicts the runs left
+    out no better than the preset values (the runs confirm the presets), not because they
+    determine nothing."""
+    return (not any(f.parameters for f in fits)
+            and any("predicted no better" in n for f in fits for n in f.notes))
+
+
 def calibrate_runs(runs: list[MeasuredRun], params: tuple[str, ...] | None = None,
                    progress=None, source: str = "calibrate"
                    ) -> tuple[Calibration, list[GroupFit]]:
     """Fit every (GPU type, precision) group of ``runs`` from the GPUs' own figures; returns
     the calibration (the fitted values only) and the per-group fits. Runs without a measured
     time are ignored; a run Megatron would reject or that names an unknown preset is an
-    error naming it (:func:`prepared_runs`)."""
+    error naming it (:func:`prepared_runs`). Where what the runs determine predicts the runs
+    left out no better than the presets (:func:`presets_kept`) the calibration is empty:
+    every preset stays, and the fits' notes say why. Raises :class:`InputError` when the
+    runs determine no parameter at all, naming for each the kind of run that would."""
     groups: dict = {}
     for p in prepared_runs(runs):
         key = (p.cluster.gpu.name, p.run.plan.precision)
@@ -516,13 +527,10 @@ def calibrate_runs(runs: list[MeasuredRun], params: tuple[str, ...] | None = Non
             values.setdefault(f.gpu, {})[f.precision] = dict(f.parameters)
             intervals.setdefault(f.gpu, {})[f.precision] = {k: tuple(iv) for k, iv
                                                             in f.intervals.items()}
-    if not values:
+    if not values and not presets_kept(fits):
         notes = [n for f in fits for n in f.notes]
-        head = ("nothing fitted: what these runs determine predicts the runs left out no "
-                "better than the preset values" if any("predicted no better" in n
-                                                       for n in notes)
-                else "no parameter is determined by these runs")
-        raise InputError("runs", len(runs), head + ": " + "; ".join(notes))
+        raise InputError("runs", len(runs), "no parameter is determined by these runs: "
+                         + "; ".join(notes))
     cal = Calibration(values=values, intervals=intervals,
                       fit={"source": source, "groups": [f.to_dict() for f in fits]})
     return cal, fits

@@ -210,5 +210,8 @@ def run_calibrate(args) -> int:
               f"{100 * f.mape_after:>6.1f}% {loo:>13}  {fitted or 'nothing determined'}")
         for n in f.notes:
             print(f"{'':<14} note: {n}")
+    if not cal.values:
+        print("every preset kept: what these runs determine predicts the runs left out no "
+              "better than the preset values (the notes say which and why)")
     print(f"wrote {path}")
     return 0
