@@ -96,6 +96,9 @@ BOUND_MARGIN_SHARE = 0.01
 #: weight on itself and fitted 27.7 µs per operation, against 8.8 µs preset, which took a
 #: Qwen3-235B-A22B run left out from −20 % to +99 % (bench/accuracy/calibrate_halves.py).
 MAX_ONE_RUN_SHARE = 0.9
+#: What a note says of a parameter the runs determine but whose fit predicts the runs left
+#: out no better (:func:`presets_kept` reads it).
+NO_BETTER = "predicted no better"
 #: Starts besides the presets, in ``u`` (every parameter at the same point of its range).
 EXTRA_STARTS = (0.2, 0.8)
 #: An end point whose cost is within this factor of the best one's counts as a solution too.
@@ -439,7 +442,7 @@ def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
             continue
         loo = _loo(J, r)
         if not explicit and loo is not None and loo >= loo_prev:
-            refused.append(f"{n}: left out (the runs left out are predicted no better with "
+            refused.append(f"{n}: left out (the runs left out are {NO_BETTER} with "
                            f"it: leave-one-out {100 * loo:.1f} % vs {100 * loo_prev:.1f} % "
                            + ("with the preset values)" if not selected else
                               f"with {', '.join(selected)})"))
@@ -499,7 +502,7 @@ def presets_kept(fits: list[GroupFit]) -> bool:
     out no better than the preset values (the runs confirm the presets), not because they
     determine nothing."""
     return (not any(f.parameters for f in fits)
-            and any("predicted no better" in n for f in fits for n in f.notes))
+            and any(NO_BETTER in n for f in fits for n in f.notes))
 
 
 def calibrate_runs(runs: list[MeasuredRun], params: tuple[str, ...] | None = None,

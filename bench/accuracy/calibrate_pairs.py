@@ -1,0 +1,75 @@
+"""``configurator calibrate`` on 2 runs of one source × GPU × precision group of the shipped
+published runs (:func:`configurator.cost.groundtruth.published_runs`), ``validate`` on the
+rest of that group: over seeded draws (``--draws``, default 20; a group with at least 3 runs
+drawn at random, then 2 of its runs), the draws ``calibrate`` refused (it exits 2: the runs
+determine nothing), those that kept every preset (what the runs determine predicts the runs
+left out no better), the rest's MAPE before and after and what was fitted.
+
+Run: ``python -m bench.accuracy.calibrate_pairs [--draws 20] [--seed 0]`` (about a minute on a
+2-core machine).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from bench.common import bench_parser, table_head
+from configurator.app.calibrate_jobs import calibrate_runs
+from configurator.app.validate_jobs import run_cluster, validate_runs
+from configurator.core.errors import InputError
+from configurator.cost.groundtruth import published_runs
+
+
+def draws(n_draws: int, seed: int) -> list[tuple[tuple, list, list]]:
+    """``(group key, the 2 runs, the rest)`` for ``n_draws`` seeded draws."""
+    runs, _ = published_runs()
+    groups = defaultdict(list)
+    for r in runs:
+        groups[(r.dataset, run_cluster(r).gpu.name, r.plan.precision)].append(r)
+    keys = [k for k, g in groups.items() if len(g) >= 3]
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n_draws):
+        key = keys[rng.integers(len(keys))]
+        group = groups[key]
+        pick = set(rng.choice(len(group), size=2, replace=False).tolist())
+        out.append((key, [r for i, r in enumerate(group) if i in pick],
+                    [r for i, r in enumerate(group) if i not in pick]))
+    return out
+
+
+def main(argv=None) -> None:
+    ap = bench_parser(__doc__)
+    ap.add_argument("--draws", type=int, default=20, help="seeded draws (default 20)")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the draws (default 0)")
+    args = ap.parse_args(argv)
+    print(table_head(["draw", "source", "GPU", "precision", "rest", "rest MAPE presets",
+                      "after", "fitted"]))
+    refused = kept = within = 0
+    for d, ((source, gpu, precision), train, test) in enumerate(draws(args.draws, args.seed)):
+        before = validate_runs(test).overall.mape
+        try:
+            cal, fits = calibrate_runs(train)
+        except InputError:
+            refused += 1
+            after, fitted = None, "refused: nothing determined"
+        else:
+            if not cal.values:
+                kept += 1
+                after, fitted = before, "every preset kept"
+            else:
+                after = validate_runs(test, cal).overall.mape
+                fitted = ", ".join(f"{k} {v:.3g}" for f in fits
+                                   for k, v in f.parameters.items())
+        within += after is not None and after <= 0.10
+        shown = "-" if after is None else f"{100 * after:.1f} %"
+        print(f"| {d} | {source} | {gpu} | {precision} | {len(test)} | {100 * before:.1f} % | "
+              f"{shown} | {fitted} |")
+    print(f"\nrefused {refused} of {args.draws}; presets kept {kept}; rest within 10 % after "
+          f"calibration: {within} of {args.draws - refused}")
+
+
+if __name__ == "__main__":
+    main()
