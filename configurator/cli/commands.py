@@ -129,11 +129,13 @@ COMMANDS: tuple[Command, ...] = (
                 "configurator search --model llama3-70b --cluster dgx-h100-80gb --nodes 16 "
                 "--gbs 512 --precision fp8 --out plan/",
                 "configurator search --model llama3-70b --cluster dgx-h100-80gb --gbs 512 "
-                "--topology topo.json --nodes 16 --out plan/"),
+                "--topology topo.json --nodes 16 --out plan/",
+                "configurator search --model llama4-maverick --cluster gb200-nvl72 --nodes 32 "
+                "--gbs 1024 --tp 1 2 --pp 2 4 --mbs 1"),
             usage="configurator search --model M --cluster C --gbs G [--nodes N] [options]"),
     Command("estimate", "predict memory and iteration time of one plan",
             "Predict per-stage memory and iteration time of one plan (dp is derived from the "
-            "GPU count).Estimates also plans that do not fit (then fits is false); --out "
+            "GPU count). Estimates also plans that do not fit (then fits is false); --out "
             "saves the plan document for 'explain' and 'launch'.",
             plan_commands.add_estimate_arguments, plan_commands.run_estimate, PLAN_EPILOG,
             examples=(
