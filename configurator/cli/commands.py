@@ -126,12 +126,10 @@ COMMANDS: tuple[Command, ...] = (
             examples=(
                 "configurator search --model llama3-70b --cluster dgx-h100-80gb --nodes 16 "
                 "--gbs 512",
-                "configurator search --model llama3-70b --cluster dgx-h100-80gb --nodes 16 "
-                "--gbs 512 --precision fp8 --out plan/",
                 "configurator search --model llama3-70b --cluster dgx-h100-80gb --gbs 512 "
                 "--topology topo.json --nodes 16 --out plan/",
                 "configurator search --model llama4-maverick --cluster gb200-nvl72 --nodes 32 "
-                "--gbs 1024 --tp 1 2 --pp 2 4 --mbs 1"),
+                "--gbs 1024 --precision fp8 --tp 1 2 --pp 2 4 --mbs 1"),
             usage="configurator search --model M --cluster C --gbs G [--nodes N] [options]"),
     Command("estimate", "predict memory and iteration time of one plan",
             "Predict per-stage memory and iteration time of one plan (dp is derived from the "
