@@ -36,6 +36,14 @@ def _llama(name, layers, hidden, heads, groups, ffn, vocab, seq, rotary_base) ->
                       add_bias_linear=False, rotary_base=rotary_base)
 
 
+#: What Llama 4 Scout and Maverick share (their text_config's dimensions).
+_LLAMA4 = dict(num_layers=48, hidden_size=5120, num_attention_heads=40, num_query_groups=8,
+               kv_channels=128, ffn_hidden_size=16384, vocab_size=202048, rotary_base=500000,
+               moe_router_topk=1, moe_ffn_hidden_size=8192,
+               moe_shared_expert_intermediate_size=8192, seq_length=8192,
+               attention_chunk_size=8192)
+
+
 #: Mixture-of-experts presets at Megatron-Bridge's pre-training sequence length (4096), from
 #: each model's Hugging Face config.json (tests/data/hf_configs: Qwen/Qwen3-30B-A3B,
 #: Qwen/Qwen3-235B-A22B, mistralai/Mixtral-8x7B-v0.1, deepseek-ai/DeepSeek-V3,
@@ -73,20 +81,9 @@ _MOE_PRESETS: dict[str, dict[str, Any]] = {
     # text_config: a shared expert beside the routed ones, the dense layers' MLP of
     # intermediate_size_mlp, chunked attention over 8192 tokens) at Megatron-Bridge's
     # Llama 4 pre-training length, 8192 (recipes/llama/llama4_e16.py and llama4_e128.py,
-    # GPTDatasetConfig sequence_length), one chunk
-    "llama4-scout": dict(num_layers=48, hidden_size=5120, num_attention_heads=40,
-                         num_query_groups=8, kv_channels=128, ffn_hidden_size=16384,
-                         vocab_size=202048, rotary_base=500000, num_experts=16,
-                         moe_router_topk=1, moe_ffn_hidden_size=8192,
-                         moe_shared_expert_intermediate_size=8192, seq_length=8192,
-                         attention_chunk_size=8192),
-    "llama4-maverick": dict(num_layers=48, hidden_size=5120, num_attention_heads=40,
-                            num_query_groups=8, kv_channels=128, ffn_hidden_size=16384,
-                            vocab_size=202048, rotary_base=500000, num_experts=128,
-                            moe_router_topk=1, moe_ffn_hidden_size=8192,
-                            moe_shared_expert_intermediate_size=8192,
-                            moe_layer_freq=[0, 1] * 24, seq_length=8192,
-                            attention_chunk_size=8192),
+    # GPTDatasetConfig sequence_length), one chunk; Maverick's MoE on every other layer
+    "llama4-scout": dict(_LLAMA4, num_experts=16),
+    "llama4-maverick": dict(_LLAMA4, num_experts=128, moe_layer_freq=[0, 1] * 24),
 }
 
 
