@@ -1,0 +1,94 @@
+"""Held-out runs of the Megatron MoE Model Zoo (Qwen3-235B-A22B on 256 H100, 128-256 GB200 and
+64 GB300; ``tests/data/modelzoo_qwen3.csv``, sources in its header), which no fit has seen:
+each run's predicted against measured iteration time, MAPE and mean signed error overall and by
+GPU and precision, then ``calibrate`` on 2 runs of the H100 BF16 group and ``validate`` on the
+rest of it over seeded draws (refused, presets kept, the rest's MAPE before and after).
+
+Run: ``python -m bench.accuracy.modelzoo [--draws 20] [--seed 0]`` (about a minute on a 2-core
+machine).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from bench.common import bench_parser, table_head
+from configurator.app.calibrate_jobs import calibrate_runs
+from configurator.app.validate_jobs import validate_runs
+from configurator.core.errors import InputError
+from configurator.core.runs import load_runs
+
+#: The run file (tests/data/modelzoo_qwen3.csv).
+RUNS = Path(__file__).resolve().parents[2] / "tests" / "data" / "modelzoo_qwen3.csv"
+
+
+def held_out(runs) -> None:
+    """Print each run's error and the summaries by group and overall."""
+    report = validate_runs(runs)
+    print(table_head(["run", "group", "measured s", "predicted s", "error"],
+                     ["---", "---", "---:", "---:", "---:"]))
+    by = defaultdict(list)
+    for c in report.checks:
+        if c.problem is not None:
+            print(f"| {c.run.name} | {c.group} | - | - | {c.problem} |")
+            continue
+        by[c.group].append(c.error)
+        by["all"].append(c.error)
+        print(f"| {c.run.name} | {c.group} | {c.measured_iteration_time_s:.2f} | "
+              f"{c.predicted_iteration_time_s:.2f} | {100 * c.error:+.1f} % |")
+    print("\n" + table_head(["group", "runs", "MAPE", "mean signed"],
+                            ["---", "---:", "---:", "---:"]))
+    for g, errs in by.items():
+        print(f"| {g} | {len(errs)} | {100 * statistics.mean(map(abs, errs)):.1f} % | "
+              f"{100 * statistics.mean(errs):+.1f} % |")
+
+
+def pairs(runs, n_draws: int, seed: int) -> None:
+    """``calibrate`` on 2 runs of the H100 BF16 group, ``validate`` on the rest, per draw."""
+    group = [r for r in runs if r.cluster == "dgx-h100-80gb" and r.plan.precision == "bf16"]
+    rng = np.random.default_rng(seed)
+    print("\n" + table_head(["draw", "calibrated on", "rest MAPE presets", "after",
+                             "fitted"]))
+    refused = kept = within = 0
+    for d in range(n_draws):
+        pick = set(rng.choice(len(group), size=2, replace=False).tolist())
+        train = [r for i, r in enumerate(group) if i in pick]
+        test = [r for i, r in enumerate(group) if i not in pick]
+        before = validate_runs(test).overall.mape
+        try:
+            cal, fits = calibrate_runs(train)
+        except InputError:
+            refused += 1
+            after, fitted = None, "refused: nothing determined"
+        else:
+            if not cal.values:
+                kept += 1
+                after, fitted = before, "every preset kept"
+            else:
+                after = validate_runs(test, cal).overall.mape
+                fitted = ", ".join(f"{k} {v:.3g}" for f in fits
+                                   for k, v in f.parameters.items())
+        within += after is not None and after <= 0.10
+        shown = "-" if after is None else f"{100 * after:.1f} %"
+        print(f"| {d} | {'; '.join(r.name for r in train)} | {100 * before:.1f} % | {shown} | "
+              f"{fitted} |")
+    print(f"\nrefused {refused} of {n_draws}; presets kept {kept}; rest within 10 % after "
+          f"calibration: {within} of {n_draws - refused}")
+
+
+def main(argv=None) -> None:
+    ap = bench_parser(__doc__)
+    ap.add_argument("--draws", type=int, default=20, help="seeded draws (default 20)")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the draws (default 0)")
+    args = ap.parse_args(argv)
+    runs = load_runs(str(RUNS))
+    held_out(runs)
+    pairs(runs, args.draws, args.seed)
+
+
+if __name__ == "__main__":
+    main()
