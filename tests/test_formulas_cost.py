@@ -11,6 +11,8 @@ counts and the published rows.
 A companion of ``tests/test_formulas_exact.py`` (whose small models these reuse);
 ``bench.quality.mutation`` runs both against every mutant of the cost modules."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -849,7 +851,7 @@ def test_moe_layer_forward_waits_for_the_host_after_the_dispatcher_sync():
     exchanges. Here (h = 1024, mbs 8) the GPU's first part outlasts the host's 23 + 30
     operations, and the host's remaining 17 + 90 + 2·2 operations outlast the experts and
     the two exchanges (one domain, 4 ranks: ¾ of 2·R·h bytes each over NVLink), so the
-    layer's forward waits for the host by that difference."""
+    layer's forward waits for the host by that difference (at 8.8 us per operation)."""
     from configurator.cost.iteration import layer_type_times
 
     model = make_model(**(GQA | dict(hidden_size=1024, num_attention_heads=16,
@@ -857,6 +859,8 @@ def test_moe_layer_forward_waits_for_the_host_after_the_dispatcher_sync():
                                      ffn_hidden_size=2048)),
                        num_experts=8, moe_router_topk=1, moe_ffn_hidden_size=64)
     gpu = _gpu()
+    gpu = dataclasses.replace(gpu, efficiency=dataclasses.replace(gpu.efficiency,
+                                                                  host_op_s=8.8e-6))
     op = gpu.efficiency.host_op_s
     c = _candidates(model, moe_router_force_load_balancing=True,
                     tp=2, cp=2, dp=2, ep=4, micro_batch_size=8,
@@ -1062,17 +1066,19 @@ def test_interleaved_chunks_reduce_and_gather_one_after_another():
 def test_full_recompute_checkpoint_floors_the_host_bound_passes():
     """A full recompute's checkpoint bookkeeping on the host: its forward operations add to
     the layer's own (host 1.0 + 0.25 s against the GPU's 1.0 + 0.1 s forward: 0.15 s wait);
-    backward waits for twice the layer's own operations (2·1.0 s against 1.5 + 0.2 s:
-    0.3 s); the re-run forward takes at least the layer's operations and the checkpoint's
-    backward ones (1.0 + 0.5 s against 0.8 s)."""
+    backward waits for the layer's own operations' backward share (0.87·1.0 s against
+    0.5 + 0.2 s: 0.17 s); the re-run forward takes at least the layer's operations and the
+    checkpoint's backward ones (1.0 + 0.5 s against 0.8 s)."""
+    from configurator.cost.host_ops import HOST_BACKWARD_FACTOR
     from configurator.cost.iteration import host_bound
 
+    assert HOST_BACKWARD_FACTOR == 0.87
     c = _candidates(make_model(**GQA), recompute="full")
-    t = dict(fwd=1.0, bwd=1.5, recompute=0.8, tp_f=0.1, tp_b=0.2, cp_f=0.0, cp_b=0.0,
+    t = dict(fwd=1.0, bwd=0.5, recompute=0.8, tp_f=0.1, tp_b=0.2, cp_f=0.0, cp_b=0.0,
              ep_f=0.0, ep_b=0.0)
     out = host_bound(c, t, 1.0, checkpoint=(0.25, 0.5))
     assert (_one(out["fwd"]), _one(out["bwd"]), _one(out["recompute"])) == pytest.approx(
-        (1.0 + 0.15, 1.5 + 0.3, 1.5), rel=1e-12)
+        (1.0 + 0.15, 0.5 + 0.17, 1.5), rel=1e-12)
 
 
 def test_tied_embedding_gradient_joins_the_data_parallel_term():

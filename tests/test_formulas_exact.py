@@ -1323,9 +1323,9 @@ def test_host_bound_waits_on_both_sides_of_the_dispatcher_sync():
     that cannot overlap: ``max(host₁, GPU₁) + max(host₂, GPU₂)``, the GPU's forward being
     the sum of its compute and collectives (1.0 + 0.2 + 0.1 + 0.3 = 1.6 s). Host 0.9 s
     before the sync against the GPU's 0.5 s: 0.4 s wait; after it host 2.5 − 0.9 = 1.6 s
-    against 1.6 − 0.5 = 1.1 s: 0.5 s more. Backward: twice the host's 2.5 s against the
-    GPU's 2.0 + 0.4 + 0.2 + 0.6 = 3.2 s, 1.8 s wait. When the GPU's part before the sync is
-    the longer one, the host's second part alone can make a wait: host 0.2 s against the
+    against 1.6 − 0.5 = 1.1 s: 0.5 s more. Backward: the host's 0.87 of the forward's 2.5 s
+    (2.175 s) against the GPU's 2.0 + 0.4 + 0.2 + 0.6 = 3.2 s, no wait; with 5 s of host,
+    4.35 s, 1.15 s. When the GPU's part before the sync is the longer one, the host's second part alone can make a wait: host 0.2 s against the
     GPU's 1.2 s, then 2.5 − 0.2 = 2.3 s against 0.4 s, so 1.9 s. A GPU part before the sync
     said to be longer than the whole forward counts as the whole forward (1.6 s): then 2.3 s
     against nothing."""
@@ -1335,8 +1335,10 @@ def test_host_bound_waits_on_both_sides_of_the_dispatcher_sync():
              ep_f=0.3, ep_b=0.6)
     out = host_bound(c, t, 2.5, sync=(0.9, 0.5))
     assert _one(out["fwd"]) == pytest.approx(1.0 + 0.4 + 0.5, rel=1e-12)
-    assert _one(out["bwd"]) == pytest.approx(2.0 + 1.8, rel=1e-12)
+    assert _one(out["bwd"]) == pytest.approx(2.0, rel=1e-12)
     assert _one(out["recompute"]) == pytest.approx(0.5, rel=1e-12)
+    assert _one(host_bound(c, t, 5.0, sync=(0.9, 0.5))["bwd"]) == pytest.approx(2.0 + 1.15,
+                                                                                rel=1e-12)
     out = host_bound(c, t, 2.5, sync=(0.2, 1.2))
     assert _one(out["fwd"]) == pytest.approx(1.0 + 0.0 + 1.9, rel=1e-12)
     out = host_bound(c, t, 2.5, sync=(0.2, 3.0))

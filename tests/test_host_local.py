@@ -66,7 +66,8 @@ def test_only_the_local_layer_takes_the_local_count():
 
 def test_checkpoint_bookkeeping_is_charged_to_forward_and_recompute_only():
     """A layer whose GPU work costs nothing takes its host time: the forward its operations
-    plus the checkpoint's 2, backward twice its operations, the re-run forward its
+    plus the checkpoint's 2, backward HOST_BACKWARD_FACTOR times its operations' time, the
+    re-run forward its
     operations plus the checkpoint's 9; without full recompute no checkpoint."""
     gpu = _cluster().gpu
     op = gpu.efficiency.host_op_s
@@ -77,7 +78,7 @@ def test_checkpoint_bookkeeping_is_charged_to_forward_and_recompute_only():
                  cp_b=zero, ep_f=zero, ep_b=zero)
         out = host_bound(c, t, 48 * op, checkpoint=host_ops.checkpoint_host_s(c, gpu))
         assert float(out["fwd"][0]) == pytest.approx((48 + ck[0]) * op)
-        assert float(out["bwd"][0]) == pytest.approx(2 * 48 * op)
+        assert float(out["bwd"][0]) == pytest.approx(host_ops.HOST_BACKWARD_FACTOR * 48 * op)
         want = (48 + ck[1]) * op if recompute == "full" else 0.0
         assert float(out["recompute"][0]) == pytest.approx(want)
 
@@ -103,27 +104,38 @@ def test_small_high_tp_mbs1_local_plans_are_slower_than_their_gemms(tp):
 
 
 def test_long_kernels_hide_the_host():
-    """tp 2, pp 4, micro-batch 4: every layer pass is longer on the GPU than issuing it,
-    so the host adds only the optimizer step's operations (74 tensors on the first
-    stage)."""
-    plan = _plan(2, 4, 4)
-    free = evaluate_plan(MODEL, _cluster(0.0), plan).iteration_time_s
+    """tp 2, pp 4, micro-batch 8: every layer pass is longer on the GPU than issuing it
+    (1.35 ms forward against 0.83 ms of host), so of the closed form's terms the host adds
+    only the optimizer step's operations (74 tensors on the first stage); the exact schedule
+    adds no more than one operation's time."""
+    plan = _plan(2, 4, 8)
+    free = evaluate_plan(MODEL, _cluster(0.0), plan)
+    host = evaluate_plan(MODEL, _cluster(), plan)
     op = _cluster().gpu.efficiency.host_op_s
-    assert evaluate_plan(MODEL, _cluster(), plan).iteration_time_s - free == pytest.approx(
-        74 * host_ops.OPTIMIZER_HOST_OPS_PER_TENSOR * op, rel=1e-6)
+    moved = {k: host.time_breakdown_s[k] - free.time_breakdown_s[k]
+             for k in free.time_breakdown_s
+             if k != "schedule_and_placement"
+             and host.time_breakdown_s[k] != free.time_breakdown_s[k]}
+    assert moved == {"optimizer": pytest.approx(74 * host_ops.OPTIMIZER_HOST_OPS_PER_TENSOR
+                                                * op, rel=1e-6)}
+    assert 0.0 <= (host.iteration_time_s - free.iteration_time_s - moved["optimizer"]) < op
 
 
-def test_ranking_moves_toward_the_measured_best():
+def test_ranking_follows_the_measured_best():
     """Measured (a 2021-era Megatron grid on one DGX A100): tp 2, pp 1, mbs 1 takes
     0.174 s and tp 2, pp 4, mbs 4 0.113 s. Counting the local layer's operations, the
-    checkpoint's and the optimizer's narrows the predicted lead of the former (it does not
-    flip it: the time per host operation is the same figure as for Transformer Engine
-    layers)."""
+    checkpoint's and the optimizer's, at the host time a forward operation takes in
+    megatron-core's layer (``bench.kernels.host_layer``, the in-training host factor) and the
+    backward's measured share, the order is the measured one, each within 20 % of its
+    measurement (0.143 and 0.121 s; with the backward priced at twice the forward and the
+    factor fitted to that, 1.35, the order was the other way round, 0.100 against 0.113 s).
+    Transformer Engine's layer, fewer operations, is faster on the same plan."""
     fast = evaluate_plan(MODEL, _cluster(), _plan(2, 1, 1)).iteration_time_s
     best = evaluate_plan(MODEL, _cluster(), _plan(2, 4, 4)).iteration_time_s
     te = evaluate_plan(MODEL, _cluster(), _plan(2, 1, 1, attention_backend="unfused"))
-    assert te.iteration_time_s < fast < best
-    assert best - fast < 0.6 * (best - te.iteration_time_s)
+    assert best < fast
+    assert fast == pytest.approx(0.174, rel=0.2) and best == pytest.approx(0.113, rel=0.2)
+    assert te.iteration_time_s < fast
 
 
 def test_parameter_tensors_follow_the_layers_they_hold():

@@ -469,7 +469,7 @@ def amax_reduction_s(model: ModelSpec, c: PlanBatch, gpus_per_node):
 def host_bound(c: PlanBatch, t: dict, host_fwd_s, sync=None, checkpoint=(0.0, 0.0)) -> dict:
     """A layer's times ``t`` with the host's issue time as a floor: where the forward's GPU
     work and communication take less than ``host_fwd_s`` (the backward's less than
-    :data:`~configurator.cost.host_ops.HOST_BACKWARD_FACTOR` times it; a full recompute's
+    :data:`~configurator.cost.host_ops.HOST_BACKWARD_FACTOR`, 0.87, times it; a full recompute's
     re-run forward less than it) the GPU waits for the host, and the wait is charged to
     compute (:func:`configurator.cost.host_ops.host_layer_s`). ``sync``: ``(host, GPU)``
     seconds of the forward before a synchronisation of the host with the GPU

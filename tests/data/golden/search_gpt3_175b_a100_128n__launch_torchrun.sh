@@ -10,7 +10,7 @@
 #       exp_avg_dtype=bf16 exp_avg_sq_dtype=bf16 microbatches=16
 # cluster: nodes=128 gpus_per_node=8 world_size=1024
 # predicted:
-#   iteration_time_s: 16.955
+#   iteration_time_s: 16.96
 #   model_tflops_per_gpu: 192.4
 #   mfu: 0.617
 #   peak_memory_GiB: 56.22

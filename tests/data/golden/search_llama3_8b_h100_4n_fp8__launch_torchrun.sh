@@ -10,9 +10,9 @@
 #       exp_avg_dtype=bf16 exp_avg_sq_dtype=bf16 microbatches=8
 # cluster: nodes=4 gpus_per_node=8 world_size=32
 # predicted:
-#   iteration_time_s: 5.152
-#   model_tflops_per_gpu: 654.7
-#   mfu: 0.662
+#   iteration_time_s: 5.156
+#   model_tflops_per_gpu: 654.2
+#   mfu: 0.661
 #   peak_memory_GiB: 70.24
 #
 # Usage on every node: MEGATRON_LM_DIR=/path/to/Megatron-LM bash launch_torchrun.sh [NODE_RANK] [extra pretrain_gpt.py flags...]
