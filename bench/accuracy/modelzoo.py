@@ -2,7 +2,10 @@
 64 GB300; ``tests/data/modelzoo_qwen3.csv``, sources in its header), which no fit has seen:
 each run's predicted against measured iteration time, MAPE and mean signed error overall and by
 GPU and precision, then ``calibrate`` on 2 runs of the H100 BF16 group and ``validate`` on the
-rest of it over seeded draws (refused, presets kept, the rest's MAPE before and after).
+rest of it over seeded draws (refused, presets kept, the rest's MAPE before and after); last,
+the MoE rows of every Megatron-Bridge release (``validate`` prices the newest of each recipe
+only) by CUDA graph scope: their mean and median error and the time missing per MoE layer
+pass (measured less predicted, over the microbatches times the MoE layers a rank runs).
 
 Run: ``python -m bench.accuracy.modelzoo [--draws 20] [--seed 0]`` (about a minute on a 2-core
 machine).
@@ -80,6 +83,36 @@ def pairs(runs, n_draws: int, seed: int) -> None:
           f"calibration: {within} of {n_draws - refused}")
 
 
+def bridge_moe_by_graphs() -> None:
+    """Every Megatron-Bridge release's MoE rows, grouped by what their CUDA graphs capture."""
+    from configurator.app.validate_jobs import check_run, priced_run
+    from configurator.cost.groundtruth import bridge_runs
+
+    by = defaultdict(list)
+    for run in bridge_runs(newest_only=False)[0]:
+        model, _, priced = priced_run(run)
+        if not model.is_moe:
+            continue
+        c = check_run(run)
+        if c.error is None:
+            continue
+        p = priced.plan
+        scope = ("none" if p.cuda_graph_impl == "none"
+                 else p.cuda_graph_scope or "whole layers")
+        passes = (p.global_batch_size / (p.micro_batch_size * p.dp)
+                  * sum(model.moe_layer_pattern) / p.pp)
+        missing = (c.measured_iteration_time_s - c.predicted_iteration_time_s) / passes
+        by[scope].append((c.error, missing))
+    print("\n" + table_head(["CUDA graphs", "runs", "mean error", "median error",
+                             "median missing ms per MoE layer pass"],
+                            ["---", "---:", "---:", "---:", "---:"]))
+    for scope, rows in sorted(by.items()):
+        errs = [e for e, _ in rows]
+        print(f"| {scope} | {len(rows)} | {100 * statistics.mean(errs):+.1f} % | "
+              f"{100 * statistics.median(errs):+.1f} % | "
+              f"{1e3 * statistics.median(m for _, m in rows):+.2f} |")
+
+
 def main(argv=None) -> None:
     ap = bench_parser(__doc__)
     ap.add_argument("--draws", type=int, default=20, help="seeded draws (default 20)")
@@ -88,6 +121,7 @@ def main(argv=None) -> None:
     runs = load_runs(str(RUNS))
     held_out(runs)
     pairs(runs, args.draws, args.seed)
+    bridge_moe_by_graphs()
 
 
 if __name__ == "__main__":
