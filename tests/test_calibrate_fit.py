@@ -72,7 +72,7 @@ def test_bounded_fit_recovers_known_parameters_within_their_intervals():
 
 
 def test_the_fit_starts_far_from_the_answer():
-    """The presets (host 8.78 us, GEMM 0.72) are far from the truth: multi-start finds it."""
+    """The presets (host 17.3 us, GEMM 0.72) are far from the truth: multi-start finds it."""
     truth = {"gemm": 0.45, "host_op_us": 40.0}
     prepared, gpu = _synthetic(MIX, truth, noise=0.0)
     fit = fit_group(prepared, gpu, "bf16", tuple(truth), "test")
@@ -301,9 +301,9 @@ def test_the_gemm_efficiency_floor_lies_below_every_measured_gemm_in_training():
 
 def test_two_moe_runs_do_not_fit_a_gemm_efficiency_below_any_measured():
     """Two held-out Qwen3-235B runs on 256 H100 (Megatron MoE Model Zoo, ep 8 with 16 local
-    experts, 29 % and 30 % slower than predicted: what the model misses in their MoE layers).
+    experts, predicted 29 % and 30 % too fast: what the model misses in their MoE layers).
     With the GEMM range starting at 0.2, calibrate read them as a BF16 GEMM efficiency of 0.37
-    and the group's other runs went from 20 % to 37 % error. That value now lies below the
+    and the group's 11 other runs went from 20 % to 34 % error. That value now lies below the
     range: the GEMM efficiency is not fitted, and every preset is kept."""
     from pathlib import Path
 

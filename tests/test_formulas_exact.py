@@ -1325,10 +1325,10 @@ def test_host_bound_waits_on_both_sides_of_the_dispatcher_sync():
     before the sync against the GPU's 0.5 s: 0.4 s wait; after it host 2.5 − 0.9 = 1.6 s
     against 1.6 − 0.5 = 1.1 s: 0.5 s more. Backward: the host's 0.87 of the forward's 2.5 s
     (2.175 s) against the GPU's 2.0 + 0.4 + 0.2 + 0.6 = 3.2 s, no wait; with 5 s of host,
-    4.35 s, 1.15 s. When the GPU's part before the sync is the longer one, the host's second part alone can make a wait: host 0.2 s against the
-    GPU's 1.2 s, then 2.5 − 0.2 = 2.3 s against 0.4 s, so 1.9 s. A GPU part before the sync
-    said to be longer than the whole forward counts as the whole forward (1.6 s): then 2.3 s
-    against nothing."""
+    4.35 s, 1.15 s. When the GPU's part before the sync is the longer one, the host's second
+    part alone can make a wait: host 0.2 s against the GPU's 1.2 s, then 2.5 − 0.2 = 2.3 s
+    against 0.4 s, so 1.9 s. A GPU part before the sync said to be longer than the whole
+    forward counts as the whole forward (1.6 s): then 2.3 s against nothing."""
     from configurator.cost.iteration import host_bound
     c = _candidates(make_model(**GQA))
     t = dict(fwd=1.0, bwd=2.0, recompute=0.5, tp_f=0.2, tp_b=0.4, cp_f=0.1, cp_b=0.2,

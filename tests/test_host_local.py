@@ -67,8 +67,8 @@ def test_only_the_local_layer_takes_the_local_count():
 def test_checkpoint_bookkeeping_is_charged_to_forward_and_recompute_only():
     """A layer whose GPU work costs nothing takes its host time: the forward its operations
     plus the checkpoint's 2, backward HOST_BACKWARD_FACTOR times its operations' time, the
-    re-run forward its
-    operations plus the checkpoint's 9; without full recompute no checkpoint."""
+    re-run forward its operations plus the checkpoint's 9; without full recompute no
+    checkpoint."""
     gpu = _cluster().gpu
     op = gpu.efficiency.host_op_s
     for recompute, ck in (("full", host_ops.CHECKPOINT_HOST_OPS), ("selective", (0, 0))):

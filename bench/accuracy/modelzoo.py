@@ -7,7 +7,7 @@ the MoE rows of every Megatron-Bridge release (``validate`` prices the newest of
 only) by CUDA graph scope: their mean and median error and the time missing per MoE layer
 pass (measured less predicted, over the microbatches times the MoE layers a rank runs).
 
-Run: ``python -m bench.accuracy.modelzoo [--draws 20] [--seed 0]`` (about a minute on a 2-core
+Run: ``python -m bench.accuracy.modelzoo [--draws 20] [--seed 0]`` (about 15 s on a 2-core
 machine).
 """
 

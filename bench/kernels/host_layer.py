@@ -9,7 +9,7 @@ profile``'s loop (:func:`configurator.profiler.host_ops.time_host_op_s`), and th
 host time over the forward's, which :data:`configurator.cost.host_ops.HOST_BACKWARD_FACTOR`
 takes.
 
-Run: ``python -m bench.kernels.host_layer [--repeats 200]`` (about 20 s; needs torch and
+Run: ``python -m bench.kernels.host_layer [--repeats 200]`` (about 10 s; needs torch and
 megatron-core, the test extras).
 """
 
