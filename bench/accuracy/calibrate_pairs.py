@@ -40,6 +40,41 @@ def draws(n_draws: int, seed: int) -> list[tuple[tuple, list, list]]:
     return out
 
 
+class PairDraws:
+    """Tally of ``calibrate`` on some runs then ``validate`` on others, draw by draw."""
+
+    def __init__(self):
+        self.draws = self.refused = self.kept = self.within = 0
+
+    def run(self, train, test) -> tuple[str, str, str]:
+        """``calibrate`` on ``train``, ``validate`` on ``test``: the test runs' MAPE with the
+        presets and after calibration (``-`` where refused, exit 2: the runs determine
+        nothing; the presets' where every preset was kept: an empty calibration), and what
+        was fitted, as table cells."""
+        self.draws += 1
+        before = validate_runs(test).overall.mape
+        try:
+            cal, fits = calibrate_runs(train)
+        except InputError:
+            self.refused += 1
+            after, fitted = None, "refused: nothing determined"
+        else:
+            if not cal.values:
+                self.kept += 1
+                after, fitted = before, "every preset kept"
+            else:
+                after = validate_runs(test, cal).overall.mape
+                fitted = ", ".join(f"{k} {v:.3g}" for f in fits
+                                   for k, v in f.parameters.items())
+        self.within += after is not None and after <= 0.10
+        return (f"{100 * before:.1f} %", "-" if after is None else f"{100 * after:.1f} %",
+                fitted)
+
+    def summary(self) -> str:
+        return (f"refused {self.refused} of {self.draws}; presets kept {self.kept}; rest within "
+                f"10 % after calibration: {self.within} of {self.draws - self.refused}")
+
+
 def main(argv=None) -> None:
     ap = bench_parser(__doc__)
     ap.add_argument("--draws", type=int, default=20, help="seeded draws (default 20)")
@@ -47,28 +82,12 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     print(table_head(["draw", "source", "GPU", "precision", "rest", "rest MAPE presets",
                       "after", "fitted"]))
-    refused = kept = within = 0
+    tally = PairDraws()
     for d, ((source, gpu, precision), train, test) in enumerate(draws(args.draws, args.seed)):
-        before = validate_runs(test).overall.mape
-        try:
-            cal, fits = calibrate_runs(train)
-        except InputError:
-            refused += 1
-            after, fitted = None, "refused: nothing determined"
-        else:
-            if not cal.values:
-                kept += 1
-                after, fitted = before, "every preset kept"
-            else:
-                after = validate_runs(test, cal).overall.mape
-                fitted = ", ".join(f"{k} {v:.3g}" for f in fits
-                                   for k, v in f.parameters.items())
-        within += after is not None and after <= 0.10
-        shown = "-" if after is None else f"{100 * after:.1f} %"
-        print(f"| {d} | {source} | {gpu} | {precision} | {len(test)} | {100 * before:.1f} % | "
-              f"{shown} | {fitted} |")
-    print(f"\nrefused {refused} of {args.draws}; presets kept {kept}; rest within 10 % after "
-          f"calibration: {within} of {args.draws - refused}")
+        before, after, fitted = tally.run(train, test)
+        print(f"| {d} | {source} | {gpu} | {precision} | {len(test)} | {before} | {after} | "
+              f"{fitted} |")
+    print("\n" + tally.summary())
 
 
 if __name__ == "__main__":

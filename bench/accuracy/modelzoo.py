@@ -19,10 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.accuracy.calibrate_pairs import PairDraws
 from bench.common import bench_parser, table_head
-from configurator.app.calibrate_jobs import calibrate_runs
 from configurator.app.validate_jobs import validate_runs
-from configurator.core.errors import InputError
 from configurator.core.runs import load_runs
 
 #: The run file (tests/data/modelzoo_qwen3.csv).
@@ -56,31 +55,14 @@ def pairs(runs, n_draws: int, seed: int) -> None:
     rng = np.random.default_rng(seed)
     print("\n" + table_head(["draw", "calibrated on", "rest MAPE presets", "after",
                              "fitted"]))
-    refused = kept = within = 0
+    tally = PairDraws()
     for d in range(n_draws):
         pick = set(rng.choice(len(group), size=2, replace=False).tolist())
         train = [r for i, r in enumerate(group) if i in pick]
         test = [r for i, r in enumerate(group) if i not in pick]
-        before = validate_runs(test).overall.mape
-        try:
-            cal, fits = calibrate_runs(train)
-        except InputError:
-            refused += 1
-            after, fitted = None, "refused: nothing determined"
-        else:
-            if not cal.values:
-                kept += 1
-                after, fitted = before, "every preset kept"
-            else:
-                after = validate_runs(test, cal).overall.mape
-                fitted = ", ".join(f"{k} {v:.3g}" for f in fits
-                                   for k, v in f.parameters.items())
-        within += after is not None and after <= 0.10
-        shown = "-" if after is None else f"{100 * after:.1f} %"
-        print(f"| {d} | {'; '.join(r.name for r in train)} | {100 * before:.1f} % | {shown} | "
-              f"{fitted} |")
-    print(f"\nrefused {refused} of {n_draws}; presets kept {kept}; rest within 10 % after "
-          f"calibration: {within} of {n_draws - refused}")
+        before, after, fitted = tally.run(train, test)
+        print(f"| {d} | {'; '.join(r.name for r in train)} | {before} | {after} | {fitted} |")
+    print("\n" + tally.summary())
 
 
 def bridge_moe_by_graphs() -> None:
