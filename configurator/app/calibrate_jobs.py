@@ -101,12 +101,6 @@ BOUND_MARGIN_SHARE = 0.01
 #: its residual instead (two GB200 FP8 MoE runs, the host time refused, fitted an FP8 GEMM
 #: efficiency of 0.33 that put the group's other runs at 35 %: bench/accuracy/calibrate_pairs.py).
 MAX_ONE_RUN_SHARE = 0.9
-#: What a note says of a parameter the runs determine but whose fit predicts the runs left
-#: out no better (:func:`presets_kept` reads it).
-NO_BETTER = "predicted no better"
-#: What a note says of a run left out of a group's fit because a parameter's fit rested on
-#: it alone (:data:`MAX_ONE_RUN_SHARE`; :func:`presets_kept` reads it).
-ONE_RUN = "a parameter's fit rests on it alone"
 #: Starts besides the presets, in ``u`` (every parameter at the same point of its range).
 EXTRA_STARTS = (0.2, 0.8)
 #: An end point whose cost is within this factor of the best one's counts as a solution too.
@@ -141,7 +135,9 @@ def default_parameters(precision: str) -> tuple[str, ...]:
 class GroupFit:
     """One GPU type and precision: the runs, the fitted values and their intervals
     (``[low, high]``), the values before, MAPE (fractions) before and after, the
-    leave-one-out MAPE, and notes (parameters left out and why)."""
+    leave-one-out MAPE, and notes (parameters left out and why). ``presets_confirmed``: the
+    runs determine a parameter, but its fit predicts the runs left out no better than the
+    preset values or rests on one run (:data:`MAX_ONE_RUN_SHARE`), so the presets stay."""
 
     gpu: str
     precision: str
@@ -153,6 +149,7 @@ class GroupFit:
     loo_mape: float | None
     intervals: dict = field(default_factory=dict)
     notes: list = field(default_factory=list)
+    presets_confirmed: bool = False
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -377,12 +374,13 @@ def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
     mape_before = float(np.mean(np.abs(np.exp(r0) - 1)))
     notes: list[str] = []
     refused: list[str] = []
+    confirmed = False       # a parameter determined, but no better than its preset
 
     def unfitted() -> GroupFit:          # the preset values stay
         return GroupFit(gpu=base_gpu.name, precision=precision, runs=len(prepared),
                         parameters={}, before={k: round(float(v), 6) for k, v in before.items()},
                         mape_before=mape_before, mape_after=mape_before, loo_mape=None,
-                        notes=notes)
+                        notes=notes, presets_confirmed=confirmed)
 
     # 1. the effect of each parameter's whole range on the runs' times
     effect = {}
@@ -452,17 +450,21 @@ def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
             # absorbs its residual either
             k, i, share_i = one_run[0]
             name = prepared[i].run.name
-            note = (f"run {name} left out: {ONE_RUN} ({k}: {100 * share_i:.0f} % of what "
+            note = (f"run {name} left out: a parameter's fit rests on it alone ({k}: "
+                    f"{100 * share_i:.0f} % of what "
                     f"the runs say about it), so its error is not a parameter's to absorb; "
                     + DETERMINING_RUN.get(k, "add runs that depend on it"))
             rest = prepared[:i] + prepared[i + 1:]
             if not rest:
-                return dataclasses.replace(unfitted(), notes=notes + refused + [note])
+                return dataclasses.replace(unfitted(), notes=notes + refused + [note],
+                                           presets_confirmed=True)
             fit = fit_group(rest, base_gpu, precision, params, source)
-            return dataclasses.replace(fit, notes=[note] + fit.notes)
+            return dataclasses.replace(fit, notes=[note] + fit.notes,
+                                       presets_confirmed=not fit.parameters)
         loo = _loo(J, r)
         if not explicit and loo is not None and loo >= loo_prev:
-            refused.append(f"{n}: left out (the runs left out are {NO_BETTER} with "
+            confirmed = True
+            refused.append(f"{n}: left out (the runs left out are predicted no better with "
                            f"it: leave-one-out {100 * loo:.1f} % vs {100 * loo_prev:.1f} % "
                            + ("with the preset values)" if not selected else
                               f"with {', '.join(selected)})"))
@@ -514,10 +516,10 @@ def prepared_runs(runs: list[MeasuredRun]) -> list[_Prepared]:
 
 def presets_kept(fits: list[GroupFit]) -> bool:
     """Whether nothing was fitted because what the runs determine predicts the runs left
-    out no better than the preset values, or rests on one run (:data:`ONE_RUN`): the runs
-    confirm the presets as far as they go, rather than determine nothing."""
-    return (not any(f.parameters for f in fits)
-            and any(NO_BETTER in n or ONE_RUN in n for f in fits for n in f.notes))
+    out no better than the preset values, or rests on one run
+    (:attr:`GroupFit.presets_confirmed`): the runs confirm the presets as far as they go,
+    rather than determine nothing."""
+    return not any(f.parameters for f in fits) and any(f.presets_confirmed for f in fits)
 
 
 def calibrate_runs(runs: list[MeasuredRun], params: tuple[str, ...] | None = None,
