@@ -1,18 +1,24 @@
-"""The held-out Megatron MoE Model Zoo runs (``tests/data/modelzoo_qwen3.csv``, read by
-``bench.accuracy.modelzoo``) stay readable and priceable: every row a valid run of the run-file
-schema, with a citation, priced without an input problem, and none of them among the published
-runs a fit sees."""
+"""The held-out runs of NVIDIA's Megatron-Core MoE team (the Model Zoo's
+``tests/data/modelzoo_qwen3.csv`` and the DeepSeek-V3 GB200 optimisation history
+``tests/data/dsv3_gb200_history.csv``, read by ``bench.accuracy.modelzoo``) stay readable and
+priceable: every row a valid run of the run-file schema, with a citation, priced without an
+input problem, and none of them among the published runs a fit sees."""
 
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
 
+import pytest
+
 from configurator.app.validate_jobs import validate_runs
+from configurator.core.model_presets import MODEL_PRESETS, load_model
 from configurator.core.runs import load_runs
+from configurator.cost.flops import megatron_model_flops
 from configurator.cost.groundtruth import published_runs
 
 PATH = Path(__file__).parent / "data" / "modelzoo_qwen3.csv"
+HISTORY = PATH.with_name("dsv3_gb200_history.csv")
 
 
 def test_every_modelzoo_row_is_a_cited_run_the_model_prices():
@@ -32,7 +38,38 @@ def test_every_modelzoo_row_is_a_cited_run_the_model_prices():
         assert dataclasses.replace(plan, moe_router_force_load_balancing=False) == dropless[s]
 
 
-def test_the_modelzoo_runs_are_held_out_of_every_fit():
-    dataset = load_runs(str(PATH))[0].dataset
+@pytest.mark.parametrize("path", [PATH, HISTORY], ids=["modelzoo", "dsv3-history"])
+def test_the_modelzoo_runs_are_held_out_of_every_fit(path):
+    dataset = load_runs(str(path))[0].dataset
     published, _ = published_runs()
-    assert not any("ModelZoo" in (r.source or "") or r.dataset == dataset for r in published)
+    assert not any("ModelZoo" in (r.source or "") or "deepseek-v3-gb200-optimization"
+                   in (r.source or "") or r.dataset == dataset for r in published)
+
+
+#: What each step of the history changes in the plan (section 3's table; the steps not
+#: listed change software only).
+HISTORY_CHANGES = {3: {"moe_router_fusion"},
+                   4: {"moe_token_dispatcher_type"},
+                   5: {"recompute_modules"},
+                   6: {"cuda_graph_impl", "cuda_graph_scope"},
+                   11: {"moe_flex_dispatcher_backend"},
+                   13: {"cross_entropy_fusion"}}
+
+
+def test_the_dsv3_history_is_one_plan_changed_where_its_table_says():
+    runs = load_runs(str(HISTORY))
+    assert len(runs) == 13
+    assert all("deepseek-v3-gb200-optimization.md@eb0783b6d3" in r.source for r in runs)
+    assert [r.plan.moe_flex_dispatcher_backend for r in runs[3:10]] == ["deepep"] * 7
+    model = load_model(str(HISTORY.with_name("deepseek-v3-no-mtp.yaml")))
+    assert model == dataclasses.replace(MODEL_PRESETS["deepseek-v3"], mtp_num_layers=None,
+                                        name="deepseek-v3-no-mtp")
+    for step, (before, after) in enumerate(zip(runs, runs[1:]), start=2):
+        a, b = before.plan.to_dict(), after.plan.to_dict()
+        assert {k for k in a if a[k] != b[k]} == HISTORY_CHANGES.get(step, set()), step
+    report = validate_runs(runs)
+    assert [c.problem for c in report.checks] == [None] * len(runs)
+    # TFLOP/s as published, converted with the model's own FLOPs: 494.46 at the first step
+    first = report.checks[0]
+    flops = megatron_model_flops(model, 2048, 4096)
+    assert first.measured_iteration_time_s == pytest.approx(flops / (494.46e12 * 256))

@@ -84,6 +84,39 @@ def test_flex_sends_a_token_once_per_remote_host():
     assert flex == pytest.approx(rdma_s + float(x["ep_inter_lat"][0]), rel=1e-6)
 
 
+def _flex_exchange_s(cl, ep, backend):
+    plan = ParallelPlan(tp=1, pp=8, vp=2, dp=cl.num_gpus // 8, ep=ep, micro_batch_size=1,
+                        global_batch_size=4096, distributed_optimizer=True,
+                        pipeline_model_parallel_layout="Et*4|(t*4|)*14tmL",
+                        moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend=backend)
+    c = PlanBatch.from_plan(plan)
+    x = expert_comm_figures(cl, c)
+    return float(a2a_s(DSV3, compute.layer_costs(DSV3, c, cl.gpu), c, x)[0]), x
+
+
+def test_deepep_beyond_eight_nvlink_peers_runs_at_its_measured_share():
+    """DeepEP reaches at most 8 NVLink peers directly (``NUM_MAX_NVL_PEERS``); an EP group of
+    32 inside one GB200 NVL72 rack goes through its NVSHMEM path at the 400 and 190 GB/s the
+    Megatron-Core team measured for the dispatch and the combine (of the 811 GB/s NVLink
+    attains), so an exchange takes the mean of 811/400 and 811/190 times HybridEP's NVLink
+    time; with 8 ranks per domain (ep 8 on the rack, or ep 32 over four DGX H100) the two
+    backends cost the same."""
+    from configurator.cost.expert_comm import DEEPEP_MNNVL_SHARE
+
+    assert DEEPEP_MNNVL_SHARE == (400 / 811, 190 / 811)
+    rack = cluster("gb200-nvl72", nodes=16)
+    deepep, x = _flex_exchange_s(rack, 32, "deepep")
+    hybridep, _ = _flex_exchange_s(rack, 32, "hybridep")
+    lat = float(x["ep_intra_lat"][0])
+    slow = (811 / 400 + 811 / 190) / 2
+    assert deepep - lat == pytest.approx(slow * (hybridep - lat), rel=1e-9)
+    assert _flex_exchange_s(rack, 8, "deepep")[0] == pytest.approx(
+        _flex_exchange_s(rack, 8, "hybridep")[0], rel=1e-12)
+    hosts = cluster("dgx-h100-80gb", nodes=4)
+    assert _flex_exchange_s(hosts, 32, "deepep")[0] == pytest.approx(
+        _flex_exchange_s(hosts, 32, "hybridep")[0], rel=1e-12)
+
+
 # -- the all-to-all overlap ------------------------------------------------------------------
 
 def test_overlapped_share_follows_the_schedule():

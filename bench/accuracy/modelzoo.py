@@ -7,6 +7,12 @@ the MoE rows of every Megatron-Bridge release (``validate`` prices the newest of
 only) by CUDA graph scope: their mean and median error and the time missing per MoE layer
 pass (measured less predicted, over the microbatches times the MoE layers a rank runs).
 
+Then the optimisation history of one DeepSeek-V3 plan on 256 GB200
+(``tests/data/dsv3_gb200_history.csv``, sources in its header; held out too): each step's
+measured and predicted TFLOP/s, the error, and the step's change of the iteration time as
+measured and as predicted (a step that changes software only is the same plan to the model:
+0 %), then the time the plan changes took off as measured against as predicted.
+
 Run: ``python -m bench.accuracy.modelzoo [--draws 20] [--seed 0]`` (about 15 s on a 2-core
 machine).
 """
@@ -24,8 +30,9 @@ from bench.common import bench_parser, table_head
 from configurator.app.validate_jobs import validate_runs
 from configurator.core.runs import load_runs
 
-#: The run file (tests/data/modelzoo_qwen3.csv).
+#: The run files (tests/data/modelzoo_qwen3.csv, tests/data/dsv3_gb200_history.csv).
 RUNS = Path(__file__).resolve().parents[2] / "tests" / "data" / "modelzoo_qwen3.csv"
+HISTORY = RUNS.with_name("dsv3_gb200_history.csv")
 
 
 def held_out(runs) -> None:
@@ -95,6 +102,38 @@ def bridge_moe_by_graphs() -> None:
               f"{1e3 * statistics.median(m for _, m in rows):+.2f} |")
 
 
+def history(runs) -> None:
+    """One plan's optimisation history: each step against its predecessor, measured and
+    predicted, and what the steps that change the plan took off."""
+    checks = validate_runs(runs).checks
+    print("\n" + table_head(["step", "plan changed", "measured TFLOP/s", "predicted TFLOP/s",
+                             "error", "time change measured", "predicted"],
+                            ["---", "---", "---:", "---:", "---:", "---:", "---:"]))
+    plan_steps = [0.0, 0.0]          # log time ratios summed over the plan's own changes
+    prev = None
+    for c in checks:
+        run = c.run
+        changed = ", ".join(k for k, v in run.plan.to_dict().items()
+                            if prev is not None and prev.run.plan.to_dict()[k] != v)
+        if prev is None:
+            dm = dp = ""
+        else:
+            rm = c.measured_iteration_time_s / prev.measured_iteration_time_s
+            rp = c.predicted_iteration_time_s / prev.predicted_iteration_time_s
+            dm, dp = f"{100 * (rm - 1):+.1f} %", f"{100 * (rp - 1):+.1f} %"
+            if changed:
+                plan_steps[0] += np.log(rm)
+                plan_steps[1] += np.log(rp)
+        predicted_tflops = run.tflops_per_gpu * (c.measured_iteration_time_s
+                                                 / c.predicted_iteration_time_s)
+        print(f"| {run.name.split(': ', 1)[1]} | {changed or '-'} | {run.tflops_per_gpu:.0f} | "
+              f"{predicted_tflops:.0f} | {100 * c.error:+.1f} % | {dm} | {dp} |")
+        prev = c
+    print(f"\nthe plan's own changes: time {100 * (np.exp(plan_steps[0]) - 1):+.1f} % measured, "
+          f"{100 * (np.exp(plan_steps[1]) - 1):+.1f} % predicted; first step "
+          f"{100 * checks[0].error:+.1f} %, last {100 * checks[-1].error:+.1f} %")
+
+
 def main(argv=None) -> None:
     ap = bench_parser(__doc__)
     ap.add_argument("--draws", type=int, default=20, help="seeded draws (default 20)")
@@ -104,6 +143,7 @@ def main(argv=None) -> None:
     held_out(runs)
     pairs(runs, args.draws, args.seed)
     bridge_moe_by_graphs()
+    history(load_runs(str(HISTORY)))
 
 
 if __name__ == "__main__":

@@ -38,6 +38,21 @@ def distinct_share(num_experts: int, topk: int, groups) -> np.ndarray:
 #: (Megatron's ``--moe-deepep-num-sms`` and ``--moe-hybridep-num-sms``), 12-15 %.
 OVERLAP_COMPUTE_SLOWDOWN = 0.189
 
+#: NVLink peers DeepEP's normal kernels exchange with directly: ``NUM_MAX_NVL_PEERS = 8``
+#: (deepseek-ai/DeepEP csrc/kernels/configs.cuh); ranks beyond them, in the same NVLink domain
+#: or not, are its "RDMA" ranks, reached through NVSHMEM.
+DEEPEP_MAX_NVL_PEERS = 8
+#: What DeepEP attains over a multi-node NVLink domain with more than
+#: :data:`DEEPEP_MAX_NVL_PEERS` of the group in it, as a share of the domain's attained NVLink
+#: bandwidth, ``(dispatch, combine)``: "In the EP32 scenario, the dispatch can only reach about
+#: 400 GB/s and the combine can only reach about 190 GB/s algorithm bandwidth with 24 SMs" on
+#: GB200 NVL72 (DeepEP PR 218's MNNVL support; Megatron-LM
+#: docs/discussions/deepseek-v3-gb200-optimization/deepseek-v3-gb200-optimization.md §2.2.1,
+#: commit eb0783b6d3), over the 811 GB/s its NVLink attains (``gb200-nvl72``'s
+#: ``intra_node_efficiency``). HybridEP, built for such domains ("fully adapted to the NVL72
+#: architecture", §2.5), is priced at the link's rate.
+DEEPEP_MNNVL_SHARE = (400.0 / 811.0, 190.0 / 811.0)
+
 
 def a2a_s(model: ModelSpec, lc: dict, c: PlanBatch, x: dict):
     """One expert-parallel exchange (the dispatch, or the combine) of one MoE layer for one
@@ -63,7 +78,10 @@ def a2a_s(model: ModelSpec, lc: dict, c: PlanBatch, x: dict):
     bytes / NVLink)``. Their published rates match the links' own: DeepEP 43-58 GB/s per
     GPU over 400 Gb/s InfiniBand (EP 16-64) and 153-158 GB/s inside an H800 (its NVLink
     measured at 160), HybridEP 42-58 GB/s per H100 over the network at 32-64 ranks; the
-    cluster's link figures are used for both."""
+    cluster's link figures are used for both, except DeepEP's NVLink phase where more than
+    :data:`DEEPEP_MAX_NVL_PEERS` ranks of the group share an NVLink domain (an NVL72 rack):
+    there it runs at :data:`DEEPEP_MNNVL_SHARE` of the link, the mean of the dispatch's and
+    the combine's times."""
     h = model.hidden_size
     n = c.ep.astype(float)
     g = np.minimum(np.asarray(x["ep_on_node"], dtype=float), n)
@@ -80,7 +98,11 @@ def a2a_s(model: ModelSpec, lc: dict, c: PlanBatch, x: dict):
     rdma = 2.0 * h * tokens * (domains - 1) * distinct_share(E, k, domains)
     nvl = 2.0 * h * tokens * (n - 1) / n * n * distinct_share(E, k, n)
     lat = np.where(n > g, x["ep_inter_lat"], x["ep_intra_lat"])
-    flex = lat + np.maximum(rdma / x["ep_inter_bw"], nvl / x["ep_intra_bw"])
+    nvl_bw = x["ep_intra_bw"]
+    if c.moe_flex_dispatcher_backend == "deepep":
+        slow = sum(1.0 / s for s in DEEPEP_MNNVL_SHARE) / len(DEEPEP_MNNVL_SHARE)
+        nvl_bw = np.where(g > DEEPEP_MAX_NVL_PEERS, nvl_bw / slow, nvl_bw)
+    flex = lat + np.maximum(rdma / x["ep_inter_bw"], nvl / nvl_bw)
     return np.where(n > 1, flex, 0.0) + etp_coll
 
 
