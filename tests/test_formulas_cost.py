@@ -325,7 +325,7 @@ def test_moe_mlp_with_a_clamped_shared_expert_and_fused_routing():
     assert _one(got["experts_fwd"]) == pytest.approx(
         _one(experts) + 6 * R * fe / hbm + routed_f, rel=1e-12)
     assert _one(moe_host_before_sync_s(model, c, gpu)) == pytest.approx(
-        (23 + 30 - 12) * eff.host_op_s, rel=1e-12)
+        (23 + 30 - 12 + 30) * eff.host_op_s, rel=1e-12)
 
 
 def test_grouped_gemm_pays_a_fixed_cost_per_gemm_each_stream_runs():
@@ -549,13 +549,13 @@ def test_moe_layer_recompute_modules(modules):
 #: and of an MoE layer's forward (E/ep = 2 local experts, biased: 2 + 2 operations each),
 #: and of the MoE layer's forward before the dispatcher's host sync (None: no sync).
 _GRAPH_CASES = {
-    ("none", "", False): (40, 23 + 17 + 90 + 4 * 2, 23 + 30),
-    ("transformer_engine", "mlp", False): (23, 23 + 17 + 90 + 4 * 2, 23 + 30),
-    ("transformer_engine", "", False): (0, 17 + 90 + 4 * 2, 30),
+    ("none", "", False): (40, 23 + 17 + 90 + 4 * 2, 23 + 30 + 30),
+    ("transformer_engine", "mlp", False): (23, 23 + 17 + 90 + 4 * 2, 23 + 30 + 30),
+    ("transformer_engine", "", False): (0, 17 + 90 + 4 * 2, 30 + 30),
     ("transformer_engine", "", True): (0, 0, None),
     ("transformer_engine", "moe", False): (40, 23, None),
-    ("transformer_engine", "moe_preprocess", False): (40, 23 + 17 + 60 + 4 * 2, None),
-    ("transformer_engine", "attn", False): (17, 17 + 90 + 4 * 2, 30),
+    ("transformer_engine", "moe_preprocess", False): (40, 23 + 17 + 60 + 4 * 2, 23 + 30),
+    ("transformer_engine", "attn", False): (17, 17 + 90 + 4 * 2, 30 + 30),
     ("local", "full_iteration", False): (0, 0, None),
 }
 
@@ -568,8 +568,10 @@ def test_host_operations_under_cuda_graph_scopes(impl, scope, pad):
     (static shapes), ``moe`` the MoE MLP, ``moe_preprocess`` the dispatcher's 30 operations
     before the exchange, ``full_iteration`` everything. An MoE layer's MLP: the dense MLP's
     17, 30 each to route, preprocess and dispatch, 2 grouped-GEMM members and 2 eager bias
-    operations per local expert. Padding or a captured preprocessing removes the host's
-    sync; before it the host issues the attention and the router."""
+    operations per local expert. Padding (or graphs of the whole MoE MLP or iteration)
+    removes the host's sync; a captured preprocessing does not (its token counts reach the
+    host just before the exchange); before it the host issues the attention, the router and
+    the preprocessing, what graphs capture of them excepted."""
     from configurator.cost.host_ops import host_layer_s
     from configurator.cost.moe_compute import moe_host_before_sync_s, moe_host_synchronised
 
@@ -844,14 +846,16 @@ def test_published_rows_iteration_times_and_immutability():
 
 
 def test_moe_layer_forward_waits_for_the_host_after_the_dispatcher_sync():
-    """The all-to-all dispatcher stops the host until the GPU has routed the tokens: before
-    the sync the GPU runs the attention, router and passes (the MoE forward less the
-    experts' work) with the layer's tensor-parallel collective (half the dense layer's pair:
-    tp 2, two all-reduces of 2·T·h bytes) and cp term (cp 2), after it the experts and the
-    exchanges. Here (h = 1024, mbs 8) the GPU's first part outlasts the host's 23 + 30
-    operations, and the host's remaining 17 + 90 + 2·2 operations outlast the experts and
-    the two exchanges (one domain, 4 ranks: ¾ of 2·R·h bytes each over NVLink), so the
-    layer's forward waits for the host by that difference (at 8.8 us per operation)."""
+    """The all-to-all dispatcher stops the host until the GPU has routed the tokens. From one
+    sync to the next: the dispatch (half of the 30 dispatch operations, then the exchange:
+    one domain, 4 ranks, ¾ of 2·R·h bytes over NVLink), the experts (the dense MLP's 17
+    operations and 2 per local expert; on the GPU the experts' work), the combine (the other
+    half, then its exchange), then the next layer's attention, router and preprocessing
+    (23 + 30 + 30 operations; on the GPU the MoE forward less the experts' work, with the
+    layer's tensor-parallel collective, half the dense layer's pair: tp 2, two all-reduces
+    of 2·T·h bytes, and the cp term, cp 2). Here (h = 1024, mbs 8, 8.8 us per operation)
+    the host's issue sets the pace after the experts, and the layer's forward waits for it
+    by what the ordered blocks take beyond the GPU's sum."""
     from configurator.cost.iteration import layer_type_times
 
     model = make_model(**(GQA | dict(hidden_size=1024, num_attention_heads=16,
@@ -877,13 +881,21 @@ def test_moe_layer_forward_waits_for_the_host_after_the_dispatcher_sync():
     R = 1 * T / 2
     ep_f = 2 * (3e-6 + 3 / 4 * 2 * R * h / 400e9)
     fwd, experts = _one(lc["moe_fwd"]), _one(lc["moe_experts_fwd"])
-    host_pre, host = (23 + 30) * op, (23 + 17 + 90 + 2 * 2) * op
     cp_f = _one(types["dense"]["cp_f"])
     assert cp_f > 0 and moe["cp_f"] == cp_f
-    assert host_pre < fwd - experts + tp_f + cp_f         # no wait before the sync
-    wait = host - host_pre - (experts + ep_f)
-    assert wait > 0
     assert (moe["tp_f"], moe["ep_f"]) == pytest.approx((tp_f, ep_f), rel=1e-12)
+    pre_h, exp_h, disp_h = (23 + 30 + 30) * op, (17 + 2 * 2) * op, 30 / 2 * op
+    pre_g, a2a = fwd - experts + tp_f + cp_f, ep_f / 2
+    assert _one(lc["moe_host_pre"]) == pytest.approx(pre_h, rel=1e-12)
+    assert _one(lc["moe_host_experts"]) == pytest.approx(exp_h, rel=1e-12)
+    host = disp_h                                   # the dispatch's operations, then its
+    gpu_t = host + a2a                              # exchange
+    gpu_t = max(max(gpu_t, host) + experts, host + exp_h)
+    host += exp_h + disp_h
+    gpu_t = max(gpu_t, host) + a2a
+    gpu_t = max(max(gpu_t, host) + pre_g, host + pre_h)
+    wait = gpu_t - (fwd + tp_f + cp_f + ep_f)
+    assert wait > 1e-6
     assert moe["fwd"] == pytest.approx(fwd + wait, rel=1e-12)
 
 

@@ -200,6 +200,36 @@ def host_layer_s(model: ModelSpec, c: PlanBatch, gpu: GPUSpec) -> tuple:
     op = gpu.efficiency.host_op_s
     scopes = graph_scopes(c)
     full = "full_iteration" in scopes
+    attn_ops, mlp_ops = _layer_ops(model, c)
+    attn = 0 if scopes & {"attn", "layer"} or full else attn_ops
+    dense = (attn + (0 if scopes & {"mlp", "layer"} or full else mlp_ops)) * op
+    if not model.is_moe:
+        return dense, dense
+    parts = HOST_OPS_MOE_PARTS
+    experts = _expert_ops(model, c)
+    if _moe_mlp_graphed(c):
+        moe_mlp = 0.0 * experts
+    else:
+        moe_mlp = (experts + parts["dispatch"] - moe_fused_ops(c)
+                   + (0 if "moe_router" in scopes else parts["router"])
+                   + (0 if "moe_preprocess" in scopes else parts["preprocess"]))
+    return dense, (attn + moe_mlp) * op
+
+
+def moe_host_experts_s(model: ModelSpec, c: PlanBatch, gpu: GPUSpec):
+    """Host time (s) to issue an MoE layer's experts, forward: its MLP's own operations and
+    the grouped GEMMs' members per local expert, :func:`host_layer_s`'s share of them (0
+    where graphs capture the MoE MLP, and for a dense model)."""
+    if not model.is_moe:
+        return 0.0
+    experts = _expert_ops(model, c)
+    return (0.0 * experts if _moe_mlp_graphed(c) else experts) * gpu.efficiency.host_op_s
+
+
+def _layer_ops(model: ModelSpec, c: PlanBatch) -> tuple:
+    """A layer's forward operations ``(attention, MLP)``: Transformer Engine's
+    (:data:`HOST_OPS_ATTN`, :data:`HOST_OPS_DENSE`) or Megatron's own layer's
+    (:func:`local_layer_ops`), the MLP's with a clamp's and an unfused RoPE's operations."""
     extra = (CLAMP_KERNELS[0] * (model.activation_func_clamp_value is not None)
              # unfused RoPE: its operations on q and k replace the two fused ones
              + (2 * UNFUSED_ROPE_KERNELS[0] - 2) * model.rope_unfused)
@@ -207,23 +237,25 @@ def host_layer_s(model: ModelSpec, c: PlanBatch, gpu: GPUSpec) -> tuple:
         attn_ops, mlp_base = local_layer_ops(c)
     else:
         attn_ops, mlp_base = HOST_OPS_ATTN, HOST_OPS_DENSE - HOST_OPS_ATTN
-    attn = 0 if scopes & {"attn", "layer"} or full else attn_ops
-    mlp_ops = mlp_base + extra
-    dense = (attn + (0 if scopes & {"mlp", "layer"} or full else mlp_ops)) * op
-    if not model.is_moe:
-        return dense, dense
+    return attn_ops, mlp_base + extra
+
+
+def _expert_ops(model: ModelSpec, c: PlanBatch):
+    """An MoE layer's expert operations, forward, per plan: the MLP's own
+    (:func:`_layer_ops`) and per local expert :data:`HOST_OPS_PER_EXPERT` (doubled in FP8,
+    plus the eager bias's with biased experts)."""
     local = model.num_experts / c.ep.astype(float)
     per_expert = (HOST_OPS_PER_EXPERT * (2 if is_fp8(c.precision) else 1)
                   + EXPERT_BIAS_KERNELS[0][0] * model.add_bias_linear)
-    parts = HOST_OPS_MOE_PARTS
+    return _layer_ops(model, c)[1] + per_expert * local
+
+
+def _moe_mlp_graphed(c: PlanBatch) -> bool:
+    """Whether the plans' CUDA graphs capture an MoE layer's whole MLP: ``full_iteration``,
+    ``moe``, or whole-layer graphs of a layer that drops and pads (static shapes)."""
+    scopes = graph_scopes(c)
     drop_pad = c.moe_expert_capacity_factor > 0 and c.moe_pad_expert_input_to_capacity
-    if full or "moe" in scopes or ("layer" in scopes and drop_pad):
-        moe_mlp = 0.0 * local
-    else:
-        moe_mlp = (mlp_ops + parts["dispatch"] + per_expert * local - moe_fused_ops(c)
-                   + (0 if "moe_router" in scopes else parts["router"])
-                   + (0 if "moe_preprocess" in scopes else parts["preprocess"]))
-    return dense, (attn + moe_mlp) * op
+    return bool(scopes & {"full_iteration", "moe"}) or ("layer" in scopes and drop_pad)
 
 
 #: Attained HBM bytes per second and SM of PyTorch's eager element-wise kernels outside

@@ -1,8 +1,9 @@
 """Compute of a mixture-of-experts layer's MLP for one microbatch on one rank: the router,
 the routed experts' grouped GEMMs, a shared expert and the memory-bound passes around them
-(:func:`moe_mlp_costs`); and the host synchronisation of the token dispatcher, which splits
-the layer's forward in two parts that cannot overlap (:func:`moe_host_synchronised`,
-:func:`moe_host_before_sync_s`).
+(:func:`moe_mlp_costs`); and the host synchronisation of the token dispatcher, at which the
+GPU's queue runs empty (:func:`moe_host_synchronised`, :func:`moe_host_before_sync_s`;
+:func:`configurator.cost.iteration.host_bound` runs the blocks from one to the next in
+order).
 """
 
 from __future__ import annotations
@@ -23,25 +24,31 @@ def moe_host_synchronised(c: PlanBatch) -> bool:
     the GPU has routed the tokens: dropless routing sizes the exchange on the host
     (megatron-core 0.16.1 token_dispatcher.py: the all-to-all dispatcher's
     ``_maybe_dtoh_and_synchronize`` "if not self.drop_and_pad"; DeepEP's ``.item()`` of the
-    token count; HybridEP knows its sizes on the host only in drop-and-pad mode); padding to
-    capacity, or graphs that capture the preprocessing (``moe_preprocess``, the whole MoE
-    MLP or the whole iteration), remove it."""
+    token count; HybridEP knows its sizes on the host only in drop-and-pad mode). Padding to
+    capacity, or graphs of the whole MoE MLP or the whole iteration (static shapes), remove
+    it; graphs that capture the preprocessing (``moe_preprocess``) do not: they move the
+    token counts' copy to the host out of the graph, just before the expert-parallel
+    exchange (``cuda_dtoh_point = "before_ep_alltoall"``), where the host still waits."""
     scopes = graph_scopes(c)
     drop_pad = c.moe_expert_capacity_factor > 0 and c.moe_pad_expert_input_to_capacity
-    return not (drop_pad or scopes & {"moe_preprocess", "moe", "full_iteration"})
+    return not (drop_pad or scopes & {"moe", "full_iteration"})
 
 
 def moe_host_before_sync_s(model: ModelSpec, c: PlanBatch, gpu: GPUSpec) -> float:
     """Host time (s) of an MoE layer's forward before the dispatcher's synchronisation
-    (:func:`moe_host_synchronised`): its attention and its router (what graphs capture of
-    them excepted; :func:`~configurator.cost.host_ops.host_layer_s`)."""
+    (:func:`moe_host_synchronised`): its attention, its router and the dispatcher's
+    preprocessing (megatron-core 0.16.1 ``MoELayer.forward``: attention, then ``route`` and
+    ``preprocess``; the all-to-all dispatcher's sync point ``before_ep_alltoall``, after the
+    token counts and the first permutation), what graphs capture of them excepted
+    (:func:`~configurator.cost.host_ops.host_layer_s`)."""
     scopes = graph_scopes(c)
     if "full_iteration" in scopes:
         return 0.0
     attn = 0 if scopes & {"attn", "layer"} else HOST_OPS_ATTN
     router = 0 if "moe_router" in scopes else HOST_OPS_MOE_PARTS["router"] - (
         MOE_ROUTER_OPS[0] - MOE_ROUTER_OPS[1]) * bool(c.moe_router_fusion)
-    return (attn + router) * gpu.efficiency.host_op_s
+    preprocess = 0 if "moe_preprocess" in scopes else HOST_OPS_MOE_PARTS["preprocess"]
+    return (attn + router + preprocess) * gpu.efficiency.host_op_s
 
 
 #: Kernels an MoE layer launches beyond a dense MLP's, forward (router GEMM, top-k, softmax,
