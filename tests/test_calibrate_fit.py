@@ -72,7 +72,7 @@ def test_bounded_fit_recovers_known_parameters_within_their_intervals():
 
 
 def test_the_fit_starts_far_from_the_answer():
-    """The presets (host 17.3 us, GEMM 0.72) are far from the truth: multi-start finds it."""
+    """The presets (host 17.6 us, GEMM 0.72) are far from the truth: multi-start finds it."""
     truth = {"gemm": 0.45, "host_op_us": 40.0}
     prepared, gpu = _synthetic(MIX, truth, noise=0.0)
     fit = fit_group(prepared, gpu, "bf16", tuple(truth), "test")

@@ -1318,46 +1318,31 @@ def test_clamped_mlp_recompute_and_moe_backward():
     assert _one(lc["moe_bwd"]) == pytest.approx(_one(want), rel=1e-12)
 
 
-def test_host_bound_runs_the_blocks_between_two_dispatcher_syncs_in_order():
-    """From one dispatcher sync to the next the host issues, in megatron-core's order, the
-    dispatch (half the operations it issues after the sync besides the experts' own, then
-    the all-to-all), the experts, the combine (the other half, then its all-to-all), and
-    the next layer's attention, router and preprocessing (``sync[0]``); the GPU runs a
-    block from the moment the host starts issuing it and finishes it no sooner than the
-    host has. The GPU's forward: 1.0 + 0.2 + 0.1 + 0.3 = 1.6 s, of which 0.5 s before the
-    sync (``sync[1]``), experts 0.8 s (``sync[3]``), the two all-to-alls 0.15 s each.
-
-    Host 2.5 s: 0.9 s before the sync, experts 0.6 s, dispatch and combine 0.5 s each.
-    Host 0.5 → all-to-all done 0.65; experts issued 0.5-1.1, run 0.65-1.45; combine issued
-    1.1-1.6, all-to-all 1.6-1.75; attention issued 1.6-2.5, GPU 1.75-2.25 but done no
-    sooner than the host: 2.5 s, 0.9 s more than the GPU's 1.6. Backward: the host's 0.87
-    of the forward's 2.5 s (2.175 s) against the GPU's 2.0 + 0.4 + 0.2 + 0.6 = 3.2 s, no
-    wait; with 5 s of host, 4.35 s, 1.15 s.
-
-    A fast host (0.1 s before the sync, experts 0.2 s, 0.05 s each side): 0.05 → 0.2;
-    experts 0.05-0.25 issued, run 0.2-1.0; combine issued 0.25-0.3, all-to-all 1.0-1.15;
-    attention issued 0.3-0.4, run 1.15-1.65: 1.65 s, 0.05 s more than the GPU's sum (the
-    first dispatch's issue). A host slow to dispatch but quick otherwise (0.5 s each side,
-    0.1 s for the experts and 0.1 s before the sync: 1.2 s, less than the GPU's 1.6): the
-    first exchange ends at 0.65, the experts at 1.45, the combine's exchange at 1.6, the
-    attention at 2.1: 0.5 s of waits, where the two sides' totals alone show none. Without
-    the sync the host runs ahead: max(host, GPU)."""
+def test_host_bound_waits_on_both_sides_of_the_dispatcher_sync():
+    """A layer's forward split by the dispatcher's host/GPU synchronisation into two parts
+    that cannot overlap: ``max(host₁, GPU₁) + max(host₂, GPU₂)``, the GPU's forward being
+    the sum of its compute and collectives (1.0 + 0.2 + 0.1 + 0.3 = 1.6 s). Host 0.9 s
+    before the sync against the GPU's 0.5 s: 0.4 s wait; after it host 2.5 − 0.9 = 1.6 s
+    against 1.6 − 0.5 = 1.1 s: 0.5 s more. Backward: the host's 0.87 of the forward's 2.5 s
+    (2.175 s) against the GPU's 2.0 + 0.4 + 0.2 + 0.6 = 3.2 s, no wait; with 5 s of host,
+    4.35 s, 1.15 s. When the GPU's part before the sync is the longer one, the host's second
+    part alone can make a wait: host 0.2 s against the GPU's 1.2 s, then 2.5 − 0.2 = 2.3 s
+    against 0.4 s, so 1.9 s. A GPU part before the sync said to be longer than the whole
+    forward counts as the whole forward (1.6 s): then 2.3 s against nothing."""
     from configurator.cost.iteration import host_bound
     c = _candidates(make_model(**GQA))
     t = dict(fwd=1.0, bwd=2.0, recompute=0.5, tp_f=0.2, tp_b=0.4, cp_f=0.1, cp_b=0.2,
              ep_f=0.3, ep_b=0.6)
-    out = host_bound(c, t, 2.5, sync=(0.9, 0.5, 0.6, 0.8))
-    assert _one(out["fwd"]) == pytest.approx(1.0 + 0.9, rel=1e-12)
+    out = host_bound(c, t, 2.5, sync=(0.9, 0.5))
+    assert _one(out["fwd"]) == pytest.approx(1.0 + 0.4 + 0.5, rel=1e-12)
     assert _one(out["bwd"]) == pytest.approx(2.0, rel=1e-12)
     assert _one(out["recompute"]) == pytest.approx(0.5, rel=1e-12)
-    assert _one(host_bound(c, t, 5.0, sync=(0.9, 0.5, 0.6, 0.8))["bwd"]) == pytest.approx(
-        2.0 + 1.15, rel=1e-12)
-    out = host_bound(c, t, 0.4, sync=(0.1, 0.5, 0.2, 0.8))
-    assert _one(out["fwd"]) == pytest.approx(1.0 + 0.05, rel=1e-12)
-    out = host_bound(c, t, 1.2, sync=(0.1, 0.5, 0.1, 0.8))
-    assert _one(out["fwd"]) == pytest.approx(1.0 + 0.5, rel=1e-12)
-    out = host_bound(c, t, 0.4)
-    assert _one(out["fwd"]) == pytest.approx(1.0, rel=1e-12)
+    assert _one(host_bound(c, t, 5.0, sync=(0.9, 0.5))["bwd"]) == pytest.approx(2.0 + 1.15,
+                                                                                rel=1e-12)
+    out = host_bound(c, t, 2.5, sync=(0.2, 1.2))
+    assert _one(out["fwd"]) == pytest.approx(1.0 + 0.0 + 1.9, rel=1e-12)
+    out = host_bound(c, t, 2.5, sync=(0.2, 3.0))
+    assert _one(out["fwd"]) == pytest.approx(1.0 + 0.0 + 2.3, rel=1e-12)
     out = host_bound(c, t, 2.5)
     assert _one(out["fwd"]) == pytest.approx(1.0 + 0.9, rel=1e-12)
 

@@ -191,10 +191,13 @@ def test_shortlisted_plans_try_the_time_only_mechanisms_off():
     a tp group wider than the NVLink domain never takes the overlap."""
     h100 = load_cluster("dgx-h100-80gb", nodes=4)
     regime = search_regimes(SMALL_MOE, h100, _options(), set())[0]
-    res = search(SMALL_MOE, h100, 128, top_k=1)
-    plan = dataclasses.replace(res.plans[0].plan, use_precision_aware_optimizer=False,
+    # a shortlisted plan with a tp group inside the host, both mechanisms on
+    shortlist = search(SMALL_MOE, h100, 128, top_k=10).plans
+    found = next(e.plan for e in shortlist if e.plan.tp > 1 and e.plan.sequence_parallel)
+    plan = dataclasses.replace(found, use_precision_aware_optimizer=False,
                                exp_avg_dtype="fp32", exp_avg_sq_dtype="fp32",
-                               distributed_optimizer=True)
+                               distributed_optimizer=True, tp_comm_overlap=True,
+                               moe_token_dispatcher_type="flex")
     variants = plan_variants(SMALL_MOE, h100, plan, regime)
     assert variants[0].use_precision_aware_optimizer
     assert {(v.tp_comm_overlap, v.moe_token_dispatcher_type) for v in variants} == {

@@ -74,7 +74,7 @@ from configurator.cost.gemm import (fp8_quantize_s, fp8_scaling, gemm_time_s,
                                     main_grad_accumulation_s)
 from configurator.cost.host_ops import (UNFUSED_ROPE_BYTES, UNFUSED_ROPE_KERNELS,
                                         checkpoint_host_s, clamp_s, eager_s, host_layer_s,
-                                        moe_host_experts_s, offload_exposed)
+                                        offload_exposed)
 from configurator.cost.moe_compute import moe_host_before_sync_s, moe_mlp_costs
 from memory_model.activations import LayerInputs, offloaded_layer_bytes
 from memory_model.params import dense_layer_parameters, moe_layer_parameters
@@ -338,8 +338,7 @@ def layer_costs(model: ModelSpec, c: PlanBatch, gpu: GPUSpec, profile=None) -> d
            "tp_gemm_pairs": ((gemm_qkv, gemm_proj), (gemm_fc1, gemm_fc2)),
            "host": host_dense, "moe_host": host_moe,
            "host_checkpoint": checkpoint_host_s(c, gpu),
-           "moe_host_pre": moe_host_before_sync_s(model, c, gpu),
-           "moe_host_experts": moe_host_experts_s(model, c, gpu), "main_grad_acc": grad_acc,
+           "moe_host_pre": moe_host_before_sync_s(model, c, gpu), "main_grad_acc": grad_acc,
            "tokens": T, "gemm_kw": kw}
     if model.is_moe:
         moe = moe_mlp_costs(model, c, gpu, T, kw)

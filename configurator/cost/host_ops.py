@@ -31,7 +31,7 @@ from topology.gpus import GPUSpec
 #: Source of the four counts: set by hand from the lists above (about three PyTorch
 #: operations per listed module with its autograd bookkeeping), not counted from a trace and
 #: not fitted. A prediction uses only their products with ``Efficiency.host_op_s``, whose
-#: factor (:data:`topology.gpus.IN_TRAINING` ``host``, 2.66) is fitted with these counts
+#: factor (:data:`topology.gpus.IN_TRAINING` ``host``, 2.70) is fitted with these counts
 #: held fixed (``configurator validate --by-source``): a count off by a common share is
 #: absorbed there. The published runs that are host-bound are Megatron-Bridge's MoE rows at
 #: micro-batch 1 only (leaving that source out returns the host factor to its prior, 1.0;
@@ -214,16 +214,6 @@ def host_layer_s(model: ModelSpec, c: PlanBatch, gpu: GPUSpec) -> tuple:
                    + (0 if "moe_router" in scopes else parts["router"])
                    + (0 if "moe_preprocess" in scopes else parts["preprocess"]))
     return dense, (attn + moe_mlp) * op
-
-
-def moe_host_experts_s(model: ModelSpec, c: PlanBatch, gpu: GPUSpec):
-    """Host time (s) to issue an MoE layer's experts, forward: its MLP's own operations and
-    the grouped GEMMs' members per local expert, :func:`host_layer_s`'s share of them (0
-    where graphs capture the MoE MLP, and for a dense model)."""
-    if not model.is_moe:
-        return 0.0
-    experts = _expert_ops(model, c)
-    return (0.0 * experts if _moe_mlp_graphed(c) else experts) * gpu.efficiency.host_op_s
 
 
 def _layer_ops(model: ModelSpec, c: PlanBatch) -> tuple:

@@ -444,8 +444,7 @@ def layer_type_times(model: ModelSpec, c: PlanBatch, lc: dict, comm: dict) -> di
                              recompute=lc["moe_recompute"], tp_f=share * tp_f,
                              tp_b=share * tp_b, cp_f=cp_f, cp_b=cp_b, ep_f=ep_f, ep_b=ep_b),
                      lc["moe_host"], sync=(lc["moe_host_pre"], lc["moe_fwd"]
-                                           - lc["moe_experts_fwd"] + share * tp_f + cp_f,
-                                           lc["moe_host_experts"], lc["moe_experts_fwd"])
+                                           - lc["moe_experts_fwd"] + share * tp_f + cp_f)
                      if moe_host_synchronised(c) else None,
                      checkpoint=lc["host_checkpoint"])
     return {"dense": dense, "moe": moe}
@@ -472,18 +471,12 @@ def host_bound(c: PlanBatch, t: dict, host_fwd_s, sync=None, checkpoint=(0.0, 0.
     work and communication take less than ``host_fwd_s`` (the backward's less than
     :data:`~configurator.cost.host_ops.HOST_BACKWARD_FACTOR`, 0.87, times it; a full recompute's
     re-run forward less than it) the GPU waits for the host, and the wait is charged to
-    compute (:func:`configurator.cost.host_ops.host_layer_s`). ``sync``: ``(host before,
-    GPU before, host experts, GPU experts)`` seconds of an MoE layer's forward whose token
-    dispatcher synchronises the host with the GPU
-    (:func:`configurator.cost.moe_compute.moe_host_synchronised`; before: the attention,
-    router and preprocessing, :func:`~configurator.cost.moe_compute.moe_host_before_sync_s`;
-    experts: :func:`~configurator.cost.host_ops.moe_host_experts_s` and the experts'
-    kernels): the GPU's queue is empty at each sync, so from one sync to the next the blocks
-    run in megatron-core 0.16.1's order (``MoELayer.forward``: dispatch, experts, combine,
-    then the next layer's attention, ``route`` and ``preprocess``), the host's operations
-    besides those two split evenly between dispatch and combine, each all-to-all (half the
-    layer's expert-parallel time) issued after its block's operations, and the GPU running
-    a block from the moment the host starts issuing it, done no sooner than the host.
+    compute (:func:`configurator.cost.host_ops.host_layer_s`). ``sync``: ``(host, GPU)``
+    seconds of the forward before a synchronisation of the host with the GPU
+    (:func:`configurator.cost.moe_compute.moe_host_synchronised`; the attention, router and
+    preprocessing, :func:`~configurator.cost.moe_compute.moe_host_before_sync_s`): the two
+    parts of the forward cannot overlap one another, so it takes
+    ``max(host₁, GPU₁) + max(host₂, GPU₂)``.
     ``checkpoint``: ``(forward, backward)`` host seconds of a full recompute's checkpoint
     around the layer (:func:`configurator.cost.host_ops.checkpoint_host_s`), issued with
     the forward and with the re-run forward in backward."""
@@ -495,23 +488,11 @@ def host_bound(c: PlanBatch, t: dict, host_fwd_s, sync=None, checkpoint=(0.0, 0.
     if sync is None:
         out["fwd"] = t["fwd"] + np.maximum(host_fwd_s - gpu_f, 0.0)
     else:
-        host_pre, gpu_pre, host_exp, gpu_exp = sync
+        host_pre, gpu_pre = sync
         gpu_pre = np.minimum(gpu_pre, gpu_f)
-        gpu_exp = np.minimum(gpu_exp, gpu_f - gpu_pre)
-        a2a = np.maximum(gpu_f - gpu_pre - gpu_exp, 0.0) / 2.0
-        host_disp = np.maximum(host_fwd_s - host_pre - host_exp, 0.0) / 2.0
-        # from one synchronisation to the next, in megatron-core's order: the dispatch (its
-        # operations, then the all-to-all), the experts, the combine (likewise), the next
-        # layer's attention, router and preprocessing up to its sync
-        th = host_disp
-        tg = th + a2a
-        start, th = th, th + host_exp        # a block's kernels run as they are issued
-        tg = np.maximum(np.maximum(tg, start) + gpu_exp, th)
-        th = th + host_disp
-        tg = np.maximum(tg, th) + a2a
-        start, th = th, th + host_pre
-        tg = np.maximum(np.maximum(tg, start) + gpu_pre, th)
-        out["fwd"] = t["fwd"] + np.maximum(tg - gpu_f, 0.0)
+        waits = (np.maximum(host_pre - gpu_pre, 0.0)
+                 + np.maximum(host_fwd_s - host_pre - (gpu_f - gpu_pre), 0.0))
+        out["fwd"] = t["fwd"] + waits
     host_layer = host_fwd_s - ck_f               # the layer's own operations
     out["bwd"] = t["bwd"] + np.maximum(HOST_BACKWARD_FACTOR * host_layer - gpu_b, 0.0)
     out["recompute"] = np.where(c.recompute == RECOMPUTE_FULL,

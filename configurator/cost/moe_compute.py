@@ -1,9 +1,8 @@
 """Compute of a mixture-of-experts layer's MLP for one microbatch on one rank: the router,
 the routed experts' grouped GEMMs, a shared expert and the memory-bound passes around them
-(:func:`moe_mlp_costs`); and the host synchronisation of the token dispatcher, at which the
-GPU's queue runs empty (:func:`moe_host_synchronised`, :func:`moe_host_before_sync_s`;
-:func:`configurator.cost.iteration.host_bound` runs the blocks from one to the next in
-order).
+(:func:`moe_mlp_costs`); and the host synchronisation of the token dispatcher, which splits
+the layer's forward in two parts that cannot overlap (:func:`moe_host_synchronised`,
+:func:`moe_host_before_sync_s`).
 """
 
 from __future__ import annotations

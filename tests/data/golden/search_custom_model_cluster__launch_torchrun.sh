@@ -10,8 +10,8 @@
 #       exp_avg_dtype=bf16 exp_avg_sq_dtype=bf16 microbatches=4
 # cluster: nodes=4 gpus_per_node=8 world_size=32
 # predicted:
-#   iteration_time_s: 2.348
-#   model_tflops_per_gpu: 555.1
+#   iteration_time_s: 2.349
+#   model_tflops_per_gpu: 555.0
 #   mfu: 0.561
 #   peak_memory_GiB: 58.41
 #
