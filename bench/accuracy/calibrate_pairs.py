@@ -75,11 +75,16 @@ class PairDraws:
                 f"10 % after calibration: {self.within} of {self.draws - self.refused}")
 
 
-def main(argv=None) -> None:
-    ap = bench_parser(__doc__)
+def draws_parser(doc: str):
+    """The bench's parser with ``--draws`` (20) and ``--seed`` (0) of the pair draws."""
+    ap = bench_parser(doc)
     ap.add_argument("--draws", type=int, default=20, help="seeded draws (default 20)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the draws (default 0)")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None) -> None:
+    args = draws_parser(__doc__).parse_args(argv)
     print(table_head(["draw", "source", "GPU", "precision", "rest", "rest MAPE presets",
                       "after", "fitted"]))
     tally = PairDraws()

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.accuracy.calibrate_pairs import PairDraws
-from bench.common import bench_parser, table_head
+from bench.accuracy.calibrate_pairs import PairDraws, draws_parser
+from bench.common import table_head
 from configurator.app.validate_jobs import validate_runs
 from configurator.core.runs import load_runs
 
@@ -113,8 +113,9 @@ def history(runs) -> None:
     prev = None
     for c in checks:
         run = c.run
-        changed = ", ".join(k for k, v in run.plan.to_dict().items()
-                            if prev is not None and prev.run.plan.to_dict()[k] != v)
+        fields = run.plan.to_dict()
+        before = prev.run.plan.to_dict() if prev is not None else fields
+        changed = ", ".join(k for k, v in fields.items() if before[k] != v)
         if prev is None:
             dm = dp = ""
         else:
@@ -135,10 +136,7 @@ def history(runs) -> None:
 
 
 def main(argv=None) -> None:
-    ap = bench_parser(__doc__)
-    ap.add_argument("--draws", type=int, default=20, help="seeded draws (default 20)")
-    ap.add_argument("--seed", type=int, default=0, help="seed of the draws (default 0)")
-    args = ap.parse_args(argv)
+    args = draws_parser(__doc__).parse_args(argv)
     runs = load_runs(str(RUNS))
     held_out(runs)
     pairs(runs, args.draws, args.seed)
