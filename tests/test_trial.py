@@ -3,12 +3,19 @@ writes."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
+import pytest
 
-from configurator.app.trial_jobs import choose_runs, prior_log_sd
+from configurator.app.trial_jobs import (FORCED_BALANCE_NOTE, PROBE_MAX_SLOWDOWN, choose_runs,
+                                         prior_log_sd, trial_plan)
 from configurator.cli import main
+from configurator.core.model_presets import load_model
+from configurator.core.plan import ParallelPlan, plan_from_dict
+from configurator.search.evaluate import evaluate_plan
+from topology.cluster_files import load_cluster
 from topology.calibration import PARAMETER_RANGES
 
 NAMES = ("gemm", "flash_attention", "host_op_us", "inter_node_efficiency")
@@ -104,3 +111,71 @@ def test_search_with_calibration_says_how_the_ranking_changed(tmp_path, capsys):
     assert "calibration" in change["summary"]
     # slower NVLink favours less tp: the old best is no longer first
     assert change["uncalibrated_best_rank"] > 1
+
+
+def test_probes_are_short_runs_too(monkeypatch):
+    """The most informative plan is not taken as a probe where it runs more than
+    PROBE_MAX_SLOWDOWN times the best plan's time; a shorter one pins the host instead."""
+    import configurator.app.trial_jobs as trial_jobs
+
+    times = np.array([1.0, 1.02, 40.0, 3.0, 2.0])
+    # the two contenders differ most in how they depend on the host
+    S = np.array([[-0.8, -0.1, 0.05, 0.0],
+                  [-0.5, -0.1, 0.4, 0.0],
+                  [-0.05, 0.0, 0.99, 0.0],     # all host, but 40 times the best
+                  [-0.3, 0.0, 0.7, 0.0],       # mostly host, within the bound
+                  [-1.0, 0.0, 0.0, 0.0]])
+    sd = np.array([prior_log_sd(n) for n in NAMES])
+    chosen, _, _ = choose_runs(times, S, sd, 3, NAMES)
+    idx = [i for i, *_ in chosen]
+    assert 2 not in idx and max(times[idx]) <= PROBE_MAX_SLOWDOWN * times.min()
+    assert any(role == "probe" and "host_op_us" in why for _, role, why in chosen)
+    # without the bound the slow plan is the host probe
+    monkeypatch.setattr(trial_jobs, "PROBE_MAX_SLOWDOWN", np.inf)
+    unbounded, _, _ = choose_runs(times, S, sd, 3, NAMES)
+    assert [why for i, role, why in unbounded if i == 2 and role == "probe"]
+
+
+def test_trial_plan_forces_the_balance_of_routed_moe_plans_only():
+    moe, dense = load_model("qwen3-30b-a3b"), load_model("gpt-1.7b")
+    plan = ParallelPlan(tp=1, pp=1, dp=8, ep=8, micro_batch_size=1, global_batch_size=64)
+    forced = trial_plan(moe, plan)
+    assert forced.moe_router_force_load_balancing and not plan.moe_router_force_load_balancing
+    assert dataclasses.replace(forced, moe_router_force_load_balancing=False) == plan
+    assert trial_plan(dense, ParallelPlan(tp=1, pp=1, dp=8, micro_batch_size=1,
+                                          global_batch_size=64)).moe_router_force_load_balancing \
+        is False
+    padded = dataclasses.replace(plan, moe_expert_capacity_factor=1.0,
+                                 moe_pad_expert_input_to_capacity=True)
+    assert trial_plan(moe, padded) == padded
+
+
+def test_moe_trial_runs_with_forced_balance_and_says_why(tmp_path, capsys):
+    out = tmp_path / "trial"
+    assert main(["trial", "--model", "qwen3-30b-a3b", "--cluster", "dgx-h100-80gb",
+                 "--nodes", "2", "--gbs", "64", "--out", str(out), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["notes"] == [FORCED_BALANCE_NOTE]
+    model = load_model("qwen3-30b-a3b")
+    cluster = load_cluster("dgx-h100-80gb", 2)
+    best = min(r["predicted_iteration_time_s"] for r in doc["runs"])
+    for r in doc["runs"]:
+        plan = plan_from_dict(r["plan"])
+        assert plan.moe_router_force_load_balancing
+        script = (out / f"trial{r['index']}" / "launch_torchrun.sh").read_text()
+        assert "--moe-router-force-load-balancing" in script
+        # the time shown is the forced run's, below the same plan routed by its scores
+        assert r["predicted_iteration_time_s"] == pytest.approx(
+            evaluate_plan(model, cluster, plan).iteration_time_s, rel=1e-9)
+        routed = dataclasses.replace(plan, moe_router_force_load_balancing=False)
+        routed_s = evaluate_plan(model, cluster, routed).iteration_time_s
+        assert routed_s >= r["predicted_iteration_time_s"]    # equal where host-bound
+        if r["index"] == 1:
+            assert routed_s > r["predicted_iteration_time_s"]
+        assert r["predicted_iteration_time_s"] <= PROBE_MAX_SLOWDOWN * best
+    # a dense job's runs are unchanged and carry no note
+    assert main(["trial", "--model", "gpt-1.7b", "--cluster", "dgx-a100-80gb", "--nodes", "1",
+                 "--gbs", "8", "--json"]) == 0
+    dense = json.loads(capsys.readouterr().out)
+    assert dense["notes"] == []
+    assert not any(r["plan"]["moe_router_force_load_balancing"] for r in dense["runs"])

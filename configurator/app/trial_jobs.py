@@ -19,16 +19,20 @@ The runs chosen (``k``, default 5):
    ``max_p |S_p − S_b|_j σ_j`` first), the plan that most lowers that parameter's variance
    given the runs already chosen: the Fisher information of the runs
    ``F = diag(σ⁻²) + Σ S_p S_pᵀ / NOISE_LOG²`` and the drop of ``(F⁻¹)_jj`` by one more run
-   (Sherman-Morrison), every plan of the pool at once. Each probe is named by the parameter
-   it pins (host-bound, GEMM-bound, attention-bound, communication-heavy).
+   (Sherman-Morrison), every plan of the pool at once, among those at most
+   :data:`PROBE_MAX_SLOWDOWN` times the best plan's time (the runs are short). Each probe
+   is named by the parameter it pins (host-bound, GEMM-bound, attention-bound,
+   communication-heavy).
 
 The scripts are :func:`launchers.launch_files`' (mock data, ``iterations`` iterations,
 logging every one), one directory per run, with the SLURM job named ``trialN`` so that its
-log (``sbatch --output``) is the Megatron-LM log ``configurator calibrate`` reads.
+log (``sbatch --output``) is the Megatron-LM log ``configurator calibrate`` reads. An MoE
+plan that routes by its scores runs with the router's balance forced (:func:`trial_plan`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import shlex
@@ -65,6 +69,40 @@ PROBE_KIND = {"gemm": "GEMM-bound", "gemm_fp8": "GEMM-bound", "gemm_mxfp8": "GEM
               "flash_attention": "attention-bound", "host_op_us": "host-bound",
               "intra_node_efficiency": "communication-heavy (NVLink)",
               "inter_node_efficiency": "communication-heavy (network)"}
+
+
+#: A probe's predicted iteration time at most this many times the best plan's: the runs are
+#: short, and a probe ten times slower than the plan it helps rank would cost more GPU time
+#: than the contenders together (a host-bound plan of 64 microbatches at full recompute can
+#: run 30-40 times slower than the best).
+PROBE_MAX_SLOWDOWN = 4.0
+#: Why a trial of an MoE plan forces the router's balance (:func:`trial_plan`).
+FORCED_BALANCE_NOTE = (
+    "the MoE runs route with --moe-router-force-load-balancing: a router a few dozen "
+    "iterations from initialisation is not yet balanced by its auxiliary loss (its busiest "
+    "expert rank, which sets the pace, varies run to run), so its time would fold that "
+    "transient into the calibrated efficiencies; the search prices the trained router's "
+    "imbalance on top of what these runs measure")
+
+
+def trial_plan(model, plan):
+    """The plan a short trial runs for ``plan``: the same, except that an MoE plan whose
+    experts are not padded to their capacity routes with its balance forced
+    (``moe_router_force_load_balancing``: Megatron's benchmarking switch, every expert its
+    even share). A router a few dozen iterations from initialisation is not yet balanced by
+    its auxiliary loss; the imbalance the model prices for routed plans
+    (:func:`configurator.core.plan_terms.expert_load_imbalance`) is a trained router's. The
+    two differ widely: the Megatron MoE Model Zoo measured Qwen3-235B-A22B on 256 H100 with
+    the same commands dropless at 237, 277, 320 and 357 TFLOP/s per GPU against 295, 335,
+    368 and 389 with forced balance (sequence 16k to 128k; yanring/Megatron-MoE-ModelZoo
+    best_practice/Qwen3/readme.md at b0b92ff, 'Long Context'): 9-24 % more time, where a
+    trained router's imbalance adds 1-3 % by the model. Forced, the runs measure what the
+    calibrated parameters describe, and ``calibrate`` prices them as forced (the log's
+    arguments say so). Padded experts run at their capacity either way: unchanged."""
+    if (not model.is_moe or plan.moe_router_force_load_balancing
+            or plan.moe_pad_expert_input_to_capacity):
+        return plan
+    return dataclasses.replace(plan, moe_router_force_load_balancing=True)
 
 
 def trial_parameters(precision: str) -> tuple[str, ...]:
@@ -129,12 +167,13 @@ class TrialOutcome:
     written: list[str]
     next_steps: list[str]
     header: str
+    notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {"runs": [r.to_dict() for r in self.runs], "pool": self.pool,
                 "contenders": self.contenders, "log_sd_before": self.sd_before,
                 "log_sd_after": self.sd_after, "written": self.written,
-                "next_steps": self.next_steps, "header": self.header}
+                "next_steps": self.next_steps, "header": self.header, "notes": self.notes}
 
 
 def _load_plans(path: str, model, cluster, gbs: int) -> list:
@@ -234,6 +273,7 @@ def choose_runs(times: np.ndarray, S: np.ndarray, sd: np.ndarray, k: int,
     spread = np.max(np.abs(S[[i for i in close[:max(n_top, 2)]]] - S[b]), axis=0) * sd
     wanted = [j for j in np.argsort(-spread, kind="stable")]
     taken = {i for i, *_ in chosen}
+    too_long = times > PROBE_MAX_SLOWDOWN * times[b]   # a probe is a short run too
     j_iter = iter(wanted * 2)
     while len(chosen) < min(k, n):
         j = next(j_iter, None)
@@ -244,6 +284,7 @@ def choose_runs(times: np.ndarray, S: np.ndarray, sd: np.ndarray, k: int,
         denom = NOISE_LOG ** 2 + np.einsum("ij,ij->i", G, S)
         gain = G[:, j] ** 2 / denom                   # drop of (F^-1)_jj by each plan
         gain[list(taken)] = -1.0
+        gain[too_long] = -1.0
         i = int(np.argmax(gain))
         if gain[i] <= 0:
             break
@@ -296,8 +337,12 @@ def run_trial(req: TrialRequest) -> TrialOutcome:
     training = TrainingArgs(train_iters=req.iterations,
                             lr_warmup_iters=min(10, req.iterations // 3)).checked()
     runs, files = [], {}
+    notes = []
     for k, (i, role, reason) in enumerate(chosen, start=1):
-        plan = plan_of(i)
+        ranked = plan_of(i)
+        plan = trial_plan(model, ranked)
+        if plan != ranked and not notes:
+            notes.append(FORCED_BALANCE_NOTE)
         ev = evaluate_plan(model, cluster, plan)
         d = f"trial{k}"
         summary = {"iteration_time_s": round(ev.iteration_time_s, 3), "trial": f"{k} ({role})"}
@@ -343,7 +388,7 @@ def run_trial(req: TrialRequest) -> TrialOutcome:
     return TrialOutcome(runs=runs, pool=len(pool), contenders=n_close,
                         sd_before={n: round(float(s), 3) for n, s in zip(names, sd)},
                         sd_after={n: round(float(s), 3) for n, s in zip(names, sd_after)},
-                        written=written, next_steps=next_steps, header=header)
+                        written=written, next_steps=next_steps, header=header, notes=notes)
 
 
 def _job_words(req: TrialRequest) -> str:

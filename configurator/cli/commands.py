@@ -14,6 +14,7 @@ from typing import Callable
 from configurator.cli import (audit_command, cluster_plan_command, examples_command,
                               plan_commands, probe_command, profile_command, topology_commands,
                               trial_command, validate_commands)
+from configurator.app.trial_jobs import PROBE_MAX_SLOWDOWN
 from configurator.core.errors import one_line
 from configurator.core.validate import did_you_mean
 
@@ -196,9 +197,12 @@ COMMANDS: tuple[Command, ...] = (
             "uncertainty of their difference, plus the runs that pin down the parameters "
             "their order depends on (GEMM-bound, attention-bound, host-bound, "
             "communication-heavy), chosen by the sensitivity of every plan's time to each "
-            "parameter in the cost model. --out writes their launch scripts (mock data, a "
-            "few dozen iterations); then calibrate on their logs and search --calibration "
-            "re-ranks.",
+            "parameter in the cost model, none more than "
+            f"{PROBE_MAX_SLOWDOWN:g} times the best plan's time. --out "
+            "writes their launch scripts (mock data, a few dozen iterations; an MoE plan "
+            "routed by its scores runs with --moe-router-force-load-balancing, as a router "
+            "so young is not yet balanced); then calibrate on their logs and search "
+            "--calibration re-ranks.",
             trial_command.add_trial_arguments, trial_command.run_trial_command, PLAN_EPILOG,
             examples=("configurator trial --model llama3-8b --cluster dgx-h100-80gb "
                       "--nodes 2 --gbs 128 --out trial/",

@@ -67,6 +67,8 @@ def run_trial_command(args) -> int:
     sd = ", ".join(f"{n} ±{100 * out.sd_before[n]:.0f} % -> ±{100 * out.sd_after[n]:.0f} %"
                    for n in out.sd_before)
     print(f"parameters' uncertainty (1 σ, log) before -> after these runs: {sd}")
+    for line in out.notes:
+        print("note: " + line)
     if out.written:
         print(f"wrote {args.out.rstrip('/') or '/'}/: trial1..trial{len(out.runs)}/launch_torchrun.sh and "
               f"launch_slurm.sbatch, trials.json, logs/")
