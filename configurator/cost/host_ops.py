@@ -13,7 +13,7 @@ import numpy as np
 
 from configurator.core.plan_batch import PlanBatch
 from configurator.core.model import ModelSpec
-from configurator.core.plan_values import RECOMPUTE_FULL, is_fp8
+from configurator.core.plan_values import RECOMPUTE_FULL
 from topology.gpus import GPUSpec
 
 
@@ -25,13 +25,12 @@ from topology.gpus import GPUSpec
 #: top-k, auxiliary-loss reductions), the permutation and the all-to-all dispatcher's
 #: token counts, host synchronisation, exchanges and sorts (megatron-core 0.16.1
 #: ``MoELayer.forward``, ``MoEAlltoAllTokenDispatcher``), plus per local expert the grouped
-#: GEMMs' members (Transformer Engine ``GroupedLinear`` runs one GEMM per expert; with FP8
-#: a cast per member input).
+#: GEMMs' members (Transformer Engine ``GroupedLinear`` runs one GEMM per expert).
 #:
 #: Source of the four counts: set by hand from the lists above (about three PyTorch
 #: operations per listed module with its autograd bookkeeping), not counted from a trace and
 #: not fitted. A prediction uses only their products with ``Efficiency.host_op_s``, whose
-#: factor (:data:`topology.gpus.IN_TRAINING` ``host``, 2.70) is fitted with these counts
+#: factor (:data:`topology.gpus.IN_TRAINING` ``host``, 3.20) is fitted with these counts
 #: held fixed (``configurator validate --by-source``): a count off by a common share is
 #: absorbed there. The published runs that are host-bound are Megatron-Bridge's MoE rows at
 #: micro-batch 1 only (leaving that source out returns the host factor to its prior, 1.0;
@@ -43,7 +42,13 @@ HOST_OPS_DENSE = 40
 #: hand, a third each for router, preprocessing and dispatch (:data:`HOST_OPS_MOE_PARTS`).
 HOST_OPS_MOE = 90
 #: Per local expert, forward: one grouped-GEMM member for fc1 and one for fc2 (Transformer
-#: Engine ``GroupedLinear``); FP8 doubles it (a cast per member input). Counted, not fitted.
+#: Engine ``GroupedLinear``, whose C++ ``general_grouped_gemm`` issues one cuBLAS GEMM per
+#: member). Counted, not fitted. The same in FP8: the members' input casts are one call
+#: (``_split_quantize``, a C++ loop of kernel launches), and their FP8 weights are cast on the
+#: iteration's first microbatch only and read from the cache on the others
+#: (``quantize_weight`` with ``is_first_microbatch`` False, which megatron-core's
+#: ``TEGroupedLinear`` passes; TransformerEngine transformer_engine/pytorch/module/
+#: grouped_linear.py ``_GroupedLinear.forward``).
 HOST_OPS_PER_EXPERT = 2
 #: The host's time to issue a layer's backward over the time to issue its forward: measured on
 #: megatron-core 0.16.1's own layers (``python -m bench.kernels.host_layer``: its local-spec
@@ -185,9 +190,8 @@ def graph_scopes(c: PlanBatch) -> set[str]:
 def host_layer_s(model: ModelSpec, c: PlanBatch, gpu: GPUSpec) -> tuple:
     """Host time (s) to issue one layer's forward for one microbatch: ``(dense, moe)``
     (:data:`HOST_OPS_DENSE` and friends × ``Efficiency.host_op_s``; Megatron's own layer,
-    ``attention_backend`` ``local``, :func:`local_layer_ops` instead); FP8 doubles a grouped
-    GEMM member's operations (its input cast); biased experts add their eager bias's
-    operations (:data:`EXPERT_BIAS_KERNELS`), an unfused RoPE its own
+    ``attention_backend`` ``local``, :func:`local_layer_ops` instead); biased experts add
+    their eager bias's operations (:data:`EXPERT_BIAS_KERNELS`), an unfused RoPE its own
     (:data:`UNFUSED_ROPE_KERNELS`); the routing and permutation fusions remove theirs
     (:func:`moe_fused_ops`). What CUDA graphs capture (:func:`graph_scopes`) the host
     replays without issuing its operations (Megatron's ``TECudaGraphHelper`` and
@@ -232,11 +236,10 @@ def _layer_ops(model: ModelSpec, c: PlanBatch) -> tuple:
 
 def _expert_ops(model: ModelSpec, c: PlanBatch):
     """An MoE layer's expert operations, forward, per plan: the MLP's own
-    (:func:`_layer_ops`) and per local expert :data:`HOST_OPS_PER_EXPERT` (doubled in FP8,
+    (:func:`_layer_ops`) and per local expert :data:`HOST_OPS_PER_EXPERT` (in any precision),
     plus the eager bias's with biased experts)."""
     local = model.num_experts / c.ep.astype(float)
-    per_expert = (HOST_OPS_PER_EXPERT * (2 if is_fp8(c.precision) else 1)
-                  + EXPERT_BIAS_KERNELS[0][0] * model.add_bias_linear)
+    per_expert = HOST_OPS_PER_EXPERT + EXPERT_BIAS_KERNELS[0][0] * model.add_bias_linear
     return _layer_ops(model, c)[1] + per_expert * local
 
 

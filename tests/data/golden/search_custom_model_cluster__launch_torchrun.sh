@@ -10,9 +10,9 @@
 #       exp_avg_dtype=bf16 exp_avg_sq_dtype=bf16 microbatches=4
 # cluster: nodes=4 gpus_per_node=8 world_size=32
 # predicted:
-#   iteration_time_s: 2.349
-#   model_tflops_per_gpu: 555.0
-#   mfu: 0.561
+#   iteration_time_s: 2.352
+#   model_tflops_per_gpu: 554.3
+#   mfu: 0.56
 #   peak_memory_GiB: 58.41
 #
 # Usage on every node: MEGATRON_LM_DIR=/path/to/Megatron-LM bash launch_torchrun.sh [NODE_RANK] [extra pretrain_gpt.py flags...]

@@ -10,8 +10,8 @@
 #       exp_avg_dtype=bf16 exp_avg_sq_dtype=bf16 microbatches=8
 # cluster: nodes=4 gpus_per_node=8 world_size=32
 # predicted:
-#   iteration_time_s: 5.156
-#   model_tflops_per_gpu: 654.2
+#   iteration_time_s: 5.157
+#   model_tflops_per_gpu: 654.1
 #   mfu: 0.661
 #   peak_memory_GiB: 70.24
 #
