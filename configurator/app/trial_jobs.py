@@ -80,9 +80,9 @@ PROBE_MAX_SLOWDOWN = 4.0
 FORCED_BALANCE_NOTE = (
     "the MoE runs route with --moe-router-force-load-balancing: a router a few dozen "
     "iterations from initialisation is not yet balanced by its auxiliary loss (its busiest "
-    "expert rank, which sets the pace, varies run to run), so its time would fold that "
-    "transient into the calibrated efficiencies; the search prices the trained router's "
-    "imbalance on top of what these runs measure")
+    "expert rank, which sets the pace, carries more than a trained router's would), so its "
+    "time would fold that transient into the calibrated efficiencies; the search prices the "
+    "trained router's imbalance on top of what these runs measure")
 
 
 def trial_plan(model, plan):
