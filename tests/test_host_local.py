@@ -171,3 +171,22 @@ def test_optimizer_step_adds_its_host_operations_per_tensor():
         free = evaluate_plan(MODEL, _cluster(0.0), plan).time_breakdown_s["optimizer"]
         assert with_host - free == pytest.approx(
             tensors * host_ops.OPTIMIZER_HOST_OPS_PER_TENSOR * op)
+
+
+def test_local_moe_layer_waits_after_its_own_attention():
+    """An MoE layer of Megatron's own (``local``) attention issues that layer's attention
+    before the dispatcher's sync (37 operations at tp 2), not Transformer Engine's 23, then
+    the router's and the preprocessing's 30 each."""
+    from configurator.cost.moe_compute import moe_host_before_sync_s
+
+    moe = make_model(name="moe-h1024-l24", num_layers=24, hidden_size=1024,
+                     num_attention_heads=16, vocab_size=51200, seq_length=1024,
+                     num_experts=8, moe_router_topk=2, moe_ffn_hidden_size=512)
+    gpu = _cluster().gpu
+    op = gpu.efficiency.host_op_s
+    local = PlanBatch.from_plan(_plan(2, 1, 1, ep=4))
+    te = PlanBatch.from_plan(_plan(2, 1, 1, ep=4, attention_backend="flash"))
+    assert float(np.ravel(moe_host_before_sync_s(moe, local, gpu))[0]) == pytest.approx(
+        (37 + 30 + 30) * op, rel=1e-12)
+    assert float(np.ravel(moe_host_before_sync_s(moe, te, gpu))[0]) == pytest.approx(
+        (host_ops.HOST_OPS_ATTN + 30 + 30) * op, rel=1e-12)

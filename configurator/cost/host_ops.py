@@ -204,7 +204,7 @@ def host_layer_s(model: ModelSpec, c: PlanBatch, gpu: GPUSpec) -> tuple:
     op = gpu.efficiency.host_op_s
     scopes = graph_scopes(c)
     full = "full_iteration" in scopes
-    attn_ops, mlp_ops = _layer_ops(model, c)
+    attn_ops, mlp_ops = layer_ops(model, c)
     attn = 0 if scopes & {"attn", "layer"} or full else attn_ops
     dense = (attn + (0 if scopes & {"mlp", "layer"} or full else mlp_ops)) * op
     if not model.is_moe:
@@ -220,7 +220,7 @@ def host_layer_s(model: ModelSpec, c: PlanBatch, gpu: GPUSpec) -> tuple:
     return dense, (attn + moe_mlp) * op
 
 
-def _layer_ops(model: ModelSpec, c: PlanBatch) -> tuple:
+def layer_ops(model: ModelSpec, c: PlanBatch) -> tuple:
     """A layer's forward operations ``(attention, MLP)``: Transformer Engine's
     (:data:`HOST_OPS_ATTN`, :data:`HOST_OPS_DENSE`) or Megatron's own layer's
     (:func:`local_layer_ops`), the MLP's with a clamp's and an unfused RoPE's operations."""
@@ -236,19 +236,24 @@ def _layer_ops(model: ModelSpec, c: PlanBatch) -> tuple:
 
 def _expert_ops(model: ModelSpec, c: PlanBatch):
     """An MoE layer's expert operations, forward, per plan: the MLP's own
-    (:func:`_layer_ops`) and per local expert :data:`HOST_OPS_PER_EXPERT` (in any precision),
+    (:func:`layer_ops`) and per local expert :data:`HOST_OPS_PER_EXPERT` (in any precision),
     plus the eager bias's with biased experts)."""
     local = model.num_experts / c.ep.astype(float)
     per_expert = HOST_OPS_PER_EXPERT + EXPERT_BIAS_KERNELS[0][0] * model.add_bias_linear
-    return _layer_ops(model, c)[1] + per_expert * local
+    return layer_ops(model, c)[1] + per_expert * local
+
+
+def drop_and_pad(c: PlanBatch) -> bool:
+    """Whether the plans' experts drop tokens beyond their capacity and pad to it: static
+    shapes, known on the host (megatron-core 0.16.1 token_dispatcher.py ``drop_and_pad``)."""
+    return bool(c.moe_expert_capacity_factor > 0 and c.moe_pad_expert_input_to_capacity)
 
 
 def _moe_mlp_graphed(c: PlanBatch) -> bool:
     """Whether the plans' CUDA graphs capture an MoE layer's whole MLP: ``full_iteration``,
     ``moe``, or whole-layer graphs of a layer that drops and pads (static shapes)."""
     scopes = graph_scopes(c)
-    drop_pad = c.moe_expert_capacity_factor > 0 and c.moe_pad_expert_input_to_capacity
-    return bool(scopes & {"full_iteration", "moe"}) or ("layer" in scopes and drop_pad)
+    return bool(scopes & {"full_iteration", "moe"}) or ("layer" in scopes and drop_and_pad(c))
 
 
 #: Attained HBM bytes per second and SM of PyTorch's eager element-wise kernels outside

@@ -12,9 +12,10 @@ from configurator.core.model import ModelSpec
 from configurator.core.plan_terms import routed_load_share
 from configurator.cost.gemm import (fp8_quantize_s, fp8_scaling, gemm_time_s,
                                     grouped_gemm_time_s)
-from configurator.cost.host_ops import (EXPERT_BIAS_BYTES, EXPERT_BIAS_KERNELS, HOST_OPS_ATTN,
-                                        HOST_OPS_MOE_PARTS, MOE_ROUTER_OPS, clamp_s, eager_s,
-                                        graph_scopes, moe_fused_ops)
+from configurator.cost.host_ops import (EXPERT_BIAS_BYTES, EXPERT_BIAS_KERNELS,
+                                        HOST_OPS_MOE_PARTS, MOE_ROUTER_OPS, clamp_s,
+                                        drop_and_pad, eager_s, graph_scopes, layer_ops,
+                                        moe_fused_ops)
 from topology.gpus import GPUSpec
 
 
@@ -28,9 +29,7 @@ def moe_host_synchronised(c: PlanBatch) -> bool:
     it; graphs that capture the preprocessing (``moe_preprocess``) do not: they move the
     token counts' copy to the host out of the graph, just before the expert-parallel
     exchange (``cuda_dtoh_point = "before_ep_alltoall"``), where the host still waits."""
-    scopes = graph_scopes(c)
-    drop_pad = c.moe_expert_capacity_factor > 0 and c.moe_pad_expert_input_to_capacity
-    return not (drop_pad or scopes & {"moe", "full_iteration"})
+    return not (drop_and_pad(c) or graph_scopes(c) & {"moe", "full_iteration"})
 
 
 def moe_host_before_sync_s(model: ModelSpec, c: PlanBatch, gpu: GPUSpec) -> float:
@@ -39,11 +38,13 @@ def moe_host_before_sync_s(model: ModelSpec, c: PlanBatch, gpu: GPUSpec) -> floa
     preprocessing (megatron-core 0.16.1 ``MoELayer.forward``: attention, then ``route`` and
     ``preprocess``; the all-to-all dispatcher's sync point ``before_ep_alltoall``, after the
     token counts and the first permutation), what graphs capture of them excepted
-    (:func:`~configurator.cost.host_ops.host_layer_s`)."""
+    (:func:`~configurator.cost.host_ops.host_layer_s`); the attention's operations are the
+    plan's layer's (:func:`~configurator.cost.host_ops.layer_ops`: Megatron's own with the
+    ``local`` backend)."""
     scopes = graph_scopes(c)
     if "full_iteration" in scopes:
         return 0.0
-    attn = 0 if scopes & {"attn", "layer"} else HOST_OPS_ATTN
+    attn = 0 if scopes & {"attn", "layer"} else layer_ops(model, c)[0]
     router = 0 if "moe_router" in scopes else HOST_OPS_MOE_PARTS["router"] - (
         MOE_ROUTER_OPS[0] - MOE_ROUTER_OPS[1]) * bool(c.moe_router_fusion)
     preprocess = 0 if "moe_preprocess" in scopes else HOST_OPS_MOE_PARTS["preprocess"]
