@@ -217,17 +217,18 @@ def test_cli_prints_each_fitted_value_with_its_interval(tmp_path, capsys):
 def test_a_value_the_runs_push_past_its_plausible_range_is_refused_not_fitted_at_the_bound():
     """Runs whose host time per operation is beyond the range's 50 us (and a GEMM efficiency
     inside it): the host figure would sit at its upper bound, standing in for time the model
-    misses, so it is refused (by name, with the bound) and the GEMM efficiency is fitted."""
+    misses, so it is refused (by name, with the bound). The two host-bound runs' time then
+    stays unexplained, and their residuals leave the GEMM efficiency anywhere in its range:
+    it is refused too, rather than fitted at a value those residuals pull to a bound."""
     truth = {"gemm": 0.6, "host_op_us": 90.0}
     prepared, gpu = _synthetic(MIX, truth, noise=0.0)
     with pytest.raises(InputError, match="host_op_us: the fit sits at its upper bound"):
         fit_group(prepared, gpu, "bf16", tuple(truth), "test")
     fit = fit_group(prepared, gpu, "bf16", None, "test")
-    assert "host_op_us" not in fit.parameters
+    assert fit.parameters == {}
     assert any(n.startswith("host_op_us: the fit sits at its upper bound of 2-50 us")
                for n in fit.notes), fit.notes
-    lo, hi = PARAMETER_RANGES["gemm"][:2]
-    assert lo < fit.parameters.get("gemm", 0.72) < hi
+    assert any(n.startswith("gemm: the runs leave it anywhere in") for n in fit.notes)
 
 
 def test_a_parameter_one_run_alone_determines_is_not_fitted_from_that_run():

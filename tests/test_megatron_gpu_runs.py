@@ -3,12 +3,12 @@ measurements parse from the log lines they came from, the run step's fixes to a 
 checkout do what they say, and the memory model stays where the measurement puts it."""
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 
 from bench.accuracy import megatron_gpu as mg
+from tests.megatron_stub import stand_in_megatron
 
 DATA = Path(__file__).parent / "data" / "megatron_gpu"
 
@@ -151,17 +151,9 @@ def test_run_step_end_to_end_with_a_stand_in_torchrun(tmp_path, monkeypatch, imp
     a torchrun that records its arguments: local layers get LOCAL_FLAGS and lose the
     grouped GEMM, Transformer Engine runs keep the script as written; the checkout's MoE fix
     goes to a copy; each run's figures land in megatron_gpu.json."""
-    bin_dir, argv_dir = tmp_path / "bin", tmp_path / "argv"
-    bin_dir.mkdir(), argv_dir.mkdir()
-    (bin_dir / "torchrun").write_text(FAKE_TORCHRUN)
-    (bin_dir / "torchrun").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
-    monkeypatch.setenv("ARGV_DIR", str(argv_dir))
-    checkout = tmp_path / "Megatron-LM"
-    (checkout / mg.MOE_UTILS).parent.mkdir(parents=True)
-    (checkout / mg.MOE_UTILS).write_text("try:\n    pass\nexcept ImportError:\n"
-                                         "    HAVE_TE = False\n")
-    (checkout / "pretrain_gpt.py").write_text("# entry\n")
+    checkout, argv_dir = stand_in_megatron(
+        tmp_path, monkeypatch, FAKE_TORCHRUN,
+        "try:\n    pass\nexcept ImportError:\n    HAVE_TE = False\n")
     plans = tmp_path / "plans"
     for name in mg.PLANS:
         (plans / name).mkdir(parents=True)

@@ -71,6 +71,29 @@ def test_trial_cli_writes_scripts_and_the_next_step(tmp_path, capsys):
     assert "runs" in capsys.readouterr().err
 
 
+def test_the_next_search_keeps_the_options_the_trial_was_given(capsys):
+    """The re-ranking search the trial prints searches what the trial did: a job given
+    --attention-backend local (no Transformer Engine on the machine) and a switched-off
+    mechanism re-ranks with both, not with Transformer Engine's attention."""
+    assert main(["trial", "--model", "gpt-1.7b", "--cluster", "dgx-h200-141gb", "--nodes",
+                 "1", "--gbs", "8", "--attention-backend", "local",
+                 "--no-grad-reduce-in-bf16"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    search = last[last.index("configurator search"):].split()
+    assert search[search.index("--attention-backend") + 1] == "local"
+    assert "--no-grad-reduce-in-bf16" in search and "--precision" not in search
+
+
+def test_search_option_words_give_each_option_given():
+    from configurator.core.plan import search_option_words
+
+    assert search_option_words({"precision": "fp8", "attention_backend": None,
+                                "fp8_param_gather": False, "tp_comm_overlap": True,
+                                "moe_expert_capacity_factor": 1.25}) == [
+        "--precision", "fp8", "--no-fp8-param-gather", "--tp-comm-overlap",
+        "--moe-expert-capacity-factor", "1.25"]
+
+
 def test_trial_chooses_among_the_plans_of_a_file(tmp_path, capsys):
     plan_dir = tmp_path / "plan"
     assert main(["search", "--model", "gpt-1.7b", "--cluster", "dgx-a100-80gb", "--nodes",

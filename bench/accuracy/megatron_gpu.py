@@ -224,6 +224,34 @@ def megatron_copy(megatron_lm: Path, work: Path) -> tuple[Path, list[str]]:
     return dst, []
 
 
+def run_env(megatron: Path, work: Path) -> dict:
+    """The environment the launch scripts run in: ``MEGATRON_LM_DIR`` set to ``megatron``,
+    unbuffered Python output, and, where no ``torchrun`` is on the ``PATH``, one under
+    ``work/bin`` that runs this interpreter's ``torch.distributed.run``."""
+    env = dict(os.environ, MEGATRON_LM_DIR=str(megatron), PYTHONUNBUFFERED="1")
+    if shutil.which("torchrun") is None:          # the interpreter's module, under its name
+        shim = work / "bin" / "torchrun"
+        shim.parent.mkdir(exist_ok=True)
+        shim.write_text(f"#!/bin/sh\nexec {sys.executable} -m torch.distributed.run \"$@\"\n")
+        shim.chmod(0o755)
+        env["PATH"] = f"{shim.parent}:{env['PATH']}"
+    return env
+
+
+def run_script(script: Path, extra: list[str], env: dict, port: int,
+               timeout_s: int) -> tuple[str, int | str]:
+    """Run one launch script with ``extra`` flags (after its own) on master port ``port``;
+    its output (stdout, then stderr) and exit code, ``"timeout"`` where it ran past
+    ``timeout_s`` seconds."""
+    try:
+        res = subprocess.run(["bash", str(script), *extra],
+                             env=dict(env, MASTER_PORT=str(port)), timeout=timeout_s,
+                             capture_output=True, text=True)
+        return res.stdout + res.stderr, res.returncode
+    except subprocess.TimeoutExpired as err:
+        return (err.stdout or b"").decode() + (err.stderr or b"").decode(), "timeout"
+
+
 def has_transformer_engine() -> bool:
     """Whether this interpreter can import Transformer Engine (what ``--impl auto`` asks)."""
     import importlib.util
@@ -250,13 +278,7 @@ def run(plans: Path, megatron_lm: Path, out: Path, timeout_s: int,
 def _run_in(work: Path, plans: Path, megatron_lm: Path, out: Path, timeout_s: int,
             only: list[str] | None, local: bool) -> int:
     megatron, patched = megatron_copy(megatron_lm, work)
-    env = dict(os.environ, MEGATRON_LM_DIR=str(megatron), PYTHONUNBUFFERED="1")
-    if shutil.which("torchrun") is None:          # the interpreter's module, under its name
-        shim = work / "bin" / "torchrun"
-        shim.parent.mkdir()
-        shim.write_text(f"#!/bin/sh\nexec {sys.executable} -m torch.distributed.run \"$@\"\n")
-        shim.chmod(0o755)
-        env["PATH"] = f"{shim.parent}:{env['PATH']}"
+    env = run_env(megatron, work)
     result = {"command": "python -m bench.accuracy.megatron_gpu " + " ".join(sys.argv[1:]),
               "device": _device_facts(), "megatron_changes": patched,
               "transformer_impl": "local" if local else "transformer_engine",
@@ -269,14 +291,7 @@ def _run_in(work: Path, plans: Path, megatron_lm: Path, out: Path, timeout_s: in
         extra = [*(LOCAL_FLAGS if local else ()), "--train-iters", str(TRAIN_ITERATIONS),
                  "--log-memory-interval", "5"]
         start = time.time()
-        try:
-            res = subprocess.run(["bash", str(script), *extra],
-                                 env=dict(env, MASTER_PORT=str(port)), timeout=timeout_s,
-                                 capture_output=True, text=True)
-            log, code = res.stdout + res.stderr, res.returncode
-        except subprocess.TimeoutExpired as err:
-            log = (err.stdout or b"").decode() + (err.stderr or b"").decode()
-            code = "timeout"
+        log, code = run_script(script, extra, env, port, timeout_s)
         (out / f"{name}.log").write_text(log)
         entry = {"plan": json.loads((plan_dir / "plan.json").read_text())["plan"],
                  "script": f"{name}/launch_torchrun.sh", "lines_left_out": dropped,
@@ -370,43 +385,65 @@ def compare(measured: Path) -> list[dict]:
     return rows
 
 
-def main(argv=None) -> int:
+def step_parsers(doc: str, what: str, timeout_s: int, measured: Path, measured_help: str):
+    """The three steps' argument parsers every one-GPU Megatron-LM bench shares: ``prepare
+    --out [--force]`` (CPU), ``run --plans --megatron-lm --out [--timeout-s] [--force]`` (GPU)
+    and ``compare [--measured]`` (CPU); ``what``: what ``prepare`` writes, ``timeout_s``: the
+    default per run, ``measured``: the default of ``--measured``. Returns the top parser and
+    the three subparsers, for each bench's own options."""
     from bench.common import bench_parser
 
-    ap = bench_parser(__doc__)
+    ap = bench_parser(doc)
     sub = ap.add_subparsers(dest="step", required=True)
-    p = sub.add_parser("prepare", help="write the plans' launch scripts (CPU)")
+    p = sub.add_parser("prepare", help=f"write {what} (CPU)")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--force", action="store_true", help="write over a non-empty --out")
-    p.add_argument("--attention-backend", choices=("unfused", "auto"), default="unfused",
-                   help="the plans' core attention: unfused (megatron-core's local layers, "
-                        "a GPU without Transformer Engine; default) or auto (with it)")
     r = sub.add_parser("run", help="run them with Megatron-LM (GPU)")
     r.add_argument("--plans", type=Path, required=True)
     r.add_argument("--megatron-lm", type=Path, required=True,
                    help="a Megatron-LM core_v0.16.1 checkout")
     r.add_argument("--out", type=Path, required=True)
-    r.add_argument("--timeout-s", type=int, default=240, help="per run (default 240)")
+    r.add_argument("--timeout-s", type=int, default=timeout_s,
+                   help=f"per run (default {timeout_s})")
+    r.add_argument("--force", action="store_true", help="replace what --out holds")
+    c = sub.add_parser("compare", help=measured_help)
+    c.add_argument("--measured", type=Path, default=measured)
+    return ap, p, r, c
+
+
+def main(argv=None) -> int:
+    ap, p, r, c = step_parsers(__doc__, "the plans' launch scripts", 240, MEASURED,
+                               "measured against estimate (CPU)")
+    p.add_argument("--attention-backend", choices=("unfused", "auto"), default="unfused",
+                   help="the plans' core attention: unfused (megatron-core's local layers, "
+                        "a GPU without Transformer Engine; default) or auto (with it)")
     r.add_argument("--only", nargs="+", choices=list(PLANS), help="run these plans alone")
-    r.add_argument("--force", action="store_true", help="replace --out's megatron_gpu.json")
     r.add_argument("--impl", choices=("auto", "local", "te"), default="auto",
                    help="megatron-core's local layers with the flags they need, or the "
                         "scripts as written (Transformer Engine); auto: local where "
                         "Transformer Engine is missing")
-    c = sub.add_parser("compare", help="measured against estimate (CPU)")
-    c.add_argument("--measured", type=Path, default=MEASURED)
     args = ap.parse_args(argv)
+    return run_step("megatron_gpu", args.step,
+                    lambda: prepare(args.out, args.force, args.attention_backend),
+                    lambda: run(args.plans, args.megatron_lm, args.out, args.timeout_s,
+                                args.only, args.force, args.impl),
+                    lambda: compare(args.measured))
+
+
+def run_step(name: str, step: str, prepare_, run_, compare_) -> int:
+    """Run one bench step: ``prepare_()`` (exit 0), ``run_()`` (its count of failed runs:
+    exit 1 if any) or ``compare_()`` (exit 0); a ``FileExistsError`` (nothing written over)
+    is one line ``name step: error`` and exit 2."""
     try:
-        if args.step == "prepare":
-            prepare(args.out, args.force, args.attention_backend)
+        if step == "prepare":
+            prepare_()
             return 0
-        if args.step == "run":
-            return 1 if run(args.plans, args.megatron_lm, args.out, args.timeout_s,
-                            args.only, args.force, args.impl) else 0
+        if step == "run":
+            return 1 if run_() else 0
     except FileExistsError as err:
-        print(f"megatron_gpu {args.step}: {err}", file=sys.stderr)
+        print(f"{name} {step}: {err}", file=sys.stderr)
         return 2
-    compare(args.measured)
+    compare_()
     return 0
 
 

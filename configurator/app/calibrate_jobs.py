@@ -6,7 +6,9 @@ out).
 Runs are grouped by GPU type and plan precision; each group gets its own fit of a few
 :data:`topology.calibration.FIT_PARAMETERS` (default :func:`default_parameters`: the
 precision's GEMM efficiency, the fused-attention efficiency, the host time per operation and
-the intra- and inter-node link efficiencies), each within its physically plausible range
+the intra- and inter-node link efficiencies; the attained HBM fraction of the memory-bound
+kernels only as in 3. below: :data:`RESCUE_PARAMETERS`), each within its physically plausible
+range
 (:data:`topology.calibration.PARAMETER_RANGES`: no efficiency above 1).
 
 The fit: bounded nonlinear least squares (:func:`scipy.optimize.least_squares`) on the log
@@ -34,6 +36,16 @@ Identifiability is judged over each parameter's whole range, not a local step:
    ``params`` a parameter whose fit rests on one run (that run carries more than
    :data:`MAX_ONE_RUN_SHARE` of what the runs say about it) is not fitted, and neither is that
    run: the group is fitted again without it, and a note names it.
+3. a parameter whose fit alone sits at a bound of its range is tried again with each next
+   one that does too, and then (without ``params``) with each of :data:`RESCUE_PARAMETERS`,
+   the two fitted together: two mechanisms the runs need together, each alone pushed out of
+   its range to stand in for the other. The pair is kept if both land inside their ranges,
+   separably, pinned, on more than one run each, and (without ``params``) predict the runs
+   left out better. Megatron-LM without Transformer Engine or Apex on one H200
+   (``bench/accuracy/trial_gpu.py``: eager element-wise kernels and the host time of mbs-1
+   plans): alone, the GEMM efficiency sits at 0.38 and the host time at 50 µs, their
+   bounds; the host time with the HBM fraction fits 46 µs and 0.37, and the seven plans
+   left out come within 2.6 %.
 
 Each refusal names the kind of run that would determine the parameter
 (:data:`DETERMINING_RUN`). Without ``params`` undetermined parameters stay at their preset
@@ -128,7 +140,23 @@ DETERMINING_RUN = {
 
 
 def default_parameters(precision: str) -> tuple[str, ...]:
+    """What ``calibrate`` fits without ``params`` (each only where the runs determine it):
+    the precision's GEMM efficiency, the fused-attention efficiency, the host time per
+    operation and the intra- and inter-node link efficiencies."""
     return (gemm_parameter(precision), "flash_attention", "host_op_us") + LINK_PARAMETERS
+
+
+#: Parameters ``calibrate`` fits without ``params`` only together with a default one that
+#: sits at a bound of its range alone (see the module docstring, 3.). The attained HBM
+#: fraction of the memory-bound kernels is a kernel measurement (STREAM-like copies; fused
+#: Transformer Engine and Apex kernels), not something a handful of end-to-end runs on that
+#: software refine: fitted among the defaults, five runs of Korthikanti et al.'s Table 5 (A100,
+#: Megatron's fused kernels) took it to 0.38 beside the GEMM efficiency and the rest of the
+#: table to 13.9 % (bench/accuracy/calibrate_five.py; 7.4 % without). Where a default
+#: parameter alone is pushed out of its range, a slower element-wise path (eager kernels:
+#: megatron-core's local layers without Transformer Engine or Apex) is the mechanism the
+#: runs may be asking for instead.
+RESCUE_PARAMETERS = ("hbm",)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -364,10 +392,16 @@ def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
         if n not in FIT_PARAMETERS:
             raise InputError("params", n, "unknown; fit one of " + ", ".join(FIT_PARAMETERS))
     nominal = all(p.cluster._measured is None for p in prepared)
-    names = [n for n in names if (n in LINK_PARAMETERS and nominal)
-             or n == "host_op_us"
-             or (n not in LINK_PARAMETERS and getattr(base_gpu.efficiency, n) is not None)]
+
+    def available(n: str) -> bool:
+        return ((n in LINK_PARAMETERS and nominal) or n == "host_op_us"
+                or (n not in LINK_PARAMETERS and getattr(base_gpu.efficiency, n) is not None))
+
+    names = [n for n in names if available(n)]
+    rescue = [] if explicit else [n for n in RESCUE_PARAMETERS
+                                  if n not in names and available(n)]
     before = {n: parameter_value(base_gpu, n, prepared[0].cluster) for n in names}
+    rescue_before = {n: parameter_value(base_gpu, n, prepared[0].cluster) for n in rescue}
     pricer = _Pricer(prepared, base_gpu, source)
     t0 = pricer.rebase({})
     r0 = np.log(t0 / pricer.measured)
@@ -384,7 +418,7 @@ def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
 
     # 1. the effect of each parameter's whole range on the runs' times
     effect = {}
-    for n in names:
+    for n in names + rescue:
         lo, hi, _ = PARAMETER_RANGES[n]
         t_lo, t_hi = pricer.fast({n: lo}), pricer.fast({n: hi})
         effect[n] = float(np.max(np.abs(np.log(t_hi / t_lo))))
@@ -406,6 +440,39 @@ def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
     selected: list[str] = []
     result = None
     loo_prev = mape_before
+    at_bound_alone: dict[str, str] = {}   # refused at a bound when added alone: its refusal
+
+    def attempt(trial: list[str]):
+        fitter = _Fitter(pricer, {k: v for k, v in fixed_before.items() if k not in trial})
+        start = dict(before) | rescue_before | (
+            {} if result is None else _values(result[0], result[1], {}))
+        u, near = fitter.multistart(trial, start)
+        pricer.rebase(_values(trial, u, fitter.fixed))
+        u, _ = fitter.solve(trial, u, max_nfev=4)
+        r = fitter.resid(trial, u)
+        J = fitter.jac(trial, u, r)
+        iv, share = _intervals(trial, u, near, r, J)
+        return fitter, u, r, J, iv, share
+
+    def with_one_at_bound(n: str):
+        """The first fit of ``n`` together with a parameter refused at a bound alone that
+        pins both inside their ranges, separably, on more than one run each, and predicts
+        the runs left out better: two mechanisms the runs need together (the host time of
+        mbs-1 runs and slow element-wise kernels), each alone pushed out of its range to
+        stand in for the other."""
+        for d in at_bound_alone:
+            trial = selected + [d, n]
+            if len(trial) > limit:
+                break
+            fitter, u, r, J, iv, share = attempt(trial)
+            loo = _loo(J, r)
+            if (_condition(J) <= MAX_CONDITION and max(share.values()) <= MAX_INTERVAL_SHARE
+                    and all(_bound_side(x) is None for x in u)
+                    and not _one_run_parameters(trial, J)
+                    and (explicit or (loo is not None and loo < loo_prev))):
+                return d, (trial, u, fitter, r, J, iv, loo)
+        return None
+
     for n in kept:
         if len(selected) >= limit:
             refused.append(_refusal(n, f"left out: {len(prepared)} runs of {base_gpu.name} "
@@ -413,14 +480,7 @@ def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
                                        f"and the others move the runs more"))
             continue
         trial = selected + [n]
-        fitter = _Fitter(pricer, {k: v for k, v in fixed_before.items() if k not in trial})
-        start = dict(before) | ({} if result is None else _values(result[0], result[1], {}))
-        u, near = fitter.multistart(trial, start)
-        pricer.rebase(_values(trial, u, fitter.fixed))
-        u, _ = fitter.solve(trial, u, max_nfev=4)
-        r = fitter.resid(trial, u)
-        J = fitter.jac(trial, u, r)
-        iv, share = _intervals(trial, u, near, r, J)
+        fitter, u, r, J, iv, share = attempt(trial)
         if len(trial) > 1 and _condition(J) > MAX_CONDITION:
             refused.append(_refusal(n, "not separable from " + ", ".join(selected)
                                        + " on these runs"))
@@ -437,11 +497,20 @@ def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
             continue
         at_bound = [k for k, x in zip(trial, u) if _bound_side(x) is not None]
         if at_bound:
+            paired = with_one_at_bound(n) if at_bound == [n] else None
+            if paired is not None:       # n and one refused before fit together
+                d, result = paired
+                refused.remove(at_bound_alone.pop(d))
+                selected, loo_prev = result[0], (result[6] if result[6] is not None
+                                                 else loo_prev)
+                continue
             what = (f"the fit sits at its {side} bound of {_range_name(n)}: the runs ask for "
                     f"a value outside its plausible range, where it would absorb what the "
                     f"model misses" if at_bound == [n] else
                     f"with it the fit puts {', '.join(at_bound)} at a bound of its range")
             refused.append(_refusal(n, what))
+            if at_bound == [n]:
+                at_bound_alone[n] = refused[-1]
             continue
         one_run = [] if explicit else _one_run_parameters(trial, J)
         if one_run:
@@ -471,6 +540,14 @@ def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
             continue
         selected, loo_prev = trial, (loo if loo is not None else loo_prev)
         result = (list(trial), u, fitter, r, J, iv, loo)
+    for m in rescue:     # 3. a default parameter pushed out of its range, paired with m
+        paired = (with_one_at_bound(m) if effect[m] >= MIN_RANGE_EFFECT and at_bound_alone
+                  and len(selected) + 2 <= limit else None)
+        if paired is not None:
+            d, result = paired
+            refused.remove(at_bound_alone.pop(d))
+            selected, loo_prev = result[0], (result[6] if result[6] is not None else loo_prev)
+            before[m] = rescue_before[m]
     if explicit and refused:
         raise InputError("params", ",".join(names), f"not determined by these "
                          f"{len(prepared)} runs: " + "; ".join(refused))

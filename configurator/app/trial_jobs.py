@@ -41,12 +41,13 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from configurator.app.calibrate_jobs import NOISE_LOG
+from configurator.app.calibrate_jobs import NOISE_LOG, default_parameters
 from configurator.app.inputs import JobInputs, resolve_uncalibrated
 from configurator.core import validate as v
 from configurator.core.plan_batch import PlanBatch
 from configurator.core.errors import InputError
-from configurator.core.plan import describe_search_options, plan_from_dict, search_options
+from configurator.core.plan import (describe_search_options, plan_from_dict, search_option_words,
+                                    search_options)
 from configurator.core.plan_values import RECOMPUTE
 from configurator.core.rules import check_plan
 from configurator.cost.communication import comm_figures, expert_comm_figures
@@ -56,7 +57,7 @@ from configurator.search.engine import in_chunks
 from configurator.search.rank import search
 from configurator.search.space import SearchSpace
 from memory_model.estimate import DEFAULT_MAX_MEMORY_FRACTION
-from topology.calibration import (LINK_PARAMETERS, PARAMETER_RANGES, gemm_parameter,
+from topology.calibration import (LINK_PARAMETERS, PARAMETER_RANGES,
                                   parameter_value, with_link_parameters, with_parameters)
 
 #: Step of the numerical sensitivity, in log of the parameter.
@@ -106,8 +107,9 @@ def trial_plan(model, plan):
 
 
 def trial_parameters(precision: str) -> tuple[str, ...]:
-    """The parameters a trial's runs settle: those ``calibrate`` fits by default."""
-    return (gemm_parameter(precision), "flash_attention", "host_op_us") + LINK_PARAMETERS
+    """The parameters a trial's runs settle: those ``calibrate`` fits by default
+    (:func:`configurator.app.calibrate_jobs.default_parameters`)."""
+    return default_parameters(precision)
 
 
 def prior_log_sd(name: str) -> float:
@@ -398,6 +400,5 @@ def _job_words(req: TrialRequest) -> str:
     words += ["--gbs", str(req.global_batch_size)]
     if req.inputs.seq_length is not None:
         words += ["--seq-length", str(req.inputs.seq_length)]
-    if req.options.get("precision") not in (None, "bf16"):
-        words += ["--precision", str(req.options["precision"])]
+    words += search_option_words(req.options)
     return " ".join(shlex.quote(w) for w in words)

@@ -178,7 +178,9 @@ COMMANDS: tuple[Command, ...] = (
                       "report.html")),
     Command("calibrate", "fit a GPU's efficiencies to measured runs",
             "Fit, per GPU type and precision, the GEMM and fused-attention efficiencies, "
-            "the host time per operation and the intra- and inter-node link efficiencies to "
+            "the host time per operation and the intra- and inter-node link efficiencies "
+            "(and the attained HBM fraction of the memory-bound kernels beside one that "
+            "alone would leave its range) to "
             "measured runs by bounded, multi-start least squares within each parameter's "
             "physically plausible range (no efficiency above 1); report each fitted value "
             "with its 95 % interval, the error before and after and the leave-one-out error; "

@@ -174,7 +174,8 @@ def add_calibrate_arguments(p) -> None:
         help="parameters to fit, of: " + ", ".join(FIT_PARAMETERS)
              + " (default: the precision's GEMM efficiency, flash_attention, host_op_us and "
                "the intra- and inter-node link efficiencies, each only where the runs "
-               "determine it; an explicit parameter the runs cannot determine is an error "
+               "determine it, and hbm only beside one of them that alone sits at a bound of "
+               "its range; an explicit parameter the runs cannot determine is an error "
                "naming the run that would)")
     g = groups["output"]
     add_out(g, "calibration file to write (YAML); refused if it exists without --force",

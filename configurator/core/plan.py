@@ -592,6 +592,23 @@ def describe_search_options(options: Mapping[str, Any]) -> str:
     return "".join(f", {o}" for o in out)
 
 
+def search_option_words(given: Mapping[str, Any]) -> list[str]:
+    """The command-line words (``search``, ``trial``, ``estimate``) that set each option of
+    ``given`` not ``None``, in :data:`SEARCH_OPTIONS` order: ``--flag value``, a boolean
+    ``--flag`` or ``--no-flag``."""
+    words: list[str] = []
+    for name in SEARCH_OPTIONS:
+        value = given.get(name)
+        flag = PLAN_FIELD[name].cli_flag
+        if value is None or flag is None:
+            continue
+        if PLAN_FIELD[name].type is bool:
+            words.append(flag if value else "--no-" + flag[2:])
+        else:
+            words += [flag, str(value)]
+    return words
+
+
 def describe_plan(plan: ParallelPlan) -> list[str]:
     """``name=value`` words of every field (aliases where declared) in schema order, a text
     field left empty (no pipeline layout) and a quiet field at its default (the MoE
