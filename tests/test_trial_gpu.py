@@ -69,6 +69,18 @@ def test_the_fitted_host_time_is_what_that_host_measures(summary):
         assert fit["before"]["host_op_us"] < min(measured) < fit["parameters"]["host_op_us"]
 
 
+def test_memory_of_the_plans_that_keep_their_activations(summary):
+    """Max reserved memory against the predicted peak: within 6 % for every plan without
+    full recompute (−4.4 to +5.7 % measured). The full-recompute plans are 14-20 % under:
+    their peak is the temporary FP32 copy of the parameters that torch's AdamW step
+    allocates, the optimizer Megatron falls back to without Transformer Engine or Apex
+    (docs/accuracy.md, 'Trial and calibrate on one GPU'), which the model does not price."""
+    data = json.loads((DATA / "trial_gpu.json").read_text())
+    kept = [n for n, r in data["runs"].items() if r["recompute"] != "full"]
+    assert len(kept) == 7
+    assert all(abs(summary["memory_error"][n]) < 0.06 for n in kept), summary["memory_error"]
+
+
 def test_kept_figures_are_what_the_logs_say():
     """Every run of trial_gpu.json has its log; the repeat runs are what their logs say and
     within 2 % of the first (the repeatability calibrate's noise floor assumes)."""

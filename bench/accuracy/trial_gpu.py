@@ -233,7 +233,9 @@ def compare(measured: Path) -> dict:
     def tau(pred):
         return float(kendalltau([meas[n] for n in ran], [pred[n] for n in ran]).statistic)
 
+    memory_error = {n: before[n]["memory_error"] for n in ran}
     summary = dict(gpu=data["device"]["nvidia_smi"], preset=preset, plans=len(ran),
+                   memory_error=memory_error,
                    measured_best=min(ran, key=meas.get), mape_before_pct=mape(ran, pred0),
                    tau_before=tau(pred0), pick_before=_regret(ran, meas, pred0), trials={})
     for label, names in trials.items():
@@ -251,7 +253,8 @@ def compare(measured: Path) -> dict:
           f"{JOB['gbs']}, attention backend {JOB['attention_backend']}; calibrated on the "
           f"runs `configurator trial` chooses now ({', '.join(now['runs'])}{same})\n")
     print(table_head(["plan", "role", "mbs", "recompute", "measured s", "predicted s",
-                      "error", "calibrated s", "error"]))
+                      "error", "calibrated s", "error", "max reserved GiB",
+                      "predicted peak GiB", "error"]))
 
     def err(a, b):
         return f"{100 * (b / a - 1):+.1f} %"
@@ -259,8 +262,10 @@ def compare(measured: Path) -> dict:
     for n in sorted(ran, key=meas.get):
         r, p1 = runs[n], now["predicted_s"][n]
         role = "trial" if n in now["runs"] else "held out"
+        m0, m1 = before[n]["measured_peak_memory_bytes"], before[n]["predicted_peak_memory_bytes"]
         print(f"| {n} | {role} | {r['mbs']} | {r['recompute']} | {meas[n]:.3f} | "
-              f"{pred0[n]:.3f} | {err(meas[n], pred0[n])} | {p1:.3f} | {err(meas[n], p1)} |")
+              f"{pred0[n]:.3f} | {err(meas[n], pred0[n])} | {p1:.3f} | {err(meas[n], p1)} | "
+              f"{m0 / 2**30:.2f} | {m1 / 2**30:.2f} | {err(m0, m1)} |")
     print(f"\nbefore calibrating: MAPE {summary['mape_before_pct']:.1f} %, Kendall τ "
           f"{summary['tau_before']:.2f}; pick {summary['pick_before'][0]}, "
           f"{100 * summary['pick_before'][1]:.1f} % slower than the measured best "
