@@ -321,3 +321,26 @@ def test_two_moe_runs_do_not_fit_a_gemm_efficiency_below_any_measured():
     cal, fits = calibrate_runs(pair)
     assert cal.values == {} and "gemm" not in fits[0].parameters, fits[0].parameters
     assert PARAMETER_RANGES["gemm"][0] > 0.37
+
+
+#: One job on one GPU, the plans a trial runs (bench/accuracy/trial_gpu.py): the best
+#: micro-batch, a host-bound mbs-1 plan and two full-recompute probes.
+ONE_GPU = [dict(name=f"mbs{m}_{r}", model="gpt-1.7b", num_gpus="1", tp="1", pp="1",
+                mbs=str(m), gbs="8", seq_length="2048", recompute=r)
+           for m, r in ((4, "none"), (1, "none"), (1, "full"), (8, "full"))]
+
+
+@pytest.mark.parametrize("truth", [{"gemm": 0.42, "host_op_us": 45.0},
+                                   {"gemm": 0.40, "host_op_us": 46.0}])
+def test_two_parameters_each_pushed_to_a_bound_alone_are_fitted_together(truth):
+    """Runs of one job whose GEMMs and host are both slower than the presets: alone, the GEMM
+    efficiency is pushed below 0.38 to stand for the host time and the host time past 50 us
+    to stand for the GEMMs, both refused at their bounds (which left the runs determining
+    nothing); fitted together both land inside their ranges, at the truth."""
+    prepared, gpu = _synthetic(ONE_GPU, truth, noise=0.005)
+    fit = fit_group(prepared, gpu, "bf16", None, "test")
+    assert set(fit.parameters) == set(truth)
+    for name, value in truth.items():
+        lo, hi = fit.intervals[name]
+        assert lo <= value <= hi and fit.parameters[name] == pytest.approx(value, rel=0.02)
+    assert not any(n.startswith(("gemm:", "host_op_us:")) for n in fit.notes), fit.notes
