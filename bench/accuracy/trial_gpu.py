@@ -17,10 +17,11 @@ Apex, whose software the presets do not describe, which is what ``calibrate`` is
 the search keeps, ``estimate --out`` + ``launch``'s (``check/``), and ``plans.json`` naming
 them. ``run`` runs each with :data:`bench.accuracy.megatron_gpu.LOCAL_FLAGS` and
 :data:`ITERATIONS` iterations and packs the logs into ``logs.tar.gz`` beside
-``trial_gpu.json``. ``compare`` reads each log as ``calibrate`` does, prices every plan with
-``estimate`` before and after ``configurator calibrate`` on the trial's logs, and prints the
-error on the plans the calibration never saw and the regret of each pick (the measured time
-lost by running the predicted best instead of the measured best). The measurements kept in
+``trial_gpu.json``. ``compare`` prices every log with ``configurator validate`` (as
+``estimate`` prices the plan) before and after ``configurator calibrate`` on the logs of the
+runs the trial chooses, and prints the time and peak-memory errors, the error on the plans
+the calibration never saw and the regret of each pick (the measured time lost by running the
+predicted best instead of the measured best). The measurements kept in
 ``tests/data/trial_gpu/`` say where and how they were taken.
 """
 
