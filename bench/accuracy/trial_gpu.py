@@ -165,16 +165,17 @@ def _fitted(fit: dict) -> str:
     return ", ".join(words) or "every preset kept"
 
 
-def _calibrated(logs: dict, names: list[str], cluster: Path, work: Path) -> tuple[dict, dict]:
+def _calibrated(logs: dict, names: list[str], cluster: Path, work: Path,
+                presets: dict) -> tuple[dict, dict]:
     """``calibrate --json`` on the logs of ``names`` (``{"refused": why}`` where it exits 2)
-    and every log's predicted time with that calibration (the presets where refused)."""
+    and every log priced with that calibration (``presets``, every log priced without one,
+    where refused)."""
     calibration = Path(tempfile.mkdtemp(dir=work)) / "calib.yaml"
     res = subprocess.run([sys.executable, "-m", "configurator", "calibrate",
                           *(str(logs[n]) for n in names), "--cluster", str(cluster), "-o",
                           str(calibration), "--json", "-q"], capture_output=True, text=True)
     if res.returncode != 0:
-        return {"refused": res.stderr.strip().rpartition("error: ")[2]}, \
-            _validate(list(logs.values()), cluster)
+        return {"refused": res.stderr.strip().rpartition("error: ")[2]}, presets
     return json.loads(res.stdout), _validate(list(logs.values()), cluster, calibration)
 
 
@@ -240,7 +241,7 @@ def compare(measured: Path) -> dict:
                    measured_best=min(ran, key=meas.get), mape_before_pct=mape(ran, pred0),
                    tau_before=tau(pred0), pick_before=_regret(ran, meas, pred0), trials={})
     for label, names in trials.items():
-        fit, after = _calibrated(logs, names, cluster, work)
+        fit, after = _calibrated(logs, names, cluster, work, before)
         pred1 = {n: after[n]["predicted_iteration_time_s"] for n in ran}
         held = [n for n in ran if n not in names]
         summary["trials"][label] = dict(

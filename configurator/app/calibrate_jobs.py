@@ -454,24 +454,29 @@ def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
         iv, share = _intervals(trial, u, near, r, J)
         return fitter, u, r, J, iv, share
 
-    def with_one_at_bound(n: str):
-        """The first fit of ``n`` together with a parameter refused at a bound alone that
-        pins both inside their ranges, separably, on more than one run each, and predicts
-        the runs left out better: two mechanisms the runs need together (the host time of
-        mbs-1 runs and slow element-wise kernels), each alone pushed out of its range to
-        stand in for the other."""
+    def take_pair(n: str) -> bool:
+        """Fit ``n`` together with each parameter refused at a bound alone, in turn; keep the
+        first pair that pins both inside their ranges, separably, on more than one run each,
+        and predicts the runs left out better (two mechanisms the runs need together, such as
+        the host time of mbs-1 runs and slow element-wise kernels, each alone pushed out of
+        its range to stand in for the other): whether one was kept."""
+        nonlocal result, selected, loo_prev
         for d in at_bound_alone:
             trial = selected + [d, n]
             if len(trial) > limit:
-                break
+                return False
             fitter, u, r, J, iv, share = attempt(trial)
             loo = _loo(J, r)
             if (_condition(J) <= MAX_CONDITION and max(share.values()) <= MAX_INTERVAL_SHARE
                     and all(_bound_side(x) is None for x in u)
                     and not _one_run_parameters(trial, J)
                     and (explicit or (loo is not None and loo < loo_prev))):
-                return d, (trial, u, fitter, r, J, iv, loo)
-        return None
+                result = (trial, u, fitter, r, J, iv, loo)
+                selected, loo_prev = trial, (loo if loo is not None else loo_prev)
+                refused.remove(at_bound_alone.pop(d))
+                before.update({k: rescue_before[k] for k in trial if k not in before})
+                return True
+        return False
 
     for n in kept:
         if len(selected) >= limit:
@@ -497,12 +502,7 @@ def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
             continue
         at_bound = [k for k, x in zip(trial, u) if _bound_side(x) is not None]
         if at_bound:
-            paired = with_one_at_bound(n) if at_bound == [n] else None
-            if paired is not None:       # n and one refused before fit together
-                d, result = paired
-                refused.remove(at_bound_alone.pop(d))
-                selected, loo_prev = result[0], (result[6] if result[6] is not None
-                                                 else loo_prev)
+            if at_bound == [n] and take_pair(n):    # n and one refused before, together
                 continue
             what = (f"the fit sits at its {side} bound of {_range_name(n)}: the runs ask for "
                     f"a value outside its plausible range, where it would absorb what the "
@@ -541,13 +541,8 @@ def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
         selected, loo_prev = trial, (loo if loo is not None else loo_prev)
         result = (list(trial), u, fitter, r, J, iv, loo)
     for m in rescue:     # 3. a default parameter pushed out of its range, paired with m
-        paired = (with_one_at_bound(m) if effect[m] >= MIN_RANGE_EFFECT and at_bound_alone
-                  and len(selected) + 2 <= limit else None)
-        if paired is not None:
-            d, result = paired
-            refused.remove(at_bound_alone.pop(d))
-            selected, loo_prev = result[0], (result[6] if result[6] is not None else loo_prev)
-            before[m] = rescue_before[m]
+        if effect[m] >= MIN_RANGE_EFFECT:
+            take_pair(m)
     if explicit and refused:
         raise InputError("params", ",".join(names), f"not determined by these "
                          f"{len(prepared)} runs: " + "; ".join(refused))

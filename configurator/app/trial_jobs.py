@@ -106,12 +106,6 @@ def trial_plan(model, plan):
     return dataclasses.replace(plan, moe_router_force_load_balancing=True)
 
 
-def trial_parameters(precision: str) -> tuple[str, ...]:
-    """The parameters a trial's runs settle: those ``calibrate`` fits by default
-    (:func:`configurator.app.calibrate_jobs.default_parameters`)."""
-    return default_parameters(precision)
-
-
 def prior_log_sd(name: str) -> float:
     """σ of ``log x`` before any run: the plausible range taken as ±2 σ."""
     lo, hi, _ = PARAMETER_RANGES[name]
@@ -320,7 +314,8 @@ def run_trial(req: TrialRequest) -> TrialOutcome:
     options = search_options(**req.options)
     job = resolve_uncalibrated(req.inputs)
     model, cluster = job.model, job.cluster
-    names = tuple(n for n in trial_parameters(options["precision"])
+    # the parameters the runs settle: those calibrate fits by default
+    names = tuple(n for n in default_parameters(options["precision"])
                   if n in LINK_PARAMETERS or n == "host_op_us"
                   or getattr(cluster.gpu.efficiency, n) is not None)
     if req.plans:
