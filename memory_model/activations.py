@@ -588,8 +588,15 @@ def stage_activation_phases(model: ModelSpec, x: LayerInputs, at: StagePosition,
     checkpointed Q, K, V for selective; plus :func:`recompute_working_bytes`). The second
     is 0 without recompute. An MoE layer keeps :func:`moe_mlp_activation_delta` more than a
     dense one. The expert all-to-all overlap's schedule (``x.a2a_overlap``) keeps one more
-    model chunk's microbatch in flight (its extra warm-up microbatch; without pipelining
-    the forward of one microbatch runs beside another's backward). Fine-grained activation
+    layer: it runs one microbatch's forward and another's backward layer by layer, each
+    pair the forward of layer ``j`` beside the backward of layer ``L − 1 − j``, whose state
+    is released after the pair (megatron-core 0.16.1
+    ``TransformerModelChunkSchedulePlan.run``: ``b_layer.release_state()``), so at most
+    one layer's activations of the forward microbatch stand beside the backward
+    microbatch's before it frees its own. The warm-up microbatch it adds with pipelining
+    (schedules.py ``get_pp_rank_microbatches``: ``num_warmup_microbatches + 1``) only
+    moves the schedule's peak from the end of each forward to the start of each pair: the
+    same chunks in flight as without the overlap. Fine-grained activation
     offloading (:func:`offloaded_layer_bytes`) keeps every layer-microbatch's offloaded
     tensors in host memory but the last one's (the last group of each module stays, so that
     its reload never waits). ``terms``: :func:`layer_terms` of ``x`` when the caller has them
@@ -609,7 +616,7 @@ def stage_activation_phases(model: ModelSpec, x: LayerInputs, at: StagePosition,
     n = inflight_layers(model.num_layers, pp=pp, vp=at.vp,
                         num_microbatches=at.num_microbatches, stage=stage,
                         rank_layers=rank_layers) + np.where(
-        overlap, rank_layers / np.asarray(at.vp, dtype=float), 0.0)
+        overlap, np.minimum(rank_layers / np.asarray(at.vp, dtype=float), 1.0), 0.0)
     per_layer = t["layer"] + moe_share * t["moe_delta"]
     offloaded = t["off_every"] + moe_share * t["off_moe"] if x.offload_modules else 0.0
     kept = np.where(rc == RECOMPUTE_FULL, t["ckpt"], per_layer)

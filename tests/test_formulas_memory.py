@@ -548,10 +548,10 @@ def test_stage_activation_phases_combine_the_layer_terms(case):
         assert float(fwd) == pytest.approx(4 * 10 + 2 * 3)
         working = 50 + (40 if rank_moe else 0)
         assert float(rec) == pytest.approx(3 * 10 + 30 + working + 2 * 3)
-    elif case == "selective-offload-overlap":    # rank 1: 1·2 + 2 (overlap) = 4
-        on_host = 3 * (20 + 8 / 2)
-        assert float(fwd) == pytest.approx(4 * per_layer - on_host + 1000)
-        assert float(rec) == pytest.approx(3 * per_layer + 30 + 50 - on_host)
+    elif case == "selective-offload-overlap":    # rank 1: 1·2 + 1 (overlap's pair) = 3
+        on_host = 2 * (20 + 8 / 2)
+        assert float(fwd) == pytest.approx(3 * per_layer - on_host + 1000)
+        assert float(rec) == pytest.approx(2 * per_layer + 30 + 50 - on_host)
     elif case in ("modules", "modules-dense"):   # a dense rank: no MoE module bytes
         assert float(fwd) == pytest.approx(4 * per_layer + 2 * 3)
         moe = 11 if rank_moe else 0
@@ -563,8 +563,8 @@ def test_stage_activation_phases_combine_the_layer_terms(case):
 
 def test_stage_activation_phases_interleaved_overlap_and_a_one_layer_rank():
     """Interleaved (vp 2) rank 1 of pp 2, 4 microbatches: min(m·vp, 2(pp − r − 1) +
-    (vp − 1)·pp + 1) = 3 chunks of 2/2 layers, plus one chunk's microbatch for the expert
-    all-to-all overlap (2/vp = 1 layer): n = 4. A rank of one MoE layer keeps the whole
+    (vp − 1)·pp + 1) = 3 chunks of 2/2 layers, plus the layer the expert all-to-all
+    overlap's pair adds (one layer, here a whole chunk): n = 4. A rank of one MoE layer keeps the whole
     MoE delta per layer (share 1/1)."""
     model = make_model(**MOE)
     x = LayerInputs(seq=S, mbs=B, tp=TP, sp=True, recompute=RECOMPUTE_CORE_ATTN,
@@ -577,6 +577,29 @@ def test_stage_activation_phases_interleaved_overlap_and_a_one_layer_rank():
     at = StagePosition(pp=2, stage=0, num_microbatches=4, rank_layers=1, rank_moe_layers=1)
     fwd, rec = stage_activation_phases(model, x, at, dict(TERMS))
     assert (float(fwd), float(rec)) == pytest.approx((2 * 140 + 2 * 3, 0.0))
+
+@pytest.mark.parametrize("pp, vp, stage, rank_layers, chunks", [
+    (1, 1, 0, 8, 1),      # no pipelining: one microbatch's 8 layers
+    (2, 2, 0, 8, 4),      # interleaved rank 0: min(m·vp, 2(pp − r − 1) + (vp − 1)·pp + 1) = 4
+])
+def test_the_all_to_all_overlap_adds_one_layer_not_a_microbatch(pp, vp, stage, rank_layers,
+                                                                chunks):
+    """Megatron's combined 1F1B pairs the forward of layer j of one microbatch with the
+    backward of layer L − 1 − j of another and releases the backward layer's state after
+    each pair (model_chunk_schedule_plan.py ``TransformerModelChunkSchedulePlan.run``), so
+    the overlap holds one layer more than the plain schedule's peak, not a second
+    microbatch (or model chunk) of layers: without pipelining L + 1 layers, not 2L."""
+    model = make_model(**MOE)
+    plain = LayerInputs(seq=S, mbs=B, tp=TP, sp=True)
+    at = StagePosition(pp=pp, vp=vp, stage=stage, num_microbatches=2, rank_layers=rank_layers,
+                       rank_moe_layers=rank_layers)
+    t = dict(TERMS, last=0.0, emb_mask=0.0)
+    per_layer = 100.0 + 40.0
+    base, _ = stage_activation_phases(model, plain, at, t)
+    over, _ = stage_activation_phases(model, plain.replace(a2a_overlap=True), at, t)
+    assert float(base) == pytest.approx(chunks * rank_layers / vp * per_layer)
+    assert float(over) - float(base) == pytest.approx(per_layer)
+
 
 def test_layer_terms_of_the_first_and_last_stage_and_the_recomputed_layer():
     """layer_terms (activations module docstring, "Stage extras"): the embedding-dropout

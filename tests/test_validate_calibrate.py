@@ -77,13 +77,6 @@ def test_llama2_cp_rows_within_10_percent(report):
 
 #: Published runs the memory model says do not fit, and why (everything else must fit).
 NOT_FITTING = {
-    # Megatron-Bridge 26.06-26.08 MoE recipes with full-iteration graphs keep the experts'
-    # activations in a paged stash with host buffers (moe_paged_stash, cpu buffer factor 1.0;
-    # perf_recipes/qwen/common.py, deepseek/common.py), which no plan field models
-    "bridge 26.06 qwen3-30b-a3b dgx-b300-288gb mxfp8 8",
-    "bridge 26.08 gpt-oss-120b gb200-nvl72 mxfp8 64",
-    "bridge 26.08 qwen3-30b-a3b gb200-nvl72 mxfp8 8",
-    "bridge 26.08 qwen3-30b-a3b gb300-nvl72 mxfp8 8",
     # NeMo 25.04/25.07 on GB200 with Megatron FSDP and tp 1 (Llama-3 70B: 5 % over) or tp 2
     # (Llama-3.1 405B): the NeMo recipes of those releases are not published with the
     # rows (their activation offloading and recompute settings unknown)
