@@ -331,12 +331,16 @@ ONE_GPU = [dict(name=f"mbs{m}_{r}", model="gpt-1.7b", num_gpus="1", tp="1", pp="
 
 
 @pytest.mark.parametrize("truth", [{"gemm": 0.42, "host_op_us": 45.0},
-                                   {"gemm": 0.40, "host_op_us": 46.0}])
+                                   {"gemm": 0.40, "host_op_us": 46.0},
+                                   {"gemm": 0.50, "host_op_us": 49.0}])
 def test_two_parameters_each_pushed_to_a_bound_alone_are_fitted_together(truth):
     """Runs of one job whose GEMMs and host are both slower than the presets: alone, the GEMM
     efficiency is pushed below 0.38 to stand for the host time and the host time past 50 us
     to stand for the GEMMs, both refused at their bounds (which left the runs determining
-    nothing); fitted together both land inside their ranges, at the truth."""
+    nothing); fitted together both land inside their ranges, at the truth. At 49 us the
+    host time lies within the margin of its 50 us bound, where a fit is refused only if the
+    runs ask for more: they do not, so the pair stands (refused by position alone, the HBM
+    rescue fitted host 43.5 us with an HBM fraction of 0.355 instead)."""
     prepared, gpu = _synthetic(ONE_GPU, truth, noise=0.005)
     fit = fit_group(prepared, gpu, "bf16", None, "test")
     assert set(fit.parameters) == set(truth)
@@ -344,3 +348,31 @@ def test_two_parameters_each_pushed_to_a_bound_alone_are_fitted_together(truth):
         lo, hi = fit.intervals[name]
         assert lo <= value <= hi and fit.parameters[name] == pytest.approx(value, rel=0.02)
     assert not any(n.startswith(("gemm:", "host_op_us:")) for n in fit.notes), fit.notes
+
+
+def test_each_attempt_starts_from_the_last_accepted_fit_not_a_refused_one(monkeypatch):
+    """The closed form is corrected by each run's exact-to-closed ratio, taken where an
+    attempt lands; an attempt that is refused must not leave its ratios to the next. Runs
+    that refuse every parameter (the host time past its range, as above, with a pipelined
+    run whose exact schedule departs from the closed form): every attempt's multi-start sees
+    the presets' ratios."""
+    from configurator.app import calibrate_jobs
+
+    seen = []
+    multistart = calibrate_jobs._Fitter.multistart
+
+    def spy(self, names, start):
+        seen.append((tuple(names), self.pricer.ratio.copy()))
+        return multistart(self, names, start)
+
+    monkeypatch.setattr(calibrate_jobs._Fitter, "multistart", spy)
+    prepared, gpu = _synthetic(MIX, {"gemm": 0.6, "host_op_us": 90.0}, noise=0.0)
+    presets = calibrate_jobs._Pricer(prepared, gpu, "test")
+    presets.rebase({})
+    fit = fit_group(prepared, gpu, "bf16", None, "test")
+    assert fit.parameters == {} and len(seen) >= 2
+    moved = calibrate_jobs._Pricer(prepared, gpu, "test")
+    moved.rebase({"host_op_us": 50.0})
+    assert not np.allclose(moved.ratio, presets.ratio, rtol=1e-6, atol=0.0)   # it can tell
+    for names, ratio in seen:
+        np.testing.assert_array_equal(ratio, presets.ratio, err_msg=str(names))

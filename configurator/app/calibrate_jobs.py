@@ -30,8 +30,9 @@ Identifiability is judged over each parameter's whole range, not a local step:
    leave a degree of freedom for the noise (at most ``runs - 1`` parameters), tell its effect
    apart from the others' (the column-normalised Jacobian's condition number at the solution
    at most :data:`MAX_CONDITION`), pin it and the others to part of their ranges (no
-   interval spans more than :data:`MAX_INTERVAL_SHARE` of its range, no value sits at a
-   bound of it, :data:`BOUND_MARGIN_SHARE`) and, without explicit ``params``, predict the
+   interval spans more than :data:`MAX_INTERVAL_SHARE` of its range, no value the runs
+   push past a bound of it, :meth:`_Fitter.pushed_past_bound`) and, without explicit
+   ``params``, predict the
    runs left out better than without it (the leave-one-out error below). Without explicit
    ``params`` a parameter whose fit rests on one run (that run carries more than
    :data:`MAX_ONE_RUN_SHARE` of what the runs say about it) is not fitted, and neither is that
@@ -94,11 +95,12 @@ MAX_CONDITION = 30.0
 #: A parameter whose interval spans more than this share of its (log) range is not
 #: determined.
 MAX_INTERVAL_SHARE = 0.8
-#: A value fitted within this share of its (log) range of either bound is not determined by
-#: the runs: they ask for one outside its plausible range, where it would absorb what the
-#: model misses (an NVLink efficiency of 0.3 standing in for unpriced time), or leave it on
-#: a flat direction the solver stopped at. :func:`fit_group` refuses such a parameter and
-#: :func:`fit_factors` keeps such a factor at 1.
+#: A value fitted within this share of its (log) range of either bound may not be determined
+#: by the runs: they may ask for one outside its plausible range, where it would absorb what
+#: the model misses (an NVLink efficiency of 0.3 standing in for unpriced time), or leave it
+#: on a flat direction the solver stopped at. :func:`fit_group` refuses such a parameter
+#: where the runs fit no worse past the bound (:meth:`_Fitter.pushed_past_bound`) and keeps
+#: one whose optimum lies inside the range; :func:`fit_factors` keeps such a factor at 1.
 BOUND_MARGIN_SHARE = 0.01
 #: Largest share of what the runs say about a fitted parameter that one run may carry (its
 #: squared sensitivity at the solution, ``J_ik² / Σ_i J_ik²``, the leverage of that run for
@@ -259,11 +261,11 @@ def _log_range(name: str) -> tuple[float, float]:
     return math.log(lo), math.log(hi)
 
 
-def _values(names, u, fixed) -> dict:
+def _values(names, u, fixed, clip: bool = True) -> dict:
     out = dict(fixed)
     for n, x in zip(names, u):
         lo, hi = _log_range(n)
-        out[n] = math.exp(lo + float(np.clip(x, 0.0, 1.0)) * (hi - lo))
+        out[n] = math.exp(lo + float(np.clip(x, 0.0, 1.0) if clip else x) * (hi - lo))
     return out
 
 
@@ -316,6 +318,32 @@ class _Fitter:
                             jac=lambda u: self.jac(names, u), bounds=(0.0, 1.0),
                             x_scale=1.0, max_nfev=max_nfev, xtol=1e-2, ftol=1e-3)
         return np.clip(sol.x, 0.0, 1.0), float(sol.fun @ sol.fun)
+
+    def pushed_past_bound(self, names, u) -> list[str]:
+        """The parameters of a fit at ``u`` that sit at a bound of their range (within
+        :data:`BOUND_MARGIN_SHARE`) because the runs ask for a value beyond it: moved
+        ``2·BOUND_MARGIN_SHARE`` of the range past that bound, the others held, the runs'
+        sum of squared log residuals does not rise by :data:`NOISE_LOG` ² (one run's noise).
+        A value within the margin at an optimum inside the range (the sum rises past the
+        bound) is not pushed and stays. An efficiency is never tried above 1: at that bound
+        it is always pushed."""
+        cost = float(np.sum(self.resid(names, u) ** 2))
+        out = []
+        for j, n in enumerate(names):
+            side = _bound_side(u[j])
+            if side is None:
+                continue
+            beyond = -2 * BOUND_MARGIN_SHARE if side == "lower" else 1 + 2 * BOUND_MARGIN_SHARE
+            x = np.array(u, dtype=float)
+            x[j] = beyond
+            value = _values([n], [beyond], {}, clip=False)[n]
+            if n != "host_op_us" and value > 1.0:
+                out.append(n)
+                continue
+            r = np.log(self.pricer.fast(_values(names, x, self.fixed, clip=False)))
+            if float(np.sum((r - self.log_measured) ** 2)) < cost + NOISE_LOG ** 2:
+                out.append(n)
+        return out
 
     def multistart(self, names, before):
         """``(best u, [every end point within NEAR_OPTIMAL of the best])``."""
@@ -441,8 +469,12 @@ def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
     result = None
     loo_prev = mape_before
     at_bound_alone: dict[str, str] = {}   # refused at a bound when added alone: its refusal
+    # the exact-to-closed ratios of the last accepted fit (the presets' before any): each
+    # attempt starts from them, not from where a refused attempt left the pricer
+    accepted_ratio = pricer.ratio.copy()
 
     def attempt(trial: list[str]):
+        pricer.ratio = accepted_ratio.copy()
         fitter = _Fitter(pricer, {k: v for k, v in fixed_before.items() if k not in trial})
         start = dict(before) | rescue_before | (
             {} if result is None else _values(result[0], result[1], {}))
@@ -460,7 +492,7 @@ def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
         and predicts the runs left out better (two mechanisms the runs need together, such as
         the host time of mbs-1 runs and slow element-wise kernels, each alone pushed out of
         its range to stand in for the other): whether one was kept."""
-        nonlocal result, selected, loo_prev
+        nonlocal result, selected, loo_prev, accepted_ratio
         for d in at_bound_alone:
             trial = selected + [d, n]
             if len(trial) > limit:
@@ -468,11 +500,12 @@ def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
             fitter, u, r, J, iv, share = attempt(trial)
             loo = _loo(J, r)
             if (_condition(J) <= MAX_CONDITION and max(share.values()) <= MAX_INTERVAL_SHARE
-                    and all(_bound_side(x) is None for x in u)
+                    and not fitter.pushed_past_bound(trial, u)
                     and not _one_run_parameters(trial, J)
                     and (explicit or (loo is not None and loo < loo_prev))):
                 result = (trial, u, fitter, r, J, iv, loo)
                 selected, loo_prev = trial, (loo if loo is not None else loo_prev)
+                accepted_ratio = pricer.ratio.copy()
                 refused.remove(at_bound_alone.pop(d))
                 before.update({k: rescue_before[k] for k in trial if k not in before})
                 return True
@@ -500,7 +533,7 @@ def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
                     f"with it the runs leave {', '.join(wide)} unpinned")
             refused.append(_refusal(n, what))
             continue
-        at_bound = [k for k, x in zip(trial, u) if _bound_side(x) is not None]
+        at_bound = fitter.pushed_past_bound(trial, u)
         if at_bound:
             if at_bound == [n] and take_pair(n):    # n and one refused before, together
                 continue
@@ -540,6 +573,7 @@ def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
             continue
         selected, loo_prev = trial, (loo if loo is not None else loo_prev)
         result = (list(trial), u, fitter, r, J, iv, loo)
+        accepted_ratio = pricer.ratio.copy()
     for m in rescue:     # 3. a default parameter pushed out of its range, paired with m
         if effect[m] >= MIN_RANGE_EFFECT:
             take_pair(m)
