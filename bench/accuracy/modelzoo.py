@@ -5,7 +5,9 @@ GPU and precision, then ``calibrate`` on 2 runs of the H100 BF16 group and ``val
 rest of it over seeded draws (refused, presets kept, the rest's MAPE before and after); last,
 the MoE rows of every Megatron-Bridge release (``validate`` prices the newest of each recipe
 only) by CUDA graph scope: their mean and median error and the time missing per MoE layer
-pass (measured less predicted, over the microbatches times the MoE layers a rank runs).
+pass (measured less predicted, over the microbatches times the MoE layers a rank runs);
+and the plans measured both with and without the expert all-to-all overlap (all other plan
+fields equal), the time change measured against predicted.
 
 Then the optimisation history of one DeepSeek-V3 plan on 256 GB200
 (``tests/data/dsv3_gb200_history.csv``, sources in its header; held out too): each step's
@@ -102,6 +104,45 @@ def bridge_moe_by_graphs() -> None:
               f"{1e3 * statistics.median(m for _, m in rows):+.2f} |")
 
 
+#: The plan fields the expert all-to-all overlap sets (everything else must match in a pair).
+OVERLAP_FIELDS = ("overlap_moe_expert_parallel_comm", "delay_wgrad_compute")
+
+
+def overlap_pairs(zoo) -> None:
+    """The same plan measured with and without the expert all-to-all overlap (every field
+    but :data:`OVERLAP_FIELDS` equal; the Model Zoo's H100 rows and every Megatron-Bridge
+    release's MoE rows, the newest run of each side): the time change as measured and as
+    predicted."""
+    from configurator.app.validate_jobs import check_run, priced_run
+    from configurator.cost.groundtruth import bridge_runs
+
+    sides: dict = defaultdict(dict)
+    # releases are named YY.MM[.patch]: their names sort in time, the newest first here
+    bridge = sorted(bridge_runs(newest_only=False)[0], key=lambda r: r.name.split()[1],
+                    reverse=True)
+    for run in list(zoo) + bridge:
+        model, _, priced = priced_run(run)
+        if not model.is_moe:
+            continue
+        fields = priced.plan.to_dict()
+        key = (model.name, run.cluster, repr(sorted(
+            (k, v) for k, v in fields.items() if k not in OVERLAP_FIELDS and k != "a2a_overlap")))
+        on = bool(fields["overlap_moe_expert_parallel_comm"])
+        if on not in sides[key]:
+            sides[key][on] = (run, check_run(run))
+    print("\n" + table_head(["plan", "without", "with the overlap", "measured change",
+                             "predicted change"], ["---", "---", "---", "---:", "---:"]))
+    for key, side in sides.items():
+        if len(side) < 2 or any(c.error is None for _, c in side.values()):
+            continue
+        (r0, c0), (r1, c1) = side[False], side[True]
+        p = r0.plan
+        print(f"| {key[0]} {key[1]} {p.precision} tp{p.tp} pp{p.pp} vp{p.vp} ep{p.ep} "
+              f"mbs{p.micro_batch_size} | {r0.name} | {r1.name} | "
+              f"{100 * (c1.measured_iteration_time_s / c0.measured_iteration_time_s - 1):+.1f} % | "
+              f"{100 * (c1.predicted_iteration_time_s / c0.predicted_iteration_time_s - 1):+.1f} % |")
+
+
 def history(runs) -> None:
     """One plan's optimisation history: each step against its predecessor, measured and
     predicted, and what the steps that change the plan took off."""
@@ -141,6 +182,7 @@ def main(argv=None) -> None:
     held_out(runs)
     pairs(runs, args.draws, args.seed)
     bridge_moe_by_graphs()
+    overlap_pairs(runs)
     history(load_runs(str(HISTORY)))
 
 
