@@ -122,7 +122,7 @@ import numpy as np
 
 from configurator.core.model import ModelSpec
 from configurator.core.plan_batch import PlanBatch
-from configurator.core.plan_terms import routed_load_share
+from configurator.core.plan_terms import routed_load_share, softmax_path
 from configurator.core.plan_values import (RECOMPUTE_CORE_ATTN, RECOMPUTE_FULL, RECOMPUTE_LAYERNORM,
                                            RECOMPUTE_MLA_UP_PROJ, RECOMPUTE_MLP, RECOMPUTE_MOE,
                                            RECOMPUTE_MOE_ACT, RECOMPUTE_SHARED_EXPERTS)
@@ -147,7 +147,8 @@ class LayerInputs:
     expert all-to-all overlap's schedule (Megatron ``--overlap-moe-expert-parallel-comm``),
     which does not apply the ``moe`` recompute module; ``stores_scores``: a backend that keeps
     the ``s×s`` scores (megatron-core's local ``DotProductAttention``) rather than a
-    flash-style kernel; ``offload_modules``: fine-grained activation offloading's modules
+    flash-style kernel; ``softmax_fp32``: such a backend's softmax runs in PyTorch in FP32
+    (:func:`configurator.core.plan_terms.softmax_path`); ``offload_modules``: fine-grained activation offloading's modules
     (comma-separated :data:`configurator.core.plan_values.OFFLOAD_MODULES`)."""
 
     seq: Any
@@ -160,6 +161,7 @@ class LayerInputs:
     capacity: Any = 1.0
     a2a_overlap: Any = False
     stores_scores: bool = False
+    softmax_fp32: Any = False
     offload_modules: str = ""
 
     @classmethod
@@ -171,7 +173,11 @@ class LayerInputs:
                    capacity=(routed_load_share(plans, model.num_experts) if model.is_moe
                              else 1.0),
                    a2a_overlap=plans.overlap_moe_expert_parallel_comm,
-                   stores_scores=plans.stores_scores, offload_modules=plans.offload_modules)
+                   stores_scores=plans.stores_scores,
+                   softmax_fp32=(softmax_path(plans, model.num_attention_heads,
+                                              model.seq_length, model.seq_length)[1]
+                                 if plans.stores_scores else False),
+                   offload_modules=plans.offload_modules)
 
     def replace(self, **changes: Any) -> "LayerInputs":
         """A copy with ``changes`` (field name → value)."""
@@ -263,9 +269,15 @@ def _handed_qkv_bytes(model: ModelSpec, q, kv, qkv):
     return qkv + q * (rope or gqa) + kv * rope
 
 
-def _score_bytes(model: ModelSpec, s, b, tp):
-    """Softmax output, dropout mask and dropout output of a score-storing backend."""
-    per_score = 2 + 3 * (model.attention_dropout > 0)
+def _score_bytes(model: ModelSpec, s, b, tp, fp32=False):
+    """Softmax output, dropout mask and dropout output of a score-storing backend: 2 + 1 + 2
+    bytes per score, the 16-bit softmax output alone without dropout (the batched GEMM with
+    V keeps the same tensor). ``fp32``: PyTorch's softmax in FP32
+    (:func:`configurator.core.plan_terms.softmax_path`) keeps its FP32 output (4 bytes) and,
+    without dropout, the GEMM its own 16-bit cast of it (2 more)."""
+    drop = model.attention_dropout > 0
+    fp32 = np.asarray(fp32, dtype=bool)
+    per_score = 2 + 3 * drop + np.where(fp32, 2 + 2 * (not drop), 0)
     return per_score * model.num_attention_heads * s * s * b / tp
 
 
@@ -281,8 +293,8 @@ def layer_activation_bytes(model: ModelSpec, *, mbs, seq, tp, sp, recompute,
     ``seq`` is the sequence per rank (``seq_length / cp``); ``recompute`` is the code array
     (0 none, 1 selective; 2 full is treated as 0 here: it is the working set while a layer
     is recomputed). ``stores_scores``: megatron-core's local ``DotProductAttention`` (or
-    another backend materialising the s×s scores) rather than a flash-style kernel.
-    ``precision``: with ``fp8``/``mxfp8`` the GEMM inputs are kept quantised (module
+    another backend materialising the s×s scores, its 16-bit softmax output:
+    :func:`_score_bytes`) rather than a flash-style kernel. ``precision``: with ``fp8``/``mxfp8`` the GEMM inputs are kept quantised (module
     docstring, "FP8"). Broadcasts over numpy arrays; returns bytes per tensor-parallel rank.
     """
     h, f = model.hidden_size, model.ffn_hidden_size
@@ -571,6 +583,13 @@ def layer_terms(model: ModelSpec, x: LayerInputs) -> dict:
                                + _handed_qkv_bytes(model, q, kv, qkv))
     t["working"] = recompute_working_bytes(model, mbs=b, seq=s, tp=tp, sp=sp, recompute=rc,
                                            stores_scores=stores_scores, precision=precision)
+    if stores_scores:   # PyTorch's FP32 softmax keeps more per score than the 16-bit output
+        extra = np.where(x.softmax_fp32, _score_bytes(model, s, b, tp, True)
+                         - _score_bytes(model, s, b, tp), 0.0)
+        scores_kept = (rc & RECOMPUTE_CORE_ATTN) == 0     # not dropped by core_attn recompute
+        t["layer"] = t["layer"] + np.where(scores_kept, extra, 0.0)
+        t["working"] = t["working"] + np.where(
+            (rc == RECOMPUTE_FULL) | ~scores_kept, extra, 0.0)
     t["every"], t["moe"] = recompute_module_bytes(model, x)
     return t
 

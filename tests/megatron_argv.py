@@ -171,6 +171,11 @@ MODERN_PLANS = [
                           offload_modules="attn_norm,core_attn,attn_proj,mlp_norm",
                           use_precision_aware_optimizer=True, main_params_dtype="fp16",
                           exp_avg_dtype="fp16", exp_avg_sq_dtype="fp8")),
+    # megatron-core's own layers on a machine without Apex: no fused softmax, the scores'
+    # softmax in FP32
+    (SMALL, ParallelPlan(tp=2, pp=1, dp=2, micro_batch_size=1, global_batch_size=4,
+                         attention_backend="local", masked_softmax_fusion=False,
+                         attention_softmax_in_fp32=True)),
 ]
 for _m, _p in MODERN_PLANS:
     check_plan(_m, _p, _p.world_size)

@@ -79,6 +79,8 @@ PLAN_ARGS: tuple[tuple[str, str, Any], ...] = (
     ("recompute", "recompute_granularity", "none"),
     ("sequence_parallel", "sequence_parallel", ...),
     ("distributed_optimizer", "use_distributed_optimizer", ...),
+    ("masked_softmax_fusion", "masked_softmax_fusion", ...),
+    ("attention_softmax_in_fp32", "attention_softmax_in_fp32", ...),
     ("overlap_grad_reduce", "overlap_grad_reduce", ...),
     ("overlap_param_gather", "overlap_param_gather", ...),
     ("fp8_param_gather", "fp8_param_gather", False),   # Megatron's default; the plan's is on

@@ -178,6 +178,31 @@ class ParallelPlan(PlanLayout):
                 if p.attention_backend != "local" else None),
                ("--transformer-impl", lambda m, p: "local"
                 if p.attention_backend == "local" else None)))
+    masked_softmax_fusion: bool = schema_field(
+        True, bridge=(("model.masked_softmax_fusion", lambda m, p: p.masked_softmax_fusion),),
+        megatron_name="masked_softmax_fusion", cli_flag="--masked-softmax-fusion",
+        per_candidate=False,
+        help="the local attention backend's fused scale-mask-softmax kernel (Megatron "
+             "--no-masked-softmax-fusion turns it off, as a machine without Apex, which "
+             "builds the kernel, must); off, or for shapes the kernel does not take (more "
+             "than 4,096 keys, micro-batch size times heads per tensor-parallel rank not a "
+             "multiple of 4), the scores go through PyTorch's masked fill and softmax "
+             "(default on)",
+        flag_group="precision and kernels",
+        flags=(("--no-masked-softmax-fusion", lambda m, p: (not p.masked_softmax_fusion)
+                or None),))
+    attention_softmax_in_fp32: bool = schema_field(
+        False, bridge=(("model.attention_softmax_in_fp32",
+                        lambda m, p: p.attention_softmax_in_fp32),),
+        megatron_name="attention_softmax_in_fp32", cli_flag="--attention-softmax-in-fp32",
+        per_candidate=False,
+        help="the local attention backend's masking and softmax in FP32 (Megatron "
+             "--attention-softmax-in-fp32; default off, as pretrain_gpt.py has it): "
+             "where the fused kernel does not run, PyTorch's softmax then casts the scores "
+             "to FP32 and back",
+        flag_group="precision and kernels",
+        flags=(("--attention-softmax-in-fp32", lambda m, p: p.attention_softmax_in_fp32
+                or None),))
     overlap_grad_reduce: bool = schema_field(
         True, bridge=(("ddp.overlap_grad_reduce", lambda m, p: p.overlap_grad_reduce),),
         megatron_name="overlap_grad_reduce", cli_flag="--overlap-grad-reduce",
@@ -552,10 +577,11 @@ OPTIONAL_PLAN_KEYS = ("ep", "etp", "decoder_first_pipeline_num_layers",
                       "fp8_dot_product_attention", "moe_fused_grouped_mlp", "cuda_graph_impl",
                       "cuda_graph_scope", "use_precision_aware_optimizer", "main_grads_dtype",
                       "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype",
-                      "offload_modules")
+                      "offload_modules", "masked_softmax_fusion", "attention_softmax_in_fp32")
 #: Plan fields one value of which serves a whole search (``search`` takes each as an option
 #: and every plan it ranks carries it; ``estimate`` takes them as any field).
-SEARCH_OPTIONS = ("precision", "attention_backend", "fp8_param_gather", "cp_comm_type",
+SEARCH_OPTIONS = ("precision", "attention_backend", "masked_softmax_fusion",
+                  "attention_softmax_in_fp32", "fp8_param_gather", "cp_comm_type",
                   "grad_reduce_in_bf16", "tp_comm_overlap", "cross_entropy_fusion",
                   "megatron_fsdp", "recompute_modules", "delay_wgrad_compute",
                   "moe_token_dispatcher_type", "moe_flex_dispatcher_backend",

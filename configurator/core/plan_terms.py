@@ -98,6 +98,42 @@ def expert_load_imbalance(num_experts: int, ep, forced=False):
     return np.where(np.asarray(forced, dtype=bool), 1.0, 1.0 + spread)
 
 
+#: Keys per score row up to which megatron-core's fused scale-mask-softmax runs (the
+#: ``local`` backend; megatron-core 0.16.1 fusions/fused_softmax.py ``is_kernel_available``:
+#: ``16 < sk <= 4096``) and Transformer Engine's (``unfused``; transformer_engine/pytorch/
+#: attention/dot_product_attention/softmax.py: ``16 < sk < 16384``).
+SOFTMAX_MAX_KEYS = {"local": 4096, "unfused": 16383}
+
+
+def softmax_path(c, num_attention_heads: int, s_q, s_k):
+    """Per plan of ``c`` (a :class:`~configurator.core.plan_batch.PlanBatch`), the path of
+    a score-storing backend's softmax over ``s_q × s_k`` scores per head: ``(fused,
+    torch_fp32)`` boolean arrays, neither being PyTorch's softmax in the scores' 16 bits.
+    The fused kernel runs where its shape rules hold (the files named at
+    :data:`SOFTMAX_MAX_KEYS`): more than 16 and at most the backend's keys per row, a query
+    length a multiple of 4, the micro-batch size times the heads per tensor-parallel rank
+    (``rows``) a multiple of 4, and the kernel's rows per block (``get_batch_per_block``: 4,
+    or 8 up to 128 keys) dividing ``rows`` for ``local`` (with keys a multiple of 4 and
+    ``masked_softmax_fusion`` on, Megatron's ``--no-masked-softmax-fusion`` off), the query
+    length for Transformer Engine's (with keys a multiple of 8 and, causal, as many queries
+    as keys). Elsewhere
+    PyTorch's masked fill and softmax run, in FP32 for ``local`` with
+    ``attention_softmax_in_fp32`` and always for Transformer Engine's (its default
+    ``softmax_in_fp32=True``). Megatron-LM before megatron-core (2021) took at most 2,048
+    keys, and scaled and cast to FP32 by default (query-key layer scaling)."""
+    local = c.attention_backend == "local"
+    s_q, s_k = np.asarray(s_q), np.asarray(s_k)
+    rows = np.asarray(c.mbs) * (num_attention_heads // np.asarray(c.tp))
+    block = np.where(s_k <= 128, 8, 4)
+    shape = ((16 < s_k) & (s_k <= SOFTMAX_MAX_KEYS["local" if local else "unfused"])
+             & (s_q % 4 == 0) & (rows % 4 == 0))
+    if local:
+        fused = shape & (s_k % 4 == 0) & (rows % block == 0) & bool(c.masked_softmax_fusion)
+    else:
+        fused = shape & (s_k % 8 == 0) & (s_q % block == 0) & (s_q == s_k)
+    return fused, ~fused & bool(c.attention_softmax_in_fp32 or not local)
+
+
 def routed_load_share(c, num_experts: int):
     """Routed token copies the busiest expert-parallel rank computes with plans ``c`` (or a
     plan), over the balanced dropless count: :func:`expert_load_imbalance` ``I`` of the

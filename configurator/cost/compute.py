@@ -65,6 +65,7 @@ from __future__ import annotations
 import numpy as np
 
 from configurator.core.plan_batch import PlanBatch
+from configurator.core.plan_terms import softmax_path
 from configurator.core.model import ModelSpec
 from configurator.core.plan_values import (RECOMPUTE_CORE_ATTN, RECOMPUTE_FULL, RECOMPUTE_LAYERNORM,
                                            RECOMPUTE_MLA_UP_PROJ, RECOMPUTE_MLP, RECOMPUTE_MOE,
@@ -153,6 +154,24 @@ FLASH_HALF_TOKENS_NO_MASK = 384.0
 #: (Transformer Engine's backend on Ampere) pays less forward (+0.25–0.40 ps) and about as
 #: much backward (+0.38–0.94 ps): A100 plans are priced at cuDNN's figures.
 ATTENTION_DROPOUT_SCORES_PER_SM_S = (8.2e9, 1.6e10)
+
+
+#: HBM bytes per attention score of the softmax over the stored scores, ``(forward,
+#: backward)``, and its kernels (forward; backward as many again), by path: ``fused``, the
+#: one kernel reading and writing 16-bit scores (backward priced at twice the forward, as
+#: every score-storing pass here); ``torch``, PyTorch's in-place masked fill (read 2, write
+#: 2; the causal mask, a cached ``s×s`` boolean, read from L2) and softmax (read 2, write 2),
+#: backward the softmax's gradient (read the gradient and the output, write 2 each) and the
+#: masked fill's (read 2, write 2); ``torch_fp32``, the same in FP32 between a cast up
+#: (read 2, write 4) and a cast back (read 4, write 2), backward with both casts' gradients
+#: (megatron-core 0.16.1 ``FusedScaleMaskSoftmax.forward_torch_softmax`` with
+#: ``attention_softmax_in_fp32``, Transformer Engine's with its default
+#: ``softmax_in_fp32=True``). Counted from the functions; Megatron-LM's query-key layer
+#: scaling (``--apply-query-key-layer-scaling``, the 2021 default) multiplies the FP32
+#: scores once more forward and backward (8 bytes each), not priced.
+SOFTMAX_SCORE_BYTES = {"fused": (4.0, 8.0), "torch": (8.0, 10.0),
+                       "torch_fp32": (28.0, 32.0)}
+SOFTMAX_KERNELS = {"fused": 1, "torch": 2, "torch_fp32": 4}
 
 
 def cp_key_tokens(seq_length: int, cp, cp_comm_type: str):
@@ -261,10 +280,18 @@ def layer_costs(model: ModelSpec, c: PlanBatch, gpu: GPUSpec, profile=None) -> d
         heads = c.mbs * a / tp
         kw16 = dict(kw, peak=peak16, gemm_eff=eff.gemm, in_bytes=2.0, batch=heads)
         scores = s_q * s_k * heads
-        attn_fwd = (gemm_time_s(s_q, s_k, dqk, **kw16) + gemm_time_s(s_q, dv, s_k, **kw16)
-                    + (4 + 5 * (model.attention_dropout > 0)) * scores / (hbm * eff.hbm)
-                    + 4 * T * a * dv / tp / (hbm * eff.hbm) + 3 * eff.kernel_overhead_s)
-        attn_bwd = 2 * attn_fwd
+        fused, fp32 = softmax_path(c, a, s_q, s_k)
+        path = np.where(fused, 0, np.where(fp32, 2, 1))     # fused, torch, torch_fp32
+        names = ("fused", "torch", "torch_fp32")
+        sm_f, sm_b = (np.choose(path, [SOFTMAX_SCORE_BYTES[k][i] for k in names])
+                      for i in (0, 1))
+        sm_k = np.choose(path, [SOFTMAX_KERNELS[k] for k in names])
+        drop = 5 * (model.attention_dropout > 0)
+        rest = (gemm_time_s(s_q, s_k, dqk, **kw16) + gemm_time_s(s_q, dv, s_k, **kw16)
+                + drop * scores / (hbm * eff.hbm) + 4 * T * a * dv / tp / (hbm * eff.hbm)
+                + (2 + sm_k) * eff.kernel_overhead_s)
+        attn_fwd = rest + sm_f * scores / (hbm * eff.hbm)
+        attn_bwd = 2 * rest + sm_b * scores / (hbm * eff.hbm)
     else:
         pairs = 2.0 * c.mbs * s_q * s_k * a * (dqk + dv) / tp
         attn_fwd = eff.kernel_overhead_s
