@@ -148,8 +148,9 @@ class LayerInputs:
     which does not apply the ``moe`` recompute module; ``stores_scores``: a backend that keeps
     the ``s×s`` scores (megatron-core's local ``DotProductAttention``) rather than a
     flash-style kernel; ``softmax_fp32``: such a backend's softmax runs in PyTorch in FP32
-    (:func:`configurator.core.plan_terms.softmax_path`); ``offload_modules``: fine-grained activation offloading's modules
-    (comma-separated :data:`configurator.core.plan_values.OFFLOAD_MODULES`)."""
+    (:func:`configurator.core.plan_terms.softmax_path`); ``offload_modules``: fine-grained
+    activation offloading's modules (comma-separated
+    :data:`configurator.core.plan_values.OFFLOAD_MODULES`)."""
 
     seq: Any
     mbs: Any = 1
@@ -175,7 +176,8 @@ class LayerInputs:
                    a2a_overlap=plans.overlap_moe_expert_parallel_comm,
                    stores_scores=plans.stores_scores,
                    softmax_fp32=(softmax_path(plans, model.num_attention_heads,
-                                              model.seq_length, model.seq_length)[1]
+                                              model.seq_length / np.asarray(plans.cp),
+                                              model.seq_length)[1]
                                  if plans.stores_scores else False),
                    offload_modules=plans.offload_modules)
 
@@ -294,8 +296,9 @@ def layer_activation_bytes(model: ModelSpec, *, mbs, seq, tp, sp, recompute,
     (0 none, 1 selective; 2 full is treated as 0 here: it is the working set while a layer
     is recomputed). ``stores_scores``: megatron-core's local ``DotProductAttention`` (or
     another backend materialising the s×s scores, its 16-bit softmax output:
-    :func:`_score_bytes`) rather than a flash-style kernel. ``precision``: with ``fp8``/``mxfp8`` the GEMM inputs are kept quantised (module
-    docstring, "FP8"). Broadcasts over numpy arrays; returns bytes per tensor-parallel rank.
+    :func:`_score_bytes`) rather than a flash-style kernel. ``precision``: with
+    ``fp8``/``mxfp8`` the GEMM inputs are kept quantised (module docstring, "FP8").
+    Broadcasts over numpy arrays; returns bytes per tensor-parallel rank.
     """
     h, f = model.hidden_size, model.ffn_hidden_size
     s, b = np.asarray(seq, dtype=float), np.asarray(mbs, dtype=float)

@@ -564,8 +564,8 @@ def test_stage_activation_phases_combine_the_layer_terms(case):
 def test_stage_activation_phases_interleaved_overlap_and_a_one_layer_rank():
     """Interleaved (vp 2) rank 1 of pp 2, 4 microbatches: min(m·vp, 2(pp − r − 1) +
     (vp − 1)·pp + 1) = 3 chunks of 2/2 layers, plus the layer the expert all-to-all
-    overlap's pair adds (one layer, here a whole chunk): n = 4. A rank of one MoE layer keeps the whole
-    MoE delta per layer (share 1/1)."""
+    overlap's pair adds (one layer, here a whole chunk): n = 4. A rank of one MoE layer
+    keeps the whole MoE delta per layer (share 1/1)."""
     model = make_model(**MOE)
     x = LayerInputs(seq=S, mbs=B, tp=TP, sp=True, recompute=RECOMPUTE_CORE_ATTN,
                     a2a_overlap=True)
@@ -580,7 +580,7 @@ def test_stage_activation_phases_interleaved_overlap_and_a_one_layer_rank():
 
 @pytest.mark.parametrize("pp, vp, stage, rank_layers, chunks", [
     (1, 1, 0, 8, 1),      # no pipelining: one microbatch's 8 layers
-    (2, 2, 0, 8, 4),      # interleaved rank 0: min(m·vp, 2(pp − r − 1) + (vp − 1)·pp + 1) = 4
+    (2, 2, 0, 8, 4),      # interleaved: min(m·vp, 2(pp − r − 1) + (vp − 1)·pp + 1) = 4
 ])
 def test_the_all_to_all_overlap_adds_one_layer_not_a_microbatch(pp, vp, stage, rank_layers,
                                                                 chunks):

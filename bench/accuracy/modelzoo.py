@@ -137,10 +137,11 @@ def overlap_pairs(zoo) -> None:
             continue
         (r0, c0), (r1, c1) = side[False], side[True]
         p = r0.plan
+        measured = c1.measured_iteration_time_s / c0.measured_iteration_time_s - 1
+        predicted = c1.predicted_iteration_time_s / c0.predicted_iteration_time_s - 1
         print(f"| {key[0]} {key[1]} {p.precision} tp{p.tp} pp{p.pp} vp{p.vp} ep{p.ep} "
-              f"mbs{p.micro_batch_size} | {r0.name} | {r1.name} | "
-              f"{100 * (c1.measured_iteration_time_s / c0.measured_iteration_time_s - 1):+.1f} % | "
-              f"{100 * (c1.predicted_iteration_time_s / c0.predicted_iteration_time_s - 1):+.1f} % |")
+              f"mbs{p.micro_batch_size} | {r0.name} | {r1.name} | {100 * measured:+.1f} % | "
+              f"{100 * predicted:+.1f} % |")
 
 
 def history(runs) -> None:
