@@ -159,6 +159,32 @@ def test_probes_are_short_runs_too(monkeypatch):
     assert [why for i, role, why in unbounded if i == 2 and role == "probe"]
 
 
+def test_a_parameter_one_run_carries_gets_a_second_run():
+    """``calibrate`` fits no parameter whose information one run carries (more than
+    MAX_ONE_RUN_SHARE of it): where the contenders and the first host probe leave the host
+    time on one run, the next probe is the plan left that moves most with it, not one more
+    GEMM-bound plan. A parameter no plan informs (the network here) does not end the
+    choice."""
+    times = np.array([1.0, 1.6, 1.3, 1.2, 1.25, 1.15])
+    S = np.array([[-0.40, 0.0, 0.02, 0.0],     # the best: GEMM-bound
+                  [-0.25, 0.0, 0.43, 0.0],     # host-bound, a contender
+                  [-0.42, 0.0, 0.02, 0.0],
+                  [-0.40, 0.0, 0.02, 0.0],
+                  [-0.34, 0.0, 0.10, 0.0],     # the second most host-bound
+                  [-0.41, 0.0, 0.02, 0.0]])
+    sd = np.array([prior_log_sd(n) for n in NAMES])
+    chosen, _, _ = choose_runs(times, S, sd, 5, NAMES)
+    idx = [i for i, *_ in chosen]
+    assert 1 in idx and 4 in idx, chosen
+    second = [why for i, role, why in chosen if i == 4]
+    assert second and "second run for host_op_us" in second[0]
+    # the most host-sensitive plan left, though at the presets it says little (0.10 against
+    # 0.43): at the value the runs find, both may be host-bound
+    host = np.abs(S[:, NAMES.index("host_op_us")])
+    assert host[4] == max(host[i] for i in range(len(times)) if i != 1)
+    assert len(chosen) == 5          # the uninformed network efficiency stopped nothing
+
+
 def test_trial_plan_forces_the_balance_of_routed_moe_plans_only():
     moe, dense = load_model("qwen3-30b-a3b"), load_model("gpt-1.7b")
     plan = ParallelPlan(tp=1, pp=1, dp=8, ep=8, micro_batch_size=1, global_batch_size=64)

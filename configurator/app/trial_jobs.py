@@ -22,7 +22,12 @@ The runs chosen (``k``, default 5):
    (Sherman-Morrison), every plan of the pool at once, among those at most
    :data:`PROBE_MAX_SLOWDOWN` times the best plan's time (the runs are short). Each probe
    is named by the parameter it pins (host-bound, GEMM-bound, attention-bound,
-   communication-heavy).
+   communication-heavy). A parameter no plan informs is passed over. In a second pass a
+   parameter whose information one chosen run carries (more than ``calibrate``'s
+   :data:`~configurator.app.calibrate_jobs.MAX_ONE_RUN_SHARE` of it: ``calibrate`` would
+   not fit it) gets a second run, the plan left whose time moves most with it: at the
+   value the runs find, a plan that says little at the presets may be as host-bound as the
+   first (the one-GPU trial: mbs 1 without recompute beside mbs 1 with full recompute).
 
 The scripts are :func:`launchers.launch_files`' (mock data, ``iterations`` iterations,
 logging every one), one directory per run, with the SLURM job named ``trialN`` so that its
@@ -41,7 +46,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from configurator.app.calibrate_jobs import NOISE_LOG, default_parameters
+from configurator.app.calibrate_jobs import MAX_ONE_RUN_SHARE, NOISE_LOG, default_parameters
 from configurator.app.inputs import JobInputs, resolve_uncalibrated
 from configurator.core import validate as v
 from configurator.core.plan_batch import PlanBatch
@@ -271,10 +276,29 @@ def choose_runs(times: np.ndarray, S: np.ndarray, sd: np.ndarray, k: int,
     taken = {i for i, *_ in chosen}
     too_long = times > PROBE_MAX_SLOWDOWN * times[b]   # a probe is a short run too
     j_iter = iter(wanted * 2)
+    probed: set[int] = set()
     while len(chosen) < min(k, n):
         j = next(j_iter, None)
         if j is None:
             break
+        if j in probed:
+            # calibrate fits no parameter one run carries (more than MAX_ONE_RUN_SHARE of its
+            # squared sensitivity): where one run does, a second probe, the plan left whose
+            # time moves most with the parameter
+            w = S[[i for i, *_ in chosen], j] ** 2
+            if w.sum() <= 0 or w.max() <= MAX_ONE_RUN_SHARE * w.sum():
+                continue
+            score = np.abs(S[:, j])
+            score[list(taken)] = -1.0
+            score[too_long] = -1.0
+            i = int(np.argmax(score))
+            if score[i] <= 0:
+                continue
+            F += np.outer(S[i], S[i]) / NOISE_LOG ** 2
+            chosen.append((i, "probe", f"{PROBE_KIND.get(names[j], names[j])}: a second run "
+                                       f"for {names[j]} (calibrate fits none on one run)"))
+            taken.add(i)
+            continue
         Finv = np.linalg.inv(F)
         G = S @ Finv                                  # [plans, params]
         denom = NOISE_LOG ** 2 + np.einsum("ij,ij->i", G, S)
@@ -282,14 +306,15 @@ def choose_runs(times: np.ndarray, S: np.ndarray, sd: np.ndarray, k: int,
         gain[list(taken)] = -1.0
         gain[too_long] = -1.0
         i = int(np.argmax(gain))
-        if gain[i] <= 0:
-            break
+        if gain[i] <= 0:        # no plan of the pool tells this one: the next parameter
+            continue
         before = math.sqrt(Finv[j, j])
         F += np.outer(S[i], S[i]) / NOISE_LOG ** 2
         after = math.sqrt(np.linalg.inv(F)[j, j])
         chosen.append((i, "probe", f"{PROBE_KIND.get(names[j], names[j])}: pins {names[j]} "
                                    f"(log σ {before:.2f} -> {after:.2f})"))
         taken.add(i)
+        probed.add(j)
     sd_after = np.sqrt(np.diag(np.linalg.inv(F)))
     return chosen, len(close), sd_after
 
