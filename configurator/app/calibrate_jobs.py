@@ -45,8 +45,8 @@ Identifiability is judged over each parameter's whole range, not a local step:
    left out better. Megatron-LM without Transformer Engine or Apex on one H200
    (``bench/accuracy/trial_gpu.py``: eager element-wise kernels and the host time of mbs-1
    plans): alone, the GEMM efficiency sits at 0.38 and the host time at 50 µs, their
-   bounds; the host time with the HBM fraction fits 48 µs and 0.42, and the seven plans
-   left out come within 3.0 %.
+   bounds; the host time with the HBM fraction fits 48 µs and 0.42, and the plans left
+   out come within 3 %.
 
 Each refusal names the kind of run that would determine the parameter
 (:data:`DETERMINING_RUN`). Without ``params`` undetermined parameters stay at their preset
