@@ -148,6 +148,15 @@ def default_parameters(precision: str) -> tuple[str, ...]:
     return (gemm_parameter(precision), "flash_attention", "host_op_us") + LINK_PARAMETERS
 
 
+def fittable(name: str, gpu, nominal_links: bool = True) -> bool:
+    """Whether parameter ``name`` can be fitted for ``gpu``: the host time always, a link
+    efficiency on nominal links (a measured topology already carries the links' own
+    figures: ``nominal_links`` False), an efficiency the GPU has a figure for."""
+    if name in LINK_PARAMETERS:
+        return nominal_links
+    return name == "host_op_us" or getattr(gpu.efficiency, name) is not None
+
+
 #: Parameters ``calibrate`` fits without ``params`` only together with a default one that
 #: sits at a bound of its range alone (see the module docstring, 3.). The attained HBM
 #: fraction of the memory-bound kernels is a kernel measurement (STREAM-like copies; fused
@@ -334,12 +343,11 @@ class _Fitter:
             if side is None:
                 continue
             beyond = -2 * BOUND_MARGIN_SHARE if side == "lower" else 1 + 2 * BOUND_MARGIN_SHARE
-            x = np.array(u, dtype=float)
-            x[j] = beyond
-            value = _values([n], [beyond], {}, clip=False)[n]
-            if n != "host_op_us" and value > 1.0:
+            if n != "host_op_us" and _values([n], [beyond], {}, clip=False)[n] > 1.0:
                 out.append(n)
                 continue
+            x = np.array(u, dtype=float)
+            x[j] = beyond
             r = np.log(self.pricer.fast(_values(names, x, self.fixed, clip=False)))
             if float(np.sum((r - self.log_measured) ** 2)) < cost + NOISE_LOG ** 2:
                 out.append(n)
@@ -420,14 +428,9 @@ def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
         if n not in FIT_PARAMETERS:
             raise InputError("params", n, "unknown; fit one of " + ", ".join(FIT_PARAMETERS))
     nominal = all(p.cluster._measured is None for p in prepared)
-
-    def available(n: str) -> bool:
-        return ((n in LINK_PARAMETERS and nominal) or n == "host_op_us"
-                or (n not in LINK_PARAMETERS and getattr(base_gpu.efficiency, n) is not None))
-
-    names = [n for n in names if available(n)]
+    names = [n for n in names if fittable(n, base_gpu, nominal)]
     rescue = [] if explicit else [n for n in RESCUE_PARAMETERS
-                                  if n not in names and available(n)]
+                                  if n not in names and fittable(n, base_gpu, nominal)]
     before = {n: parameter_value(base_gpu, n, prepared[0].cluster) for n in names}
     rescue_before = {n: parameter_value(base_gpu, n, prepared[0].cluster) for n in rescue}
     pricer = _Pricer(prepared, base_gpu, source)

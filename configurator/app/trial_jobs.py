@@ -46,7 +46,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from configurator.app.calibrate_jobs import MAX_ONE_RUN_SHARE, NOISE_LOG, default_parameters
+from configurator.app.calibrate_jobs import (MAX_ONE_RUN_SHARE, NOISE_LOG, default_parameters,
+                                            fittable)
 from configurator.app.inputs import JobInputs, resolve_uncalibrated
 from configurator.core import validate as v
 from configurator.core.plan_batch import PlanBatch
@@ -62,7 +63,7 @@ from configurator.search.engine import in_chunks
 from configurator.search.rank import search
 from configurator.search.space import SearchSpace
 from memory_model.estimate import DEFAULT_MAX_MEMORY_FRACTION
-from topology.calibration import (LINK_PARAMETERS, PARAMETER_RANGES,
+from topology.calibration import (PARAMETER_RANGES,
                                   parameter_value, with_link_parameters, with_parameters)
 
 #: Step of the numerical sensitivity, in log of the parameter.
@@ -341,8 +342,7 @@ def run_trial(req: TrialRequest) -> TrialOutcome:
     model, cluster = job.model, job.cluster
     # the parameters the runs settle: those calibrate fits by default
     names = tuple(n for n in default_parameters(options["precision"])
-                  if n in LINK_PARAMETERS or n == "host_op_us"
-                  or getattr(cluster.gpu.efficiency, n) is not None)
+                  if fittable(n, cluster.gpu))
     if req.plans:
         pool = _load_plans(req.plans, model, cluster, req.global_batch_size)
         plan_of = pool.__getitem__
