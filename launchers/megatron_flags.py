@@ -215,6 +215,14 @@ _MODEL_ROWS = _rows(
      lambda m, p, t: m.moe_shared_expert_intermediate_size),
     ("--moe-layer-freq", "model.moe_layer_freq",
      lambda m, p, t: moe_layer_freq_value(m) if m.is_moe else None),
+    ("--moe-router-load-balancing-type", "model.moe_router_load_balancing_type",
+     lambda m, p, t: m.moe_router_load_balancing_type
+     if m.is_moe and m.moe_router_load_balancing_type != "aux_loss" else None),
+    ("--moe-router-enable-expert-bias", "model.moe_router_enable_expert_bias",
+     lambda m, p, t: (m.is_moe and m.moe_router_enable_expert_bias) or None),
+    # TransformerConfig: the expert bias needs the sigmoid score function (DeepSeek-V3's)
+    ("--moe-router-score-function", "model.moe_router_enable_expert_bias",
+     lambda m, p, t: "sigmoid" if m.is_moe and m.moe_router_enable_expert_bias else None),
     ("--moe-router-pre-softmax", "model.moe_router_topk",   # TransformerConfig: top-1
      lambda m, p, t: (m.is_moe and m.moe_router_topk == 1) or None),
     ("--moe-grouped-gemm", "model.num_experts", lambda m, p, t: m.is_moe or None),

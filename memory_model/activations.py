@@ -171,7 +171,7 @@ class LayerInputs:
         return cls(seq=model.seq_length / np.asarray(plans.cp), mbs=plans.mbs, tp=plans.tp,
                    sp=plans.sequence_parallel, etp=plans.etp, recompute=plans.recompute_code,
                    precision=plans.precision,
-                   capacity=(routed_load_share(plans, model.num_experts) if model.is_moe
+                   capacity=(routed_load_share(plans, model) if model.is_moe
                              else 1.0),
                    a2a_overlap=plans.overlap_moe_expert_parallel_comm,
                    stores_scores=plans.stores_scores,

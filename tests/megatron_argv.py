@@ -7,6 +7,7 @@ can be checked on an argv alone.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from pathlib import Path
 
@@ -176,6 +177,14 @@ MODERN_PLANS = [
     (SMALL, ParallelPlan(tp=2, pp=1, dp=2, micro_batch_size=1, global_batch_size=4,
                          attention_backend="local", masked_softmax_fusion=False,
                          attention_softmax_in_fp32=True)),
+    # routers balanced over the global batch (Qwen3's), by DeepSeek-V3's expert bias beside a
+    # sequence-wise loss (with its sigmoid scores), and not at all (GPT-OSS's)
+    *[(dataclasses.replace(MOE, moe_router_load_balancing_type=balancing,
+                           moe_router_enable_expert_bias=bias),
+       ParallelPlan(tp=1, pp=1, dp=4, ep=4, etp=1, micro_batch_size=1, global_batch_size=8,
+                    distributed_optimizer=True))
+      for balancing, bias in (("global_aux_loss", False), ("seq_aux_loss", True),
+                              ("none", False))],
 ]
 for _m, _p in MODERN_PLANS:
     check_plan(_m, _p, _p.world_size)

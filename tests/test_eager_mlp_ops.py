@@ -24,7 +24,7 @@ import pytest
 from configurator.core.plan_batch import PlanBatch
 from configurator.core.model_presets import MODEL_PRESETS
 from configurator.core.plan import ParallelPlan
-from configurator.core.plan_terms import EXPERT_LOAD_CV
+from configurator.core.plan_terms import ROUTER_LOAD_CV
 from configurator.cost.compute import layer_costs
 from configurator.cost.host_ops import (CLAMP_BYTES, CLAMP_KERNELS, EAGER_BYTES_PER_SM_S,
                                         EXPERT_BIAS_BYTES, EXPERT_BIAS_KERNELS,
@@ -71,8 +71,9 @@ def test_bias_adds_its_bytes_and_kernels_and_nothing_else(precision):
     # the dense part of the layer and the routed tokens do not move
     assert (biased["fwd"], biased["bwd"]) == (plain["fwd"], pytest.approx(plain["bwd"],
                                                                           rel=1e-12))
-    # (top-4 of 4096 tokens, on the busiest of 8 ranks of 128 experts under dropless routing)
-    imbalance = 1 + EXPERT_LOAD_CV * math.sqrt(2 * 8 * math.log(8) / 128)
+    # (top-4 of 4096 tokens, on the busiest of 8 ranks of 128 experts under dropless routing;
+    # GPT-OSS's router balances no micro-batch)
+    imbalance = 1 + ROUTER_LOAD_CV["global"] * math.sqrt(2 * 8 * math.log(8) / 128)
     assert biased["tokens_routed"] == plain["tokens_routed"] == pytest.approx(
         4 * 4096 * imbalance, rel=1e-12)
     # the host issues the multiply and the add for every local expert

@@ -15,7 +15,7 @@ import pytest
 from configurator.core.plan_batch import PlanBatch
 from configurator.core.model import make_model
 from configurator.core.plan import ParallelPlan
-from configurator.core.plan_terms import EXPERT_LOAD_CV
+from configurator.core.plan_terms import ROUTER_LOAD_CV
 from configurator.cost.communication import comm_figures, expert_comm_figures
 from configurator.cost.compute import layer_costs
 from configurator.cost.gemm import gemm_time_s, main_grad_accumulation_s
@@ -473,7 +473,7 @@ def test_moe_layer_activations_with_sequence_parallel():
                                        sequence_parallel=True, global_batch_size=8))
     X = s * b
     dense = _gqa_flash_layer_bytes(s, b, t)
-    R = k * X / t * (1 + EXPERT_LOAD_CV * math.sqrt(2 * 2 * math.log(2) / E))
+    R = k * X / t * (1 + ROUTER_LOAD_CV["per_batch"] * math.sqrt(2 * 2 * math.log(2) / E))
     moe = dense - 6 * X * f / t + (2 * R * h + 6 * R * fe + 2 * R + 7 * X / t * E
                                    + 20 * X / t * k)
     last = 4 * X * h / t + 4 * X * v_pad(1000, t) / t
@@ -800,7 +800,7 @@ def test_moe_mlp_forward_time(precision):
     kw = layer_costs(model, c, gpu)["gemm_kw"]
     T = 2048.0
     X = T / tp
-    R = k * X * (1 + EXPERT_LOAD_CV * math.sqrt(2 * ep * math.log(ep) / E))
+    R = k * X * (1 + ROUTER_LOAD_CV["per_batch"] * math.sqrt(2 * ep * math.log(ep) / E))
     got = moe_mlp_costs(model, c, gpu, T, kw)
     grouped = dict(kw, batch=E / ep)
     experts = (gemm_time_s(R * ep / E, 2 * fe, h, **grouped)
@@ -1491,7 +1491,8 @@ def test_moe_act_recompute_reruns_the_clamped_expert_activation():
                     sequence_parallel=True, global_batch_size=8, recompute="selective",
                     recompute_modules="moe_act")
     lc = layer_costs(model, c, gpu)
-    R = k * (b * s / t) * etp * (1 + EXPERT_LOAD_CV * math.sqrt(2 * 4 * math.log(4) / E))
+    R = k * (b * s / t) * etp * (1 + ROUTER_LOAD_CV["per_batch"]
+                                 * math.sqrt(2 * 4 * math.log(4) / E))
     want = (6 * R * fe / etp / hbm + eff.kernel_overhead_s
             + eager_s(8 * R * 2 * fe / etp, 3, gpu))
     assert _one(lc["moe_recompute"]) == pytest.approx(want, rel=1e-12)

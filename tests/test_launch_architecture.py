@@ -201,6 +201,9 @@ def architecture_from_flags(argv: list[str]) -> dict:
         num_moe_experts=experts,
         moe_router_topk=int(a.get("--moe-router-topk", 2)),
         moe_router_pre_softmax="--moe-router-pre-softmax" in a,
+        moe_router_load_balancing_type=a.get("--moe-router-load-balancing-type", "aux_loss"),
+        moe_router_enable_expert_bias="--moe-router-enable-expert-bias" in a,
+        moe_router_score_function=a.get("--moe-router-score-function", "softmax"),
         moe_ffn_hidden_size=moe_ffn,
         moe_shared_expert_intermediate_size=None if shared is None else int(shared),
         moe_layer_freq=moe_freq_type(a.get("--moe-layer-freq", "1")),
@@ -288,6 +291,8 @@ ALTERNATIVES: dict[str, tuple] = {
     "moe_ffn_hidden_size": (64, 192),
     "moe_shared_expert_intermediate_size": (128, 256),
     "moe_layer_freq": (1, 2, (0, 1), (1, 0)),
+    "moe_router_load_balancing_type": ("global_aux_loss", "seq_aux_loss", "none"),
+    "moe_router_enable_expert_bias": (True, False),
     "multi_latent_attention": (True, False),
     "q_lora_rank": (None, 32, 64),
     "kv_lora_rank": (16, 64),
@@ -305,7 +310,8 @@ ALTERNATIVES: dict[str, tuple] = {
 #: experts, MLA fields multi-latent attention, the skip frequency a window).
 NEEDS = {**{f: "num_experts" for f in ("moe_router_topk", "moe_ffn_hidden_size",
                                        "moe_shared_expert_intermediate_size",
-                                       "moe_layer_freq")},
+                                       "moe_layer_freq", "moe_router_load_balancing_type",
+                                       "moe_router_enable_expert_bias")},
          **{f: "multi_latent_attention" for f in ("q_lora_rank", "kv_lora_rank", "qk_head_dim",
                                                   "qk_pos_emb_head_dim", "v_head_dim")},
          "window_attn_skip_freq": "window_size", "activation_func_clamp_value": "swiglu"}
@@ -495,6 +501,8 @@ def _check_fields_round_trip(spec: ModelSpec, plan: ParallelPlan, label: str) ->
         got["moe_layer_freq"] = tuple(freq) if isinstance(freq, list) else tuple(
             int(i % freq == 0) for i in range(c["num_layers"]))
         want["moe_layer_freq"] = spec.moe_layer_pattern
+        for k in ("moe_router_load_balancing_type", "moe_router_enable_expert_bias"):
+            got[k], want[k] = c[k], getattr(spec, k)
     if spec.multi_latent_attention:
         for k in ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim",
                   "v_head_dim"):

@@ -105,7 +105,7 @@ def test_layer_backward_carries_the_accumulation_of_its_own_weights():
         non_expert, expert = moe_layer_parameters(moe, 1, 8, 1)
         # per local expert, on the busiest of the 8 ranks (dropless routing)
         rows = (moe.moe_router_topk * mbs * 4096 / (moe.num_experts / 8)
-                * float(expert_load_imbalance(moe.num_experts, 8)))
+                * float(expert_load_imbalance(moe, 8)))
         expect = (gemm.main_grad_accumulation_s(non_expert, c, gpu, mbs * 4096)
                   + gemm.main_grad_accumulation_s(expert, c, gpu, rows))
         assert _f(lc["moe_main_grad_acc"]) == pytest.approx(_f(np.ravel(expect)[0]))

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -30,11 +31,14 @@ import numpy as np
 from bench.accuracy.calibrate_pairs import PairDraws, draws_parser
 from bench.common import table_head
 from configurator.app.validate_jobs import validate_runs
+from configurator.core import plan_terms
 from configurator.core.runs import load_runs
 
 #: The run files (tests/data/modelzoo_qwen3.csv, tests/data/dsv3_gb200_history.csv).
 RUNS = Path(__file__).resolve().parents[2] / "tests" / "data" / "modelzoo_qwen3.csv"
 HISTORY = RUNS.with_name("dsv3_gb200_history.csv")
+#: Mixtral 8x22B's forced and dropless twins (tests/data/modelzoo_mixtral.csv).
+MIXTRAL = RUNS.with_name("modelzoo_mixtral.csv")
 
 
 def held_out(runs) -> None:
@@ -144,6 +148,79 @@ def overlap_pairs(zoo) -> None:
               f"{100 * predicted:+.1f} % |")
 
 
+@contextmanager
+def _router_load_cv(balance: str, cv: float):
+    """:data:`~configurator.core.plan_terms.ROUTER_LOAD_CV` with ``balance`` set to ``cv``
+    for the block (the twins' spread is solved for, so it is varied here alone)."""
+    old = plan_terms.ROUTER_LOAD_CV[balance]
+    plan_terms.ROUTER_LOAD_CV[balance] = cv
+    try:
+        yield
+    finally:
+        plan_terms.ROUTER_LOAD_CV[balance] = old
+
+
+def twin_extra_s(forced, dropless, balance=None, cv=None) -> float:
+    """Predicted seconds the dropless twin takes beyond the forced one (with ``balance``'s
+    spread set to ``cv`` where given)."""
+    if balance is None:
+        checks = validate_runs([forced, dropless]).checks
+    else:
+        with _router_load_cv(balance, cv):
+            checks = validate_runs([forced, dropless]).checks
+    return checks[1].predicted_iteration_time_s - checks[0].predicted_iteration_time_s
+
+
+def twin_pairs(runs) -> list:
+    """``(forced, dropless)`` runs one plan apart, ``moe_router_force_load_balancing``
+    alone differing (same model, cluster, GPUs and sequence length)."""
+    import dataclasses
+
+    forced = [r for r in runs if r.plan.moe_router_force_load_balancing]
+    out = []
+    for f in forced:
+        twin = dataclasses.replace(f.plan, moe_router_force_load_balancing=False)
+        for d in runs:
+            if (d.plan == twin and d.model == f.model and d.cluster == f.cluster
+                    and d.num_gpus == f.num_gpus and d.seq_length == f.seq_length):
+                out.append((f, d))
+    return out
+
+
+def twins(runs) -> dict:
+    """The forced and dropless twins: the seconds the dropless run takes beyond its forced
+    twin, measured and predicted, and the spread ``c`` of
+    :data:`~configurator.core.plan_terms.ROUTER_LOAD_CV` each implies (the ``c`` whose
+    predicted extra seconds are the measured ones; 0 where balanced routing already gives
+    them). The extra time, not the ratio: the imbalance adds to the experts' part alone, so
+    an error elsewhere in the plan (the long-context rows' attention) does not move it.
+    Returns the median implied ``c`` per router balance."""
+    from scipy.optimize import brentq
+
+    from configurator.app.validate_jobs import run_model
+
+    print("\n" + table_head(["twins", "router balance", "measured extra s", "predicted",
+                             "implied c"], ["---", "---", "---:", "---:", "---:"]))
+    implied = defaultdict(list)
+    for f, d in twin_pairs(runs):
+        balance = plan_terms.router_balance(run_model(f))
+        cf, cd = validate_runs([f, d]).checks
+        measured = cd.measured_iteration_time_s - cf.measured_iteration_time_s
+        if twin_extra_s(f, d, balance, 0.0) >= measured:
+            c = 0.0
+        else:
+            c = brentq(lambda x: twin_extra_s(f, d, balance, x) - measured, 0.0, 10.0,
+                       xtol=1e-4)
+        implied[balance].append(c)
+        print(f"| {d.name} | {balance} | {measured:.2f} | {twin_extra_s(f, d):.2f} | "
+              f"{c:.3f} |")
+    medians = {b: statistics.median(cs) for b, cs in implied.items()}
+    print("\nmedian implied c: " + ", ".join(
+        f"{b} {m:.3f} (ROUTER_LOAD_CV {plan_terms.ROUTER_LOAD_CV[b]:g})"
+        for b, m in sorted(medians.items())))
+    return medians
+
+
 def history(runs) -> None:
     """One plan's optimisation history: each step against its predecessor, measured and
     predicted, and what the steps that change the plan took off."""
@@ -184,6 +261,7 @@ def main(argv=None) -> None:
     pairs(runs, args.draws, args.seed)
     bridge_moe_by_graphs()
     overlap_pairs(runs)
+    twins(runs + load_runs(str(MIXTRAL)))
     history(load_runs(str(HISTORY)))
 
 

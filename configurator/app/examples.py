@@ -37,7 +37,8 @@ MODEL_FILE, CLUSTER_FILE, RUNS_FILE = "model-llama3-8b.yaml", "cluster-dgx-h100.
 RUN_MODELS_DIR = "published-runs-models"
 #: Model keys that only a mixture of experts or multi-latent attention uses: left out of a
 #: dense model's example file (they keep their defaults).
-_MOE_MLA_KEYS = ("moe_router_topk", "moe_layer_freq", "multi_latent_attention", "kv_lora_rank",
+_MOE_MLA_KEYS = ("moe_router_topk", "moe_layer_freq", "moe_router_load_balancing_type",
+                 "moe_router_enable_expert_bias", "multi_latent_attention", "kv_lora_rank",
                  "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
 
 

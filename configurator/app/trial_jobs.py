@@ -86,26 +86,26 @@ PROBE_MAX_SLOWDOWN = 4.0
 #: Why a trial of an MoE plan forces the router's balance (:func:`trial_plan`).
 FORCED_BALANCE_NOTE = (
     "the MoE runs route with --moe-router-force-load-balancing: a router a few dozen "
-    "iterations from initialisation is not yet balanced by its auxiliary loss (its busiest "
-    "expert rank, which sets the pace, carries more than a trained router's would), so its "
-    "time would fold that transient into the calibrated efficiencies; the search prices the "
-    "trained router's imbalance on top of what these runs measure")
+    "iterations from initialisation does not spread tokens as the trained router does (its "
+    "busiest expert rank sets the pace), so its time would fold that transient into the "
+    "calibrated efficiencies; the search prices the trained router's spread on top of what "
+    "these runs measure")
 
 
 def trial_plan(model, plan):
     """The plan a short trial runs for ``plan``: the same, except that an MoE plan whose
     experts are not padded to their capacity routes with its balance forced
     (``moe_router_force_load_balancing``: Megatron's benchmarking switch, every expert its
-    even share). A router a few dozen iterations from initialisation is not yet balanced by
-    its auxiliary loss; the imbalance the model prices for routed plans
-    (:func:`configurator.core.plan_terms.expert_load_imbalance`) is a trained router's. The
-    two differ widely: the Megatron MoE Model Zoo measured Qwen3-235B-A22B on 256 H100 with
-    the same commands dropless at 237, 277, 320 and 357 TFLOP/s per GPU against 295, 335,
-    368 and 389 with forced balance (sequence 16k to 128k; yanring/Megatron-MoE-ModelZoo
-    best_practice/Qwen3/readme.md at b0b92ff, 'Long Context'): 9-24 % more time, where a
-    trained router's imbalance adds 1-3 % by the model. Forced, the runs measure what the
-    calibrated parameters describe, and ``calibrate`` prices them as forced (the log's
-    arguments say so). Padded experts run at their capacity either way: unchanged."""
+    even share). A router a few dozen iterations from initialisation routes neither as the
+    trained router the model prices for routed plans does
+    (:func:`configurator.core.plan_terms.expert_load_imbalance`) nor evenly, and the spread
+    matters: the Megatron MoE Model Zoo ran Qwen3-235B-A22B from its released checkpoint on
+    256 H100 dropless at 237, 277, 320 and 357 TFLOP/s per GPU against 295, 335, 368 and 389
+    with forced balance (sequence 16k to 128k; yanring/Megatron-MoE-ModelZoo
+    best_practice/Qwen3/readme.md at b0b92ff, 'Long Context'), 9-24 % more time. Forced, the
+    runs measure what the calibrated parameters describe, and ``calibrate`` prices them as
+    forced (the log's arguments say so); the router's spread is added back for the routed
+    plan. Padded experts run at their capacity either way: unchanged."""
     if (not model.is_moe or plan.moe_router_force_load_balancing
             or plan.moe_pad_expert_input_to_capacity):
         return plan

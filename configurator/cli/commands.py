@@ -203,7 +203,8 @@ COMMANDS: tuple[Command, ...] = (
             f"{PROBE_MAX_SLOWDOWN:g} times the best plan's time. --out "
             "writes their launch scripts (mock data, a few dozen iterations; an MoE plan "
             "routed by its scores runs with --moe-router-force-load-balancing, as a router "
-            "so young is not yet balanced); then calibrate on their logs and search "
+            "so young does not route as a trained one); then calibrate on their logs and "
+            "search "
             "--calibration re-ranks.",
             trial_command.add_trial_arguments, trial_command.run_trial_command, PLAN_EPILOG,
             examples=("configurator trial --model llama3-8b --cluster dgx-h100-80gb "

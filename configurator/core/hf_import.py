@@ -226,6 +226,8 @@ def from_hf_config(cfg: Mapping[str, Any], name: str = "hf-model") -> ModelSpec:
             kw["add_bias_linear"] = True
             if get("swiglu_limit") is not None:   # GptOssExperts clamps gate and up
                 kw["activation_func_clamp_value"] = get("swiglu_limit")
+            # no balancing loss (Megatron-Bridge's gpt_oss_bridge.py)
+            kw["moe_router_load_balancing_type"] = "none"
     elif mtype in ("qwen2_moe", "qwen3_moe"):
         dense = get("mlp_only_layers", []) or []
         if not isinstance(dense, list) or any(isinstance(i, bool) or not isinstance(i, int)
@@ -245,6 +247,10 @@ def from_hf_config(cfg: Mapping[str, Any], name: str = "hf-model") -> ModelSpec:
         shared = get("shared_expert_intermediate_size")
         if shared is not None and shared != 0:
             kw["moe_shared_expert_intermediate_size"] = shared
+        if mtype == "qwen3_moe":
+            # balanced over the global batch (Qiu et al., ACL 2025: "Global-batch LBL is
+            # also used in Qwen3-MoEs"), which no config.json states
+            kw["moe_router_load_balancing_type"] = "global_aux_loss"
     elif mtype == "llama4_text":
         kw.update(_llama4_moe(cfg, layers, get, need))
     elif mtype in ("deepseek_v2", "deepseek_v3"):
@@ -272,6 +278,10 @@ def from_hf_config(cfg: Mapping[str, Any], name: str = "hf-model") -> ModelSpec:
             kw["moe_shared_expert_intermediate_size"] = n_shared * v.int_in_range(
                 "config.json.moe_intermediate_size", need("moe_intermediate_size"),
                 key="moe_ffn_hidden_size")
+        # a sequence-wise loss (DeepSeek-V2/V3 reports; Megatron-Bridge's deepseek bridges)
+        # and, with topk_method noaux_tc, V3's auxiliary-loss-free expert bias
+        kw["moe_router_load_balancing_type"] = "seq_aux_loss"
+        kw["moe_router_enable_expert_bias"] = get("topk_method") == "noaux_tc"
         mtp = get("num_nextn_predict_layers", 0)
         if mtp is not False and mtp != 0:
             kw["mtp_num_layers"] = mtp

@@ -62,7 +62,8 @@ MODEL_ARGS: tuple[tuple[str, tuple[str, ...], str], ...] = (
 )
 #: Read only with ``num_experts`` set.
 MOE_ARGS = (("num_experts", "int"), ("moe_router_topk", "int"), ("moe_ffn_hidden_size", "int"),
-            ("moe_shared_expert_intermediate_size", "int"), ("moe_layer_freq", "freq"))
+            ("moe_shared_expert_intermediate_size", "int"), ("moe_layer_freq", "freq"),
+            ("moe_router_load_balancing_type", "str"), ("moe_router_enable_expert_bias", "bool"))
 #: Read only with ``multi_latent_attention`` true.
 MLA_ARGS = ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
 #: Plan fields read from the arguments dump: (run key, Megatron argument, default for

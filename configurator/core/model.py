@@ -123,6 +123,19 @@ class ModelSpec:
     Needs ``add_bias_linear`` false (a shared expert has no biases). Megatron
     ``--moe-shared-expert-intermediate-size``;
     ``TransformerConfig.moe_shared_expert_intermediate_size``."""
+    moe_router_load_balancing_type: str = "aux_loss"
+    """How the router is trained to balance its experts' load: ``aux_loss`` (a loss on each
+    micro-batch, Megatron's default), ``seq_aux_loss`` (on each sequence), ``global_aux_loss``
+    (on the global batch), ``sinkhorn`` or ``none``. Sets how unevenly one micro-batch's
+    tokens fall on the experts under dropless routing
+    (:func:`configurator.core.plan_terms.router_balance`). Megatron
+    ``--moe-router-load-balancing-type``; ``TransformerConfig.moe_router_load_balancing_type``
+    (one type here)."""
+    moe_router_enable_expert_bias: bool = False
+    """Auxiliary-loss-free balancing: a per-expert bias on the routing scores, updated from
+    each global batch's token counts (DeepSeek-V3; needs the sigmoid score function, which
+    the launch scripts then pass). Megatron ``--moe-router-enable-expert-bias``;
+    ``TransformerConfig.moe_router_enable_expert_bias``."""
     moe_layer_freq: int | tuple[int, ...] = 1
     """Which layers are MoE: an int ``N`` (every N-th layer, counting from layer 0) or one
     0/1 per layer (1 = MoE); the others are dense (``ffn_hidden_size``). Default 1 (every
@@ -310,6 +323,8 @@ class ModelSpec:
         return d
 
 
+#: Megatron-LM core_v0.16.1 ``TransformerConfig.moe_router_load_balancing_type`` values.
+LOAD_BALANCING_TYPES = ("aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none")
 MODEL_KEYS_REQUIRED = ("num_layers", "hidden_size", "num_attention_heads", "vocab_size",
                        "seq_length")
 #: Keys with their defaults filled in by :func:`make_model` (Megatron's defaults).
@@ -319,6 +334,7 @@ MODEL_KEYS_OPTIONAL = ("name", "num_query_groups", "ffn_hidden_size", "kv_channe
                        "rotary_base", "add_bias_linear", "add_qkv_bias", "qk_layernorm",
                        "num_experts", "moe_router_topk", "moe_ffn_hidden_size",
                        "moe_shared_expert_intermediate_size", "moe_layer_freq",
+                       "moe_router_load_balancing_type", "moe_router_enable_expert_bias",
                        "multi_latent_attention", "q_lora_rank", "kv_lora_rank", "qk_head_dim",
                        "qk_pos_emb_head_dim", "v_head_dim", "mtp_num_layers", "window_size",
                        "window_attn_skip_freq", "activation_func_clamp_value",
@@ -414,9 +430,17 @@ def make_model(**kw: Any) -> ModelSpec:
            "moe_ffn_hidden_size": _optional_int(kw, "moe_ffn_hidden_size"),
            "moe_shared_expert_intermediate_size": _optional_int(
                kw, "moe_shared_expert_intermediate_size"),
-           "moe_layer_freq": _layer_freq(kw.get("moe_layer_freq", 1), n["num_layers"])}
+           "moe_layer_freq": _layer_freq(kw.get("moe_layer_freq", 1), n["num_layers"]),
+           "moe_router_load_balancing_type": v.choice(
+               "moe_router_load_balancing_type",
+               kw.get("moe_router_load_balancing_type", "aux_loss"),
+               LOAD_BALANCING_TYPES),
+           "moe_router_enable_expert_bias": v.boolean(
+               "moe_router_enable_expert_bias", kw.get("moe_router_enable_expert_bias", False))}
     if experts is None:
-        defaults = {"moe_router_topk": 2, "moe_layer_freq": 1}
+        defaults = {"moe_router_topk": 2, "moe_layer_freq": 1,
+                    "moe_router_load_balancing_type": "aux_loss",
+                    "moe_router_enable_expert_bias": False}
         given = [k for k in moe if kw.get(k) not in (None, defaults.get(k))]
         if given:
             raise InputError(given[0], kw[given[0]], "needs num_experts (a dense model has "

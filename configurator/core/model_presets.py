@@ -48,18 +48,25 @@ _LLAMA4 = dict(num_layers=48, hidden_size=5120, num_attention_heads=40, num_quer
 #: each model's Hugging Face config.json (tests/data/hf_configs: Qwen/Qwen3-30B-A3B,
 #: Qwen/Qwen3-235B-A22B, mistralai/Mixtral-8x7B-v0.1, deepseek-ai/DeepSeek-V3,
 #: openai/gpt-oss-120b, meta-llama/Llama-4-Scout-17B-16E, meta-llama/Llama-4-Maverick-17B-128E;
-#: Llama 4 at its own length, below).
+#: Llama 4 at its own length, below). The routers' balancing, which no config.json states:
+#: Qwen3's global-batch loss (Qiu et al., ACL 2025, "Global-batch LBL is also used in
+#: Qwen3-MoEs"), DeepSeek-V3's sequence-wise loss beside the expert bias of its
+#: auxiliary-loss-free balancing and GPT-OSS's none (Megatron-Bridge's model bridges,
+#: deepseek_v3_bridge.py and gpt_oss_bridge.py); Megatron's default per-micro-batch loss for
+#: the others.
 _MOE_PRESETS: dict[str, dict[str, Any]] = {
     "qwen3-30b-a3b": dict(num_layers=48, hidden_size=2048, num_attention_heads=32,
                           num_query_groups=4, kv_channels=128, ffn_hidden_size=6144,
                           vocab_size=151936, rotary_base=1000000, norm_epsilon=1e-6,
                           qk_layernorm=True, num_experts=128, moe_router_topk=8,
-                          moe_ffn_hidden_size=768),
+                          moe_ffn_hidden_size=768,
+                          moe_router_load_balancing_type="global_aux_loss"),
     "qwen3-235b-a22b": dict(num_layers=94, hidden_size=4096, num_attention_heads=64,
                             num_query_groups=4, kv_channels=128, ffn_hidden_size=12288,
                             vocab_size=151936, rotary_base=1000000, norm_epsilon=1e-6,
                             qk_layernorm=True, num_experts=128, moe_router_topk=8,
-                            moe_ffn_hidden_size=1536),
+                            moe_ffn_hidden_size=1536,
+                            moe_router_load_balancing_type="global_aux_loss"),
     "mixtral-8x7b": dict(num_layers=32, hidden_size=4096, num_attention_heads=32,
                          num_query_groups=8, ffn_hidden_size=14336, vocab_size=32000,
                          rotary_base=1000000, num_experts=8, moe_router_topk=2),
@@ -70,13 +77,15 @@ _MOE_PRESETS: dict[str, dict[str, Any]] = {
                         moe_layer_freq=[0] * 3 + [1] * 58, multi_latent_attention=True,
                         qk_layernorm=True,
                         q_lora_rank=1536, kv_lora_rank=512, qk_head_dim=128,
-                        qk_pos_emb_head_dim=64, v_head_dim=128, mtp_num_layers=1),
+                        qk_pos_emb_head_dim=64, v_head_dim=128, mtp_num_layers=1,
+                        moe_router_load_balancing_type="seq_aux_loss",
+                        moe_router_enable_expert_bias=True),
     "gpt-oss-120b": dict(num_layers=36, hidden_size=2880, num_attention_heads=64,
                          num_query_groups=8, kv_channels=64, ffn_hidden_size=2880,
                          vocab_size=201088, rotary_base=150000, add_bias_linear=True,
                          num_experts=128, moe_router_topk=4, window_size=128,
                          window_attn_skip_freq=2, activation_func_clamp_value=7.0,
-                         yarn_rotary_scaling_factor=32.0),
+                         yarn_rotary_scaling_factor=32.0, moe_router_load_balancing_type="none"),
     # Llama 4's language models (meta-llama/Llama-4-Scout-17B-16E and -Maverick-17B-128E
     # text_config: a shared expert beside the routed ones, the dense layers' MLP of
     # intermediate_size_mlp, chunked attention over 8192 tokens) at Megatron-Bridge's

@@ -82,7 +82,7 @@ def moe_mlp_costs(model: ModelSpec, c: PlanBatch, gpu: GPUSpec, T, kw):
     h, fe, E = model.hidden_size, model.moe_ffn_hidden_size, model.num_experts
     tp, etp, ep = (x.astype(float) for x in (c.tp, c.etp, c.ep))
     X = T / tp
-    R = model.moe_router_topk * X * etp * routed_load_share(c, E)
+    R = model.moe_router_topk * X * etp * routed_load_share(c, model)
     local = E / ep
     rows = R / local
     gate = 2 if model.swiglu else 1
