@@ -211,3 +211,26 @@ def test_bridge_benchmark_rows_carry_forced_balance():
     for r in moe:
         dropless = r.plan.moe_expert_capacity_factor == 0
         assert r.plan.moe_router_force_load_balancing == dropless, r.source
+
+
+def test_estimate_says_what_the_routing_puts_on_the_busiest_rank():
+    """``configurator estimate``'s title names the busiest expert rank's share and the
+    router's balancing for an MoE plan whose ranks the routing leaves uneven, and says
+    nothing where forced balance, padding or ep 1 leave them even."""
+    from configurator.app.plan_jobs import routing_note
+
+    plan = ParallelPlan(tp=1, pp=1, dp=16, ep=8, micro_batch_size=1, global_batch_size=256)
+    note = routing_note(QWEN235, plan)
+    want = 1 + C * math.sqrt(2 * 8 * math.log(8) / 128)
+    assert f"takes {want:.2f}x the even share" in note and "global_aux_loss" in note
+    assert "balances the global batch only" in note
+    dropped = routing_note(QWEN235, dataclasses.replace(plan, moe_expert_capacity_factor=1.25))
+    assert "takes 1.25x" in dropped and "capacity factor 1.25" in dropped
+    assert "expert bias" in routing_note(DSV3, plan) and "evens every batch" in routing_note(
+        DSV3, plan)
+    for even in (dataclasses.replace(plan, moe_router_force_load_balancing=True),
+                 dataclasses.replace(plan, moe_expert_capacity_factor=1.0,
+                                     moe_pad_expert_input_to_capacity=True),
+                 dataclasses.replace(plan, ep=1)):
+        assert routing_note(QWEN235, even) == ""
+    assert routing_note(MODEL_PRESETS["llama3-8b"], dataclasses.replace(plan, ep=1)) == ""

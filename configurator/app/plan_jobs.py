@@ -400,6 +400,31 @@ def seq_note(model) -> str:
     return f", seq {model.seq_length}{note}" if note else ""
 
 
+def routing_note(model, plan) -> str:
+    """``"; routing: …"`` for an MoE plan whose routing leaves the expert ranks
+    uneven: the busiest rank's share of the routed tokens over the even one
+    (:func:`configurator.core.plan_terms.routed_load_share`) and how the model's router
+    balances (:func:`~configurator.core.plan_terms.router_balance`); else ``""`` (no
+    expert parallelism, forced balance, experts padded to their capacity)."""
+    from configurator.core.plan_batch import PlanBatch
+    from configurator.core.plan_terms import routed_load_share, router_balance
+
+    if (not model.is_moe or plan.ep == 1 or plan.moe_router_force_load_balancing
+            or plan.moe_pad_expert_input_to_capacity):
+        return ""
+    share = float(np.ravel(routed_load_share(PlanBatch.from_plan(plan), model))[0])
+    how = ("evens every batch" if router_balance(model) == "per_batch"
+           else "balances the global batch only")
+    why = [f"the router {how}: moe_router_load_balancing_type "
+           f"{model.moe_router_load_balancing_type}"
+           + (" with the expert bias" if model.moe_router_enable_expert_bias else "")]
+    if plan.moe_expert_capacity_factor > 0:
+        why.insert(0, f"capacity factor {plan.moe_expert_capacity_factor:g}, tokens beyond "
+                      "it dropped")
+    return (f"; routing: the busiest of {plan.ep} expert ranks takes {share:.2f}x the even "
+            f"share ({'; '.join(why)})")
+
+
 def run_estimate(req: EstimateRequest) -> EstimateOutcome:
     """Memory per stage and iteration time of one plan (also one that does not fit).
 
@@ -422,7 +447,8 @@ def run_estimate(req: EstimateRequest) -> EstimateOutcome:
                                                           profile=profile)], profile)[0]
         title = (f"{model.name} on {cluster.num_nodes} x {cluster.gpus_per_node} "
                  f"{cluster.gpu.name} ({cluster.name})" + nodes_note(req.inputs, cluster)
-                 + seq_note(model) + split_note(req.fields, plan))
+                 + seq_note(model) + split_note(req.fields, plan)
+                 + routing_note(model, plan))
         return EstimateOutcome(evaluation=e, title=title,
                                written=_save_plan(req, model, cluster.to_dict(), e))
     check_placement_options(req)
@@ -447,7 +473,8 @@ def run_estimate(req: EstimateRequest) -> EstimateOutcome:
     title = (f"{model.name} on {nodes} of {cluster.num_nodes} x {cluster.gpus_per_node} "
              f"{cluster.gpu.name} ({cluster.name}){seq_note(model)}, placement {pl.method}: "
              f"{pl.iteration_time_s:.3f} s vs {pl.default_iteration_time_s:.3f} s default, "
-             f"random median {pl.random_median_iteration_time_s:.3f} s")
+             f"random median {pl.random_median_iteration_time_s:.3f} s"
+             + routing_note(model, plan))
     used = dict(cluster.to_dict(), nodes=nodes, num_gpus=nodes * cluster.gpus_per_node)
     return EstimateOutcome(evaluation=e, title=title, written=_save_plan(req, model, used, e))
 
