@@ -19,6 +19,7 @@ from configurator.cost.groundtruth import published_runs
 
 PATH = Path(__file__).parent / "data" / "modelzoo_qwen3.csv"
 HISTORY = PATH.with_name("dsv3_gb200_history.csv")
+MIXTRAL = PATH.with_name("modelzoo_mixtral.csv")
 
 
 def test_every_modelzoo_row_is_a_cited_run_the_model_prices():
@@ -38,7 +39,8 @@ def test_every_modelzoo_row_is_a_cited_run_the_model_prices():
         assert dataclasses.replace(plan, moe_router_force_load_balancing=False) == dropless[s]
 
 
-@pytest.mark.parametrize("path", [PATH, HISTORY], ids=["modelzoo", "dsv3-history"])
+@pytest.mark.parametrize("path", [PATH, HISTORY, MIXTRAL],
+                         ids=["modelzoo", "dsv3-history", "mixtral-twins"])
 def test_the_modelzoo_runs_are_held_out_of_every_fit(path):
     dataset = load_runs(str(path))[0].dataset
     published, _ = published_runs()
@@ -54,6 +56,21 @@ HISTORY_CHANGES = {3: {"moe_router_fusion"},
                    6: {"cuda_graph_impl", "cuda_graph_scope"},
                    11: {"moe_flex_dispatcher_backend"},
                    13: {"cross_entropy_fusion"}}
+
+
+def test_the_mixtral_twins_are_one_plan_apart_and_cited():
+    """Mixtral 8x22B's forced and dropless runs (the twins that set the spread of routers
+    that even every batch): cited, priced without a problem, their plans equal but for the
+    forced balance, and 465 and 445 TFLOP/s as published."""
+    forced, dropless = load_runs(str(MIXTRAL))
+    assert all("run_mixtral_8x22B.sh@31942f0" in r.source for r in (forced, dropless))
+    assert dataclasses.replace(forced.plan, moe_router_force_load_balancing=False) == (
+        dropless.plan)
+    assert (forced.tflops_per_gpu, dropless.tflops_per_gpu) == (465, 445)
+    model = load_model(str(MIXTRAL.with_name("mixtral-8x22b.yaml")))
+    assert (model.num_experts, model.moe_router_topk, model.num_layers) == (8, 2, 56)
+    report = validate_runs([forced, dropless])
+    assert [c.problem for c in report.checks] == [None, None]
 
 
 def test_the_dsv3_history_is_one_plan_changed_where_its_table_says():

@@ -7,7 +7,10 @@ the MoE rows of every Megatron-Bridge release (``validate`` prices the newest of
 only) by CUDA graph scope: their mean and median error and the time missing per MoE layer
 pass (measured less predicted, over the microbatches times the MoE layers a rank runs);
 and the plans measured both with and without the expert all-to-all overlap (all other plan
-fields equal), the time change measured against predicted.
+fields equal), the time change measured against predicted; and the forced and dropless twins
+(the long-context table's four and Mixtral 8x22B's pair, ``tests/data/modelzoo_mixtral.csv``):
+the dropless run's extra seconds, measured and predicted, and the router's spread each
+implies, whose medians are :data:`configurator.core.plan_terms.ROUTER_LOAD_CV`.
 
 Then the optimisation history of one DeepSeek-V3 plan on 256 GB200
 (``tests/data/dsv3_gb200_history.csv``, sources in its header; held out too): each step's
@@ -15,12 +18,13 @@ measured and predicted TFLOP/s, the error, and the step's change of the iteratio
 measured and as predicted (a step that changes software only is the same plan to the model:
 0 %), then the time the plan changes took off as measured against as predicted.
 
-Run: ``python -m bench.accuracy.modelzoo [--draws 20] [--seed 0]`` (about 15 s on a 2-core
+Run: ``python -m bench.accuracy.modelzoo [--draws 20] [--seed 0]`` (about 25 s on a 2-core
 machine).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections import defaultdict
 from contextlib import contextmanager
@@ -174,8 +178,6 @@ def twin_extra_s(forced, dropless, balance=None, cv=None) -> float:
 def twin_pairs(runs) -> list:
     """``(forced, dropless)`` runs one plan apart, ``moe_router_force_load_balancing``
     alone differing (same model, cluster, GPUs and sequence length)."""
-    import dataclasses
-
     forced = [r for r in runs if r.plan.moe_router_force_load_balancing]
     out = []
     for f in forced:
