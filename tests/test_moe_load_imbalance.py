@@ -234,3 +234,25 @@ def test_estimate_says_what_the_routing_puts_on_the_busiest_rank():
                  dataclasses.replace(plan, ep=1)):
         assert routing_note(QWEN235, even) == ""
     assert routing_note(MODEL_PRESETS["llama3-8b"], dataclasses.replace(plan, ep=1)) == ""
+
+
+def test_search_says_what_the_routing_puts_on_plan_1s_busiest_rank():
+    """The search's header names plan 1's routing share where it routes dropless across
+    expert ranks (why a dropless Qwen3 search keeps ep small), and not under forced
+    balance."""
+    from configurator.app.inputs import JobInputs
+    from configurator.app.plan_jobs import SearchRequest, run_search, routing_note
+
+    def header(**options):
+        out = run_search(SearchRequest(
+            inputs=JobInputs(model="qwen3-30b-a3b", cluster="dgx-h100-80gb", nodes=2),
+            global_batch_size=64, top=1, options=options))
+        return out.header, out.result.plans[0].plan
+
+    text, best = header()
+    line = next(ln for ln in text.splitlines() if ln.startswith("plan 1 routing:"))
+    assert best.ep > 1 and line == "plan 1" + routing_note(
+        MODEL_PRESETS["qwen3-30b-a3b"], best)[1:]
+    assert "balances the global batch only" in line
+    text, _ = header(moe_router_force_load_balancing=True)
+    assert "routing:" not in text

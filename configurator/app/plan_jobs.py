@@ -164,6 +164,9 @@ def run_search(req: SearchRequest) -> SearchOutcome:
         header += "\n" + res.pick_note
     if res.mechanisms:
         header += "\n" + mechanisms_line(res)
+    routing = routing_note(model, best.plan)
+    if routing:
+        header += "\nplan 1" + routing[1:]
     doc = search_document(model, used, res)
     if compare:
         doc["calibration_change"] = calibration_change(req, model, job.uncalibrated_cluster,
