@@ -587,8 +587,7 @@ def layer_terms(model: ModelSpec, x: LayerInputs) -> dict:
     t["working"] = recompute_working_bytes(model, mbs=b, seq=s, tp=tp, sp=sp, recompute=rc,
                                            stores_scores=stores_scores, precision=precision)
     if stores_scores:   # PyTorch's FP32 softmax keeps more per score than the 16-bit output
-        extra = np.where(x.softmax_fp32, _score_bytes(model, s, b, tp, True)
-                         - _score_bytes(model, s, b, tp), 0.0)
+        extra = _score_bytes(model, s, b, tp, x.softmax_fp32) - _score_bytes(model, s, b, tp)
         scores_kept = (rc & RECOMPUTE_CORE_ATTN) == 0     # not dropped by core_attn recompute
         t["layer"] = t["layer"] + np.where(scores_kept, extra, 0.0)
         t["working"] = t["working"] + np.where(

@@ -21,7 +21,8 @@ from configurator.core import validate as v
 from configurator.core.document import read_plan_document
 from configurator.core.errors import InputError, NoFeasiblePlanError
 from configurator.core.plan import describe_search_options, search_options
-from configurator.core.plan_batch import COLUMN_FIELDS
+from configurator.core.plan_batch import COLUMN_FIELDS, PlanBatch
+from configurator.core.plan_terms import routed_load_share, router_balance
 from configurator.core.plan_values import RECOMPUTE
 from configurator.core.rules import SPLIT_FIELDS, plan_for_world
 from configurator.search.evaluate import Evaluation, evaluate_plan
@@ -409,9 +410,6 @@ def routing_note(model, plan) -> str:
     (:func:`configurator.core.plan_terms.routed_load_share`) and how the model's router
     balances (:func:`~configurator.core.plan_terms.router_balance`); else ``""`` (no
     expert parallelism, forced balance, experts padded to their capacity)."""
-    from configurator.core.plan_batch import PlanBatch
-    from configurator.core.plan_terms import routed_load_share, router_balance
-
     if (not model.is_moe or plan.ep == 1 or plan.moe_router_force_load_balancing
             or plan.moe_pad_expert_input_to_capacity):
         return ""
