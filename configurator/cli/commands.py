@@ -185,8 +185,10 @@ COMMANDS: tuple[Command, ...] = (
             "physically plausible range (no efficiency above 1); report each fitted value "
             "with its 95 % interval, the error before and after and the leave-one-out error; "
             "refuse what the runs cannot determine over that whole range and name the kind "
-            "of run that would; where what they determine predicts the runs left out no "
-            "better than the presets, keep every preset (an empty calibration, exit 0). Use "
+            "of run that would; where the presets already predict the runs as well as a "
+            "measured time repeats (a chi-squared test), or what the runs "
+            "determine predicts the runs left out no better than the presets, keep every "
+            "preset (an empty calibration, exit 0). Use "
             "the file with search/estimate/validate --calibration.",
             validate_commands.add_calibrate_arguments, validate_commands.run_calibrate,
             INPUT_EPILOG,

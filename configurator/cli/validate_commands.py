@@ -212,7 +212,8 @@ def run_calibrate(args) -> int:
         for n in f.notes:
             print(f"{'':<14} note: {n}")
     if not cal.values:
-        print("every preset kept: what these runs determine predicts the runs left out no "
-              "better than the preset values (the notes say which and why)")
+        print("every preset kept: the presets predict these runs as well as a measured time "
+              "repeats, or what the runs determine predicts the runs left out no better (the "
+              "notes say which and why)")
     print(f"wrote {path}")
     return 0
