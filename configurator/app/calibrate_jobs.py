@@ -426,10 +426,10 @@ def presets_within_noise(r) -> bool:
     with ``len(r)`` degrees of freedom (the residuals as independent normal errors of
     standard deviation :data:`NOISE_LOG`). Then a fit has only the noise to fit, and a
     parameter fitted to it moves every other run by what it absorbed: two NeMo B200 FP8
-    runs 2.7 % too slow at the presets fitted an FP8 GEMM efficiency of 0.52 (0.55 preset)
-    that took the three runs of their group left out from 4.7 to 5.5 % MAPE, where a
-    weak lever on them lets a parameter travel far (fitted alone on those runs, the
-    inter-node efficiency goes to 0.39 and puts a Mixtral run left out at +73 %;
+    runs predicted 1.3 and 4.0 % too fast at the presets fitted an FP8 GEMM efficiency of
+    0.52 (0.55 preset) that took the three runs of their group left out from 4.7 to 5.5 %
+    MAPE, and a weak lever on them lets a parameter travel far (fitted alone on those runs,
+    the inter-node efficiency goes to 0.39 and puts a Mixtral run left out at +73 %;
     ``bench/accuracy/calibrate_pairs.py``, draw 6)."""
     from scipy.stats import chi2
 
