@@ -408,12 +408,14 @@ def routing_note(model, plan) -> str:
     """``"; routing: …"`` for an MoE plan whose routing leaves the expert ranks
     uneven: the busiest rank's share of the routed tokens over the even one
     (:func:`configurator.core.plan_terms.routed_load_share`) and how the model's router
-    balances (:func:`~configurator.core.plan_terms.router_balance`); else ``""`` (no
-    expert parallelism, forced balance, experts padded to their capacity)."""
-    if (not model.is_moe or plan.ep == 1 or plan.moe_router_force_load_balancing
-            or plan.moe_pad_expert_input_to_capacity):
+    balances (:func:`~configurator.core.plan_terms.router_balance`); else ``""`` (a share of
+    at most 1: no expert parallelism, forced balance; experts padded to their capacity, which
+    every rank runs)."""
+    if not model.is_moe or plan.moe_pad_expert_input_to_capacity:
         return ""
     share = float(np.ravel(routed_load_share(PlanBatch.from_plan(plan), model))[0])
+    if share <= 1.0:
+        return ""
     how = ("evens every batch" if router_balance(model) == "per_batch"
            else "balances the global batch only")
     why = [f"the router {how}: moe_router_load_balancing_type "
