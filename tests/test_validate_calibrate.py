@@ -544,3 +544,26 @@ def test_runs_that_confirm_the_presets_give_an_empty_calibration_not_an_error(tm
     plain = json.loads(capsys.readouterr().out)["iteration_time_s"]
     assert main(args + ["--calibration", str(path)]) == 0
     assert json.loads(capsys.readouterr().out)["iteration_time_s"] == plain
+
+
+def test_runs_of_one_plan_are_one_observation():
+    """A run repeated (a copied row, or the plan measured again) tells the noise, not a
+    parameter: two copies of one run are refused as the run alone is (they used to fit the
+    GEMM efficiency, each copy predicting the other when left out: leave-one-out 0.0 %);
+    beside a second plan, the repeats count as one run at the geometric mean of their
+    times, and the note names them."""
+    base = dict(model="llama3-8b", cluster="dgx-h100-80gb", num_gpus="8", tp="1", pp="1",
+                mbs="1", gbs="8", precision="bf16")
+    one = run_from_mapping(dict(base, name="a", iteration_time_s="1.0"))
+    with pytest.raises(InputError, match="determine at most 0 parameters"):
+        calibrate_runs([one])
+    with pytest.raises(InputError, match=r"run a appears 2 times with the same plan: one "
+                                         r"observation at 1 s.*differ by 0\.0 %"):
+        calibrate_runs([one, one])
+    again = run_from_mapping(dict(base, name="b", iteration_time_s="1.04"))
+    other = run_from_mapping(dict(base, name="c", tp="2", iteration_time_s="1.2"))
+    _, (fit,) = calibrate_runs([one, again, other])
+    assert fit.runs == 2 and len(fit.parameters) <= 1
+    assert fit.notes[0].startswith("runs a and b with the same plan: one observation at "
+                                   f"{math.sqrt(1.04):.4g} s")
+    assert "differ by 4.0 %" in fit.notes[0]

@@ -207,6 +207,22 @@ class _Prepared:
     model: object
     cluster: object
     measured_s: float
+    #: ``(name, measured seconds)`` of each run this observation stands for where several
+    #: runs price the same plan (:func:`prepared_runs`); empty for a single run
+    replicates: tuple = ()
+
+
+def replicate_note(p: _Prepared) -> str:
+    """What a merged observation (:attr:`_Prepared.replicates`) stands for: its runs, the
+    time it takes and how far apart theirs are."""
+    names = [n for n, _ in p.replicates]
+    times = [t for _, t in p.replicates]
+    who = (f"run {names[0]} appears {len(names)} times" if len(set(names)) == 1 else
+           "runs " + ", ".join(names[:-1]) + " and " + names[-1])
+    return (f"{who} with the same plan: one observation at {p.measured_s:.4g} s, the "
+            f"geometric mean of their times (which differ by "
+            f"{100 * (max(times) / min(times) - 1):.1f} %); repeating a plan tells its noise, "
+            f"not a parameter")
 
 
 def _predict(p: _Prepared, gpu) -> float:
@@ -461,7 +477,7 @@ def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
     t0 = pricer.rebase({})
     r0 = np.log(t0 / pricer.measured)
     mape_before = float(np.mean(np.abs(np.exp(r0) - 1)))
-    notes: list[str] = []
+    notes: list[str] = [replicate_note(p) for p in prepared if p.replicates]
     refused: list[str] = []
     confirmed = False       # a parameter determined, but no better than its preset
 
@@ -637,7 +653,12 @@ def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
 
 def prepared_runs(runs: list[MeasuredRun]) -> list[_Prepared]:
     """The runs with a measured time, priced as ``validate`` prices them
-    (:func:`configurator.app.validate_jobs.priced_run`), each with its measured time. Raises
+    (:func:`configurator.app.validate_jobs.priced_run`), each with its measured time. Runs
+    that price the same plan (the same model at its sequence length, cluster and nodes, and
+    every plan field) are one observation at the geometric mean of their times, which keeps
+    their names and times (:attr:`_Prepared.replicates`, :func:`replicate_note`): repeating a
+    plan measures its noise, not a parameter, and counted apart two copies of one run would
+    determine what one cannot, each predicting the other when left out. Raises
     :class:`InputError` naming a run Megatron would reject or that names an unknown preset,
     and when no run has a time."""
     out = []
@@ -652,7 +673,15 @@ def prepared_runs(runs: list[MeasuredRun]) -> list[_Prepared]:
                              measured_s=measured_iteration_time_s(model, run)))
     if not out:
         raise InputError("runs", len(runs), "no run with a measured iteration time")
-    return out
+    same: dict = {}
+    for p in out:
+        key = (repr(p.model), p.cluster.name, p.cluster.num_nodes, repr(p.cluster.spec),
+               repr(p.run.plan))
+        same.setdefault(key, []).append(p)
+    return [ps[0] if len(ps) == 1 else dataclasses.replace(
+        ps[0], run=dataclasses.replace(ps[0].run, name=" + ".join(q.run.name for q in ps)),
+        measured_s=math.exp(sum(math.log(q.measured_s) for q in ps) / len(ps)),
+        replicates=tuple((q.run.name, q.measured_s) for q in ps)) for ps in same.values()]
 
 
 def presets_kept(fits: list[GroupFit]) -> bool:
