@@ -508,7 +508,7 @@ def test_presets_that_predict_the_runs_within_the_noise_are_kept():
     assert cal.values == {} and fits[0].presets_confirmed
     assert 0.02 < fits[0].mape_before < 0.03
     assert any("as well as a measured time repeats" in n for n in fits[0].notes)
-    with mock.patch.object(cj, "PRESETS_TEST_LEVEL", 0.0):
+    with mock.patch.object(cj, "NOISE_TEST_LEVEL", 0.0):
         cal, fits = calibrate_runs(runs)
     assert fits[0].parameters
 
@@ -551,14 +551,15 @@ def test_runs_of_one_plan_are_one_observation():
     parameter: two copies of one run are refused as the run alone is (they used to fit the
     GEMM efficiency, each copy predicting the other when left out: leave-one-out 0.0 %);
     beside a second plan, the repeats count as one run at the geometric mean of their
-    times, and the note names them."""
+    times, and the note names them, and says so where they differ by more than a measured
+    time repeats (two runs more than 5.7 % apart)."""
     base = dict(model="llama3-8b", cluster="dgx-h100-80gb", num_gpus="8", tp="1", pp="1",
                 mbs="1", gbs="8", precision="bf16")
     one = run_from_mapping(dict(base, name="a", iteration_time_s="1.0"))
     with pytest.raises(InputError, match="determine at most 0 parameters"):
         calibrate_runs([one])
     with pytest.raises(InputError, match=r"run a appears 2 times with the same plan: one "
-                                         r"observation at 1 s.*differ by 0\.0 %"):
+                                         r"observation at 1 s.*differ by 0\.0 %; repeating"):
         calibrate_runs([one, one])
     again = run_from_mapping(dict(base, name="b", iteration_time_s="1.04"))
     other = run_from_mapping(dict(base, name="c", tp="2", iteration_time_s="1.2"))
@@ -566,4 +567,8 @@ def test_runs_of_one_plan_are_one_observation():
     assert fit.runs == 2 and len(fit.parameters) <= 1
     assert fit.notes[0].startswith("runs a and b with the same plan: one observation at "
                                    f"{math.sqrt(1.04):.4g} s")
-    assert "differ by 4.0 %" in fit.notes[0]
+    assert "differ by 4.0 %; repeating" in fit.notes[0]      # within what a time repeats
+    far = run_from_mapping(dict(base, name="b", iteration_time_s="1.2"))
+    _, (fit,) = calibrate_runs([one, far, other])
+    assert "differ by 20.0 %, more than a measured time repeats (2 %, χ² at 95 %)" in (
+        fit.notes[0])

@@ -93,10 +93,11 @@ MIN_RANGE_EFFECT = 0.04
 #: Repeatability of a measured iteration time (log): the floor of the residual noise the
 #: intervals are scaled by (iteration times of a steady Megatron run vary by 1-2 %).
 NOISE_LOG = 0.02
-#: Confidence of the test that keeps every preset where the presets already predict the runs
-#: as well as a measurement repeats (:func:`presets_within_noise`): the χ² quantile with one
-#: degree of freedom per run.
-PRESETS_TEST_LEVEL = 0.95
+#: Confidence of the tests against :data:`NOISE_LOG` (:func:`within_noise`): whether the
+#: presets already predict the runs as well as a measurement repeats
+#: (:func:`presets_within_noise`) and whether repeats of one plan agree as closely
+#: (:func:`replicate_note`).
+NOISE_TEST_LEVEL = 0.95
 #: Largest condition number of the (column-normalised) Jacobian of a fit.
 MAX_CONDITION = 30.0
 #: A parameter whose interval spans more than this share of its (log) range is not
@@ -214,15 +215,22 @@ class _Prepared:
 
 def replicate_note(p: _Prepared) -> str:
     """What a merged observation (:attr:`_Prepared.replicates`) stands for: its runs, the
-    time it takes and how far apart theirs are."""
+    time it takes and how far apart theirs are, and whether farther than a measured time
+    repeats (:func:`within_noise` of their log deviations from their mean, one degree of
+    freedom fewer than runs: two runs more than 5.7 % apart)."""
     names = [n for n, _ in p.replicates]
     times = [t for _, t in p.replicates]
     who = (f"run {names[0]} appears {len(names)} times" if len(set(names)) == 1 else
            "runs " + ", ".join(names[:-1]) + " and " + names[-1])
+    logs = np.log(times)
+    apart = ("" if within_noise(logs - logs.mean(), len(times) - 1) else
+             f", more than a measured time repeats ({100 * NOISE_LOG:g} %, χ² at "
+             f"{100 * NOISE_TEST_LEVEL:g} %): a straggler, a setting that changed or a noisy "
+             f"cluster, which their mean carries into the fit")
     return (f"{who} with the same plan: one observation at {p.measured_s:.4g} s, the "
-            f"geometric mean of their times (which differ by "
-            f"{100 * (max(times) / min(times) - 1):.1f} %); repeating a plan tells its noise, "
-            f"not a parameter")
+            f"geometric mean of their times, which differ by "
+            f"{100 * (max(times) / min(times) - 1):.1f} %{apart}; repeating a plan tells "
+            f"its noise, not a parameter")
 
 
 def _predict(p: _Prepared, gpu) -> float:
@@ -436,21 +444,28 @@ def _condition(J) -> float:
     return math.inf if sv[-1] <= 0 else float(sv[0] / sv[-1])
 
 
+def within_noise(r, dof: int) -> bool:
+    """Whether the log deviations ``r`` (times less what they should be) are what measuring
+    again would leave: ``Σ r² / NOISE_LOG²`` at most the :data:`NOISE_TEST_LEVEL` quantile
+    of χ² with ``dof`` degrees of freedom (independent normal errors of standard deviation
+    :data:`NOISE_LOG`)."""
+    from scipy.stats import chi2
+
+    r = np.asarray(r, dtype=float)
+    return float(r @ r) / NOISE_LOG ** 2 <= float(chi2.ppf(NOISE_TEST_LEVEL, dof))
+
+
 def presets_within_noise(r) -> bool:
     """Whether the log residuals ``r`` of the runs at the presets are what measuring again
-    would leave: ``Σ r² / NOISE_LOG²`` at most the :data:`PRESETS_TEST_LEVEL` quantile of χ²
-    with ``len(r)`` degrees of freedom (the residuals as independent normal errors of
-    standard deviation :data:`NOISE_LOG`). Then a fit has only the noise to fit, and a
+    would leave (:func:`within_noise`, one degree of freedom per run). Then a fit has only
+    the noise to fit, and a
     parameter fitted to it moves every other run by what it absorbed: two NeMo B200 FP8
     runs predicted 1.3 and 4.0 % too fast at the presets fitted an FP8 GEMM efficiency of
     0.52 (0.55 preset) that took the three runs of their group left out from 4.7 to 5.5 %
     MAPE, and a weak lever on them lets a parameter travel far (fitted alone on those runs,
     the inter-node efficiency goes to 0.39 and puts a Mixtral run left out at +73 %;
     ``bench/accuracy/calibrate_pairs.py``, draw 6)."""
-    from scipy.stats import chi2
-
-    r = np.asarray(r, dtype=float)
-    return float(r @ r) / NOISE_LOG ** 2 <= float(chi2.ppf(PRESETS_TEST_LEVEL, len(r)))
+    return within_noise(r, len(r))
 
 
 def _refusal(name: str, why: str) -> str:
@@ -506,7 +521,7 @@ def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
         notes += refused + [f"every preset kept: they predict these {len(prepared)} runs as "
                             f"well as a measured time repeats (MAPE {100 * mape_before:.1f} %, "
                             f"within the {100 * NOISE_LOG:g} % noise at "
-                            f"{100 * PRESETS_TEST_LEVEL:g} % confidence), so a fit would fit "
+                            f"{100 * NOISE_TEST_LEVEL:g} % confidence), so a fit would fit "
                             f"the noise"]
         return unfitted()
     # 2. forward selection, the parameters that move the runs most first: each one is kept
