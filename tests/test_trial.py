@@ -109,6 +109,16 @@ def test_trial_chooses_among_the_plans_of_a_file(tmp_path, capsys):
     for r in doc["runs"]:
         assert {k: r["plan"][k] for k in ("tp", "pp", "dp", "micro_batch_size")} in [
             {k: g[k] for k in ("tp", "pp", "dp", "micro_batch_size")} for g in given]
+    # a file that repeats its plans offers each once: the same runs, never one plan twice,
+    # and a note
+    twice = tmp_path / "twice.json"
+    twice.write_text(json.dumps({"plans": plans + plans[:4]}))
+    assert main(["trial", "--model", "gpt-1.7b", "--cluster", "dgx-a100-80gb", "--nodes", "1",
+                 "--gbs", "8", "--plans", str(twice), "--runs", "3", "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["pool"] == 6 and again["runs"] == doc["runs"]
+    assert again["notes"] == [f"4 of the 10 plans of {twice} repeat an earlier one: each plan "
+                              f"is a candidate once"]
     # a plan of another batch size is refused, naming the entry
     bad = tmp_path / "bad.json"
     plans[0]["config"]["global_batch_size"] = 16

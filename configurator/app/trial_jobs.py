@@ -178,17 +178,19 @@ class TrialOutcome:
                 "next_steps": self.next_steps, "header": self.header, "notes": self.notes}
 
 
-def _load_plans(path: str, model, cluster, gbs: int) -> list:
+def _load_plans(path: str, model, cluster, gbs: int) -> tuple[list, int]:
     """The plans of ``path``: a ``plans.json`` (``search --out``/``--json``: its entries'
     ``config``) or a YAML/JSON mapping ``plans: [plan, ...]`` (:meth:`ParallelPlan.to_dict`
-    mappings), each checked against Megatron's rules, the cluster's GPU count and ``gbs``.
-    Raises :class:`InputError` naming the entry and field."""
+    mappings), each checked against Megatron's rules, the cluster's GPU count and ``gbs``,
+    and how many entries repeat an earlier plan (kept once: two runs of one plan settle
+    nothing one run does not, and a plan beside its copy is no contender). Raises
+    :class:`InputError` naming the entry and field."""
     data = v.load_mapping_file("plans", path)
     entries = data.get("plans")
     if not isinstance(entries, list) or not entries:
         raise InputError("plans", path, "must hold a non-empty list 'plans' (a plans.json "
                                         "of 'search --out', or plan mappings)")
-    plans = []
+    plans, seen = [], set()
     for i, e in enumerate(entries):
         where = f"plans[{i}]"
         cfg = e.get("config", e) if isinstance(e, Mapping) else e
@@ -200,8 +202,10 @@ def _load_plans(path: str, model, cluster, gbs: int) -> list:
             raise InputError(f"{where}.global_batch_size", plan.global_batch_size,
                              f"must be the job's --gbs {gbs}")
         check_plan(model, plan, plan.world_size)
-        plans.append(plan)
-    return plans
+        if plan not in seen:
+            seen.add(plan)
+            plans.append(plan)
+    return plans, len(entries) - len(plans)
 
 
 def _batches(plans) -> list[tuple[np.ndarray, PlanBatch]]:
@@ -343,9 +347,13 @@ def run_trial(req: TrialRequest) -> TrialOutcome:
     # the parameters the runs settle: those calibrate fits by default
     names = tuple(n for n in default_parameters(options["precision"])
                   if fittable(n, cluster.gpu))
+    notes = []
     if req.plans:
-        pool = _load_plans(req.plans, model, cluster, req.global_batch_size)
+        pool, repeats = _load_plans(req.plans, model, cluster, req.global_batch_size)
         plan_of = pool.__getitem__
+        if repeats:
+            notes.append(f"{repeats} of the {len(pool) + repeats} plans of {req.plans} repeat "
+                         f"an earlier one: each plan is a candidate once")
     else:
         res = search(model, cluster, req.global_batch_size, top_k=1,
                      space=SearchSpace(recompute=RECOMPUTE), keep_ranking=True,
@@ -359,11 +367,10 @@ def run_trial(req: TrialRequest) -> TrialOutcome:
     training = TrainingArgs(train_iters=req.iterations,
                             lr_warmup_iters=min(10, req.iterations // 3)).checked()
     runs, files = [], {}
-    notes = []
     for k, (i, role, reason) in enumerate(chosen, start=1):
         ranked = plan_of(i)
         plan = trial_plan(model, ranked)
-        if plan != ranked and not notes:
+        if plan != ranked and FORCED_BALANCE_NOTE not in notes:
             notes.append(FORCED_BALANCE_NOTE)
         ev = evaluate_plan(model, cluster, plan)
         d = f"trial{k}"

@@ -32,7 +32,8 @@ def add_trial_arguments(p) -> None:
     g = groups["search"]
     g.add_argument("--plans", metavar="FILE",
                    help="the plans you can run: a plans.json of 'search --out' (or a YAML/JSON "
-                        "mapping 'plans: [plan, ...]'); default: every plan the search keeps")
+                        "mapping 'plans: [plan, ...]'; a plan repeated counts once); "
+                        "default: every plan the search keeps")
     g.add_argument("--runs", type=int, default=DEFAULT_RUNS, metavar="K",
                    help=f"how many short runs to choose (1..64, default {DEFAULT_RUNS})")
     g.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS, metavar="N",
