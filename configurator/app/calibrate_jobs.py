@@ -213,6 +213,12 @@ class _Prepared:
     replicates: tuple = ()
 
 
+def _job_key(p: _Prepared) -> tuple:
+    """What two prepared runs must share to be priced as one job: the model (at its
+    sequence length) and the cluster with its nodes."""
+    return repr(p.model), p.cluster.name, p.cluster.num_nodes, repr(p.cluster.spec)
+
+
 def replicate_note(p: _Prepared) -> str:
     """What a merged observation (:attr:`_Prepared.replicates`) stands for: its runs, the
     time it takes and how far apart theirs are, and whether farther than a measured time
@@ -222,8 +228,7 @@ def replicate_note(p: _Prepared) -> str:
     times = [t for _, t in p.replicates]
     who = (f"run {names[0]} appears {len(names)} times" if len(set(names)) == 1 else
            "runs " + ", ".join(names[:-1]) + " and " + names[-1])
-    logs = np.log(times)
-    apart = ("" if within_noise(logs - logs.mean(), len(times) - 1) else
+    apart = ("" if within_noise(np.log(times) - math.log(p.measured_s), len(times) - 1) else
              f", more than a measured time repeats ({100 * NOISE_LOG:g} %, χ² at "
              f"{100 * NOISE_TEST_LEVEL:g} %): a straggler, a setting that changed or a noisy "
              f"cluster, which their mean carries into the fit")
@@ -251,8 +256,7 @@ class _Pricer:
         batches: dict = {}
         for i, p in enumerate(prepared):
             cand = PlanBatch.from_plan(p.run.plan)
-            key = (repr(p.model), p.cluster.name, p.cluster.num_nodes, repr(p.cluster.spec),
-                   repr(sorted(cand.shared.items())))
+            key = _job_key(p) + (repr(sorted(cand.shared.items())),)
             batches.setdefault(key, []).append(i)
         self.batches = [(prepared[ix[0]].model, prepared[ix[0]].cluster, np.array(ix),
                          PlanBatch.from_plans([prepared[i].run.plan for i in ix]))
@@ -690,9 +694,7 @@ def prepared_runs(runs: list[MeasuredRun]) -> list[_Prepared]:
         raise InputError("runs", len(runs), "no run with a measured iteration time")
     same: dict = {}
     for p in out:
-        key = (repr(p.model), p.cluster.name, p.cluster.num_nodes, repr(p.cluster.spec),
-               repr(p.run.plan))
-        same.setdefault(key, []).append(p)
+        same.setdefault(_job_key(p) + (repr(p.run.plan),), []).append(p)
     return [ps[0] if len(ps) == 1 else dataclasses.replace(
         ps[0], run=dataclasses.replace(ps[0].run, name=" + ".join(q.run.name for q in ps)),
         measured_s=math.exp(sum(math.log(q.measured_s) for q in ps) / len(ps)),
