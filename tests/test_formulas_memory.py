@@ -484,6 +484,12 @@ def test_recompute_modules_drop_their_moe_tensors():
         assert float(moe) == pytest.approx(want, rel=1e-12), code
         assert float(every) == pytest.approx(dense_mlp if code == RECOMPUTE_MLP else 0.0,
                                              rel=1e-12), code
+    # a capacity factor scales the routed copies R (drop-and-pad at 1.5: R·1.5) and with
+    # them the moe_act bytes
+    x = LayerInputs(seq=S, mbs=B, tp=TP, sp=True, etp=etp, recompute=RECOMPUTE_MOE_ACT,
+                    capacity=1.5)
+    assert float(recompute_module_bytes(model, x)[1]) == pytest.approx(
+        2 * (1.5 * R) * fe / etp, rel=1e-12)
     # under the expert all-to-all overlap the moe module does not apply
     x = LayerInputs(seq=S, mbs=B, tp=TP, sp=True, etp=etp, recompute=RECOMPUTE_MOE,
                     a2a_overlap=True)
@@ -1073,6 +1079,34 @@ def test_placed_plan_edges():
     assert placed.objective(*default) == placed.time(*default).iteration_time_s
     timed = placed.time(*default, record=True)
     assert timed.recorded() is timed.sim
+
+
+def test_placed_1f1b_sends_busy_their_senders():
+    """Without interleaving Megatron batches each send with the next receive and waits for
+    both (``overlap_p2p_comm`` is off without it): the placed schedule adds a stage's
+    forward send to its own forward (every stage but the last) and its backward send to its
+    own backward (every stage but the first) and keeps no separate send time; interleaved
+    (vp 2) the sends stay apart, as measured."""
+    cluster = load_cluster("dgx-h100-80gb", 4)
+    pp = 4
+    for vp in (1, 2):
+        plan = ParallelPlan(tp=2, dp=4, pp=pp, vp=vp, micro_batch_size=1, global_batch_size=16,
+                            recompute="none", sequence_parallel=True,
+                            distributed_optimizer=True)
+        placed = PlacedPlan(make_model(**PLACED_MODEL), cluster, PlanBatch.from_plan(plan))
+        default = placed.default_placement()
+        raw = placed.terms(placed.rank_gpus(*default))
+        timed = placed.time(*default)
+        assert (raw["p2p_f"][:, :pp - 1] > 0).all() and (raw["p2p_b"][:, :pp - 1] > 0).all()
+        want_f, want_b = raw["fwd"].copy(), raw["bwd"].copy()
+        if vp == 1:
+            want_f[:, :pp - 1, 0] += raw["p2p_f"][:, :pp - 1]
+            want_b[:, 1:, 0] += raw["p2p_b"][:, :pp - 1]
+        assert np.array_equal(timed.stage_fwd_s, want_f) and np.array_equal(
+            timed.stage_bwd_s, want_b), vp
+        sends = (timed.p2p_fwd_s, timed.p2p_bwd_s)
+        assert all(np.array_equal(got, np.zeros_like(got) if vp == 1 else raw[k])
+                   for got, k in zip(sends, ("p2p_f", "p2p_b"))), vp
 
 
 def test_placed_residue_path_gives_each_row_its_own_figures():

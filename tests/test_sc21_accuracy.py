@@ -16,6 +16,20 @@ def test_all_ten_rows_present():
     assert len(ROWS) == 10
 
 
+def test_virtual_stages_are_the_scripts_whole_numbers():
+    """The interleaved rows' vp: each stage's layers over the script's layers per virtual
+    stage (--num-layers-per-virtual-pipeline-stage), an integer as Megatron's flag takes it;
+    the rows without that flag run plain 1F1B (vp 1)."""
+    from configurator.cost.groundtruth import SC21_TABLE, published_path, read_table
+
+    table = read_table(published_path(SC21_TABLE))
+    for row, r in zip(ROWS, table):
+        k = r["num_layers_per_virtual_stage_from_script"]
+        want = row.model.num_layers // int(r["pp"]) // int(k) if k else 1
+        assert type(row.plan.vp) is int and row.plan.vp == want, row.model.name
+    assert sorted({row.plan.vp for row in ROWS}) == [1, 2, 3]
+
+
 @pytest.mark.parametrize("row", ROWS, ids=[r.model.name for r in ROWS])
 def test_iteration_time_within_10_percent(row):
     cluster = load_cluster("dgx-a100-80gb", nodes=row.num_gpus // 8)

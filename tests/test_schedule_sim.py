@@ -320,7 +320,9 @@ def test_single_stage_and_input_errors():
     assert rank_op_sequence(1, 1, 2, 0) == [("F", 0, 0), ("B", 0, 0), ("F", 1, 0),
                                               ("B", 1, 0)]
     f, b = _uniform(4, 1)
-    with pytest.raises(ValueError, match="p2p_fwd_s"):
+    # the message names both shapes it takes, unbatched and batched over D replicas
+    with pytest.raises(ValueError, match=r"^p2p_fwd_s must have shape \[4\] or \[D, 4\], "
+                                         r"got \[3\]$"):
         simulate(f, b, np.zeros(3), np.zeros(4), 8)
     with pytest.raises(ValueError, match="bwd_s"):
         simulate(f, b[:3], np.zeros(4), np.zeros(4), 8)

@@ -119,6 +119,29 @@ def test_the_fallback_adds_its_bytes_and_kernels(kw, name):
                  ) == pytest.approx(float(torch["fwd"][0] - fused["fwd"][0]), rel=1e-9)
 
 
+def test_softmax_bytes_are_the_passes_counted():
+    """``SOFTMAX_SCORE_BYTES`` recounted from the passes its comment lists (bytes read and
+    written per score): the fused kernel reads and writes 16-bit scores (backward twice
+    that); PyTorch's masked fill and softmax in 16 bits, backward the softmax's gradient
+    (gradient and output read, gradient written) and the masked fill's; in FP32 the same
+    passes at 4 bytes between a cast up (read 2, write 4) and a cast back (read 4, write 2),
+    backward with both casts' gradients."""
+    def passes(*rw):
+        return float(sum(r + w for r, w in rw))
+
+    def torch_path(n):          # n bytes per score inside the softmax's passes
+        fwd = passes((n, n), (n, n))                       # masked fill, softmax
+        bwd = passes((2 * n, n), (n, n))                   # softmax grad, masked fill grad
+        return fwd, bwd
+
+    cast_f, cast_b = passes((2, 4), (4, 2)), passes((2, 4), (4, 2))
+    t32_f, t32_b = torch_path(4)
+    assert SOFTMAX_SCORE_BYTES == {"fused": (passes((2, 2)), 2 * passes((2, 2))),
+                                   "torch": torch_path(2),
+                                   "torch_fp32": (t32_f + cast_f, t32_b + cast_b)}
+    assert SOFTMAX_KERNELS == {"fused": 1, "torch": 2, "torch_fp32": 2 + 2}
+
+
 def test_fp32_softmax_keeps_its_fp32_output():
     """Where PyTorch's softmax runs in FP32 it keeps its FP32 output for backward: 2 bytes a
     score more than the 16-bit output (with dropout, whose output the GEMM with V keeps)."""

@@ -1,3 +1,4 @@
+import numpy as np
 import pytest
 
 from configurator.core.plan_batch import PlanBatch
@@ -7,7 +8,8 @@ from configurator.core.model import make_model
 from configurator.core.model_presets import MODEL_PRESETS
 from configurator.core.plan import ParallelPlan
 from configurator.cost.iteration import BREAKDOWN_KEYS, iteration_time
-from topology.cluster_files import load_cluster
+from configurator.cost.communication import expert_comm_figures
+from topology.cluster_files import cluster_from_config, load_cluster
 from topology.collectives import all_gather_time_s, all_reduce_time_s, p2p_time_s
 
 GPT175 = MODEL_PRESETS["gpt3-175b"]
@@ -165,3 +167,22 @@ def test_alternating_window_layers_each_priced_at_their_own_key_length():
     assert t["full"] == pytest.approx(
         0.5 * pairs / (peak * flash_efficiency(gpu.efficiency.flash_attention, 4096)))
     assert flash_efficiency(1.0, 4096) / flash_efficiency(1.0, 128) > 7
+
+
+def test_one_gpu_per_nvlink_domain_has_no_nvlink_figure():
+    """A cluster of one GPU per node has no NVLink pair: an expert group's NVLink figures are
+    (inf, 0) and its exchange crosses the network, GPU 0 to GPU 1 (communication.py
+    ``expert_comm_table`` reads the pair (0, 1) as NVLink only where a domain holds two
+    GPUs); one such GPU alone is priced too."""
+    cfg = dict(name="one-gpu-nodes", gpu="h100-80gb", gpus_per_node=1, nodes=16,
+               intra_node_bandwidth_GBps=450, inter_node_bandwidth_GBps=50,
+               intra_node_latency_us=3.0, inter_node_latency_us=6.0)
+    cluster = cluster_from_config(cfg)
+    plan = ParallelPlan(tp=1, pp=1, dp=16, ep=8, micro_batch_size=1, global_batch_size=64)
+    fig = expert_comm_figures(cluster, PlanBatch.from_plan(plan))
+    assert fig["ep_on_node"][0] == 1
+    assert np.isinf(fig["ep_intra_bw"][0]) and fig["ep_intra_lat"][0] == 0.0
+    assert (fig["ep_inter_bw"][0], fig["ep_inter_lat"][0]) == cluster.link(0, 1)
+    single = cluster_from_config(cfg, nodes=1)
+    alone = ParallelPlan(tp=1, pp=1, dp=1, ep=1, micro_batch_size=1, global_batch_size=8)
+    assert evaluate_plan(MODEL_PRESETS["qwen3-30b-a3b"], single, alone).iteration_time_s > 0

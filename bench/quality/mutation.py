@@ -46,7 +46,8 @@ FORMULA_TESTS = ["tests/test_formulas_exact.py"]
 #: Tests run against each module's mutants: fast files that exercise it (seconds each).
 TEST_MAP: dict[str, list[str]] = {
     "memory_model/activations.py": ["tests/test_memory_model.py", "tests/test_fp8_memory.py",
-                                    "tests/test_formulas_memory.py"],
+                                    "tests/test_formulas_memory.py",
+                                    "tests/test_softmax_path.py"],
     "memory_model/estimate.py": ["tests/test_memory_model.py", "tests/test_fp8_memory.py",
                                  "tests/test_experts_and_splits.py",
                                  "tests/test_formulas_memory.py"],
@@ -56,7 +57,7 @@ TEST_MAP: dict[str, list[str]] = {
                                            "tests/test_recipe_mechanisms.py",
                                            "tests/test_formulas_cost.py"],
     "configurator/cost/compute.py": ["tests/test_timing.py", "tests/test_recipe_mechanisms.py",
-                                     "tests/test_formulas_cost.py"],
+                                     "tests/test_formulas_cost.py", "tests/test_softmax_path.py"],
     "configurator/cost/expert_comm.py": ["tests/test_recipe_mechanisms.py",
                                          "tests/test_timing.py", "tests/test_formulas_cost.py"],
     "configurator/cost/flops.py": ["tests/test_timing.py", "tests/test_formulas_cost.py"],
@@ -166,6 +167,11 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
      "constant 1 ×1.1", "pp is an integer: pp > 1.1 holds where pp > 1 does"),
     ("memory_model/estimate.py", "return np.where(cp > 1, 2.0 * full", "constant 1 ×1.1",
      "cp is an integer: cp > 1.1 holds where cp > 1 does"),
+    ("configurator/cost/placed.py", "rep, inv = by_residue(a, b < a)", "`<` → `<=`",
+     "a send joins the GPUs of two pipeline stages, two ranks on two GPUs: b = a never "
+     "occurs, so b < a and b <= a agree"),
+    ("configurator/cost/placed.py", "if plain_1f1b and pp > 1:", "constant 1 ×1.1",
+     "pp is an integer: pp > 1.1 holds where pp > 1 does"),
     ("configurator/cost/placed.py", "if pp > 1:", "constant 1 ×1.1",
      "pp is an integer: pp > 1.1 holds where pp > 1 does"),
     ("configurator/cost/placed.py", "if cp > 1:", "`>` → `>=`",
@@ -241,9 +247,6 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
      "drop term `int(level.max())`", _MINLENGTH),
     ("configurator/cost/schedule_sim.py", "_lists: tuple = field(repr=False",
      "`False` → `True`", "the field's repr flag changes only the object's repr"),
-    ("configurator/cost/schedule_sim.py", "hi = m if lo + pp >= m else lo + pp", "`>=` → `>`",
-     "the interleaved table needs m divisible by pp (_check_schedule), so lo + pp <= m and "
-     "both give hi = lo + pp"),
     ("configurator/cost/schedule_sim.py", "D * 2 * pp * vp * m > MAX_CELLS",
      "`*` → `/`", _SLICES),
     ("configurator/cost/schedule_sim.py", "D * 2 * pp * vp * m > MAX_CELLS",
@@ -257,6 +260,14 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
     ("configurator/cost/schedule_sim.py", "if d >= 0 and not dn[d]:", "`>=` → `>`",
      "the op of temporary id 0 (rank 0's first forward, no predecessor) is done in the "
      "first sweep before any other op reads it, so d = 0 never breaks either way"),
+    ("configurator/cost/training_time.py",
+     "daly_interval_s=daly_interval_s(stall, mtbf) if stall > 0 else 0.0", "`>` → `>=`",
+     "the save stall is positive (a checkpoint of positive bytes over a finite GPU-host "
+     "link, save_stall_s), so the guard holds either way"),
+    ("configurator/cost/training_time.py",
+     "young_interval_s=young_interval_s(stall, mtbf) if stall > 0 else 0.0", "`>` → `>=`",
+     "the save stall is positive (a checkpoint of positive bytes over a finite GPU-host "
+     "link, save_stall_s), so the guard holds either way"),
     ("configurator/cost/training_time.py", "while b - a > 3:", "constant 3 ×1.1",
      "b − a is an integer: b − a > 3.3 holds where b − a > 3 does"),
     # configurator/cost: compute, expert_comm, flops, gemm, host_ops, moe_compute,
@@ -274,6 +285,10 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
      "tp is an integer: tp > 1.1 holds where tp > 1 does"),
     ("configurator/cost/groundtruth.py", "distributed_optimizer=dp * cp > 1", "constant 1 ×1.1",
      "dp·cp is an integer: dp·cp > 1.1 holds where dp·cp > 1 does"),
+    ("configurator/cost/iteration.py", "big_tensors = np.take_along_axis(np.broadcast_to("
+     "tensors, live.shape) * 1.0", "`*` → `/`",
+     "x · 1.0 and x / 1.0 are the same floats (the product only makes a writable float copy "
+     "of the broadcast view)"),
     ("configurator/cost/iteration.py", "single = pp == 1", "constant 1 ×1.1",
      "single then never holds; with pp 1 it decides only `extra` (used where pp > 2) and "
      "`lighter_end` (used where vp > 1, which the rules allow only with pp > 1)"),

@@ -344,7 +344,8 @@ class PlacedPlan:
             gpus = np.stack([self.rank_gpus(nh, go) for nh, go in placements])
         t = self.terms_many(gpus)
         pp = t["p2p_f"].shape[2]
-        if self.vp == 1 and pp > 1:
+        plain_1f1b = self.vp == 1
+        if plain_1f1b and pp > 1:
             # 1F1B: Megatron batches each send with the next receive and waits for both
             # (overlap_p2p_comm is forced off without interleaving, megatron/training/
             # arguments.py): the sending rank is busy for the send

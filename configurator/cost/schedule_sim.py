@@ -88,9 +88,8 @@ def _virtual_table(pp: int, vp: int, m: int) -> list[tuple[int, int]]:
     if vp == 1:
         return [(mb, 0) for mb in range(m)]
     table = []
-    for lo in range(0, m, pp):
-        hi = m if lo + pp >= m else lo + pp
-        table.extend((mb, c) for c in range(vp) for mb in range(lo, hi))
+    for lo in range(0, m, pp):     # m is a multiple of pp (_check_schedule): whole groups
+        table.extend((mb, c) for c in range(vp) for mb in range(lo, lo + pp))
     return table
 
 
