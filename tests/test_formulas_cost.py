@@ -821,6 +821,27 @@ def test_model_flops_of_mla_without_a_query_latent():
     assert megatron_model_flops(model, B) == pytest.approx(want, rel=1e-12)
 
 
+def test_attention_gemms_of_mla_without_a_query_latent():
+    """Multi-latent attention without ``q_lora_rank``: the query's one projection
+    ``h → a·(qk + pos)/t`` in place of the down and up projections, the key-value down
+    projection ``h → kl + pos`` (replicated over tp) and up projection ``kl → a·(qk + v)/t``;
+    the output projection ``a·v/t → h``."""
+    from configurator.cost.compute import _attention_gemms_s
+
+    model = make_model(**{k: v for k, v in MLA_MOE.items() if k != "q_lora_rank"})
+    gpu = _gpu()
+    t, b, s = 2, 2, 256
+    c = _candidates(model, tp=t, micro_batch_size=b, sequence_parallel=True)
+    kw = layer_costs(model, c, gpu)["gemm_kw"]
+    T = b * s
+    h, a, kl, qk, pos, v = 128, 4, 32, 16, 8, 32
+    want_in = (gemm_time_s(T, a * (qk + pos) / t, h, **kw) + gemm_time_s(T, kl + pos, h, **kw)
+               + gemm_time_s(T, a * (qk + v) / t, kl, **kw))
+    got_in, got_out = _attention_gemms_s(model, T, t, kw)
+    assert _one(got_in) == pytest.approx(_one(want_in), rel=1e-12)
+    assert _one(got_out) == pytest.approx(_one(gemm_time_s(T, h, a * v / t, **kw)), rel=1e-12)
+
+
 def test_published_rows_iteration_times_and_immutability():
     """A published row's iteration time from its own figures: SC'21 Table 1's 1.7B row
     (24 layers of h = 2304, s = 2048, V = 51,200, batch 512 on 32 GPUs at 137 TFLOP/s,
@@ -1173,6 +1194,31 @@ def test_bridge_recipe_settings_left_unpriced(precision, key, field, note):
     fields, unmodelled, notes = bridge_recipe_fields(rec, precision, make_model(**GQA))
     assert fields["fp8_dot_product_attention"] is field and unmodelled is None
     assert notes == ([note] if note else [])
+
+
+@pytest.mark.parametrize("recipe,want", [("tensorwise", "tensorwise"), ("delayed", "delayed"),
+                                         ("blockwise", "blockwise"),
+                                         ("blockwise (1x128)", "blockwise"),
+                                         ("mxfp8", "tensorwise"), ("", "tensorwise")])
+def test_bridge_recipe_fp8_recipe(recipe, want):
+    """A recipe's FP8 scaling under FP8: its first word where the plans model it (delayed,
+    tensorwise, blockwise), current per-tensor scaling otherwise and where none is given."""
+    from configurator.cost.groundtruth import bridge_recipe_fields
+
+    rec = dict(recompute_modules="", recompute_granularity="", cuda_graph_impl="none",
+               cuda_graph_scope="", tp_comm_overlap="False", fp8_recipe=recipe)
+    fields, _, _ = bridge_recipe_fields(rec, "fp8", make_model(**GQA))
+    assert fields["fp8_recipe"] == want
+
+
+def test_a_papers_gpt_shape_is_whole_numbers():
+    """A table's GPT shape (``groundtruth.gpt_model``): head dimension h/a and the 4h MLP as
+    integers, as Megatron's ``--kv-channels`` and ``--ffn-hidden-size`` take them."""
+    from configurator.cost.groundtruth import gpt_model
+
+    m = gpt_model("gpt-test", 56, 7168, 48, vocab=131072, seq=4096, untied=True)
+    assert (m.kv_channels, m.ffn_hidden_size, m.num_query_groups) == (128, 4 * 7168, 56)
+    assert all(type(x) is int for x in (m.kv_channels, m.ffn_hidden_size, m.hidden_size))
 
 
 def test_korthikanti_runs_are_single_replica_plans():

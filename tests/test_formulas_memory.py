@@ -525,7 +525,7 @@ TERMS = dict(layer=100.0, moe_delta=40.0, ckpt=10.0, emb_mask=3.0, last=1000.0,
 
 
 @pytest.mark.parametrize("case", ["full", "selective-offload-overlap", "modules", "none",
-                                  "full-dense", "modules-dense"])
+                                  "full-dense", "modules-dense", "modules-offload"])
 def test_stage_activation_phases_combine_the_layer_terms(case):
     """A pipeline rank of pp 2 with 2 layers (1 MoE: share 1/2) and 4 microbatches (1F1B:
     min(pp − r, m) in flight, 2·2 = 4 layer-microbatches on rank 0). Forward end: n kept
@@ -544,6 +544,7 @@ def test_stage_activation_phases_combine_the_layer_terms(case):
         "selective-offload-overlap": (RECOMPUTE_CORE_ATTN, 1, "core_attn", True),
         "modules": (RECOMPUTE_LAYERNORM | RECOMPUTE_MOE_ACT, 0, "", False),
         "modules-dense": (RECOMPUTE_LAYERNORM | RECOMPUTE_MOE_ACT, 0, "", False),
+        "modules-offload": (RECOMPUTE_LAYERNORM | RECOMPUTE_MOE_ACT, 0, "core_attn", False),
         "none": (0, 1, "", False)}[case]
     x = LayerInputs(seq=S, mbs=B, tp=TP, sp=True, recompute=code, a2a_overlap=overlap,
                     offload_modules=offload)
@@ -562,6 +563,11 @@ def test_stage_activation_phases_combine_the_layer_terms(case):
         assert float(fwd) == pytest.approx(4 * per_layer + 2 * 3)
         moe = 11 if rank_moe else 0
         assert float(rec) == pytest.approx(3 * per_layer + per_layer + 7 + moe + 2 * 3)
+    elif case == "modules-offload":              # n − 1 = 3 layer-microbatches on the host
+        on_host = 3 * (20 + 8 / 2)
+        assert float(fwd) == pytest.approx(4 * per_layer - on_host + 2 * 3)
+        assert float(rec) == pytest.approx(3 * per_layer + per_layer + 7 + 11 + 2 * 3
+                                           - on_host)
     else:
         assert float(fwd) == pytest.approx(2 * per_layer + 1000)
         assert float(rec) == 0.0

@@ -175,7 +175,9 @@ def test_costs_follow_the_price_and_energy_the_power():
 
 
 @pytest.mark.parametrize("text, tokens", [("15T", 15e12), ("2e12", 2e12), ("300B", 300e9),
-                                          ("1_000", 1000.0), ("7.5t", 7.5e12)])
+                                          ("1_000", 1000.0), ("7.5t", 7.5e12),
+                                          ("2P", 2e15), ("40K", 4e4), ("6M", 6e6),
+                                          ("1G", 1e9)])
 def test_parse_tokens(text, tokens):
     assert parse_tokens(text) == tokens
 

