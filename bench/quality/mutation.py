@@ -332,10 +332,6 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
      "`>` → `>=`", "the rules allow padding only with a factor > 0 (rules.py), so both "
      "tests read the padding flag"),
     # found by the final draws (seeds 2029, 2030)
-    ("configurator/cost/schedule_sim.py", "if vp == 1:", "constant 1 ×1.1",
-     "_virtual_table's vp-1 branch is a short cut: with vp an integer the test fails for "
-     "vp 1 too, and the general loop builds the same table, (mb, 0) for mb in 0..m-1 "
-     "(pp-sized groups of one chunk, in order)"),
     ("configurator/cost/schedule_sim.py", "e = [0.0] * (n + 1)", "drop term `1`",
      "the scalar walk writes op i's end after reading its predecessors' (indices below i, or "
      "the sentinel -1): without the extra entry e[-1] is op n − 1's end, written last, after "
