@@ -613,6 +613,21 @@ def test_the_all_to_all_overlap_adds_one_layer_not_a_microbatch(pp, vp, stage, r
     assert float(over) - float(base) == pytest.approx(per_layer)
 
 
+def test_the_all_to_all_overlap_adds_a_chunks_mean_layers_where_under_one():
+    """The overlap's extra layer is one of a model chunk's layers: where a rank's chunks
+    hold fewer than one layer each on average (a pipeline layout's empty or embedding-only
+    chunks: here 2 layers over vp 4 chunks), it adds that mean, half a layer, not a whole
+    one (``min(rank_layers / vp, 1)``)."""
+    model = make_model(**MOE)
+    plain = LayerInputs(seq=S, mbs=B, tp=TP, sp=True)
+    at = StagePosition(pp=2, vp=4, stage=0, num_microbatches=4, rank_layers=2,
+                       rank_moe_layers=2)
+    t = dict(TERMS, last=0.0, emb_mask=0.0)
+    base, _ = stage_activation_phases(model, plain, at, t)
+    over, _ = stage_activation_phases(model, plain.replace(a2a_overlap=True), at, t)
+    assert float(over) - float(base) == pytest.approx(0.5 * (100.0 + 40.0))
+
+
 def test_layer_terms_of_the_first_and_last_stage_and_the_recomputed_layer():
     """layer_terms (activations module docstring, "Stage extras"): the embedding-dropout
     mask Xh/t with SP; the last stage's final-norm and output-layer inputs 2·2Xh/t and the

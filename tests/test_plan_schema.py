@@ -92,6 +92,24 @@ def test_plan_from_dict_round_trip_and_errors():
         plan_from_dict(missing)
 
 
+def test_whole_number_fields_hold_ints():
+    """A float in a whole-number field is refused where the plan is made (a float vp would
+    write ``--num-layers-per-virtual-pipeline-stage 4.0``, which Megatron's integer flag
+    refuses); a NumPy integer (a PlanBatch column's) becomes a Python int, so the JSON and
+    the scripts print ``2``; a boolean is not a number of GPUs."""
+    with pytest.raises(InputError, match=r"^plan\.vp=3\.0: must be a whole number"):
+        ParallelPlan(tp=2, pp=2, dp=2, vp=3.0, micro_batch_size=1, global_batch_size=8)
+    with pytest.raises(InputError, match=r"^plan\.tp=True: must be a whole number"):
+        ParallelPlan(tp=True, pp=1, dp=8, micro_batch_size=1, global_batch_size=8)
+    with pytest.raises(InputError, match=r"^plan\.global_batch_size=np\.float64\(8\.0\)|"
+                                         r"^plan\.global_batch_size=8\.0"):
+        ParallelPlan(tp=1, pp=1, dp=8, micro_batch_size=1, global_batch_size=np.float64(8.0))
+    p = ParallelPlan(tp=np.int64(2), pp=np.int32(2), dp=2, micro_batch_size=1,
+                     global_batch_size=8)
+    assert type(p.tp) is int and type(p.pp) is int and p.tp == 2 and p.pp == 2
+    assert json.dumps(p.to_dict())       # no NumPy scalar left to refuse serialising
+
+
 # -- one rule set ---------------------------------------------------------------------------
 
 #: A legal base plan on 16 GPUs and, for each rule in RULES order, a change that breaks it.

@@ -134,6 +134,12 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
      "the bound only limits the lookup table's length; the integers are the same"),
     ("memory_model/params.py", "int(tp.min()) > 0", "`>` → `>=`",
      "tp is at least 1, so the test holds either way"),
+    ("memory_model/params.py", "if 0 < hi <= 4096 and int(tp.min()) > 0:", "`and` → `or`",
+     "tp is at least 1, so min > 0 holds and `or` only takes the table for a tp above 4,096 "
+     "too: the same integers from a longer table"),
+    ("configurator/cost/placed.py", "first % G + G * backward", "`+` → `-`",
+     "the key indexes arrays of 2·G entries (lowest, code): first % G − G lands, by NumPy's "
+     "negative indexing, on the same entry G + first % G does"),
     ("configurator/cost/expert_comm.py", "return np.where(n > 1, flex, 0.0)", "constant 1 ×1.1",
      "ep is an integer: n > 1.1 holds where n > 1 does"),
     ("configurator/cost/communication.py", "if G > 1 else", "constant 1 ×1.1",
@@ -295,9 +301,6 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
      "tensors, live.shape) * 1.0", "`*` → `/`",
      "x · 1.0 and x / 1.0 are the same floats (the product only makes a writable float copy "
      "of the broadcast view)"),
-    ("configurator/cost/iteration.py", "single = pp == 1", "constant 1 ×1.1",
-     "single then never holds; with pp 1 it decides only `extra` (used where pp > 2) and "
-     "`lighter_end` (used where vp > 1, which the rules allow only with pp > 1)"),
     ("configurator/cost/groundtruth.py", "if fsdp and fsdp != n // (tp * pp):", "`*` → `/`",
      "the shipped Megatron-Bridge table's one FSDP row has pp 1, where n // (tp * pp) and "
      "n // (tp / pp) agree (the tables are the tool's own files; a row with pp > 1 and FSDP "

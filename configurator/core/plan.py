@@ -21,6 +21,7 @@ Flag sources: Megatron-LM core_v0.16.1 ``megatron/training/arguments.py`` (argum
 from __future__ import annotations
 
 import dataclasses
+import operator
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Union
 
@@ -514,6 +515,20 @@ class ParallelPlan(PlanLayout):
 
 
     def __post_init__(self):
+        # a whole-number field holds an int: a float (4.0) would reach the scripts as
+        # "--num-layers-per-virtual-pipeline-stage 4.0", which Megatron's integer flags
+        # refuse; a NumPy integer (a PlanBatch column's) becomes the int it is
+        for name in _INT_FIELD_NAMES:
+            value = getattr(self, name)
+            try:
+                if isinstance(value, bool):
+                    raise TypeError
+                whole = operator.index(value)
+            except TypeError:
+                raise InputError(f"plan.{name}", value, "must be a whole number (an int)") \
+                    from None
+            if type(value) is not int:
+                object.__setattr__(self, name, whole)
         # one spelling per module list (Megatron's order), so equal plans compare equal; a bad
         # list is kept as given for the rules to name. Megatron reads the list with selective
         # recompute only: other plans carry the default.
@@ -559,6 +574,8 @@ def _collect() -> tuple[PlanField, ...]:
 #: THE plan schema, in field order.
 PLAN_FIELDS: tuple[PlanField, ...] = _collect()
 PLAN_FIELD = {f.name: f for f in PLAN_FIELDS}
+#: The whole-number fields (:meth:`ParallelPlan.__post_init__` holds each to an int).
+_INT_FIELD_NAMES = tuple(f.name for f in PLAN_FIELDS if f.type is int)
 PLAN_FIELD_DEFAULTS.update({f.name: f.default for f in PLAN_FIELDS})
 #: Fields a plan document may leave out (their defaults: no expert parallelism, an even
 #: layer split), so documents written before these fields existed still read.

@@ -116,7 +116,7 @@ def overlapped_share(c: PlanBatch) -> np.ndarray:
     at the middle rank ``r = (pp - 1)/2``."""
     pp, vp = c.pp.astype(float), c.vp.astype(float)
     passes = c.num_microbatches * vp
-    warmup = np.where(pp > 1, (pp - 1) + (vp - 1) * pp + 1, 1.0)
+    warmup = (pp - 1) + (vp - 1) * pp + 1.0     # 1 without pipelining (pp = vp = 1)
     return np.clip((passes - warmup) / np.maximum(passes, 1.0), 0.0, 1.0)
 
 

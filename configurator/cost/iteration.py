@@ -562,9 +562,6 @@ def iteration_time(model: ModelSpec, cluster, c: PlanBatch,
     x = stage_extras_s(model, c, gpu, lc, comm["tp_bw"], comm["tp_lat"])
     emb = x["emb_fwd"] + x["emb_bwd"]
     logits = x["logits_fwd"] + x["logits_bwd"]
-    single = pp == 1
-    slow_is_last = logits > emb
-    extra = np.where(single, emb + logits, np.where(slow_is_last, logits, emb))
 
     # Stage classes (ranks alike in layers, MoE layers and end position) and each class's
     # terms per microbatch; the slowest class sets the pace.
@@ -599,7 +596,7 @@ def iteration_time(model: ModelSpec, cluster, c: PlanBatch,
     # even split this is (pp-1)/vp core stage times plus the lighter end's extra, once for
     # 1F1B and pp times interleaved: exact against the simulated schedule
     # (configurator.cost.schedule_sim) without sends.
-    lighter_end = np.where(single, 0.0, np.minimum(emb, logits))
+    lighter_end = np.minimum(emb, logits)     # read where vp > 1, so pp > 1
     others = total - pace
     out = {k: m * np.take_along_axis(v, pace_k, axis=1)[:, 0] for k, v in terms.items()}
     out["bubble"] = np.where(vp == 1, others, (others - lighter_end) / vp + pp * lighter_end)
@@ -617,10 +614,10 @@ def iteration_time(model: ModelSpec, cluster, c: PlanBatch,
     steady = p2p_transfers(pp, vp, m) - fill
     pp_comm = fill * np.where(vp > 1, send_s("_ring"), send_s("_path")) + steady * t_end
     # 1F1B with pp > 2: a middle stage sends twice per microbatch (at most the slowest
-    # boundary's time each), an end stage once but carries its extra; the middle one sets
-    # the pace when that is longer
+    # boundary's time each), an end stage once but carries its extra (the heavier end's);
+    # the middle one sets the pace when that is longer
     middle = np.where((vp == 1) & (pp > 2),
-                      m * np.maximum(2 * t_worst - t_end - extra, 0.0), 0.0)
+                      m * np.maximum(2 * t_worst - t_end - np.maximum(emb, logits), 0.0), 0.0)
     out["pp_comm"] = np.where(pp > 1, pp_comm + middle, 0.0)
 
     # Data-parallel gradient reduction: non-expert parameters over the dp·cp group, expert

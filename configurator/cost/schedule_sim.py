@@ -74,9 +74,9 @@ def _check_schedule(pp, vp, num_microbatches) -> tuple[int, int, int]:
     pp = _check_int("pp", pp, 1)
     vp = _check_int("vp", vp, 1)
     m = _check_int("num_microbatches", num_microbatches, 1)
-    if vp > 1 and pp == 1:
+    if vp != 1 and pp == 1:
         raise ValueError(f"the interleaved schedule (vp={vp}) needs pp > 1")
-    if vp > 1 and m % pp != 0:
+    if vp != 1 and m % pp != 0:
         raise ValueError(f"the interleaved schedule needs num_microbatches ({m}) divisible "
                          f"by pp ({pp})")
     return pp, vp, m
