@@ -17,8 +17,11 @@ import numpy as np
 import pytest
 
 from configurator.core.model import make_model
+from configurator.core.plan import ParallelPlan
+from configurator.core.plan_batch import PlanBatch
 from configurator.cost.compute import layer_costs
 from configurator.cost.gemm import gemm_time_s, main_grad_accumulation_s
+from configurator.cost.iteration import expert_data_parallel_size
 from tests.test_formulas_exact import GQA, H100, MLA_MOE, _candidates, _gqa_layer, _one, v_pad
 from topology.cluster_files import load_cluster
 
@@ -1231,3 +1234,21 @@ def test_korthikanti_runs_are_single_replica_plans():
     for run in runs:
         p = run.plan
         assert type(p.dp) is int and p.dp == 1 and p.tp * p.pp == run.num_gpus
+
+
+@pytest.mark.parametrize("tp, cp, dp, pp, ep, etp", [
+    (2, 2, 4, 2, 4, 2),     # 32 ranks: expert grid etp 2 × ep 4 × edp 2 × pp 2
+    (4, 2, 2, 1, 2, 1),     # 16 ranks: etp 1 × ep 2 × edp 8
+    (8, 1, 4, 2, 8, 4),     # 64 ranks: etp 4 × ep 8 × edp 1 × pp 2
+])
+def test_expert_data_parallel_group_is_the_expert_grids_rest(tp, cp, dp, pp, ep, etp):
+    """The expert-data-parallel group (expert gradients reduced and the distributed
+    optimizer's expert state sharded over it) is what the expert grid ``etp-ep-edp-pp``
+    leaves of the world (megatron-core 0.16.1 parallel_state.py: the expert RankGenerator
+    over the same ``tp·cp·dp·pp`` ranks): ``world / (pp·ep·etp)``, context parallelism
+    counted among its ranks."""
+    plan = ParallelPlan(tp=tp, cp=cp, dp=dp, pp=pp, ep=ep, etp=etp, micro_batch_size=1,
+                        global_batch_size=8 * dp)
+    world = tp * cp * dp * pp
+    got = expert_data_parallel_size(PlanBatch.from_plans([plan]))
+    assert got.tolist() == [world / (pp * ep * etp)]

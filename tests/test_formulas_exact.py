@@ -729,7 +729,8 @@ def test_iteration_time_assembles_the_pipeline_schedule(vp):
 def test_total_parameters_match_the_published_checkpoints():
     """Parameter counts of the released checkpoints (their Hugging Face safetensors index's
     ``total_size`` in bf16 bytes over 2): Llama-3-8B 8,030,261,248; Llama-3-70B
-    70,553,706,496; Mixtral-8x7B 46,702,792,704, of which 12.9B active (its model card)."""
+    70,553,706,496; Mixtral-8x7B 46,702,792,704, of which 12.9B active (its model card);
+    DeepSeek-V3 and Llama 4 Maverick in their model cards' billions."""
     from configurator.core.model_presets import MODEL_PRESETS
     from memory_model.params import active_parameters, total_parameters
 
@@ -738,6 +739,11 @@ def test_total_parameters_match_the_published_checkpoints():
     assert total_parameters(MODEL_PRESETS["mixtral-8x7b"]) == 93_405_585_408 // 2
     assert round(active_parameters(MODEL_PRESETS["mixtral-8x7b"]) / 1e8) == 129
     assert active_parameters(MODEL_PRESETS["llama3-8b"]) == 8_030_261_248
+    # MoE models with dense layers beside their MoE ones (their model cards): DeepSeek-V3
+    # "671B total parameters" (its 3 dense layers among 61; the 14B of its MTP module are
+    # counted apart), Llama 4 Maverick "400B total parameters" (24 dense of 48)
+    assert total_parameters(MODEL_PRESETS["deepseek-v3"]) // 10**9 == 671
+    assert total_parameters(MODEL_PRESETS["llama4-maverick"]) // 10**9 == 400
 
 
 @pytest.mark.parametrize("precision", ["fp8", "mxfp8"])

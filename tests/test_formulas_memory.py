@@ -628,6 +628,22 @@ def test_the_all_to_all_overlap_adds_a_chunks_mean_layers_where_under_one():
     assert float(over) - float(base) == pytest.approx(0.5 * (100.0 + 40.0))
 
 
+def test_a_rank_without_its_layer_counts_holds_an_even_split():
+    """StagePosition without ``rank_layers`` and ``rank_moe_layers`` is the even split of
+    the model's decoder and MoE layers over pp (its docstring): the same phases as those
+    counts given, L/pp and L_moe/pp (the MoE share of the rank's layers priced with them)."""
+    model = make_model(**MOE)
+    x = LayerInputs(seq=S, mbs=B, tp=TP, sp=True)
+    t = dict(TERMS)
+    for pp, stage in ((2, 0), (2, 1), (4, 2)):
+        even = StagePosition(pp=pp, stage=stage, num_microbatches=8)
+        given = StagePosition(pp=pp, stage=stage, num_microbatches=8,
+                              rank_layers=model.num_layers / pp,
+                              rank_moe_layers=model.num_moe_layers / pp)
+        assert [float(v) for v in stage_activation_phases(model, x, even, t)] == pytest.approx(
+            [float(v) for v in stage_activation_phases(model, x, given, t)])
+
+
 def test_layer_terms_of_the_first_and_last_stage_and_the_recomputed_layer():
     """layer_terms (activations module docstring, "Stage extras"): the embedding-dropout
     mask Xh/t with SP; the last stage's final-norm and output-layer inputs 2·2Xh/t and the

@@ -41,6 +41,14 @@ def test_llama3_405b_ettr_above_090():
     assert t.save_stall_s == pytest.approx(t.checkpoint_bytes / 2e12, rel=0.01)
 
 
+def test_the_default_failure_rate_is_llama3s():
+    """With no rate given, a job of Llama 3's 2,048 nodes is interrupted as Llama 3 was:
+    466 times in its 54-day snapshot (arXiv:2407.21783 §3.3.4, Table 5); the estimate
+    turns a node-day rate into its job's rate as test_llama3_405b_ettr_above_090 checks."""
+    rate = TrainingInputs(train_tokens=1.0).failure_rate_per_node_day
+    assert rate * 54 * 2048 == pytest.approx(466)
+
+
 def test_bloom_checkpoint_within_10_percent():
     assert abs(bloom_size() / BLOOM_CHECKPOINT_BYTES - 1) <= 0.10
 

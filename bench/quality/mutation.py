@@ -301,6 +301,9 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
      "tensors, live.shape) * 1.0", "`*` → `/`",
      "x · 1.0 and x / 1.0 are the same floats (the product only makes a writable float copy "
      "of the broadcast view)"),
+    ("configurator/cost/iteration.py", "np.broadcast_to(expert, live.shape) * 1.0", "`*` → `/`",
+     "x · 1.0 and x / 1.0 are the same floats (the product only makes a float copy of the "
+     "broadcast view)"),
     ("configurator/cost/groundtruth.py", "if fsdp and fsdp != n // (tp * pp):", "`*` → `/`",
      "the shipped Megatron-Bridge table's one FSDP row has pp 1, where n // (tp * pp) and "
      "n // (tp / pp) agree (the tables are the tool's own files; a row with pp > 1 and FSDP "
@@ -316,8 +319,9 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
      "T (a microbatch's tokens on the rank) is positive: 0 / T = 0 · T"),
     ("configurator/cost/compute.py", "return 0.0 * T", "`*` → `/`",
      "T (a microbatch's tokens on the rank) is positive: 0 / T = 0 · T"),
-    ("configurator/cost/host_ops.py", "moe_mlp = 0.0 * local", "`*` → `/`",
-     "the local experts E/ep are at least one: 0 / local = 0 · local"),
+    ("configurator/cost/host_ops.py", "moe_mlp = 0.0 * experts", "`*` → `/`",
+     "the expert operations (the MLP's own and some per local expert) are positive: "
+     "0 / experts = 0 · experts"),
     ("configurator/cost/moe_compute.py", "bias_f = bias_b = 0.0 * R", "`*` → `/`",
      "R (routed copies: k·X·etp times a capacity share > 0) is positive: 0 / R = 0 · R"),
     ("configurator/cost/moe_compute.py", "clamp_f, clamp_b = (0.0 * R, 0.0 * R) if fused",
@@ -330,10 +334,6 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
      "8, 16 or 32 stages, which divide neither 63 nor 63.2: \"\" either way elsewhere"),
     ("configurator/cost/groundtruth.py", "same_plan: bool = True", "`True` → `False`",
      "the default is never used: the one caller (bridge_rows) passes same_plan"),
-    ("configurator/cost/moe_compute.py",
-     "drop_pad = c.moe_expert_capacity_factor > 0 and c.moe_pad_expert_input_to_capacity",
-     "`>` → `>=`", "the rules allow padding only with a factor > 0 (rules.py), so both "
-     "tests read the padding flag"),
     # found by the final draws (seeds 2029, 2030)
     ("configurator/cost/schedule_sim.py", "e = [0.0] * (n + 1)", "drop term `1`",
      "the scalar walk writes op i's end after reading its predecessors' (indices below i, or "
@@ -344,7 +344,7 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
      "the first module's bytes are added to every = 0·xh, zeros that broadcast to the "
      "term's own shape: 0 + x and x are the same array"),
     ("configurator/cost/host_ops.py",
-     "drop_pad = c.moe_expert_capacity_factor > 0 and c.moe_pad_expert_input_to_capacity",
+     "return bool(c.moe_expert_capacity_factor > 0 and c.moe_pad_expert_input_to_capacity)",
      "`>` → `>=`", "the rules allow padding only with a factor > 0 (rules.py), so both "
      "tests read the padding flag"),
 ]
