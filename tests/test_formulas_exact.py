@@ -1151,6 +1151,16 @@ def test_megatron_fsdp_shards_expert_weights_over_the_expert_data_parallel_group
                                         megatron_fsdp=True, global_batch_size=16))[1]
     assert last.parameters_bytes == pytest.approx(2 * held, rel=1e-12)
     assert last.gradients_bytes == pytest.approx(4 * held, rel=1e-12)
+    # FP8 without the FP8 weight gather keeps a copy of the GEMM weights beside the 16-bit
+    # ones: under FSDP the same share of what the rank holds as without it
+    fp8 = dict(tp=1, pp=2, dp=4, ep=2, distributed_optimizer=True, global_batch_size=16,
+               precision="fp8", fp8_param_gather=False)
+    for pp_rank in (0, 1):
+        sharded = estimate_memory(model, _batch(megatron_fsdp=True, **fp8))[pp_rank]
+        whole = estimate_memory(model, _batch(**fp8))[pp_rank]
+        assert sharded.parameters_bytes > 2 * sharded.gradients_bytes / 4
+        assert sharded.parameters_bytes / sharded.gradients_bytes == pytest.approx(
+            whole.parameters_bytes / whole.gradients_bytes, rel=1e-12)
 
 
 # ---------------------------------------------------------------- activations by module

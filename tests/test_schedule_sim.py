@@ -143,6 +143,21 @@ def test_batched_equals_separate_runs_and_bad_input_is_refused():
         schedule_order(1, 2, 4)
 
 
+def test_unbatched_inputs_are_shared_by_every_replica():
+    """Unbatched p2p and tail arrays (and scalars) are shared by all D replicas of batched
+    compute times (simulate's docstring): the same times as each replica run alone with
+    them; batched inputs that disagree on D are refused, naming both."""
+    rng = np.random.default_rng(2)
+    f = rng.uniform(0.5, 1.5, (3, 4, 2))
+    b = rng.uniform(1.0, 3.0, (3, 4, 2))
+    pf, tail = rng.uniform(0, 0.1, 4), rng.uniform(0, 0.3, 4)
+    batch = simulate(f, b, pf, 0.05, 8, tail_s=tail).iteration_time_s
+    one = [simulate(f[d], b[d], pf, 0.05, 8, tail_s=tail).iteration_time_s[0] for d in range(3)]
+    assert batch.tolist() == pytest.approx(one, rel=1e-12)
+    with pytest.raises(ValueError, match=r"disagree on the number of replicas D: \[2, 3\]"):
+        simulate(f, b, rng.uniform(0, 0.1, (2, 4)), 0.05, 8)
+
+
 def test_gantt_renders_a_recorded_schedule():
     f, b = _uniform(4, 2)
     res = simulate(f, b, 0.01, 0.01, 8, tail_s=0.2, record=True)

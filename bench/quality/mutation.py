@@ -134,6 +134,10 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
      "the bound only limits the lookup table's length; the integers are the same"),
     ("memory_model/params.py", "int(tp.min()) > 0", "`>` → `>=`",
      "tp is at least 1, so the test holds either way"),
+    ("memory_model/params.py", "mult = VOCAB_DIVISIBLE_BY * np.arange(1, hi + 1, dtype=tp.dtype)",
+     "constant 1 ×1.1",
+     "an integer arange: a start of 1.1 is cast to the same 1, 2, ..., and an end of hi + 1.1 "
+     "adds at most one entry, past every tp looked up"),
     ("memory_model/params.py", "if 0 < hi <= 4096 and int(tp.min()) > 0:", "`and` → `or`",
      "tp is at least 1, so min > 0 holds and `or` only takes the table for a tp above 4,096 "
      "too: the same integers from a longer table"),
@@ -148,6 +152,8 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
      "m − m1 = m − m mod k − 2k is a multiple of k: the quotient is exact either way"),
     ("configurator/cost/schedule_sim.py", "_levels: tuple = field(repr=False", "`False` → `True`",
      "the field's repr flag changes only the object's repr"),
+    ("configurator/cost/schedule_sim.py", "if len(sizes) > 1:", "constant 1 ×1.1",
+     "a set's length is an integer: > 1.1 holds where > 1 does"),
     ("configurator/cost/schedule_sim.py",
      "D * (dur_src.shape[1] + lat_src.shape[1]) <= _RANK_ENDS_KEY_FLOATS", "`+` → `-`",
      "the size only decides which inputs the rank-finish cache keeps; its key holds the "
@@ -343,6 +349,10 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
      "drop term `every`",
      "the first module's bytes are added to every = 0·xh, zeros that broadcast to the "
      "term's own shape: 0 + x and x are the same array"),
+    ("memory_model/activations.py", "moe = moe + 2 * xh_rep", "drop term `moe`",
+     "the first MoE module's bytes are added to moe = 0·xh, zeros that broadcast to the "
+     "term's own shape (xh_rep is xh over the tp of each plan): 0 + x and x are the same "
+     "array"),
     ("configurator/cost/host_ops.py",
      "return bool(c.moe_expert_capacity_factor > 0 and c.moe_pad_expert_input_to_capacity)",
      "`>` → `>=`", "the rules allow padding only with a factor > 0 (rules.py), so both "

@@ -397,7 +397,7 @@ def layer_costs(model: ModelSpec, c: PlanBatch, gpu: GPUSpec, profile=None) -> d
                    tokens_routed=moe["tokens_routed"], tokens_in=moe["tokens_in"],
                    moe_experts_fwd=moe["experts_fwd"])
     else:
-        out.update(moe_fwd=fwd, moe_bwd=bwd, moe_recompute=recompute + mlp_module,
+        out.update(moe_fwd=fwd, moe_bwd=bwd, moe_recompute=out["recompute"],
                    tokens_routed=0.0 * T, tokens_in=0.0 * T, moe_experts_fwd=0.0 * T)
     out["moe_main_grad_acc"] = moe_acc if model.is_moe else grad_acc
     return out
