@@ -21,7 +21,6 @@ Flag sources: Megatron-LM core_v0.16.1 ``megatron/training/arguments.py`` (argum
 from __future__ import annotations
 
 import dataclasses
-import operator
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Union
 
@@ -520,15 +519,8 @@ class ParallelPlan(PlanLayout):
         # refuse; a NumPy integer (a PlanBatch column's) becomes the int it is
         for name in _INT_FIELD_NAMES:
             value = getattr(self, name)
-            try:
-                if isinstance(value, bool):
-                    raise TypeError
-                whole = operator.index(value)
-            except TypeError:
-                raise InputError(f"plan.{name}", value, "must be a whole number (an int)") \
-                    from None
             if type(value) is not int:
-                object.__setattr__(self, name, whole)
+                object.__setattr__(self, name, v.whole_number(f"plan.{name}", value))
         # one spelling per module list (Megatron's order), so equal plans compare equal; a bad
         # list is kept as given for the rules to name. Megatron reads the list with selective
         # recompute only: other plans carry the default.

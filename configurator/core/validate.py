@@ -6,6 +6,7 @@ import decimal
 import difflib
 import functools
 import math
+import operator
 import os
 import re
 from typing import Any, Iterable, Mapping
@@ -23,6 +24,18 @@ def positive_int(field: str, value: Any) -> int:
     if value <= 0:
         raise InputError(field, value, "must be a positive integer (> 0)")
     return int(value)
+
+
+def whole_number(field: str, value: Any) -> int:
+    """Return ``value`` as a Python int; raise InputError unless it already is an integer
+    (an int or a NumPy integer; bools and floats, even integral ones, rejected). For values
+    made in code rather than read from a file: no range, that being the rules' to name."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        return operator.index(value)
+    except TypeError:
+        raise InputError(field, value, "must be a whole number (an int)") from None
 
 
 def efficiency(field: str, value: Any) -> float:
