@@ -90,3 +90,46 @@ def test_the_dsv3_history_is_one_plan_changed_where_its_table_says():
     first = report.checks[0]
     flops = megatron_model_flops(model, 2048, 4096)
     assert first.measured_iteration_time_s == pytest.approx(flops / (494.46e12 * 256))
+
+
+#: The H100 table's first row as the README prints it (best_practice/Qwen3/readme.md at
+#: b0b92ff): 19.7 s per step at 245 TFLOP/s per GPU on 256 H100, 2,048 sequences of 4,096.
+ZOO_4K_STEP_S, ZOO_4K_TFLOPS = 19.7, 245.0
+
+
+def test_the_zoo_counts_the_causal_scores_at_half():
+    """The README's 4k table gives both a step time and TFLOP/s, so its FLOP count can be
+    read off: Megatron-LM's causal count (scores at half) within 1 %, the count over all s²
+    pairs 13 % above. The long-context rows, which give TFLOP/s only, are read with it."""
+    model = load_model("qwen3-235b-a22b").with_seq_length(4096)
+    per_gpu = [megatron_model_flops(model, 2048, causal=c) / (ZOO_4K_STEP_S * 256) / 1e12
+               for c in (True, False)]
+    assert per_gpu[0] == pytest.approx(ZOO_4K_TFLOPS, rel=0.01)
+    assert per_gpu[1] > 1.12 * ZOO_4K_TFLOPS
+    long_rows = [r for r in load_runs(str(PATH)) if r.tflops_per_gpu is not None
+                 and r.cluster == "dgx-h100-80gb"]
+    assert len(long_rows) == 8 and {r.flops_formula for r in long_rows} == {"megatron"}
+
+
+def test_the_long_context_rows_split_into_attention_and_the_rest():
+    """bench.accuracy.modelzoo's two-term fit over each routing's four long-context rows
+    (tokens per rank fixed, the attention growing with cp): each row within 2 %; read with
+    the causal count, the attention attains no more than the cuDNN kernel's own figure at
+    those keys and more than the preset's, and the rest of the microbatch takes longer than
+    priced; read with the full count, the attention would attain under half the kernel's."""
+    from bench.accuracy.modelzoo import long_context_rows, long_context_split
+    from configurator.app.validate_jobs import run_model
+
+    runs = load_runs(str(PATH))
+    for forced in (True, False):
+        rows = long_context_rows(runs, forced)
+        assert [r.plan.cp for r in rows] == [1, 2, 4, 8]
+        # the same tokens per rank in every row: s / (tp·cp)
+        assert {run_model(r).seq_length / (r.plan.tp * r.plan.cp) for r in rows} == {4096.0}
+        causal, full = (long_context_split(rows, f)
+                        for f in ("megatron", "megatron-full-attention"))
+        for x in (causal, full):
+            assert x["fitted"] == pytest.approx(x["measured"], rel=0.02)
+            assert x["rest"] > 1.1
+        assert causal["preset"] < causal["attained"] <= causal["kernel"]
+        assert full["attained"] < 0.5 * full["kernel"]

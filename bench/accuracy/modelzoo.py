@@ -11,6 +11,9 @@ fields equal), the time change measured against predicted; and the forced and dr
 (the long-context table's four and Mixtral 8x22B's pair, ``tests/data/modelzoo_mixtral.csv``):
 the dropless run's extra seconds, measured and predicted, and the router's spread each
 implies, whose medians are :data:`configurator.core.plan_terms.ROUTER_LOAD_CV`.
+Between the first two, the long-context rows under either FLOP count (causal scores at half,
+or all ``s²`` pairs): what each implies of the attention's attained fraction of the peak and
+of the rest of the microbatch (:func:`long_context_counting`).
 
 Then the optimisation history of one DeepSeek-V3 plan on 256 GB200
 (``tests/data/dsv3_gb200_history.csv``, sources in its header; held out too): each step's
@@ -223,6 +226,88 @@ def twins(runs) -> dict:
     return medians
 
 
+def _two_term_fit(plans, times):
+    """Least squares, relative, of ``T = (m + (pp - 1)/vp)·(α + β·cp)`` over one table's rows
+    (``m`` microbatches; ``α`` a microbatch's work at the table's fixed tokens per rank, the
+    same at every cp; ``β·cp`` its attention, which grows with the keys): ``(α, β)``, seconds
+    per microbatch."""
+    rows = np.array([[(p.num_microbatches + (p.pp - 1) / p.vp) * x for x in (1.0, p.cp)]
+                     for p in plans]) / np.asarray(times)[:, None]
+    (alpha, beta), *_ = np.linalg.lstsq(rows, np.ones(len(times)), rcond=None)
+    return alpha, beta
+
+
+def long_context_split(rows, formula: str) -> dict:
+    """One routing's long-context rows (the same plan at cp 1, 2, 4, 8 with the tokens per
+    rank fixed) read with FLOP count ``formula``: their ``errors``, the two-term fit of
+    :func:`_two_term_fit` to the measured times (``fitted``: its times) and to the predicted
+    ones, and what it gives: the attention's attained fraction of the BF16 peak
+    (``attained``: its kernel FLOPs, Megatron's causal score count with the backward at 2.5
+    times the forward's, over ``β``'s seconds), the preset's and the kernel's own figure at
+    those keys (``preset``; ``kernel``, the prior before the in-training factor) and the rest
+    of the microbatch measured over priced (``rest``)."""
+    from configurator.app.validate_jobs import priced_run
+    from configurator.cost.compute import cp_causal_share, cp_key_tokens, flash_efficiency
+    from configurator.cost.flops import megatron_model_flops
+    from topology.gpus import RUN_FITTED
+
+    checks = validate_runs([dataclasses.replace(r, flops_formula=formula)
+                            for r in rows]).checks
+    priced = [priced_run(r) for r in rows]
+    plans = [p.plan for _, _, p in priced]
+    measured = [c.measured_iteration_time_s for c in checks]
+    alpha, beta = _two_term_fit(plans, measured)
+    alpha_p, _ = _two_term_fit(plans, [c.predicted_iteration_time_s for c in checks])
+    model, cluster, run = priced[0]
+    p = run.plan
+    # the causal score FLOPs Megatron counts (fwd + bwd as 3 forwards) -> the kernels'
+    score = (megatron_model_flops(model, p.global_batch_size, causal=False)
+             - megatron_model_flops(model, p.global_batch_size)) * 3.5 / 3.0
+    seconds = (p.num_microbatches + (p.pp - 1) / p.vp) * beta * p.cp
+    keys = cp_key_tokens(model.seq_length, p.cp, p.cp_comm_type)
+    share = cp_causal_share(p.cp, p.cp_comm_type)
+    return {"errors": [c.error for c in checks], "measured": measured,
+            "fitted": [(q.num_microbatches + (q.pp - 1) / q.vp) * (alpha + beta * q.cp)
+                       for q in plans],
+            "attained": score / run.num_gpus / seconds / cluster.gpu.peak("bf16"),
+            "preset": float(flash_efficiency(cluster.gpu.efficiency.flash_attention, keys,
+                                             share)),
+            "kernel": float(flash_efficiency(RUN_FITTED["h100-80gb"]["flash_attention"].value,
+                                             keys, share)),
+            "rest": alpha / alpha_p}
+
+
+def long_context_rows(runs, forced: bool) -> list:
+    """The long-context table's rows of one routing (the H100 rows that give TFLOP/s), by cp."""
+    return sorted((r for r in runs if r.tflops_per_gpu is not None
+                   and r.cluster == "dgx-h100-80gb"
+                   and r.plan.moe_router_force_load_balancing == forced),
+                  key=lambda r: r.plan.cp)
+
+
+def long_context_counting(runs) -> None:
+    """The long-context table under either FLOP count. Its rows give TFLOP/s only, and at
+    16k-128k tokens the attention's share of the FLOPs, so of the time derived from them,
+    depends on whether the causal scores count at half (Megatron-LM since March 2025, and
+    the same README's 4k table: its Per GPU TF is the causal count's) or in full. Per
+    router balance and count, :func:`long_context_split`: each row's error, the attention's
+    attained fraction of the peak against the preset's and the kernel's own, the rest's
+    time against its price."""
+    print("\n" + table_head(["router balance", "TFLOP/s counted", "errors, cp 1, 2, 4, 8",
+                             "attention, fraction of peak", "preset", "kernel alone",
+                             "rest, measured over priced"],
+                            ["---", "---", "---", "---:", "---:", "---:", "---:"]))
+    for forced in (True, False):
+        rows = long_context_rows(runs, forced)
+        for formula in ("megatron", "megatron-full-attention"):
+            x = long_context_split(rows, formula)
+            errs = ", ".join(f"{100 * e:+.0f}" for e in x["errors"])
+            print(f"| {'forced' if forced else 'dropless'} | "
+                  f"{'causal at half' if formula == 'megatron' else 'all s² pairs'} | "
+                  f"{errs} % | {x['attained']:.2f} | {x['preset']:.2f} | {x['kernel']:.2f} | "
+                  f"{x['rest']:.2f} |")
+
+
 def history(runs) -> None:
     """One plan's optimisation history: each step against its predecessor, measured and
     predicted, and what the steps that change the plan took off."""
@@ -260,6 +345,7 @@ def main(argv=None) -> None:
     args = draws_parser(__doc__).parse_args(argv)
     runs = load_runs(str(RUNS))
     held_out(runs)
+    long_context_counting(runs)
     pairs(runs, args.draws, args.seed)
     bridge_moe_by_graphs()
     overlap_pairs(runs)
