@@ -357,6 +357,21 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
      "return bool(c.moe_expert_capacity_factor > 0 and c.moe_pad_expert_input_to_capacity)",
      "`>` → `>=`", "the rules allow padding only with a factor > 0 (rules.py), so both "
      "tests read the padding flag"),
+    # found by seed 2039
+    ("configurator/cost/schedule_sim.py", "data_pred_t[b_ids[has_next]] = b_ids[has_next] + 1",
+     "constant 1 ×1.1",
+     "an int64 array: b + 1.1 is stored as b + 1 (NumPy truncates a float assigned into it)"),
+    ("configurator/cost/schedule_sim.py", "elif q >= 0 and end[q] + lat[i] == start[i]:",
+     "`and` → `or`",
+     "an op starts at the later of its rank predecessor's end and its data predecessor's end "
+     "plus the latency (0 for none): reached when the rank predecessor does not bind, a data "
+     "predecessor (q ≥ 0) binds, and without one (q = −1) end[−1] + 0 is the last op's end, "
+     "after the start of every op without predecessors (0)"),
+    ("configurator/cost/training_time.py", "if x < 1e-12:", "`<` → `<=`",
+     "at x = 1e-12 exactly both branches give Δt/(Δt + w) within 1e-12 (expm1(x)/x = 1 + x/2)"),
+    ("memory_model/activations.py", "if plans.stores_scores else False),", "`False` → `True`",
+     "softmax_fp32 is read only where the plan stores scores (layer_terms' "
+     "`if stores_scores:`), and no caller replaces stores_scores after from_plans"),
 ]
 
 #: Modules preloaded before forking (below the mutated layers: the import contracts keep
