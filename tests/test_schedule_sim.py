@@ -137,6 +137,10 @@ def test_batched_equals_separate_runs_and_bad_input_is_refused():
     assert big[::40].tolist() == pytest.approx(one, rel=1e-12)
     with pytest.raises(ValueError):
         simulate(f[0], -b[0], pf[0], pb[0], 8)
+    # batched, with the right number of dimensions but another stage shape
+    with pytest.raises(ValueError, match=r"bwd_s must have shape \[4, 2\] or \[D, 4, 2\], "
+                                         r"got \[5, 4, 3\]"):
+        simulate(f, rng.uniform(1.0, 3.0, (5, 4, 3)), pf, pb, 8)
     with pytest.raises(ValueError):
         simulate(f[0], b[0], pf[0], pb[0], 7)          # vp > 1 needs m % pp == 0
     with pytest.raises(ValueError):

@@ -372,6 +372,9 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
     ("memory_model/activations.py", "if plans.stores_scores else False),", "`False` → `True`",
      "softmax_fp32 is read only where the plan stores scores (layer_terms' "
      "`if stores_scores:`), and no caller replaces stores_scores after from_plans"),
+    # found by seed 2040
+    ("configurator/cost/schedule_sim.py", "if t1 > t0:", "`>` → `>=`",
+     "where the two are equal, taking either gives the same start"),
 ]
 
 #: Modules preloaded before forking (below the mutated layers: the import contracts keep
