@@ -242,8 +242,8 @@ def long_context_split(rows, formula: str) -> dict:
     rank fixed) read with FLOP count ``formula``: their ``errors``, the two-term fit of
     :func:`_two_term_fit` to the measured times (``fitted``: its times) and to the predicted
     ones, and what it gives: the attention's attained fraction of the BF16 peak
-    (``attained``: its kernel FLOPs, Megatron's causal score count with the backward at 2.5
-    times the forward's, over ``β``'s seconds), the preset's and the kernel's own figure at
+    (``attained``, in the first row: its kernel FLOPs, Megatron's causal score count with the
+    backward at 2.5 times the forward's, over ``β``'s seconds), the preset's and the kernel's own figure at
     those keys (``preset``; ``kernel``, the prior before the in-training factor) and the rest
     of the microbatch measured over priced (``rest``)."""
     from configurator.app.validate_jobs import priced_run
@@ -272,8 +272,8 @@ def long_context_split(rows, formula: str) -> dict:
             "attained": score / run.num_gpus / seconds / cluster.gpu.peak("bf16"),
             "preset": float(flash_efficiency(cluster.gpu.efficiency.flash_attention, keys,
                                              share)),
-            "kernel": float(flash_efficiency(RUN_FITTED["h100-80gb"]["flash_attention"].value,
-                                             keys, share)),
+            "kernel": float(flash_efficiency(
+                RUN_FITTED[cluster.gpu.name]["flash_attention"].value, keys, share)),
             "rest": alpha / alpha_p}
 
 
