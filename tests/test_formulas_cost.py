@@ -487,6 +487,21 @@ def test_expert_group_figures_on_two_hosts():
     assert (x["edp_bw"], x["edp_lat"]) == (float("inf"), 0.0)     # one rank: no ring
 
 
+def test_expert_groups_count_whole_expert_tensor_groups_per_nvlink_domain():
+    """An expert-tensor-parallel size that does not divide the NVLink domain (16 of an NVL72
+    rack's 72 GPUs): the EP group at stride etp counts whole ETP groups a domain, 72 // 16 =
+    4 of its 8 members (the rack's other 8 GPUs hold no whole one), not 4.5."""
+    from configurator.cost.communication import expert_comm_figures
+
+    cl = load_cluster("gb200-nvl72", 288)                  # 1,152 GPUs, 16 racks of 72
+    assert cl.nvlink_domain_gpus == 72
+    plan = ParallelPlan(tp=8, pp=1, dp=144, ep=8, etp=16, micro_batch_size=1,
+                        global_batch_size=1152)
+    x = {k: _one(v) for k, v in expert_comm_figures(cl, PlanBatch.from_plan(plan)).items()}
+    assert x["ep_on_node"] == 4
+    assert (x["ep_inter_bw"], x["ep_inter_lat"]) == cl.link(0, 72)
+
+
 def test_group_figures_follow_megatrons_rank_order():
     """Megatron's rank order ``tp-cp-ep-dp-pp`` on 2 hosts of 8, tp = cp = dp = pp = 2: the
     tp ring of adjacent GPUs (stride 1), the cp ring at stride tp = 2, the dp·cp ring of 4

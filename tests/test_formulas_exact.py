@@ -1134,10 +1134,10 @@ def test_mtp_embedding_copy_gets_no_fp8_weight_copy():
 def test_megatron_fsdp_shards_expert_weights_over_the_expert_data_parallel_group():
     """Megatron FSDP (optim_grads_params): the weights and main gradients are sharded like the
     optimizer state, non-expert over dp·cp = 4, expert over tp·cp·dp/(ep·etp) = 2, plus two
-    live units (FSDP_LIVE_UNITS) of the largest unit being gathered and reduced: here the
-    dense layer, larger than the MoE layer (non-expert + its E/ep experts) and the
+    live units of the largest unit being gathered and reduced (the one computing and the one
+    prefetched: --fsdp-double-buffer's two persistent buffers, megatron-fsdp-user-guide.md):
+    here the dense layer, larger than the MoE layer (non-expert + its E/ep experts) and the
     embedding."""
-    from memory_model.estimate import FSDP_LIVE_UNITS
     model = make_model(**MLA_MOE)
     h, V, f = 128, v_pad(500, 1), 256
     ne, ex = _moe_parts(1, 2)
@@ -1146,7 +1146,7 @@ def test_megatron_fsdp_shards_expert_weights_over_the_expert_data_parallel_group
     assert unit == dense_layer
     last_ne = ne + h + V * h + (3 * h + 2 * h * h + ne) + V * h
     last_ex = 2 * ex
-    held = last_ne / 4 + last_ex / 2 + FSDP_LIVE_UNITS * unit
+    held = last_ne / 4 + last_ex / 2 + 2 * unit
     last = estimate_memory(model, _batch(tp=1, pp=2, dp=4, ep=2, distributed_optimizer=True,
                                         megatron_fsdp=True, global_batch_size=16))[1]
     assert last.parameters_bytes == pytest.approx(2 * held, rel=1e-12)

@@ -21,7 +21,7 @@ from configurator.cost.groundtruth import bridge_runs
 from configurator.cost.iteration import dp_exposed_s, iteration_time
 from configurator.cost.placed import PlacedPlan
 from launchers.megatron_flags import flag_argv, megatron_flags
-from memory_model.estimate import FSDP_LIVE_UNITS, estimate_memory
+from memory_model.estimate import estimate_memory
 from memory_model.params import dense_layer_parameters, embedding_parameters
 from tests.conftest import run_cli
 from tests.megatron_argv import LLAMA8
@@ -42,8 +42,10 @@ def test_weights_and_gradients_are_sharded_with_two_units_live():
     params = dense.parameters_bytes / 2.0
     unit = max(dense_layer_parameters(LLAMA8), embedding_parameters(LLAMA8))
     assert unit == embedding_parameters(LLAMA8)
-    assert fsdp.parameters_bytes == pytest.approx(2.0 * (params / 8 + FSDP_LIVE_UNITS * unit))
-    assert fsdp.gradients_bytes == pytest.approx(4.0 * (params / 8 + FSDP_LIVE_UNITS * unit))
+    # two units whole: the one computing and the one prefetched (--fsdp-double-buffer's two
+    # persistent buffers, megatron-fsdp-user-guide.md)
+    assert fsdp.parameters_bytes == pytest.approx(2.0 * (params / 8 + 2 * unit))
+    assert fsdp.gradients_bytes == pytest.approx(4.0 * (params / 8 + 2 * unit))
     assert fsdp.optimizer_bytes == dense.optimizer_bytes
     assert fsdp.activations_bytes == dense.activations_bytes
 

@@ -218,3 +218,16 @@ def test_vectorised_matches_scalar():
         one = peak_memory(model, PlanBatch.of(tp=tp[i], pp=pp[i], recompute=rc[i],
                                               sequence_parallel=sp[i], **kw))
         assert float(batch[i]) == pytest.approx(float(one[0]), rel=1e-12)
+
+
+def test_a_memory_breakdown_is_frozen_and_keyword_only():
+    """Estimates are shared between the table, the JSON and the launch scripts: a breakdown
+    cannot be changed after it is made, nor built from positional figures in the wrong order."""
+    from memory_model.estimate import MemoryBreakdown
+
+    m = MemoryBreakdown(stage=0, parameters_bytes=1.0, gradients_bytes=2.0, optimizer_bytes=3.0,
+                        activations_bytes=4.0, other_bytes=5.0, total_bytes=15.0)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        m.total_bytes = 0.0
+    with pytest.raises(TypeError):
+        MemoryBreakdown(0, 1.0, 2.0, 3.0, 4.0, 5.0, 15.0)

@@ -200,3 +200,32 @@ def test_monte_carlo_refuses_a_process_that_cannot_finish():
     with pytest.raises(ValueError, match="ettr_exact"):
         ettr_monte_carlo(1.0, 10.0, 30.0, 0.0)
     assert ettr_exact(1.0, 10.0, 30.0, 0.0) > 0
+
+
+def test_the_interval_without_a_run_length_is_the_searched_optimum():
+    """Without ``max_iterations`` the search runs over every whole number of iterations: the
+    same optimum as with a run far longer than it, a whole number, near Young/Daly's
+    sqrt(2·w/λ), and no neighbour is better."""
+    lam, u0, w, it = 1 / 3600.0, 300.0, 60.0, 10.0
+    k = best_interval(lam, u0, w, it)
+    assert isinstance(k, int)
+    assert k == best_interval(lam, u0, w, it, max_iterations=10**7)
+    assert k * it == pytest.approx(math.sqrt(2 * w / lam), rel=0.15)
+    assert all(ettr_exact(lam, u0, k * it, w) >= ettr_exact(lam, u0, j * it, w)
+               for j in (k - 1, k + 1))
+
+
+def test_a_node_writes_the_shards_of_the_gpus_it_holds():
+    """The busiest node writes its GPUs' shards at the largest: every GPU of a node where the
+    job fills nodes, the job's own GPUs where it is smaller than one (4 of 8, context-parallel
+    ranks counted)."""
+    model = load_model("llama3-8b")
+    small = PlanBatch.from_plan(plan_for_world(
+        dict(tp=2, pp=2, micro_batch_size=1, global_batch_size=8), 4))
+    big = PlanBatch.from_plan(plan_for_world(
+        dict(tp=2, pp=2, micro_batch_size=1, global_batch_size=8), 16))
+    context = PlanBatch.from_plan(plan_for_world(
+        dict(tp=2, pp=1, cp=2, micro_batch_size=1, global_batch_size=8), 4))
+    for plans, gpus in ((small, 4), (big, 8), (context, 4)):
+        size = checkpoint_bytes(model, plans, gpus_per_node=8)
+        assert size.node_bytes == pytest.approx(gpus * size.rank_bytes, rel=1e-12)

@@ -375,6 +375,13 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
     # found by seed 2040
     ("configurator/cost/schedule_sim.py", "if t1 > t0:", "`>` → `>=`",
      "where the two are equal, taking either gives the same start"),
+    # found by seed 2041
+    ("configurator/cost/expert_comm.py", "DEEPEP_MAX_NVL_PEERS = 8", "constant 8 ×1.1",
+     "read only as g > DEEPEP_MAX_NVL_PEERS with g a whole number of ranks: g > 8.8 holds "
+     "where g > 8 does"),
+    ("configurator/cost/iteration.py",
+     "tied = (not model.untie_embeddings_and_output_weights) & (c.pp > 1)", "constant 1 ×1.1",
+     "pp is an integer: pp > 1.1 holds where pp > 1 does"),
 ]
 
 #: Modules preloaded before forking (below the mutated layers: the import contracts keep
