@@ -1,6 +1,7 @@
 """Quick fuzzing profile: a fixed corpus of known hostile inputs (tests/support/fuzzing
 ``regression_cases``) and derandomized Hypothesis examples for every input format (model,
-cluster, HF config, topology file, nccl-tests log, nvidia-smi topo -m, plan.json, argv), fed
+cluster, HF config, topology file, nccl-tests log, nvidia-smi topo -m, plan.json, argv, run
+file, calibration file), fed
 through the real CLI in worker subprocesses. Every call must end with exit 0/2/3 (2 and 3
 with exactly one stderr line), no traceback, hang (> 10 s) or memory blow-up (> 2 GiB), and
 strict JSON.
@@ -17,9 +18,9 @@ from hypothesis import HealthCheck, Phase, given, settings
 
 from tests.support.fuzzing import TARGETS, Runner, case_strategy, regression_cases, shrink
 
-#: Examples per target (about 480 calls, plus ~80 corpus inputs: ~45 s on 2 cores).
+#: Examples per target (about 540 calls, plus ~80 corpus inputs: ~60 s on 2 cores).
 QUICK_EXAMPLES = {"model": 65, "cluster": 60, "hf_config": 60, "topofile": 60, "nccl": 60,
-                  "nvsmi": 55, "plan": 60, "argv": 60}
+                  "nvsmi": 55, "plan": 60, "argv": 60, "runs": 30, "calibration": 30}
 REGRESSION = regression_cases()
 #: Share of calls that write --out files (plots, HTML): kept low, they cost ~0.3 s each.
 QUICK_OUT_PERCENT = 8

@@ -572,3 +572,16 @@ def test_runs_of_one_plan_are_one_observation():
     _, (fit,) = calibrate_runs([one, far, other])
     assert "differ by 20.0 %, more than a measured time repeats (2 %, χ² at 95 %)" in (
         fit.notes[0])
+
+
+@pytest.mark.parametrize("text", ["global_batch_size: !!int 0x\n", "runs:\n- {tp: !!float x}\n",
+                                  "[" * 5000])
+def test_a_run_file_pyyaml_cannot_construct_is_one_input_error(tmp_path, text):
+    """What PyYAML's constructors raise (a ValueError for ``!!int 0x``) and nesting too deep
+    are malformed input, named as such, like every other YAML file the tool reads."""
+    from configurator.core.runs import load_runs
+
+    path = tmp_path / "runs.yaml"
+    path.write_text(text)
+    with pytest.raises(InputError, match=r"^runs='runs.yaml': malformed YAML/JSON \("):
+        load_runs(str(path))

@@ -6,7 +6,7 @@ Run::
         [--save [DIR]] [--strict] [--no-shrink] [--out-percent P]
 
 Per target (:mod:`tests.support.fuzzing`: model, cluster, hf_config, topofile, nccl, nvsmi,
-plan, argv) it runs N generated CLI calls in a worker subprocess and prints one row: inputs tried,
+plan, argv, runs, calibration) it runs N generated CLI calls in a worker subprocess and prints one row: inputs tried,
 tracebacks, hangs (> 10 s), over-memory (> 2 GiB or MemoryError), multi-line errors (exit
 2/3 without exactly one stderr line) and non-strict JSON. Failures are grouped by root-cause
 signature; each group's first input is shrunk to a small reproducer and printed (argv and

@@ -251,12 +251,7 @@ def _rows_from_text(text: str, suffix: str, where: str) -> list[tuple[str, Any]]
                 raise InputError(f"{where} row {i}", r[None], "more cells than header columns")
             rows.append((f"{where} row {i}", r))
         return rows
-    import yaml
-
-    try:
-        data = v.load_yaml(text)
-    except yaml.YAMLError as exc:
-        raise InputError(where, type(exc).__name__, "is not valid YAML") from None
+    data = v.parse_text("runs", where, text, as_json=False)     # JSON is YAML here
     if isinstance(data, Mapping) and set(data) == {"runs"}:
         data = data["runs"]
     if not isinstance(data, list):

@@ -252,24 +252,27 @@ def integer_text(text: str) -> int | None:
     return int(num)
 
 
-def parse_mapping_text(field: str, path: str, text: str, as_json: bool) -> Mapping:
-    """Parse ``text`` (JSON when ``as_json``, else YAML without aliases) into a mapping whose
-    keys, at every depth, are strings. InputError (field ``field``, value ``path``) for
-    malformed text, nesting too deep, a non-string key or a top level that is not a
-    mapping."""
+def parse_text(field: str, path: str, text: str, as_json: bool) -> Any:
+    """Parse ``text``: JSON when ``as_json`` (NaN/Infinity parse; the field validators refuse
+    them), else YAML without aliases (:func:`load_yaml`). InputError (field ``field``, value
+    ``path``) for malformed text, whatever PyYAML's constructors raise (``!!timestamp 1`` an
+    AttributeError, ``!!int 0x`` a ValueError), or nesting too deep."""
     import json
 
     try:
-        if as_json:
-            data = json.loads(text)   # NaN/Infinity parse; the field validators refuse them
-        else:
-            data = load_yaml(text)
+        return json.loads(text) if as_json else load_yaml(text)
     except RecursionError:
         raise InputError(field, path, "malformed YAML/JSON (nested too deeply)") from None
-    except Exception as err:  # noqa: BLE001 - PyYAML's constructors raise many kinds
-        # (e.g. ``!!timestamp 1`` an AttributeError): every one means the text is malformed
+    except Exception as err:  # noqa: BLE001 - every one means the text is malformed
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]
         raise InputError(field, path, f"malformed YAML/JSON ({first})") from None
+
+
+def parse_mapping_text(field: str, path: str, text: str, as_json: bool) -> Mapping:
+    """Parse ``text`` (:func:`parse_text`) into a mapping whose keys, at every depth, are
+    strings. InputError (field ``field``, value ``path``) for malformed text, nesting too
+    deep, a non-string key or a top level that is not a mapping."""
+    data = parse_text(field, path, text, as_json)
     if not isinstance(data, Mapping):
         raise InputError(field, path, "file must hold a mapping of keys to values")
     if as_json:

@@ -15,6 +15,9 @@ Targets (:data:`TARGETS`), one per input format:
 ``plan``       ``plan.json`` of ``search --out``, mutated (``launch --plan``)
 ``argv``       random flags and values for search, estimate, launch, topology import, audit,
                probe
+``runs``       measured-run file, YAML or JSON, mutated (``validate RUNS``, ``calibrate RUNS``)
+``calibration`` calibration file of ``calibrate -o``, mutated (``--calibration`` of estimate,
+               search, validate)
 
 Each input mixes valid-looking documents with hostile ones: integers >= 2**63, 1e308,
 NaN/inf, negatives, strings where numbers go, non-string YAML keys, YAML alias bombs, deep

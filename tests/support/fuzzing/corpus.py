@@ -208,4 +208,16 @@ def regression_cases() -> dict[str, list[Case]]:
                   "--size-mb", "1e-320"),
                  ("topology", "import", "/dev/zero", "-o", "t.json")):
         out["argv"].append(Case("argv", argv, files))
+    # run and calibration files: PyYAML constructor errors (a ValueError escaped the run
+    # file's reader), an alias bomb, deep nesting, a top level of the wrong kind
+    for content in (b"global_batch_size: !!int 0x\n", b"runs:\n- {tp: !!float x}\n",
+                    alias_bomb(8).encode() + b"runs: []\n", b"[" * 5000, b"42\n",
+                    b"runs: {a: 1}\n"):
+        out["runs"].append(Case("runs", ("validate", "runs.yaml"), (("runs.yaml", content),)))
+        out["runs"].append(Case("runs", ("calibrate", "runs.yaml", "-o", "cal.yaml"),
+                                (("runs.yaml", content),)))
+        out["calibration"].append(Case(
+            "calibration", ("estimate", "--model", "gpt-1.7b", "--cluster", "dgx-a100-80gb",
+                            "--nodes", "1", "--gbs", "64", "--tp", "1", "--pp", "1", "--mbs",
+                            "1", "--calibration", "cal.yaml"), (("cal.yaml", content),)))
     return out

@@ -19,7 +19,8 @@ from tests.support.fuzzing.documents import (NORMAL_HOSTS, ODD_HOSTS, ODD_NAMES,
                                              safe_text)
 from tests.support.fuzzing.worker import REPO, worker_env
 
-TARGETS = ("model", "cluster", "hf_config", "topofile", "nccl", "nvsmi", "plan", "argv")
+TARGETS = ("model", "cluster", "hf_config", "topofile", "nccl", "nvsmi", "plan", "argv",
+           "runs", "calibration")
 
 
 # ============================================================================================
@@ -690,9 +691,71 @@ def argv_cases(draw, out_p: int = 10) -> Case:
     return Case("argv", tuple(argv), tuple(files))
 
 
+def _run(name: str, model: str, tp: int, pp: int, mbs: int, **measured) -> dict:
+    return dict(name=name, model=model, cluster="dgx-a100-80gb", num_gpus=8, tp=tp, pp=pp,
+                micro_batch_size=mbs, global_batch_size=64, precision="fp16", **measured)
+
+
+#: A valid run file (docs/formats.md, "Run files"): three small plans on one DGX A100,
+#: each with another kind of measurement.
+RUNS_BASE = {"runs": [_run("a", "gpt-1.7b", 1, 1, 4, iteration_time_s=1.2),
+                      _run("b", "gpt-1.7b", 2, 1, 2, tokens_per_s_per_gpu=9000.0),
+                      _run("c", "gpt-3.6b", 2, 2, 1, tflops_per_gpu=120.0,
+                           flops_formula="megatron", seq_length=2048)]}
+
+
+@st.composite
+def runs_cases(draw, out_p: int = 0) -> Case:
+    """A run file (mutated, YAML or JSON, a mapping of ``runs`` or a bare list) priced by
+    ``validate`` or fitted by ``calibrate``."""
+    base = RUNS_BASE if draw(st.booleans()) else RUNS_BASE["runs"]
+    ext, content = draw(document_file(base, ext=draw(st.sampled_from([".yaml", ".json"])),
+                                      key="runs"))
+    name = "runs" + ext
+    argv = draw(st.sampled_from([["validate", name], ["validate", name, "--json"],
+                                 ["validate", name, "--all-runs"],
+                                 ["calibrate", name, "-o", "cal.yaml"],
+                                 ["calibrate", name, "-o", "cal.yaml", "--json"]]))
+    if out_p and argv[0] == "validate" and draw(chance(out_p)):
+        argv += ["--out", "report.html"]
+    return Case("runs", tuple(argv), ((name, content),))
+
+
+#: A valid calibration file (``calibrate -o``; docs/formats.md, "Calibration files").
+CALIBRATION_BASE = {
+    "format": "configurator-calibration/1",
+    "gpus": {"a100-80gb": {"fp16": {"gemm": 0.7, "host_op_us": 20.0,
+                                    "intra_node_efficiency": 0.64}},
+             "h100-80gb": {"bf16": {"flash_attention": 0.4}}},
+    "intervals": {"a100-80gb": {"fp16": {"gemm": [0.6, 0.8]}}},
+}
+
+
+@st.composite
+def calibration_cases(draw, out_p: int = 0) -> Case:
+    """A calibration file (mutated) read by ``estimate``, ``search`` or ``validate``'s
+    ``--calibration``."""
+    ext, content = draw(document_file(CALIBRATION_BASE,
+                                      ext=draw(st.sampled_from([".yaml", ".json"])),
+                                      key="gpus"))
+    name = "calibration" + ext
+    job = ["--model", "gpt-1.7b", "--cluster", "dgx-a100-80gb", "--nodes", "1", "--gbs", "64",
+           "--precision", "fp16", "--calibration", name]
+    argv = draw(st.sampled_from([
+        ["estimate", *job, "--tp", "2", "--pp", "1", "--mbs", "2"],
+        ["estimate", *job, "--tp", "1", "--pp", "2", "--mbs", "1", "--json"],
+        ["search", *job, "--json", "--top", "3"],
+        ["validate", "runs.yaml", "--calibration", name]]))
+    files = [(name, content)]
+    if argv[0] == "validate":
+        files.append(("runs.yaml", encode(dump_yaml(RUNS_BASE) or "")))
+    return Case("calibration", tuple(argv), tuple(files))
+
+
 _STRATEGIES = {"model": model_cases, "cluster": cluster_cases, "hf_config": hf_config_cases,
                "topofile": topofile_cases, "nccl": nccl_cases, "nvsmi": nvsmi_cases,
-               "plan": plan_cases, "argv": argv_cases}
+               "plan": plan_cases, "argv": argv_cases, "runs": runs_cases,
+               "calibration": calibration_cases}
 
 
 def case_strategy(target: str, out_p: int | None = None) -> st.SearchStrategy[Case]:
