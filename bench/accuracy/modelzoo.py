@@ -246,20 +246,19 @@ def long_context_split(rows, formula: str) -> dict:
     backward at 2.5 times the forward's, over ``β``'s seconds), the preset's and the kernel's own figure at
     those keys (``preset``; ``kernel``, the prior before the in-training factor) and the rest
     of the microbatch measured over priced (``rest``)."""
-    from configurator.app.validate_jobs import priced_run
+    from configurator.app.validate_jobs import run_cluster, run_model
     from configurator.cost.compute import cp_causal_share, cp_key_tokens, flash_efficiency
     from configurator.cost.flops import megatron_model_flops
     from topology.gpus import RUN_FITTED
 
     checks = validate_runs([dataclasses.replace(r, flops_formula=formula)
                             for r in rows]).checks
-    priced = [priced_run(r) for r in rows]
-    plans = [p.plan for _, _, p in priced]
+    plans = [c.run.plan for c in checks]          # each run as validate priced it
     measured = [c.measured_iteration_time_s for c in checks]
     alpha, beta = _two_term_fit(plans, measured)
     alpha_p, _ = _two_term_fit(plans, [c.predicted_iteration_time_s for c in checks])
-    model, cluster, run = priced[0]
-    p = run.plan
+    run = checks[0].run
+    model, cluster, p = run_model(run), run_cluster(run), run.plan
     # the causal score FLOPs Megatron counts (fwd + bwd as 3 forwards) -> the kernels'
     score = (megatron_model_flops(model, p.global_batch_size, causal=False)
              - megatron_model_flops(model, p.global_batch_size)) * 3.5 / 3.0
