@@ -613,6 +613,25 @@ def test_host_operations_under_cuda_graph_scopes(impl, scope, pad):
         assert moe_host_before_sync_s(model, c, gpu) == 0.0
 
 
+@pytest.mark.parametrize("capacity,pad,synchronised", [(0.0, False, True), (1.0, False, True),
+                                                      (1.0, True, False)])
+def test_only_padding_to_capacity_removes_the_dispatchers_sync(capacity, pad, synchronised):
+    """A capacity factor alone drops the tokens beyond it but leaves each expert's count
+    dynamic, so the dispatcher still copies the counts to the host and waits; only padding
+    to capacity gives static shapes (megatron-core 0.16.1 token_dispatcher.py
+    ``self.drop_and_pad = self.config.moe_pad_expert_input_to_capacity``, which
+    transformer_config.py allows only with a capacity factor)."""
+    from configurator.cost.host_ops import drop_and_pad
+    from configurator.cost.moe_compute import moe_host_synchronised
+
+    model = make_model(**GQA, num_experts=8, moe_router_topk=2, moe_ffn_hidden_size=64)
+    kw = dict(moe_expert_capacity_factor=capacity) if capacity else {}
+    c = _candidates(model, dp=8, ep=4, global_batch_size=64,
+                    moe_pad_expert_input_to_capacity=pad, **kw)
+    assert drop_and_pad(c) is (not synchronised)
+    assert moe_host_synchronised(c) is synchronised
+
+
 # ---------------------------------------------------------------- the all-to-all overlap
 
 def test_expert_exchange_overlap_interleaved_with_delayed_weight_gradients():
@@ -884,7 +903,9 @@ def test_published_rows_iteration_times_and_immutability():
             r.source = "changed"
 
 
-def test_moe_layer_forward_waits_for_the_host_after_the_dispatcher_sync():
+@pytest.mark.parametrize("ffn,op_s,waits", [(64, 8.8e-6, "both"), (16384, 8.8e-6, "before"),
+                                             (64, 4e-6, "after")])
+def test_moe_layer_forward_waits_for_the_host_after_the_dispatcher_sync(ffn, op_s, waits):
     """The all-to-all dispatcher stops the host until the GPU has routed the tokens: before
     the sync the GPU runs the attention, router and passes (the MoE forward less the
     experts' work) with the layer's tensor-parallel collective (half the dense layer's pair:
@@ -893,16 +914,19 @@ def test_moe_layer_forward_waits_for_the_host_after_the_dispatcher_sync():
     (attention, router, preprocessing: megatron-core 0.16.1 syncs just before the exchange)
     outlast the GPU's first part, and its remaining 17 + 30 + 2·2 outlast the experts and
     the two exchanges (one domain, 4 ranks: ¾ of 2·R·h bytes each over NVLink), so the
-    layer's forward waits for the host on both sides (at 8.8 us per operation)."""
+    layer's forward waits for the host on both sides (at 8.8 us per operation). The two
+    parts cannot overlap, so where one side's GPU work outlasts its host time the layer
+    waits on the other side only: experts of 16,384 (the GPU's after-sync part the longer)
+    or 4 us per operation (the GPU's before-sync part, cp's ring included, the longer)."""
     from configurator.cost.iteration import layer_type_times
 
     model = make_model(**(GQA | dict(hidden_size=1024, num_attention_heads=16,
                                      num_query_groups=4, kv_channels=64, seq_length=2048,
                                      ffn_hidden_size=2048)),
-                       num_experts=8, moe_router_topk=1, moe_ffn_hidden_size=64)
+                       num_experts=8, moe_router_topk=1, moe_ffn_hidden_size=ffn)
     gpu = _gpu()
     gpu = dataclasses.replace(gpu, efficiency=dataclasses.replace(gpu.efficiency,
-                                                                  host_op_s=8.8e-6))
+                                                                  host_op_s=op_s))
     op = gpu.efficiency.host_op_s
     c = _candidates(model, moe_router_force_load_balancing=True,
                     tp=2, cp=2, dp=2, ep=4, micro_batch_size=8,
@@ -924,9 +948,10 @@ def test_moe_layer_forward_waits_for_the_host_after_the_dispatcher_sync():
     assert cp_f > 0 and moe["cp_f"] == cp_f
     before = host_pre - (fwd - experts + tp_f + cp_f)
     after = host - host_pre - (experts + ep_f)
-    assert before > 0 and after > 0
+    assert (before > 0, after > 0) == {"both": (True, True), "before": (True, False),
+                                        "after": (False, True)}[waits]
     assert (moe["tp_f"], moe["ep_f"]) == pytest.approx((tp_f, ep_f), rel=1e-12)
-    assert moe["fwd"] == pytest.approx(fwd + before + after, rel=1e-12)
+    assert moe["fwd"] == pytest.approx(fwd + max(before, 0.0) + max(after, 0.0), rel=1e-12)
 
 
 @pytest.mark.parametrize("fused", [False, True])

@@ -21,7 +21,7 @@ from memory_model.activations import (LayerInputs, StagePosition, layer_activati
                                       linear_input_bytes, stage_activation_bytes)
 from configurator.core.plan_batch import PlanBatch
 from configurator.search.engine import peak_memory
-from memory_model.estimate import fp8_weight_bytes, memory_arrays
+from memory_model.estimate import fp8_weight_bytes, held_memory, memory_arrays
 from memory_model.params import dense_layer_parameters, stage_non_gemm_parameters, \
     stage_parameters
 
@@ -165,7 +165,9 @@ def test_flash_selective_never_above_none_when_qkv_are_views():
 def test_fp8_weight_copies():
     """bf16 weights plus TE's cached FP8 workspace of every GEMM weight (row-wise + FP8
     transpose on Hopper: 2 bytes; 1 on Blackwell; MXFP8 2·33/32); embedding and output
-    layer get none. ``--fp8-param-gather`` drops the 16-bit copy of the GEMM weights."""
+    layer get none. ``--fp8-param-gather`` drops the 16-bit copy of the GEMM weights. A GPU
+    that runs FP8 GEMMs in any layout is the exception: ``held_memory`` assumes Hopper's
+    two bytes unless told."""
     assert fp8_weight_bytes("bf16") == fp8_weight_bytes("fp16") == 0.0
     assert fp8_weight_bytes("fp8") == 2.0
     assert fp8_weight_bytes("fp8", non_tn_fp8_gemm=True) == 1.0
@@ -191,6 +193,8 @@ def test_fp8_weight_copies():
         blackwell = memory_arrays(model, PlanBatch.of(precision="fp8", **kw), stage,
                                   non_tn_fp8_gemm=True)["parameters_bytes"]
         assert float(blackwell[0]) == pytest.approx(2 * params + gemm)
+        held = held_memory(model, PlanBatch.of(precision="fp8", **kw), stage)
+        assert float(held["parameters_bytes"][0]) == pytest.approx(2 * params + 2 * gemm)
 
 
 RECIPE = dict(tp=4, pp=8, dp=2, cp=1, vp=5, mbs=1, global_batch_size=128,

@@ -220,6 +220,18 @@ def test_vectorised_matches_scalar():
         assert float(batch[i]) == pytest.approx(float(one[0]), rel=1e-12)
 
 
+def test_a_layers_inputs_are_frozen_and_keyword_only():
+    """One layer's inputs are read by every activation term of a stage: they cannot change
+    between terms, nor be built from positional figures in the wrong order."""
+    model = MODEL_PRESETS["llama3-8b"]
+    inputs = LayerInputs.of_plans(model, PlanBatch.of(tp=2, pp=1, dp=4, mbs=1,
+                                                      global_batch_size=8))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        inputs.mbs = 2
+    with pytest.raises(TypeError):
+        LayerInputs(*dataclasses.astuple(inputs))
+
+
 def test_a_memory_breakdown_is_frozen_and_keyword_only():
     """Estimates are shared between the table, the JSON and the launch scripts: a breakdown
     cannot be changed after it is made, nor built from positional figures in the wrong order."""
