@@ -71,6 +71,25 @@ def test_trial_cli_writes_scripts_and_the_next_step(tmp_path, capsys):
     assert "runs" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_the_torchrun_step_names_the_node_whose_log_calibrate_reads(nodes, capsys):
+    """Megatron prints its iteration lines from the last rank (training_log), so a job of
+    several nodes run with torchrun keeps node_rank nodes − 1's output, every node started
+    with its node_rank and node_rank 0's address; one node runs the script as it is."""
+    assert main(["trial", "--model", "gpt-1.7b", "--cluster", "dgx-a100-80gb", "--nodes",
+                 str(nodes), "--gbs", "16"]) == 0
+    step = next(line for line in capsys.readouterr().out.splitlines()
+                if line.startswith("next: run each"))
+    tee = "bash trial/trialN/launch_torchrun.sh 2>&1 | tee trial/logs/trialN.log"
+    if nodes == 1:
+        assert f"(or on its node: {tee})" in step and "NODE_RANK" not in step
+    else:
+        assert ("on each of its 2 nodes: MASTER_ADDR=<node_rank 0's address> bash "
+                "trial/trialN/launch_torchrun.sh NODE_RANK, with `2>&1 | tee "
+                "trial/logs/trialN.log` on node_rank 1") in step
+        assert "on one node" not in step and "its node:" not in step
+
+
 def test_the_next_search_keeps_the_options_the_trial_was_given(capsys):
     """The re-ranking search the trial prints searches what the trial did: a job given
     --attention-backend local (no Transformer Engine on the machine) and a switched-off

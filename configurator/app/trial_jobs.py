@@ -387,11 +387,18 @@ def run_trial(req: TrialRequest) -> TrialOutcome:
     job = _job_words(req)
     out = (req.out or "trial").rstrip("/") or "/"
     logs = os.path.join(out, "logs")
+    torchrun = f"bash {shlex.quote(out)}/trialN/launch_torchrun.sh"
+    tee = f"2>&1 | tee {shlex.quote(logs)}/trialN.log"
+    nodes = cluster.num_nodes
+    by_hand = (f"or on its node: {torchrun} {tee}" if nodes == 1 else
+               # training_log's iteration lines come from the last rank, on node_rank nodes-1
+               f"or on each of its {nodes} nodes: MASTER_ADDR=<node_rank 0's address> "
+               f"{torchrun} NODE_RANK, with `{tee}` on node_rank {nodes - 1}, whose last "
+               f"rank prints the iteration times")
     next_steps = [
         f"run each (N = 1..{len(runs)}): MEGATRON_LM_DIR=/path/to/Megatron-LM sbatch "
         f"--output={shlex.quote(logs)}/trialN.log "
-        f"{shlex.quote(out)}/trialN/launch_slurm.sbatch   (or on one node: bash "
-        f"{shlex.quote(out)}/trialN/launch_torchrun.sh 2>&1 | tee {shlex.quote(logs)}/trialN.log)",
+        f"{shlex.quote(out)}/trialN/launch_slurm.sbatch   ({by_hand})",
         f"configurator calibrate {shlex.quote(logs)}/*.log --cluster "
         f"{shlex.quote(req.inputs.cluster)} -o calib.yaml && configurator search {job} "
         f"--calibration calib.yaml"]
