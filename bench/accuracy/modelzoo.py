@@ -11,7 +11,9 @@ fields equal), the time change measured against predicted; and the forced and dr
 (the long-context table's four and Mixtral 8x22B's pair, ``tests/data/modelzoo_mixtral.csv``):
 the dropless run's extra seconds, measured and predicted, and the router's spread each
 implies, whose medians are :data:`configurator.core.plan_terms.ROUTER_LOAD_CV`.
-Between the first two, the long-context rows under either FLOP count (causal scores at half,
+After the first, the Megatron FSDP row's measured time against the seconds its NICs need for
+the weights and gradients each micro-batch moves, with the gradients reduced in FP32 and in
+BF16 (:func:`fsdp_nic_floor`). Then the long-context rows under either FLOP count (causal scores at half,
 or all ``s²`` pairs): what each implies of the attention's attained fraction of the peak and
 of the rest of the microbatch (:func:`long_context_counting`).
 
@@ -340,10 +342,81 @@ def history(runs) -> None:
           f"{100 * checks[0].error:+.1f} %, last {100 * checks[-1].error:+.1f} %")
 
 
+def fsdp_nic_floor(run) -> dict:
+    """What the links allow a Megatron FSDP run (``megatron_fsdp``, pp 1): the seconds per
+    iteration one GPU's NIC needs, at its line rate and with every byte of compute hidden,
+    for the weights each micro-batch gathers (BF16, forward and again backward) and the
+    gradients it reduce-scatters, with the reduction in FP32 (Megatron's default for BF16:
+    ``grad_reduce_in_fp32``) and in BF16 (``--grad-reduce-in-bf16``); and the model's
+    price of the run with each reduction. ``{"fp32_floor_s", "bf16_floor_s",
+    "predicted_fp32_s", "predicted_bf16_s", "expert_params", "non_expert_params"}``.
+
+    Every micro-batch gathers each unit's weights before its forward and before its
+    backward and reduce-scatters its gradients (megatron-core 0.16.1 megatron_fsdp.py:
+    ``optim_grads_params`` reduces on every backward, ``grad_reduce_every_bprop``). A ring
+    collective of ``B`` bytes over ``n`` ranks, ``k`` of them in a node, moves ``B(1 − k/n)``
+    bytes each way through that node's NICs for the group, and each of a node's GPUs belongs
+    to one such group with its own NIC: ``B(1 − k/n)/k`` per NIC each way
+    (:func:`topology.group_figures.uniform_group_shape` gives ``k``). Non-expert weights
+    are sharded over ``dp·cp`` (stride ``tp``), expert ones over the expert-data-parallel
+    group (stride ``etp·ep``)."""
+    from configurator.core.model_presets import load_model
+    from configurator.search.evaluate import evaluate_plan
+    from memory_model.params import stage_parameter_split
+    from topology.cluster_files import load_cluster
+    from topology.group_figures import uniform_group_shape
+
+    plan, model = run.plan, load_model(run.model)
+    if not plan.megatron_fsdp or plan.pp != 1:
+        raise ValueError(f"{run.name}: not a Megatron FSDP run with pp 1")
+    probe = load_cluster(run.cluster, 1)
+    cluster = load_cluster(run.cluster, run.num_gpus // probe.gpus_per_node)
+    G, world = cluster.gpus_per_node, run.num_gpus
+    ne, ex = (float(np.ravel(x)[0]) for x in stage_parameter_split(
+        model, plan.tp, 1, 0, ep=plan.ep, etp=plan.etp))
+    groups = [(ne, plan.tp, plan.dp * plan.cp)]
+    if model.is_moe:
+        edp = plan.tp * plan.cp * plan.dp // (plan.ep * plan.etp)
+        groups.append((ex, plan.etp * plan.ep, edp))
+
+    def per_nic_bytes(grad_bytes):
+        total = 0.0
+        for params, stride, n in groups:
+            _, inter, k = uniform_group_shape(stride, n, world, G)
+            if n > 1 and inter:
+                total += params * (2 + 2 + grad_bytes) * (1 - k / n) / k
+        return total
+
+    m = plan.global_batch_size // (plan.micro_batch_size * plan.dp)
+    line = cluster.spec["inter_bandwidth_Bps"]
+    return {"fp32_floor_s": m * per_nic_bytes(4) / line,
+            "bf16_floor_s": m * per_nic_bytes(2) / line,
+            "predicted_fp32_s": evaluate_plan(model, cluster, dataclasses.replace(
+                plan, grad_reduce_in_bf16=False)).iteration_time_s,
+            "predicted_bf16_s": evaluate_plan(model, cluster, dataclasses.replace(
+                plan, grad_reduce_in_bf16=True)).iteration_time_s,
+            "expert_params": ex, "non_expert_params": ne}
+
+
+def fsdp_rows(runs) -> None:
+    """Print, for each Megatron FSDP run, its measured time against what its links allow
+    with the gradients reduced in FP32 and in BF16 (:func:`fsdp_nic_floor`)."""
+    print("\n" + table_head(["run", "measured s", "NIC floor, FP32 reduction", "predicted",
+                             "NIC floor, BF16 reduction", "predicted"],
+                            ["---", "---:", "---:", "---:", "---:", "---:"]))
+    for r in runs:
+        if r.plan.megatron_fsdp and r.plan.pp == 1:
+            f = fsdp_nic_floor(r)
+            print(f"| {r.name} | {r.iteration_time_s:.2f} | {f['fp32_floor_s']:.2f} | "
+                  f"{f['predicted_fp32_s']:.2f} | {f['bf16_floor_s']:.2f} | "
+                  f"{f['predicted_bf16_s']:.2f} |")
+
+
 def main(argv=None) -> None:
     args = draws_parser(__doc__).parse_args(argv)
     runs = load_runs(str(RUNS))
     held_out(runs)
+    fsdp_rows(runs)
     long_context_counting(runs)
     pairs(runs, args.draws, args.seed)
     bridge_moe_by_graphs()
