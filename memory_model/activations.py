@@ -168,15 +168,15 @@ class LayerInputs:
     @classmethod
     def of_plans(cls, model: ModelSpec, plans: PlanBatch) -> "LayerInputs":
         """The layer inputs of every plan of ``plans`` (arrays of ``len(plans)``)."""
-        return cls(seq=model.seq_length / np.asarray(plans.cp), mbs=plans.mbs, tp=plans.tp,
+        seq = model.seq_length / np.asarray(plans.cp)
+        return cls(seq=seq, mbs=plans.mbs, tp=plans.tp,
                    sp=plans.sequence_parallel, etp=plans.etp, recompute=plans.recompute_code,
                    precision=plans.precision,
                    capacity=(routed_load_share(plans, model) if model.is_moe
                              else 1.0),
                    a2a_overlap=plans.overlap_moe_expert_parallel_comm,
                    stores_scores=plans.stores_scores,
-                   softmax_fp32=(softmax_path(plans, model.num_attention_heads,
-                                              model.seq_length / np.asarray(plans.cp),
+                   softmax_fp32=(softmax_path(plans, model.num_attention_heads, seq,
                                               model.seq_length)[1]
                                  if plans.stores_scores else False),
                    offload_modules=plans.offload_modules)

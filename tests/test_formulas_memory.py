@@ -713,6 +713,21 @@ def _placed_plan(kind, vp=1, mbs=1):
     return placed, cluster, par
 
 
+def test_placed_ranks_run_on_the_gpus_their_placement_names():
+    """Megatron's sequential mapping puts global rank r (tp fastest, then cp, dp, pp) on GPU
+    r; a placement that reverses the node ranks' hosts and each node's GPU order puts local
+    rank k of node rank n on GPU G−1−k of host N−1−n."""
+    placed, cluster, par = _placed_plan("uniform")       # tp 2 · dp 2 · pp 4 on 2 hosts
+    G, N = cluster.gpus_per_node, placed.num_nodes
+    ranks = np.arange(par["tp"] * par["dp"] * par["pp"]).reshape(par["pp"], par["dp"], 1,
+                                                                  par["tp"])
+    hosts, order = placed.default_placement()
+    assert N > 1 and np.array_equal(placed.rank_gpus(hosts, order), ranks)
+    node, local = np.divmod(ranks, G)
+    assert np.array_equal(placed.rank_gpus(hosts[::-1], order[:, ::-1]),
+                          (N - 1 - node) * G + (G - 1 - local))
+
+
 @pytest.mark.parametrize("kind", ["uniform", "measured", "measured-gpu"])
 def test_placed_pipeline_sends_use_their_own_links(kind):
     """Each replica's send s → s+1 (index s; the wrap pp−1 → 0 included) moves a
