@@ -84,7 +84,8 @@ def test_the_torchrun_step_names_the_node_whose_log_calibrate_reads(nodes, capsy
     if nodes == 1:
         assert f"(or on its node: {tee})" in step and "NODE_RANK" not in step
     else:
-        assert ("on each of its 2 nodes: MASTER_ADDR=<node_rank 0's address> bash "
+        assert ("on each of its 2 nodes, NODE_RANK 0..1: MASTER_ADDR=<node_rank 0's "
+                "address> bash "
                 "trial/trialN/launch_torchrun.sh NODE_RANK, with `2>&1 | tee "
                 "trial/logs/trialN.log` on node_rank 1") in step
         assert "on one node" not in step and "its node:" not in step

@@ -392,7 +392,8 @@ def run_trial(req: TrialRequest) -> TrialOutcome:
     nodes = cluster.num_nodes
     by_hand = (f"or on its node: {torchrun} {tee}" if nodes == 1 else
                # training_log's iteration lines come from the last rank, on node_rank nodes-1
-               f"or on each of its {nodes} nodes: MASTER_ADDR=<node_rank 0's address> "
+               f"or on each of its {nodes} nodes, NODE_RANK 0..{nodes - 1}: "
+               f"MASTER_ADDR=<node_rank 0's address> "
                f"{torchrun} NODE_RANK, with `{tee}` on node_rank {nodes - 1}, whose last "
                f"rank prints the iteration times")
     next_steps = [
