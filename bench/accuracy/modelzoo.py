@@ -11,11 +11,12 @@ fields equal), the time change measured against predicted; and the forced and dr
 (the long-context table's four and Mixtral 8x22B's pair, ``tests/data/modelzoo_mixtral.csv``):
 the dropless run's extra seconds, measured and predicted, and the router's spread each
 implies, whose medians are :data:`configurator.core.plan_terms.ROUTER_LOAD_CV`.
-After the first, the Megatron FSDP row's measured time against the seconds its NICs need for
-the weights and gradients each micro-batch moves, with the gradients reduced in FP32 and in
-BF16 (:func:`fsdp_nic_floor`). Then the long-context rows under either FLOP count (causal scores at half,
-or all ``s²`` pairs): what each implies of the attention's attained fraction of the peak and
-of the rest of the microbatch (:func:`long_context_counting`).
+After the first, the Megatron FSDP row's measured time against the seconds its NICs need in
+NCCL's rings for the weights and gradients each micro-batch moves, with the gradients reduced
+in FP32 and in BF16 (:func:`fsdp_nic_floor`). Then the long-context rows under either FLOP
+count (causal scores at half, or all ``s²`` pairs): what each implies of the attention's
+attained fraction of the peak and of the rest of the microbatch
+(:func:`long_context_counting`).
 
 Then the optimisation history of one DeepSeek-V3 plan on 256 GB200
 (``tests/data/dsv3_gb200_history.csv``, sources in its header; held out too): each step's
@@ -343,10 +344,13 @@ def history(runs) -> None:
 
 
 def fsdp_nic_floor(run) -> dict:
-    """What the links allow a Megatron FSDP run (``megatron_fsdp``, pp 1): the seconds per
-    iteration one GPU's NIC needs, at its line rate and with every byte of compute hidden,
-    for the weights each micro-batch gathers (BF16, forward and again backward) and the
-    gradients it reduce-scatters, with the reduction in FP32 (Megatron's default for BF16:
+    """What NCCL's rings allow a Megatron FSDP run (``megatron_fsdp``, pp 1) of its links:
+    the seconds per iteration one GPU's NIC needs, at its line rate and with every byte of
+    compute hidden, for the weights each micro-batch gathers (BF16, forward and again
+    backward) and the gradients it reduce-scatters, each direction carrying all three (in a
+    ring, and any collective without in-network reduction or multicast, every GPU sends as
+    much as it receives; InfiniBand SHARP would need less), with the reduction in FP32
+    (Megatron's default for BF16:
     ``grad_reduce_in_fp32``) and in BF16 (``--grad-reduce-in-bf16``); and the model's
     price of the run with each reduction. ``{"fp32_floor_s", "bf16_floor_s",
     "predicted_fp32_s", "predicted_bf16_s", "expert_params", "non_expert_params"}``.
@@ -399,7 +403,7 @@ def fsdp_nic_floor(run) -> dict:
 
 
 def fsdp_rows(runs) -> None:
-    """Print, for each Megatron FSDP run, its measured time against what its links allow
+    """Print, for each Megatron FSDP run, its measured time against what rings allow its links
     with the gradients reduced in FP32 and in BF16 (:func:`fsdp_nic_floor`)."""
     print("\n" + table_head(["run", "measured s", "NIC floor, FP32 reduction", "predicted",
                              "NIC floor, BF16 reduction", "predicted"],
