@@ -140,9 +140,10 @@ def test_the_fsdp_row_runs_faster_than_an_fp32_reduction_lets_rings_run_its_nics
     32 nodes): each GPU holds 16 experts of each of the 94 layers, 28.4 B parameters sharded
     over an expert-data-parallel group of one GPU per node, so every micro-batch moves
     (2 + 2 + 4)·31/32 bytes per expert parameter each way through each GPU's 50 GB/s NIC
-    (rings: every GPU sends what it receives) with the gradients reduced in FP32: 17.6 s of the expert traffic alone in 4 micro-batches, more
-    than the 17.6 s measured once the non-expert shards are added. Reduced in BF16 the floor
-    is 13.7 s and the model prices the run within 1 %."""
+    (rings: every GPU sends what it receives) with the gradients reduced in FP32: 17.6 s
+    of the expert traffic alone in 4 micro-batches, more than the 17.6 s measured once the
+    non-expert shards are added. Reduced in BF16 the floor is 13.7 s and the model prices
+    the run within 1 %."""
     from bench.accuracy.modelzoo import fsdp_nic_floor
 
     (run,) = [r for r in load_runs(str(PATH)) if r.plan.megatron_fsdp]

@@ -350,10 +350,11 @@ def fsdp_nic_floor(run) -> dict:
     backward) and the gradients it reduce-scatters, each direction carrying all three (in a
     ring, and any collective without in-network reduction or multicast, every GPU sends as
     much as it receives; InfiniBand SHARP would need less), with the reduction in FP32
-    (Megatron's default for BF16:
-    ``grad_reduce_in_fp32``) and in BF16 (``--grad-reduce-in-bf16``); and the model's
-    price of the run with each reduction. ``{"fp32_floor_s", "bf16_floor_s",
-    "predicted_fp32_s", "predicted_bf16_s", "expert_params", "non_expert_params"}``.
+    (Megatron's default for BF16, ``grad_reduce_in_fp32``) and in BF16
+    (``--grad-reduce-in-bf16``); and the model's price of the run with each reduction.
+    ``{"fp32_floor_s", "bf16_floor_s", "predicted_fp32_s", "predicted_bf16_s",
+    "expert_params", "non_expert_params"}`` (seconds, parameters per GPU). Raises
+    ValueError for a run without Megatron FSDP or with pp > 1.
 
     Every micro-batch gathers each unit's weights before its forward and before its
     backward and reduce-scatters its gradients (megatron-core 0.16.1 megatron_fsdp.py:
@@ -364,17 +365,15 @@ def fsdp_nic_floor(run) -> dict:
     (:func:`topology.group_figures.uniform_group_shape` gives ``k``). Non-expert weights
     are sharded over ``dp·cp`` (stride ``tp``), expert ones over the expert-data-parallel
     group (stride ``etp·ep``)."""
-    from configurator.core.model_presets import load_model
+    from configurator.app.validate_jobs import run_cluster, run_model
     from configurator.search.evaluate import evaluate_plan
     from memory_model.params import stage_parameter_split
-    from topology.cluster_files import load_cluster
     from topology.group_figures import uniform_group_shape
 
-    plan, model = run.plan, load_model(run.model)
+    plan = run.plan
     if not plan.megatron_fsdp or plan.pp != 1:
         raise ValueError(f"{run.name}: not a Megatron FSDP run with pp 1")
-    probe = load_cluster(run.cluster, 1)
-    cluster = load_cluster(run.cluster, run.num_gpus // probe.gpus_per_node)
+    model, cluster = run_model(run), run_cluster(run)
     G, world = cluster.gpus_per_node, run.num_gpus
     ne, ex = (float(np.ravel(x)[0]) for x in stage_parameter_split(
         model, plan.tp, 1, 0, ep=plan.ep, etp=plan.etp))
