@@ -366,6 +366,8 @@ def fsdp_nic_floor(run) -> dict:
     are sharded over ``dp·cp`` (stride ``tp``), expert ones over the expert-data-parallel
     group (stride ``etp·ep``)."""
     from configurator.app.validate_jobs import run_cluster, run_model
+    from configurator.core.plan_batch import PlanBatch
+    from configurator.cost.iteration import expert_data_parallel_size
     from configurator.search.evaluate import evaluate_plan
     from memory_model.params import stage_parameter_split
     from topology.group_figures import uniform_group_shape
@@ -377,9 +379,10 @@ def fsdp_nic_floor(run) -> dict:
     G, world = cluster.gpus_per_node, run.num_gpus
     ne, ex = (float(np.ravel(x)[0]) for x in stage_parameter_split(
         model, plan.tp, 1, 0, ep=plan.ep, etp=plan.etp))
+    c = PlanBatch.from_plan(plan)
     groups = [(ne, plan.tp, plan.dp * plan.cp)]
     if model.is_moe:
-        edp = plan.tp * plan.cp * plan.dp // (plan.ep * plan.etp)
+        edp = int(np.ravel(expert_data_parallel_size(c))[0])
         groups.append((ex, plan.etp * plan.ep, edp))
 
     def per_nic_bytes(grad_bytes):
@@ -390,7 +393,7 @@ def fsdp_nic_floor(run) -> dict:
                 total += params * (2 + 2 + grad_bytes) * (1 - k / n) / k
         return total
 
-    m = plan.global_batch_size // (plan.micro_batch_size * plan.dp)
+    m = int(np.ravel(c.num_microbatches)[0])
     line = cluster.spec["inter_bandwidth_Bps"]
     return {"fp32_floor_s": m * per_nic_bytes(4) / line,
             "bf16_floor_s": m * per_nic_bytes(2) / line,
