@@ -744,6 +744,17 @@ def test_total_parameters_match_the_published_checkpoints():
     # counted apart), Llama 4 Maverick "400B total parameters" (24 dense of 48)
     assert total_parameters(MODEL_PRESETS["deepseek-v3"]) // 10**9 == 671
     assert total_parameters(MODEL_PRESETS["llama4-maverick"]) // 10**9 == 400
+    # Mixtral 8x22B: "39B active parameters out of 141B" (Mistral AI's release, 2024-04-17)
+    m = MODEL_PRESETS["mixtral-8x22b"]
+    assert (round(total_parameters(m) / 1e9), round(active_parameters(m) / 1e9)) == (141, 39)
+    # Grok-1, "314B parameters" (xai-org/grok-1 README): per layer 8 experts of three
+    # 6144 x 32768 matrices, attention 6144 x (48 + 2 x 8) x 128 and 48 x 128 x 6144, the
+    # router and two norms; one embedding, tied to the output, and the final norm
+    h, f = 6144, 32768
+    layer = 8 * 3 * h * f + h * (48 + 2 * 8) * 128 + 48 * 128 * h + h * 8 + 2 * h
+    grok = MODEL_PRESETS["grok-1"]
+    assert total_parameters(grok) == 64 * layer + 131072 * h + h
+    assert total_parameters(grok) == pytest.approx(314e9, rel=0.01)
 
 
 @pytest.mark.parametrize("precision", ["fp8", "mxfp8"])

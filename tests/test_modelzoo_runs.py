@@ -67,7 +67,8 @@ def test_the_mixtral_twins_are_one_plan_apart_and_cited():
     assert dataclasses.replace(forced.plan, moe_router_force_load_balancing=False) == (
         dropless.plan)
     assert (forced.tflops_per_gpu, dropless.tflops_per_gpu) == (465, 445)
-    model = load_model(str(MIXTRAL.with_name("mixtral-8x22b.yaml")))
+    model = MODEL_PRESETS["mixtral-8x22b"]
+    assert {r.model for r in (forced, dropless)} == {"mixtral-8x22b"}
     assert (model.num_experts, model.moe_router_topk, model.num_layers) == (8, 2, 56)
     report = validate_runs([forced, dropless])
     assert [c.problem for c in report.checks] == [None, None]

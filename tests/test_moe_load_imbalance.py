@@ -74,7 +74,8 @@ def test_presets_name_how_their_routers_were_balanced():
     assert got == {"qwen3-30b-a3b": "global", "qwen3-235b-a22b": "global",
                    "deepseek-v3": "per_batch", "gpt-oss-120b": "global",
                    "mixtral-8x7b": "per_batch", "llama4-scout": "per_batch",
-                   "llama4-maverick": "per_batch"}
+                   "llama4-maverick": "per_batch", "mixtral-8x22b": "per_batch",
+                   "grok-1": "per_batch"}
 
 
 CS = ROUTER_LOAD_CV["per_batch"]

@@ -48,7 +48,10 @@ _LLAMA4 = dict(num_layers=48, hidden_size=5120, num_attention_heads=40, num_quer
 #: each model's Hugging Face config.json (tests/data/hf_configs: Qwen/Qwen3-30B-A3B,
 #: Qwen/Qwen3-235B-A22B, mistralai/Mixtral-8x7B-v0.1, deepseek-ai/DeepSeek-V3,
 #: openai/gpt-oss-120b, meta-llama/Llama-4-Scout-17B-16E, meta-llama/Llama-4-Maverick-17B-128E;
-#: Llama 4 at its own length, below). The routers' balancing, which no config.json states:
+#: Llama 4 and Grok-1 at their own lengths, below). Mixtral 8x22B as the Megatron MoE Model
+#: Zoo benchmarks it (yanring/Megatron-MoE-ModelZoo model_configs/benchmarking/Mixtral-8x22B.yaml
+#: at 31942f0: 56 layers, hidden 6144, FFN 16384, 48 heads in 8 query groups, 8 experts top-2),
+#: with mistralai/Mixtral-8x22B-v0.1's vocabulary and RoPE base. The routers' balancing, which no config.json states:
 #: Qwen3's global-batch loss (Qiu et al., ACL 2025, "Global-batch LBL is also used in
 #: Qwen3-MoEs"), DeepSeek-V3's sequence-wise loss beside the expert bias of its
 #: auxiliary-loss-free balancing and GPT-OSS's none (Megatron-Bridge's model bridges,
@@ -93,6 +96,20 @@ _MOE_PRESETS: dict[str, dict[str, Any]] = {
     # GPTDatasetConfig sequence_length), one chunk; Maverick's MoE on every other layer
     "llama4-scout": dict(_LLAMA4, num_experts=16),
     "llama4-maverick": dict(_LLAMA4, num_experts=128, moe_layer_freq=[0, 1] * 24),
+    "mixtral-8x22b": dict(num_layers=56, hidden_size=6144, num_attention_heads=48,
+                          num_query_groups=8, ffn_hidden_size=16384, vocab_size=32000,
+                          rotary_base=1000000, num_experts=8, moe_router_topk=2),
+    # Grok-1 (xai-org/grok-1 run.py and model.py, Apache-2.0): 64 layers, hidden 48 x 128,
+    # 48 query heads in 8 groups, vocabulary 128 x 1024, 8 experts top-2 of
+    # ffn_size(6144, widening 8) = 8 * 6144 * 2 // 3 = 32768, RMSNorm, RoPE of base 10^4,
+    # no biases, the embedding tied to the output ("here, we use tied weights"), sequence
+    # 8192. Its experts are gated GELU (gelu(x W) * x V), whose GEMMs are SwiGLU's; the two
+    # extra RMSNorms after attention and after the experts are left out (2 x 6144 weights
+    # and two elementwise passes per layer).
+    "grok-1": dict(num_layers=64, hidden_size=6144, num_attention_heads=48,
+                   num_query_groups=8, kv_channels=128, ffn_hidden_size=32768,
+                   vocab_size=131072, rotary_base=10000, num_experts=8, moe_router_topk=2,
+                   untie_embeddings_and_output_weights=False, seq_length=8192),
 }
 
 
