@@ -232,6 +232,16 @@ def test_a_layers_inputs_are_frozen_and_keyword_only():
         LayerInputs(*dataclasses.astuple(inputs))
 
 
+def test_a_stage_position_is_frozen_and_keyword_only():
+    """Where a pipeline rank sits is read by every activation term of its stage: it cannot
+    change between terms, nor be built with its pipeline size and stage index swapped."""
+    at = StagePosition(pp=4, vp=1, num_microbatches=8, stage=1)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        at.stage = 0
+    with pytest.raises(TypeError):
+        StagePosition(4, 1, 8, 1)
+
+
 def test_a_memory_breakdown_is_frozen_and_keyword_only():
     """Estimates are shared between the table, the JSON and the launch scripts: a breakdown
     cannot be changed after it is made, nor built from positional figures in the wrong order."""
