@@ -234,7 +234,7 @@ def test_moe_trial_runs_with_forced_balance_and_says_why(tmp_path, capsys):
     assert main(["trial", "--model", "qwen3-30b-a3b", "--cluster", "dgx-h100-80gb",
                  "--nodes", "2", "--gbs", "64", "--out", str(out), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["notes"] == [FORCED_BALANCE_NOTE]
+    assert doc["notes"][0] == FORCED_BALANCE_NOTE and len(doc["notes"]) == 2
     model = load_model("qwen3-30b-a3b")
     cluster = load_cluster("dgx-h100-80gb", 2)
     best = min(r["predicted_iteration_time_s"] for r in doc["runs"])
@@ -248,6 +248,8 @@ def test_moe_trial_runs_with_forced_balance_and_says_why(tmp_path, capsys):
             evaluate_plan(model, cluster, plan).iteration_time_s, rel=1e-9)
         routed = dataclasses.replace(plan, moe_router_force_load_balancing=False)
         routed_s = evaluate_plan(model, cluster, routed).iteration_time_s
+        # the job's time, which the ranking and the percentages are about, is the routed one
+        assert r["job_iteration_time_s"] == pytest.approx(routed_s, rel=1e-9)
         assert routed_s >= r["predicted_iteration_time_s"]    # equal where host-bound
         if r["index"] == 1:
             assert routed_s > r["predicted_iteration_time_s"]
@@ -256,5 +258,53 @@ def test_moe_trial_runs_with_forced_balance_and_says_why(tmp_path, capsys):
     assert main(["trial", "--model", "gpt-1.7b", "--cluster", "dgx-a100-80gb", "--nodes", "1",
                  "--gbs", "8", "--json"]) == 0
     dense = json.loads(capsys.readouterr().out)
-    assert dense["notes"] == []
+    assert FORCED_BALANCE_NOTE not in dense["notes"]
     assert not any(r["plan"]["moe_router_force_load_balancing"] for r in dense["runs"])
+    assert all(r["job_iteration_time_s"] == r["predicted_iteration_time_s"]
+               for r in dense["runs"])
+
+
+@pytest.mark.parametrize("job", [("qwen3-30b-a3b", "dgx-h100-80gb", 2, 64, {}),
+                                 ("llama3-8b", "dgx-h100-80gb", 2, 64, {"precision": "fp8"})])
+def test_the_contenders_are_the_plans_search_ranks(job):
+    """The trial settles the ranking ``search`` prints: its predicted best is the search's
+    fastest plan, recipe mechanisms and all (the fused MoE routing, the tensor-parallel
+    overlap, the precision-aware optimizer), at the same time; the contenders stand in the
+    order of the times shown, each percentage that of those times; the runs say which
+    mechanisms they carry."""
+    from configurator.app.inputs import JobInputs
+    from configurator.app.trial_jobs import TrialRequest, run_trial
+    from configurator.search.rank import search
+
+    name, cluster_name, nodes, gbs, options = job
+    model, cluster = load_model(name), load_cluster(cluster_name, nodes=nodes)
+    out = run_trial(TrialRequest(inputs=JobInputs(model=name, cluster=cluster_name,
+                                                  nodes=nodes),
+                                 global_batch_size=gbs, options=options))
+    res = search(model, cluster, gbs, top_k=10, **options)
+    fastest = min(res.plans, key=lambda e: e.iteration_time_s)
+    best = out.runs[0]
+    assert best.role == "contender" and best.reason == "predicted best"
+    assert best.job_iteration_time_s == pytest.approx(fastest.iteration_time_s, rel=1e-12)
+    assert dataclasses.replace(best.plan, moe_router_force_load_balancing=False) == (
+        fastest.plan)
+    contenders = [r for r in out.runs if r.role == "contender"]
+    assert [r.job_iteration_time_s for r in contenders] == sorted(
+        r.job_iteration_time_s for r in contenders)
+    for r in contenders[1:]:
+        pct = 100 * (r.job_iteration_time_s / best.job_iteration_time_s - 1)
+        assert r.reason.startswith(f"{pct:+.1f} % vs the best")
+    on = res.mechanisms_of(fastest.plan)
+    assert on and all(m in out.notes[-1] for m in on)
+
+
+def test_an_option_given_to_the_trial_pins_it():
+    """A mechanism switched off on the command line stays off in every run."""
+    from configurator.app.inputs import JobInputs
+    from configurator.app.trial_jobs import TrialRequest, run_trial
+
+    for given in (None, False):
+        out = run_trial(TrialRequest(
+            inputs=JobInputs(model="llama3-8b", cluster="dgx-h100-80gb", nodes=2),
+            global_batch_size=64, options={"grad_reduce_in_bf16": given}))
+        assert {r.plan.grad_reduce_in_bf16 for r in out.runs} == {given is None}

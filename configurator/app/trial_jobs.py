@@ -1,7 +1,9 @@
 """``configurator trial``: the few short runs that best settle a job's ranking.
 
 For a job (model, cluster, global batch, nodes) the plans are those the search ranks (every
-legal plan that fits) or those of a file the user can run (``plans``). Each plan's
+legal plan that fits, with the recipe mechanisms the search turns on where no option given
+pins them: the ranking of its best plan's regime, :func:`configurator.search.rank.search`)
+or those of a file the user can run (``plans``). Each plan's
 sensitivity to the calibrated parameters (:data:`topology.calibration.PARAMETER_RANGES`) is
 taken numerically from the same cost model: ``S[p, j] = d log T_p / d log x_j`` by a forward
 step of :data:`LOG_STEP` (down for a fraction at its bound), every plan priced at once in
@@ -29,6 +31,10 @@ The runs chosen (``k``, default 5):
    value the runs find, a plan that says little at the presets may be as host-bound as the
    first (the one-GPU trial: mbs 1 without recompute beside mbs 1 with full recompute).
 
+Each chosen plan then runs as the search's shortlist would price it
+(:func:`fastest_variant`), and the contenders stand in the order of that plan's exact-schedule
+time, with their percentages from it.
+
 The scripts are :func:`launchers.launch_files`' (mock data, ``iterations`` iterations,
 logging every one), one directory per run, with the SLURM job named ``trialN`` so that its
 log (``sbatch --output``) is the Megatron-LM log ``configurator calibrate`` reads. An MoE
@@ -52,14 +58,15 @@ from configurator.app.inputs import JobInputs, resolve_uncalibrated
 from configurator.core import validate as v
 from configurator.core.plan_batch import PlanBatch
 from configurator.core.errors import InputError
-from configurator.core.plan import (describe_search_options, plan_from_dict, search_option_words,
-                                    search_options)
+from configurator.core.plan import (SEARCH_OPTIONS, describe_search_options, plan_from_dict,
+                                    search_option_words, search_options)
 from configurator.core.plan_values import RECOMPUTE
 from configurator.core.rules import check_plan
 from configurator.cost.communication import comm_figures, expert_comm_figures
 from configurator.cost.iteration import iteration_time
 from configurator.search.evaluate import evaluate_plan
 from configurator.search.engine import in_chunks
+from configurator.search.mechanisms import Regime, mechanisms_on, plan_variants
 from configurator.search.rank import search
 from configurator.search.space import SearchSpace
 from memory_model.estimate import DEFAULT_MAX_MEMORY_FRACTION
@@ -136,13 +143,18 @@ class TrialRequest:
 
 @dataclass(frozen=True, kw_only=True)
 class TrialRun:
-    """One chosen run: its plan, predicted time (s, the exact schedule), why it was chosen
-    (``contender`` or ``probe``), the parameter it pins (probes), and its sensitivities
-    ``d log T / d log x`` per parameter."""
+    """One chosen run: its plan (as the trial runs it, :func:`trial_plan`), the predicted
+    time of that run (s, the exact schedule: what its log should show) and of the plan as
+    the job would run it (``job_iteration_time_s``: the trained router's spread where the
+    trial forces the balance; the time the ranking and the contenders' percentages are
+    about), why it was chosen (``contender`` or ``probe``), the parameter it pins (probes),
+    and its sensitivities ``d log T / d log x`` per parameter (those the choice was made on:
+    the plan as the search's ranking holds it, before :func:`fastest_variant`)."""
 
     index: int
     plan: Any
     predicted_iteration_time_s: float
+    job_iteration_time_s: float
     role: str
     reason: str
     sensitivity: dict
@@ -151,6 +163,7 @@ class TrialRun:
     def to_dict(self) -> dict:
         return {"index": self.index, "role": self.role, "reason": self.reason,
                 "predicted_iteration_time_s": self.predicted_iteration_time_s,
+                "job_iteration_time_s": self.job_iteration_time_s,
                 "sensitivity": self.sensitivity, "directory": self.directory,
                 "plan": self.plan.to_dict()}
 
@@ -238,6 +251,22 @@ def pool_times(model, cluster, pool, names: tuple[str, ...], values: Mapping[str
     return out
 
 
+def fastest_variant(model, cluster, plan, mechanisms: tuple[str, ...]):
+    """``plan`` (a plan of the search's ranking, carrying its regime's options) as the
+    search's shortlist prices it: the fastest in closed form of its variants
+    (:func:`configurator.search.mechanisms.plan_variants`: the per-plan mechanisms of
+    ``mechanisms`` applied where they apply, each that only moves time switched off where
+    that is faster); ``plan`` itself without mechanisms."""
+    if not mechanisms:
+        return plan
+    regime = Regime(options={name: getattr(plan, name) for name in SEARCH_OPTIONS},
+                    restrict={}, mechanisms=tuple(mechanisms))
+    variants = plan_variants(model, cluster, plan, regime)
+    if len(variants) == 1:
+        return variants[0]
+    return variants[int(np.argmin(pool_times(model, cluster, variants, (), {})))]
+
+
 def sensitivities(model, cluster, pool, names: tuple[str, ...]
                   ) -> tuple[np.ndarray, np.ndarray]:
     """``(times, S)``: the closed-form times of ``pool`` at the cluster's figures and
@@ -255,6 +284,38 @@ def sensitivities(model, cluster, pool, names: tuple[str, ...]
     return t0, np.stack(cols, axis=1)
 
 
+def difference_sd(S: np.ndarray, sd: np.ndarray, b: int) -> np.ndarray:
+    """σ (log) of each plan's time relative to plan ``b``'s, ``‖(S_p − S_b) σ‖``: the
+    parameters move both plans, so what they leave uncertain is the difference."""
+    return np.sqrt((((S - S[b]) * sd) ** 2).sum(axis=1))
+
+
+def contender_reason(time_s: float, best_s: float, diff_sd: float, best: bool) -> str:
+    """Why a contender runs: the best plan (``best``), or its time over the best's with the
+    95 % uncertainty of that difference (one decimal, so that a narrow one does not read
+    ±0)."""
+    if best:
+        return "predicted best"
+    return (f"{100 * (time_s / best_s - 1):+.1f} % vs the best, within the uncertainty of "
+            f"the difference (±{196 * diff_sd:.1f} %)")
+
+
+def by_job_time(chosen: list[tuple[int, str, str]], job_s: Mapping[int, float],
+                S: np.ndarray, sd: np.ndarray) -> list[tuple[int, str, str]]:
+    """``chosen`` (:func:`choose_runs`, picked on the closed form) with its contenders
+    ordered, fastest first, by their exact-schedule times ``job_s`` (pool index → s), the
+    times the output shows, and their reasons taken from those times; the probes after them
+    as they were."""
+    contenders = sorted((i for i, role, _ in chosen if role == "contender"),
+                        key=lambda i: job_s[i])
+    if not contenders:
+        return chosen
+    b = contenders[0]
+    diff = difference_sd(S, sd, b)
+    return ([(i, "contender", contender_reason(job_s[i], job_s[b], diff[i], i == b))
+             for i in contenders] + [c for c in chosen if c[1] != "contender"])
+
+
 def choose_runs(times: np.ndarray, S: np.ndarray, sd: np.ndarray, k: int,
                 names: tuple[str, ...]) -> tuple[list[tuple[int, str, str]], int, np.ndarray]:
     """The module docstring's selection: ``([(pool index, role, reason)], contenders found,
@@ -263,14 +324,11 @@ def choose_runs(times: np.ndarray, S: np.ndarray, sd: np.ndarray, k: int,
     order = np.argsort(times, kind="stable")
     b = int(order[0])
     logt = np.log(times)
-    diff_sd = np.sqrt((((S - S[b]) * sd) ** 2).sum(axis=1))
+    diff_sd = difference_sd(S, sd, b)
     close = [int(i) for i in order if logt[i] - logt[b] <= 1.96 * diff_sd[i]]
     probes_wanted = min(3, k - 1, len(names))
     n_top = max(1, min(len(close), k - probes_wanted))
-    chosen = [(i, "contender",
-               "predicted best" if i == b else
-               f"{100 * (times[i] / times[b] - 1):+.1f} % vs the best, within the "
-               f"uncertainty of the difference (±{196 * diff_sd[i]:.0f} %)")
+    chosen = [(i, "contender", contender_reason(times[i], times[b], diff_sd[i], i == b))
               for i in close[:n_top]]
     F = np.diag(1.0 / sd ** 2)
     for i, *_ in chosen:
@@ -342,12 +400,16 @@ def run_trial(req: TrialRequest) -> TrialOutcome:
                          "prices the presets' nominal links: not with --topology or "
                          "--calibration")
     options = search_options(**req.options)
+    # the options given (not None) pin a setting; the search chooses the mechanisms of the
+    # rest, as `search` does, so that the contenders are the plans it ranks
+    given = {name: value for name, value in req.options.items() if value is not None}
     job = resolve_uncalibrated(req.inputs)
     model, cluster = job.model, job.cluster
     # the parameters the runs settle: those calibrate fits by default
     names = tuple(n for n in default_parameters(options["precision"])
                   if fittable(n, cluster.gpu))
     notes = []
+    mechanisms: tuple[str, ...] = ()
     if req.plans:
         pool, repeats = _load_plans(req.plans, model, cluster, req.global_batch_size)
         plan_of = pool.__getitem__
@@ -357,32 +419,46 @@ def run_trial(req: TrialRequest) -> TrialOutcome:
     else:
         res = search(model, cluster, req.global_batch_size, top_k=1,
                      space=SearchSpace(recompute=RECOMPUTE), keep_ranking=True,
-                     max_memory_fraction=DEFAULT_MAX_MEMORY_FRACTION, **options)
+                     max_memory_fraction=DEFAULT_MAX_MEMORY_FRACTION, **given)
         pool = res.ranked
         plan_of = pool.plan
+        mechanisms = res.mechanisms
     times, S = sensitivities(model, cluster, pool, names)
     sd = np.array([prior_log_sd(n) for n in names])
     chosen, n_close, sd_after = choose_runs(times, S, sd, req.runs, names)
+    job_plan = {i: fastest_variant(model, cluster, plan_of(i), mechanisms)
+                for i, *_ in chosen}
+    job_s = {i: evaluate_plan(model, cluster, p).iteration_time_s for i, p in job_plan.items()}
+    chosen = by_job_time(chosen, job_s, S, sd)
 
     training = TrainingArgs(train_iters=req.iterations,
                             lr_warmup_iters=min(10, req.iterations // 3)).checked()
     runs, files = [], {}
     for k, (i, role, reason) in enumerate(chosen, start=1):
-        ranked = plan_of(i)
+        ranked = job_plan[i]
         plan = trial_plan(model, ranked)
         if plan != ranked and FORCED_BALANCE_NOTE not in notes:
             notes.append(FORCED_BALANCE_NOTE)
-        ev = evaluate_plan(model, cluster, plan)
+        ev = evaluate_plan(model, cluster, plan) if plan != ranked else None
+        run_s = job_s[i] if ev is None else ev.iteration_time_s
         d = f"trial{k}"
-        summary = {"iteration_time_s": round(ev.iteration_time_s, 3), "trial": f"{k} ({role})"}
+        summary = {"iteration_time_s": round(run_s, 3), "trial": f"{k} ({role})"}
         files[k] = launch_files(model, plan, nodes=cluster.num_nodes,
                                 gpus_per_node=cluster.gpus_per_node, training=training,
                                 summary=summary, job_name=d)
-        runs.append(TrialRun(index=k, plan=plan, predicted_iteration_time_s=ev.iteration_time_s,
-                             role=role, reason=reason,
+        runs.append(TrialRun(index=k, plan=plan, predicted_iteration_time_s=run_s,
+                             job_iteration_time_s=job_s[i], role=role, reason=reason,
                              sensitivity={n: round(float(S[i, j]), 4)
                                           for j, n in enumerate(names)},
                              directory=os.path.join(req.out, d) if req.out else None))
+    on: list[str] = []
+    for r in runs:
+        on += [name for name in mechanisms_on(r.plan, mechanisms) if name not in on]
+    on.sort(key=lambda name: mechanisms.index(name.split(" ")[0]))
+    if on:
+        notes.append("the runs carry the recipe mechanisms the search turns on where the "
+                     "cluster allows them and no option says otherwise, as its plans do: "
+                     + ", ".join(on))
     written = []
     job = _job_words(req)
     out = (req.out or "trial").rstrip("/") or "/"

@@ -58,13 +58,21 @@ def run_trial_command(args) -> int:
         print(jsonout.dumps(out.to_dict(), indent=2))
         return 0
     print(out.header)
+    # the trial run's own time beside the job's where they differ (forced MoE balance)
+    forced = any(r.predicted_iteration_time_s != r.job_iteration_time_s for r in out.runs)
+    ep = any(r.plan.ep > 1 for r in out.runs)
     print(f"{'#':>2} {'role':<10} {'tp':>3} {'pp':>3} {'dp':>4} {'cp':>3} {'vp':>3} {'mbs':>4} "
-          f"{'recompute':<10} {'predicted s':>11}  why")
+          + (f"{'ep':>3} {'etp':>3} " if ep else "")
+          + f"{'recompute':<10} {'predicted s':>11}" + (f" {'trial run s':>11}" if forced else "")
+          + "  why")
     for r in out.runs:
         p = r.plan
         print(f"{r.index:>2} {r.role:<10} {p.tp:>3} {p.pp:>3} {p.dp:>4} {p.cp:>3} "
-              f"{p.vp or 1:>3} {p.micro_batch_size:>4} {p.recompute:<10} "
-              f"{r.predicted_iteration_time_s:>11.3f}  {r.reason}")
+              f"{p.vp or 1:>3} {p.micro_batch_size:>4} "
+              + (f"{p.ep:>3} {p.etp:>3} " if ep else "")
+              + f"{p.recompute:<10} {r.job_iteration_time_s:>11.3f}"
+              + (f" {r.predicted_iteration_time_s:>11.3f}" if forced else "")
+              + f"  {r.reason}")
     sd = ", ".join(f"{n} ±{100 * out.sd_before[n]:.0f} % -> ±{100 * out.sd_after[n]:.0f} %"
                    for n in out.sd_before)
     print(f"parameters' uncertainty (1 σ, log) before -> after these runs: {sd}")
