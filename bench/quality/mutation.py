@@ -144,6 +144,9 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
     ("configurator/cost/placed.py", "first % G + G * backward", "`+` → `-`",
      "the key indexes arrays of 2·G entries (lowest, code): first % G − G lands, by NumPy's "
      "negative indexing, on the same entry G + first % G does"),
+    ("configurator/cost/placed.py", "if plain_1f1b and pp > 1:", "`>` → `>=`",
+     "at pp 1 the sends are zeros (terms_many prices them only where pp > 1) and the slices "
+     "`:pp - 1` and `1:` of one stage are empty: folding them in changes nothing"),
     ("configurator/cost/expert_comm.py", "return np.where(n > 1, flex, 0.0)", "constant 1 ×1.1",
      "ep is an integer: n > 1.1 holds where n > 1 does"),
     ("configurator/cost/communication.py", "if G > 1 else", "constant 1 ×1.1",
