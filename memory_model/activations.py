@@ -194,9 +194,10 @@ class LayerInputs:
 @dataclass(frozen=True, kw_only=True)
 class StagePosition:
     """Where a pipeline rank sits, per plan (arrays broadcast): ``pp``, ``vp`` (virtual
-    stages per rank), ``num_microbatches`` per iteration, ``stage`` (the pipeline rank) and the
+    stages per rank), ``num_microbatches`` per iteration, ``stage`` (the pipeline rank), the
     decoder and MoE layers it builds (``rank_layers``, ``rank_moe_layers``; None: an even
-    split of the model's)."""
+    split of the model's) and how many of them offload their activations to host memory
+    (``offloaded_layers``: Megatron's ``cpu_offloading_num_layers``, pp 1 only)."""
 
     pp: Any
     stage: Any
@@ -204,6 +205,7 @@ class StagePosition:
     vp: Any = 1
     rank_layers: Any = None
     rank_moe_layers: Any = None
+    offloaded_layers: Any = 0
 
 
 def _attention_sizes(model: ModelSpec, s, b, tp):
@@ -620,8 +622,17 @@ def stage_activation_phases(model: ModelSpec, x: LayerInputs, at: StagePosition,
     same chunks in flight as without the overlap. Fine-grained activation
     offloading (:func:`offloaded_layer_bytes`) keeps every layer-microbatch's offloaded
     tensors in host memory but the last one's (the last group of each module stays, so that
-    its reload never waits). ``terms``: :func:`layer_terms` of ``x`` when the caller has them
-    (the same values, computed once per distinct layer elsewhere).
+    its reload never waits). CPU offloading of whole layers (``at.offloaded_layers``, ``N``
+    of the model's first layers; pp 1 and no recompute by rule) keeps ``N − 1`` of them in
+    host memory at the end of the forward: Transformer Engine's offload handler copies each
+    offloaded layer's saved tensors out on a side stream while the next layers compute and
+    waits for that copy a layer window later, so the last one may still be on the GPU, and
+    the backward reloads each a layer ahead of its use (megatron-core 0.16.1
+    ``TransformerBlock``: ``get_cpu_offload_context(cpu_offloading,
+    cpu_offloading_num_layers, num_layers, activations on, weights off, no double
+    buffering)``; Transformer Engine ``pytorch/cpu_offload.py``,
+    ``AsyncDoubleBufferGroupOffloadHandler``). ``terms``: :func:`layer_terms` of ``x`` when
+    the caller has them (the same values, computed once per distinct layer elsewhere).
     """
     t = layer_terms(model, x) if terms is None else terms
     pp, stage = np.asarray(at.pp), np.asarray(at.stage)
@@ -645,6 +656,9 @@ def stage_activation_phases(model: ModelSpec, x: LayerInputs, at: StagePosition,
     emb = np.where(stage == 0, t["emb_mask"] * mb_first, 0.0)
     # the other layer-microbatches' offloaded tensors wait in host memory
     on_host = np.maximum(n - 1, 0.0) * np.where(rc == RECOMPUTE_FULL, 0.0, offloaded)
+    # whole layers offloaded to the host (all but the last, whose copy may still run)
+    on_host = on_host + np.maximum(np.asarray(at.offloaded_layers, dtype=float) - 1.0,
+                                   0.0) * kept
     forward_end = n * kept - on_host + emb + np.where(stage == pp - 1, t["last"], 0.0)
     # a fully recomputed MoE layer re-materialises its routed tokens too
     working = t["working"] + np.where(

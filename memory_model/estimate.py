@@ -193,7 +193,8 @@ def activation_memory(model: ModelSpec, plans: PlanBatch, stage, rank_layers=Non
     (:func:`memory_model.activations.stage_activation_bytes`; ``rank_*`` as
     :func:`held_memory`; ``terms``: the plans' layer terms when the caller has them)."""
     at = StagePosition(pp=plans.pp, vp=plans.vp, num_microbatches=plans.num_microbatches,
-                       stage=stage, rank_layers=rank_layers, rank_moe_layers=rank_moe_layers)
+                       stage=stage, rank_layers=rank_layers, rank_moe_layers=rank_moe_layers,
+                       offloaded_layers=plans.cpu_offloading_num_layers)
     return stage_activation_bytes(model, LayerInputs.of_plans(model, plans), at, terms)
 
 

@@ -172,6 +172,12 @@ MODERN_PLANS = [
                           offload_modules="attn_norm,core_attn,attn_proj,mlp_norm",
                           use_precision_aware_optimizer=True, main_params_dtype="fp16",
                           exp_avg_dtype="fp16", exp_avg_sq_dtype="fp8")),
+    # CPU offloading of whole layers (pp 1, no recompute), as NVIDIA's GB200 recipes of
+    # Llama-3 70B and 405B run it
+    (LLAMA8, ParallelPlan(tp=2, pp=1, dp=4, micro_batch_size=1, global_batch_size=8,
+                          sequence_parallel=True, distributed_optimizer=True,
+                          precision="fp8", fp8_recipe="tensorwise",
+                          cpu_offloading_num_layers=20)),
     # megatron-core's own layers on a machine without Apex: no fused softmax, the scores'
     # softmax in FP32
     (SMALL, ParallelPlan(tp=2, pp=1, dp=2, micro_batch_size=1, global_batch_size=4,

@@ -1292,3 +1292,33 @@ def test_expert_data_parallel_group_is_the_expert_grids_rest(tp, cp, dp, pp, ep,
     world = tp * cp * dp * pp
     got = expert_data_parallel_size(PlanBatch.from_plans([plan]))
     assert got.tolist() == [world / (pp * ep * etp)]
+
+
+@pytest.mark.parametrize("offloaded", [1, 3])
+def test_cpu_offloaded_layers_bound_their_passes_by_the_whole_layers_copy(offloaded):
+    """CPU offloading of whole layers (cpu_offloaded_passes): an offloaded layer's saved
+    tensors, its whole activation bytes, go to the host during the forward and come back
+    during the backward at the host link's rate, each pass the longer of its own time and its
+    copy; ``N`` of the ``L`` layers do so, so a layer pass is priced at the share ``N / L``
+    between its own time and that bound, a dense layer with its bytes and an MoE layer with
+    its experts' routed tokens added (mbs 64 makes the copies the longer)."""
+    from memory_model.activations import LayerInputs, layer_terms
+
+    model = make_model(**GQA, num_experts=8, moe_router_topk=2, moe_ffn_hidden_size=64)
+    gpu = _gpu()
+    kw = dict(tp=1, dp=4, ep=4, micro_batch_size=64, global_batch_size=256)
+    c = _candidates(model, cpu_offloading_num_layers=offloaded, **kw)
+    on = layer_costs(model, c, gpu)
+    off = layer_costs(model, _candidates(model, **kw), gpu)
+    t = layer_terms(model, LayerInputs.of_plans(model, c))
+    copy = _one(t["layer"]) / gpu.host_link_Bps
+    moe_copy = _one(t["layer"] + t["moe_delta"]) / gpu.host_link_Bps
+    share = offloaded / model.num_layers
+    want = {}
+    for key, nbytes_s in (("fwd", copy), ("bwd", copy), ("moe_fwd", moe_copy),
+                          ("moe_bwd", moe_copy)):
+        own = _one(off[key])
+        want[key] = own + share * (max(own, nbytes_s) - own)
+    assert copy > _one(off["fwd"])          # the copy binds: the test sees the formula
+    got = {k: _one(v) for k, v in on.items() if k in want}
+    assert got == pytest.approx(want, rel=1e-12)

@@ -1317,3 +1317,30 @@ def test_layer_inputs_default_to_one_plain_rank():
     split = layer_activation_bytes(model, sp=True, **kw)
     # the replicated part, whole on each rank without sp, halved with it
     assert float(plain - split) == pytest.approx(10 * 128 * 256 / 2, rel=1e-12)
+
+
+@pytest.mark.parametrize("offloaded", [0, 1, 5])
+def test_cpu_offloaded_layers_leave_all_but_one_on_the_host(offloaded):
+    """CPU offloading of whole layers (stage_activation_phases): at the end of the forward the
+    first N layers' activations are in host memory but the last one's, whose copy may still
+    run: the GPU holds N − 1 layers fewer, each what a layer keeps (pp 1, no recompute)."""
+    from memory_model.activations import layer_terms, stage_activation_phases
+
+    model = make_model(name="m", num_layers=8, hidden_size=256, num_attention_heads=8,
+                       num_query_groups=2, vocab_size=1000, seq_length=512)
+    c = PlanBatch.from_plan(ParallelPlan(tp=2, pp=1, dp=2, micro_batch_size=2,
+                                         global_batch_size=8, sequence_parallel=True,
+                                         distributed_optimizer=True,
+                                         cpu_offloading_num_layers=offloaded))
+    x = LayerInputs.of_plans(model, c)
+    at = StagePosition(pp=1, stage=0, num_microbatches=2, offloaded_layers=offloaded)
+    fwd, rec = stage_activation_phases(model, x, at)
+    base, _ = stage_activation_phases(model, x, dataclasses.replace(at, offloaded_layers=0))
+    per_layer = float(np.ravel(layer_terms(model, x)["layer"])[0])
+    assert float(np.ravel(base - fwd)[0]) == pytest.approx(max(offloaded - 1, 0) * per_layer,
+                                                           rel=1e-12)
+    assert float(np.ravel(rec)[0]) == 0.0
+    # the estimate reads the plan's field
+    from memory_model.estimate import activation_memory
+    assert float(np.ravel(activation_memory(model, c, 0))[0]) == pytest.approx(
+        float(np.ravel(fwd)[0]), rel=1e-12)

@@ -144,6 +144,12 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
     ("configurator/cost/placed.py", "first % G + G * backward", "`+` → `-`",
      "the key indexes arrays of 2·G entries (lowest, code): first % G − G lands, by NumPy's "
      "negative indexing, on the same entry G + first % G does"),
+    ("configurator/cost/iteration.py", 'live = cls["count"] > 0', "`>` → `>=`",
+     "the classes of count 0 are stage_class_arrays' padding, copies of class 0 (whose own "
+     "entry has a count): taking them too changes neither the pacing stage's time nor the "
+     "sum, where their count multiplies by 0"),
+    ("memory_model/estimate.py", "return np.where(cp > 1, 2.0 * full * (cp - 1) / cp, 0.0)",
+     "`>` → `>=`", "at cp 1 the gathered share (cp − 1)/cp is 0: both branches give 0"),
     ("configurator/cost/placed.py", "if plain_1f1b and pp > 1:", "`>` → `>=`",
      "at pp 1 the sends are zeros (terms_many prices them only where pp > 1) and the slices "
      "`:pp - 1` and `1:` of one stage are empty: folding them in changes nothing"),

@@ -49,6 +49,7 @@ INT_RANGES: dict[str, tuple[int, int]] = {
     "etp": (1, 262_144),
     "decoder_first_pipeline_num_layers": (0, 2048),
     "decoder_last_pipeline_num_layers": (0, 2048),
+    "cpu_offloading_num_layers": (0, 2048),
     "dp": (1, 262_144),
     "top": (1, 100_000),
     "seed": (0, 2**32 - 1),

@@ -99,6 +99,7 @@ PLAN_ARGS: tuple[tuple[str, str, Any], ...] = (
     ("moe_pad_expert_input_to_capacity", "moe_pad_expert_input_to_capacity", ...),
     ("moe_router_force_load_balancing", "moe_router_force_load_balancing", ...),
     ("use_precision_aware_optimizer", "use_precision_aware_optimizer", ...),
+    ("cpu_offloading_num_layers", "cpu_offloading_num_layers", ...),
 )
 #: Optimizer-state dtypes as ``validate_args`` leaves them in the dump (torch dtypes;
 #: ``fp8`` moments are stored as ``torch.uint8``).
@@ -106,7 +107,8 @@ _TORCH_DTYPES = {"torch.float32": "fp32", "torch.float16": "fp16", "torch.bfloat
                  "torch.uint8": "fp8", "fp32": "fp32", "fp16": "fp16", "bf16": "bf16",
                  "fp8": "fp8"}
 _INT_PLAN = {"num_gpus", "tp", "pp", "dp", "cp", "vp", "micro_batch_size", "global_batch_size",
-             "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers"}
+             "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
+             "cpu_offloading_num_layers"}
 
 _INT_TEXT = re.compile(r"-?\d{1,15}")
 _LIST_TEXT = re.compile(r"\[\s*(?:-?\d{1,6}\s*(?:,\s*-?\d{1,6}\s*)*)?\]")

@@ -511,6 +511,20 @@ class ParallelPlan(PlanLayout):
         flags=(("--fine-grained-activation-offloading",
                 lambda m, p: bool(p.offload_modules) or None),
                ("--offload-modules", lambda m, p: _list_flag(p.offload_modules))))
+    cpu_offloading_num_layers: int = schema_field(
+        0, bridge=(("model.cpu_offloading", lambda m, p: p.cpu_offloading_num_layers > 0),
+                   ("model.cpu_offloading_num_layers",
+                    lambda m, p: p.cpu_offloading_num_layers)),
+        megatron_name="cpu_offloading_num_layers", cli_flag="--cpu-offloading-num-layers",
+        per_candidate=False, quiet=True,
+        help="CPU offloading of whole layers: the activations of the model's first N layers "
+             "wait in host memory between forward and backward, copied on side streams "
+             "beside the next layers' compute (Megatron --cpu-offloading-num-layers, "
+             "Transformer Engine's CPU offload context; pp 1, no recompute; 0: none, the "
+             "default)",
+        flag_group="recompute",
+        flags=(("--cpu-offloading-num-layers",
+                lambda m, p: p.cpu_offloading_num_layers or None),))
 
 
     def __post_init__(self):
@@ -586,7 +600,8 @@ OPTIONAL_PLAN_KEYS = ("ep", "etp", "decoder_first_pipeline_num_layers",
                       "fp8_dot_product_attention", "moe_fused_grouped_mlp", "cuda_graph_impl",
                       "cuda_graph_scope", "use_precision_aware_optimizer", "main_grads_dtype",
                       "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype",
-                      "offload_modules", "masked_softmax_fusion", "attention_softmax_in_fp32")
+                      "offload_modules", "masked_softmax_fusion", "attention_softmax_in_fp32",
+                      "cpu_offloading_num_layers")
 #: Plan fields one value of which serves a whole search (``search`` takes each as an option
 #: and every plan it ranks carries it; ``estimate`` takes them as any field).
 SEARCH_OPTIONS = ("precision", "attention_backend", "masked_softmax_fusion",
@@ -599,7 +614,8 @@ SEARCH_OPTIONS = ("precision", "attention_backend", "masked_softmax_fusion",
                   "moe_router_force_load_balancing", "fp8_recipe",
                   "fp8_dot_product_attention", "moe_fused_grouped_mlp", "cuda_graph_impl",
                   "cuda_graph_scope", "use_precision_aware_optimizer", "main_grads_dtype",
-                  "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype", "offload_modules")
+                  "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype", "offload_modules",
+                  "cpu_offloading_num_layers")
 #: Keys :meth:`ParallelPlan.to_dict` adds that are not fields (ignored on reading).
 DERIVED_KEYS = ("num_microbatches",) + tuple(f.alias for f in PLAN_FIELDS if f.alias)
 

@@ -359,6 +359,45 @@ RULES: tuple[Rule, ...] = (
     _rule("offloaded modules are Megatron's", ("offload_modules",),
           lambda m, f, w: _offload_problem(m, f) is None,
           lambda m, f, w: _offload_problem(m, f)),
+    # CPU offloading of whole layers (TransformerConfig.__post_init__, core_v0.16.1;
+    # validate_args turns cpu_offloading on with cpu_offloading_num_layers > 0)
+    _rule("CPU offloading covers fewer layers than the model's",
+          ("cpu_offloading_num_layers",),
+          lambda m, f, w: f["cpu_offloading_num_layers"] < m.num_layers,
+          lambda m, f, w: InputError("cpu_offloading_num_layers",
+                                     f["cpu_offloading_num_layers"],
+                                     f"must be below the model's {m.num_layers} layers "
+                                     f"(TransformerConfig)")),
+    _rule("CPU offloading needs pp 1", ("cpu_offloading_num_layers", "pp"),
+          lambda m, f, w: (f["cpu_offloading_num_layers"] == 0) | (np.asarray(f["pp"]) == 1),
+          lambda m, f, w: InputError("cpu_offloading_num_layers",
+                                     f["cpu_offloading_num_layers"],
+                                     "needs pp 1: no pipeline parallelism with CPU offloading "
+                                     "(TransformerConfig)")),
+    _rule("CPU offloading does not run with recompute",
+          ("cpu_offloading_num_layers", "recompute"),
+          lambda m, f, w: (f["cpu_offloading_num_layers"] == 0) | (
+              _recompute_name(f) == "none"),
+          lambda m, f, w: InputError("cpu_offloading_num_layers",
+                                     f["cpu_offloading_num_layers"],
+                                     "needs recompute none: CPU offloading does not work with "
+                                     "activation recomputation (TransformerConfig)")),
+    _rule("CPU offloading excludes fine-grained offloading",
+          ("cpu_offloading_num_layers", "offload_modules"),
+          lambda m, f, w: not (f["cpu_offloading_num_layers"] and f["offload_modules"]),
+          lambda m, f, w: InputError("cpu_offloading_num_layers",
+                                     f["cpu_offloading_num_layers"],
+                                     "excludes offload_modules: fine-grained activation "
+                                     "offloading cannot run with CPU offloading "
+                                     "(TransformerConfig)")),
+    _rule("CPU offloading needs Transformer Engine",
+          ("cpu_offloading_num_layers", "attention_backend"),
+          lambda m, f, w: not (f["cpu_offloading_num_layers"]
+                               and f["attention_backend"] == "local"),
+          lambda m, f, w: InputError("cpu_offloading_num_layers",
+                                     f["cpu_offloading_num_layers"],
+                                     "needs Transformer Engine's layers (its CPU offload "
+                                     "context; not attention_backend local)")),
     _rule("the fused grouped MLP needs experts", ("moe_fused_grouped_mlp",),
           lambda m, f, w: not f["moe_fused_grouped_mlp"] or bool(m.is_moe),
           lambda m, f, w: InputError("moe_fused_grouped_mlp", True,

@@ -400,4 +400,31 @@ def layer_costs(model: ModelSpec, c: PlanBatch, gpu: GPUSpec, profile=None) -> d
         out.update(moe_fwd=fwd, moe_bwd=bwd, moe_recompute=out["recompute"],
                    tokens_routed=0.0 * T, tokens_in=0.0 * T, moe_experts_fwd=0.0 * T)
     out["moe_main_grad_acc"] = moe_acc if model.is_moe else grad_acc
+    if c.cpu_offloading_num_layers:
+        out.update(cpu_offloaded_passes(model, c, gpu, out))
+    return out
+
+
+def cpu_offloaded_passes(model: ModelSpec, c: PlanBatch, gpu: GPUSpec, costs: dict) -> dict:
+    """A layer's passes (``fwd``, ``bwd``, ``moe_fwd``, ``moe_bwd``; s) under CPU offloading of
+    whole layers (``c.cpu_offloading_num_layers``, ``N`` of the model's ``L``): an offloaded
+    layer's saved tensors (its activation bytes, :func:`memory_model.activations.layer_terms`
+    ``layer`` and ``moe_delta``) go to host memory on a side stream while the next layers'
+    forward runs and come back, prefetched a layer ahead, during the backward (Transformer
+    Engine's CPU offload context as megatron-core 0.16.1 ``TransformerBlock`` sets it up), so
+    each copy sets its pass's time where it is longer, at the GPU-host link's rate
+    (:func:`configurator.cost.host_ops.offload_exposed`); the share ``N / L`` of the layers
+    does so, dense and MoE alike (the offloaded layers are the first ``N``; a model whose
+    first layers are dense offloads those first, which the share leaves out)."""
+    from memory_model.activations import layer_terms
+
+    t = layer_terms(model, LayerInputs.of_plans(model, c))
+    share = c.cpu_offloading_num_layers / model.num_layers
+    out = {}
+    for fwd_key, bwd_key, nbytes in (("fwd", "bwd", t["layer"]),
+                                     ("moe_fwd", "moe_bwd", t["layer"] + t["moe_delta"])):
+        fwd, bwd = costs[fwd_key], costs[bwd_key]
+        off_fwd, off_bwd = offload_exposed(nbytes, gpu, fwd, bwd)
+        out[fwd_key] = fwd + share * (off_fwd - fwd)
+        out[bwd_key] = bwd + share * (off_bwd - bwd)
     return out

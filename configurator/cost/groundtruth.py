@@ -138,20 +138,19 @@ def bridge_recipe_fields(rec: dict[str, str], precision: str,
                          model: ModelSpec) -> tuple[dict, str | None, list[str]]:
     """The plan fields a recipe row sets, why a row is outside what plans model (or None)
     and what the plan leaves unpriced: ``(fields, unmodelled, notes)``. CPU offloading of
-    whole layers (``--cpu-offloading-num-layers``) and a block recompute of some layers are
-    not plan fields; the paged stash of full-iteration graphs and the parameter all-gather
+    whole layers becomes ``cpu_offloading_num_layers``; a block recompute of some layers is
+    not a plan field; the paged stash of full-iteration graphs and the parameter all-gather
     overlapped with the optimizer step run unpriced."""
     def on(key):
         return rec.get(key, "").startswith("True")
 
-    if on("cpu_offloading"):
-        return {}, (f"CPU offloading of {rec['cpu_offloading_num_layers']} layers "
-                    f"(--cpu-offloading-num-layers) is not a plan field"), []
     if rec.get("recompute_method"):
         return {}, (f"recompute {rec['recompute_granularity']} of "
                     f"{rec['recompute_num_layers']} layers by {rec['recompute_method']} is not "
                     f"a plan field"), []
     f: dict = {}
+    if on("cpu_offloading"):
+        f["cpu_offloading_num_layers"] = int(rec["cpu_offloading_num_layers"])
     modules = _words(rec["recompute_modules"])
     if rec["recompute_granularity"] == "selective" and modules:
         f.update(recompute="selective", recompute_modules=modules)
@@ -325,6 +324,10 @@ def bridge_rows(path: Path | None = None) -> tuple[list[BridgeRow], list[str]]:
                 rec = {"commit_ref": "unknown"}
             else:
                 fields, unmodelled, notes = bridge_recipe_fields(rec, precision, model)
+            if fields.get("cpu_offloading_num_layers") and pp > 1:
+                # Megatron offloads layers at pp 1 only: the recipe's plan, not the page's
+                unmodelled = (f"the recipe offloads {fields['cpu_offloading_num_layers']} "
+                              f"layers at pp 1; the page's plan has pp {pp}")
             if unmodelled:
                 skipped.append(f"{key} {precision}: {unmodelled}")
                 continue
@@ -525,7 +528,9 @@ def nemo_summary_runs() -> tuple[list[MeasuredRun], list[str]]:
     scripts/performance/llm/pretrain_mixtral_8x7b.py, whose
     ``pretrain_performance_optimizations`` in nemo/collections/llm/recipes/mixtral_8x7b.py
     adds ``MegatronTokenDropCallback``: ``moe_expert_capacity_factor=1.0``,
-    ``moe_pad_expert_input_to_capacity=True``). Priced from the published tokens/s/GPU."""
+    ``moe_pad_expert_input_to_capacity=True``); the layers whose activations a recipe
+    offloads to host memory from the table's ``activation_offload_layers`` (its header says
+    where each comes from). Priced from the published tokens/s/GPU."""
     out, skipped = [], []
     for r in read_table(published_path(NEMO_SUMMARY_TABLE)):
         key = f"nemo {r['release']} {r['model']} {r['system']} {r['num_gpus']}"
@@ -552,7 +557,8 @@ def nemo_summary_runs() -> tuple[list[MeasuredRun], list[str]]:
                             cross_entropy_fusion="none" if r["release"] == "24.07"
                             else "native",
                             moe_expert_capacity_factor=1.0 if model.is_moe else 0.0,
-                            moe_pad_expert_input_to_capacity=model.is_moe)
+                            moe_pad_expert_input_to_capacity=model.is_moe,
+                            cpu_offloading_num_layers=int(r["activation_offload_layers"]))
         out.append(_run(key, r["source"], model, NEMO_SYSTEMS[r["system"]], plan,
                         NEMO_SUMMARY_TABLE, seq=seq,
                         tokens_per_s_per_gpu=float(first["tokens_per_sec_per_gpu"])))

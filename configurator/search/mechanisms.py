@@ -24,6 +24,12 @@ together they are the plans the search would enumerate without it. The precision
 optimizer (the distributed optimizer) is applied per plan instead, to each shortlisted plan
 with the distributed optimizer (:func:`plan_variants`): it only lowers memory and time, but
 the memory filter prices plans without it, so a plan that fits only with it is not found.
+
+CPU offloading of whole layers (:func:`cpu_offload_allowed`: GPUs with an NVLink-C2C host link)
+lowers memory and, where its copies outlast the compute, costs time; Megatron ties it to pp 1
+and no recompute. Each regime runs again on those plans at each of
+:data:`CPU_OFFLOAD_SHARES` of the layers, with and without Megatron FSDP (which NVIDIA's
+recipes pair with it), so the plans that fit only with them are found and priced as they run.
 """
 
 from __future__ import annotations
@@ -236,7 +242,59 @@ def search_regimes(model: ModelSpec, cluster, options: Mapping[str, Any], pinned
             out.append(Regime(options=opts, restrict=restrict,
                               mechanisms=tuple(n for n in (m.name for m in MECHANISMS)
                                                if n in names)))
+    if cpu_offload_allowed(model, cluster, options, pinned):
+        # each regime again on the plans CPU offloading runs on, at each share of the
+        # layers, with and without Megatron FSDP (which needs the distributed optimizer)
+        fsdp = (False, True) if "megatron_fsdp" not in pinned else (options["megatron_fsdp"],)
+        for regime in list(out):
+            for sharded in fsdp:
+                want = [("pp", (1,)), ("recompute", ("none",))] + (
+                    [("distributed_optimizer", (True,))] if sharded else [])
+                kept = {f: _restriction(f, vals, allowed.get(f), model) for f, vals in want}
+                if not all(kept.values()):
+                    continue
+                names = regime.mechanisms + (CPU_OFFLOADING,) + (
+                    (MEGATRON_FSDP,) if sharded and "megatron_fsdp" not in pinned else ())
+                for n in cpu_offload_layers(model):
+                    out.append(Regime(options=dict(regime.options, megatron_fsdp=sharded,
+                                                   cpu_offloading_num_layers=n),
+                                      restrict=dict(regime.restrict, **kept),
+                                      mechanisms=names))
     return out
+
+
+#: The name the output gives CPU offloading of whole layers (``cpu_offloading_num_layers``),
+#: and Megatron FSDP, which the search tries beside it only (NVIDIA's GB200 and GB300 recipes
+#: pair them: Llama-3 70B at tp 1, Llama-3.1 405B at tp 2).
+CPU_OFFLOADING = "cpu_offloading"
+MEGATRON_FSDP = "megatron_fsdp"
+#: Shares of a model's layers the search offloads (each a regime of its own): NVIDIA's
+#: GB200 and GB300 recipes offload Llama-3 70B's 40 and 20 of 80 layers and Llama-3.1
+#: 405B's 95 (and 92) of 126 (megatron_bridge_recipes.csv, ``cpu_offloading_num_layers``;
+#: NeMo's recommended GB200 configuration, 95).
+CPU_OFFLOAD_SHARES = (0.25, 0.5, 0.75)
+
+
+def cpu_offload_layers(model: ModelSpec) -> tuple[int, ...]:
+    """The numbers of layers the search offloads: :data:`CPU_OFFLOAD_SHARES` of the model's,
+    each at least 1 and below the model's (Megatron's rule), without repeats."""
+    L = model.num_layers
+    return tuple(sorted({min(L - 1, max(1, round(share * L))) for share in CPU_OFFLOAD_SHARES}
+                        - {0}))
+
+
+def cpu_offload_allowed(model: ModelSpec, cluster, options: Mapping[str, Any], pinned) -> bool:
+    """Whether the search tries CPU offloading of whole layers: not given by the user, with
+    Transformer Engine's layers (its CPU offload context) and no fine-grained offloading
+    (they exclude each other), on GPUs whose link to host memory is NVLink-C2C (GB200, GB300:
+    :data:`topology.gpus.NVLINK_C2C_BPS`, 450 GB/s each way), where NVIDIA's recipes use it:
+    over PCIe a layer's copy outlasts its compute (the cost prices that, and ``estimate``
+    takes the field on any GPU)."""
+    from topology.gpus import NVLINK_C2C_BPS
+
+    return ("cpu_offloading_num_layers" not in pinned and model.num_layers > 1
+            and _transformer_engine(options) and not options.get("offload_modules")
+            and cluster.gpu.host_link_Bps >= NVLINK_C2C_BPS)
 
 
 def _restriction(field: str, vals, user: tuple | None, model: ModelSpec) -> tuple:
@@ -296,9 +354,13 @@ def mechanisms_on(plan, regime_mechanisms) -> list[str]:
             on = bool(plan.use_precision_aware_optimizer)
         elif name == "te_cross_entropy":
             on = plan.cross_entropy_fusion == "te"
+        elif name == CPU_OFFLOADING:
+            on = plan.cpu_offloading_num_layers > 0
         else:
             on = bool(getattr(plan, name))
         if on:
             out.append(f"{name} ({plan.moe_flex_dispatcher_backend})"
-                       if name == "flex_dispatcher" else name)
+                       if name == "flex_dispatcher" else
+                       f"{name} ({plan.cpu_offloading_num_layers} layers)"
+                       if name == CPU_OFFLOADING else name)
     return out

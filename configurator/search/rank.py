@@ -27,8 +27,8 @@ from configurator.search.space import (SearchSpace, enumerate_plans, layer_split
                                         layout_splits)
 from configurator.cost.communication import comm_table, expert_comm_table, gather_figures
 from configurator.search.intervals import rank_with_intervals
-from configurator.search.mechanisms import (MECHANISM, Regime, mechanisms_on, plan_variants,
-                                            search_regimes)
+from configurator.search.mechanisms import (CPU_OFFLOADING, MECHANISM, MEGATRON_FSDP, Regime,
+                                            mechanisms_on, plan_variants, search_regimes)
 from configurator.cost.iteration import iteration_time
 
 
@@ -176,7 +176,7 @@ def search(model: ModelSpec, cluster, global_batch_size: int, *, top_k: int = 10
                                                         profile)]
     best = sorted(shortlist, key=lambda e: e.iteration_time_s)[:top_k]
     best, pick_note = rank_with_intervals(model, cluster, best, profile)
-    chosen = tuple(name for name in MECHANISM
+    chosen = tuple(name for name in (*MECHANISM, CPU_OFFLOADING, MEGATRON_FSDP)
                    if any(name in regime.mechanisms for regime in regimes))
     # the ranking kept is that of the best plan's regime (one set of search-wide options)
     k = int(part[order[0]])
