@@ -167,8 +167,17 @@ def test_megatron_log_reads_it():
 
 def test_bridge_fsdp_row_runs_it():
     """Megatron-Bridge's Llama-3 8B FP8 row on 8 H100 runs Megatron FSDP over its 8 GPUs (25.09;
-    the 25.11 row recomputes 5 layers by blocks, no plan field, and is skipped)."""
+    the 25.11 row recomputes 5 layers by blocks, no plan field, and is skipped); the other
+    FSDP rows are the GB200/GB300 recipes of Llama-3 70B (tp 1) and 3.1 405B (tp 2, 25.09)
+    that offload whole layers to the Grace CPU at pp 1: 40 of 80 on GB200, 20 on GB300, 95 of
+    126."""
     runs, skipped = bridge_runs(newest_only=False)
-    fsdp = [r.name for r in runs if r.plan.megatron_fsdp]
-    assert fsdp == ["bridge 25.09 llama3-8b dgx-h100-80gb fp8 8"]
+    fsdp = [r for r in runs if r.plan.megatron_fsdp]
+    assert [r.name for r in fsdp if not r.plan.cpu_offloading_num_layers] == [
+        "bridge 25.09 llama3-8b dgx-h100-80gb fp8 8"]
+    offloading = {(r.model.name, r.cluster, r.plan.tp, r.plan.pp, r.plan.cpu_offloading_num_layers)
+                  for r in fsdp if r.plan.cpu_offloading_num_layers}
+    assert offloading == {("llama3-70b", "gb200-nvl72", 1, 1, 40),
+                          ("llama3-70b", "gb300-nvl72", 1, 1, 20),
+                          ("llama3.1-405b", "gb200-nvl72", 2, 1, 95)}
     assert any("25.11 LLAMA3_8B DGX-H100" in s and "block" in s for s in skipped)

@@ -418,8 +418,10 @@ def test_bridge_rows_read_alternatives_and_refuse_unreadable_cells(tmp_path):
 def test_bridge_recipes_are_priced_with_their_settings():
     """The published rows carry their recipe's settings (megatron_bridge_recipes.csv): the
     26.08 GPT-OSS 120B MXFP8 recipe on GB300 runs full-iteration graphs, the fused grouped
-    MLP and the all-to-all overlap and is priced with them; CPU offloading of whole layers
-    (Llama-3 70B FP8 on GB200/GB300) is no plan field: those rows are skipped, saying so."""
+    MLP and the all-to-all overlap and is priced with them; Llama-3 70B FP8 on GB200/GB300
+    offloads 40 and 20 whole layers to the host (cpu_offloading_num_layers); the 25.11
+    Llama-3.1 405B recipes offload at pp 1 where the page shows a pipelined plan: skipped,
+    saying so."""
     from configurator.cost.groundtruth import bridge_rows
 
     rows, skipped = bridge_rows()
@@ -430,8 +432,13 @@ def test_bridge_recipes_are_priced_with_their_settings():
     assert p.moe_fused_grouped_mlp and p.overlap_moe_expert_parallel_comm
     assert p.moe_token_dispatcher_type == "flex" and p.moe_flex_dispatcher_backend == "hybridep"
     assert "recipe v0.6.0" in oss.source
-    offloaded = [s for s in skipped if "CPU offloading" in s]
-    assert offloaded and all("LLAMA3" in s for s in offloaded)
+    offloads = {(r.cluster, r.plan.cpu_offloading_num_layers) for r in rows
+                if r.release == "26.04.01" and r.model.name == "llama3-70b"
+                and r.plan.precision == "fp8" and r.cluster.startswith("gb")}
+    assert offloads == {("gb200-nvl72", 40), ("gb300-nvl72", 20)}
+    pipelined = [s for s in skipped if "offloads" in s]
+    assert len(pipelined) == 2 and all("25.11 LLAMA3.1_405B" in s and "at pp 1; the page's "
+                                       "plan has pp" in s for s in pipelined)
 
 
 def test_bridge_rows_without_mtp_price_the_model_without_its_mtp_layer(tmp_path):

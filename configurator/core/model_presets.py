@@ -49,9 +49,10 @@ _LLAMA4 = dict(num_layers=48, hidden_size=5120, num_attention_heads=40, num_quer
 #: Qwen/Qwen3-235B-A22B, mistralai/Mixtral-8x7B-v0.1, deepseek-ai/DeepSeek-V3,
 #: openai/gpt-oss-120b, meta-llama/Llama-4-Scout-17B-16E, meta-llama/Llama-4-Maverick-17B-128E;
 #: Llama 4 and Grok-1 at their own lengths, below). Mixtral 8x22B as the Megatron MoE Model
-#: Zoo benchmarks it (yanring/Megatron-MoE-ModelZoo model_configs/benchmarking/Mixtral-8x22B.yaml
-#: at 31942f0: 56 layers, hidden 6144, FFN 16384, 48 heads in 8 query groups, 8 experts top-2),
-#: with mistralai/Mixtral-8x22B-v0.1's vocabulary and RoPE base. The routers' balancing, which no config.json states:
+#: Zoo benchmarks it (yanring/Megatron-MoE-ModelZoo
+#: model_configs/benchmarking/Mixtral-8x22B.yaml at 31942f0: 56 layers, hidden 6144, FFN
+#: 16384, 48 heads in 8 query groups, 8 experts top-2), with mistralai/Mixtral-8x22B-v0.1's
+#: vocabulary and RoPE base. The routers' balancing, which no config.json states:
 #: Qwen3's global-batch loss (Qiu et al., ACL 2025, "Global-batch LBL is also used in
 #: Qwen3-MoEs"), DeepSeek-V3's sequence-wise loss beside the expert bias of its
 #: auxiliary-loss-free balancing and GPT-OSS's none (Megatron-Bridge's model bridges,

@@ -516,7 +516,7 @@ class ParallelPlan(PlanLayout):
                    ("model.cpu_offloading_num_layers",
                     lambda m, p: p.cpu_offloading_num_layers)),
         megatron_name="cpu_offloading_num_layers", cli_flag="--cpu-offloading-num-layers",
-        per_candidate=False, quiet=True,
+        column="cpu-off", per_candidate=False, quiet=True,
         help="CPU offloading of whole layers: the activations of the model's first N layers "
              "wait in host memory between forward and backward, copied on side streams "
              "beside the next layers' compute (Megatron --cpu-offloading-num-layers, "

@@ -77,7 +77,7 @@ from configurator.cost.host_ops import (UNFUSED_ROPE_BYTES, UNFUSED_ROPE_KERNELS
                                         checkpoint_host_s, clamp_s, eager_s, host_layer_s,
                                         offload_exposed)
 from configurator.cost.moe_compute import moe_host_before_sync_s, moe_mlp_costs
-from memory_model.activations import LayerInputs, offloaded_layer_bytes
+from memory_model.activations import LayerInputs, layer_terms, offloaded_layer_bytes
 from memory_model.params import dense_layer_parameters, moe_layer_parameters
 from topology.gpus import GPUSpec
 
@@ -416,8 +416,6 @@ def cpu_offloaded_passes(model: ModelSpec, c: PlanBatch, gpu: GPUSpec, costs: di
     (:func:`configurator.cost.host_ops.offload_exposed`); the share ``N / L`` of the layers
     does so, dense and MoE alike (the offloaded layers are the first ``N``; a model whose
     first layers are dense offloads those first, which the share leaves out)."""
-    from memory_model.activations import layer_terms
-
     t = layer_terms(model, LayerInputs.of_plans(model, c))
     share = c.cpu_offloading_num_layers / model.num_layers
     out = {}
