@@ -708,6 +708,17 @@ def test_moe_layer_runs_one_tensor_parallel_pair_fewer(shared):
 
 # ---------------------------------------------------------------- activation offloading
 
+def _offloading_case(**offload):
+    """An MoE model at mbs 64 (its copies longer than its passes): ``(model, gpu, candidates
+    with ``offload``, their layer costs, the layer costs without it)``."""
+    model = make_model(**GQA, num_experts=8, moe_router_topk=2, moe_ffn_hidden_size=64)
+    gpu = _gpu()
+    kw = dict(tp=1, dp=4, ep=4, micro_batch_size=64, global_batch_size=256)
+    c = _candidates(model, **offload, **kw)
+    without = layer_costs(model, _candidates(model, **kw), gpu)
+    return model, gpu, c, layer_costs(model, c, gpu), without
+
+
 @pytest.mark.parametrize("modules", ["attn_norm,qkv_linear,core_attn,attn_proj,mlp_norm",
                                      "expert_fc1,moe_act"])
 def test_offloaded_activations_bound_each_pass_by_their_copy(modules):
@@ -718,12 +729,7 @@ def test_offloaded_activations_bound_each_pass_by_their_copy(modules):
     forward and backward (mbs 64 makes the dense modules' copy the longer)."""
     from memory_model.activations import LayerInputs, offloaded_layer_bytes
 
-    model = make_model(**GQA, num_experts=8, moe_router_topk=2, moe_ffn_hidden_size=64)
-    gpu = _gpu()
-    kw = dict(tp=1, dp=4, ep=4, micro_batch_size=64, global_batch_size=256)
-    c = _candidates(model, offload_modules=modules, **kw)
-    on = layer_costs(model, c, gpu)
-    off = layer_costs(model, _candidates(model, **kw), gpu)
+    model, gpu, c, on, off = _offloading_case(offload_modules=modules)
     every, moe = offloaded_layer_bytes(model, LayerInputs.of_plans(model, c))
     copy, moe_copy = _one(every) / gpu.host_link_Bps, _one(every + moe) / gpu.host_link_Bps
     assert moe_copy > 0
@@ -1304,12 +1310,7 @@ def test_cpu_offloaded_layers_bound_their_passes_by_the_whole_layers_copy(offloa
     its experts' routed tokens added (mbs 64 makes the copies the longer)."""
     from memory_model.activations import LayerInputs, layer_terms
 
-    model = make_model(**GQA, num_experts=8, moe_router_topk=2, moe_ffn_hidden_size=64)
-    gpu = _gpu()
-    kw = dict(tp=1, dp=4, ep=4, micro_batch_size=64, global_batch_size=256)
-    c = _candidates(model, cpu_offloading_num_layers=offloaded, **kw)
-    on = layer_costs(model, c, gpu)
-    off = layer_costs(model, _candidates(model, **kw), gpu)
+    model, gpu, c, on, off = _offloading_case(cpu_offloading_num_layers=offloaded)
     t = layer_terms(model, LayerInputs.of_plans(model, c))
     copy = _one(t["layer"]) / gpu.host_link_Bps
     moe_copy = _one(t["layer"] + t["moe_delta"]) / gpu.host_link_Bps
