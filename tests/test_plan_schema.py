@@ -92,6 +92,34 @@ def test_plan_from_dict_round_trip_and_errors():
         plan_from_dict(missing)
 
 
+def test_plan_description_leaves_out_what_has_no_effect():
+    """The estimate text and the script header describe a plan without the FP8 weight gather
+    outside FP8 (the launcher passes no ``--fp8-param-gather`` there either); with FP8, where
+    it decides what the weights take, it is shown on or off; a quiet field at its default is
+    left out and shown once set."""
+    from configurator.core.plan import describe_plan
+    from launchers.megatron_flags import megatron_flags
+
+    def words(**kw):
+        return describe_plan(ParallelPlan(**dict(dict(tp=2, pp=1, dp=4, micro_batch_size=1,
+                                                      global_batch_size=8), **kw)))
+
+    assert not any(w.startswith("fp8_param_gather=") for w in words(precision="bf16"))
+    def flags(precision):
+        return {f for _, group in megatron_flags(SMALL, ParallelPlan(
+            tp=2, pp=1, dp=4, micro_batch_size=1, global_batch_size=8, precision=precision,
+            distributed_optimizer=True))
+            for f, _ in group}
+
+    assert "--fp8-param-gather" not in flags("bf16") and "--fp8-param-gather" in flags("fp8")
+    for precision in ("fp8", "mxfp8"):
+        assert "fp8_param_gather=True" in words(precision=precision)
+        assert "fp8_param_gather=False" in words(precision=precision, fp8_param_gather=False)
+    assert not any(w.startswith("moe_permute_fusion=") for w in words())
+    assert "moe_permute_fusion=True" in words(moe_permute_fusion=True)
+    assert words()[-1] == "microbatches=2"
+
+
 def test_whole_number_fields_hold_ints():
     """A float in a whole-number field is refused where the plan is made (a float vp would
     write ``--num-layers-per-virtual-pipeline-stage 4.0``, which Megatron's integer flag

@@ -67,6 +67,9 @@ class PlanField:
     choices: tuple[str, ...] | None = None
     per_candidate: bool = True           # a column of the search (else shared by all plans)
     quiet: bool = False                  # left out of plan descriptions at its default
+    #: where it returns False for a plan, the field has no effect on it and plan descriptions
+    #: leave it out (None: always in effect)
+    in_effect: Callable[[Any], bool] | None = None
     flag_group: str | None = None
     flags: tuple[FlagRule, ...] = ()
     #: Megatron-Bridge ``ConfigContainer`` overrides the field becomes (``launchers.bridge``)
@@ -223,7 +226,7 @@ class ParallelPlan(PlanLayout):
                               and p.overlap_grad_reduce) or None),))
     fp8_param_gather: bool = schema_field(
         True, megatron_name="fp8_param_gather", cli_flag="--fp8-param-gather",
-        per_candidate=False,
+        per_candidate=False, in_effect=lambda p: is_fp8(p.precision),
         help="FP8 plans with the distributed optimizer keep their GEMM weights in FP8 only (no "
              "16-bit copy) and all-gather them in FP8 (Megatron --fp8-param-gather; default "
              "on, as NeMo's FP8 presets set fp8_params since NeMo 2.0 and Megatron-Bridge's "
@@ -662,12 +665,14 @@ def search_option_words(given: Mapping[str, Any]) -> list[str]:
 
 def describe_plan(plan: ParallelPlan) -> list[str]:
     """``name=value`` words of every field (aliases where declared) in schema order, a text
-    field left empty (no pipeline layout) and a quiet field at its default (the MoE
-    communication, kernel and optimizer options) left out, then ``microbatches=m``: the plan
-    as the estimate text and the script header show it."""
+    field left empty (no pipeline layout), a quiet field at its default (the MoE
+    communication, kernel and optimizer options) and a field without effect on the plan
+    (:attr:`PlanField.in_effect`: ``fp8_param_gather`` outside FP8) left out, then
+    ``microbatches=m``: the plan as the estimate text and the script header show it."""
     return [f"{f.short}={getattr(plan, f.name)}" for f in PLAN_FIELDS
-            if getattr(plan, f.name) != "" and not (f.quiet and getattr(plan, f.name)
-                                                    == f.default)] + [
+            if getattr(plan, f.name) != ""
+            and not (f.quiet and getattr(plan, f.name) == f.default)
+            and (f.in_effect is None or f.in_effect(plan))] + [
         f"microbatches={plan.num_microbatches}"]
 
 

@@ -5,8 +5,8 @@
 #       acct_loss=False recompute=none recompute_modules=core_attn sequence_parallel=True
 #       distributed_optimizer=True precision=bf16 cp_comm_type=p2p attention_backend=auto
 #       masked_softmax_fusion=True attention_softmax_in_fp32=False overlap_grad_reduce=True
-#       overlap_param_gather=True fp8_param_gather=True grad_reduce_in_bf16=True
-#       cross_entropy_fusion=te megatron_fsdp=False tp_comm_overlap=False a2a_overlap=False
+#       overlap_param_gather=True grad_reduce_in_bf16=True cross_entropy_fusion=te
+#       megatron_fsdp=False tp_comm_overlap=False a2a_overlap=False
 #       use_precision_aware_optimizer=True exp_avg_dtype=bf16 exp_avg_sq_dtype=bf16
 #       microbatches=4
 # cluster: nodes=4 gpus_per_node=8 world_size=32

@@ -5,9 +5,8 @@
 #       acct_loss=False recompute=full recompute_modules=core_attn sequence_parallel=True
 #       distributed_optimizer=True precision=fp16 cp_comm_type=p2p attention_backend=local
 #       masked_softmax_fusion=True attention_softmax_in_fp32=False overlap_grad_reduce=True
-#       overlap_param_gather=True fp8_param_gather=True grad_reduce_in_bf16=False
-#       cross_entropy_fusion=none megatron_fsdp=False tp_comm_overlap=False
-#       a2a_overlap=False microbatches=1
+#       overlap_param_gather=True grad_reduce_in_bf16=False cross_entropy_fusion=none
+#       megatron_fsdp=False tp_comm_overlap=False a2a_overlap=False microbatches=1
 # cluster: nodes=32 gpus_per_node=8 world_size=256
 # predicted:
 #   iteration_time_s: 6.932
