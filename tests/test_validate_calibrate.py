@@ -289,6 +289,35 @@ def test_calibrate_moves_a_wrong_efficiency_back():
     assert 0.6 < fits[0].parameters["gemm_fp8"] < 0.8
 
 
+def test_calibrate_prices_runs_on_part_of_a_node_on_their_own_host():
+    """One run per tp on 1-8 GPUs of one DGX A100 (a run on part of a node gets a host of its
+    own GPU count, ``run_cluster``): ``calibrate`` prices each on its own host (batching the
+    4-GPU and the 8-GPU run of one model as one job put tp 8 on 4 GPUs: an IndexError) and
+    recovers the host time per operation of runs made with 26 us."""
+    from configurator.core.model import make_model
+    from configurator.core.plan import ParallelPlan
+    from configurator.core.runs import MeasuredRun
+    from configurator.search.evaluate import evaluate_plan
+    from topology.calibration import Calibration
+
+    truth = Calibration(values={"a100-80gb": {"fp16": {"host_op_us": 26.0}}})
+    model = make_model(name="gpt-h1024-l12", num_layers=12, hidden_size=1024,
+                       num_attention_heads=16, vocab_size=51200, seq_length=1024)
+    runs = []
+    for n, tp, mbs in ((4, 4, 1), (8, 8, 1), (2, 2, 2), (1, 1, 1), (8, 2, 1)):
+        plan = ParallelPlan(tp=tp, pp=1, dp=n // tp, micro_batch_size=mbs,
+                            global_batch_size=16, recompute="full", precision="fp16")
+        run = MeasuredRun(name=f"tp{tp} on {n}", group=None, source="made", model=model,
+                          cluster="dgx-a100-80gb", num_gpus=n, seq_length=1024, plan=plan)
+        t = evaluate_plan(model, truth.apply_cluster(run_cluster(run), "fp16"), plan,
+                          measured=True).iteration_time_s
+        runs.append(dataclasses.replace(run, iteration_time_s=t))
+    assert validate_runs(runs).overall.mean_error < -0.05      # the preset's host is faster
+    _, fits = calibrate_runs(runs, ("host_op_us",))
+    assert fits[0].parameters["host_op_us"] == pytest.approx(26.0, rel=0.02)
+    assert fits[0].mape_after < 0.005
+
+
 def test_calibrate_refuses_what_the_runs_do_not_determine():
     runs = [r for r in nemo_cp_runs() if "LLAMA2" in r.name][:3]
     with pytest.raises(InputError, match="determine|not determined"):

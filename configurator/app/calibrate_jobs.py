@@ -215,8 +215,12 @@ class _Prepared:
 
 def _job_key(p: _Prepared) -> tuple:
     """What two prepared runs must share to be priced as one job: the model (at its
-    sequence length) and the cluster with its nodes."""
-    return repr(p.model), p.cluster.name, p.cluster.num_nodes, repr(p.cluster.spec)
+    sequence length) and the cluster with its nodes, GPUs per node and NVLink domain (a
+    run on part of one node has a host of its own GPU count,
+    :func:`configurator.app.validate_jobs.run_cluster`)."""
+    c = p.cluster
+    return (repr(p.model), c.name, c.num_nodes, c.gpus_per_node, c.nvlink_domain_gpus,
+            c.num_gpus, repr(c.spec))
 
 
 def replicate_note(p: _Prepared) -> str:
