@@ -53,13 +53,15 @@ Efficiencies (:class:`Efficiency`), one set per GPU type and precision, each wit
   989 TFLOP/s (NVIDIA "H100 Tensor Core GPU Architecture" whitepaper and Transformer Engine
   benchmarks), i.e. ≈ 0.72; with :data:`configurator.cost.gemm.GEMM_FIXED_S` the 110
   BF16 GEMMs ``bench/kernels/gemm_shapes.py`` timed on an H100 and an H200 (torch 2.11) fit 0.720.
-  B200 and GB200 (sm_100): OpenXLA's measured matmul table for sm_100
-  (``xla/backends/gpu/cost_model/matmul_interpolator_data.h``, 2025) gives 1.417 PFLOP/s
-  for a 4096³ BF16 GEMM, 0.63 of 2.25 PFLOP/s. That GEMM takes 97 µs, so its fixed cost,
-  not measured on Blackwell, decides the rest: none gives 0.63, Hopper's 22 µs gives 0.82;
-  the preset keeps 0.73 (GPT-OSS's BF16 Bridge rows: 6.4 % at 0.73, 6.8 % at 0.82).
-  GB300 (sm_103): a cuBLASLt BF16 burn-in (brrr, luccabb/brrr README, cuBLASLt 13.8 on 4
-  GB300) sustains 1716–1763 TFLOP/s, 0.69–0.71 of 2.5 PFLOP/s: 0.70 (B300 the same).
+  B200 and GB200 (sm_100): run-fitted (below) from OpenXLA's measured matmul table for
+  sm_100 (``xla/backends/gpu/cost_model/matmul_interpolator_data.h``, 2025), 1.417 PFLOP/s
+  for a 4096³ BF16 GEMM, 0.63 of 2.25 PFLOP/s: the large square GEMM alone, as the FP8
+  figures below (0.63 × the GEMM factor: 0.55). GB300 (sm_103): run-fitted from a cuBLASLt
+  BF16 burn-in (brrr, luccabb/brrr README, cuBLASLt 13.8 on 4 GB300) that sustains
+  1716–1763 TFLOP/s, 0.69–0.71 of 2.5 PFLOP/s: 0.70 × the GEMM factor, 0.62 (B300 the
+  same). (A hand-set 0.73 for sm_100 and 0.70 for sm_103, kernel figures without the
+  factor, priced every Blackwell BF16 run of Megatron-Bridge but one too fast, by 10.7 %
+  on average.)
 * ``gemm_fp8``: the same for FP8 GEMMs against the FP8 peak; ``None`` for a GPU without
   FP8 tensor cores (A100). H100/H200: the FP8 weight gradients ``bench/kernels/gemm_shapes.py``
   timed on an H100 and an H200 fit 0.66 with the fixed cost. Blackwell: run-fitted (below)
@@ -162,6 +164,9 @@ _EAGER = (f"PyTorch eager dispatch with autograd, about {EAGER_DISPATCH_US[0]:g}
           f"(PyTorch's Performance Tuning Guide; Lumos, MLSys 2025): the middle, "
           f"{sum(EAGER_DISPATCH_US) / 2:g} us")
 _XLA_SM100 = "OpenXLA sm_100 matmul table, 4096^3 E4M3: 2.78 of 4.5 PFLOP/s"
+_XLA_SM100_BF16 = "OpenXLA sm_100 matmul table, 4096^3 BF16: 1.417 of 2.25 PFLOP/s"
+_BRRR_GB300 = ("cuBLASLt BF16 burn-in on 4 GB300 (luccabb/brrr README, cuBLASLt 13.8): "
+               "1716-1763 of 2500 TFLOP/s")
 #: The presets' efficiencies that rest on published end-to-end runs, each with its value
 #: before any run (a microbenchmark's or a paper's figure of the kernel alone): the preset
 #: is that value times the :data:`IN_TRAINING` factor of its kind (:func:`run_fitted`).
@@ -172,12 +177,14 @@ RUN_FITTED: dict[str, dict[str, Prior]] = {
                                       "reach 80-90 % of the A100's peak", "gemm")},
     **{g: {"flash_attention": Prior(0.55, _CUDNN_H200, "attention")}
        for g in ("h100-80gb", "h200-141gb")},
-    **{g: {"gemm_fp8": Prior(0.617, _XLA_SM100, "gemm"),
+    **{g: {"gemm": Prior(0.63, _XLA_SM100_BF16, "gemm"),
+           "gemm_fp8": Prior(0.617, _XLA_SM100, "gemm"),
            "gemm_mxfp8": Prior(0.617, _XLA_SM100 + " (block scaling runs the same "
                                                     "instruction)", "gemm"),
            "flash_attention": Prior(0.71, _FA4, "attention")}
        for g in ("b200-180gb", "gb200-186gb")},
-    **{g: {"gemm_fp8": Prior(0.617, _XLA_SM100, "gemm"),
+    **{g: {"gemm": Prior(0.70, _BRRR_GB300, "gemm"),
+           "gemm_fp8": Prior(0.617, _XLA_SM100, "gemm"),
            "gemm_mxfp8": Prior(0.617, _XLA_SM100 + " (block scaling runs the same "
                                                     "instruction)", "gemm"),
            "flash_attention": Prior(1.42, "twice B200's figure (" + _FA4 + "): Blackwell "
@@ -292,15 +299,15 @@ class GPUSpec:
 
 
 _LITERATURE = "literature (see topology/gpus.py)"
-# Blackwell efficiencies (module docstring): sm_100 BF16/MXFP8 GEMM fractions from OpenXLA's
-# measured matmul table, GB300's BF16 one from a cuBLASLt burn-in; FP8 GEMM and fused
-# attention fitted on NeMo's B200 runs (GB300's attention doubled); HBM from a streaming
-# kernel on B200.
+# Blackwell efficiencies (module docstring): sm_100 GEMM fractions from OpenXLA's measured
+# matmul table, GB300's BF16 one from a cuBLASLt burn-in, and fused attention from
+# FlashAttention-4 (GB300's doubled), each times the in-training factor; HBM from a
+# streaming kernel on B200.
 _RUN_FITTED = "x the in-training factor fitted on the published runs"
-_BLACKWELL = ("OpenXLA sm_100 matmul table; gemm_fp8, gemm_mxfp8 (OpenXLA's 4096^3 E4M3) and "
+_BLACKWELL = ("gemm (OpenXLA's 4096^3 BF16), gemm_fp8, gemm_mxfp8 (OpenXLA's 4096^3 E4M3) and "
               "flash_attention (FlashAttention-4) " + _RUN_FITTED + "; fal.ai B200 streaming "
               "(see topology/gpus.py)")
-_BLACKWELL_ULTRA = ("brrr cuBLASLt BF16 burn-in on GB300; FP8 and MXFP8 as B200; "
+_BLACKWELL_ULTRA = ("gemm (brrr cuBLASLt BF16 burn-in on GB300), FP8 and MXFP8 as B200, "
                     "flash_attention twice B200's kernel figure (doubled SFU exponential) "
                     + _RUN_FITTED + "; fal.ai B200 streaming (see topology/gpus.py)")
 _HOPPER = ("gemm, gemm_fp8 (bench/kernels/gemm_shapes.py) and hbm " + _LITERATURE + "; "
@@ -318,14 +325,15 @@ _HOPPER_EFFICIENCY = Efficiency(gemm=0.72, gemm_fp8=0.66, hbm=0.87,
                                 flash_attention=run_fitted("h100-80gb", "flash_attention"),
                                 kernel_overhead_s=4e-6, source=_HOPPER)
 #: sm_100 (B200, GB200): one set, the GEMM fractions shared by sm_103 below.
-_BLACKWELL_EFFICIENCY = Efficiency(gemm=0.73, gemm_fp8=run_fitted("b200-180gb", "gemm_fp8"),
+_BLACKWELL_EFFICIENCY = Efficiency(gemm=run_fitted("b200-180gb", "gemm"),
+                                   gemm_fp8=run_fitted("b200-180gb", "gemm_fp8"),
                                    gemm_mxfp8=run_fitted("b200-180gb", "gemm_mxfp8"),
                                    hbm=0.75,
                                    flash_attention=run_fitted("b200-180gb", "flash_attention"),
                                    kernel_overhead_s=4e-6, source=_BLACKWELL)
 #: sm_103 (B300, GB300): its own BF16 GEMM and doubled attention, sm_100's FP8/MXFP8 GEMMs.
 _BLACKWELL_ULTRA_EFFICIENCY = dataclasses.replace(
-    _BLACKWELL_EFFICIENCY, gemm=0.70,
+    _BLACKWELL_EFFICIENCY, gemm=run_fitted("gb300-288gb", "gemm"),
     flash_attention=run_fitted("gb300-288gb", "flash_attention"), source=_BLACKWELL_ULTRA)
 
 #: GPU-host links, each way: PCIe Gen4 x16 (A100: "PCIe Gen4 64 GB/s", NVIDIA A100 data
