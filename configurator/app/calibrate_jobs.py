@@ -471,8 +471,9 @@ def presets_within_noise(r) -> bool:
     runs predicted 1.3 and 4.0 % too fast at the presets fitted an FP8 GEMM efficiency of
     0.52 (0.55 preset) that took the three runs of their group left out from 4.7 to 5.5 %
     MAPE (with Blackwell's BF16 GEMMs at OpenXLA's figure the first is +0.2 %; its Llama-3 8B
-    sibling, −2.6 %, and the second fit 0.51), and a weak lever on them lets a parameter travel far (fitted alone on those runs,
-    the inter-node efficiency goes to 0.39 and puts a Mixtral run left out at +73 %;
+    sibling, −2.6 %, and the second fit 0.51), and a weak lever on them lets a parameter
+    travel far (fitted alone on those runs, the inter-node efficiency goes to 0.39 and puts
+    a Mixtral run left out at +73 %;
     ``bench/accuracy/calibrate_pairs.py``, draw 6)."""
     return within_noise(r, len(r))
 
