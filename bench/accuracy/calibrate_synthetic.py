@@ -31,6 +31,7 @@ from collections import defaultdict
 
 import numpy as np
 
+from bench.accuracy.grid_drift import grid, model_fields, plan_fields
 from bench.common import bench_parser, table_head
 from configurator.app.calibrate_jobs import calibrate_runs
 from configurator.app.validate_jobs import run_cluster, validate_runs
@@ -41,34 +42,16 @@ from configurator.core.runs import MeasuredRun
 from configurator.search.evaluate import evaluate_plan
 from topology.calibration import Calibration
 
-#: The grid: (hidden, layers) models, GPUs of one DGX A100, global batches, the tp, pp and
-#: micro batch sizes tried.
-MODELS = ((1024, 12), (1024, 24), (2048, 12), (2048, 24))
-GPUS = (1, 2, 4, 8)
-GLOBAL_BATCHES = (8, 16, 32, 64, 128)
-SIZES = (1, 2, 4, 8)
-MICRO_BATCHES = (1, 2, 4, 8, 16, 32)
-
 
 def grid_plans():
-    """``(model, GPUs, plan)`` of every legal plan of the grid (module docstring)."""
-    for hidden, layers in MODELS:
-        model = make_model(name=f"gpt-h{hidden}-l{layers}", num_layers=layers,
-                           hidden_size=hidden, num_attention_heads=hidden // 64,
-                           vocab_size=51200, seq_length=1024)
-        for n in GPUS:
-            for gbs in GLOBAL_BATCHES:
-                for tp in SIZES:
-                    for pp in SIZES:
-                        if n % (tp * pp) or layers % pp:
-                            continue
-                        dp = n // (tp * pp)
-                        for mbs in MICRO_BATCHES:
-                            if gbs % (mbs * dp) == 0:
-                                yield model, n, ParallelPlan(
-                                    tp=tp, pp=pp, dp=dp, micro_batch_size=mbs,
-                                    global_batch_size=gbs, recompute="full",
-                                    precision="fp16")
+    """``(model, GPUs, plan)`` of every legal plan of the grid
+    (:func:`bench.accuracy.grid_drift.grid`)."""
+    models = {}
+    for r in grid():
+        key = (r["hidden"], r["layers"])
+        if key not in models:
+            models[key] = make_model(**model_fields(*key))
+        yield models[key], r["gpus"], ParallelPlan(**plan_fields(r))
 
 
 def made_runs(truth: Calibration, noise: float, seed: int) -> list[MeasuredRun]:
