@@ -49,6 +49,35 @@ def test_the_default_failure_rate_is_llama3s():
     assert rate * 54 * 2048 == pytest.approx(466)
 
 
+def test_the_docs_defaults_table_states_the_defaults():
+    """docs/training_time.md's "Defaults" table gives what a job with no training inputs is
+    priced with: the failure rate, the restart's fixed part (the 5 minutes behind Kokolis et
+    al.'s examples, which the bench prices with this same default), storage, the GPUs' draw
+    and the PUE."""
+    import re
+    from pathlib import Path
+
+    from bench.accuracy.training_time import KOKOLIS
+
+    text = Path(__file__).resolve().parents[1].joinpath("docs", "training_time.md").read_text()
+    rows = {m.group(1): m.group(2) for m in re.finditer(r"^\| ([^|]+?) \| ([^|]+?) \|", text,
+                                                         re.M)}
+
+    def number(cell):
+        return float(re.findall(r"[\d,]+(?:\.\d+)?", cell)[-1].replace(",", ""))
+
+    d = TrainingInputs(train_tokens=1.0)
+    assert number(rows["failures per node-day"]) == pytest.approx(
+        d.failure_rate_per_node_day, abs=5e-6)
+    assert number(rows["restart, fixed part"]) == d.restart_overhead_s == KOKOLIS["restart_s"]
+    assert number(rows["storage write / read, aggregate"]) * 1e9 == pytest.approx(
+        d.aggregate_write_Bps) == d.aggregate_read_Bps
+    assert number(rows["storage write / read, per node"]) * 1e9 == pytest.approx(
+        d.node_write_Bps, rel=0.01)
+    assert number(rows["GPU draw while training"]) == d.gpu_power_fraction
+    assert number(rows["PUE"]) == d.pue
+
+
 def test_bloom_checkpoint_within_10_percent():
     assert abs(bloom_size() / BLOOM_CHECKPOINT_BYTES - 1) <= 0.10
 

@@ -144,6 +144,12 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
     ("configurator/cost/placed.py", "first % G + G * backward", "`+` → `-`",
      "the key indexes arrays of 2·G entries (lowest, code): first % G − G lands, by NumPy's "
      "negative indexing, on the same entry G + first % G does"),
+    ("configurator/cost/placed.py", "first % G + G * backward", "drop term `G * backward`",
+     "on a uniform cluster (the only one keyed) of more GPUs than a host, a send from the "
+     "last stage round to the first always leaves its host, and so does a forward send "
+     "from the same residue (the last stage holds a host's last S places, r + S >= G); "
+     "backward likewise (the first stage's residues are below S): the direction never "
+     "changes which pairs share a host, only which entry of the 2·G key they take"),
     ("configurator/cost/iteration.py", 'live = cls["count"] > 0', "`>` → `>=`",
      "the classes of count 0 are stage_class_arrays' padding, copies of class 0 (whose own "
      "entry has a count): taking them too changes neither the pacing stage's time nor the "
