@@ -94,7 +94,8 @@ def test_plan_from_dict_round_trip_and_errors():
 
 def test_plan_description_leaves_out_what_has_no_effect():
     """The estimate text and the script header describe a plan without the FP8 weight gather
-    outside FP8 (the launcher passes no ``--fp8-param-gather`` there either); with FP8, where
+    where it has no effect, outside FP8 or without the distributed optimizer (the launcher
+    passes no ``--fp8-param-gather`` there either); with FP8 and that optimizer, where
     it decides what the weights take, it is shown on or off; a quiet field at its default is
     left out and shown once set."""
     from configurator.core.plan import describe_plan
@@ -102,9 +103,13 @@ def test_plan_description_leaves_out_what_has_no_effect():
 
     def words(**kw):
         return describe_plan(ParallelPlan(**dict(dict(tp=2, pp=1, dp=4, micro_batch_size=1,
-                                                      global_batch_size=8), **kw)))
+                                                      global_batch_size=8,
+                                                      distributed_optimizer=True), **kw)))
 
     assert not any(w.startswith("fp8_param_gather=") for w in words(precision="bf16"))
+    # without the distributed optimizer Megatron gathers no FP8 weights either
+    assert not any(w.startswith("fp8_param_gather=") for w in words(
+        precision="fp8", distributed_optimizer=False))
     def flags(precision):
         return {f for _, group in megatron_flags(SMALL, ParallelPlan(
             tp=2, pp=1, dp=4, micro_batch_size=1, global_batch_size=8, precision=precision,

@@ -226,7 +226,9 @@ class ParallelPlan(PlanLayout):
                               and p.overlap_grad_reduce) or None),))
     fp8_param_gather: bool = schema_field(
         True, megatron_name="fp8_param_gather", cli_flag="--fp8-param-gather",
-        per_candidate=False, in_effect=lambda p: is_fp8(p.precision),
+        per_candidate=False,
+        in_effect=lambda p: bool(fp8_weights_gathered(True, p.distributed_optimizer,
+                                                      p.precision)),
         help="FP8 plans with the distributed optimizer keep their GEMM weights in FP8 only (no "
              "16-bit copy) and all-gather them in FP8 (Megatron --fp8-param-gather; default "
              "on, as NeMo's FP8 presets set fp8_params since NeMo 2.0 and Megatron-Bridge's "
@@ -667,7 +669,8 @@ def describe_plan(plan: ParallelPlan) -> list[str]:
     """``name=value`` words of every field (aliases where declared) in schema order, a text
     field left empty (no pipeline layout), a quiet field at its default (the MoE
     communication, kernel and optimizer options) and a field without effect on the plan
-    (:attr:`PlanField.in_effect`: ``fp8_param_gather`` outside FP8) left out, then
+    (:attr:`PlanField.in_effect`: ``fp8_param_gather`` outside FP8 with the distributed
+    optimizer) left out, then
     ``microbatches=m``: the plan as the estimate text and the script header show it."""
     return [f"{f.short}={getattr(plan, f.name)}" for f in PLAN_FIELDS
             if getattr(plan, f.name) != ""

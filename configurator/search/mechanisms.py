@@ -359,8 +359,7 @@ def mechanisms_on(plan, regime_mechanisms) -> list[str]:
         else:
             on = bool(getattr(plan, name))
         if on:
-            out.append(f"{name} ({plan.moe_flex_dispatcher_backend})"
-                       if name == "flex_dispatcher" else
-                       f"{name} ({plan.cpu_offloading_num_layers} layers)"
-                       if name == CPU_OFFLOADING else name)
+            detail = {"flex_dispatcher": plan.moe_flex_dispatcher_backend,
+                      CPU_OFFLOADING: f"{plan.cpu_offloading_num_layers} layers"}.get(name)
+            out.append(name if detail is None else f"{name} ({detail})")
     return out
