@@ -18,8 +18,15 @@ This checks ``calibrate``'s side of the issue's five-run protocol (identifiabili
 the ranking after it) on runs whose mechanisms the model has by construction; it says nothing
 of how far the model's mechanisms are from a real cluster's.
 
+``--truth-topology FILE`` makes the runs on another node than the preset's: the links of a
+topology file (``configurator topology import`` of ``nvidia-smi topo -m``, e.g. of
+``tests/data/nvidia-smi-topo_a100-pcie-nvlink-pairs.txt``, GPUs over PCIe beyond NVLink pairs),
+a run on ``n`` GPUs on its first ``n``. ``calibrate`` and the pricing after it take the same
+file when ``--topology`` is given too (``calibrate --topology``), else the DGX A100 preset:
+the user who describes the node against the one who does not.
+
 Run: ``python -m bench.accuracy.calibrate_synthetic [--draws 8] [--host-op-us 26]
-[--intra-node-efficiency 0.4]`` (about 2 minutes on a 2-core machine).
+[--intra-node-efficiency 0.4] [--truth-topology FILE [--topology]]`` (about 1 minute).
 """
 
 from __future__ import annotations
@@ -34,13 +41,14 @@ import numpy as np
 from bench.accuracy.grid_drift import grid, model_fields, plan_fields
 from bench.common import bench_parser, table_head
 from configurator.app.calibrate_jobs import calibrate_runs
-from configurator.app.validate_jobs import run_cluster, validate_runs
+from configurator.app.validate_jobs import on_topology, run_cluster, validate_runs
 from configurator.core.errors import InputError
 from configurator.core.model import make_model
 from configurator.core.plan import ParallelPlan
 from configurator.core.runs import MeasuredRun
 from configurator.search.evaluate import evaluate_plan
 from topology.calibration import Calibration
+from topology.topofile_io import load_topology
 
 
 def grid_plans():
@@ -54,8 +62,10 @@ def grid_plans():
         yield models[key], r["gpus"], ParallelPlan(**plan_fields(r))
 
 
-def made_runs(truth: Calibration, noise: float, seed: int) -> list[MeasuredRun]:
-    """The grid's runs with the times ``truth`` gives them, times ``exp(N(0, noise))``."""
+def made_runs(truth: Calibration, noise: float, seed: int,
+              topology=None) -> list[MeasuredRun]:
+    """The grid's runs with the times ``truth`` gives them (on ``topology``'s links if
+    given), times ``exp(N(0, noise))``."""
     rng = np.random.default_rng(seed)
     runs = []
     for i, (model, n, plan) in enumerate(grid_plans()):
@@ -63,8 +73,10 @@ def made_runs(truth: Calibration, noise: float, seed: int) -> list[MeasuredRun]:
                                f"{plan.tp} pp {plan.pp} mbs {plan.micro_batch_size}",
                           group=None, source="made", model=model, cluster="dgx-a100-80gb",
                           num_gpus=n, seq_length=1024, plan=plan)
-        t = evaluate_plan(model, truth.apply_cluster(run_cluster(run), "fp16"), plan,
-                          measured=True).iteration_time_s
+        cluster = truth.apply_cluster(run_cluster(run), "fp16")
+        if topology is not None:   # nominal links at the made efficiency, as calibrate's
+            cluster = on_topology(cluster, topology, run.name, n < 8)
+        t = evaluate_plan(model, cluster, plan, measured=True).iteration_time_s
         runs.append(dataclasses.replace(run, iteration_time_s=t * math.exp(
             rng.normal(0.0, noise))))
     return runs
@@ -104,26 +116,42 @@ def main(argv=None) -> None:
                     help="the made cluster's NVLink efficiency (default 0.4)")
     ap.add_argument("--noise", type=float, default=0.02,
                     help="standard deviation of the made times' log noise (default 0.02)")
+    ap.add_argument("--truth-topology", metavar="FILE",
+                    help="make the runs on this topology file's links (default: the preset)")
+    ap.add_argument("--topology", action="store_true",
+                    help="calibrate and price on --truth-topology's links too")
     args = ap.parse_args(argv)
+    if args.topology and not args.truth_topology:
+        ap.error("--topology needs --truth-topology FILE")
     made = {"host_op_us": args.host_op_us,
             "intra_node_efficiency": args.intra_node_efficiency}
-    runs = made_runs(Calibration(values={"a100-80gb": {"fp16": made}}), args.noise, args.seed)
-    presets = validate_runs(runs)
+    truth = load_topology(args.truth_topology) if args.truth_topology else None
+    topo = truth if args.topology else None
+    runs = made_runs(Calibration(values={"a100-80gb": {"fp16": made}}), args.noise, args.seed,
+                     truth)
+    if truth is not None:
+        made["links"] = args.truth_topology
+    presets = validate_runs(runs, topology=topo)
     mean0, worst0 = regret(runs, [c.predicted_iteration_time_s for c in presets.checks])
     print(f"{len(runs)} runs made with {made}; presets against them: MAPE "
           f"{100 * presets.overall.mape:.1f} %, mean signed {100 * presets.overall.mean_error:+.1f}"
-          f" %, time lost to the pick: mean {100 * mean0:.1f} %, worst {100 * worst0:.1f} %\n")
+          f" %, time lost to the pick: mean {100 * mean0:.1f} %, worst {100 * worst0:.1f} %")
+    by_tp = defaultdict(list)
+    for r, c in zip(runs, presets.checks):
+        by_tp[r.plan.tp].append(c.error)
+    print("presets' mean signed error by tp: " + ", ".join(
+        f"tp {tp} {100 * statistics.mean(e):+.1f} %" for tp, e in sorted(by_tp.items())) + "\n")
     print(table_head(["draw", "fitted", "rest MAPE", "lost: mean", "lost: worst"]))
     rest, means, worsts, refused = [], [], [], 0
     for d, pick in enumerate(draws(runs, args.draws, args.seed + 100)):
         train = [runs[i] for i in pick]
         try:
-            cal, fits = calibrate_runs(train)
+            cal, fits = calibrate_runs(train, topology=topo)
         except InputError:
             refused += 1
             print(f"| {d} | refused | - | - | - |")
             continue
-        report = validate_runs(runs, cal if cal.values else None)
+        report = validate_runs(runs, cal if cal.values else None, topology=topo)
         chosen = set(pick)
         left = [c for i, c in enumerate(report.checks) if i not in chosen]
         mape = statistics.mean(abs(c.error) for c in left)

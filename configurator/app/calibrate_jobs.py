@@ -478,8 +478,33 @@ def presets_within_noise(r) -> bool:
     return within_noise(r, len(r))
 
 
-def _refusal(name: str, why: str) -> str:
-    return f"{name}: {why}; {DETERMINING_RUN.get(name, 'add runs that depend on it')}"
+#: What to do when the runs ask for a link efficiency below its range
+#: (:data:`topology.calibration.PARAMETER_RANGES`): the links are not the cluster's nominal
+#: ones, and no run of the kind :data:`DETERMINING_RUN` names can fit them. A server whose
+#: GPUs beyond NVLink-bridged pairs talk over PCIe (``nvidia-smi topo -m``: NV# within a
+#: pair, NODE/SYS elsewhere) moves a ring's bytes at PCIe's 32 GB/s, a tenth of NVLink 3's
+#: 300 GB/s per GPU; priced as NVLink, its tp 4 and 8 plans come out about twice too fast
+#: and the other parameters absorb the rest (bench/accuracy/calibrate_synthetic.py
+#: ``--truth-topology``).
+SLOWER_THAN_LINKS = {
+    "intra_node_efficiency": (
+        "the runs' transfers inside a node are slower than its NVLink attains: if the GPUs "
+        "talk over PCIe beyond NVLink pairs (nvidia-smi topo -m), describe the node "
+        "(configurator topology import of that output or of nccl-tests logs) and calibrate "
+        "with --topology FILE"),
+    "inter_node_efficiency": (
+        "the runs' transfers between nodes are slower than the network attains: measure "
+        "the links (nccl-tests logs through configurator topology import, or configurator "
+        "probe) and calibrate with --topology FILE"),
+}
+
+
+def _refusal(name: str, why: str, side: str | None = None) -> str:
+    """A refused parameter's note: why, then what would determine it (for a link efficiency
+    the runs push below its range, :data:`SLOWER_THAN_LINKS`)."""
+    advice = (SLOWER_THAN_LINKS[name] if side == "lower" and name in SLOWER_THAN_LINKS
+              else DETERMINING_RUN.get(name, "add runs that depend on it"))
+    return f"{name}: {why}; {advice}"
 
 
 def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
@@ -504,6 +529,7 @@ def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
     mape_before = float(np.mean(np.abs(np.exp(r0) - 1)))
     notes: list[str] = [replicate_note(p) for p in prepared if p.replicates]
     refused: list[str] = []
+    below: list[str] = []   # link efficiencies the runs push below their range
     confirmed = False       # a parameter determined, but no better than its preset
 
     def unfitted() -> GroupFit:          # the preset values stay
@@ -607,7 +633,9 @@ def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
             what = (f"the runs leave it anywhere in {100 * share[n]:.0f} % of its range "
                     f"{_range_name(n)}{bound}" if n in wide else
                     f"with it the runs leave {', '.join(wide)} unpinned")
-            refused.append(_refusal(n, what))
+            refused.append(_refusal(n, what, side if n in wide else None))
+            if n in wide and side == "lower" and n in SLOWER_THAN_LINKS:
+                below.append(n)
             continue
         at_bound = fitter.pushed_past_bound(trial, u)
         if at_bound:
@@ -617,7 +645,9 @@ def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
                     f"a value outside its plausible range, where it would absorb what the "
                     f"model misses" if at_bound == [n] else
                     f"with it the fit puts {', '.join(at_bound)} at a bound of its range")
-            refused.append(_refusal(n, what))
+            refused.append(_refusal(n, what, side if at_bound == [n] else None))
+            if at_bound == [n] and side == "lower" and n in SLOWER_THAN_LINKS:
+                below.append(n)
             if at_bound == [n]:
                 at_bound_alone[n] = refused[-1]
             continue
@@ -669,6 +699,12 @@ def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
     params_out = {k: round(float(v), 6) for k, v in values.items()}
     for n in kept:        # rounding must not leave the value outside its interval
         intervals[n] = [min(intervals[n][0], params_out[n]), max(intervals[n][1], params_out[n])]
+    below = [n for n in dict.fromkeys(below) if n not in kept]  # a pair may fit one after all
+    if below:
+        notes.append(f"warning: {', '.join(kept)} fitted on runs that ask for "
+                     f"{' and '.join(below)} below its range: the fitted values may stand in "
+                     f"for slower links than the cluster's; describe the links and calibrate "
+                     f"with --topology FILE (the note on {below[0]})")
     return GroupFit(gpu=base_gpu.name, precision=precision, runs=len(prepared),
                     parameters=params_out,
                     before={k: round(float(v), 6) for k, v in before.items()},
@@ -676,10 +712,10 @@ def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
                     loo_mape=loo, intervals=intervals, notes=notes)
 
 
-def prepared_runs(runs: list[MeasuredRun]) -> list[_Prepared]:
+def prepared_runs(runs: list[MeasuredRun], topology=None) -> list[_Prepared]:
     """The runs with a measured time, priced as ``validate`` prices them
-    (:func:`configurator.app.validate_jobs.priced_run`), each with its measured time. Runs
-    that price the same plan (the same model at its sequence length, cluster and nodes, and
+    (:func:`configurator.app.validate_jobs.priced_run`, on ``topology``'s links if given),
+    each with its measured time. Runs that price the same plan (the same model at its sequence length, cluster and nodes, and
     every plan field) are one observation at the geometric mean of their times, which keeps
     their names and times (:attr:`_Prepared.replicates`, :func:`replicate_note`): repeating a
     plan measures its noise, not a parameter, and counted apart two copies of one run would
@@ -691,7 +727,7 @@ def prepared_runs(runs: list[MeasuredRun]) -> list[_Prepared]:
         if not run.has_time:
             continue
         try:
-            model, cluster, run = priced_run(run)
+            model, cluster, run = priced_run(run, topology)
         except InputError as exc:
             raise InputError(f"run {run.name}", exc.value, str(exc)) from None
         out.append(_Prepared(run=run, model=model, cluster=cluster,
@@ -716,9 +752,12 @@ def presets_kept(fits: list[GroupFit]) -> bool:
 
 
 def calibrate_runs(runs: list[MeasuredRun], params: tuple[str, ...] | None = None,
-                   progress=None, source: str = "calibrate"
+                   progress=None, source: str = "calibrate", topology=None
                    ) -> tuple[Calibration, list[GroupFit]]:
-    """Fit every (GPU type, precision) group of ``runs`` from the GPUs' own figures; returns
+    """Fit every (GPU type, precision) group of ``runs`` from the GPUs' own figures, the runs
+    priced on ``topology``'s links if given (a :class:`topology.topofile.Topology`,
+    :func:`configurator.app.validate_jobs.run_cluster`; its links carry their own figures,
+    so the link efficiencies are not fitted, :func:`fittable`); returns
     the calibration (the fitted values only) and the per-group fits. Runs without a measured
     time are ignored; a run Megatron would reject or that names an unknown preset is an
     error naming it (:func:`prepared_runs`). Where what the runs determine predicts the runs
@@ -726,7 +765,7 @@ def calibrate_runs(runs: list[MeasuredRun], params: tuple[str, ...] | None = Non
     every preset stays, and the fits' notes say why. Raises :class:`InputError` when the
     runs determine no parameter at all, naming for each the kind of run that would."""
     groups: dict = {}
-    for p in prepared_runs(runs):
+    for p in prepared_runs(runs, topology):
         key = (p.cluster.gpu.name, p.run.plan.precision)
         groups.setdefault(key, (p.cluster.gpu, []))[1].append(p)
     fits = []

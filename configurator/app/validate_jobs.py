@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from configurator.core.errors import InputError
 from configurator.core.model import ModelSpec
@@ -24,6 +25,9 @@ from configurator.search.rank import best_layer_split
 from configurator.core import validate as v
 from topology.cluster import Cluster
 from topology.cluster_files import CLUSTER_PRESETS, cluster_from_config, load_cluster
+
+if TYPE_CHECKING:
+    from topology.topofile import Topology
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,43 +114,82 @@ def run_model(run: MeasuredRun) -> ModelSpec:
     return model.with_seq_length(run.seq_length) if run.seq_length else model
 
 
-def run_cluster(run: MeasuredRun) -> Cluster:
+def run_cluster(run: MeasuredRun, topology: Topology | None = None) -> Cluster:
     """The run's cluster with ``num_gpus / gpus_per_node`` nodes, or, for a job on part of
     one node (NeMo's 4-GPU runs on a DGX H100), one host of ``num_gpus`` GPUs on the same
-    links. Raises :class:`InputError` if the GPUs are neither whole nodes nor a divisor of
-    one."""
+    links; with ``topology`` (``validate``/``calibrate --topology``), on the links the run's
+    GPUs sit on there (:func:`on_topology`). Raises :class:`InputError` if the GPUs are
+    neither whole nodes nor a divisor of one, or the topology has fewer hosts than the run
+    spans."""
     data = (CLUSTER_PRESETS[run.cluster] if run.cluster in CLUSTER_PRESETS
             else v.load_mapping_file("cluster", run.cluster))
     g = v.int_in_range("gpus_per_node", data.get("gpus_per_node")) if isinstance(
         data, dict) else load_cluster(run.cluster, 1).gpus_per_node
-    if run.num_gpus < g and g % run.num_gpus == 0:
-        return cluster_from_config({**data, "gpus_per_node": run.num_gpus,
-                                    "nvlink_domain_gpus": run.num_gpus}, 1)
-    if run.num_gpus % g:
+    part = run.num_gpus < g and g % run.num_gpus == 0
+    if part:
+        cluster = cluster_from_config({**data, "gpus_per_node": run.num_gpus,
+                                       "nvlink_domain_gpus": run.num_gpus}, 1)
+    elif run.num_gpus % g:
         raise InputError("num_gpus", run.num_gpus,
                          f"must be a multiple or a divisor of the {g} GPUs per node of "
                          f"{run.cluster}")
-    return load_cluster(run.cluster, run.num_gpus // g)
+    else:
+        cluster = load_cluster(run.cluster, run.num_gpus // g)
+    return cluster if topology is None else on_topology(cluster, topology, run.name, part)
 
 
-def priced_run(run: MeasuredRun) -> tuple:
+def on_topology(cluster: Cluster, topology: Topology, name: str, part: bool) -> Cluster:
+    """``cluster`` (a run's, :func:`run_cluster`) on the links of ``topology``
+    (:func:`topology.topofile.apply_topology`) that the run's GPUs sit on: the topology's
+    first ``cluster.num_nodes`` hosts in its order and, for a run on ``part`` of one host,
+    GPUs 0 to ``gpus_per_node - 1`` of the first (torchrun's local ranks on the GPUs CUDA
+    numbers first when ``CUDA_VISIBLE_DEVICES`` is unset). A run file names no hosts, so
+    runs on fewer hosts than the topology are priced on its first ones. Raises
+    :class:`InputError` (field ``topology``) when it has fewer hosts than the run spans, and
+    (field ``cluster``) when it was measured on another GPU
+    (:func:`configurator.app.inputs.check_measured_gpu`)."""
+    from configurator.app.inputs import check_measured_gpu
+    from topology.topofile import apply_topology
+
+    k, gpn = cluster.num_nodes, cluster.gpus_per_node
+    if len(topology.hosts) < k:
+        raise InputError("topology", f"{len(topology.hosts)} host(s)",
+                         f"must hold the {k} nodes run {name!r} spans")
+    check_measured_gpu(topology, cluster, "the topology")
+    hosts = topology.hosts[:k]
+    keep = set(hosts)
+
+    def on_run(i: int | None) -> bool:
+        return i is None or not part or i < gpn
+
+    links = tuple(l for l in topology.links if l.src in keep and l.dst in keep
+                  and on_run(l.src_gpu) and on_run(l.dst_gpu))
+    return apply_topology(cluster, dataclasses.replace(
+        topology, hosts=hosts, links=links,
+        collectives=tuple(c for c in topology.collectives if keep.issuperset(c.hosts)),
+        missing=tuple(m for m in topology.missing if m.src in keep and m.dst in keep)))
+
+
+def priced_run(run: MeasuredRun, topology: Topology | None = None) -> tuple:
     """``(model, cluster, run)`` as ``validate`` and ``calibrate`` price a run: its model and
-    cluster resolved, and a pp that does not divide the layers, with no split named, given the
-    split ``estimate`` would choose (:func:`configurator.search.rank.best_layer_split`).
-    Raises :class:`InputError` for an unknown preset or a plan Megatron rejects."""
-    model, cluster = run_model(run), run_cluster(run)
+    cluster resolved (on ``topology``'s links if given, :func:`run_cluster`), and a pp that
+    does not divide the layers, with no split named, given the split ``estimate`` would
+    choose (:func:`configurator.search.rank.best_layer_split`). Raises :class:`InputError`
+    for an unknown preset or a plan Megatron rejects."""
+    model, cluster = run_model(run), run_cluster(run, topology)
     return model, cluster, dataclasses.replace(
         run, plan=best_layer_split(model, cluster, run.plan))
 
 
-def check_run(run: MeasuredRun, calibration=None) -> RunCheck:
-    """Price one run (:class:`RunCheck`); an input problem of the run (unknown preset,
+def check_run(run: MeasuredRun, calibration=None, topology=None) -> RunCheck:
+    """Price one run (:class:`RunCheck`), on ``topology``'s links if given
+    (:func:`run_cluster`); an input problem of the run (unknown preset,
     a plan Megatron rejects) is recorded in ``problem`` rather than raised. A run whose pp
     does not divide the layers and which names no split is priced with the split
     ``estimate`` would choose (:func:`configurator.search.rank.best_layer_split`)."""
     group = run.group
     try:
-        model, cluster, run = priced_run(run)
+        model, cluster, run = priced_run(run, topology)
         if calibration is not None:
             cluster = calibration.apply_cluster(cluster, run.plan.precision)
         group = group or f"{cluster.gpu.name} {run.plan.precision}"
@@ -187,11 +230,12 @@ def group_stats(name: str, checks: list[RunCheck]) -> GroupStats | None:
 
 
 def validate_runs(runs: list[MeasuredRun], calibration=None, skipped=(),
-                  progress=None) -> ValidationReport:
-    """Check every run and summarise per group (in order of first appearance) and overall.
-    ``progress``: optional callable wrapping the iterable (a progress bar)."""
+                  progress=None, topology=None) -> ValidationReport:
+    """Check every run (on ``topology``'s links if given, :func:`run_cluster`) and summarise
+    per group (in order of first appearance) and overall. ``progress``: optional callable
+    wrapping the iterable (a progress bar)."""
     it = progress(runs) if progress else runs
-    checks = [check_run(r, calibration) for r in it]
+    checks = [check_run(r, calibration, topology) for r in it]
     names = list(dict.fromkeys(c.group for c in checks if c.problem is None))
     groups = [g for g in (group_stats(n, [c for c in checks if c.group == n]) for n in names)
               if g is not None]

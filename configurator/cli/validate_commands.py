@@ -47,7 +47,21 @@ def _runs_options(p):
     g = groups["model and cluster"]
     g.add_argument("--cluster", metavar="PRESET_OR_FILE",
                    help="cluster the Megatron logs ran on")
+    groups["topology and placement"].add_argument(
+        "--topology", metavar="FILE",
+        help="topology file of the hosts the runs ran on (configurator topology import of "
+             "nccl-tests logs or 'nvidia-smi topo -m', or probe): the runs are priced on "
+             "its links, a run on N nodes on its first N hosts and a run on part of a host "
+             "on its first GPUs; the link efficiencies are then not fitted")
     return groups
+
+
+def _topology(path):
+    if not path:
+        return None
+    from configurator.app.inputs import load_measured_topology
+
+    return load_measured_topology(path)
 
 
 def add_validate_arguments(p) -> None:
@@ -81,9 +95,10 @@ def run_validate(args) -> int:
         check_out_file(args.out, args.force)
     runs, skipped = load_run_files(args.runs, args.cluster)
     if args.by_source:
-        if args.calibration or args.out:
-            raise InputError("by_source", True, "fits its own calibrations and writes no "
-                             "report: not with --calibration or --out")
+        if args.calibration or args.out or args.topology:
+            raise InputError("by_source", True, "fits its own calibrations on the runs' own "
+                             "clusters and writes no report: not with --calibration, "
+                             "--topology or --out")
         from configurator.app.by_source import validate_by_source
 
         from configurator.core.progress import progress
@@ -93,7 +108,7 @@ def run_validate(args) -> int:
         print(jsonout.dumps(rep.to_dict(), indent=2) if args.json else format_by_source(rep))
         return 0
     report = validate_runs(runs, _calibration(args.calibration), skipped,
-                           progress=_progress("validate"))
+                           progress=_progress("validate"), topology=_topology(args.topology))
     if args.out:
         from configurator.report.validate_html import render_validation_html
 
@@ -194,8 +209,11 @@ def run_calibrate(args) -> int:
         if not params:
             raise InputError("params", args.params, "name at least one parameter")
     runs, _ = load_run_files(args.runs, args.cluster)
+    source = ", ".join(args.runs) or "published runs"
     cal, fits = calibrate_runs(runs, params, progress=_groups_progress,
-                               source=", ".join(args.runs) or "published runs")
+                               source=source + (f" on the links of {args.topology}"
+                                                if args.topology else ""),
+                               topology=_topology(args.topology))
     path = write_text_file(args.out, yaml.safe_dump(jsonout.finite(cal.to_dict()),
                                                 sort_keys=False), args.force)
     if args.json:
