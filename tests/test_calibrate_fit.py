@@ -370,6 +370,9 @@ def test_each_attempt_starts_from_the_last_accepted_fit_not_a_refused_one(monkey
     presets = calibrate_jobs._Pricer(prepared, gpu, "test")
     presets.rebase({})
     fit = fit_group(prepared, gpu, "bf16", None, "test")
+    # the group's own attempts (where a link efficiency below its range moves some runs, the
+    # rest are fitted again as a group of their own: calibrate_jobs' docstring, 4.)
+    seen = [(names, ratio) for names, ratio in seen if len(ratio) == len(prepared)]
     assert fit.parameters == {} and len(seen) >= 2
     moved = calibrate_jobs._Pricer(prepared, gpu, "test")
     moved.rebase({"host_op_us": 50.0})

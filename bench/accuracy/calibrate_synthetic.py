@@ -75,7 +75,7 @@ def made_runs(truth: Calibration, noise: float, seed: int,
                           num_gpus=n, seq_length=1024, plan=plan)
         cluster = truth.apply_cluster(run_cluster(run), "fp16")
         if topology is not None:   # nominal links at the made efficiency, as calibrate's
-            cluster = on_topology(cluster, topology, run.name, n < 8)
+            cluster = on_topology(cluster, topology, n < 8)
         t = evaluate_plan(model, cluster, plan, measured=True).iteration_time_s
         runs.append(dataclasses.replace(run, iteration_time_s=t * math.exp(
             rng.normal(0.0, noise))))

@@ -50,6 +50,13 @@ Identifiability is judged over each parameter's whole range, not a local step:
    plans): alone, the GEMM efficiency sits at 0.38 and the host time at 50 µs, their
    bounds; the host time with the HBM fraction fits 48 µs and 0.42, and the plans left
    out come within 3 %.
+4. (without ``params``) runs that a link efficiency pushed below its range moves by
+   :data:`MIN_RANGE_EFFECT` or more are priced on the wrong links, which no other parameter
+   may absorb: GPUs that talk over PCIe beyond NVLink-bridged pairs, priced as NVLink (a
+   host time fitted on their tp-8 runs came out 27.6-34.6 us where they were made with 26,
+   ``bench/accuracy/calibrate_synthetic.py --truth-topology``). The group is fitted again
+   without them, a note naming them and ``--topology`` (:data:`SLOWER_THAN_LINKS`); where
+   every run is such, nothing is fitted.
 
 Each refusal names the kind of run that would determine the parameter
 (:data:`DETERMINING_RUN`). Without ``params`` undetermined parameters stay at their preset
@@ -484,8 +491,7 @@ def presets_within_noise(r) -> bool:
 #: GPUs beyond NVLink-bridged pairs talk over PCIe (``nvidia-smi topo -m``: NV# within a
 #: pair, NODE/SYS elsewhere) moves a ring's bytes at PCIe's 32 GB/s, a tenth of NVLink 3's
 #: 300 GB/s per GPU; priced as NVLink, its tp 4 and 8 plans come out about twice too fast
-#: and the other parameters absorb the rest (bench/accuracy/calibrate_synthetic.py
-#: ``--truth-topology``).
+#: (bench/accuracy/calibrate_synthetic.py ``--truth-topology``; the module docstring, 4.).
 SLOWER_THAN_LINKS = {
     "intra_node_efficiency": (
         "the runs' transfers inside a node are slower than its NVLink attains: if the GPUs "
@@ -539,11 +545,12 @@ def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
                         notes=notes, presets_confirmed=confirmed)
 
     # 1. the effect of each parameter's whole range on the runs' times
-    effect = {}
+    effect, spread = {}, {}
     for n in names + rescue:
         lo, hi, _ = PARAMETER_RANGES[n]
         t_lo, t_hi = pricer.fast({n: lo}), pricer.fast({n: hi})
-        effect[n] = float(np.max(np.abs(np.log(t_hi / t_lo))))
+        spread[n] = np.abs(np.log(t_hi / t_lo))       # per run
+        effect[n] = float(np.max(spread[n]))
     kept = []
     for n in names:
         if effect[n] < MIN_RANGE_EFFECT:
@@ -687,6 +694,24 @@ def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
         raise InputError("params", ",".join(names), f"not determined by these "
                          f"{len(prepared)} runs: " + "; ".join(refused))
     notes += refused
+    below = [n for n in dict.fromkeys(below) if n not in selected]  # a pair may fit one
+    bound = [i for i in range(len(prepared))
+             if below and max(spread[n][i] for n in below) >= MIN_RANGE_EFFECT]
+    if not explicit and bound:
+        # 4. runs whose links are slower than the cluster's can be (a link efficiency they
+        # push below its range moves them): what the model misses in them is the links,
+        # which no other parameter may absorb; the group is fitted again on the rest
+        who = ", ".join(prepared[i].run.name for i in bound)
+        them, their = ("them", "their") if len(bound) > 1 else ("it", "its")
+        note = (f"run{'s' if len(bound) > 1 else ''} {who} left out: "
+                f"{' and '.join(below)} below its range moves {them}, so {their} error is "
+                f"the links', not another parameter's to absorb; " + SLOWER_THAN_LINKS[below[0]])
+        if len(bound) == len(prepared):
+            return dataclasses.replace(unfitted(), notes=[note] + notes)
+        fit = fit_group([p for i, p in enumerate(prepared) if i not in bound], base_gpu,
+                        precision, params, source)
+        return dataclasses.replace(fit, notes=[note] + fit.notes,
+                                   presets_confirmed=not fit.parameters)
 
     if result is None:
         return unfitted()
@@ -699,12 +724,6 @@ def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
     params_out = {k: round(float(v), 6) for k, v in values.items()}
     for n in kept:        # rounding must not leave the value outside its interval
         intervals[n] = [min(intervals[n][0], params_out[n]), max(intervals[n][1], params_out[n])]
-    below = [n for n in dict.fromkeys(below) if n not in kept]  # a pair may fit one after all
-    if below:
-        notes.append(f"warning: {', '.join(kept)} fitted on runs that ask for "
-                     f"{' and '.join(below)} below its range: the fitted values may stand in "
-                     f"for slower links than the cluster's; describe the links and calibrate "
-                     f"with --topology FILE (the note on {below[0]})")
     return GroupFit(gpu=base_gpu.name, precision=precision, runs=len(prepared),
                     parameters=params_out,
                     before={k: round(float(v), 6) for k, v in before.items()},
@@ -714,14 +733,14 @@ def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
 
 def prepared_runs(runs: list[MeasuredRun], topology=None) -> list[_Prepared]:
     """The runs with a measured time, priced as ``validate`` prices them
-    (:func:`configurator.app.validate_jobs.priced_run`, on ``topology``'s links if given),
-    each with its measured time. Runs that price the same plan (the same model at its sequence length, cluster and nodes, and
-    every plan field) are one observation at the geometric mean of their times, which keeps
-    their names and times (:attr:`_Prepared.replicates`, :func:`replicate_note`): repeating a
-    plan measures its noise, not a parameter, and counted apart two copies of one run would
-    determine what one cannot, each predicting the other when left out. Raises
-    :class:`InputError` naming a run Megatron would reject or that names an unknown preset,
-    and when no run has a time."""
+    (:func:`configurator.app.validate_jobs.priced_run`, on ``topology``'s links if given), each
+    with its measured time. Runs that price the same plan (the same model at its sequence
+    length, cluster and nodes, and every plan field) are one observation at the geometric mean
+    of their times, which keeps their names and times (:attr:`_Prepared.replicates`,
+    :func:`replicate_note`): repeating a plan measures its noise, not a parameter, and counted
+    apart two copies of one run would determine what one cannot, each predicting the other when
+    left out. Raises :class:`InputError` naming a run Megatron would reject or that names an
+    unknown preset, and when no run has a time."""
     out = []
     for run in runs:
         if not run.has_time:

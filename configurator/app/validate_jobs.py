@@ -135,17 +135,17 @@ def run_cluster(run: MeasuredRun, topology: Topology | None = None) -> Cluster:
                          f"{run.cluster}")
     else:
         cluster = load_cluster(run.cluster, run.num_gpus // g)
-    return cluster if topology is None else on_topology(cluster, topology, run.name, part)
+    return cluster if topology is None else on_topology(cluster, topology, part)
 
 
-def on_topology(cluster: Cluster, topology: Topology, name: str, part: bool) -> Cluster:
+def on_topology(cluster: Cluster, topology: Topology, part: bool) -> Cluster:
     """``cluster`` (a run's, :func:`run_cluster`) on the links of ``topology``
     (:func:`topology.topofile.apply_topology`) that the run's GPUs sit on: the topology's
     first ``cluster.num_nodes`` hosts in its order and, for a run on ``part`` of one host,
     GPUs 0 to ``gpus_per_node - 1`` of the first (torchrun's local ranks on the GPUs CUDA
     numbers first when ``CUDA_VISIBLE_DEVICES`` is unset). A run file names no hosts, so
     runs on fewer hosts than the topology are priced on its first ones. Raises
-    :class:`InputError` (field ``topology``) when it has fewer hosts than the run spans, and
+    :class:`InputError` (field ``topology hosts``) when it has fewer hosts than the run spans, and
     (field ``cluster``) when it was measured on another GPU
     (:func:`configurator.app.inputs.check_measured_gpu`)."""
     from configurator.app.inputs import check_measured_gpu
@@ -153,8 +153,9 @@ def on_topology(cluster: Cluster, topology: Topology, name: str, part: bool) -> 
 
     k, gpn = cluster.num_nodes, cluster.gpus_per_node
     if len(topology.hosts) < k:
-        raise InputError("topology", f"{len(topology.hosts)} host(s)",
-                         f"must hold the {k} nodes run {name!r} spans")
+        raise InputError("topology hosts", len(topology.hosts),
+                         f"fewer than the {k} nodes the run spans (a run on N nodes is "
+                         f"priced on the topology's first N hosts)")
     check_measured_gpu(topology, cluster, "the topology")
     hosts = topology.hosts[:k]
     keep = set(hosts)
