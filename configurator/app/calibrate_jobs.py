@@ -55,8 +55,9 @@ Identifiability is judged over each parameter's whole range, not a local step:
    may absorb: GPUs that talk over PCIe beyond NVLink-bridged pairs, priced as NVLink (a
    host time fitted on their tp-8 runs came out 27.6-34.6 us where they were made with 26,
    ``bench/accuracy/calibrate_synthetic.py --truth-topology``). The group is fitted again
-   without them, a note naming them and ``--topology`` (:data:`SLOWER_THAN_LINKS`); where
-   every run is such, nothing is fitted.
+   without them, a note naming them and ``--topology`` (:data:`SLOWER_THAN_LINKS`). Where
+   every run is such (every run of Korthikanti et al.'s Table 5 spans nodes), the links
+   cannot be told from what they may stand in for: the fit stands, with a warning.
 
 Each refusal names the kind of run that would determine the parameter
 (:data:`DETERMINING_RUN`). Without ``params`` undetermined parameters stay at their preset
@@ -697,7 +698,7 @@ def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
     below = [n for n in dict.fromkeys(below) if n not in selected]  # a pair may fit one
     bound = [i for i in range(len(prepared))
              if below and max(spread[n][i] for n in below) >= MIN_RANGE_EFFECT]
-    if not explicit and bound:
+    if not explicit and bound and len(bound) < len(prepared):
         # 4. runs whose links are slower than the cluster's can be (a link efficiency they
         # push below its range moves them): what the model misses in them is the links,
         # which no other parameter may absorb; the group is fitted again on the rest
@@ -706,8 +707,6 @@ def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
         note = (f"run{'s' if len(bound) > 1 else ''} {who} left out: "
                 f"{' and '.join(below)} below its range moves {them}, so {their} error is "
                 f"the links', not another parameter's to absorb; " + SLOWER_THAN_LINKS[below[0]])
-        if len(bound) == len(prepared):
-            return dataclasses.replace(unfitted(), notes=[note] + notes)
         fit = fit_group([p for i, p in enumerate(prepared) if i not in bound], base_gpu,
                         precision, params, source)
         return dataclasses.replace(fit, notes=[note] + fit.notes,
@@ -724,6 +723,11 @@ def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
     params_out = {k: round(float(v), 6) for k, v in values.items()}
     for n in kept:        # rounding must not leave the value outside its interval
         intervals[n] = [min(intervals[n][0], params_out[n]), max(intervals[n][1], params_out[n])]
+    if below:   # every run moves with the link: the links, or what it stands in for, or both
+        notes.append(f"warning: {', '.join(kept)} fitted on runs that all ask for "
+                     f"{' and '.join(below)} below its range: the fitted values may stand in "
+                     f"for slower links than the cluster's; if so, describe the links and "
+                     f"calibrate with --topology FILE (the note on {below[0]})")
     return GroupFit(gpu=base_gpu.name, precision=precision, runs=len(prepared),
                     parameters=params_out,
                     before={k: round(float(v), 6) for k, v in before.items()},
