@@ -269,8 +269,14 @@ def topofile_cases(draw, out_p: int = 25) -> Case:
     base = topology_base(draw)
     ext, content = draw(document_file(base, key="hosts"))
     name = "topo" + ext
-    kind = draw(st.sampled_from(["audit", "audit", "import", "plan", "plan"]))
-    if kind == "audit":
+    kind = draw(st.sampled_from(["audit", "audit", "import", "plan", "plan", "runs"]))
+    extra = []
+    if kind == "runs":        # the hosts the runs of a run file ran on
+        extra = [("runs.yaml", encode(dump_yaml(RUNS_BASE) or ""))]
+        argv = draw(st.sampled_from([["validate", "runs.yaml", "--json"],
+                                     ["calibrate", "runs.yaml", "-o", "cal.yaml"]]))
+        argv += ["--topology", name]
+    elif kind == "audit":
         argv = ["audit", "--topology", name]
         argv += ["--out", "report"] if draw(chance(out_p)) else ["--json"]
     elif kind == "import":
@@ -280,7 +286,7 @@ def topofile_cases(draw, out_p: int = 25) -> Case:
     else:
         argv = draw(plan_command(model="gpt-1.7b", cluster=draw(st.sampled_from(
             CLUSTER_PRESETS)), topology=name, out_p=out_p))
-    files = [(name, content)]
+    files = [(name, content)] + extra
     if kind == "plan":
         argv += draw(placement_flags(argv[0], base.get("hosts") or [], files))
     return Case("topofile", tuple(argv), tuple(files))
