@@ -355,6 +355,10 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
      "8, 16 or 32 stages, which divide neither 63 nor 63.2: \"\" either way elsewhere"),
     ("configurator/cost/groundtruth.py", "same_plan: bool = True", "`True` → `False`",
      "the default is never used: the one caller (bridge_rows) passes same_plan"),
+    # found by draw 2050
+    ("configurator/cost/groundtruth.py",
+     'if fields.get("cpu_offloading_num_layers") and pp > 1:', "constant 1 ×1.1",
+     "a row's pp is an integer: pp > 1.1 holds where pp > 1 does"),
     # found by the final draws (seeds 2029, 2030)
     ("configurator/cost/schedule_sim.py", "e = [0.0] * (n + 1)", "drop term `1`",
      "the scalar walk writes op i's end after reading its predecessors' (indices below i, or "
