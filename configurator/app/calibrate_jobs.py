@@ -53,11 +53,12 @@ Identifiability is judged over each parameter's whole range, not a local step:
 4. (without ``params``) runs that a link efficiency pushed below its range moves by
    :data:`MIN_RANGE_EFFECT` or more are priced on the wrong links, which no other parameter
    may absorb: GPUs that talk over PCIe beyond NVLink-bridged pairs, priced as NVLink (a
-   host time fitted on their tp-8 runs came out 27.6-34.6 us where they were made with 26,
+   host time fitted with those runs came out 27.6-34.6 us where they were made with 26,
    ``bench/accuracy/calibrate_synthetic.py --truth-topology``). The group is fitted again
    without them, a note naming them and ``--topology`` (:data:`SLOWER_THAN_LINKS`). Where
-   every run is such (every run of Korthikanti et al.'s Table 5 spans nodes), the links
-   cannot be told from what they may stand in for: the fit stands, with a warning.
+   every run is such (five of Korthikanti et al.'s Table 5, tp 8 on DGX A100s' nominal
+   NVLink, all ask for it), the links cannot be told from what they may stand in for: the
+   fit stands, with a warning.
 
 Each refusal names the kind of run that would determine the parameter
 (:data:`DETERMINING_RUN`). Without ``params`` undetermined parameters stay at their preset
