@@ -162,3 +162,40 @@ def test_the_commands_take_the_topology(made, pairs, tmp_path, capsys):
     capsys.readouterr()
     assert main(["validate", "--by-source", "--topology", str(topo)]) == 2
     assert "not with --calibration, --topology or --out" in capsys.readouterr().err
+
+
+def test_a_run_that_names_its_hosts_is_priced_on_their_links():
+    """The 17-node H100 cluster's measured links: a 2-node data-parallel run on cnode2-001
+    and cnode2-004 (6.7 GB/s per rail between them) is slower than one on cnode2-001 and
+    cnode2-002 (13.6 GB/s), which is where a run that names no hosts is priced (the
+    topology's first two); ``calibrate`` prices the two apart (their links differ)."""
+    from configurator.app.calibrate_jobs import _job_key, prepared_runs
+    from configurator.core.runs import run_from_mapping, runs_to_rows
+    from tests.conftest import REAL_CLUSTER
+
+    topo = import_paths([str(REAL_CLUSTER / "logs")])
+    base = dict(model="llama3-8b", cluster="dgx-h100-80gb", num_gpus="16", tp="1", pp="1",
+                mbs="1", gbs="32", precision="bf16", iteration_time_s="2.5",
+                overlap_grad_reduce="false")
+    slow, fast, first = (run_from_mapping({**base, "name": n, **h}) for n, h in (
+        ("slow", {"hosts": "cnode2-001, cnode2-004"}),
+        ("fast", {"hosts": ["cnode2-001", "cnode2-002"]}), ("first", {})))
+    assert slow.hosts == ("cnode2-001", "cnode2-004") and first.hosts is None
+    checks = validate_runs([slow, fast, first], topology=topo).checks
+    t_slow, t_fast, t_first = (c.predicted_iteration_time_s for c in checks)
+    assert t_slow > 1.1 * t_fast and t_first == pytest.approx(t_fast, rel=1e-12)
+    assert [p.cluster.hosts for p in prepared_runs([slow, fast], topo)] == [
+        ["cnode2-001", "cnode2-004"], ["cnode2-001", "cnode2-002"]]
+    assert len({_job_key(p) for p in prepared_runs([slow, fast], topo)}) == 2
+    assert runs_to_rows([slow])[0]["hosts"] == "cnode2-001 cnode2-004"
+    assert run_from_mapping({**base, "hosts": "cnode2-001;cnode2-004"}).hosts == slow.hosts
+
+    odd = [run_from_mapping({**base, "name": n, "hosts": h}) for n, h in (
+        ("unknown", "cnode2-001 cnode9-999"), ("one", "cnode2-001"))]
+    problems = [c.problem for c in validate_runs(odd, topology=topo).checks]
+    assert "hosts='cnode9-999': not one of the topology's 17 hosts" in problems[0]
+    assert "hosts='cnode2-001': must name the 2 node(s) the run spans" in problems[1]
+    for hosts, rule in (("a a", "unique"), (" ".join(f"h{i}" for i in range(17)),
+                                             r"1 to num_gpus \(16\)"), (7, "a list of host")):
+        with pytest.raises(InputError, match=rule):
+            run_from_mapping({**base, "hosts": hosts})

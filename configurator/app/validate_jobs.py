@@ -135,29 +135,40 @@ def run_cluster(run: MeasuredRun, topology: Topology | None = None) -> Cluster:
                          f"{run.cluster}")
     else:
         cluster = load_cluster(run.cluster, run.num_gpus // g)
-    return cluster if topology is None else on_topology(cluster, topology, part)
+    return cluster if topology is None else on_topology(cluster, topology, part, run.hosts)
 
 
-def on_topology(cluster: Cluster, topology: Topology, part: bool) -> Cluster:
+def on_topology(cluster: Cluster, topology: Topology, part: bool,
+                hosts: tuple[str, ...] | None = None) -> Cluster:
     """``cluster`` (a run's, :func:`run_cluster`) on the links of ``topology``
-    (:func:`topology.topofile.apply_topology`) that the run's GPUs sit on: the topology's
-    first ``cluster.num_nodes`` hosts in its order and, for a run on ``part`` of one host,
-    GPUs 0 to ``gpus_per_node - 1`` of the first (torchrun's local ranks on the GPUs CUDA
-    numbers first when ``CUDA_VISIBLE_DEVICES`` is unset). A run file names no hosts, so
-    runs on fewer hosts than the topology are priced on its first ones. Raises
-    :class:`InputError` (field ``topology hosts``) when it has fewer hosts than the run spans, and
-    (field ``cluster``) when it was measured on another GPU
+    (:func:`topology.topofile.apply_topology`) that the run's GPUs sit on: its ``hosts`` in
+    node_rank order (the run file's ``hosts``), else the topology's first
+    ``cluster.num_nodes`` hosts; for a run on ``part`` of one host, GPUs 0 to
+    ``gpus_per_node - 1`` of it (torchrun's local ranks on the GPUs CUDA numbers first when
+    ``CUDA_VISIBLE_DEVICES`` is unset). Raises :class:`InputError` (field ``hosts``) for a
+    host the topology does not name or a count other than the run's nodes, (field
+    ``topology hosts``) when the topology has fewer hosts than the run spans, and (field
+    ``cluster``) when it was measured on another GPU
     (:func:`configurator.app.inputs.check_measured_gpu`)."""
     from configurator.app.inputs import check_measured_gpu
     from topology.topofile import apply_topology
 
     k, gpn = cluster.num_nodes, cluster.gpus_per_node
-    if len(topology.hosts) < k:
+    if hosts is not None:
+        named = set(topology.hosts)
+        unknown = [h for h in hosts if h not in named]
+        if unknown:
+            raise InputError("hosts", unknown[0], f"not one of the topology's "
+                                                  f"{len(named)} hosts")
+        if len(hosts) != k:
+            raise InputError("hosts", " ".join(hosts), f"must name the {k} node(s) the run "
+                                                       f"spans, in node_rank order")
+    elif len(topology.hosts) < k:
         raise InputError("topology hosts", len(topology.hosts),
-                         f"fewer than the {k} nodes the run spans (a run on N nodes is "
-                         f"priced on the topology's first N hosts)")
+                         f"fewer than the {k} nodes the run spans (a run on N nodes that "
+                         f"names no hosts is priced on the topology's first N)")
     check_measured_gpu(topology, cluster, "the topology")
-    hosts = topology.hosts[:k]
+    hosts = tuple(hosts) if hosts is not None else topology.hosts[:k]
     keep = set(hosts)
 
     def on_run(i: int | None) -> bool:

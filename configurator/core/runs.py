@@ -50,6 +50,10 @@ name, group, source        label, group for statistics, where the figure comes f
 dataset                    the collection the run belongs to (a paper's table, one    no
                            team's runs): ``validate --by-source`` holds each out in
                            turn (default: the run file's name)
+hosts                      the hosts it ran on, in node_rank order (a list, or names  no
+                           separated by spaces, commas or semicolons): with
+                           ``--topology``, the run is priced on their links (default:
+                           the topology's first hosts)
 =========================  =========================================================  ========
 
 Every measurement given is compared; a row's iteration time comes from the first present
@@ -64,6 +68,7 @@ import csv
 import io
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
@@ -89,7 +94,7 @@ _REQUIRED = ("model", "cluster", "num_gpus", "tp", "pp", "micro_batch_size",
 _PLAN_KEYS = tuple(f.name for f in PLAN_FIELDS)
 _ALIASES = {f.alias: f.name for f in PLAN_FIELDS if f.alias}
 RUN_KEYS = (_REQUIRED + ("seq_length", "flops_formula") + tuple(
-    k for k in _PLAN_KEYS if k not in _REQUIRED) + MEASURED_KEYS + _LABEL_KEYS)
+    k for k in _PLAN_KEYS if k not in _REQUIRED) + MEASURED_KEYS + _LABEL_KEYS + ("hosts",))
 #: Longest ``source`` (a citation: paper, table, file and commit).
 MAX_SOURCE_CHARS = 1024
 #: Upper bounds that keep a hostile file from asking for absurd figures.
@@ -119,12 +124,33 @@ class MeasuredRun:
     peak_memory_bytes: float | None = None
     #: the collection it belongs to (``validate --by-source`` holds each out in turn)
     dataset: str | None = None
+    #: the hosts it ran on, in node_rank order (a topology's names), or None: not known
+    hosts: tuple[str, ...] | None = None
     extra: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False)
 
     @property
     def has_time(self) -> bool:
         return any(x is not None for x in (self.iteration_time_s, self.tokens_per_s_per_gpu,
                                            self.tflops_per_gpu))
+
+
+def _hosts(where: str, value: Any, num_gpus: int) -> tuple[str, ...]:
+    """A run's host names, in node_rank order: a list of names, or one string of them
+    separated by spaces, commas or semicolons; 1 to ``num_gpus`` of them, each a display
+    name (:func:`configurator.core.validate.display_name`), no name twice. Raises
+    :class:`InputError` naming ``where``."""
+    if isinstance(value, str):
+        names: list = [x for x in re.split(r"[\s,;]+", value.strip()) if x]
+    elif isinstance(value, (list, tuple)):
+        names = list(value)
+    else:
+        raise InputError(where, value, "must be a list of host names or one string of them")
+    if not 1 <= len(names) <= num_gpus:
+        raise InputError(where, value, f"must name 1 to num_gpus ({num_gpus}) hosts")
+    out = tuple(v.display_name(f"{where}[{i}]", n) for i, n in enumerate(names))
+    if len(set(out)) != len(out):
+        raise InputError(where, value, "host names must be unique")
+    return out
 
 
 def _truthy(where: str, value: Any) -> bool:
@@ -233,9 +259,10 @@ def run_from_mapping(data: Any, where: str = "run") -> MeasuredRun:
     seq = _integer(f"{where}.seq_length", row["seq_length"], "seq_length") \
         if "seq_length" in row else None
     mem = figures.pop("peak_memory_GiB", None)
+    hosts = _hosts(f"{where}.hosts", row["hosts"], num_gpus) if "hosts" in row else None
     return MeasuredRun(
         name=text("name", where), group=text("group"), source=text("source", ""),
-        dataset=text("dataset"),
+        dataset=text("dataset"), hosts=hosts,
         model=text("model"), cluster=text("cluster"), num_gpus=num_gpus, seq_length=seq,
         plan=plan, flops_formula=formula,
         peak_memory_bytes=None if mem is None else mem * GiB, **figures)
@@ -300,6 +327,7 @@ def runs_to_rows(runs: Iterable[MeasuredRun]) -> list[dict]:
     out = []
     for r in runs:
         row = {"name": r.name, "group": r.group, "source": r.source, "dataset": r.dataset,
+               "hosts": None if r.hosts is None else " ".join(r.hosts),
                "model": r.model if isinstance(r.model, str) else r.model.name,
                "cluster": r.cluster, "num_gpus": r.num_gpus, "seq_length": r.seq_length}
         row.update({k: getattr(r.plan, k) for k in _PLAN_KEYS})
