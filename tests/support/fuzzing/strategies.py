@@ -703,9 +703,10 @@ def _run(name: str, model: str, tp: int, pp: int, mbs: int, **measured) -> dict:
 
 
 #: A valid run file (docs/formats.md, "Run files"): three small plans on one DGX A100,
-#: each with another kind of measurement.
+#: each with another kind of measurement, one naming the host it ran on.
 RUNS_BASE = {"runs": [_run("a", "gpt-1.7b", 1, 1, 4, iteration_time_s=1.2),
-                      _run("b", "gpt-1.7b", 2, 1, 2, tokens_per_s_per_gpu=9000.0),
+                      _run("b", "gpt-1.7b", 2, 1, 2, tokens_per_s_per_gpu=9000.0,
+                           hosts=["node-b"]),
                       _run("c", "gpt-3.6b", 2, 2, 1, tflops_per_gpu=120.0,
                            flops_formula="megatron", seq_length=2048)]}
 
