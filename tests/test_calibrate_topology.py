@@ -196,6 +196,7 @@ def test_a_run_that_names_its_hosts_is_priced_on_their_links():
     assert "hosts='cnode9-999': not one of the topology's 17 hosts" in problems[0]
     assert "hosts='cnode2-001': must name the 2 node(s) the run spans" in problems[1]
     for hosts, rule in (("a a", "unique"), (" ".join(f"h{i}" for i in range(17)),
-                                             r"1 to num_gpus \(16\)"), (7, "a list of host")):
+                                             r"1 to num_gpus \(16\)"), (7, "a list of host"),
+                        (["cnode2-001", "cnode 2"], "no space, comma or semicolon")):
         with pytest.raises(InputError, match=rule):
             run_from_mapping({**base, "hosts": hosts})

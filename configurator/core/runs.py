@@ -137,7 +137,8 @@ class MeasuredRun:
 def _hosts(where: str, value: Any, num_gpus: int) -> tuple[str, ...]:
     """A run's host names, in node_rank order: a list of names, or one string of them
     separated by spaces, commas or semicolons; 1 to ``num_gpus`` of them, each a display
-    name (:func:`configurator.core.validate.display_name`), no name twice. Raises
+    name (:func:`configurator.core.validate.display_name`) without those separators, no
+    name twice. Raises
     :class:`InputError` naming ``where``."""
     if isinstance(value, str):
         names: list = [x for x in re.split(r"[\s,;]+", value.strip()) if x]
@@ -148,6 +149,10 @@ def _hosts(where: str, value: Any, num_gpus: int) -> tuple[str, ...]:
     if not 1 <= len(names) <= num_gpus:
         raise InputError(where, value, f"must name 1 to num_gpus ({num_gpus}) hosts")
     out = tuple(v.display_name(f"{where}[{i}]", n) for i, n in enumerate(names))
+    for i, n in enumerate(out):
+        if re.search(r"[\s,;]", n):
+            raise InputError(f"{where}[{i}]", n, "must hold no space, comma or semicolon "
+                                                 "(they separate host names)")
     if len(set(out)) != len(out):
         raise InputError(where, value, "host names must be unique")
     return out
