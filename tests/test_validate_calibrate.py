@@ -48,7 +48,8 @@ def test_a_published_row_whose_batch_cells_do_not_divide_is_skipped_not_guessed(
     preset, so not that)."""
     why = [s for s in report.skipped if "Mixtral-8x22B" in s]
     assert len(why) == 2 and all(
-        s.endswith(": global batch 1 is not a multiple of micro batch 64 x dp 4 as published")
+        s.endswith(": as published, global_batch_size=1: must be divisible by "
+                   "micro_batch_size (64) * dp (4) = 256")
         for s in why)
     assert not [c for c in report.checks if "Mixtral-8x22B" in c.run.name]
 
@@ -635,3 +636,21 @@ def test_a_run_file_pyyaml_cannot_construct_is_one_input_error(tmp_path, text):
     path.write_text(text)
     with pytest.raises(InputError, match=r"^runs='runs.yaml': malformed YAML/JSON \("):
         load_runs(str(path))
+
+
+def test_check_plan_checks_only_the_rules_named():
+    """``check_plan(only=...)``: the published rows are checked against Megatron's batch rule
+    alone (their layer split is validate's to choose), by the rule's own definition."""
+    from configurator.core.plan import ParallelPlan
+    from configurator.core.rules import check_plan
+
+    model = MODEL_PRESETS["llama3.1-405b"]                 # 126 layers
+    plan = ParallelPlan(tp=8, pp=8, dp=2, micro_batch_size=1, global_batch_size=64)
+    with pytest.raises(InputError, match="pp=8: must divide num_layers"):
+        check_plan(model, plan, 128)
+    check_plan(model, plan, 128, only=("global batch divisible by mbs*dp",))
+    odd = dataclasses.replace(plan, global_batch_size=3)
+    with pytest.raises(InputError, match="global_batch_size=3: must be divisible"):
+        check_plan(model, odd, 128, only=("global batch divisible by mbs*dp",))
+    with pytest.raises(ValueError, match="no such rule"):
+        check_plan(model, plan, 128, only=("global batch divisible",))

@@ -167,6 +167,10 @@ _XLA_SM100 = "OpenXLA sm_100 matmul table, 4096^3 E4M3: 2.78 of 4.5 PFLOP/s"
 _XLA_SM100_BF16 = "OpenXLA sm_100 matmul table, 4096^3 BF16: 1.417 of 2.25 PFLOP/s"
 _BRRR_GB300 = ("cuBLASLt BF16 burn-in on 4 GB300 (luccabb/brrr README, cuBLASLt 13.8): "
                "1716-1763 of 2500 TFLOP/s")
+#: FP8 and MXFP8 GEMMs on sm_100 and sm_103 alike (the same tensor cores).
+_SM100_FP8 = {"gemm_fp8": Prior(0.617, _XLA_SM100, "gemm"),
+              "gemm_mxfp8": Prior(0.617, _XLA_SM100 + " (block scaling runs the same "
+                                                       "instruction)", "gemm")}
 #: The presets' efficiencies that rest on published end-to-end runs, each with its value
 #: before any run (a microbenchmark's or a paper's figure of the kernel alone): the preset
 #: is that value times the :data:`IN_TRAINING` factor of its kind (:func:`run_fitted`).
@@ -177,16 +181,10 @@ RUN_FITTED: dict[str, dict[str, Prior]] = {
                                       "reach 80-90 % of the A100's peak", "gemm")},
     **{g: {"flash_attention": Prior(0.55, _CUDNN_H200, "attention")}
        for g in ("h100-80gb", "h200-141gb")},
-    **{g: {"gemm": Prior(0.63, _XLA_SM100_BF16, "gemm"),
-           "gemm_fp8": Prior(0.617, _XLA_SM100, "gemm"),
-           "gemm_mxfp8": Prior(0.617, _XLA_SM100 + " (block scaling runs the same "
-                                                    "instruction)", "gemm"),
+    **{g: {"gemm": Prior(0.63, _XLA_SM100_BF16, "gemm"), **_SM100_FP8,
            "flash_attention": Prior(0.71, _FA4, "attention")}
        for g in ("b200-180gb", "gb200-186gb")},
-    **{g: {"gemm": Prior(0.70, _BRRR_GB300, "gemm"),
-           "gemm_fp8": Prior(0.617, _XLA_SM100, "gemm"),
-           "gemm_mxfp8": Prior(0.617, _XLA_SM100 + " (block scaling runs the same "
-                                                    "instruction)", "gemm"),
+    **{g: {"gemm": Prior(0.70, _BRRR_GB300, "gemm"), **_SM100_FP8,
            "flash_attention": Prior(1.42, "twice B200's figure (" + _FA4 + "): Blackwell "
                                     "Ultra runs the exponential that bounds it at twice the "
                                     "rate (NVIDIA 'Inside NVIDIA Blackwell Ultra', 2025)",

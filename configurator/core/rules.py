@@ -566,16 +566,20 @@ def rules_mask(model: ModelSpec, fields: Fields, world_size: int,
 
 
 def check_plan(model: ModelSpec, plan: ParallelPlan, world_size: int, *,
-               measured: bool = False) -> None:
+               measured: bool = False, only: Iterable[str] | None = None) -> None:
     """Raise :class:`InputError` naming the first field or Megatron rule ``plan`` breaks
     (types and choices first, then :data:`RULES` in order). ``measured``: the plan of a run
     measured elsewhere, which ran under whatever Megatron-Core it ran on: the limits of
-    core_v0.16.1 that later versions lift (``Rule.launch_only``) are not checked."""
+    core_v0.16.1 that later versions lift (``Rule.launch_only``) are not checked. ``only``:
+    the names of the rules to check (:attr:`Rule.name`), else all."""
     for f in PLAN_FIELDS:
         check_field(f, getattr(plan, f.name))
     values = {f.name: getattr(plan, f.name) for f in PLAN_FIELDS}
+    names = None if only is None else set(only)
+    if names is not None and names - {r.name for r in RULES}:
+        raise ValueError(f"no such rule: {sorted(names - {r.name for r in RULES})}")
     for r in RULES:
-        if measured and r.launch_only:
+        if (measured and r.launch_only) or (names is not None and r.name not in names):
             continue
         if not bool(r.ok(model, values, world_size)):
             raise r.error(model, values, world_size)

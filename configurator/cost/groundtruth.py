@@ -19,7 +19,9 @@ from configurator.cost.flops import sc21_flops
 from configurator.core.layers import format_layout
 from configurator.core.model import ModelSpec
 from configurator.core.model_presets import MODEL_PRESETS
+from configurator.core.errors import InputError
 from configurator.core.plan import ParallelPlan
+from configurator.core.rules import check_plan
 from configurator.core.runs import MeasuredRun
 from configurator.data import PUBLISHED, data_path
 from topology.cluster_files import CLUSTER_PRESETS
@@ -546,17 +548,9 @@ def nemo_summary_runs() -> tuple[list[MeasuredRun], list[str]]:
         n, gbs, mbs, seq, tp, pp, cp, vp, ep = (
             1 if first[k] in ("n/a", "") else int(first[k])
             for k in ("num_gpus", "gbs", "mbs", "seq_len", "tp", "pp", "cp", "vp", "ep"))
-        dp = n // (tp * pp * cp)
-        if gbs % (mbs * dp):
-            # typed as published: the 25.0x Mixtral-8x22B rows read GBS 1 / MBS 64, which no
-            # dp divides (their GA column, 16, fits the swap, 64 = 1 * 4 * 16); a guess is not
-            # priced
-            skipped.append(f"{key}: global batch {gbs} is not a multiple of micro batch {mbs} "
-                           f"x dp {dp} as published")
-            continue
         model = MODEL_PRESETS[r["preset"]].with_seq_length(seq)
         fsdp = first["fsdp"] == "1"
-        plan = ParallelPlan(tp=tp, pp=pp, cp=cp, dp=dp, vp=vp,
+        plan = ParallelPlan(tp=tp, pp=pp, cp=cp, dp=n // (tp * pp * cp), vp=vp,
                             ep=ep if model.is_moe else 1, micro_batch_size=mbs,
                             global_batch_size=gbs, sequence_parallel=tp > 1,
                             tp_comm_overlap=tp > 1, distributed_optimizer=True,
@@ -567,6 +561,14 @@ def nemo_summary_runs() -> tuple[list[MeasuredRun], list[str]]:
                             moe_expert_capacity_factor=1.0 if model.is_moe else 0.0,
                             moe_pad_expert_input_to_capacity=model.is_moe,
                             cpu_offloading_num_layers=int(r["activation_offload_layers"]))
+        try:    # the layer split is validate's to choose (best_layer_split), not checked
+            check_plan(model, plan, n, measured=True, only=("global batch divisible by mbs*dp",))
+        except InputError as exc:
+            # typed as published: the 25.0x Mixtral-8x22B rows read GBS 1 / MBS 64, which no
+            # dp divides (their GA column, 16, fits the swap, 64 = 1 * 4 * 16); a guess is not
+            # priced
+            skipped.append(f"{key}: as published, {exc}")
+            continue
         out.append(_run(key, r["source"], model, NEMO_SYSTEMS[r["system"]], plan,
                         NEMO_SUMMARY_TABLE, seq=seq,
                         tokens_per_s_per_gpu=float(first["tokens_per_sec_per_gpu"])))
