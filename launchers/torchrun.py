@@ -34,8 +34,8 @@ def render_torchrun_script(model: ModelSpec, plan: ParallelPlan, *, nodes: int,
     """Return the text of ``launch_torchrun.sh`` for ``plan`` on ``nodes × gpus_per_node``.
 
     ``master_addr``: an address (overridable by ``$MASTER_ADDR``; on several nodes not a
-    loopback address); the default takes ``$MASTER_ADDR``, else ``hosts[0]`` (node_rank 0),
-    else, on one node, ``localhost``; on several nodes without hosts the script refuses to
+    loopback address); the default takes ``$MASTER_ADDR``, else, on one node, ``localhost``,
+    else ``hosts[0]`` (node_rank 0); on several nodes without hosts the script refuses to
     start (exit 2) unless ``$MASTER_ADDR`` is set to an address other than
     localhost/127.x/::1. ``hosts``: host names in node_rank order (the script looks its
     node_rank up from ``hostname``). ``cuda_visible_devices``: per node_rank, the physical
@@ -61,10 +61,12 @@ def render_torchrun_script(model: ModelSpec, plan: ParallelPlan, *, nodes: int,
 
 
 def _master_addr_default(inp: LaunchInputs) -> str:
-    """The given address, else node_rank 0's host, else (one node only) localhost."""
+    """The given address, else on one node localhost (the master is the node itself, whose
+    placement name may be no name it resolves: ``nvidia-smi topo -m`` output names its host
+    after the file), else node_rank 0's host."""
     if inp.master_addr is not None:
         return inp.master_addr
-    return inp.hosts[0] if inp.hosts else "localhost"
+    return "localhost" if inp.nodes == 1 or not inp.hosts else inp.hosts[0]
 
 
 def _master_addr_lines(inp: LaunchInputs) -> list[str]:

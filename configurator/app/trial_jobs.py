@@ -39,6 +39,13 @@ The scripts are :func:`launchers.launch_files`' (mock data, ``iterations`` itera
 logging every one), one directory per run, with the SLURM job named ``trialN`` so that its
 log (``sbatch --output``) is the Megatron-LM log ``configurator calibrate`` reads. An MoE
 plan that routes by its scores runs with the router's balance forced (:func:`trial_plan`).
+
+With a measured topology (``--topology``) the job is the topology's first ``nodes`` hosts on
+their measured links (:func:`trial_job`): the plans are priced and the runs chosen there, the
+scripts pinned to those hosts in node_rank order, and the next step calibrates and searches
+with the topology, so that the runs are chosen, run and fitted on the same links (a log
+names no hosts: ``calibrate --topology`` prices it on the topology's first hosts). The link
+efficiencies are then not among the parameters the runs settle.
 """
 
 from __future__ import annotations
@@ -382,6 +389,28 @@ def choose_runs(times: np.ndarray, S: np.ndarray, sd: np.ndarray, k: int,
     return chosen, len(close), sd_after
 
 
+def trial_job(inputs: JobInputs) -> tuple[Any, Any, tuple[str, ...] | None]:
+    """``(model, cluster, hosts)`` of a trial. Without a topology: the cluster's ``nodes``
+    nodes on its nominal links, ``hosts`` None. With one (``inputs.topology``): ``nodes``
+    (default every host of the topology) on the links of the topology's first ``nodes``
+    hosts, ``hosts`` their names in node_rank order: the hosts and links
+    ``calibrate --topology`` prices a run on when its log names none
+    (:func:`configurator.app.validate_jobs.on_topology`), so that the runs are chosen,
+    launched and then fitted on the same links. Raises :class:`InputError`."""
+    from configurator.app.inputs import load_measured_topology
+    from configurator.app.validate_jobs import on_topology
+
+    if not inputs.topology:
+        job = resolve_uncalibrated(inputs)
+        return job.model, job.cluster, None
+    resolve_uncalibrated(inputs)        # the checks search makes: nodes, the measured GPU
+    topo = load_measured_topology(inputs.topology)
+    nodes = len(topo.hosts) if inputs.nodes is None else inputs.nodes
+    job = resolve_uncalibrated(dataclasses.replace(inputs, topology=None, nodes=nodes))
+    cluster = on_topology(job.cluster, topo, part=False)
+    return job.model, cluster, tuple(topo.hosts[:nodes])
+
+
 def run_trial(req: TrialRequest) -> TrialOutcome:
     """Choose the runs (module docstring) and, with ``req.out``, write their launch
     scripts. Raises :class:`InputError` (bad input) or
@@ -395,20 +424,31 @@ def run_trial(req: TrialRequest) -> TrialOutcome:
         raise InputError("iterations", req.iterations, "must be in 10..10000 (the log's "
                          "first iterations are warm-up)")
     v.int_in_range("gbs", req.global_batch_size)
-    if req.inputs.topology or req.inputs.calibration:
-        raise InputError("trial", req.inputs.topology or req.inputs.calibration,
-                         "prices the presets' nominal links: not with --topology or "
+    if req.inputs.calibration:
+        raise InputError("calibration", req.inputs.calibration,
+                         "trial chooses the runs that settle the presets' figures: not with "
                          "--calibration")
     options = search_options(**req.options)
     # the options given (not None) pin a setting; the search chooses the mechanisms of the
     # rest, as `search` does, so that the contenders are the plans it ranks
     given = {name: value for name, value in req.options.items() if value is not None}
-    job = resolve_uncalibrated(req.inputs)
-    model, cluster = job.model, job.cluster
-    # the parameters the runs settle: those calibrate fits by default
+    model, cluster, hosts = trial_job(req.inputs)
+    # the parameters the runs settle: those calibrate fits by default (on measured links
+    # not the link efficiencies)
     names = tuple(n for n in default_parameters(options["precision"])
-                  if fittable(n, cluster.gpu))
+                  if fittable(n, cluster.gpu, nominal_links=hosts is None))
     notes = []
+    if hosts is not None:
+        from configurator.app.inputs import flagged_hosts
+
+        notes.append(f"the runs are pinned to the topology's first {len(hosts)} host(s) "
+                     f"({', '.join(hosts)}) and chosen on their measured links, where "
+                     f"calibrate --topology prices a log (a log names no hosts)")
+        flagged = [h for h in hosts if h in flagged_hosts(req.inputs.topology)]
+        if flagged:
+            notes.append(f"{', '.join(flagged)}: the topology's audit recommends draining "
+                         f"(configurator audit --topology {req.inputs.topology}); a fault "
+                         f"beyond its links would go into the calibrated figures")
     mechanisms: tuple[str, ...] = ()
     if req.plans:
         pool, repeats = _load_plans(req.plans, model, cluster, req.global_batch_size)
@@ -445,7 +485,8 @@ def run_trial(req: TrialRequest) -> TrialOutcome:
         summary = {"iteration_time_s": round(run_s, 3), "trial": f"{k} ({role})"}
         files[k] = launch_files(model, plan, nodes=cluster.num_nodes,
                                 gpus_per_node=cluster.gpus_per_node, training=training,
-                                summary=summary, job_name=d)
+                                summary=summary, job_name=d,
+                                hosts=list(hosts) if hosts is not None else None)
         runs.append(TrialRun(index=k, plan=plan, predicted_iteration_time_s=run_s,
                              job_iteration_time_s=job_s[i], role=role, reason=reason,
                              sensitivity={n: round(float(S[i, j]), 4)
@@ -461,24 +502,35 @@ def run_trial(req: TrialRequest) -> TrialOutcome:
                      + ", ".join(on))
     written = []
     job = _job_words(req)
+    topology = (f" --topology {shlex.quote(req.inputs.topology)}" if req.inputs.topology
+                else "")
     out = (req.out or "trial").rstrip("/") or "/"
     logs = os.path.join(out, "logs")
     torchrun = f"bash {shlex.quote(out)}/trialN/launch_torchrun.sh"
     tee = f"2>&1 | tee {shlex.quote(logs)}/trialN.log"
     nodes = cluster.num_nodes
-    by_hand = (f"or on its node: {torchrun} {tee}" if nodes == 1 else
-               # training_log's iteration lines come from the last rank, on node_rank nodes-1
-               f"or on each of its {nodes} nodes, NODE_RANK 0..{nodes - 1}: "
-               f"MASTER_ADDR=<node_rank 0's address> "
-               f"{torchrun} NODE_RANK, with `{tee}` on node_rank {nodes - 1}, whose last "
-               f"rank prints the iteration times")
+    if hosts is not None and nodes == 1:
+        # node_rank 0 given: a host named after its nvidia-smi file is no hostname
+        by_hand = f"or on {hosts[0]}: {torchrun} 0 {tee}"
+    elif hosts is not None:
+        by_hand = (f"or on each of its {nodes} hosts, {' '.join(hosts)} (the script finds "
+                   f"its node_rank from the hostname): {torchrun}, with `{tee}` on "
+                   f"{hosts[-1]}, whose last rank prints the iteration times")
+    elif nodes == 1:
+        by_hand = f"or on its node: {torchrun} {tee}"
+    else:
+        # training_log's iteration lines come from the last rank, on node_rank nodes-1
+        by_hand = (f"or on each of its {nodes} nodes, NODE_RANK 0..{nodes - 1}: "
+                   f"MASTER_ADDR=<node_rank 0's address> "
+                   f"{torchrun} NODE_RANK, with `{tee}` on node_rank {nodes - 1}, whose last "
+                   f"rank prints the iteration times")
     next_steps = [
         f"run each (N = 1..{len(runs)}): MEGATRON_LM_DIR=/path/to/Megatron-LM sbatch "
         f"--output={shlex.quote(logs)}/trialN.log "
         f"{shlex.quote(out)}/trialN/launch_slurm.sbatch   ({by_hand})",
         f"configurator calibrate {shlex.quote(logs)}/*.log --cluster "
-        f"{shlex.quote(req.inputs.cluster)} -o calib.yaml && configurator search {job} "
-        f"--calibration calib.yaml"]
+        f"{shlex.quote(req.inputs.cluster)}{topology} -o calib.yaml && configurator search "
+        f"{job} --calibration calib.yaml"]
     if req.out:
         from configurator.core import jsonout
         from launchers import FILE_MODE
@@ -506,6 +558,8 @@ def run_trial(req: TrialRequest) -> TrialOutcome:
 
 def _job_words(req: TrialRequest) -> str:
     words = ["--model", req.inputs.model, "--cluster", req.inputs.cluster]
+    if req.inputs.topology:
+        words += ["--topology", req.inputs.topology]
     if req.inputs.nodes is not None:
         words += ["--nodes", str(req.inputs.nodes)]
     words += ["--gbs", str(req.global_batch_size)]

@@ -27,6 +27,12 @@ def add_trial_arguments(p) -> None:
     g.add_argument("--nodes", type=int, help="number of nodes (default: the cluster's own)")
     g.add_argument("--gbs", type=int, required=True, help="global batch size (sequences)")
     g.add_argument("--seq-length", type=int, help="override the model's sequence length")
+    groups["topology and placement"].add_argument(
+        "--topology", metavar="FILE",
+        help="topology file of your hosts (configurator topology import of nccl-tests logs "
+             "or 'nvidia-smi topo -m', or probe): the runs are chosen on its links and "
+             "pinned to its first --nodes hosts (default all), where calibrate --topology "
+             "prices their logs; the next step names it")
     for name in SEARCH_OPTIONS:
         add_plan_option(groups[group_of(name)], name)
     g = groups["search"]
@@ -48,7 +54,8 @@ def add_trial_arguments(p) -> None:
 
 def run_trial_command(args) -> int:
     req = TrialRequest(inputs=JobInputs(model=args.model, cluster=args.cluster,
-                                        nodes=args.nodes, seq_length=args.seq_length),
+                                        nodes=args.nodes, seq_length=args.seq_length,
+                                        topology=args.topology),
                        global_batch_size=args.gbs,
                        options={name: getattr(args, name) for name in SEARCH_OPTIONS},
                        plans=args.plans, runs=args.runs, iterations=args.iterations,

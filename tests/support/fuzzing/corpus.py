@@ -120,6 +120,12 @@ def regression_cases() -> dict[str, list[Case]]:
          "--gbs", "64", "--topology", "topo.yaml", "--json")
     topo(_yaml_doc(tb, hosts=["$\\foo$", "$x^$"], links=[]), "audit", "--topology",
          "topo.yaml", "--out", "report")
+    # trial pins its scripts to the topology's hosts: names no script may hold
+    trial = ("trial", "--model", "gpt-1.7b", "--cluster", "dgx-a100-80gb", "--gbs", "64",
+             "--topology", "topo.yaml", "--runs", "2")
+    topo(_yaml_doc(tb), *trial, "--json")
+    for hosts in (["$\\foo$", "$x^$"], ["a b", "c;d"], ["-x", "y"]):
+        topo(_yaml_doc(tb, hosts=hosts, gpus_per_host=8, links=[]), *trial, "--out", "t")
     topo(b"hosts: !!timestamp 1\nlinks: []\n")
     topo(_yaml_doc(tb, gpus_per_host=2**63))
     topo(_yaml_doc(tb, links=[dict(tb["links"][0], bandwidth_GBps=1e308, message_bytes=10**30,
