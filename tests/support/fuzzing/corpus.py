@@ -126,6 +126,8 @@ def regression_cases() -> dict[str, list[Case]]:
     topo(_yaml_doc(tb), *trial, "--json")
     for hosts in (["$\\foo$", "$x^$"], ["a b", "c;d"], ["-x", "y"]):
         topo(_yaml_doc(tb, hosts=hosts, gpus_per_host=8, links=[]), *trial, "--out", "t")
+    topo(_yaml_doc(tb, hosts=["hostA", "hostB"], gpus_per_host=8, links=[
+        dict(tb["links"][0], src="hostA", dst="hostB")]), *trial, "--nodes", "2", "--out", "t")
     topo(b"hosts: !!timestamp 1\nlinks: []\n")
     topo(_yaml_doc(tb, gpus_per_host=2**63))
     topo(_yaml_doc(tb, links=[dict(tb["links"][0], bandwidth_GBps=1e308, message_bytes=10**30,

@@ -269,9 +269,17 @@ def topofile_cases(draw, out_p: int = 25) -> Case:
     base = topology_base(draw)
     ext, content = draw(document_file(base, key="hosts"))
     name = "topo" + ext
-    kind = draw(st.sampled_from(["audit", "audit", "import", "plan", "plan", "runs"]))
+    kind = draw(st.sampled_from(["audit", "audit", "import", "plan", "plan", "runs",
+                                 "trial"]))
     extra = []
-    if kind == "runs":        # the hosts the runs of a run file ran on
+    if kind == "trial":       # runs chosen on the topology's links, pinned to its hosts
+        argv = ["trial", "--model", "gpt-1.7b", "--cluster",
+                draw(st.sampled_from(CLUSTER_PRESETS)), "--gbs",
+                draw(st.sampled_from(["8", "64"])), "--topology", name, "--runs", "2"]
+        argv += draw(st.sampled_from([[], ["--nodes", "1"], ["--nodes", "2"],
+                                      ["--nodes", "0"]]))
+        argv += ["--out", "t"] if draw(chance(out_p)) else ["--json"]
+    elif kind == "runs":        # the hosts the runs of a run file ran on
         extra = [("runs.yaml", encode(dump_yaml(RUNS_BASE) or ""))]
         argv = draw(st.sampled_from([["validate", "runs.yaml", "--json"],
                                      ["calibrate", "runs.yaml", "-o", "cal.yaml"]]))
