@@ -439,16 +439,12 @@ def run_trial(req: TrialRequest) -> TrialOutcome:
                   if fittable(n, cluster.gpu, nominal_links=hosts is None))
     notes = []
     if hosts is not None:
-        from configurator.app.inputs import flagged_hosts
-
+        # no audit here: on thousands of hosts it takes longer than the trial itself
         notes.append(f"the runs are pinned to the topology's first {len(hosts)} host(s) "
                      f"({', '.join(hosts)}) and chosen on their measured links, where "
-                     f"calibrate --topology prices a log (a log names no hosts)")
-        flagged = [h for h in hosts if h in flagged_hosts(req.inputs.topology)]
-        if flagged:
-            notes.append(f"{', '.join(flagged)}: the topology's audit recommends draining "
-                         f"(configurator audit --topology {req.inputs.topology}); a fault "
-                         f"beyond its links would go into the calibrated figures")
+                     f"calibrate --topology prices a log (a log names no hosts); a fault of "
+                     f"theirs beyond the links would go into the calibrated figures: "
+                     f"configurator audit --topology FILE lists the hosts to drain")
     mechanisms: tuple[str, ...] = ()
     if req.plans:
         pool, repeats = _load_plans(req.plans, model, cluster, req.global_batch_size)
