@@ -5,10 +5,10 @@ The jobs: the GPTs of ``calibrate_synthetic``'s grid (hidden 1,024 and 2,048, 12
 layers, sequence 1,024, vocabulary 51,200, FP16) on the 8 GPUs of one node at global batches
 8 to 128. The node: a topology file's links (default: the A100 server of NVLink-bridged pairs
 that otherwise talk over PCIe, ``tests/data/nvidia-smi-topo_a100-pcie-nvlink-pairs.txt``)
-with a host time per operation and an NVLink efficiency other than the DGX A100 preset's
-(``--host-op-us`` 26, ``--intra-node-efficiency`` 0.77). Per job, four picks, each the first
-plan of a ranking of the plans the search keeps (every legal plan that fits, with the
-mechanisms of its regime), priced in closed form:
+with a host time per operation other than the DGX A100 preset's (``--host-op-us`` 26; the
+preset's 20.8) and its links at ``--intra-node-efficiency`` (0.77; the preset's 0.767). Per job,
+four picks, each the first plan of a ranking of the plans the search keeps (every legal plan
+that fits, with the mechanisms of its regime), priced in closed form:
 
 * **presets**: on the DGX A100 preset;
 * **trial + calibrate**: ``trial``'s runs (default 5) made by the node (the exact schedule,
@@ -23,7 +23,7 @@ A pick's loss: the node's closed-form time of the plan picked over the fastest o
 ranking, less 1. A ``calibrate`` that refuses keeps the presets (the row says so).
 
 Run: ``python -m bench.accuracy.trial_synthetic [--topology-file FILE] [--runs 5]
-[--seed 0]`` (about 2 minutes).
+[--seed 0]`` (about 20 seconds).
 """
 
 from __future__ import annotations
