@@ -69,6 +69,9 @@ def test_trial_runs_are_priced_where_calibrate_prices_their_logs(h17, tmp_path, 
                                      rel=1e-9)
     assert max(abs(a / b - 1) for a, b in zip(on_links, nominal)) > 0.02
     assert set(res.sd_before) == {"gemm", "flash_attention", "host_op_us"}
+    assert res.to_dict()["hosts"] == ["cnode2-001", "cnode2-002"]
+    assert json.loads((out / "trials.json").read_text())["hosts"] == ["cnode2-001",
+                                                                      "cnode2-002"]
     for r in res.runs:
         sb = (out / f"trial{r.index}" / "launch_slurm.sbatch").read_text()
         tr = (out / f"trial{r.index}" / "launch_torchrun.sh").read_text()
@@ -97,7 +100,8 @@ def test_on_a_node_of_pcie_pairs_no_contender_spans_pcie(pairs, tmp_path, capsys
 
     def contender_tps(doc):
         return [r["plan"]["tp"] for r in doc["runs"] if r["role"] == "contender"]
-    assert max(contender_tps(nominal)) >= 4
+    assert max(contender_tps(nominal)) >= 4 and nominal["hosts"] is None
+    assert placed["hosts"] == ["a100-pcie-nvlink-pairs"]
     assert contender_tps(placed) and max(contender_tps(placed)) <= 2
     assert "or on a100-pcie-nvlink-pairs: bash " in placed["next_steps"][0]
     assert "launch_torchrun.sh 0 2>&1" in placed["next_steps"][0]

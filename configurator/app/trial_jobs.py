@@ -178,8 +178,9 @@ class TrialRun:
 @dataclass(frozen=True, kw_only=True)
 class TrialOutcome:
     """The runs, the pool they were chosen from, each parameter's σ (log) before and after
-    the runs (the Fisher information of the chosen runs), the files written and the next
-    step's commands."""
+    the runs (the Fisher information of the chosen runs), the files written, the next
+    step's commands and, with a topology, the hosts the runs are pinned to (node_rank
+    order; None without)."""
 
     runs: list[TrialRun]
     pool: int
@@ -190,12 +191,14 @@ class TrialOutcome:
     next_steps: list[str]
     header: str
     notes: list[str] = field(default_factory=list)
+    hosts: tuple[str, ...] | None = None
 
     def to_dict(self) -> dict:
         return {"runs": [r.to_dict() for r in self.runs], "pool": self.pool,
                 "contenders": self.contenders, "log_sd_before": self.sd_before,
                 "log_sd_after": self.sd_after, "written": self.written,
-                "next_steps": self.next_steps, "header": self.header, "notes": self.notes}
+                "next_steps": self.next_steps, "header": self.header, "notes": self.notes,
+                "hosts": None if self.hosts is None else list(self.hosts)}
 
 
 def _load_plans(path: str, model, cluster, gbs: int) -> tuple[list, int]:
@@ -532,6 +535,7 @@ def run_trial(req: TrialRequest) -> TrialOutcome:
         from launchers import FILE_MODE
 
         doc = {"model": model.to_dict(), "cluster": cluster.to_dict(),
+               "hosts": None if hosts is None else list(hosts),
                "runs": [r.to_dict() for r in runs]}
         top = {"trials.json": (jsonout.dumps(doc, indent=2).encode(), FILE_MODE)}
         check_out_dir(req.out, list(top) + [f"trial{r.index}" for r in runs], req.force)
@@ -549,7 +553,8 @@ def run_trial(req: TrialRequest) -> TrialOutcome:
     return TrialOutcome(runs=runs, pool=len(pool), contenders=n_close,
                         sd_before={n: round(float(s), 3) for n, s in zip(names, sd)},
                         sd_after={n: round(float(s), 3) for n, s in zip(names, sd_after)},
-                        written=written, next_steps=next_steps, header=header, notes=notes)
+                        written=written, next_steps=next_steps, header=header, notes=notes,
+                        hosts=hosts)
 
 
 def _job_words(req: TrialRequest) -> str:
