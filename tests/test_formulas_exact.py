@@ -1471,21 +1471,23 @@ def test_1f1b_schedule_extrapolation_and_replica_passes():
                                rtol=1e-12)
 
 
-def test_1f1b_middle_stage_sends_twice_per_microbatch():
+@pytest.mark.parametrize("pp", [2, 4])
+def test_1f1b_middle_stage_sends_twice_per_microbatch(pp):
     """1F1B on pp = 4 (one uniform node, every boundary alike): the fill and drain cross
     every boundary once each way and the steady state adds one send per microbatch at the
     pacing end's boundary, m + 2(pp − 1) sends; a middle stage sends twice per microbatch
     while an end stage sends once but carries its extra (the slower end's: embedding, or
     logits and loss; the end stages' layers are alike), so the middle one paces the sends by
     m·max(send − extra, 0) more. A tiny vocabulary and tp = 1 (no embedding all-reduce) keep
-    the extras shorter than a send of the s·b·h activations."""
+    the extras shorter than a send of the s·b·h activations. On pp = 2 there is no middle
+    stage: the sends alone."""
     from configurator.cost.iteration import p2p_message_s
 
     model = make_model(**(GQA | dict(num_layers=8, hidden_size=4096, num_attention_heads=32,
                                      kv_channels=128, ffn_hidden_size=4096,
                                      seq_length=16384, vocab_size=200)))
     cl = load_cluster(H100, nodes=1)
-    m, pp = 8, 4
+    m = 8
     c = _candidates(model, tp=1, pp=pp, micro_batch_size=1, global_batch_size=m)
     comm = dict(comm_figures(cl, c), **expert_comm_figures(cl, c))
     out = iteration_time(model, cl, c, comm)
@@ -1496,8 +1498,9 @@ def test_1f1b_middle_stage_sends_twice_per_microbatch():
     send = _one(p2p_message_s(model, c, lc, comm["pp_bw"], comm["pp_lat"], comm["tp_bw"],
                               comm["tp_lat"]))
     assert send > extra
-    assert _one(out["pp_comm"]) == pytest.approx((m + 2 * (pp - 1)) * send
-                                                 + m * (send - extra), rel=1e-9)
+    middle = m * (send - extra) if pp > 2 else 0.0
+    assert _one(out["pp_comm"]) == pytest.approx((m + 2 * (pp - 1)) * send + middle,
+                                                 rel=1e-9)
 
 
 def test_moe_act_recompute_reruns_the_clamped_expert_activation():
