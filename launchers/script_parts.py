@@ -30,6 +30,7 @@ from typing import Any, Mapping, Sequence
 from configurator.core import validate as v
 from configurator.core.document import check_host_name
 from configurator.core.errors import InputError, flat
+from configurator.core.megatron_log import HOSTS_LINE_PREFIX
 from configurator.core.model import ModelSpec
 from configurator.core.plan import ParallelPlan, describe_plan
 from configurator.core.rules import check_plan
@@ -375,6 +376,17 @@ def megatron_array(inp: LaunchInputs, name: str = "MEGATRON_ARGS") -> list[str]:
     return out
 
 
+def hosts_line(inp: LaunchInputs) -> list[str]:
+    """Bash printing the placement's hosts in node_rank order after
+    :data:`~configurator.core.megatron_log.HOSTS_LINE_PREFIX`, the line the log reader takes
+    the run's ``hosts`` from (so that ``validate``/``calibrate --topology`` price the log on
+    the links it ran on); empty without a placement. Checked host names only: no quote can
+    occur."""
+    if not inp.hosts:
+        return []
+    return [f'echo "{HOSTS_LINE_PREFIX}{" ".join(inp.hosts)}"']
+
+
 def host_lookup(inp: LaunchInputs, indent: str = "") -> list[str]:
     """Bash setting an empty NODE_RANK from ``hostname`` via the placement table.
 
@@ -444,4 +456,5 @@ __all__ = ["DEFAULT_MASTER_ADDR", "LOOPBACK_PATTERN", "is_loopback", "LaunchInpu
            "env_default",
            "quoted_array",
            "environment_block", "megatron_dir_check", "data_block", "megatron_array",
-           "host_lookup", "device_pinning", "node_rank_check", "torchrun_array", "Value"]
+           "hosts_line", "host_lookup", "device_pinning",
+           "node_rank_check", "torchrun_array", "Value"]

@@ -11,7 +11,9 @@ and ``set -o pipefail`` would stop the job with status 141 before torchrun start
 placement, the job asks for exactly those hosts (``--nodelist``) and never the hosts the
 placement left out (``--exclude``), node_rank comes from the
 host → node_rank table, and the master is the placement's node_rank 0, because SLURM numbers
-nodes in its own order, not the placement's.
+nodes in its own order, not the placement's. Before ``srun`` the script prints the job's
+hosts in node_rank order (the placement's, else that list) for the log's reader
+(:func:`launchers.script_parts.hosts_line`).
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ from typing import Any, Mapping, Sequence
 from configurator.core.model import ModelSpec
 from configurator.core.plan import ParallelPlan
 from launchers.megatron_flags import TrainingArgs
+from configurator.core.megatron_log import HOSTS_LINE_PREFIX
 from launchers.script_parts import (DEFAULT_MASTER_ADDR, LaunchInputs, check_inputs,
                                     data_block, device_pinning, env_default, environment_block,
-                                    header, host_lookup, megatron_array, megatron_dir_check,
-                                    node_rank_check, torchrun_array)
+                                    header, host_lookup, hosts_line, megatron_array,
+                                    megatron_dir_check, node_rank_check, torchrun_array)
 
 
 def render_slurm_script(model: ModelSpec, plan: ParallelPlan, *, nodes: int,
@@ -60,20 +63,38 @@ def render_slurm_script(model: ModelSpec, plan: ParallelPlan, *, nodes: int,
 def _master_addr_lines(inp: LaunchInputs) -> list[str]:
     if inp.master_addr is not None or inp.hosts:
         return [env_default("MASTER_ADDR", inp.master_addr or inp.hosts[0])]
-    return ['if [[ -z "${MASTER_ADDR:-}" ]]; then',
+    return ['JOB_HOSTS=""',
+            'if [[ -z "${MASTER_ADDR:-}" ]]; then',
             '    if [[ -z "${SLURM_JOB_NODELIST:-}" ]]; then',
             '        echo "error: SLURM_JOB_NODELIST is not set; submit this script with '
             'sbatch" >&2',
             "        exit 2",
             "    fi",
             "    # the whole list, no pipe (head -n1 would kill scontrol with SIGPIPE: exit 141)",
-            '    SLURM_HOSTS=$(scontrol show hostnames "$SLURM_JOB_NODELIST")',
-            "    MASTER_ADDR=${SLURM_HOSTS%%$'\\n'*}",
+            '    JOB_HOSTS=$(scontrol show hostnames "$SLURM_JOB_NODELIST")',
+            "    MASTER_ADDR=${JOB_HOSTS%%$'\\n'*}",
             '    if [[ -z "$MASTER_ADDR" ]]; then',
             '        echo "error: scontrol show hostnames listed no host" >&2',
             "        exit 2",
             "    fi",
             "fi"]
+
+
+def _hosts_lines(inp: LaunchInputs) -> list[str]:
+    """The job's hosts in node_rank order, printed for the log (:func:`hosts_line`): the
+    placement's, else SLURM's node list (``$SLURM_NODEID`` order), when scontrol gives it."""
+    if inp.hosts:
+        return hosts_line(inp)
+    read = ('JOB_HOSTS=$(scontrol show hostnames "${SLURM_JOB_NODELIST:-}" 2>/dev/null) '
+            '|| JOB_HOSTS=""')
+    lines = ["# the job's hosts in node_rank order, for validate/calibrate --topology"]
+    if inp.master_addr is not None:           # no list was read for MASTER_ADDR
+        lines.append(read)
+    else:                                     # the list read for MASTER_ADDR, else read here
+        lines += ['if [[ -z "$JOB_HOSTS" ]]; then', "    " + read, "fi"]
+    return lines + ['if [[ -n "$JOB_HOSTS" ]]; then',
+                    f"    echo \"{HOSTS_LINE_PREFIX}${{JOB_HOSTS//$'\\n'/ }}\"",
+                    "fi"]
 
 
 def _node_body(inp: LaunchInputs) -> list[str]:
@@ -122,6 +143,7 @@ def _render(inp: LaunchInputs, job_name: str) -> list[str]:
         lines += block + [""]
     lines += torchrun_array(inp, node_rank_expr="") + [""]
     lines += megatron_array(inp) + [""]
+    lines += _hosts_lines(inp) + [""]
     lines += ["# shellcheck disable=SC2016  # single quotes: the body expands on each node",
               f"srun --nodes={inp.nodes} --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c '"]
     lines += _node_body(inp)

@@ -200,3 +200,44 @@ def test_a_run_that_names_its_hosts_is_priced_on_their_links():
                         (["cnode2-001", "cnode 2"], "no space, comma or semicolon")):
         with pytest.raises(InputError, match=rule):
             run_from_mapping({**base, "hosts": hosts})
+
+
+def test_a_log_of_the_launch_scripts_is_priced_on_the_hosts_it_names():
+    """A Megatron-LM log that starts with the launch scripts' hosts line (two nodes of the
+    17-node cluster) is priced on those hosts' links: as the run file naming them, slower
+    than the topology's first two (where a log without the line is priced); a host given
+    with a domain matches the topology's short name, and one the topology lacks is the
+    run's problem, naming hosts."""
+    from configurator.core.megatron_log import runs_from_megatron_log
+    from configurator.core.runs import run_from_mapping
+    from configurator.core.megatron_log import HOSTS_LINE_PREFIX
+    from tests.conftest import REAL_CLUSTER
+
+    topo = import_paths([str(REAL_CLUSTER / "logs")])
+    text = (DATA / "megatron_logs" / "llama3-8b_tp2pp2_16xh100.log").read_text()
+
+    def log(hosts):
+        (run,) = runs_from_megatron_log((HOSTS_LINE_PREFIX + hosts + "\n" if hosts else "")
+                                        + text, cluster="dgx-h100-80gb", name="job")
+        return run
+    runs = [log(""), log("cnode2-001 cnode2-004"), log("cnode2-001.cluster.local cnode2-004"),
+            log("cnode2-001 cnode9-999")]
+    assert runs[0].hosts is None and runs[1].hosts == ("cnode2-001", "cnode2-004")
+    named = dataclasses.replace(runs[0], hosts=run_from_mapping(
+        {"model": "m", "cluster": "c", "num_gpus": 16, "tp": 1, "pp": 1, "mbs": 1, "gbs": 16,
+         "precision": "bf16", "iteration_time_s": 1, "hosts": "cnode2-001 cnode2-004"}).hosts)
+    checks = validate_runs(runs + [named], topology=topo).checks
+    first, slow, domain, unknown, by_file = checks
+    assert slow.predicted_iteration_time_s > first.predicted_iteration_time_s * 1.005
+    assert domain.predicted_iteration_time_s == slow.predicted_iteration_time_s
+    assert by_file.predicted_iteration_time_s == slow.predicted_iteration_time_s
+    assert "hosts='cnode9-999': not one of the topology's 17 hosts" in unknown.problem
+    twice = validate_runs([log("cnode2-001 cnode2-001.cluster.local")], topology=topo)
+    assert "names one of the topology's hosts twice" in twice.checks[0].problem
+    from types import SimpleNamespace
+
+    from configurator.app.validate_jobs import topology_host
+    two = SimpleNamespace(hosts=("a.x", "a.y", "b.x"))
+    assert topology_host(two, "b") == "b.x" and topology_host(two, "a.y") == "a.y"
+    with pytest.raises(InputError, match="its short name matches several"):
+        topology_host(two, "a")

@@ -422,8 +422,12 @@ def test_fake_slurm_nodeid_and_scontrol_master(fake):
         assert_validate_args_rules(parse_argv(margs[:-2]), 8)
         assert fake.env(rank)["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"
     assert "--nodes=2 --ntasks-per-node=1" in (fake.dir / "out" / "srun_cmdline").read_text()
+    # the job's hosts in SLURM's (node_rank) order, for the log's reader
+    assert res.stdout.splitlines()[0] == "configurator: hosts nodeX nodeY"
     res = fake.run(text)                                       # not under SLURM
     assert res.returncode == 2 and "sbatch" in res.stderr
+    res = fake.run(text, MASTER_ADDR="nodeX", FAKE_NODES="nodeX nodeY")
+    assert res.returncode == 0 and "configurator: hosts" not in res.stdout  # no node list
 
 
 def test_every_library_input_is_quoted_or_checked(fake):

@@ -375,7 +375,8 @@ def test_size_and_line_caps(tmp_path, monkeypatch):
         runs_from_megatron_log(b"bytes", cluster="c")
 
 
-FIXTURE_LINES = DENSE_TEXT.splitlines()
+#: The dense fixture as the tool's launch scripts log it: their hosts line first.
+FIXTURE_LINES = ["configurator: hosts cnode2-001 cnode2-002"] + DENSE_TEXT.splitlines()
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -461,3 +462,32 @@ def test_moe_communication_graph_optimizer_and_offload_arguments_are_read():
     assert not (q.overlap_moe_expert_parallel_comm or q.use_precision_aware_optimizer
                 or q.offload_modules or q.moe_expert_capacity_factor)
     assert q.moe_token_dispatcher_type == "alltoall" and q.cuda_graph_impl == "none"
+
+
+def test_the_launch_scripts_hosts_line_names_the_runs_hosts():
+    """The line the tool's launch scripts print before Megatron starts
+    (``launchers.script_parts.HOSTS_LINE_PREFIX``: the job's hosts in node_rank order) gives
+    the run's hosts, with any line prefix; each job start in a log takes the line before it
+    (or one printed after its arguments, before its iterations); a log without one names
+    none; a name a run file could not hold is an error naming ``hosts``."""
+    from configurator.core.megatron_log import HOSTS_LINE_PREFIX
+
+    def line(names):
+        return HOSTS_LINE_PREFIX + names + "\n"
+    assert one(DENSE_TEXT, name="x").hosts is None
+    assert one(line("cnode2-001 cnode2-002") + DENSE_TEXT, name="x").hosts == (
+        "cnode2-001", "cnode2-002")
+    assert one("12: " + line("a  b ") + DENSE_TEXT, name="x").hosts == ("a", "b")
+    runs = runs_from_megatron_log(line("a b") + DENSE_TEXT + line("c d") + DENSE_TEXT,
+                                  cluster="c", name="job")
+    assert [r.hosts for r in runs] == [("a", "b"), ("c", "d")]
+    runs = runs_from_megatron_log(line("a b") + DENSE_TEXT + DENSE_TEXT, cluster="c",
+                                  name="job")
+    assert [r.hosts for r in runs] == [("a", "b"), None]     # a start of another script
+    end = DENSE_TEXT.index("\n", DENSE_TEXT.index("end of arguments")) + 1
+    after = DENSE_TEXT[:end] + line("e f") + DENSE_TEXT[end:]
+    assert one(after, name="x").hosts == ("e", "f")
+    with pytest.raises(InputError, match="hosts"):
+        one(line("a a") + DENSE_TEXT, name="x")
+    with pytest.raises(InputError, match="hosts"):
+        one(line(" ".join(f"h{i}" for i in range(17))) + DENSE_TEXT, name="x")

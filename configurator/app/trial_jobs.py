@@ -42,10 +42,11 @@ plan that routes by its scores runs with the router's balance forced (:func:`tri
 
 With a measured topology (``--topology``) the job is the topology's first ``nodes`` hosts on
 their measured links (:func:`trial_job`): the plans are priced and the runs chosen there, the
-scripts pinned to those hosts in node_rank order, and the next step calibrates and searches
-with the topology, so that the runs are chosen, run and fitted on the same links (a log
-names no hosts: ``calibrate --topology`` prices it on the topology's first hosts). The link
-efficiencies are then not among the parameters the runs settle.
+scripts pinned to those hosts in node_rank order (their logs name them: the scripts print
+them before Megatron starts), and the next step calibrates and searches with the topology,
+so that the runs are chosen, run and fitted on the same links (a log naming no hosts would
+be priced on the topology's first ones too). The link efficiencies are then not among the
+parameters the runs settle.
 """
 
 from __future__ import annotations
@@ -396,8 +397,8 @@ def trial_job(inputs: JobInputs) -> tuple[Any, Any, tuple[str, ...] | None]:
     """``(model, cluster, hosts)`` of a trial. Without a topology: the cluster's ``nodes``
     nodes on its nominal links, ``hosts`` None. With one (``inputs.topology``): ``nodes``
     (default every host of the topology) on the links of the topology's first ``nodes``
-    hosts, ``hosts`` their names in node_rank order: the hosts and links
-    ``calibrate --topology`` prices a run on when its log names none
+    hosts, ``hosts`` their names in node_rank order: the hosts the scripts pin and their
+    logs name, and those ``calibrate --topology`` prices a log on that names none
     (:func:`configurator.app.validate_jobs.on_topology`), so that the runs are chosen,
     launched and then fitted on the same links. Raises :class:`InputError`."""
     from configurator.app.inputs import load_measured_topology
@@ -444,9 +445,9 @@ def run_trial(req: TrialRequest) -> TrialOutcome:
     if hosts is not None:
         # no audit here: on thousands of hosts it takes longer than the trial itself
         notes.append(f"the runs are pinned to the topology's first {len(hosts)} host(s) "
-                     f"({', '.join(hosts)}) and chosen on their measured links, where "
-                     f"calibrate --topology prices a log (a log names no hosts); a fault of "
-                     f"theirs beyond the links would go into the calibrated figures: "
+                     f"({', '.join(hosts)}) and chosen on their measured links; their "
+                     f"logs name them, and calibrate --topology prices them there; a fault "
+                     f"of theirs beyond the links would go into the calibrated figures: "
                      f"configurator audit --topology FILE lists the hosts to drain")
     mechanisms: tuple[str, ...] = ()
     if req.plans:

@@ -138,6 +138,22 @@ def run_cluster(run: MeasuredRun, topology: Topology | None = None) -> Cluster:
     return cluster if topology is None else on_topology(cluster, topology, part, run.hosts)
 
 
+def topology_host(topology: Topology, name: str) -> str:
+    """The host of ``topology`` that a run's host ``name`` is: the same name, else the one
+    host with the same short name (before the first ``.``: SLURM's node list and the
+    hostname nccl-tests prints may differ by a domain). Raises :class:`InputError` (field
+    ``hosts``) for a name the topology does not hold."""
+    if name in topology.hosts:
+        return name
+    short = name.split(".")[0]
+    same = [h for h in topology.hosts if h.split(".")[0] == short]
+    if len(same) != 1:
+        raise InputError("hosts", name, f"not one of the topology's {len(topology.hosts)} "
+                                        f"hosts" + (" (its short name matches several)"
+                                                    if same else ""))
+    return same[0]
+
+
 def on_topology(cluster: Cluster, topology: Topology, part: bool,
                 hosts: tuple[str, ...] | None = None) -> Cluster:
     """``cluster`` (a run's, :func:`run_cluster`) on the links of ``topology``
@@ -145,8 +161,9 @@ def on_topology(cluster: Cluster, topology: Topology, part: bool,
     node_rank order (the run file's ``hosts``), else the topology's first
     ``cluster.num_nodes`` hosts; for a run on ``part`` of one host, GPUs 0 to
     ``gpus_per_node - 1`` of it (torchrun's local ranks on the GPUs CUDA numbers first when
-    ``CUDA_VISIBLE_DEVICES`` is unset). Raises :class:`InputError` (field ``hosts``) for a
-    host the topology does not name or a count other than the run's nodes, (field
+    ``CUDA_VISIBLE_DEVICES`` is unset). A host is matched by :func:`topology_host`. Raises
+    :class:`InputError` (field ``hosts``) for a host the topology does not name, one named
+    twice or a count other than the run's nodes, (field
     ``topology hosts``) when the topology has fewer hosts than the run spans, and (field
     ``cluster``) when it was measured on another GPU
     (:func:`configurator.app.inputs.check_measured_gpu`)."""
@@ -155,11 +172,10 @@ def on_topology(cluster: Cluster, topology: Topology, part: bool,
 
     k, gpn = cluster.num_nodes, cluster.gpus_per_node
     if hosts is not None:
-        named = set(topology.hosts)
-        unknown = [h for h in hosts if h not in named]
-        if unknown:
-            raise InputError("hosts", unknown[0], f"not one of the topology's "
-                                                  f"{len(named)} hosts")
+        hosts = tuple(topology_host(topology, h) for h in hosts)
+        if len(set(hosts)) < len(hosts):
+            raise InputError("hosts", " ".join(hosts), "names one of the topology's hosts "
+                                                       "twice")
         if len(hosts) != k:
             raise InputError("hosts", " ".join(hosts), f"must name the {k} node(s) the run "
                                                        f"spans, in node_rank order")

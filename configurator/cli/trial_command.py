@@ -31,8 +31,8 @@ def add_trial_arguments(p) -> None:
         "--topology", metavar="FILE",
         help="topology file of your hosts (configurator topology import of nccl-tests logs "
              "or 'nvidia-smi topo -m', or probe): the runs are chosen on its links and "
-             "pinned to its first --nodes hosts (default all), where calibrate --topology "
-             "prices their logs; the next step names it")
+             "pinned to its first --nodes hosts (default all), which their logs name for "
+             "calibrate --topology; the next step names it")
     for name in SEARCH_OPTIONS:
         add_plan_option(groups[group_of(name)], name)
     g = groups["search"]

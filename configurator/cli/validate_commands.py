@@ -51,9 +51,9 @@ def _runs_options(p):
         "--topology", metavar="FILE",
         help="topology file of the hosts the runs ran on (configurator topology import of "
              "nccl-tests logs or 'nvidia-smi topo -m', or probe): the runs are priced on "
-             "its links, a run on N nodes on the hosts its run file names (hosts) or the "
-             "first N, a run on part of a host on its first GPUs; the link efficiencies are "
-             "then not fitted")
+             "its links, a run on N nodes on the hosts its run file (hosts) or its log "
+             "(the launch scripts' hosts line) names, else the first N, a run on part of a "
+             "host on its first GPUs; the link efficiencies are then not fitted")
     return groups
 
 
