@@ -106,16 +106,23 @@ def draws(runs, n: int, seed: int):
         yield pick + [int(rng.choice(rest))]
 
 
+def add_made_options(ap, *, intra_node_efficiency: float) -> None:
+    """The made cluster's options: ``--host-op-us`` (26), ``--intra-node-efficiency``
+    (``intra_node_efficiency``) and ``--noise`` (0.02)."""
+    ap.add_argument("--host-op-us", type=float, default=26.0,
+                    help="the made cluster's host time per operation (default 26 us)")
+    ap.add_argument("--intra-node-efficiency", type=float, default=intra_node_efficiency,
+                    help=f"the made cluster's NVLink efficiency (default "
+                         f"{intra_node_efficiency:g})")
+    ap.add_argument("--noise", type=float, default=0.02,
+                    help="standard deviation of the made times' log noise (default 0.02)")
+
+
 def main(argv=None) -> None:
     ap = bench_parser(__doc__)
     ap.add_argument("--draws", type=int, default=8, help="seeded draws (default 8)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the draws and noise (0)")
-    ap.add_argument("--host-op-us", type=float, default=26.0,
-                    help="the made cluster's host time per operation (default 26 us)")
-    ap.add_argument("--intra-node-efficiency", type=float, default=0.4,
-                    help="the made cluster's NVLink efficiency (default 0.4)")
-    ap.add_argument("--noise", type=float, default=0.02,
-                    help="standard deviation of the made times' log noise (default 0.02)")
+    add_made_options(ap, intra_node_efficiency=0.4)
     ap.add_argument("--truth-topology", metavar="FILE",
                     help="make the runs on this topology file's links (default: the preset)")
     ap.add_argument("--topology", action="store_true",

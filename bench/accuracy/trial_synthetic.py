@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from bench.accuracy.calibrate_synthetic import add_made_options
 from bench.accuracy.grid_drift import model_fields
 from bench.common import bench_parser, table_head
 from configurator.app.calibrate_jobs import calibrate_runs
@@ -98,12 +99,7 @@ def main(argv=None) -> None:
     ap.add_argument("--topology-file", metavar="FILE", default=str(PAIRS),
                     help="the node: nvidia-smi topo -m output or a topology file (default: "
                          "the A100 server of NVLink pairs over PCIe)")
-    ap.add_argument("--host-op-us", type=float, default=26.0,
-                    help="the node's host time per operation (default 26 us)")
-    ap.add_argument("--intra-node-efficiency", type=float, default=0.77,
-                    help="the node's NVLink efficiency (default 0.77)")
-    ap.add_argument("--noise", type=float, default=0.02,
-                    help="standard deviation of the made times' log noise (default 0.02)")
+    add_made_options(ap, intra_node_efficiency=0.77)
     ap.add_argument("--runs", type=int, default=5, help="runs per trial (default 5)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the noise (default 0)")
     args = ap.parse_args(argv)
