@@ -21,10 +21,10 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, Sequence
 
+from configurator.core.megatron_log import HOSTS_LINE_PREFIX
 from configurator.core.model import ModelSpec
 from configurator.core.plan import ParallelPlan
 from launchers.megatron_flags import TrainingArgs
-from configurator.core.megatron_log import HOSTS_LINE_PREFIX
 from launchers.script_parts import (DEFAULT_MASTER_ADDR, LaunchInputs, check_inputs,
                                     data_block, device_pinning, env_default, environment_block,
                                     header, host_lookup, hosts_line, megatron_array,

@@ -208,9 +208,11 @@ def test_a_log_of_the_launch_scripts_is_priced_on_the_hosts_it_names():
     than the topology's first two (where a log without the line is priced); a host given
     with a domain matches the topology's short name, and one the topology lacks is the
     run's problem, naming hosts."""
-    from configurator.core.megatron_log import runs_from_megatron_log
+    from types import SimpleNamespace
+
+    from configurator.app.validate_jobs import topology_host
+    from configurator.core.megatron_log import HOSTS_LINE_PREFIX, runs_from_megatron_log
     from configurator.core.runs import run_from_mapping
-    from configurator.core.megatron_log import HOSTS_LINE_PREFIX
     from tests.conftest import REAL_CLUSTER
 
     topo = import_paths([str(REAL_CLUSTER / "logs")])
@@ -234,9 +236,6 @@ def test_a_log_of_the_launch_scripts_is_priced_on_the_hosts_it_names():
     assert "hosts='cnode9-999': not one of the topology's 17 hosts" in unknown.problem
     twice = validate_runs([log("cnode2-001 cnode2-001.cluster.local")], topology=topo)
     assert "names one of the topology's hosts twice" in twice.checks[0].problem
-    from types import SimpleNamespace
-
-    from configurator.app.validate_jobs import topology_host
     two = SimpleNamespace(hosts=("a.x", "a.y", "b.x"))
     assert topology_host(two, "b") == "b.x" and topology_host(two, "a.y") == "a.y"
     with pytest.raises(InputError, match="its short name matches several"):

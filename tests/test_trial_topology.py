@@ -79,7 +79,8 @@ def test_trial_runs_are_priced_where_calibrate_prices_their_logs(h17, tmp_path, 
         assert "cnode2-001|cnode2-001.*) NODE_RANK=0 ;;" in tr
         assert "cnode2-002|cnode2-002.*) NODE_RANK=1 ;;" in tr
     assert any("first 2 host(s) (cnode2-001, cnode2-002)" in n for n in res.notes)
-    assert any("configurator audit --topology FILE" in n for n in res.notes)
+    assert any(f"configurator audit --topology {h17} lists the hosts to drain" in n
+               for n in res.notes)
     calibrate, = [s for s in res.next_steps if s.startswith("configurator calibrate")]
     assert calibrate.count(f"--topology {h17}") == 2 and "--nodes 2" in calibrate
     assert "cnode2-001 cnode2-002 (the script finds its node_rank" in res.next_steps[0]

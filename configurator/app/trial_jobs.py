@@ -448,7 +448,8 @@ def run_trial(req: TrialRequest) -> TrialOutcome:
                      f"({', '.join(hosts)}) and chosen on their measured links; their "
                      f"logs name them, and calibrate --topology prices them there; a fault "
                      f"of theirs beyond the links would go into the calibrated figures: "
-                     f"configurator audit --topology FILE lists the hosts to drain")
+                     f"configurator audit --topology {shlex.quote(req.inputs.topology)} "
+                     f"lists the hosts to drain")
     mechanisms: tuple[str, ...] = ()
     if req.plans:
         pool, repeats = _load_plans(req.plans, model, cluster, req.global_batch_size)
