@@ -441,6 +441,9 @@ def test_host_from_filename():
     assert host_from_filename("nvidia-smi-topo_dgx-a100.txt") == "dgx-a100"
     assert host_from_filename("topo_node7.txt") == "node7"
     assert host_from_filename("/x/gpu-node-3.txt") == "gpu-node-3"
+    assert host_from_filename("nvidia-smi-topo-m_node7.txt") == "node7"
+    assert host_from_filename("m-01.txt") == "m-01"           # a host's own name, kept
+    assert host_from_filename("m_host.txt") == "m_host"
 
 
 # -- import_paths ------------------------------------------------------------------------------

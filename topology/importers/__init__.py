@@ -54,7 +54,8 @@ def detect_format(text: str) -> str | None:
 def host_from_filename(path: str | os.PathLike) -> str:
     """Host name for a topo -m file: its stem without a leading nvidia-smi/topo word."""
     stem = Path(path).name.split(".")[0]
-    host = re.sub(r"^(nvidia[-_]?smi)?[-_]?(topo)?[-_]?(m[-_])?", "", stem)
+    # the "-m" of "topo -m" only after "topo": a host named "m-01" keeps its name
+    host = re.sub(r"^(nvidia[-_]?smi)?[-_]?(topo(?:[-_]m(?=[-_]))?)?[-_]?", "", stem)
     return host or stem or "localhost"
 
 
