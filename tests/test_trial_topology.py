@@ -4,6 +4,7 @@ a Megatron log names no hosts), and the next step naming the topology."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -79,11 +80,31 @@ def test_trial_runs_are_priced_where_calibrate_prices_their_logs(h17, tmp_path, 
         assert "cnode2-001|cnode2-001.*) NODE_RANK=0 ;;" in tr
         assert "cnode2-002|cnode2-002.*) NODE_RANK=1 ;;" in tr
     assert any("first 2 host(s) (cnode2-001, cnode2-002)" in n for n in res.notes)
-    assert any(f"configurator audit --topology {h17} lists the hosts to drain" in n
-               for n in res.notes)
+    assert any(f"--exclude-flagged leaves out the hosts configurator audit --topology {h17} "
+               "says to drain" in n for n in res.notes)
     calibrate, = [s for s in res.next_steps if s.startswith("configurator calibrate")]
     assert calibrate.count(f"--topology {h17}") == 2 and "--nodes 2" in calibrate
     assert "cnode2-001 cnode2-002 (the script finds its node_rank" in res.next_steps[0]
+
+
+def test_exclude_flagged_pins_the_first_hosts_the_audit_does_not_flag(h17):
+    """cnode2-003, the third host, is one the 17-node cluster's audit says to drain: with
+    --exclude-flagged three nodes go on cnode2-001, -002 and -004, and each run's time is
+    what validate --topology gives a log that names those hosts (the scripts print them)."""
+    res = run_trial(TrialRequest(inputs=JobInputs(model="llama3-8b", cluster="dgx-h100-80gb",
+                                                  nodes=3, topology=str(h17),
+                                                  exclude_flagged=True),
+                                 global_batch_size=48, runs=2))
+    assert res.hosts == ("cnode2-001", "cnode2-002", "cnode2-004")
+    assert any("first 3 hosts the audit does not flag (cnode2-001, cnode2-002, cnode2-004)"
+               in n for n in res.notes)
+    runs = [dataclasses.replace(r, hosts=res.hosts)
+            for r in _as_runs(res, "llama3-8b", "dgx-h100-80gb")]
+    on_links = [c.predicted_iteration_time_s for c in validate_runs(
+        runs, topology=import_paths([str(h17)])).checks]
+    assert on_links == pytest.approx([r.predicted_iteration_time_s for r in res.runs],
+                                     rel=1e-9)
+    assert "--exclude-flagged" in res.next_steps[1]
 
 
 def test_on_a_node_of_pcie_pairs_no_contender_spans_pcie(pairs, tmp_path, capsys):

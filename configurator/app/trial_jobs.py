@@ -396,23 +396,28 @@ def choose_runs(times: np.ndarray, S: np.ndarray, sd: np.ndarray, k: int,
 def trial_job(inputs: JobInputs) -> tuple[Any, Any, tuple[str, ...] | None]:
     """``(model, cluster, hosts)`` of a trial. Without a topology: the cluster's ``nodes``
     nodes on its nominal links, ``hosts`` None. With one (``inputs.topology``): ``nodes``
-    (default every host of the topology) on the links of the topology's first ``nodes``
-    hosts, ``hosts`` their names in node_rank order: the hosts the scripts pin and their
-    logs name, and those ``calibrate --topology`` prices a log on that names none
-    (:func:`configurator.app.validate_jobs.on_topology`), so that the runs are chosen,
-    launched and then fitted on the same links. Raises :class:`InputError`."""
-    from configurator.app.inputs import load_measured_topology
+    (default every host it may use) on the links of the topology's first ``nodes`` hosts
+    (with ``inputs.exclude_flagged``, the first the topology's audit does not flag:
+    :func:`configurator.app.inputs.host_pool`), ``hosts`` their names in node_rank order:
+    the hosts the scripts pin and their logs name
+    (:func:`configurator.app.validate_jobs.on_topology` prices the logs there), so that
+    the runs are chosen, launched and then fitted on the same links. Raises
+    :class:`InputError`."""
+    from configurator.app.inputs import host_pool, load_measured_topology
     from configurator.app.validate_jobs import on_topology
 
     if not inputs.topology:
         job = resolve_uncalibrated(inputs)
         return job.model, job.cluster, None
-    resolve_uncalibrated(inputs)        # the checks search makes: nodes, the measured GPU
-    topo = load_measured_topology(inputs.topology)
-    nodes = len(topo.hosts) if inputs.nodes is None else inputs.nodes
-    job = resolve_uncalibrated(dataclasses.replace(inputs, topology=None, nodes=nodes))
-    cluster = on_topology(job.cluster, topo, part=False)
-    return job.model, cluster, tuple(topo.hosts[:nodes])
+    # the checks search makes (nodes, the measured GPU), and the hosts it may use
+    whole = resolve_uncalibrated(inputs).cluster
+    pool, nodes, _ = host_pool(inputs, whole)
+    hosts = tuple(whole.hosts[i] for i in pool[:nodes])
+    job = resolve_uncalibrated(dataclasses.replace(inputs, topology=None, nodes=nodes,
+                                                   exclude_flagged=False))
+    cluster = on_topology(job.cluster, load_measured_topology(inputs.topology), part=False,
+                          hosts=hosts)
+    return job.model, cluster, hosts
 
 
 def run_trial(req: TrialRequest) -> TrialOutcome:
@@ -444,12 +449,15 @@ def run_trial(req: TrialRequest) -> TrialOutcome:
     notes = []
     if hosts is not None:
         # no audit here: on thousands of hosts it takes longer than the trial itself
-        notes.append(f"the runs are pinned to the topology's first {len(hosts)} host(s) "
+        which = (f"first {len(hosts)} hosts the audit does not flag"
+                 if req.inputs.exclude_flagged else f"first {len(hosts)} host(s)")
+        notes.append(f"the runs are pinned to the topology's {which} "
                      f"({', '.join(hosts)}) and chosen on their measured links; their "
-                     f"logs name them, and calibrate --topology prices them there; a fault "
-                     f"of theirs beyond the links would go into the calibrated figures: "
-                     f"configurator audit --topology {shlex.quote(req.inputs.topology)} "
-                     f"lists the hosts to drain")
+                     f"logs name them, and calibrate --topology prices them there"
+                     + ("" if req.inputs.exclude_flagged else
+                        f"; a fault of theirs beyond the links would go into the calibrated "
+                        f"figures: --exclude-flagged leaves out the hosts configurator audit "
+                        f"--topology {shlex.quote(req.inputs.topology)} says to drain"))
     mechanisms: tuple[str, ...] = ()
     if req.plans:
         pool, repeats = _load_plans(req.plans, model, cluster, req.global_batch_size)
@@ -563,6 +571,8 @@ def _job_words(req: TrialRequest) -> str:
     words = ["--model", req.inputs.model, "--cluster", req.inputs.cluster]
     if req.inputs.topology:
         words += ["--topology", req.inputs.topology]
+    if req.inputs.exclude_flagged:
+        words += ["--exclude-flagged"]
     if req.inputs.nodes is not None:
         words += ["--nodes", str(req.inputs.nodes)]
     words += ["--gbs", str(req.global_batch_size)]

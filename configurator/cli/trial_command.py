@@ -33,6 +33,10 @@ def add_trial_arguments(p) -> None:
              "or 'nvidia-smi topo -m', or probe): the runs are chosen on its links and "
              "pinned to its first --nodes hosts (default all), which their logs name for "
              "calibrate --topology; the next step names it")
+    groups["topology and placement"].add_argument(
+        "--exclude-flagged", action="store_true",
+        help="with --topology: pin the runs to the first hosts the topology's audit does not "
+             "flag (the audit of a topology of thousands of hosts takes a while)")
     for name in SEARCH_OPTIONS:
         add_plan_option(groups[group_of(name)], name)
     g = groups["search"]
@@ -55,7 +59,8 @@ def add_trial_arguments(p) -> None:
 def run_trial_command(args) -> int:
     req = TrialRequest(inputs=JobInputs(model=args.model, cluster=args.cluster,
                                         nodes=args.nodes, seq_length=args.seq_length,
-                                        topology=args.topology),
+                                        topology=args.topology,
+                                        exclude_flagged=args.exclude_flagged),
                        global_batch_size=args.gbs,
                        options={name: getattr(args, name) for name in SEARCH_OPTIONS},
                        plans=args.plans, runs=args.runs, iterations=args.iterations,
