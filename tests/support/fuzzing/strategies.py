@@ -278,6 +278,7 @@ def topofile_cases(draw, out_p: int = 25) -> Case:
                 draw(st.sampled_from(["8", "64"])), "--topology", name, "--runs", "2"]
         argv += draw(st.sampled_from([[], ["--nodes", "1"], ["--nodes", "2"],
                                       ["--nodes", "0"]]))
+        argv += draw(st.sampled_from([[], [], ["--exclude-flagged"]]))
         argv += ["--out", "t"] if draw(chance(out_p)) else ["--json"]
     elif kind == "runs":        # the hosts the runs of a run file ran on
         extra = [("runs.yaml", encode(dump_yaml(RUNS_BASE) or ""))]
