@@ -448,7 +448,8 @@ def run_trial(req: TrialRequest) -> TrialOutcome:
                   if fittable(n, cluster.gpu, nominal_links=hosts is None))
     notes = []
     if hosts is not None:
-        # no audit here: on thousands of hosts it takes longer than the trial itself
+        # the audit only on request (--exclude-flagged): on thousands of hosts it takes
+        # longer than the trial itself
         which = (f"first {len(hosts)} hosts the audit does not flag"
                  if req.inputs.exclude_flagged else f"first {len(hosts)} host(s)")
         notes.append(f"the runs are pinned to the topology's {which} "
