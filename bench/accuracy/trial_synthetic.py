@@ -122,23 +122,24 @@ def main(argv=None) -> None:
             model = make_model(**fields)
             path = Path(tmp) / f"{fields['name']}.yaml"
             path.write_text(yaml.safe_dump({k: v for k, v in fields.items() if k != "name"}))
-            _, nominal, _ = trial_job(JobInputs(model=str(path), cluster=CLUSTER, nodes=1))
-            truth_cluster = on_topology(truth.apply_cluster(nominal, PRECISION), topo,
+            users = []          # (tag, the trial's inputs, its cluster): without, with links
+            for tag, topology in (("", None), ("topology ", topo_path)):
+                inputs = JobInputs(model=str(path), cluster=CLUSTER, nodes=1,
+                                   topology=topology)
+                users.append((tag, inputs, trial_job(inputs)[1]))
+            truth_cluster = on_topology(truth.apply_cluster(users[0][2], PRECISION), topo,
                                         part=False)
             for gbs in BATCHES:
                 fitted = []
                 pools, truths = {}, []
-                for tag, topology in (("", None), ("topology ", topo_path)):
-                    inputs = JobInputs(model=str(path), cluster=CLUSTER, nodes=1,
-                                       topology=topology)
-                    _, cluster, _ = trial_job(inputs)
+                for tag, inputs, cluster in users:
                     pool = ranking(model, cluster, gbs)
                     t_truth = pool_times(model, truth_cluster, pool, (), {})
                     outcome = run_trial(TrialRequest(inputs=inputs, global_batch_size=gbs,
                                                      options={"precision": PRECISION},
                                                      runs=args.runs))
                     cal, what = calibrated(made(model, truth_cluster, outcome, rng,
-                                                args.noise), topo if topology else None)
+                                                args.noise), topo if inputs.topology else None)
                     fitted.append(what)
                     priced = cluster if cal is None else cal.apply_cluster(cluster, PRECISION)
                     pools[tag] = (t_truth,

@@ -184,7 +184,8 @@ def on_topology(cluster: Cluster, topology: Topology, part: bool,
                          f"fewer than the {k} nodes the run spans (a run on N nodes that "
                          f"names no hosts is priced on the topology's first N)")
     check_measured_gpu(topology, cluster, "the topology")
-    hosts = tuple(hosts) if hosts is not None else topology.hosts[:k]
+    if hosts is None:
+        hosts = tuple(topology.hosts[:k])
     keep = set(hosts)
 
     def on_run(i: int | None) -> bool:
