@@ -1238,17 +1238,18 @@ def test_recompute_modules_drop_mla_norm_mlp_and_up_projections():
 
 def test_offloaded_modules_bytes():
     """Fine-grained offloading of qkv_linear (MLA: the shared 16-bit norm output, 2·X·h/t),
-    attn_proj (its 16-bit input 2·X·h/t) and moe_act (the routed experts' fc1 output, SwiGLU:
+    attn_norm (MLA's separate input norm: its 16-bit input, 2·X·h/t more), attn_proj (its
+    16-bit input 2·X·h/t) and moe_act (the routed experts' fc1 output, SwiGLU:
     2·2 bytes a routed token and expert FFN unit, R = k·X/t·etp tokens over fe/etp units)."""
     act, _ = _activations()
     s, b, t, etp = 256, 2, 2, 2
     X = s * b
     h, k, fe = 128, 2, 64
     x = act.LayerInputs(seq=s, mbs=b, tp=t, sp=True, etp=etp,
-                        offload_modules="qkv_linear,attn_proj,moe_act")
+                        offload_modules="qkv_linear,attn_norm,attn_proj,moe_act")
     every, moe = act.offloaded_layer_bytes(make_model(**MLA_MOE), x)
     R = k * X / t * etp
-    assert every == pytest.approx(2 * X * h / t + 2 * X * h / t, rel=1e-12)
+    assert every == pytest.approx(2 * X * h / t + 2 * X * h / t + 2 * X * h / t, rel=1e-12)
     assert moe == pytest.approx(2 * 2 * R * fe / etp, rel=1e-12)
 
 
