@@ -30,7 +30,7 @@ from typing import Any, Mapping, Sequence
 from configurator.core import validate as v
 from configurator.core.document import check_host_name
 from configurator.core.errors import InputError, flat
-from configurator.core.megatron_log import HOSTS_LINE_PREFIX
+from configurator.core.megatron_log import GPU_ORDER_LINE_PREFIX, HOSTS_LINE_PREFIX
 from configurator.core.model import ModelSpec
 from configurator.core.plan import ParallelPlan, describe_plan
 from configurator.core.rules import check_plan
@@ -387,6 +387,18 @@ def hosts_line(inp: LaunchInputs) -> list[str]:
     return [f'echo "{HOSTS_LINE_PREFIX}{" ".join(inp.hosts)}"']
 
 
+def gpu_order_line(inp: LaunchInputs) -> list[str]:
+    """Bash printing the placement's GPU order, each node_rank's ``CUDA_VISIBLE_DEVICES``
+    in turn, after :data:`~configurator.core.megatron_log.GPU_ORDER_LINE_PREFIX`, the line
+    the log reader takes the run's ``gpu_order`` from (so that a log of a placed run is
+    priced on the links of the GPUs its ranks ran on); empty without a GPU order. Integers
+    only."""
+    if not inp.cuda_visible_devices:
+        return []
+    order = " ".join(",".join(map(str, perm)) for perm in inp.cuda_visible_devices)
+    return [f'echo "{GPU_ORDER_LINE_PREFIX}{order}"']
+
+
 def host_lookup(inp: LaunchInputs, indent: str = "") -> list[str]:
     """Bash setting an empty NODE_RANK from ``hostname`` via the placement table.
 
@@ -456,5 +468,5 @@ __all__ = ["DEFAULT_MASTER_ADDR", "LOOPBACK_PATTERN", "is_loopback", "LaunchInpu
            "env_default",
            "quoted_array",
            "environment_block", "megatron_dir_check", "data_block", "megatron_array",
-           "hosts_line", "host_lookup", "device_pinning",
+           "hosts_line", "gpu_order_line", "host_lookup", "device_pinning",
            "node_rank_check", "torchrun_array", "Value"]

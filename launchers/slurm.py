@@ -12,8 +12,9 @@ placement, the job asks for exactly those hosts (``--nodelist``) and never the h
 placement left out (``--exclude``), node_rank comes from the
 host → node_rank table, and the master is the placement's node_rank 0, because SLURM numbers
 nodes in its own order, not the placement's. Before ``srun`` the script prints the job's
-hosts in node_rank order (the placement's, else that list) for the log's reader
-(:func:`launchers.script_parts.hosts_line`).
+hosts in node_rank order (the placement's, else that list) and the placement's GPU order for
+the log's reader (:func:`launchers.script_parts.hosts_line`,
+:func:`launchers.script_parts.gpu_order_line`).
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ from configurator.core.plan import ParallelPlan
 from launchers.megatron_flags import TrainingArgs
 from launchers.script_parts import (DEFAULT_MASTER_ADDR, LaunchInputs, check_inputs,
                                     data_block, device_pinning, env_default, environment_block,
-                                    header, host_lookup, hosts_line, megatron_array,
-                                    megatron_dir_check, node_rank_check, torchrun_array)
+                                    gpu_order_line, header, host_lookup, hosts_line,
+                                    megatron_array, megatron_dir_check, node_rank_check,
+                                    torchrun_array)
 
 
 def render_slurm_script(model: ModelSpec, plan: ParallelPlan, *, nodes: int,
@@ -143,7 +145,7 @@ def _render(inp: LaunchInputs, job_name: str) -> list[str]:
         lines += block + [""]
     lines += torchrun_array(inp, node_rank_expr="") + [""]
     lines += megatron_array(inp) + [""]
-    lines += _hosts_lines(inp) + [""]
+    lines += _hosts_lines(inp) + gpu_order_line(inp) + [""]
     lines += ["# shellcheck disable=SC2016  # single quotes: the body expands on each node",
               f"srun --nodes={inp.nodes} --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c '"]
     lines += _node_body(inp)

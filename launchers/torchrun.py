@@ -17,9 +17,9 @@ from configurator.core.plan import ParallelPlan
 from launchers.megatron_flags import TrainingArgs
 from launchers.script_parts import (DEFAULT_MASTER_ADDR, LOOPBACK_PATTERN, LaunchInputs,
                                     check_inputs, data_block, device_pinning, env_default,
-                                    environment_block, header, host_lookup, hosts_line,
-                                    megatron_array, megatron_dir_check, node_rank_check,
-                                    torchrun_array)
+                                    environment_block, gpu_order_line, header, host_lookup,
+                                    hosts_line, megatron_array, megatron_dir_check,
+                                    node_rank_check, torchrun_array)
 
 
 def render_torchrun_script(model: ModelSpec, plan: ParallelPlan, *, nodes: int,
@@ -146,7 +146,7 @@ def _render(inp: LaunchInputs) -> list[str]:
         lines += block + [""]
     lines += torchrun_array(inp) + [""]
     lines += megatron_array(inp) + [""]
-    lines += hosts_line(inp)
+    lines += hosts_line(inp) + gpu_order_line(inp)
     lines += ['exec torchrun "${TORCHRUN_ARGS[@]}" "$MEGATRON_LM_DIR/pretrain_gpt.py" '
               '"${MEGATRON_ARGS[@]}" "$@"']
     return lines

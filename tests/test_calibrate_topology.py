@@ -240,3 +240,49 @@ def test_a_log_of_the_launch_scripts_is_priced_on_the_hosts_it_names():
     assert topology_host(two, "b") == "b.x" and topology_host(two, "a.y") == "a.y"
     with pytest.raises(InputError, match="its short name matches several"):
         topology_host(two, "a")
+
+
+def test_a_run_that_names_its_gpu_order_is_priced_on_its_gpus_links(pairs):
+    """A run's ``gpu_order`` (each node_rank's ``CUDA_VISIBLE_DEVICES``) puts local rank k on
+    GPU ``gpu_order[node][k]``: tp 2 on 0,2, 4,6, 1,3 and 5,7 (over PCIe) is slower than in the
+    default order (the bridged pairs 0,1 and 2,3), and exactly what the placement priced
+    with that GPU order (``place_plan``'s ``file`` method) gives; on 2 GPUs of the host the
+    order picks which two. The scripts of that placement print the line the log reader
+    takes it from, and a run names as many lists as hosts, GPUs as the run has and no GPU
+    the topology lacks."""
+    from configurator.core.megatron_log import GPU_ORDER_LINE_PREFIX, runs_from_megatron_log
+    from configurator.search.placement_search import place_plan
+    from launchers.files import launch_files
+
+    crossed = (0, 2, 4, 6, 1, 3, 5, 7)
+    run = _run(8, 2, 1, 4)
+    default, on_crossed = (
+        validate_runs([dataclasses.replace(run, iteration_time_s=1.0, gpu_order=order)],
+                      topology=pairs).checks[0].predicted_iteration_time_s
+        for order in (None, (crossed,)))
+    assert on_crossed > 1.02 * default
+    cluster = on_topology(run_cluster(run), pairs, False)
+    rec, placed = place_plan(MODEL, cluster, run.plan, method="file", node_hosts=[0],
+                             gpu_order=[crossed])
+    assert rec.gpu_order == (crossed,)
+    assert on_crossed == pytest.approx(placed.iteration_time_s, rel=1e-9)
+    # on two GPUs: the bridged pair, or two GPUs over PCIe
+    two = _run(2, 2, 1, 4)
+    fast, slow = (validate_runs([dataclasses.replace(two, iteration_time_s=1.0,
+                                                     gpu_order=order)],
+                                topology=pairs).checks[0].predicted_iteration_time_s
+                  for order in (((4, 5),), ((4, 6),)))
+    assert slow > 1.02 * fast
+    files = launch_files(MODEL, run.plan, nodes=1, gpus_per_node=8, placement=rec)
+    line = f'echo "{GPU_ORDER_LINE_PREFIX}0,2,4,6,1,3,5,7"'
+    assert all(line in text.decode() for name, (text, _) in files.items()
+               if name.endswith((".sh", ".sbatch")))
+    text = (DATA / "megatron_logs" / "llama3-8b_tp2pp2_16xh100.log").read_text()
+    (logged,) = runs_from_megatron_log(f"{GPU_ORDER_LINE_PREFIX}{'0,1,2,3,4,5,6,7 ' * 2}\n"
+                                       + text, cluster="dgx-h100-80gb", name="job")
+    assert logged.gpu_order == (tuple(range(8)),) * 2
+    for order, rule in ((((0, 1),), "must give each of the run's 1 node"),
+                        (((0, 1, 2, 3, 4, 5, 6, 8),), "names a GPU the topology's hosts lack")):
+        bad = validate_runs([dataclasses.replace(run, iteration_time_s=1.0,
+                                                 gpu_order=order)], topology=pairs)
+        assert rule in bad.checks[0].problem

@@ -127,10 +127,12 @@ def test_torchrun_script_puts_every_rank_where_the_plan_says(tmp_path):
             if p.poll() is None:
                 os.killpg(p.pid, 9)
     assert all(p.returncode == 0 for p in procs), "\n".join(logs)[-3000:]
-    # each node's log names the job's hosts in node_rank order (what validate --topology
-    # prices the log on); the sbatch script prints the same line
+    # each node's log names the job's hosts in node_rank order and their GPU order (what
+    # validate --topology prices the log on); the sbatch script prints the same lines
     assert all("configurator: hosts hostB hostA\n" in log for log in logs)
+    assert all("configurator: gpu_order 1,0 0,1\n" in log for log in logs)
     assert 'echo "configurator: hosts hostB hostA"' in sbatch
+    assert 'echo "configurator: gpu_order 1,0 0,1"' in sbatch
     got = {r["rank"]: r for r in (json.loads(f.read_text()) for f in reports.iterdir())}
     assert sorted(got) == [0, 1, 2, 3]
     for rank, r in got.items():

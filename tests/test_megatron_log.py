@@ -491,3 +491,22 @@ def test_the_launch_scripts_hosts_line_names_the_runs_hosts():
         one(line("a a") + DENSE_TEXT, name="x")
     with pytest.raises(InputError, match="hosts"):
         one(line(" ".join(f"h{i}" for i in range(17))) + DENSE_TEXT, name="x")
+
+
+def test_the_launch_scripts_gpu_order_line_gives_the_runs_gpu_order():
+    """The placement's GPU order line (``GPU_ORDER_LINE_PREFIX``, each node_rank's
+    ``CUDA_VISIBLE_DEVICES``) gives the run's ``gpu_order`` beside its hosts, each job
+    start taking the lines before it; a log without one has none; an order the run's GPUs
+    do not fill is an error naming ``gpu_order``."""
+    from configurator.core.megatron_log import GPU_ORDER_LINE_PREFIX, HOSTS_LINE_PREFIX
+
+    order = "7,6,5,4,3,2,1,0 0,1,2,3,4,5,6,7"
+    lines = HOSTS_LINE_PREFIX + "a b\n" + "[x] " + GPU_ORDER_LINE_PREFIX + order + "\n"
+    run = one(lines + DENSE_TEXT, name="x")
+    assert run.hosts == ("a", "b")
+    assert run.gpu_order == (tuple(range(7, -1, -1)), tuple(range(8)))
+    assert one(DENSE_TEXT, name="x").gpu_order is None
+    runs = runs_from_megatron_log(lines + DENSE_TEXT + DENSE_TEXT, cluster="c", name="job")
+    assert [r.gpu_order is None for r in runs] == [False, True]
+    with pytest.raises(InputError, match="gpu_order"):
+        one(GPU_ORDER_LINE_PREFIX + "0,1,2,3 4,5,6,7\n" + DENSE_TEXT, name="x")

@@ -226,11 +226,11 @@ def _job_key(p: _Prepared) -> tuple:
     """What two prepared runs must share to be priced as one job: the model (at its
     sequence length) and the cluster with its nodes, GPUs per node and NVLink domain (a
     run on part of one node has a host of its own GPU count,
-    :func:`configurator.app.validate_jobs.run_cluster`) and its hosts (on a topology, the
-    run's own: their links differ)."""
+    :func:`configurator.app.validate_jobs.run_cluster`) and its hosts and GPU order (on a
+    topology, the run's own: their links differ)."""
     c = p.cluster
     return (repr(p.model), c.name, c.num_nodes, c.gpus_per_node, c.nvlink_domain_gpus,
-            c.num_gpus, repr(c.spec), tuple(c.hosts))
+            c.num_gpus, repr(c.spec), tuple(c.hosts), p.run.gpu_order)
 
 
 def replicate_note(p: _Prepared) -> str:

@@ -135,7 +135,8 @@ def run_cluster(run: MeasuredRun, topology: Topology | None = None) -> Cluster:
                          f"{run.cluster}")
     else:
         cluster = load_cluster(run.cluster, run.num_gpus // g)
-    return cluster if topology is None else on_topology(cluster, topology, part, run.hosts)
+    return cluster if topology is None else on_topology(cluster, topology, part, run.hosts,
+                                                        run.gpu_order)
 
 
 def topology_host(topology: Topology, name: str) -> str:
@@ -155,17 +156,21 @@ def topology_host(topology: Topology, name: str) -> str:
 
 
 def on_topology(cluster: Cluster, topology: Topology, part: bool,
-                hosts: tuple[str, ...] | None = None) -> Cluster:
+                hosts: tuple[str, ...] | None = None,
+                gpu_order: tuple[tuple[int, ...], ...] | None = None) -> Cluster:
     """``cluster`` (a run's, :func:`run_cluster`) on the links of ``topology``
     (:func:`topology.topofile.apply_topology`) that the run's GPUs sit on: its ``hosts`` in
     node_rank order (the run file's ``hosts``), else the topology's first
-    ``cluster.num_nodes`` hosts; for a run on ``part`` of one host, GPUs 0 to
-    ``gpus_per_node - 1`` of it (torchrun's local ranks on the GPUs CUDA numbers first when
-    ``CUDA_VISIBLE_DEVICES`` is unset). A host is matched by :func:`topology_host`. Raises
-    :class:`InputError` (field ``hosts``) for a host the topology does not name, one named
-    twice or a count other than the run's nodes, (field
-    ``topology hosts``) when the topology has fewer hosts than the run spans, and (field
-    ``cluster``) when it was measured on another GPU
+    ``cluster.num_nodes`` hosts; on each, local rank ``k`` on GPU ``gpu_order[node][k]``
+    (the run's ``gpu_order``, its ``CUDA_VISIBLE_DEVICES``: a GPU's links, NVLink and its
+    rail's NIC, become the local rank's), else on GPU ``k`` (torchrun's local ranks on the
+    GPUs CUDA numbers first when ``CUDA_VISIBLE_DEVICES`` is unset; for a run on ``part``
+    of one host, GPUs 0 to ``gpus_per_node - 1`` of it). A host is matched by
+    :func:`topology_host`. Raises :class:`InputError` (field ``hosts``) for a host the
+    topology does not name, one named twice or a count other than the run's nodes, (field
+    ``gpu_order``) for a count of lists or of GPUs other than the run's or a GPU the
+    topology's hosts lack, (field ``topology hosts``) when the topology has fewer hosts than
+    the run spans, and (field ``cluster``) when it was measured on another GPU
     (:func:`configurator.app.inputs.check_measured_gpu`)."""
     from configurator.app.inputs import check_measured_gpu
     from topology.topofile import apply_topology
@@ -187,16 +192,45 @@ def on_topology(cluster: Cluster, topology: Topology, part: bool,
     if hosts is None:
         hosts = tuple(topology.hosts[:k])
     keep = set(hosts)
-
-    def on_run(i: int | None) -> bool:
-        return i is None or not part or i < gpn
-
-    links = tuple(l for l in topology.links if l.src in keep and l.dst in keep
-                  and on_run(l.src_gpu) and on_run(l.dst_gpu))
+    if gpu_order is None:
+        links = tuple(l for l in topology.links if l.src in keep and l.dst in keep
+                      and (not part or all(i is None or i < gpn
+                                           for i in (l.src_gpu, l.dst_gpu))))
+    else:
+        links = _on_gpu_order(topology, hosts, gpu_order, gpn)
     return apply_topology(cluster, dataclasses.replace(
         topology, hosts=hosts, links=links,
         collectives=tuple(c for c in topology.collectives if keep.issuperset(c.hosts)),
         missing=tuple(m for m in topology.missing if m.src in keep and m.dst in keep)))
+
+
+def _on_gpu_order(topology: Topology, hosts: tuple[str, ...],
+                  gpu_order: tuple[tuple[int, ...], ...], gpn: int) -> tuple:
+    """The links of ``topology`` among ``hosts`` with each GPU index replaced by the local
+    rank that runs on that GPU (``gpu_order[node][k]`` is local rank ``k``'s GPU); the
+    records of GPUs no rank runs on left out. Raises :class:`InputError` (field
+    ``gpu_order``) as :func:`on_topology` says."""
+    shown = " ".join(",".join(map(str, g)) for g in gpu_order)
+    if len(gpu_order) != len(hosts) or any(len(g) != gpn for g in gpu_order):
+        raise InputError("gpu_order", shown, f"must give each of the run's {len(hosts)} "
+                                             f"node(s) {gpn} GPUs, in node_rank order")
+    have = topology.gpus_per_host
+    if have is not None and any(i >= have for g in gpu_order for i in g):
+        raise InputError("gpu_order", shown, f"names a GPU the topology's hosts lack (they "
+                                             f"have {have}: 0 to {have - 1})")
+    rank_of = {h: {gpu: k for k, gpu in enumerate(g)} for h, g in zip(hosts, gpu_order)}
+    out = []
+    for link in topology.links:
+        src, dst = rank_of.get(link.src), rank_of.get(link.dst)
+        if src is None or dst is None:
+            continue
+        if (link.src_gpu is not None and link.src_gpu not in src) or (
+                link.dst_gpu is not None and link.dst_gpu not in dst):
+            continue
+        out.append(dataclasses.replace(
+            link, src_gpu=None if link.src_gpu is None else src[link.src_gpu],
+            dst_gpu=None if link.dst_gpu is None else dst[link.dst_gpu]))
+    return tuple(out)
 
 
 def priced_run(run: MeasuredRun, topology: Topology | None = None) -> tuple:

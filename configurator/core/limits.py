@@ -59,6 +59,8 @@ INT_RANGES: dict[str, tuple[int, int]] = {
     # cluster
     "nodes": (1, 32_768),
     "gpus_per_node": (1, 128),
+    # a GPU's index on its host (a run's gpu_order): below gpus_per_node's bound
+    "gpu_order": (0, 127),
     "num_gpus": (1, 262_144),
     "gpu.num_sms": (1, 100_000),
 }

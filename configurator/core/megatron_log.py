@@ -46,7 +46,10 @@ timestamp, as older Megatron-LM prints them, read too):
 * the hosts line the tool's launch scripts print before Megatron starts
   (``configurator: hosts cnode2-001 cnode2-002``: the job's hosts in node_rank order, from
   the placement or SLURM's node list) gives the run's ``hosts``, which
-  ``validate``/``calibrate --topology`` price it on; a log without one names no hosts.
+  ``validate``/``calibrate --topology`` price it on; a log without one names no hosts. A
+  placement's GPU order (``configurator: gpu_order 0,4,1,5 0,4,1,5``: each node_rank's
+  ``CUDA_VISIBLE_DEVICES``) gives the run's ``gpu_order``, the GPUs whose links each local
+  rank takes.
 * ``report_memory``'s lines ``[Rank 0] (after 10 iterations) memory (MB) | allocated: ... |
   max allocated: ... | reserved: ... | max reserved: 62286.00``, printed by the ranks of
   data-parallel rank 0. "MB" is MiB (bytes / 2**20); the largest ``max reserved``
@@ -95,7 +98,14 @@ _MAX_RESERVED = re.compile(r"\|\s*max reserved:\s*([0-9][0-9.eE+]*)")
 #: What the tool's launch scripts print before Megatron starts, followed by the job's hosts
 #: in node_rank order (``launchers.script_parts.hosts_line``): read into the run's ``hosts``.
 HOSTS_LINE_PREFIX = "configurator: hosts "
-_HOSTS = re.compile(r"\b" + re.escape(HOSTS_LINE_PREFIX.rstrip()) + r"((?: +\S+)+)\s*$")
+#: The same for a placement's GPU order, one comma-separated list per node_rank
+#: (``CUDA_VISIBLE_DEVICES``): read into the run's ``gpu_order``.
+GPU_ORDER_LINE_PREFIX = "configurator: gpu_order "
+#: The run keys the launch scripts' lines give, with their prefix and pattern.
+_PLACEMENT_LINES = {key: (prefix, re.compile(r"\b" + re.escape(prefix.rstrip())
+                                             + r"((?: +\S+)+)\s*$"))
+                    for key, prefix in (("hosts", HOSTS_LINE_PREFIX),
+                                        ("gpu_order", GPU_ORDER_LINE_PREFIX))}
 _PADDED = re.compile(r"padded vocab \(size: (\d{1,12})\) with -?\d{1,12} dummy tokens "
                      r"\(new size: (\d{1,12})\)")
 _NO_ARGS = ("the log must cover the job's start, where Megatron-LM prints its '---- arguments "
@@ -115,13 +125,14 @@ class _Segment:
     gbs: array = dataclasses.field(default_factory=lambda: array("q"))     # -1: not logged
     max_reserved_mib: float | None = None
     memory_reports: int = 0
-    hosts: list[str] | None = None              # the launch script's hosts line
+    #: the launch script's placement lines (:data:`_PLACEMENT_LINES`): run key -> words
+    placed: dict[str, list[str]] = dataclasses.field(default_factory=dict)
 
 
 def _parse(lines: Iterable[str], where: str) -> list[_Segment]:
     segments = [_Segment(args=None)]
     in_args = False
-    hosts: list[str] | None = None      # a hosts line waiting for the job start after it
+    pending: dict[str, list[str]] = {}   # placement lines waiting for the job start after
     for count, line in enumerate(lines, start=1):
         if count > MAX_LOG_LINES:
             raise InputError(where, f"{count:,} lines", f"too long: at most {MAX_LOG_LINES:,} "
@@ -146,8 +157,8 @@ def _parse(lines: Iterable[str], where: str) -> list[_Segment]:
             if len(segments) > MAX_SEGMENTS:
                 raise InputError(where, f"{len(segments)} arguments blocks",
                                  f"at most {MAX_SEGMENTS} job starts are read")
-            segments.append(_Segment(args={}, hosts=hosts))
-            hosts = None
+            segments.append(_Segment(args={}, placed=pending))
+            pending = {}
             in_args = True
         elif "elapsed time per iteration" in line:
             _iteration_line(seg, line)
@@ -161,14 +172,15 @@ def _parse(lines: Iterable[str], where: str) -> list[_Segment]:
             m = _PADDED.search(line)
             if m:
                 seg.vocab = int(m.group(2))
-        elif HOSTS_LINE_PREFIX in line:
-            m = _HOSTS.search(line)
-            if m:
-                names = m.group(1).split()
-                if seg.args is not None and seg.hosts is None and not len(seg.ms):
-                    seg.hosts = names        # printed after Megatron's start
-                else:
-                    hosts = names            # before the start it belongs to
+        elif "configurator: " in line:
+            for key, (prefix, pattern) in _PLACEMENT_LINES.items():
+                m = pattern.search(line) if prefix in line else None
+                if m:
+                    words = m.group(1).split()
+                    if seg.args is not None and key not in seg.placed and not len(seg.ms):
+                        seg.placed[key] = words     # printed after Megatron's start
+                    else:
+                        pending[key] = words        # before the start it belongs to
     return segments
 
 
@@ -305,8 +317,8 @@ def _segment_run(seg: _Segment, *, where: str, cluster: str, name: str, source: 
         measured.update(tflops_per_gpu=tflops, flops_formula=flops_formula)
     if seg.max_reserved_mib:
         measured["peak_memory_GiB"] = seg.max_reserved_mib / 1024
-    if seg.hosts is not None and "hosts" not in row:
-        row["hosts"] = seg.hosts
+    for key, words in seg.placed.items():
+        row.setdefault(key, words)
     row = {**measured, **row, "model": model or run_name, "cluster": cluster,
            "name": run_name, "source": source or None}
     run = run_from_mapping(row, where)

@@ -54,6 +54,12 @@ hosts                      the hosts it ran on, in node_rank order (a list, or n
                            separated by spaces, commas or semicolons): with
                            ``--topology``, the run is priced on their links (default:
                            the topology's first hosts)
+gpu_order                  per node_rank, the physical GPUs (PCI bus order, as        no
+                           ``CUDA_VISIBLE_DEVICES`` lists them) of local ranks 0,
+                           1, …: a list of lists, or one string of comma-separated
+                           lists separated by spaces or semicolons (``0,4,1,5
+                           0,4,1,5``); with ``--topology``, each local rank takes
+                           its GPU's links (default: local rank k on GPU k)
 =========================  =========================================================  ========
 
 Every measurement given is compared; a row's iteration time comes from the first present
@@ -94,7 +100,8 @@ _REQUIRED = ("model", "cluster", "num_gpus", "tp", "pp", "micro_batch_size",
 _PLAN_KEYS = tuple(f.name for f in PLAN_FIELDS)
 _ALIASES = {f.alias: f.name for f in PLAN_FIELDS if f.alias}
 RUN_KEYS = (_REQUIRED + ("seq_length", "flops_formula") + tuple(
-    k for k in _PLAN_KEYS if k not in _REQUIRED) + MEASURED_KEYS + _LABEL_KEYS + ("hosts",))
+    k for k in _PLAN_KEYS if k not in _REQUIRED) + MEASURED_KEYS + _LABEL_KEYS
+    + ("hosts", "gpu_order"))
 #: Longest ``source`` (a citation: paper, table, file and commit).
 MAX_SOURCE_CHARS = 1024
 #: Upper bounds that keep a hostile file from asking for absurd figures.
@@ -126,6 +133,9 @@ class MeasuredRun:
     dataset: str | None = None
     #: the hosts it ran on, in node_rank order (a topology's names), or None: not known
     hosts: tuple[str, ...] | None = None
+    #: per node_rank, the physical GPU index of each local rank (``CUDA_VISIBLE_DEVICES``,
+    #: PCI bus order; a placement's ``gpu_order``), or None: local rank k on GPU k
+    gpu_order: tuple[tuple[int, ...], ...] | None = None
     extra: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False)
 
     @property
@@ -189,6 +199,39 @@ def _figure(where: str, key: str, value: Any) -> float:
     if not math.isfinite(val) or val > _MAX_FIGURE[key]:
         raise InputError(where, value, f"must be at most {_MAX_FIGURE[key]:g}")
     return val
+
+
+def _gpu_order(where: str, value: Any, num_gpus: int) -> tuple[tuple[int, ...], ...]:
+    """A run's GPU order: per node_rank, the physical GPU index of each local rank. A list
+    of lists of integers (or of comma-separated strings), or one string of comma-separated
+    lists separated by spaces or semicolons; 1 to ``num_gpus`` nodes of the same number of
+    GPUs, together ``num_gpus``, each list distinct indices (``INT_RANGES["gpu_order"]``).
+    Raises :class:`InputError` naming ``where``."""
+    if isinstance(value, str):
+        nodes: list = [x for x in re.split(r"[\s;]+", value.strip()) if x]
+    elif isinstance(value, (list, tuple)):
+        nodes = list(value)
+    else:
+        raise InputError(where, value, "must be a list of per-node GPU lists or one string "
+                                       "of them ('0,4,1,5 0,4,1,5')")
+    if not 1 <= len(nodes) <= num_gpus:
+        raise InputError(where, value, f"must give 1 to num_gpus ({num_gpus}) nodes")
+    out = []
+    for i, node in enumerate(nodes):
+        here = f"{where}[{i}]"
+        if isinstance(node, str):
+            node = [x.strip() for x in node.split(",")]
+        if not isinstance(node, (list, tuple)) or not 1 <= len(node) <= num_gpus:
+            raise InputError(here, node, f"must be a list of 1 to num_gpus ({num_gpus}) GPU "
+                                         f"indices")
+        gpus = tuple(_integer(f"{here}[{j}]", g, "gpu_order") for j, g in enumerate(node))
+        if len(set(gpus)) != len(gpus):
+            raise InputError(here, list(gpus), "must not repeat a GPU")
+        out.append(gpus)
+    if len({len(g) for g in out}) != 1 or len(out) * len(out[0]) != num_gpus:
+        raise InputError(where, value, f"must give every node the same number of GPUs, "
+                                       f"num_gpus ({num_gpus}) in all")
+    return tuple(out)
 
 
 def run_from_mapping(data: Any, where: str = "run") -> MeasuredRun:
@@ -265,9 +308,14 @@ def run_from_mapping(data: Any, where: str = "run") -> MeasuredRun:
         if "seq_length" in row else None
     mem = figures.pop("peak_memory_GiB", None)
     hosts = _hosts(f"{where}.hosts", row["hosts"], num_gpus) if "hosts" in row else None
+    order = (_gpu_order(f"{where}.gpu_order", row["gpu_order"], num_gpus)
+             if "gpu_order" in row else None)
+    if hosts is not None and order is not None and len(order) != len(hosts):
+        raise InputError(f"{where}.gpu_order", row["gpu_order"],
+                         f"must give one GPU list per host ({len(hosts)})")
     return MeasuredRun(
         name=text("name", where), group=text("group"), source=text("source", ""),
-        dataset=text("dataset"), hosts=hosts,
+        dataset=text("dataset"), hosts=hosts, gpu_order=order,
         model=text("model"), cluster=text("cluster"), num_gpus=num_gpus, seq_length=seq,
         plan=plan, flops_formula=formula,
         peak_memory_bytes=None if mem is None else mem * GiB, **figures)
@@ -333,6 +381,8 @@ def runs_to_rows(runs: Iterable[MeasuredRun]) -> list[dict]:
     for r in runs:
         row = {"name": r.name, "group": r.group, "source": r.source, "dataset": r.dataset,
                "hosts": None if r.hosts is None else " ".join(r.hosts),
+               "gpu_order": None if r.gpu_order is None else " ".join(
+                   ",".join(map(str, g)) for g in r.gpu_order),
                "model": r.model if isinstance(r.model, str) else r.model.name,
                "cluster": r.cluster, "num_gpus": r.num_gpus, "seq_length": r.seq_length}
         row.update({k: getattr(r.plan, k) for k in _PLAN_KEYS})

@@ -712,12 +712,15 @@ def _run(name: str, model: str, tp: int, pp: int, mbs: int, **measured) -> dict:
 
 
 #: A valid run file (docs/formats.md, "Run files"): three small plans on one DGX A100,
-#: each with another kind of measurement, one naming the host it ran on.
-RUNS_BASE = {"runs": [_run("a", "gpt-1.7b", 1, 1, 4, iteration_time_s=1.2),
+#: each with another kind of measurement, one naming the host it ran on, two their GPU
+#: order (as one string, and as a list of lists).
+RUNS_BASE = {"runs": [_run("a", "gpt-1.7b", 1, 1, 4, iteration_time_s=1.2,
+                           gpu_order="7,6,5,4,3,2,1,0"),
                       _run("b", "gpt-1.7b", 2, 1, 2, tokens_per_s_per_gpu=9000.0,
                            hosts=["node-b"]),
                       _run("c", "gpt-3.6b", 2, 2, 1, tflops_per_gpu=120.0,
-                           flops_formula="megatron", seq_length=2048)]}
+                           flops_formula="megatron", seq_length=2048,
+                           gpu_order=[[0, 2, 4, 6, 1, 3, 5, 7]])]}
 
 
 @st.composite
