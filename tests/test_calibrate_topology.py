@@ -286,3 +286,33 @@ def test_a_run_that_names_its_gpu_order_is_priced_on_its_gpus_links(pairs):
         bad = validate_runs([dataclasses.replace(run, iteration_time_s=1.0,
                                                  gpu_order=order)], topology=pairs)
         assert rule in bad.checks[0].problem
+
+
+def test_a_run_files_gpu_order_reads_each_way_it_may_be_written():
+    """``gpu_order`` in a run file: one string of comma-separated lists (a CSV cell), a list
+    of lists, one node's list alone; written back as the string. Errors name the entry and
+    the rule: a repeated GPU, an index past the range, lists of unequal length or not
+    filling num_gpus, and a count other than the hosts named."""
+    from configurator.core.runs import run_from_mapping, runs_to_rows
+
+    base = {"model": "m", "cluster": "c", "num_gpus": 16, "tp": 1, "pp": 1, "mbs": 1,
+            "gbs": 16, "precision": "bf16", "iteration_time_s": 1}
+    want = ((0, 4, 1, 5, 2, 6, 3, 7), tuple(range(8)))
+    for given in ("0,4,1,5,2,6,3,7 0,1,2,3,4,5,6,7", "0,4,1,5,2,6,3,7;0,1,2,3,4,5,6,7",
+                  [[0, 4, 1, 5, 2, 6, 3, 7], list(range(8))],
+                  ["0,4,1,5,2,6,3,7", "0,1,2,3,4,5,6,7"]):
+        run = run_from_mapping({**base, "gpu_order": given})
+        assert run.gpu_order == want
+        assert run_from_mapping(runs_to_rows([run])[0]).gpu_order == want
+    one = run_from_mapping({**base, "num_gpus": 8, "gpu_order": [3, 2, 1, 0, 7, 6, 5, 4]})
+    assert one.gpu_order == ((3, 2, 1, 0, 7, 6, 5, 4),)
+    for bad, rule in (("0,0,1,2,3,4,5,6 0,1,2,3,4,5,6,7", r"gpu_order\[0\].*repeat"),
+                      ("0,1,2,3,4,5,6,128 0,1,2,3,4,5,6,7", r"gpu_order\[0\]\[7\].*0\.\.127"),
+                      ("0,1,2,3 0,1,2,3,4,5,6,7", "same number of GPUs"),
+                      ("0,1,2,3,4,5,6,7", "num_gpus \\(16\\) in all"),
+                      ({"a": 1}, "list of per-node GPU lists")):
+        with pytest.raises(InputError, match=rule):
+            run_from_mapping({**base, "gpu_order": bad})
+    with pytest.raises(InputError, match="one GPU list per host"):
+        run_from_mapping({**base, "hosts": "a b", "num_gpus": 16,
+                          "gpu_order": ",".join(map(str, range(16)))})

@@ -56,10 +56,11 @@ hosts                      the hosts it ran on, in node_rank order (a list, or n
                            the topology's first hosts)
 gpu_order                  per node_rank, the physical GPUs (PCI bus order, as        no
                            ``CUDA_VISIBLE_DEVICES`` lists them) of local ranks 0,
-                           1, …: a list of lists, or one string of comma-separated
-                           lists separated by spaces or semicolons (``0,4,1,5
-                           0,4,1,5``); with ``--topology``, each local rank takes
-                           its GPU's links (default: local rank k on GPU k)
+                           1, …: a list of lists (one node: its list), or one
+                           string of comma-separated lists separated by spaces or
+                           semicolons (``0,4,1,5 0,4,1,5``); with ``--topology``,
+                           each local rank takes its GPU's links (default: local
+                           rank k on GPU k)
 =========================  =========================================================  ========
 
 Every measurement given is compared; a row's iteration time comes from the first present
@@ -203,14 +204,15 @@ def _figure(where: str, key: str, value: Any) -> float:
 
 def _gpu_order(where: str, value: Any, num_gpus: int) -> tuple[tuple[int, ...], ...]:
     """A run's GPU order: per node_rank, the physical GPU index of each local rank. A list
-    of lists of integers (or of comma-separated strings), or one string of comma-separated
-    lists separated by spaces or semicolons; 1 to ``num_gpus`` nodes of the same number of
-    GPUs, together ``num_gpus``, each list distinct indices (``INT_RANGES["gpu_order"]``).
-    Raises :class:`InputError` naming ``where``."""
+    of lists of integers (or of comma-separated strings; one node's: its list alone), or one
+    string of comma-separated lists separated by spaces or semicolons; 1 to ``num_gpus``
+    nodes of the same number of GPUs, together ``num_gpus``, each list distinct indices
+    (``INT_RANGES["gpu_order"]``). Raises :class:`InputError` naming ``where``."""
     if isinstance(value, str):
         nodes: list = [x for x in re.split(r"[\s;]+", value.strip()) if x]
     elif isinstance(value, (list, tuple)):
-        nodes = list(value)
+        flat = value and all(isinstance(g, int) and not isinstance(g, bool) for g in value)
+        nodes = [list(value)] if flat else list(value)     # one node's list alone
     else:
         raise InputError(where, value, "must be a list of per-node GPU lists or one string "
                                        "of them ('0,4,1,5 0,4,1,5')")
