@@ -232,6 +232,8 @@ def test_a_log_of_the_launch_scripts_is_priced_on_the_hosts_it_names():
     first, slow, domain, unknown, by_file = checks
     assert slow.predicted_iteration_time_s > first.predicted_iteration_time_s * 1.005
     assert domain.predicted_iteration_time_s == slow.predicted_iteration_time_s
+    assert (first.to_dict()["hosts"], slow.to_dict()["hosts"]) == (
+        None, ["cnode2-001", "cnode2-004"])
     assert by_file.predicted_iteration_time_s == slow.predicted_iteration_time_s
     assert "hosts='cnode9-999': not one of the topology's 17 hosts" in unknown.problem
     twice = validate_runs([log("cnode2-001 cnode2-001.cluster.local")], topology=topo)
@@ -256,11 +258,12 @@ def test_a_run_that_names_its_gpu_order_is_priced_on_its_gpus_links(pairs):
 
     crossed = (0, 2, 4, 6, 1, 3, 5, 7)
     run = _run(8, 2, 1, 4)
-    default, on_crossed = (
-        validate_runs([dataclasses.replace(run, iteration_time_s=1.0, gpu_order=order)],
-                      topology=pairs).checks[0].predicted_iteration_time_s
-        for order in (None, (crossed,)))
+    checks = [validate_runs([dataclasses.replace(run, iteration_time_s=1.0, gpu_order=order)],
+                            topology=pairs).checks[0] for order in (None, (crossed,))]
+    default, on_crossed = (c.predicted_iteration_time_s for c in checks)
     assert on_crossed > 1.02 * default
+    # validate's JSON says what each run was priced on
+    assert [c.to_dict()["gpu_order"] for c in checks] == [None, [list(crossed)]]
     cluster = on_topology(run_cluster(run), pairs, False)
     rec, placed = place_plan(MODEL, cluster, run.plan, method="file", node_hosts=[0],
                              gpu_order=[crossed])

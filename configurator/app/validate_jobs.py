@@ -32,7 +32,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, kw_only=True)
 class RunCheck:
-    """One run, predicted and measured: times in s, memory in bytes; ``error`` is
+    """One run, predicted and measured: times in s, memory in bytes (:meth:`to_dict` also
+    gives the hosts and GPU order it was priced on, as the run names them); ``error`` is
     ``predicted / measured - 1`` (None without a measured time); ``problem``: why the run
     could not be priced (then the figures are None). ``run`` carries the plan as priced (with
     the layer split chosen for a run that names none)."""
@@ -63,7 +64,10 @@ class RunCheck:
         r = self.run
         return {"name": r.name, "group": self.group, "source": r.source,
                 "model": r.model if isinstance(r.model, str) else r.model.name,
-                "cluster": r.cluster, "num_gpus": r.num_gpus, "config": r.plan.to_dict(),
+                "cluster": r.cluster, "num_gpus": r.num_gpus,
+                "hosts": None if r.hosts is None else list(r.hosts),
+                "gpu_order": None if r.gpu_order is None else [list(g) for g in r.gpu_order],
+                "config": r.plan.to_dict(),
                 "measured_iteration_time_s": self.measured_iteration_time_s,
                 "predicted_iteration_time_s": self.predicted_iteration_time_s,
                 "error": self.error, "measured_peak_memory_bytes": r.peak_memory_bytes,
