@@ -94,7 +94,11 @@ def test_young_and_daly_equal_the_formulas(save_s, mtbf_s, young, daly):
 
 
 def test_daly_beyond_twice_the_mtbf_is_the_mtbf():
+    """Daly's Eq. 37 holds for δ < 2M; from δ = 2M on (the boundary included, where the
+    series would give 8/9 of M) the interval is M."""
     assert daly_interval_s(500.0, 100.0) == 100.0
+    assert daly_interval_s(200.0, 100.0) == 100.0
+    assert daly_interval_s(199.999, 100.0) == pytest.approx(800.0 / 9.0, rel=1e-4)
 
 
 @pytest.mark.parametrize("lam, u0, dt, w", [

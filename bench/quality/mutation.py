@@ -329,6 +329,9 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
      "the shipped Megatron-Bridge table's one FSDP row has pp 1, where n // (tp * pp) and "
      "n // (tp / pp) agree (the tables are the tool's own files; a row with pp > 1 and FSDP "
      "would need a test)"),
+    ("configurator/cost/groundtruth.py", "if fsdp and fsdp != n // (tp * pp):", "`//` → `/`",
+     "read only for a row with FSDP, and the shipped Megatron-Bridge table's one FSDP row has "
+     "n a multiple of tp·pp (pp 1): n // (tp·pp) and n / (tp·pp) are equal numbers"),
     ("configurator/cost/groundtruth.py", 'layout = "" if (model.num_layers + 2) % (pp * vp)',
      "`+` → `-`", "bridge_layout gives a layout only for DeepSeek-V3 (61 layers) on 4, 8, 16 "
      "or 32 stages, which divide neither 63 nor 59: \"\" either way elsewhere"),
