@@ -33,6 +33,7 @@ from configurator.core.errors import InputError, flat
 from configurator.core.megatron_log import GPU_ORDER_LINE_PREFIX, HOSTS_LINE_PREFIX
 from configurator.core.model import ModelSpec
 from configurator.core.plan import ParallelPlan, describe_plan
+from configurator.core.runs import gpu_order_text
 from configurator.core.rules import check_plan
 from launchers.megatron_flags import (CHECKPOINT_DIR_VAR, DATA_PATHS_VAR,
                                       DEFAULT_CHECKPOINT_DIR, DEFAULT_TOKENIZER_TYPE, MEGATRON_TAG,
@@ -395,8 +396,7 @@ def gpu_order_line(inp: LaunchInputs) -> list[str]:
     only."""
     if not inp.cuda_visible_devices:
         return []
-    order = " ".join(",".join(map(str, perm)) for perm in inp.cuda_visible_devices)
-    return [f'echo "{GPU_ORDER_LINE_PREFIX}{order}"']
+    return [f'echo "{GPU_ORDER_LINE_PREFIX}{gpu_order_text(inp.cuda_visible_devices)}"']
 
 
 def host_lookup(inp: LaunchInputs, indent: str = "") -> list[str]:

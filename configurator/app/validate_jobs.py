@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from configurator.core.errors import InputError
 from configurator.core.model import ModelSpec
 from configurator.core.model_presets import load_model
-from configurator.core.runs import MeasuredRun
+from configurator.core.runs import MeasuredRun, gpu_order_text
 from configurator.cost.measured import measured_iteration_time_s
 from configurator.search.evaluate import Evaluation, evaluate_plan
 from configurator.search.rank import best_layer_split
@@ -214,7 +214,7 @@ def _on_gpu_order(topology: Topology, hosts: tuple[str, ...],
     rank that runs on that GPU (``gpu_order[node][k]`` is local rank ``k``'s GPU); the
     records of GPUs no rank runs on left out. Raises :class:`InputError` (field
     ``gpu_order``) as :func:`on_topology` says."""
-    shown = " ".join(",".join(map(str, g)) for g in gpu_order)
+    shown = gpu_order_text(gpu_order)
     if len(gpu_order) != len(hosts) or any(len(g) != gpn for g in gpu_order):
         raise InputError("gpu_order", shown, f"must give each of the run's {len(hosts)} "
                                              f"node(s) {gpn} GPUs, in node_rank order")

@@ -202,6 +202,13 @@ def _figure(where: str, key: str, value: Any) -> float:
     return val
 
 
+def gpu_order_text(order) -> str:
+    """A GPU order as run files, logs and the launch scripts write it: each node's GPUs
+    comma-separated, the nodes (node_rank order) separated by spaces, ``0,4,1,5 0,4,1,5``;
+    what :func:`_gpu_order` reads back."""
+    return " ".join(",".join(map(str, gpus)) for gpus in order)
+
+
 def _gpu_order(where: str, value: Any, num_gpus: int) -> tuple[tuple[int, ...], ...]:
     """A run's GPU order: per node_rank, the physical GPU index of each local rank. A list
     of lists of integers (or of comma-separated strings; one node's: its list alone), or one
@@ -383,8 +390,7 @@ def runs_to_rows(runs: Iterable[MeasuredRun]) -> list[dict]:
     for r in runs:
         row = {"name": r.name, "group": r.group, "source": r.source, "dataset": r.dataset,
                "hosts": None if r.hosts is None else " ".join(r.hosts),
-               "gpu_order": None if r.gpu_order is None else " ".join(
-                   ",".join(map(str, g)) for g in r.gpu_order),
+               "gpu_order": None if r.gpu_order is None else gpu_order_text(r.gpu_order),
                "model": r.model if isinstance(r.model, str) else r.model.name,
                "cluster": r.cluster, "num_gpus": r.num_gpus, "seq_length": r.seq_length}
         row.update({k: getattr(r.plan, k) for k in _PLAN_KEYS})
