@@ -9,7 +9,12 @@ profile``'s loop (:func:`configurator.profiler.host_ops.time_host_op_s`), and th
 host time over the forward's, which :data:`configurator.cost.host_ops.HOST_BACKWARD_FACTOR`
 takes.
 
-Run: ``python -m bench.kernels.host_layer [--repeats 200]`` (about 10 s; needs torch and
+Then the MoE layer's forward operations by part, with expert parallelism over 1, 2 and 4
+processes (gloo): the router, the all-to-all dispatcher by method (its preprocessing, the
+exchanges and their sorts and permutations) and the experts, against
+:data:`configurator.cost.host_ops.HOST_OPS_MOE_PARTS`, the counts the host time uses.
+
+Run: ``python -m bench.kernels.host_layer [--repeats 200]`` (about 30 s; needs torch and
 megatron-core, the test extras).
 """
 
@@ -82,6 +87,108 @@ def layer_host_s(torch, name: str, repeats: int, **model) -> dict:
     return dict(ops=counts, seconds=[statistics.median(fwd), statistics.median(bwd)])
 
 
+#: The all-to-all dispatcher's methods megatron-core 0.16.1's ``MoELayer.forward`` calls, by
+#: the part of :data:`configurator.cost.host_ops.HOST_OPS_MOE_PARTS` each belongs to (the
+#: ``moe_preprocess`` graph scope captures ``dispatch_preprocess``).
+DISPATCHER_PARTS = {"dispatch_preprocess": "preprocess", "token_dispatch": "dispatch",
+                    "dispatch_postprocess": "dispatch", "combine_preprocess": "dispatch",
+                    "token_combine": "dispatch", "combine_postprocess": "dispatch"}
+
+
+def _moe_parts_worker(rank: int, world: int, port: int, experts: int, out) -> None:
+    """One process of :func:`moe_parts`: forward ATen operations by part, put on ``out``
+    by rank 0."""
+    import os
+
+    import torch
+    import torch.distributed as dist
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from configurator.core.model_presets import MODEL_PRESETS
+    from tests import megatron_reference as ref
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    ref._patch_for_cpu()
+    a2a = dist.all_to_all_single
+
+    def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None,
+                          **kw):
+        # gloo's binding takes lists where megatron-core passes NumPy arrays
+        as_list = (lambda v: None if v is None else [int(i) for i in v])
+        return a2a(output, input, as_list(output_split_sizes), as_list(input_split_sizes),
+                   **kw)
+    dist.all_to_all_single = all_to_all_single
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    from megatron.core import parallel_state
+    parallel_state.initialize_model_parallel(1, 1, expert_model_parallel_size=world,
+                                             expert_tensor_parallel_size=1)
+    spec = dataclasses.replace(MODEL_PRESETS["qwen3-30b-a3b"], **SHAPES,
+                               **dict(MOE, num_experts=experts))
+    ref.MOE_DISPATCHER = "alltoall"
+    torch.manual_seed(0)
+    gpt = ref._build(spec, "none")
+    layer = gpt.decoder.layers[0]
+    parts: list[str] = []
+    counts: dict[str, int] = {}
+
+    class Count(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if parts:     # a read of a CPU tensor's element (``tolist``) launches nothing
+                key = ("scalar reads" if func is torch.ops.aten._local_scalar_dense.default
+                       else parts[-1])
+                counts[key] = counts.get(key, 0) + 1
+            return func(*args, **(kwargs or {}))
+
+    def leave(module, args, output) -> None:     # a hook's return value would replace output
+        parts.pop()
+
+    for name, module in (("router", layer.mlp.router), ("experts", layer.mlp.experts)):
+        module.register_forward_pre_hook(lambda m, a, name=name: parts.append(name))
+        module.register_forward_hook(leave)
+    dispatcher = layer.mlp.token_dispatcher
+    for method, part in DISPATCHER_PARTS.items():
+        def wrapped(*a, _f=getattr(dispatcher, method), _part=part, **k):
+            parts.append(_part)
+            try:
+                return _f(*a, **k)
+            finally:
+                parts.pop()
+        setattr(dispatcher, method, wrapped)
+    s, h = spec.seq_length, spec.hidden_size
+    x = torch.randn(s, 1, h, dtype=torch.bfloat16, requires_grad=True)
+    mask = torch.triu(torch.ones(1, 1, s, s, dtype=torch.bool), diagonal=1)
+    rope = gpt.rotary_pos_emb(s)
+    for _ in range(3):
+        y = layer(x, attention_mask=mask, rotary_pos_emb=rope)
+        (y[0] if isinstance(y, tuple) else y).float().sum().backward()
+    counts.clear()
+    with Count():
+        layer(x, attention_mask=mask, rotary_pos_emb=rope)
+    if rank == 0:
+        out.put(dict(counts))
+    dist.destroy_process_group()
+
+
+def moe_parts(ep: int, experts: int) -> dict:
+    """Forward ATen operations of megatron-core's MoE layer (Qwen3-30B-A3B's at
+    :data:`SHAPES`, top-2, the all-to-all dispatcher) by part, ``{"router", "preprocess",
+    "dispatch", "experts"}``, with ``experts`` experts over ``ep`` processes (gloo on the
+    CPU)."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    out = ctx.SimpleQueue()
+    mp.start_processes(_moe_parts_worker, args=(ep, port, experts, out), nprocs=ep,
+                       start_method="spawn")
+    return out.get()
+
+
 def main(argv=None) -> int:
     ap = bench_parser(__doc__)
     ap.add_argument("--repeats", type=int, default=200, help="timed passes (default 200)")
@@ -108,6 +215,22 @@ def main(argv=None) -> int:
             t, n = r["seconds"][i], r["ops"][i]
             print(f"| {label} | {step} | {n} | {t / US:.0f} | {t / n / US:.1f} | "
                   f"{t / n / bare:.2f} | {f'{ratio:.2f}' if i else ''} |")
+    from configurator.cost.host_ops import HOST_OPS_MOE_PARTS, HOST_OPS_PER_EXPERT
+
+    print("\nMoE layer, forward operations by part (megatron-core's all-to-all dispatcher, "
+          "4 local experts, SequentialMLP; configurator: HOST_OPS_MOE_PARTS, and "
+          "HOST_OPS_PER_EXPERT per expert for Transformer Engine's grouped GEMMs; scalar "
+          "reads: elements of CPU tensors read by tolist, apart):\n")
+    keys = ("router", "preprocess", "dispatch", "experts")
+    print(table_head(["expert parallel", *keys, "router + dispatcher", "scalar reads"],
+                     ["---"] + ["---:"] * (len(keys) + 2)))
+    for ep in (1, 2, 4):
+        c = moe_parts(ep, 4 * ep)
+        print(f"| {ep} | " + " | ".join(str(c.get(k, 0)) for k in keys)
+              + f" | {sum(c.get(k, 0) for k in keys[:3])} | {c.get('scalar reads', 0)} |")
+    ours = HOST_OPS_MOE_PARTS
+    print("| configurator | " + " | ".join(str(ours[k]) for k in keys[:3])
+          + f" | {4 * HOST_OPS_PER_EXPERT} | {sum(ours.values())} | - |")
     return 0
 
 
