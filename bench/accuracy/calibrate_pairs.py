@@ -5,8 +5,11 @@ drawn at random, then 2 of its runs), the draws ``calibrate`` refused (it exits 
 determine nothing), those that kept every preset (what the runs determine predicts the runs
 left out no better), the rest's MAPE before and after and what was fitted.
 
-Run: ``python -m bench.accuracy.calibrate_pairs [--draws 20] [--seed 0]`` (about a minute on a
-2-core machine).
+``--scatter`` prints instead how far the presets' errors scatter within a group
+(:func:`group_scatter`).
+
+Run: ``python -m bench.accuracy.calibrate_pairs [--draws 20] [--seed 0] [--scatter]`` (about a
+minute on a 2-core machine).
 """
 
 from __future__ import annotations
@@ -22,18 +25,42 @@ from configurator.core.errors import InputError
 from configurator.cost.groundtruth import published_runs
 
 
+def groups() -> dict:
+    """The shipped published runs by ``(source, GPU, precision)``."""
+    runs, _ = published_runs()
+    out = defaultdict(list)
+    for r in runs:
+        out[(r.dataset, run_cluster(r).gpu.name, r.plan.precision)].append(r)
+    return out
+
+
+def group_scatter() -> tuple[float, int, int]:
+    """``(pooled standard deviation, groups, degrees of freedom)`` of the presets' log errors
+    (log predicted over measured time) about their group's mean, over the groups of
+    :func:`groups` with at least 2 runs: how far the model's error varies from plan to plan
+    where one set of parameter values holds, which no fitted parameter of the group
+    removes."""
+    squares, dof, n = 0.0, 0, 0
+    for runs in groups().values():
+        if len(runs) < 2:
+            continue
+        r = np.log([c.predicted_iteration_time_s / c.measured_iteration_time_s
+                    for c in validate_runs(runs).checks])
+        squares += float(np.sum((r - r.mean()) ** 2))
+        dof += len(r) - 1
+        n += 1
+    return float(np.sqrt(squares / dof)), n, dof
+
+
 def draws(n_draws: int, seed: int) -> list[tuple[tuple, list, list]]:
     """``(group key, the 2 runs, the rest)`` for ``n_draws`` seeded draws."""
-    runs, _ = published_runs()
-    groups = defaultdict(list)
-    for r in runs:
-        groups[(r.dataset, run_cluster(r).gpu.name, r.plan.precision)].append(r)
-    keys = [k for k, g in groups.items() if len(g) >= 3]
+    by = groups()
+    keys = [k for k, g in by.items() if len(g) >= 3]
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(n_draws):
         key = keys[rng.integers(len(keys))]
-        group = groups[key]
+        group = by[key]
         pick = set(rng.choice(len(group), size=2, replace=False).tolist())
         out.append((key, [r for i, r in enumerate(group) if i in pick],
                     [r for i, r in enumerate(group) if i not in pick]))
@@ -84,7 +111,15 @@ def draws_parser(doc: str):
 
 
 def main(argv=None) -> None:
-    args = draws_parser(__doc__).parse_args(argv)
+    ap = draws_parser(__doc__)
+    ap.add_argument("--scatter", action="store_true",
+                    help="print only the presets' scatter within a group (group_scatter)")
+    args = ap.parse_args(argv)
+    if args.scatter:
+        sd, n, dof = group_scatter()
+        print(f"the presets' log errors about their group's mean: pooled standard deviation "
+              f"{100 * sd:.1f} % ({n} groups, {dof} degrees of freedom)")
+        return
     print(table_head(["draw", "source", "GPU", "precision", "rest", "rest MAPE presets",
                       "after", "fitted"]))
     tally = PairDraws()
