@@ -173,8 +173,10 @@ def _moe_parts_worker(rank: int, world: int, port: int, experts: int, out) -> No
 def moe_parts(ep: int, experts: int) -> dict:
     """Forward ATen operations of megatron-core's MoE layer (Qwen3-30B-A3B's at
     :data:`SHAPES`, top-2, the all-to-all dispatcher) by part, ``{"router", "preprocess",
-    "dispatch", "experts"}``, with ``experts`` experts over ``ep`` processes (gloo on the
-    CPU)."""
+    "dispatch", "experts", "scalar reads"}`` (the parts as :data:`DISPATCHER_PARTS` maps the
+    dispatcher's methods; reads of CPU tensors' elements apart, in whichever part), with
+    ``experts`` experts over ``ep`` processes (gloo on the CPU). Raises what a process
+    raised."""
     import socket
 
     import torch.multiprocessing as mp
