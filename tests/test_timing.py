@@ -186,3 +186,23 @@ def test_one_gpu_per_nvlink_domain_has_no_nvlink_figure():
     single = cluster_from_config(cfg, nodes=1)
     alone = ParallelPlan(tp=1, pp=1, dp=1, ep=1, micro_batch_size=1, global_batch_size=8)
     assert evaluate_plan(MODEL_PRESETS["qwen3-30b-a3b"], single, alone).iteration_time_s > 0
+
+
+def test_a_plan_without_a_pipeline_pays_no_send_whatever_the_pipeline_figures():
+    """pp 1 has no pipeline group: its sends are 0 even where the figures for one say no
+    bytes could move (a zero bandwidth, which prices a send at infinity: 0 sends times an
+    infinite send is not a number, so the sends are guarded by pp > 1, not left to the
+    count)."""
+    from configurator.cost.communication import comm_figures
+
+    cl = load_cluster("dgx-a100-80gb", nodes=16)
+    c = PlanBatch.from_plan(_plan(pp=1, dp=16))
+    comm = comm_figures(cl, c)
+    comm = dict(comm, **{k: np.zeros_like(v) for k, v in comm.items()
+                         if k.startswith("pp") and k.endswith("_bw")})
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = iteration_time(GPT175, cl, c, comm=comm)
+    assert float(t["pp_comm"][0]) == 0.0
+    assert np.isfinite(t["iteration_time_s"]).all()
+    assert float(t["iteration_time_s"][0]) == pytest.approx(
+        float(iteration_time(GPT175, cl, c)["iteration_time_s"][0]), rel=1e-12)
