@@ -331,6 +331,34 @@ def test_calibrate_refuses_what_the_runs_do_not_determine():
                        ("gemm_fp8", "host_op_us"))
 
 
+def test_a_refusal_names_each_runs_error_and_when_they_pull_both_ways():
+    """Two published GB200 FP8 runs the presets price 11.0 % too fast (DeepSeek-V3) and
+    8.4 % too slow (Llama-3 8B): no parameter is determined, and the refusal says how far
+    off each run is at the presets, the largest first, and that runs off both ways cannot be
+    closed by one efficiency. Two runs off the same way get the errors without that
+    clause."""
+    runs, _ = published_runs()
+    by = {r.name: r for r in runs}
+    pair = [by["bridge 25.11 llama3-8b gb200-nvl72 fp8 8"],
+            by["bridge 25.09 deepseek-v3 gb200-nvl72 fp8 256"]]
+    with pytest.raises(InputError) as err:
+        calibrate_runs(pair)
+    text = str(err.value)
+    assert ("at the presets the predicted times are off by bridge 25.09 deepseek-v3 "
+            "gb200-nvl72 fp8 256 -11.0 %, bridge 25.11 llama3-8b gb200-nvl72 fp8 8 +8.4 % "
+            "(negative: faster than measured); some too slow and some too fast") in text
+    assert "\n" not in text
+    from configurator.app.calibrate_jobs import presets_errors_note
+    same = presets_errors_note([mock.Mock(run=r) for r in pair], [math.log(0.9),
+                                                                  math.log(0.95)])
+    assert same.endswith("by bridge 25.11 llama3-8b gb200-nvl72 fp8 8 -10.0 %, bridge 25.09 "
+                         "deepseek-v3 gb200-nvl72 fp8 256 -5.0 % (negative: faster than "
+                         "measured)")
+    many = presets_errors_note([mock.Mock(run=dataclasses.replace(pair[0], name=f"run{i}"))
+                                for i in range(8)], [0.01 * i for i in range(8)])
+    assert "by run7 +7.3 %, run6 +6.2 %" in many and "run2 +2.0 % and 2 more (" in many
+
+
 def test_run_file_round_trip(tmp_path):
     path = tmp_path / "runs.csv"
     path.write_text("# my cluster\n" + ",".join(RUN) + "\n" + ",".join(RUN.values()) + "\n")

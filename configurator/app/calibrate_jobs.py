@@ -488,6 +488,29 @@ def presets_within_noise(r) -> bool:
     return within_noise(r, len(r))
 
 
+#: Runs :func:`presets_errors_note` names, the largest errors first.
+ERRORS_NAMED = 6
+
+
+def presets_errors_note(prepared: list[_Prepared], r) -> str:
+    """A group's note where nothing was fitted: each run's error at the presets (predicted
+    over measured time less 1, from the log residuals ``r``; the :data:`ERRORS_NAMED`
+    largest), and where the runs are off beyond :data:`NOISE_LOG` both ways, that no one
+    efficiency can close both: raising one shortens every run's predicted time, lowering it
+    lengthens every one (what such runs ask for is a mechanism the model misses in some of
+    them, or links other than the cluster's)."""
+    r = np.asarray(r, dtype=float)
+    order = np.argsort(-np.abs(r), kind="stable")
+    shown = ", ".join(f"{prepared[i].run.name} {100 * math.expm1(r[i]):+.1f} %"
+                      for i in order[:ERRORS_NAMED])
+    more = f" and {len(r) - ERRORS_NAMED} more" if len(r) > ERRORS_NAMED else ""
+    both = ("; some too slow and some too fast: one efficiency moves every run's time the "
+            "same way, so none closes both"
+            if r.max() > NOISE_LOG and r.min() < -NOISE_LOG else "")
+    return (f"at the presets the predicted times are off by {shown}{more} (negative: faster "
+            f"than measured){both}")
+
+
 #: What to do when the runs ask for a link efficiency below its range
 #: (:data:`topology.calibration.PARAMETER_RANGES`): the links are not the cluster's nominal
 #: ones, and no run of the kind :data:`DETERMINING_RUN` names can fit them. A server whose
@@ -715,6 +738,7 @@ def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
                                    presets_confirmed=not fit.parameters)
 
     if result is None:
+        notes.append(presets_errors_note(prepared, r0))
         return unfitted()
     kept, u, fitter, r, J, iv, loo = result
     values = _values(kept, u, {})
