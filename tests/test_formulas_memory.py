@@ -1190,6 +1190,9 @@ def test_save_interval_edges_and_token_formats():
     with the largest suffix keeping the number ≥ 1; overrides of None keep the base."""
     assert best_interval(0.0, 300.0, 60.0, 2.0, max_iterations=5000) == 5000
     assert best_interval(1e-5, 300.0, 0.0, 2.0, min_interval_s=7.0) == 4
+    # a persist of exactly 3 iterations: 2.1 / 0.7 is 3.0000000000000004 in floats, and
+    # the third iteration's end already meets it (not a fourth)
+    assert best_interval(1e-5, 300.0, 0.0, 0.7, min_interval_s=2.1) == 3
     k = best_interval(1e-4, 300.0, 60.0, 2.0, max_iterations=10**6)
     brute = max(range(1, 20001), key=lambda i: ettr_exact(1e-4, 300.0, 2.0 * i, 60.0))
     assert k == brute

@@ -103,8 +103,11 @@ def test_hand_computed_heterogeneous_two_stage_case():
     assert res.busy_s[0].tolist() == pytest.approx([8.0, 12.0])
 
 
-@pytest.mark.parametrize("pp,vp,m", [(4, 1, 8), (4, 2, 8), (3, 2, 6)])
+@pytest.mark.parametrize("pp,vp,m", [(4, 1, 8), (4, 2, 8), (3, 2, 6), (1, 1, 4)])
 def test_critical_path_is_contiguous_and_spans_the_makespan(pp, vp, m):
+    """The path runs back from the last op to one that starts at 0, each step to the op it
+    waited for; at pp 1 every step is the same rank's previous op, down to the first
+    (index 0)."""
     rng = np.random.default_rng(pp * 10 + vp)
     f = rng.uniform(0.5, 1.5, (pp, vp))
     b = rng.uniform(1.0, 3.0, (pp, vp))
@@ -121,6 +124,18 @@ def test_critical_path_is_contiguous_and_spans_the_makespan(pp, vp, m):
     last_rank = int(o.rank[path[-1]])
     assert end[path[-1]] + tail[last_rank] == pytest.approx(res.iteration_time_s[0])
     assert np.allclose(res.busy_s[0] + res.idle_s[0] + tail, res.iteration_time_s[0])
+
+
+def test_a_slow_first_stage_puts_its_own_ops_on_the_critical_path_from_time_0():
+    """Stage 0 fifty times slower than stage 1: every later op waits for stage 0, so the
+    path starts with stage 0's first two forwards, the second waiting on the first by rank
+    (op 0, which starts at 0)."""
+    f = np.array([[5.0], [0.1]])
+    res = simulate(f, f, np.zeros(2), np.zeros(2), 4, tail_s=np.zeros(2), record=True)
+    o, path = res.order, res.critical_path[0]
+    assert path[:2] == [0, 1] and res.start_s[0][path[0]] == 0.0
+    assert [int(o.rank[i]) for i in path[:2]] == [0, 0]
+    assert int(o.rank_pred[1]) == 0 and int(o.data_pred[1]) == -1
 
 
 def test_batched_equals_separate_runs_and_bad_input_is_refused():
