@@ -35,20 +35,13 @@ MOE = dict(num_experts=4, moe_router_topk=2, moe_ffn_hidden_size=16,
            moe_shared_expert_intermediate_size=None)
 
 
-def layer_host_s(torch, name: str, repeats: int, **model) -> dict:
-    """ATen operations and median host seconds of one forward and one backward of the first
-    decoder layer of preset ``name`` at :data:`SHAPES` (``model`` overrides)."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
+def first_layer(torch, name: str, **model) -> tuple:
+    """``(layer, forward)``: megatron-core's first decoder layer of preset ``name`` at
+    :data:`SHAPES` (``model`` overrides; the all-to-all dispatcher for an MoE layer), and a
+    function running its forward on a fixed random input, returning a scalar to take the
+    backward of."""
     from configurator.core.model_presets import MODEL_PRESETS
     from tests import megatron_reference as ref
-
-    class Count(TorchDispatchMode):
-        n = 0
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.n += 1
-            return func(*args, **(kwargs or {}))
 
     spec = dataclasses.replace(MODEL_PRESETS[name], **SHAPES, **model)
     ref.MOE_DISPATCHER = "alltoall"
@@ -62,6 +55,22 @@ def layer_host_s(torch, name: str, repeats: int, **model) -> dict:
     def forward():
         out = layer(x, attention_mask=mask, rotary_pos_emb=rope)
         return (out[0] if isinstance(out, tuple) else out).float().sum()
+    return layer, forward
+
+
+def layer_host_s(torch, name: str, repeats: int, **model) -> dict:
+    """ATen operations and median host seconds of one forward and one backward of the first
+    decoder layer of preset ``name`` at :data:`SHAPES` (``model`` overrides)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.n += 1
+            return func(*args, **(kwargs or {}))
+
+    _, forward = first_layer(torch, name, **model)
 
     for _ in range(10):
         forward().backward()
@@ -104,7 +113,6 @@ def _moe_parts_worker(rank: int, world: int, port: int, experts: int, out) -> No
     import torch.distributed as dist
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from configurator.core.model_presets import MODEL_PRESETS
     from tests import megatron_reference as ref
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -123,12 +131,8 @@ def _moe_parts_worker(rank: int, world: int, port: int, experts: int, out) -> No
     from megatron.core import parallel_state
     parallel_state.initialize_model_parallel(1, 1, expert_model_parallel_size=world,
                                              expert_tensor_parallel_size=1)
-    spec = dataclasses.replace(MODEL_PRESETS["qwen3-30b-a3b"], **SHAPES,
-                               **dict(MOE, num_experts=experts))
-    ref.MOE_DISPATCHER = "alltoall"
     torch.manual_seed(0)
-    gpt = ref._build(spec, "none")
-    layer = gpt.decoder.layers[0]
+    layer, forward = first_layer(torch, "qwen3-30b-a3b", **dict(MOE, num_experts=experts))
     parts: list[str] = []
     counts: dict[str, int] = {}
 
@@ -155,16 +159,11 @@ def _moe_parts_worker(rank: int, world: int, port: int, experts: int, out) -> No
             finally:
                 parts.pop()
         setattr(dispatcher, method, wrapped)
-    s, h = spec.seq_length, spec.hidden_size
-    x = torch.randn(s, 1, h, dtype=torch.bfloat16, requires_grad=True)
-    mask = torch.triu(torch.ones(1, 1, s, s, dtype=torch.bool), diagonal=1)
-    rope = gpt.rotary_pos_emb(s)
     for _ in range(3):
-        y = layer(x, attention_mask=mask, rotary_pos_emb=rope)
-        (y[0] if isinstance(y, tuple) else y).float().sum().backward()
+        forward().backward()
     counts.clear()
     with Count():
-        layer(x, attention_mask=mask, rotary_pos_emb=rope)
+        forward()
     if rank == 0:
         out.put(dict(counts))
     dist.destroy_process_group()
