@@ -53,7 +53,7 @@ def test_parameter_ranges_state_a_source_and_no_efficiency_above_one():
         assert 0 < lo < hi and len(source) > 20, name
         if name != "host_op_us":
             assert hi <= 1.0, name
-    assert PARAMETER_RANGES["host_op_us"][:2] == (2.0, 50.0)
+    assert PARAMETER_RANGES["host_op_us"][:2] == (2.0, 60.0)
 
 
 def test_bounded_fit_recovers_known_parameters_within_their_intervals():
@@ -215,7 +215,7 @@ def test_cli_prints_each_fitted_value_with_its_interval(tmp_path, capsys):
 
 
 def test_a_value_the_runs_push_past_its_plausible_range_is_refused_not_fitted_at_the_bound():
-    """Runs whose host time per operation is beyond the range's 50 us (and a GEMM efficiency
+    """Runs whose host time per operation is beyond the range's 60 us (and a GEMM efficiency
     inside it): the host figure would sit at its upper bound, standing in for time the model
     misses, so it is refused (by name, with the bound). The two host-bound runs' time then
     stays unexplained, and their residuals leave the GEMM efficiency anywhere in its range:
@@ -226,7 +226,7 @@ def test_a_value_the_runs_push_past_its_plausible_range_is_refused_not_fitted_at
         fit_group(prepared, gpu, "bf16", tuple(truth), "test")
     fit = fit_group(prepared, gpu, "bf16", None, "test")
     assert fit.parameters == {}
-    assert any(n.startswith("host_op_us: the fit sits at its upper bound of 2-50 us")
+    assert any(n.startswith("host_op_us: the fit sits at its upper bound of 2-60 us")
                for n in fit.notes), fit.notes
     assert any(n.startswith("gemm: the runs leave it anywhere in") for n in fit.notes)
 
@@ -257,13 +257,13 @@ def test_a_parameter_one_run_alone_determines_is_not_fitted_from_that_run():
 
 def test_two_published_b200_mxfp8_runs_do_not_fit_the_moe_gap_into_host_or_attention():
     """Megatron-Bridge's two B200 MXFP8 runs: Qwen3-235B-A22B (256 GPUs, 29 % slower than
-    predicted, what the model misses in MoE layers) and Llama-3.1 405B (8 %). The MXFP8 GEMM
-    efficiency rests on the dense run alone: that run is left out, and the MoE run alone
-    determines nothing (its host time too little of its time), so every preset is kept (20.7
-    us of host time was once fitted from it, when the model priced its experts' FP8 casts as
-    operations of their own). Asked for explicitly, the attention efficiency would absorb the
-    gap below any figure measured in training (0.14 was fitted): the fit sits at the range's
-    lower bound, 0.2, and is refused."""
+    predicted, what the model misses in MoE layers) and Llama-3.1 405B (8 %). The host time
+    rests on the MoE run alone (its whole range, to 60 us, moves that run only): that run is
+    left out, and the dense run alone determines nothing, so every preset is kept (20.7 us
+    of host time was once fitted from the MoE run, when the model priced its experts' FP8
+    casts as operations of their own). Asked for explicitly, the attention efficiency would
+    absorb the gap below any figure measured in training (0.14 was fitted): the fit sits at
+    the range's lower bound, 0.2, and is refused."""
     from configurator.app.calibrate_jobs import calibrate_runs
     from configurator.cost.groundtruth import published_runs
 
@@ -275,8 +275,9 @@ def test_two_published_b200_mxfp8_runs_do_not_fit_the_moe_gap_into_host_or_atten
     # one run left out, the other alone determines nothing: every preset kept
     notes = fits[0].notes
     assert cal.values == {} and notes[0].startswith(
-        "run bridge 25.11 llama3.1-405b dgx-b200-180gb mxfp8 128 left out")
-    assert any(n.startswith("host_op_us: left out") for n in notes)
+        "run bridge 26.04.01 qwen3-235b-a22b dgx-b200-180gb mxfp8 256 left out: a "
+        "parameter's fit rests on it alone (host_op_us: ")
+    assert any(n.startswith("gemm_mxfp8: left out") for n in notes)
     with pytest.raises(InputError, match="flash_attention: .*the fit sits at its lower bound"):
         calibrate_runs(runs, ("flash_attention",))
 
@@ -335,12 +336,10 @@ ONE_GPU = [dict(name=f"mbs{m}_{r}", model="gpt-1.7b", num_gpus="1", tp="1", pp="
                                    {"gemm": 0.50, "host_op_us": 49.0}])
 def test_two_parameters_each_pushed_to_a_bound_alone_are_fitted_together(truth):
     """Runs of one job whose GEMMs and host are both slower than the presets: alone, the GEMM
-    efficiency is pushed below 0.38 to stand for the host time and the host time past 50 us
-    to stand for the GEMMs, both refused at their bounds (which left the runs determining
-    nothing); fitted together both land inside their ranges, at the truth. At 49 us the
-    host time lies within the margin of its 50 us bound, where a fit is refused only if the
-    runs ask for more: they do not, so the pair stands (refused by position alone, the HBM
-    rescue fitted host 43.5 us with an HBM fraction of 0.355 instead)."""
+    efficiency is pushed below 0.38 to stand for the host time, refused at its bound, and the
+    host time to 50-52 us to stand for the GEMMs (at the range's bound while it ended at 50
+    us, which left the runs determining nothing); fitted together both land inside their
+    ranges, at the truth."""
     prepared, gpu = _synthetic(ONE_GPU, truth, noise=0.005)
     fit = fit_group(prepared, gpu, "bf16", None, "test")
     assert set(fit.parameters) == set(truth)
@@ -379,3 +378,44 @@ def test_each_attempt_starts_from_the_last_accepted_fit_not_a_refused_one(monkey
     assert not np.allclose(moved.ratio, presets.ratio, rtol=1e-6, atol=0.0)   # it can tell
     for names, ratio in seen:
         np.testing.assert_array_equal(ratio, presets.ratio, err_msg=str(names))
+
+
+def test_a_parameter_two_runs_carry_in_turn_is_fitted_on_both():
+    """Draw 4 of ``bench.accuracy.calibrate_synthetic`` (five runs of the small-GPT grid on one
+    DGX A100, made at 26 us per host operation and an NVLink efficiency of 0.4, ±1 % noise):
+    the tp 4 mbs 2 run carries 91 % of what the runs say about the host time, so the one-run
+    rule leaves it out; without it the tp 1 pp 2 mbs 1 run carries the host time alone, and
+    was left out in turn, and the rest kept every preset (their host-bound plans 16 % too
+    fast). Each of two runs carrying the parameter once the other is out is a cause they
+    share: the host time is fitted on every run, at the truth, and a note says why."""
+    from bench.accuracy.grid_drift import model_fields, plan_fields
+    from configurator.app.calibrate_jobs import calibrate_runs
+    from configurator.app.validate_jobs import run_cluster
+    from configurator.core.model_presets import make_model
+    from configurator.core.plan import ParallelPlan
+    from configurator.core.runs import MeasuredRun
+    from configurator.search.evaluate import evaluate_plan
+    from topology.calibration import Calibration
+
+    truth = Calibration(values={"a100-80gb": {"fp16": {"host_op_us": 26.0,
+                                                       "intra_node_efficiency": 0.4}}})
+    runs = []
+    # (hidden, layers, GPUs, gbs, tp, pp, mbs), the "measured" time's noise
+    for (h, layers, n, gbs, tp, pp, mbs), noise in zip(
+            ((2048, 12, 8, 64, 1, 2, 1), (2048, 24, 4, 32, 2, 2, 16), (1024, 24, 8, 8, 4, 1, 2),
+             (2048, 12, 8, 64, 8, 1, 32), (1024, 24, 2, 16, 1, 1, 8)),
+            (0.01, -0.01, 0.01, -0.01, 0.01)):
+        model = make_model(**model_fields(h, layers))
+        plan = ParallelPlan(**plan_fields(dict(tp=tp, pp=pp, dp=n // (tp * pp), mbs=mbs,
+                                               gbs=gbs)))
+        run = MeasuredRun(name=f"{model.name} {n} GPUs tp {tp} pp {pp} mbs {mbs}", group=None,
+                          source="made", model=model, cluster="dgx-a100-80gb", num_gpus=n,
+                          seq_length=1024, plan=plan)
+        t = evaluate_plan(model, truth.apply_cluster(run_cluster(run), "fp16"), plan,
+                          measured=True).iteration_time_s
+        runs.append(dataclasses.replace(run, iteration_time_s=t * (1 + noise)))
+    _, fits = calibrate_runs(runs)
+    assert fits[0].parameters["host_op_us"] == pytest.approx(26.0, rel=0.03)
+    assert fits[0].notes[0].startswith(
+        "host_op_us: fitted although one run carries most of what the runs say about it "
+        "(gpt-h1024-l24 8 GPUs tp 4 pp 1 mbs 2, "), fits[0].notes

@@ -32,7 +32,7 @@ MODEL = make_model(name="gpt-h1024-l24", num_layers=24, hidden_size=1024,
                    num_attention_heads=16, vocab_size=51200, seq_length=1024)
 TRUTH = Calibration(values={"a100-80gb": {"fp16": {"host_op_us": 26.0}}})
 #: (GPUs, tp, pp, mbs) at global batch 16: one run per tp, and one pipeline
-PLANS = ((1, 1, 1, 2), (2, 2, 1, 1), (4, 4, 1, 2), (8, 8, 1, 4), (8, 2, 4, 2),
+PLANS = ((1, 1, 1, 2), (2, 2, 1, 1), (4, 4, 1, 2), (8, 8, 1, 8), (8, 2, 4, 2),
          (8, 1, 1, 1), (8, 4, 2, 1))
 
 

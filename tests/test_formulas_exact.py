@@ -677,8 +677,12 @@ def test_iteration_time_assembles_the_pipeline_schedule(vp):
     embedding or logits and loss), the bubble the other stage once (1F1B) or, interleaved,
     ``(others − lighter end)/vp + pp·lighter end``; sends ``m + 2(pp − 1)`` (1F1B) or
     ``2(pp·vp − 1)`` at one send each (one uniform node); the data-parallel reduction of the
-    larger stage's parameters and Adam's step over them; the breakdown sums to the time."""
-    from configurator.cost.iteration import (layer_type_times, p2p_message_s)
+    larger stage's parameters and Adam's step over them; the breakdown sums to the time.
+    Each stage's backward is one stretch of host and GPU work: its layers' passes take
+    what :func:`backward_overlap_s` saves off, the last stage's logits what of their
+    backward it hides (at micro-batch 1 these small layers wait for the host)."""
+    from configurator.cost.iteration import (backward_overlap_s, layer_type_times,
+                                             p2p_message_s)
 
     model = make_model(**(GQA | dict(num_layers=8, hidden_size=1024, num_attention_heads=8,
                                      kv_channels=128, ffn_hidden_size=4096,
@@ -697,7 +701,12 @@ def test_iteration_time_assembles_the_pipeline_schedule(vp):
     x = {k: _one(v) for k, v in stage_extras_s(model, c, gpu, lc, comm["tp_bw"],
                                                comm["tp_lat"]).items()}
     emb, logits = x["emb_fwd"] + x["emb_bwd"], x["logits_fwd"] + x["logits_bwd"]
-    first, last = 4 * layer + emb, 4 * layer + logits
+    types = layer_type_times(model, c, lc, comm)
+    saved = _one(sum(backward_overlap_s(types, 4, 0)))
+    hidden = _one(backward_overlap_s(types, 4, 0, x["logits_bwd"])[2])
+    assert saved >= 0 and 0 < hidden <= x["logits_bwd"] * (1 + 1e-12)
+    logits -= hidden
+    first, last = 4 * layer - saved + emb, 4 * layer - saved + logits
     pace, other = max(first, last), min(first, last)
     assert _one(out["compute"]) + _one(out["tp_comm"]) + _one(out["recompute"]) == \
         pytest.approx(m * pace, rel=1e-9)
@@ -1045,8 +1054,10 @@ def test_placed_plan_terms_on_one_uniform_node(moe):
     tensor-parallel and expert terms, the embedding on the first chunk, the logits on the
     last; a send of ``p2p_message_s``; each stage's data-parallel tail over its parameters
     with the windows of its layers (an MoE stage adds its experts' reduction over the
-    expert-data-parallel group); Adam's step."""
-    from configurator.cost.iteration import layer_type_times, p2p_message_s
+    expert-data-parallel group); Adam's step. What each stage's backward saves as one
+    stretch of host and GPU work (:func:`backward_overlap_s`) comes off its chunks' backward,
+    half each here, what it hides of the logits' backward off the last chunk's."""
+    from configurator.cost.iteration import backward_overlap_s, layer_type_times, p2p_message_s
     from configurator.cost.placed import PlacedPlan
 
     extra = dict(num_experts=4, moe_router_topk=2, moe_ffn_hidden_size=64) if moe else {}
@@ -1069,8 +1080,12 @@ def test_placed_plan_terms_on_one_uniform_node(moe):
     want_b = np.full((2, 2, 2), 2 * b)
     want_f[:, 0, 0] += x["emb_fwd"]
     want_b[:, 0, 0] += x["emb_bwd"]
+    n_dense, n_moe = (0, 4) if moe else (4, 0)
+    saved = _one(sum(backward_overlap_s(types, n_dense, n_moe)))
+    hidden = _one(backward_overlap_s(types, n_dense, n_moe, x["logits_bwd"])[2])
+    want_b -= saved / 2
     want_f[:, 1, 1] += x["logits_fwd"]
-    want_b[:, 1, 1] += x["logits_bwd"]
+    want_b[:, 1, 1] += x["logits_bwd"] - hidden
     np.testing.assert_allclose(got["fwd"], want_f, rtol=1e-12)
     np.testing.assert_allclose(got["bwd"], want_b, rtol=1e-12)
     send = _one(p2p_message_s(model, c, lc, comm["pp_bw"], comm["pp_lat"], comm["tp_bw"],

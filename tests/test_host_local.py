@@ -131,15 +131,19 @@ def test_ranking_follows_the_measured_best():
     0.174 s and tp 2, pp 4, mbs 4 0.113 s. Counting the local layer's operations, the
     checkpoint's and the optimizer's, at the host time a forward operation takes in
     megatron-core's layer (``bench.kernels.host_layer``, the in-training host factor) and the
-    backward's measured share, the order is the measured one, each within 20 % of its
-    measurement (0.170 and 0.133 s; with the backward priced at twice the forward and the
-    factor fitted to that, 1.35, the order was the other way round, 0.100 against 0.113 s).
-    Transformer Engine's layer, fewer operations, is faster on the same plan."""
+    backward's measured share, the order is the measured one, each within 10 % of its
+    measurement (0.168 and 0.122 s). At micro-batch 4 the re-run forward of full recompute
+    waits for the host and the backward does not: priced pass by pass the pipelined plan was
+    0.133 s (+18 %); as one stretch of host and GPU work per microbatch's backward
+    (``iteration.backward_overlap_s``) the host's waits hide under the backward's kernels.
+    (With the backward priced at twice the forward and the host factor fitted to that, 1.35,
+    the order was the other way round, 0.100 against 0.113 s.) Transformer Engine's layer,
+    fewer operations, is faster on the same plan."""
     fast = evaluate_plan(MODEL, _cluster(), _plan(2, 1, 1)).iteration_time_s
     best = evaluate_plan(MODEL, _cluster(), _plan(2, 4, 4)).iteration_time_s
     te = evaluate_plan(MODEL, _cluster(), _plan(2, 1, 1, attention_backend="unfused"))
     assert best < fast
-    assert fast == pytest.approx(0.174, rel=0.2) and best == pytest.approx(0.113, rel=0.2)
+    assert fast == pytest.approx(0.174, rel=0.1) and best == pytest.approx(0.113, rel=0.1)
     assert te.iteration_time_s < fast
 
 

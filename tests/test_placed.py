@@ -195,11 +195,12 @@ def _describe(gap: float, plan) -> str:
 
 
 def test_every_layer_term_is_in_the_table_both_pricings_read():
-    """:func:`layer_type_times` gives exactly the :data:`LAYER_TERMS` keys, dense and MoE:
-    a per-layer term missing from the table would reach neither pricing's sums."""
+    """:func:`layer_type_times` gives exactly the :data:`LAYER_TERMS` keys, dense and MoE,
+    and the backward pass's figures both pricings' :func:`backward_overlap_s` reads: a
+    per-layer term missing from the table would reach neither pricing's sums."""
     from configurator.cost.communication import comm_figures, expert_comm_figures
     from configurator.cost.compute import layer_costs
-    from configurator.cost.iteration import LAYER_TERMS, layer_type_times
+    from configurator.cost.iteration import BACKWARD_PASS_KEYS, LAYER_TERMS, layer_type_times
 
     for name, preset, nodes, gbs, _ in (CONFIGS[0], CONFIGS[3]):
         model, cl = load_model(name), load_cluster(preset, nodes)
@@ -208,7 +209,7 @@ def test_every_layer_term_is_in_the_table_both_pricings_read():
         types = layer_type_times(model, c, layer_costs(model, c, cl.gpu), comm)
         assert set(types) == {"dense", "moe"}
         for kind in types.values():
-            assert set(kind) == set(LAYER_TERMS)
+            assert set(kind) == set(LAYER_TERMS) | set(BACKWARD_PASS_KEYS)
 
 
 @pytest.mark.parametrize("measured", [False, True], ids=["preset", "equal-measured-links"])

@@ -3,6 +3,8 @@
 The figures asserted here come from the models themselves (closed form vs simulator on a
 uniform cluster, exhaustive enumeration vs local search), never from fitted constants."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -328,18 +330,34 @@ def test_pipeline_boundaries_inside_and_across_hosts():
 def test_stage_times_add_up_to_the_iteration():
     """Per stage of the pacing replica: forward + backward + exposed reduction + idle is the
     iteration before the optimizer step; busy time is what the simulator counts (m times
-    the stage's chunks) and the last stage, carrying the logits and loss, idles least."""
+    the stage's chunks). With a host that costs nothing the last stage, carrying the logits
+    and loss, idles least; with the preset's host these small layers wait for it, and the
+    backward of the logits and loss runs in the GPU's idle time of the last stage's
+    backward (:func:`configurator.cost.iteration.backward_overlap_s`) while their forward
+    adds what it adds without a host."""
     cl = measured_cluster(4, 2, seed=8, slow_links=0.2)
+    free = cl.with_gpu(dataclasses.replace(
+        cl.gpu, efficiency=dataclasses.replace(cl.gpu.efficiency, host_op_s=0.0)))
     plan = _plan(8, pp=4, global_batch_size=16)
-    t = PlacedPlan(TINY, cl, PlanBatch.from_plan(plan)).time(
-        np.arange(4), np.tile(np.arange(2), (4, 1)), record=True)
-    rows = t.stage_times()
-    assert [r["stage"] for r in rows] == [0, 1, 2, 3]
-    for r in rows:
-        assert r["forward_s"] + r["backward_s"] + r["dp_exposed_s"] + r["idle_s"] == \
-            pytest.approx(t.iteration_time_s - t.optimizer_s)
-    np.testing.assert_allclose([r["busy_s"] for r in rows], t.sim.busy_s[0])
-    assert min(rows, key=lambda r: r["idle_s"])["stage"] == 3
+    busy = {}
+    for name, cluster in (("preset", cl), ("free", free)):
+        t = PlacedPlan(TINY, cluster, PlanBatch.from_plan(plan)).time(
+            np.arange(4), np.tile(np.arange(2), (4, 1)), record=True)
+        rows = t.stage_times()
+        assert [r["stage"] for r in rows] == [0, 1, 2, 3]
+        for r in rows:
+            assert r["forward_s"] + r["backward_s"] + r["dp_exposed_s"] + r["idle_s"] == \
+                pytest.approx(t.iteration_time_s - t.optimizer_s)
+        np.testing.assert_allclose([r["busy_s"] for r in rows], t.sim.busy_s[0])
+        busy[name] = {k: [r[k] for r in rows] for k in ("forward_s", "backward_s")}
+        if name == "free":
+            assert min(rows, key=lambda r: r["idle_s"])["stage"] == 3
+
+    def extra(name, key):     # the last stage's over the most of the others'
+        return busy[name][key][3] - max(busy[name][key][:3])
+    assert extra("free", "backward_s") > 0.1 * busy["free"]["backward_s"][3]
+    assert extra("preset", "backward_s") <= 0.005 * busy["preset"]["backward_s"][3]
+    assert extra("preset", "forward_s") == pytest.approx(extra("free", "forward_s"), rel=0.05)
 
 
 @pytest.mark.parametrize("gpn,fields", [

@@ -23,7 +23,7 @@ NAMES = ("gemm", "flash_attention", "host_op_us", "inter_node_efficiency")
 
 def test_prior_is_the_plausible_range_as_two_sigma():
     lo, hi, _ = PARAMETER_RANGES["host_op_us"]
-    assert prior_log_sd("host_op_us") == np.log(hi / lo) / 4
+    assert prior_log_sd("host_op_us") == pytest.approx(np.log(hi / lo) / 4, rel=1e-12)
 
 
 def test_contenders_are_the_plans_within_the_uncertainty_of_their_difference():
@@ -237,7 +237,7 @@ def test_moe_trial_runs_with_forced_balance_and_says_why(tmp_path, capsys):
     assert doc["notes"][0] == FORCED_BALANCE_NOTE and len(doc["notes"]) == 2
     model = load_model("qwen3-30b-a3b")
     cluster = load_cluster("dgx-h100-80gb", 2)
-    best = min(r["predicted_iteration_time_s"] for r in doc["runs"])
+    best = min(r["job_iteration_time_s"] for r in doc["runs"])
     for r in doc["runs"]:
         plan = plan_from_dict(r["plan"])
         assert plan.moe_router_force_load_balancing
@@ -253,7 +253,8 @@ def test_moe_trial_runs_with_forced_balance_and_says_why(tmp_path, capsys):
         assert routed_s >= r["predicted_iteration_time_s"]    # equal where host-bound
         if r["index"] == 1:
             assert routed_s > r["predicted_iteration_time_s"]
-        assert r["predicted_iteration_time_s"] <= PROBE_MAX_SLOWDOWN * best
+        # a probe is a short run: within PROBE_MAX_SLOWDOWN of the best as the runs show it
+        assert r["job_iteration_time_s"] <= PROBE_MAX_SLOWDOWN * best
     # a dense job's runs are unchanged and carry no note
     assert main(["trial", "--model", "gpt-1.7b", "--cluster", "dgx-a100-80gb", "--nodes", "1",
                  "--gbs", "8", "--json"]) == 0

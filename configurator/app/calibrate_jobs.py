@@ -39,7 +39,12 @@ Identifiability is judged over each parameter's whole range, not a local step:
    runs left out better than without it (the leave-one-out error below). Without explicit
    ``params`` a parameter whose fit rests on one run (that run carries more than
    :data:`MAX_ONE_RUN_SHARE` of what the runs say about it) is not fitted, and neither is that
-   run: the group is fitted again without it, and a note names it.
+   run: the group is fitted again without it, and a note names it. Where the parameter then
+   rests on another run alone, two runs carry it, each once the other is out: a cause they
+   share, not one run's residual, so it is fitted on every run after all, with a note
+   (runs of small GPTs on one DGX A100 made at a host time other than the preset's: the one
+   host-bound run of a draw carries most of it, a second one the rest; leaving out both in
+   turn kept every preset, ``bench/accuracy/calibrate_synthetic.py`` draw 4).
 3. a parameter whose fit alone sits at a bound of its range is tried again with each next
    one that does too, and then (without ``params``) with each of :data:`RESCUE_PARAMETERS`,
    the two fitted together: two mechanisms the runs need together, each alone pushed out of
@@ -47,8 +52,8 @@ Identifiability is judged over each parameter's whole range, not a local step:
    separably, pinned, on more than one run each, and (without ``params``) predict the runs
    left out better. Megatron-LM without Transformer Engine or Apex on one H200
    (``bench/accuracy/trial_gpu.py``: eager element-wise kernels and the host time of mbs-1
-   plans): alone, the GEMM efficiency sits at 0.38 and the host time at 50 µs, their
-   bounds; the host time with the HBM fraction fits 48 µs and 0.42, and the plans left
+   plans): alone, the GEMM efficiency sits at 0.38 and the host time at 60 µs, their
+   bounds; the host time with the HBM fraction fits 54 µs and 0.42, and the plans left
    out come within 3 %.
 4. (without ``params``) runs that a link efficiency pushed below its range moves by
    :data:`MIN_RANGE_EFFECT` or more are priced on the wrong links, which no other parameter
@@ -539,11 +544,23 @@ def _refusal(name: str, why: str, side: str | None = None) -> str:
     return f"{name}: {why}; {advice}"
 
 
+class _CarriedAgain(Exception):
+    """A parameter rests on one run again once the run it rested on is left out: two runs
+    carry it (:func:`fit_group`)."""
+
+    def __init__(self, parameter: str):
+        super().__init__(parameter)
+        self.parameter = parameter
+
+
 def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
-              params: tuple[str, ...] | None, source: str) -> GroupFit:
+              params: tuple[str, ...] | None, source: str, *,
+              _left_for: tuple[str, ...] = (), _shared: tuple[str, ...] = ()) -> GroupFit:
     """Fit one group (see the module docstring). Raises :class:`InputError` when the runs
     cannot determine an explicitly requested parameter (naming the kind of run that
-    would)."""
+    would). ``_left_for``: the parameters a run was left out for, on the way here (the one-run
+    rule); ``_shared``: those found to rest on a second run once the first was left out, which
+    two runs carry, so the rule no longer applies to them."""
     explicit = params is not None
     names = list(params or default_parameters(precision))
     for n in names:
@@ -636,7 +653,7 @@ def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
             loo = _loo(J, r)
             if (_condition(J) <= MAX_CONDITION and max(share.values()) <= MAX_INTERVAL_SHARE
                     and not fitter.pushed_past_bound(trial, u)
-                    and not _one_run_parameters(trial, J)
+                    and not [o for o in _one_run_parameters(trial, J) if o[0] not in _shared]
                     and (explicit or (loo is not None and loo < loo_prev))):
                 result = (trial, u, fitter, r, J, iv, loo)
                 selected, loo_prev = trial, (loo if loo is not None else loo_prev)
@@ -684,7 +701,11 @@ def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
             if at_bound == [n]:
                 at_bound_alone[n] = refused[-1]
             continue
-        one_run = [] if explicit else _one_run_parameters(trial, J)
+        one_run = [] if explicit else [o for o in _one_run_parameters(trial, J)
+                                       if o[0] not in _shared]
+        if one_run and one_run[0][0] in _left_for:
+            # with the run it rested on left out, it rests on another: two runs carry it
+            raise _CarriedAgain(one_run[0][0])
         if one_run:
             # the model misses something in that run which the others do not share: fit the
             # group again without it (the note names it), so that no other parameter
@@ -699,7 +720,20 @@ def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
             if not rest:
                 return dataclasses.replace(unfitted(), notes=notes + refused + [note],
                                            presets_confirmed=True)
-            fit = fit_group(rest, base_gpu, precision, params, source)
+            try:
+                fit = fit_group(rest, base_gpu, precision, params, source,
+                                _left_for=_left_for + (k,), _shared=_shared)
+            except _CarriedAgain as again:
+                if again.parameter != k:
+                    raise
+                # each of two runs carries k once the other is out: a cause they share,
+                # not one run's residual; fitted on every run, the rule set aside for k
+                fit = fit_group(prepared, base_gpu, precision, params, source,
+                                _left_for=_left_for, _shared=_shared + (k,))
+                return dataclasses.replace(fit, notes=[
+                    f"{k}: fitted although one run carries most of what the runs say about "
+                    f"it ({name}, {100 * share_i:.0f} %): left out, another run alone carries "
+                    f"it, so two runs ask for it"] + fit.notes)
             return dataclasses.replace(fit, notes=[note] + fit.notes,
                                        presets_confirmed=not fit.parameters)
         loo = _loo(J, r)
@@ -733,7 +767,7 @@ def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
                 f"{' and '.join(below)} below its range moves {them}, so {their} error is "
                 f"the links', not another parameter's to absorb; " + SLOWER_THAN_LINKS[below[0]])
         fit = fit_group([p for i, p in enumerate(prepared) if i not in bound], base_gpu,
-                        precision, params, source)
+                        precision, params, source, _left_for=_left_for, _shared=_shared)
         return dataclasses.replace(fit, notes=[note] + fit.notes,
                                    presets_confirmed=not fit.parameters)
 

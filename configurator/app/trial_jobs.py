@@ -22,7 +22,8 @@ The runs chosen (``k``, default 5):
    given the runs already chosen: the Fisher information of the runs
    ``F = diag(σ⁻²) + Σ S_p S_pᵀ / NOISE_LOG²`` and the drop of ``(F⁻¹)_jj`` by one more run
    (Sherman-Morrison), every plan of the pool at once, among those at most
-   :data:`PROBE_MAX_SLOWDOWN` times the best plan's time (the runs are short). Each probe
+   :data:`PROBE_MAX_SLOWDOWN` times the best plan's time (the runs are short; the best's
+   as it is shown, its fastest variant on the exact schedule, where that is shorter). Each probe
    is named by the parameter it pins (host-bound, GEMM-bound, attention-bound,
    communication-heavy). A parameter no plan informs is passed over. In a second pass a
    parameter whose information one chosen run carries (more than ``calibrate``'s
@@ -328,9 +329,12 @@ def by_job_time(chosen: list[tuple[int, str, str]], job_s: Mapping[int, float],
 
 
 def choose_runs(times: np.ndarray, S: np.ndarray, sd: np.ndarray, k: int,
-                names: tuple[str, ...]) -> tuple[list[tuple[int, str, str]], int, np.ndarray]:
+                names: tuple[str, ...], best_s: float | None = None
+                ) -> tuple[list[tuple[int, str, str]], int, np.ndarray]:
     """The module docstring's selection: ``([(pool index, role, reason)], contenders found,
-    σ (log) of each parameter after the chosen runs)``."""
+    σ (log) of each parameter after the chosen runs)``. ``best_s``: the best plan's time as
+    the runs are shown (its fastest variant on the exact schedule), where shorter than its
+    closed-form time: a probe stays within :data:`PROBE_MAX_SLOWDOWN` times that."""
     n = len(times)
     order = np.argsort(times, kind="stable")
     b = int(order[0])
@@ -348,7 +352,8 @@ def choose_runs(times: np.ndarray, S: np.ndarray, sd: np.ndarray, k: int,
     spread = np.max(np.abs(S[[i for i in close[:max(n_top, 2)]]] - S[b]), axis=0) * sd
     wanted = [j for j in np.argsort(-spread, kind="stable")]
     taken = {i for i, *_ in chosen}
-    too_long = times > PROBE_MAX_SLOWDOWN * times[b]   # a probe is a short run too
+    shortest = times[b] if best_s is None else min(times[b], best_s)
+    too_long = times > PROBE_MAX_SLOWDOWN * shortest    # a probe is a short run too
     j_iter = iter(wanted * 2)
     probed: set[int] = set()
     while len(chosen) < min(k, n):
@@ -475,7 +480,10 @@ def run_trial(req: TrialRequest) -> TrialOutcome:
         mechanisms = res.mechanisms
     times, S = sensitivities(model, cluster, pool, names)
     sd = np.array([prior_log_sd(n) for n in names])
-    chosen, n_close, sd_after = choose_runs(times, S, sd, req.runs, names)
+    b = int(np.argmin(times))
+    best_s = evaluate_plan(model, cluster, fastest_variant(model, cluster, plan_of(b),
+                                                           mechanisms)).iteration_time_s
+    chosen, n_close, sd_after = choose_runs(times, S, sd, req.runs, names, best_s)
     job_plan = {i: fastest_variant(model, cluster, plan_of(i), mechanisms)
                 for i, *_ in chosen}
     job_s = {i: evaluate_plan(model, cluster, p).iteration_time_s for i, p in job_plan.items()}

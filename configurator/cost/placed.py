@@ -50,7 +50,8 @@ from configurator.core.rows import distinct_rows
 from configurator.cost.communication import expert_comm_figures
 from configurator.cost.iteration import (dp_exposed_s, dp_windows_s, layer_pass_s,
                                          layer_type_times, layers_terms_s, optimizer_s,
-                                         p2p_message_s, stage_extras_s, tied_embedding_s)
+                                         p2p_message_s, stage_extras_s, tied_embedding_s,
+                                         backward_overlap_s)
 from configurator.cost.schedule_sim import SimResult, simulate
 from memory_model.params import stage_parameter_split, stage_parameter_tensors
 from topology.group_figures import domain_members, host_ring_figures, ring_figures
@@ -302,8 +303,26 @@ class PlacedPlan:
         fwd, bwd = chunks(False), chunks(True)
         fwd[:, :, 0, 0] += x["emb_fwd"][:, :, 0]
         bwd[:, :, 0, 0] += x["emb_bwd"][:, :, 0]
-        fwd[:, :, pp - 1, vp - 1] += x["logits_fwd"][:, :, pp - 1]
-        bwd[:, :, pp - 1, vp - 1] += x["logits_bwd"][:, :, pp - 1]
+        # each stage's backward as one stretch of host and GPU work (backward_overlap_s):
+        # what the layers' passes save comes off its chunks' backward in proportion to their
+        # waits, what of the logits' and loss's backward runs in the GPU's idle time off the
+        # last chunk's
+        full = {kind: {k: np.broadcast_to(v, (K, dp, pp)) for k, v in t.items()}
+                for kind, t in types.items()}
+        saved = sum(backward_overlap_s(full, self.stage_dense, self.stage_moe))
+        l_f, l_b = x["logits_fwd"][:, :, pp - 1], x["logits_bwd"][:, :, pp - 1]
+        last = {kind: {k: v[:, :, pp - 1] for k, v in t.items()} for kind, t in full.items()}
+        hidden = backward_overlap_s(last, self.stage_dense[pp - 1], self.stage_moe[pp - 1],
+                                    l_b)[2]
+        fwd[:, :, pp - 1, vp - 1] += l_f
+        bwd[:, :, pp - 1, vp - 1] += l_b - hidden
+        chunk_waits = ((self.chunk_layers - self.chunk_moe)[None, None]
+                       * full["dense"]["hb_wait"][..., None]
+                       + self.chunk_moe[None, None] * full["moe"]["hb_wait"][..., None])
+        stage_waits = chunk_waits.sum(axis=3, keepdims=True)
+        bwd -= saved[..., None] * np.divide(chunk_waits, stage_waits,
+                                            out=np.zeros_like(chunk_waits),
+                                            where=stage_waits > 0)
 
         # pipeline sends s → s+1 (and pp-1 → 0 when interleaved), tp·cp pairs in parallel
         p2p_f = np.zeros((K, dp, pp))
