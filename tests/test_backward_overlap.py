@@ -1,8 +1,8 @@
 """A microbatch's backward as one stretch of host and GPU work
 (:func:`configurator.cost.iteration.backward_overlap_s`): the closed form against a brute-force
 two-machine flow shop (the host issuing each pass's operations in order, the GPU running each
-as soon as it is issued and the previous one is done), and what it changes on the small A100
-plans of ``tests/test_host_local.py``."""
+as soon as it is issued and the previous one is done), and what it saves where every pass is
+bound the same way (what it changes on the small A100 plans: ``tests/test_host_local.py``)."""
 
 from __future__ import annotations
 

@@ -1110,6 +1110,21 @@ def test_placed_plan_terms_on_one_uniform_node(moe):
         assert _one(got["tail"][s]) == pytest.approx(_one(tail), rel=1e-9)
 
 
+
+def test_placed_plan_sends_nothing_with_one_stage():
+    """pp 1: no pipeline send, so the placed plan's send terms are zero (with two stages the
+    same plan's are a send each, :func:`test_placed_plan_terms_on_one_uniform_node`)."""
+    from configurator.cost.placed import PlacedPlan
+
+    model = make_model(**GQA)
+    cl = load_cluster(H100, nodes=1)
+    for pp in (1, 2):
+        plan = _plan(tp=2, pp=pp, dp=4 // pp, sequence_parallel=True, global_batch_size=8)
+        placed = PlacedPlan(model, cl, PlanBatch.from_plan(plan))
+        got = placed.terms(placed.rank_gpus(*placed.default_placement()))
+        sends = np.concatenate([np.ravel(got["p2p_f"]), np.ravel(got["p2p_b"])])
+        assert np.all(sends == 0.0) if pp == 1 else np.all(sends > 0.0), (pp, sends)
+
 #: A GPT-2-layout model: LayerNorm (weight and bias), GeLU MLP, learned position embedding,
 #: biases on every linear, tied embedding (the last stage keeps its copy of it when pp > 1).
 GPT2 = dict(num_layers=2, hidden_size=64, num_attention_heads=4, num_query_groups=4,
