@@ -552,21 +552,18 @@ def backward_overlap_s(types: dict, n_dense, n_moe, logits_s=None) -> tuple:
     host-bound (or every pass GPU-bound) it is nothing but the logits' share of ``W``; it
     is largest where a host-bound re-run forward alternates with a GPU-bound backward: a
     24-layer, hidden-1,024 GPT at micro-batch 4 on A100s (``tests/test_host_local.py``)."""
-    moe = np.any(n_moe)
     d, e = types["dense"], types["moe"]
-
-    def total(key):
-        return n_dense * d[key] + n_moe * e[key] if moe else n_dense * d[key]
+    tot = layers_terms_s(types, n_dense, n_moe, keys=("hb_gpu", "hb_host", "hb_wait",
+                                                      "hb_wait_rc"))
 
     def largest(key):       # over the layer kinds the rank holds
-        if not moe:
+        if not np.any(n_moe):
             return d[key]
         return np.maximum(np.where(n_dense > 0, d[key], 0.0), np.where(n_moe > 0, e[key], 0.0))
 
-    g, h, w = total("hb_gpu"), total("hb_host"), total("hb_wait")
+    g, h, w, w_rc = (tot[k] for k in ("hb_gpu", "hb_host", "hb_wait", "hb_wait_rc"))
     layers = np.maximum(g + largest("hb_lead"), h + largest("hb_lag"))
     saved = np.clip(g + w - layers, 0.0, w)        # each candidate is at most g + w
-    w_rc = total("hb_wait_rc")
     share_rc = np.divide(w_rc, w, out=np.zeros(np.broadcast(w_rc, w).shape), where=w > 0)
     out = (saved * (1.0 - share_rc), saved * share_rc)
     if logits_s is None:
@@ -583,15 +580,15 @@ def expert_data_parallel_size(c: PlanBatch) -> np.ndarray:
     return (c.tp * c.dp * c.cp).astype(float) / (c.ep * c.etp)
 
 
-def layers_terms_s(types: dict, dense_layers, moe_layers) -> dict:
-    """Each :data:`LAYER_TERMS` term (s) of one microbatch through ``dense_layers`` dense and
-    ``moe_layers`` MoE layers (arrays broadcast against those of ``types``, the output of
-    :func:`layer_type_times`). With no MoE layer at all the dense terms alone (the same
-    floats as adding 0·moe)."""
+def layers_terms_s(types: dict, dense_layers, moe_layers, keys=LAYER_TERMS) -> dict:
+    """Each term ``keys`` (default :data:`LAYER_TERMS`; s) of one microbatch through
+    ``dense_layers`` dense and ``moe_layers`` MoE layers (arrays broadcast against those of
+    ``types``, the output of :func:`layer_type_times`). With no MoE layer at all the dense
+    terms alone (the same floats as adding 0·moe)."""
     d, e = types["dense"], types["moe"]
     if not np.any(moe_layers):
-        return {k: dense_layers * d[k] for k in LAYER_TERMS}
-    return {k: dense_layers * d[k] + moe_layers * e[k] for k in LAYER_TERMS}
+        return {k: dense_layers * d[k] for k in keys}
+    return {k: dense_layers * d[k] + moe_layers * e[k] for k in keys}
 
 
 def layer_pass_s(t: dict, backward: bool, without: tuple[str, ...] = ()):

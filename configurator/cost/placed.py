@@ -309,13 +309,13 @@ class PlacedPlan:
         # last chunk's
         full = {kind: {k: np.broadcast_to(v, (K, dp, pp)) for k, v in t.items()}
                 for kind, t in types.items()}
-        saved = sum(backward_overlap_s(full, self.stage_dense, self.stage_moe))
-        l_f, l_b = x["logits_fwd"][:, :, pp - 1], x["logits_bwd"][:, :, pp - 1]
-        last = {kind: {k: v[:, :, pp - 1] for k, v in t.items()} for kind, t in full.items()}
-        hidden = backward_overlap_s(last, self.stage_dense[pp - 1], self.stage_moe[pp - 1],
-                                    l_b)[2]
-        fwd[:, :, pp - 1, vp - 1] += l_f
-        bwd[:, :, pp - 1, vp - 1] += l_b - hidden
+        logits_b = np.zeros((K, dp, pp))
+        logits_b[:, :, pp - 1] = x["logits_bwd"][:, :, pp - 1]
+        saved_c, saved_rc, hidden = backward_overlap_s(full, self.stage_dense, self.stage_moe,
+                                                       logits_b)
+        saved = saved_c + saved_rc
+        fwd[:, :, pp - 1, vp - 1] += x["logits_fwd"][:, :, pp - 1]
+        bwd[:, :, pp - 1, vp - 1] += (logits_b - hidden)[:, :, pp - 1]
         chunk_waits = ((self.chunk_layers - self.chunk_moe)[None, None]
                        * full["dense"]["hb_wait"][..., None]
                        + self.chunk_moe[None, None] * full["moe"]["hb_wait"][..., None])
