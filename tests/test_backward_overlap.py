@@ -88,3 +88,46 @@ def test_the_saving_leaves_the_recompute_and_the_backward_their_own_waits():
     compute, recompute = backward_overlap_s(types, np.array([6]), np.array([0]))
     assert float(compute[0]) == 0.0
     assert 0.0 < float(recompute[0]) <= 6 * float(layer["hb_wait_rc"][0])
+
+
+def test_the_gradient_reduction_hides_under_the_backward_as_it_runs(monkeypatch):
+    """The window the gradient reduction hides under is the last microbatch's backward as it
+    runs, the stretch's length: the layers' backward, recompute and tensor-parallel terms less
+    what :func:`backward_overlap_s` saves on them, in the closed form and in the placed
+    schedule alike. The plan (24 layers of hidden 1,024 at mbs 4 on A100s, full recompute,
+    dp 4 with the reduction overlapped) saves a good share of its backward that way."""
+    import configurator.cost.iteration as it
+    import configurator.cost.placed as placed
+    from configurator.core.model_presets import make_model
+    from configurator.cost.communication import comm_figures, expert_comm_figures
+    from configurator.cost.compute import layer_costs
+    from configurator.search.evaluate import evaluate_plan
+    from topology.cluster_files import load_cluster
+
+    model = make_model(name="gpt-h1024-l24", num_layers=24, hidden_size=1024,
+                       num_attention_heads=16, vocab_size=51200, seq_length=1024)
+    plan = ParallelPlan(tp=2, pp=1, dp=4, micro_batch_size=4, global_batch_size=32,
+                        recompute="full", precision="fp16", attention_backend="local",
+                        sequence_parallel=False, distributed_optimizer=False,
+                        overlap_grad_reduce=True, overlap_param_gather=False)
+    cluster = load_cluster("dgx-a100-80gb", 1)
+    c = PlanBatch.from_plan(plan)
+    comm = dict(comm_figures(cluster, c), **expert_comm_figures(cluster, c))
+    types = it.layer_type_times(model, c, layer_costs(model, c, cluster.gpu, None), comm)
+    t = it.layers_terms_s(types, 24, 0)
+    saved = float(np.ravel(sum(backward_overlap_s(types, 24, 0)))[0])
+    passes = float(np.ravel(t["bwd"] + t["recompute"] + t["tp_f"] + t["tp_b"])[0])
+    assert saved > 0.05 * passes
+    seen = []
+    for module in (it, placed):
+        real = module.dp_exposed_s
+
+        def spy(*args, _real=real, **kw):
+            seen.append(np.ravel(kw["bwd_window_s"]).astype(float))
+            return _real(*args, **kw)
+        monkeypatch.setattr(module, "dp_exposed_s", spy)
+    it.iteration_time(model, cluster, c)
+    evaluate_plan(model, cluster, plan)
+    assert len(seen) >= 2
+    for window in seen:
+        np.testing.assert_allclose(window, passes - saved, rtol=1e-9)

@@ -1102,7 +1102,7 @@ def test_placed_plan_terms_on_one_uniform_node(moe):
         params = 4 * non_expert + end
         tail = dp_exposed_s(c, params, comm["dp_bw"], comm["dp_lat"],
                             bwd_window_s=4 * (_one(d["bwd"]) + _one(d["recompute"])
-                                              + _one(d["tp_f"]) + _one(d["tp_b"])),
+                                              + _one(d["tp_f"]) + _one(d["tp_b"])) - saved,
                             fwd_window_s=4 * _one(d["fwd"]))
         if moe:
             tail = tail + dp_exposed_s(c, 4 * expert, comm["edp_bw"], comm["edp_lat"], 0.0,
@@ -1440,8 +1440,8 @@ def test_objective_keys_and_the_cluster_file_training_section():
 def test_data_parallel_windows_and_a_placed_iteration_per_stage():
     """The windows data-parallel traffic hides under: the gradient reduction under the last
     microbatch's backward, its recompute and its tensor-parallel collectives (forward and
-    backward: both run in the backward pass with recompute); the parameter gather under the
-    next forward. A placed iteration's stage table: m microbatches through the stage's
+    backward: both run in the backward pass with recompute), less what running them as one
+    stretch saves; the parameter gather under the next forward. A placed iteration's stage table: m microbatches through the stage's
     chunks forward and backward, busy their sum, idle what is left of the makespan
     (iteration less optimizer) after busy and the exposed reduction."""
     from configurator.cost.iteration import dp_windows_s
@@ -1451,6 +1451,9 @@ def test_data_parallel_windows_and_a_placed_iteration_per_stage():
     bwd, fwd = dp_windows_s(t)
     assert bwd == pytest.approx(2.0 + 0.5 + 0.1 + 0.2, rel=1e-12)
     assert fwd == 1.0
+    # what the backward's one stretch of host and GPU work saves shortens its window only
+    bwd, fwd = dp_windows_s(t, 0.3)
+    assert (bwd, fwd) == (pytest.approx(2.0 + 0.5 + 0.1 + 0.2 - 0.3, rel=1e-12), 1.0)
     # dp = 1, pp = 2, vp = 2; 4 microbatches
     f = np.array([[[0.10, 0.15], [0.20, 0.05]]])
     b = np.array([[[0.30, 0.25], [0.35, 0.30]]])

@@ -603,13 +603,15 @@ def layer_pass_s(t: dict, backward: bool, without: tuple[str, ...] = ()):
     return out
 
 
-def dp_windows_s(t: dict):
+def dp_windows_s(t: dict, saved_s=0.0):
     """``(backward, forward)`` windows (s) a rank's data-parallel traffic hides under, from
     one microbatch's terms through its layers ``t`` (:func:`layers_terms_s`): the gradient
     reduction under the last microbatch's backward (its layers' backward, recompute and
-    tensor-parallel collectives), the parameter gather under the next forward
+    tensor-parallel collectives, less ``saved_s``, what running that backward as one
+    stretch of host and GPU work saves on its passes, :func:`backward_overlap_s`: the
+    window is the backward's own length), the parameter gather under the next forward
     (:func:`dp_exposed_s`'s ``bwd_window_s`` and ``fwd_window_s``)."""
-    return t["bwd"] + t["recompute"] + t["tp_f"] + t["tp_b"], t["fwd"]
+    return t["bwd"] + t["recompute"] + t["tp_f"] + t["tp_b"] - saved_s, t["fwd"]
 
 
 def iteration_time(model: ModelSpec, cluster, c: PlanBatch,
@@ -714,7 +716,9 @@ def iteration_time(model: ModelSpec, cluster, c: PlanBatch,
         def __missing__(self, key):
             return np.take_along_axis(pc[key], pace_k, axis=1)[:, 0]
 
-    bwd_window, fwd_window = dp_windows_s(PaceTotal())
+    pace_saved = np.take_along_axis(np.broadcast_to(saved_c + saved_rc, stage_t.shape),
+                                    pace_k, axis=1)[:, 0]
+    bwd_window, fwd_window = dp_windows_s(PaceTotal(), pace_saved)
     expert = (ex_params, comm["edp_bw"], comm["edp_lat"]) if model.is_moe else None
     out["dp_comm"] = dp_exposed_s(
         c, ne_params, comm["dp_bw"], comm["dp_lat"], bwd_window_s=bwd_window,

@@ -339,7 +339,7 @@ class PlacedPlan:
 
         # data-parallel reduction per stage under the windows of its own layers (the
         # closed form's, of the pacing rank's), the longest of its replicas': [K, pp]
-        windows = dp_windows_s(layers_terms_s(types, self.stage_dense, self.stage_moe))
+        windows = dp_windows_s(layers_terms_s(types, self.stage_dense, self.stage_moe), saved)
         bwd_window, fwd_window = (np.broadcast_to(w, (K, dp, pp)).max(axis=1)
                                   for w in windows)
         expert = (self.stage_expert_params, self.expert_comm["edp_bw"],
