@@ -419,3 +419,54 @@ def test_a_parameter_two_runs_carry_in_turn_is_fitted_on_both():
     assert fits[0].notes[0].startswith(
         "host_op_us: fitted although one run carries most of what the runs say about it "
         "(gpt-h1024-l24 8 GPUs tp 4 pp 1 mbs 2, "), fits[0].notes
+
+
+def test_the_one_run_rule_leaves_out_one_run(monkeypatch):
+    """Draw 3 of ``bench.accuracy.calibrate_synthetic --host-op-us 35
+    --intra-node-efficiency 0.3`` (five runs of the small-GPT grid on one DGX A100, made at
+    35 us per host operation and an NVLink efficiency of 0.3, the draw's noise): the tp 2 run
+    carries the NVLink efficiency alone and is left out, the tp 8 run asks for NVLink below
+    its range and is left out as the links', and then the tp 4 run carries the host time
+    alone. Leaving it out too kept every preset, its host-bound plans 20 % too fast: the
+    rule takes one run, so the host time is fitted on the three runs left, near the truth,
+    and a note says so; with fewer left than ``MIN_RUNS_ONE_RUN_FIT`` the run is left out."""
+    from bench.accuracy.grid_drift import model_fields, plan_fields
+    from configurator.app.calibrate_jobs import calibrate_runs
+    from configurator.app.validate_jobs import run_cluster
+    from configurator.core.model_presets import make_model
+    from configurator.core.plan import ParallelPlan
+    from configurator.core.runs import MeasuredRun
+    from configurator.search.evaluate import evaluate_plan
+    from topology.calibration import Calibration
+
+    truth = Calibration(values={"a100-80gb": {"fp16": {"host_op_us": 35.0,
+                                                       "intra_node_efficiency": 0.3}}})
+    runs = []
+    # (hidden, layers, GPUs, gbs, tp, pp, mbs), the "measured" time's noise
+    for (h, layers, n, gbs, tp, pp, mbs), noise in zip(
+            ((2048, 12, 2, 32, 1, 1, 8), (1024, 24, 4, 16, 2, 1, 8), (1024, 12, 4, 128, 4, 1, 4),
+             (1024, 12, 8, 128, 8, 1, 8), (2048, 12, 8, 128, 1, 2, 8)),
+            (-0.019, -0.005, 0.004, 0.016, 0.013)):
+        model = make_model(**model_fields(h, layers))
+        plan = ParallelPlan(**plan_fields(dict(tp=tp, pp=pp, dp=n // (tp * pp), mbs=mbs,
+                                               gbs=gbs)))
+        run = MeasuredRun(name=f"{model.name} {n} GPUs tp {tp} pp {pp} mbs {mbs}", group=None,
+                          source="made", model=model, cluster="dgx-a100-80gb", num_gpus=n,
+                          seq_length=1024, plan=plan)
+        t = evaluate_plan(model, truth.apply_cluster(run_cluster(run), "fp16"), plan,
+                          measured=True).iteration_time_s
+        runs.append(dataclasses.replace(run, iteration_time_s=t * (1 + noise)))
+    _, fits = calibrate_runs(runs)
+    notes = fits[0].notes
+    assert fits[0].parameters.get("host_op_us") == pytest.approx(35.0, rel=0.05), notes
+    assert notes[0].startswith("run gpt-h1024-l24 4 GPUs tp 2 pp 1 mbs 8 left out: a "
+                               "parameter's fit rests on it alone"), notes
+    assert notes[-1].startswith("host_op_us: fitted although run gpt-h1024-l12 4 GPUs tp 4 "
+                                "pp 1 mbs 4 carries "), notes
+    # with fewer runs left than the guard asks for, that run is left out too, as before
+    import configurator.app.calibrate_jobs as cj
+    monkeypatch.setattr(cj, "MIN_RUNS_ONE_RUN_FIT", 4)
+    _, fits = calibrate_runs(runs)
+    assert fits[0].parameters == {}
+    assert any(n.startswith("run gpt-h1024-l12 4 GPUs tp 4 pp 1 mbs 4 left out: a parameter's "
+                            "fit rests on it alone (host_op_us") for n in fits[0].notes)
