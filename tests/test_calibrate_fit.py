@@ -421,17 +421,17 @@ def test_a_parameter_two_runs_carry_in_turn_is_fitted_on_both():
         "(gpt-h1024-l24 8 GPUs tp 4 pp 1 mbs 2, "), fits[0].notes
 
 
-def test_the_one_run_rule_leaves_out_one_run(monkeypatch):
-    """Draw 3 of ``bench.accuracy.calibrate_synthetic --host-op-us 35
-    --intra-node-efficiency 0.3`` (five runs of the small-GPT grid on one DGX A100, made at
-    35 us per host operation and an NVLink efficiency of 0.3, the draw's noise): the tp 2 run
-    carries the NVLink efficiency alone and is left out, the tp 8 run asks for NVLink below
-    its range and is left out as the links', and then the tp 4 run carries the host time
-    alone. Leaving it out too kept every preset, its host-bound plans 20 % too fast: the
-    rule takes one run, so the host time is fitted on the three runs left, near the truth,
-    and a note says so; with fewer left than ``MIN_RUNS_ONE_RUN_FIT`` the run is left out."""
+#: Draw 3 of ``bench.accuracy.calibrate_synthetic``: five runs of its small-GPT grid on one
+#: DGX A100, ``(hidden, layers, GPUs, gbs, tp, pp, mbs)``, and the draw's noise on each.
+DRAW_3 = (((2048, 12, 2, 32, 1, 1, 8), -0.019), ((1024, 24, 4, 16, 2, 1, 8), -0.005),
+          ((1024, 12, 4, 128, 4, 1, 4), 0.004), ((1024, 12, 8, 128, 8, 1, 8), 0.016),
+          ((2048, 12, 8, 128, 1, 2, 8), 0.013))
+
+
+def _made_runs(host_op_us: float, nvlink: float, draw=DRAW_3) -> list:
+    """``draw``'s runs, timed by the model at ``host_op_us`` and NVLink efficiency
+    ``nvlink`` on A100 FP16, times ``1 +`` their noise."""
     from bench.accuracy.grid_drift import model_fields, plan_fields
-    from configurator.app.calibrate_jobs import calibrate_runs
     from configurator.app.validate_jobs import run_cluster
     from configurator.core.model_presets import make_model
     from configurator.core.plan import ParallelPlan
@@ -439,14 +439,10 @@ def test_the_one_run_rule_leaves_out_one_run(monkeypatch):
     from configurator.search.evaluate import evaluate_plan
     from topology.calibration import Calibration
 
-    truth = Calibration(values={"a100-80gb": {"fp16": {"host_op_us": 35.0,
-                                                       "intra_node_efficiency": 0.3}}})
+    truth = Calibration(values={"a100-80gb": {"fp16": {"host_op_us": host_op_us,
+                                                       "intra_node_efficiency": nvlink}}})
     runs = []
-    # (hidden, layers, GPUs, gbs, tp, pp, mbs), the "measured" time's noise
-    for (h, layers, n, gbs, tp, pp, mbs), noise in zip(
-            ((2048, 12, 2, 32, 1, 1, 8), (1024, 24, 4, 16, 2, 1, 8), (1024, 12, 4, 128, 4, 1, 4),
-             (1024, 12, 8, 128, 8, 1, 8), (2048, 12, 8, 128, 1, 2, 8)),
-            (-0.019, -0.005, 0.004, 0.016, 0.013)):
+    for (h, layers, n, gbs, tp, pp, mbs), noise in draw:
         model = make_model(**model_fields(h, layers))
         plan = ParallelPlan(**plan_fields(dict(tp=tp, pp=pp, dp=n // (tp * pp), mbs=mbs,
                                                gbs=gbs)))
@@ -456,17 +452,20 @@ def test_the_one_run_rule_leaves_out_one_run(monkeypatch):
         t = evaluate_plan(model, truth.apply_cluster(run_cluster(run), "fp16"), plan,
                           measured=True).iteration_time_s
         runs.append(dataclasses.replace(run, iteration_time_s=t * (1 + noise)))
-    _, fits = calibrate_runs(runs)
+    return runs
+
+
+def test_runs_a_fitted_parameter_explains_are_not_left_out_for_the_links():
+    """Draw 3 at 45 us and NVLink 0.5, inside its range: the tp 2 and tp 8 runs are slow for
+    the host time, yet NVLink's efficiency fitted alone goes below its range to stand in for
+    it. The host time fitted predicts them within the noise, so they stay (left out as the
+    links', the host time then rested on the tp 4 run alone and every preset was kept, 26 %
+    too fast on the grid); a warning still says the links may be slower than the cluster's."""
+    from configurator.app.calibrate_jobs import calibrate_runs
+
+    _, fits = calibrate_runs(_made_runs(45.0, 0.5))
     notes = fits[0].notes
-    assert fits[0].parameters.get("host_op_us") == pytest.approx(35.0, rel=0.05), notes
-    assert notes[0].startswith("run gpt-h1024-l24 4 GPUs tp 2 pp 1 mbs 8 left out: a "
-                               "parameter's fit rests on it alone"), notes
-    assert notes[-1].startswith("host_op_us: fitted although run gpt-h1024-l12 4 GPUs tp 4 "
-                                "pp 1 mbs 4 carries "), notes
-    # with fewer runs left than the guard asks for, that run is left out too, as before
-    import configurator.app.calibrate_jobs as cj
-    monkeypatch.setattr(cj, "MIN_RUNS_ONE_RUN_FIT", 4)
-    _, fits = calibrate_runs(runs)
-    assert fits[0].parameters == {}
-    assert any(n.startswith("run gpt-h1024-l12 4 GPUs tp 4 pp 1 mbs 4 left out: a parameter's "
-                            "fit rests on it alone (host_op_us") for n in fits[0].notes)
+    assert fits[0].parameters.get("host_op_us") == pytest.approx(45.0, rel=0.03), notes
+    assert not [n for n in notes if " left out: " in n and n.startswith("run")], notes
+    assert notes[-1].startswith("warning: host_op_us fitted on runs that all ask for "
+                                "intra_node_efficiency below its range"), notes
