@@ -469,3 +469,28 @@ def test_runs_a_fitted_parameter_explains_are_not_left_out_for_the_links():
     assert not [n for n in notes if " left out: " in n and n.startswith("run")], notes
     assert notes[-1].startswith("warning: host_op_us fitted on runs that all ask for "
                                 "intra_node_efficiency below its range"), notes
+
+
+#: Draw 0 of ``bench.accuracy.calibrate_synthetic``, as :data:`DRAW_3`.
+DRAW_0 = (((2048, 24, 2, 8, 1, 1, 2), 0.003), ((2048, 24, 4, 32, 2, 2, 4), -0.011),
+          ((1024, 12, 8, 16, 4, 2, 1), -0.0005), ((2048, 12, 8, 32, 8, 1, 2), -0.0064),
+          ((1024, 12, 4, 32, 1, 1, 2), -0.017))
+
+
+def test_a_parameter_the_runs_only_bound_moves_to_the_nearest_value_they_allow():
+    """Draw 0 made at 10 us per host operation (half the preset's) and NVLink 0.9: once the
+    one host-bound run is left out, every other run is GPU-bound below about 11 us, so the
+    runs do not pin the host time, yet they rule out the preset (its tp 8 and tp 1 runs 44 and
+    22 % too slow). It is set to the edge of what fits them alike, nearest the preset (the
+    least change they ask for), its interval that whole span, and a note says so; it was
+    refused and every preset kept, 20 % too slow on the grid."""
+    from configurator.app.calibrate_jobs import calibrate_runs
+
+    _, fits = calibrate_runs(_made_runs(10.0, 0.9, DRAW_0))
+    fit = fits[0]
+    host = fit.parameters.get("host_op_us")
+    assert host is not None and 10.0 <= host <= 12.5, fit.notes
+    lo, hi = fit.intervals["host_op_us"]
+    assert lo == pytest.approx(2.0) and hi == pytest.approx(host)
+    assert any(n.startswith("host_op_us: set to ") and "nearest to its preset 20.8" in n
+               for n in fit.notes), fit.notes

@@ -36,7 +36,16 @@ Identifiability is judged over each parameter's whole range, not a local step:
    interval spans more than :data:`MAX_INTERVAL_SHARE` of its range, no value the runs
    push past a bound of it, :meth:`_Fitter.pushed_past_bound`) and, without explicit
    ``params``, predict the
-   runs left out better than without it (the leave-one-out error below). Without explicit
+   runs left out better than without it (the leave-one-out error below). The runs may
+   bound a parameter without pinning it: fitted alone, every value from one end of its range
+   to some value fits them alike, and its preset lies beyond (:func:`_profile_region`; a host
+   faster than the preset's, below which every run left is GPU-bound). It is then set to the
+   span's
+   end nearest the preset, the least change the runs ask for, with the span as its
+   interval, where that predicts the runs better than before and no parameter was refused
+   for being pushed past a bound (its unexplained time would be taken) (runs made at 10 us per
+   host operation and NVLink 0.9, ``calibrate_synthetic`` draw 0: every preset kept, 20 % too
+   slow on the grid; 11 us now, 2.5 %). Without explicit
    ``params`` a parameter whose fit rests on one run (that run carries more than
    :data:`MAX_ONE_RUN_SHARE` of what the runs say about it) is not fitted, and neither is that
    run: the group is fitted again without it, and a note names it. Where the parameter then
@@ -142,6 +151,8 @@ BOUND_MARGIN_SHARE = 0.01
 #: its residual instead (two GB200 FP8 MoE runs, the host time refused, fitted an FP8 GEMM
 #: efficiency of 0.33 that put the group's other runs at 35 %: bench/accuracy/calibrate_pairs.py).
 MAX_ONE_RUN_SHARE = 0.9
+#: Points over a parameter's range at which :func:`_profile_region` prices the runs.
+PROFILE_POINTS = 21
 #: Starts besides the presets, in ``u`` (every parameter at the same point of its range).
 EXTRA_STARTS = (0.2, 0.8)
 #: An end point whose cost is within this factor of the best one's counts as a solution too.
@@ -440,6 +451,28 @@ def _intervals(names, u, near, r, J) -> tuple[dict, dict]:
     return out, share
 
 
+def _profile_region(fitter: "_Fitter", names, u, j: int) -> tuple[float, float]:
+    """``(lowest, highest)`` ``u`` of parameter ``names[j]`` at which the runs fit as well as
+    at the best within the noise, the others held at ``u``: of :data:`PROFILE_POINTS` points
+    evenly over its range and ``u[j]`` itself, those whose sum of squared log residuals
+    exceeds the least by at most the :data:`NOISE_TEST_LEVEL` quantile of χ² with one degree
+    of freedom times :data:`NOISE_LOG` ² (a profile-likelihood interval). Where the runs only
+    bound a parameter (a host time below which every run is GPU-bound), it reaches the
+    range's end on that side."""
+    from scipy.stats import chi2
+
+    points = np.unique(np.append(np.linspace(0.0, 1.0, PROFILE_POINTS), u[j]))
+    costs = []
+    for x in points:
+        v = np.array(u, dtype=float)
+        v[j] = x
+        r = fitter.resid(names, v)
+        costs.append(float(r @ r))
+    costs = np.array(costs)
+    ok = points[costs <= costs.min() + float(chi2.ppf(NOISE_TEST_LEVEL, 1)) * NOISE_LOG ** 2]
+    return float(ok.min()), float(ok.max())
+
+
 def _loo(J, r) -> float | None:
     """Leave-one-out MAPE by the hat matrix ``r_i / (1 - h_ii)`` (None if singular)."""
     try:
@@ -626,6 +659,8 @@ def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
     result = None
     loo_prev = mape_before
     at_bound_alone: dict[str, str] = {}   # refused at a bound when added alone: its refusal
+    bounded: dict[str, tuple] = {}        # set to the edge of what the runs allow: (value, u)
+    pushed: set[str] = set()              # refused where the runs push it past a bound
     # the exact-to-closed ratios of the last accepted fit (the presets' before any): each
     # attempt starts from them, not from where a refused attempt left the pricer
     accepted_ratio = pricer.ratio.copy()
@@ -682,6 +717,29 @@ def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
             continue
         wide = [k for k in trial if share[k] > MAX_INTERVAL_SHARE]
         side = _bound_side(u[trial.index(n)])
+        if trial == [n] and wide == [n] and side is None and not pushed:
+            # fitted alone, the runs may only bound it: where its preset lies beyond what they
+            # allow, it is set to the nearest value they allow (the least change they ask for);
+            # not once a parameter was pushed past a bound, whose unexplained time it would take
+            a, b = _profile_region(fitter, trial, u, trial.index(n))
+            u0 = _to_u(n, before[n])
+            if (a <= 0.0 or b >= 1.0) and not a <= u0 <= b:   # one side open, preset beyond
+                edge = b if u0 > b else a
+                fixed_try = dict(fixed_before, **{n: _values([n], [edge], {})[n]})
+                r_edge = np.log(pricer.fast({k: v for k, v in fixed_try.items()}
+                                            | _values(selected, u[:len(selected)], {}))
+                                / pricer.measured)
+                mape_edge = float(np.mean(np.abs(np.exp(r_edge) - 1)))
+                if explicit or mape_edge < loo_prev:
+                    bounded[n] = (fixed_try[n], (a, b))
+                    fixed_before[n] = fixed_try[n]
+                    loo_prev = mape_edge
+                    if result is not None:     # the parameters fitted, n at its edge now
+                        k = len(selected)
+                        result = (list(selected), u[:k], _Fitter(pricer, {
+                            q: v for q, v in fixed_before.items() if q not in selected}),
+                            r_edge, J[:, :k], {q: iv[q] for q in selected}, result[6])
+                    continue
         if wide:
             bound = ("" if side is None else f" (the fit sits at its {side} bound: the runs "
                                              f"ask for a value outside its plausible range)")
@@ -689,6 +747,8 @@ def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
                     f"{_range_name(n)}{bound}" if n in wide else
                     f"with it the runs leave {', '.join(wide)} unpinned")
             refused.append(_refusal(n, what, side if n in wide else None))
+            if n in wide and side is not None:
+                pushed.add(n)
             if n in wide and side == "lower" and n in SLOWER_THAN_LINKS:
                 below.append(n)
             continue
@@ -701,6 +761,7 @@ def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
                     f"model misses" if at_bound == [n] else
                     f"with it the fit puts {', '.join(at_bound)} at a bound of its range")
             refused.append(_refusal(n, what, side if at_bound == [n] else None))
+            pushed.update(at_bound)
             if at_bound == [n] and side == "lower" and n in SLOWER_THAN_LINKS:
                 below.append(n)
             if at_bound == [n]:
@@ -780,15 +841,24 @@ def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
         return dataclasses.replace(fit, notes=[note] + fit.notes,
                                    presets_confirmed=not fit.parameters)
 
-    if result is None:
+    if result is None and not bounded:
         notes.append(presets_errors_note(prepared, r0))
         return unfitted()
+    if result is None:
+        result = ([], np.zeros(0), _Fitter(pricer, dict(fixed_before)), None, None, {}, None)
     kept, u, fitter, r, J, iv, loo = result
-    values = _values(kept, u, {})
+    values = _values(kept, u, {}) | {n: v for n, (v, _) in bounded.items()}
     t = pricer.rebase(_values(kept, u, fitter.fixed))
     r = np.log(t / pricer.measured)
     intervals = {n: [round(_values([n], [iv[n][0]], {})[n], 6),
                      round(_values([n], [iv[n][1]], {})[n], 6)] for n in kept}
+    for n, (v, (a, b)) in bounded.items():
+        lo, hi = (_values([n], [x], {})[n] for x in (a, b))
+        intervals[n] = [round(lo, 6), round(hi, 6)]
+        notes.append(f"{n}: set to {v:.3g}, of the values that fit the runs alike "
+                     f"({lo:.3g}-{hi:.3g}: they bound it on one side only) the nearest to its "
+                     f"preset {before[n]:.3g}, which they rule out")
+        kept = kept + [n]
     params_out = {k: round(float(v), 6) for k, v in values.items()}
     for n in kept:        # rounding must not leave the value outside its interval
         intervals[n] = [min(intervals[n][0], params_out[n]), max(intervals[n][1], params_out[n])]
