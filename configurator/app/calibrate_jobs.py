@@ -40,8 +40,7 @@ Identifiability is judged over each parameter's whole range, not a local step:
    bound a parameter without pinning it: fitted alone, every value from one end of its range
    to some value fits them alike, and its preset lies beyond (:func:`_profile_region`; a host
    faster than the preset's, below which every run left is GPU-bound). It is then set to the
-   span's
-   end nearest the preset, the least change the runs ask for, with the span as its
+   span's end nearest the preset, the least change the runs ask for, with the span as its
    interval, where that predicts the runs better than before and no parameter was refused
    for being pushed past a bound (its unexplained time would be taken) (runs made at 10 us per
    host operation and NVLink 0.9, ``calibrate_synthetic`` draw 0: every preset kept, 20 % too
@@ -726,19 +725,12 @@ def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
             if (a <= 0.0 or b >= 1.0) and not a <= u0 <= b:   # one side open, preset beyond
                 edge = b if u0 > b else a
                 fixed_try = dict(fixed_before, **{n: _values([n], [edge], {})[n]})
-                r_edge = np.log(pricer.fast({k: v for k, v in fixed_try.items()}
-                                            | _values(selected, u[:len(selected)], {}))
-                                / pricer.measured)
+                r_edge = np.log(pricer.fast(fixed_try) / pricer.measured)   # none selected
                 mape_edge = float(np.mean(np.abs(np.exp(r_edge) - 1)))
                 if explicit or mape_edge < loo_prev:
                     bounded[n] = (fixed_try[n], (a, b))
-                    fixed_before[n] = fixed_try[n]
+                    fixed_before[n] = fixed_try[n]      # held there by every later fit
                     loo_prev = mape_edge
-                    if result is not None:     # the parameters fitted, n at its edge now
-                        k = len(selected)
-                        result = (list(selected), u[:k], _Fitter(pricer, {
-                            q: v for q, v in fixed_before.items() if q not in selected}),
-                            r_edge, J[:, :k], {q: iv[q] for q in selected}, result[6])
                     continue
         if wide:
             bound = ("" if side is None else f" (the fit sits at its {side} bound: the runs "
