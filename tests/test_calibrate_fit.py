@@ -380,47 +380,6 @@ def test_each_attempt_starts_from_the_last_accepted_fit_not_a_refused_one(monkey
         np.testing.assert_array_equal(ratio, presets.ratio, err_msg=str(names))
 
 
-def test_a_parameter_two_runs_carry_in_turn_is_fitted_on_both():
-    """Draw 4 of ``bench.accuracy.calibrate_synthetic`` (five runs of the small-GPT grid on one
-    DGX A100, made at 26 us per host operation and an NVLink efficiency of 0.4, ±1 % noise):
-    the tp 4 mbs 2 run carries 91 % of what the runs say about the host time, so the one-run
-    rule leaves it out; without it the tp 1 pp 2 mbs 1 run carries the host time alone, and
-    was left out in turn, and the rest kept every preset (their host-bound plans 16 % too
-    fast). Each of two runs carrying the parameter once the other is out is a cause they
-    share: the host time is fitted on every run, at the truth, and a note says why."""
-    from bench.accuracy.grid_drift import model_fields, plan_fields
-    from configurator.app.calibrate_jobs import calibrate_runs
-    from configurator.app.validate_jobs import run_cluster
-    from configurator.core.model_presets import make_model
-    from configurator.core.plan import ParallelPlan
-    from configurator.core.runs import MeasuredRun
-    from configurator.search.evaluate import evaluate_plan
-    from topology.calibration import Calibration
-
-    truth = Calibration(values={"a100-80gb": {"fp16": {"host_op_us": 26.0,
-                                                       "intra_node_efficiency": 0.4}}})
-    runs = []
-    # (hidden, layers, GPUs, gbs, tp, pp, mbs), the "measured" time's noise
-    for (h, layers, n, gbs, tp, pp, mbs), noise in zip(
-            ((2048, 12, 8, 64, 1, 2, 1), (2048, 24, 4, 32, 2, 2, 16), (1024, 24, 8, 8, 4, 1, 2),
-             (2048, 12, 8, 64, 8, 1, 32), (1024, 24, 2, 16, 1, 1, 8)),
-            (0.01, -0.01, 0.01, -0.01, 0.01)):
-        model = make_model(**model_fields(h, layers))
-        plan = ParallelPlan(**plan_fields(dict(tp=tp, pp=pp, dp=n // (tp * pp), mbs=mbs,
-                                               gbs=gbs)))
-        run = MeasuredRun(name=f"{model.name} {n} GPUs tp {tp} pp {pp} mbs {mbs}", group=None,
-                          source="made", model=model, cluster="dgx-a100-80gb", num_gpus=n,
-                          seq_length=1024, plan=plan)
-        t = evaluate_plan(model, truth.apply_cluster(run_cluster(run), "fp16"), plan,
-                          measured=True).iteration_time_s
-        runs.append(dataclasses.replace(run, iteration_time_s=t * (1 + noise)))
-    _, fits = calibrate_runs(runs)
-    assert fits[0].parameters["host_op_us"] == pytest.approx(26.0, rel=0.03)
-    assert fits[0].notes[0].startswith(
-        "host_op_us: fitted although one run carries most of what the runs say about it "
-        "(gpt-h1024-l24 8 GPUs tp 4 pp 1 mbs 2, "), fits[0].notes
-
-
 #: Draw 3 of ``bench.accuracy.calibrate_synthetic``: five runs of its small-GPT grid on one
 #: DGX A100, ``(hidden, layers, GPUs, gbs, tp, pp, mbs)``, and the draw's noise on each.
 DRAW_3 = (((2048, 12, 2, 32, 1, 1, 8), -0.019), ((1024, 24, 4, 16, 2, 1, 8), -0.005),
@@ -453,6 +412,29 @@ def _made_runs(host_op_us: float, nvlink: float, draw=DRAW_3) -> list:
                           measured=True).iteration_time_s
         runs.append(dataclasses.replace(run, iteration_time_s=t * (1 + noise)))
     return runs
+
+
+#: Draw 4 of ``bench.accuracy.calibrate_synthetic``, as :data:`DRAW_3`, with ±1 % noise.
+DRAW_4 = (((2048, 12, 8, 64, 1, 2, 1), 0.01), ((2048, 24, 4, 32, 2, 2, 16), -0.01),
+          ((1024, 24, 8, 8, 4, 1, 2), 0.01), ((2048, 12, 8, 64, 8, 1, 32), -0.01),
+          ((1024, 24, 2, 16, 1, 1, 8), 0.01))
+
+
+def test_a_parameter_two_runs_carry_in_turn_is_fitted_on_both():
+    """Draw 4 of ``bench.accuracy.calibrate_synthetic`` (five runs of the small-GPT grid on one
+    DGX A100, made at 26 us per host operation and an NVLink efficiency of 0.4, ±1 % noise):
+    the tp 4 mbs 2 run carries 91 % of what the runs say about the host time, so the one-run
+    rule leaves it out; without it the tp 1 pp 2 mbs 1 run carries the host time alone, and
+    was left out in turn, and the rest kept every preset (their host-bound plans 16 % too
+    fast). Each of two runs carrying the parameter once the other is out is a cause they
+    share: the host time is fitted on every run, at the truth, and a note says why."""
+    from configurator.app.calibrate_jobs import calibrate_runs
+
+    _, fits = calibrate_runs(_made_runs(26.0, 0.4, DRAW_4))
+    assert fits[0].parameters["host_op_us"] == pytest.approx(26.0, rel=0.03)
+    assert fits[0].notes[0].startswith(
+        "host_op_us: fitted although one run carries most of what the runs say about it "
+        "(gpt-h1024-l24 8 GPUs tp 4 pp 1 mbs 2, "), fits[0].notes
 
 
 def test_runs_a_fitted_parameter_explains_are_not_left_out_for_the_links():
