@@ -381,8 +381,9 @@ def test_fp8_dot_product_attention():
     of the FP8 peak, plus a launch, the launch too divided by the FP8 speed-up as priced);
     forward quantises Q, K, V and casts the output back,
     ``T·((a + 2g)·d + a·d)/t`` elements, backward the output gradient too (``T·a·d/t`` more),
-    4 bytes an element (delayed scaling) at 0.39 of the raw HBM bandwidth; backward runs
-    2.5× the forward kernels."""
+    3 bytes an element (delayed scaling, a row-wise copy only: Transformer Engine's
+    attention quantizers ask for no column-wise one) at 0.39 of the raw HBM bandwidth;
+    backward runs 2.5× the forward kernels."""
     model = make_model(**GQA)
     gpu = _gpu()
     eff = gpu.efficiency
@@ -396,9 +397,9 @@ def test_fp8_dot_product_attention():
     kov = eff.kernel_overhead_s * gpu.peak("bf16") / gpu.peak("fp8")
     qkv_o = T * ((a + 2 * g) * d + a * d) / t
     raw = gpu.hbm_bandwidth_Bps * 0.39
-    assert _one(lc["attn_fwd"]) == pytest.approx(kov + kernels + 4 * qkv_o / raw, rel=1e-12)
+    assert _one(lc["attn_fwd"]) == pytest.approx(kov + kernels + 3 * qkv_o / raw, rel=1e-12)
     assert _one(lc["attn_bwd"]) == pytest.approx(
-        2.5 * (kov + kernels) + 4 * (qkv_o + T * a * d / t) / raw, rel=1e-12)
+        2.5 * (kov + kernels) + 3 * (qkv_o + T * a * d / t) / raw, rel=1e-12)
 
 
 def test_full_recompute_checkpoint_host_operations():
@@ -783,6 +784,43 @@ def test_fp8_block_scaling_casts():
     assert fp8_quantize_s(1e6, gpu, "blockwise") == pytest.approx(1e6 * (4 + 8 / 128) / raw,
                                                                   rel=1e-12)
     assert fp8_quantize_s(1e6, gpu, "delayed") == pytest.approx(4e6 / raw, rel=1e-12)
+
+
+def test_tensor_scaled_fp8_writes_one_copy_where_gemms_take_either_layout():
+    """Blackwell's FP8 GEMMs take either operand layout, so Transformer Engine writes a
+    tensor-scaled (delayed, current) input once, no transpose (quantizer.cpp ``create_tensor``:
+    ``columnwise_usage && !nvte_is_non_tn_fp8_gemm_supported()``): read 2, write 1, and
+    current scaling's amax read 2; block scales (blockwise, MXFP8) keep both copies. Hopper
+    writes both. Through a layer: the B200's FP8 forward is the casts' one byte an element
+    shorter than the same GPU's with TN-only GEMMs."""
+    from configurator.cost.gemm import fp8_cast_bytes, fp8_quantize_s
+
+    hopper, blackwell = (load_cluster(n, nodes=1).gpu for n in (H100, "dgx-b200-180gb"))
+    assert not hopper.non_tn_fp8_gemm and blackwell.non_tn_fp8_gemm
+    raw = blackwell.hbm_bandwidth_Bps * 0.39
+    want = {"delayed": (4, 3), "tensorwise": (6, 5), "blockwise": (4 + 8 / 128,) * 2,
+            "mxfp8": (4 + 2 / 32,) * 2}
+    for scaling, (on_hopper, on_blackwell) in want.items():
+        assert fp8_cast_bytes(hopper, scaling) == pytest.approx(on_hopper, rel=1e-12)
+        assert fp8_cast_bytes(blackwell, scaling) == pytest.approx(on_blackwell, rel=1e-12)
+        assert fp8_quantize_s(1e6, blackwell, scaling) == pytest.approx(
+            1e6 * on_blackwell / raw, rel=1e-12)
+    # a row-wise copy alone (FP8 attention's inputs) on either GPU: read 2 (and the amax's
+    # 2), write 1 and its scales
+    alone = {"delayed": 3, "tensorwise": 5, "blockwise": 3 + 4 / 128, "mxfp8": 3 + 1 / 32}
+    for scaling, want_bytes in alone.items():
+        for gpu in (hopper, blackwell):
+            assert fp8_cast_bytes(gpu, scaling, columnwise=False) == pytest.approx(
+                want_bytes, rel=1e-12)
+    model = make_model(**GQA)
+    h, a, d, f, t, T = 256, 8, 32, 512, 2, 2 * 512
+    c = _candidates(model, tp=t, micro_batch_size=2, sequence_parallel=True, precision="fp8",
+                    fp8_recipe="tensorwise")
+    tn_only = dataclasses.replace(blackwell, non_tn_fp8_gemm=False)
+    fwd_elements = T * (2 * h / t + a * d / t + f / t)
+    assert _one(layer_costs(model, c, tn_only)["fwd"]) - _one(
+        layer_costs(model, c, blackwell)["fwd"]) == pytest.approx(fwd_elements / raw,
+                                                                   rel=1e-9)
 
 
 def test_data_parallel_and_optimizer_terms_of_the_rank_holding_most_parameters():

@@ -71,7 +71,7 @@ Efficiencies (:class:`Efficiency`), one set per GPU type and precision, each wit
   without an MXFP8 rate. Block-scaled and per-tensor-scaled FP8 run the same tensor-core
   instruction (NVIDIA's cuBLAS 12.9 blog above), so it is ``gemm_fp8``'s, run-fitted the
   same way; MXFP8 trains a little slower by the block scales its casts write
-  (:data:`configurator.cost.gemm.FP8_SCALING_EXTRA_BYTES`).
+  (:data:`configurator.cost.gemm.FP8_SCALE_BYTES`).
 * ``hbm``: fraction of HBM bandwidth that memory-bound element-wise kernels attain: A100
   80GB ≈ 1.7 of 2.04 TB/s, H100 ≈ 2.9 of 3.35 TB/s, H200 ≈ 4.1 of 4.8 TB/s (BabelStream
   Triad results reported for these parts). Blackwell (8 TB/s HBM3e): a streaming MXFP8
@@ -254,7 +254,8 @@ class GPUSpec:
     may be absent); ``memory_bytes`` usable HBM; ``hbm_bandwidth_Bps`` bytes/s; ``num_sms``
     streaming multiprocessors (per-SM rates of eager kernels, attention dropout, SMs taken by
     overlapped communication); ``non_tn_fp8_gemm``: FP8 GEMMs run in
-    any operand layout, so Transformer Engine keeps no FP8 transpose of a weight
+    any operand layout, so Transformer Engine keeps no FP8 transpose of a weight and writes
+    none when it quantises a tensor-scaled input (:func:`configurator.cost.gemm.fp8_cast_bytes`)
     (``transformer_engine/pytorch/utils.py`` ``is_non_tn_fp8_gemm_supported``: compute
     capability 10.x or 13+, i.e. B200, B300, GB200, GB300; Hopper runs TN only);
     ``host_link_Bps``: bytes/s each way between the GPU and host memory, what offloaded

@@ -31,7 +31,9 @@ Per layer and microbatch on one GPU (tokens per rank ``T = b·s/cp``):
 * FP8 (``fp8``, ``mxfp8``): Transformer Engine quantises every FP8 GEMM's activation input
   (forward) and output gradient (backward) into row-wise and column-wise (transposed) FP8
   copies (transformer_engine/pytorch/module/linear.py ``_Linear.forward`` quantises
-  ``inputmat`` with both usages for the wgrad GEMM), at the bandwidth that kernel attains,
+  ``inputmat`` with both usages for the wgrad GEMM; one copy serves both for tensor scaling
+  on Blackwell, whose FP8 GEMMs take either layout,
+  :func:`~configurator.cost.gemm.fp8_cast_bytes`), at the bandwidth that kernel attains,
   measured far below the HBM's (:data:`~configurator.cost.gemm.FP8_CAST_HBM_FRACTION`,
   :func:`~configurator.cost.gemm.fp8_quantize_s`).
   Weights are cast once per iteration (``is_first_microbatch``) and not charged per
@@ -307,11 +309,14 @@ def layer_costs(model: ModelSpec, c: PlanBatch, gpu: GPUSpec, profile=None) -> d
             # FP8 peak with the attained fraction of the 16-bit ones; Q, K, V quantised and
             # the output cast back forward, the output gradient quantised and dQ, dK, dV cast
             # back backward (transformer_engine/common/recipe: "DPA casts the inputs from
-            # higher precision to FP8, performs attention in FP8, and casts tensors back")
+            # higher precision to FP8, performs attention in FP8, and casts tensors back"),
+            # row-wise copies only (dot_product_attention/utils.py get_attention_quantizers:
+            # set_usage(rowwise=True, columnwise=False))
             speed = gpu.peak("fp8") / peak16
             qkv_o = T * ((a + 2 * g) * dqk + a * dv) / tp
-            attn_fwd = attn_fwd / speed + fp8_quantize_s(qkv_o, gpu)
-            attn_bwd = attn_bwd / speed + fp8_quantize_s(qkv_o + T * a * dv / tp, gpu)
+            attn_fwd = attn_fwd / speed + fp8_quantize_s(qkv_o, gpu, columnwise=False)
+            attn_bwd = attn_bwd / speed + fp8_quantize_s(qkv_o + T * a * dv / tp, gpu,
+                                                         columnwise=False)
         if model.attention_dropout > 0:   # the in-kernel dropout mask of every visited score
             visited = c.mbs * s_q * s_k * a / tp * model.attention_score_fraction
             attn_fwd = attn_fwd + visited / (ATTENTION_DROPOUT_SCORES_PER_SM_S[0] * gpu.num_sms)

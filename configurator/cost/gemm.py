@@ -109,10 +109,23 @@ def main_grad_accumulation_s(weights, c: PlanBatch, gpu: GPUSpec, tokens=None):
             / (gpu.hbm_bandwidth_Bps * gpu.efficiency.hbm))
 
 
-#: Bytes moved per element by Transformer Engine's FP8 quantisation of a 16-bit tensor: read
-#: 2, write the row-wise and the column-wise FP8 copies, 1 each (``Float8Quantizer`` /
-#: ``MXFP8Quantizer`` with both usages; MXFP8's E8M0 scales add 2/32).
-FP8_CAST_BYTES = 4.0
+#: Bytes per element Transformer Engine's FP8 quantisation of a 16-bit tensor reads (its
+#: 16-bit input, once) and writes per FP8 copy (1): a GEMM input is written row-wise and
+#: column-wise (transposed) for the weight-gradient GEMM (``Float8Quantizer`` /
+#: ``MXFP8Quantizer`` with both usages), 4 bytes in all; one copy less where a single copy
+#: serves (:func:`fp8_cast_bytes`).
+FP8_READ_BYTES = 2.0
+#: Bytes per element of one FP8 copy (row-wise or column-wise), its scales apart.
+FP8_COPY_BYTES = 1.0
+#: The scalings with one scale per tensor, whose row-wise FP8 copy a GEMM in any layout reads:
+#: Transformer Engine's ``Float8Quantizer`` (delayed) and ``Float8CurrentScalingQuantizer``
+#: (``tensorwise``) write the transposed copy only ``if columnwise_usage &&
+#: !nvte_is_non_tn_fp8_gemm_supported()`` (transformer_engine/pytorch/csrc/quantizer.cpp,
+#: ``create_tensor``, NVIDIA/TransformerEngine@0064fbd; the support check: compute
+#: capability 10.x or 13+, ``transformer_engine/pytorch/utils.py``
+#: ``is_non_tn_fp8_gemm_supported``). Block scales (``blockwise``, ``mxfp8``) run along the
+#: reduction dimension, so the column-wise copy has scales of its own and is always written.
+TENSOR_SCALINGS = ("delayed", "tensorwise")
 #: Fraction of the HBM bandwidth that quantisation kernel attains: far below element-wise
 #: kernels' (``Efficiency.hbm``). Measured: Transformer Engine PR #101 (H100 SXM, 3.35 TB/s):
 #: the FP16 -> FP8 cast-transpose of a 4096 x 4096 tensor in 51.5 us, 67 MB at 1.30 TB/s,
@@ -123,13 +136,15 @@ FP8_CAST_BYTES = 4.0
 FP8_CAST_HBM_FRACTION = 0.39
 
 
-#: Bytes per element a quantisation moves beyond :data:`FP8_CAST_BYTES`, by scaling:
-#: current (``tensorwise``) scaling reads the tensor once more for its amax before the cast
-#: ("two tensor reads per quantization", Transformer Engine docs, "FP8 Delayed Scaling");
-#: block scales (``blockwise`` 1x128, ``mxfp8`` 1x32) write a 4-byte or 1-byte scale per
-#: block in each of the two copies, their amax taken in the cast's own pass.
-FP8_SCALING_EXTRA_BYTES = {"delayed": 0.0, "tensorwise": 2.0, "blockwise": 2 * 4 / 128,
-                           "mxfp8": 2 * 1 / 32}
+#: Bytes per element a quantisation reads beyond its input, by scaling: current
+#: (``tensorwise``) scaling reads the tensor once more for its amax before the cast ("two
+#: tensor reads per quantization", Transformer Engine docs, "FP8 Delayed Scaling"); the
+#: others take their amax in the cast's own pass.
+FP8_AMAX_READ_BYTES = {"delayed": 0.0, "tensorwise": 2.0, "blockwise": 0.0, "mxfp8": 0.0}
+#: Bytes per element of the scales written with each FP8 copy, by scaling: a 4-byte scale per
+#: block of 128 (``blockwise`` 1x128) or a 1-byte E8M0 scale per block of 32 (``mxfp8``);
+#: one per tensor otherwise (nothing per element).
+FP8_SCALE_BYTES = {"delayed": 0.0, "tensorwise": 0.0, "blockwise": 4 / 128, "mxfp8": 1 / 32}
 
 
 def fp8_scaling(c) -> str:
@@ -137,10 +152,25 @@ def fp8_scaling(c) -> str:
     return "mxfp8" if c.precision == "mxfp8" else c.fp8_recipe
 
 
-def fp8_quantize_s(elements, gpu, scaling: str = "delayed"):
-    """Time (s) of Transformer Engine quantising ``elements`` 16-bit elements into FP8
-    row-wise and column-wise copies on ``gpu`` (:data:`FP8_CAST_BYTES` per element plus the
-    scaling's :data:`FP8_SCALING_EXTRA_BYTES`, at :data:`FP8_CAST_HBM_FRACTION` of the HBM
-    bandwidth; arrays ok)."""
-    return (elements * (FP8_CAST_BYTES + FP8_SCALING_EXTRA_BYTES[scaling])
+def fp8_cast_bytes(gpu: GPUSpec, scaling: str = "delayed", columnwise: bool = True) -> float:
+    """Bytes per element Transformer Engine's quantisation moves on ``gpu`` with ``scaling``
+    (``delayed``, ``tensorwise``, ``blockwise`` or ``mxfp8``): the input read
+    (:data:`FP8_READ_BYTES`, and :data:`FP8_AMAX_READ_BYTES` again for current scaling's
+    amax) and each FP8 copy with its scales (:data:`FP8_COPY_BYTES`,
+    :data:`FP8_SCALE_BYTES`): two copies, row-wise and column-wise, one where no column-wise
+    copy is asked for (``columnwise`` False: FP8 attention's inputs) or a tensor scaling
+    (:data:`TENSOR_SCALINGS`) runs on a GPU with FP8 GEMMs in any layout
+    (``gpu.non_tn_fp8_gemm``). E.g. current scaling: 6 on an H100, 5 on a B200; MXFP8
+    4 + 2/32 on both."""
+    one_copy = not columnwise or (gpu.non_tn_fp8_gemm and scaling in TENSOR_SCALINGS)
+    copies = 1.0 if one_copy else 2.0
+    return (FP8_READ_BYTES + FP8_AMAX_READ_BYTES[scaling]
+            + copies * (FP8_COPY_BYTES + FP8_SCALE_BYTES[scaling]))
+
+
+def fp8_quantize_s(elements, gpu, scaling: str = "delayed", columnwise: bool = True):
+    """Time (s) of Transformer Engine quantising ``elements`` 16-bit elements into the FP8
+    copies its kernels read on ``gpu`` (:func:`fp8_cast_bytes` per element, at
+    :data:`FP8_CAST_HBM_FRACTION` of the HBM bandwidth; arrays ok)."""
+    return (elements * fp8_cast_bytes(gpu, scaling, columnwise)
             / (gpu.hbm_bandwidth_Bps * FP8_CAST_HBM_FRACTION))
