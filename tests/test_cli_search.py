@@ -86,3 +86,37 @@ def test_search_table_and_python_m_entry():
     assert len(lines) == 6 + 5 + 1
     # the last line says how to get scripts and how to see one plan in detail
     assert lines[-1].startswith("next: --out DIR") and "configurator estimate" in lines[-1]
+
+
+def test_search_takes_the_gradient_reduction_overlap_as_given(tmp_path):
+    """``search --no-overlap-grad-reduce`` (a stack that reduces the gradients after the
+    backward, as Megatron's local DDP did) prices every plan so: each carries it, its
+    data-parallel time is the whole all-reduce (the same as ``estimate`` gives the plan with
+    that flag), more than the overlapped search's last bucket, and the ``estimate`` command
+    the table prints for plan 1 repeats the flag."""
+    model = tmp_path / "m.yaml"
+    model.write_text("num_layers: 24\nhidden_size: 1024\nnum_attention_heads: 16\n"
+                     "vocab_size: 51200\nseq_length: 1024\n")
+    argv = ("search", "--model", model, "--cluster", "dgx-a100-80gb", "--nodes", "1", "--gbs",
+            "8", "--tp", "1", "--pp", "1", "--cp", "1", "--recompute", "full",
+            "--no-distributed-optimizer", "--precision", "fp16", "--attention-backend", "local")
+    docs = {}
+    for flag in ("--overlap-grad-reduce", "--no-overlap-grad-reduce"):
+        res = run_cli(*argv, flag, "--json")
+        assert res.returncode == 0, res.stderr
+        docs[flag] = json.loads(res.stdout)["plans"]
+    on, off = docs["--overlap-grad-reduce"], docs["--no-overlap-grad-reduce"]
+    assert {p["config"]["overlap_grad_reduce"] for p in on} == {True}
+    assert {p["config"]["overlap_grad_reduce"] for p in off} == {False}
+    best = off[0]["config"]
+    same = next(p for p in on if all(p["config"][k] == best[k]
+                                     for k in ("tp", "pp", "dp", "micro_batch_size")))
+    assert off[0]["time_breakdown_s"]["dp_comm"] > 2 * same["time_breakdown_s"]["dp_comm"] > 0
+    est = run_cli("estimate", *argv[1:9], "--mbs", best["micro_batch_size"], *argv[9:],
+                  "--no-sequence-parallel", "--no-overlap-grad-reduce", "--json")
+    assert est.returncode == 0, est.stderr
+    assert json.loads(est.stdout)["time_breakdown_s"]["dp_comm"] == pytest.approx(
+        off[0]["time_breakdown_s"]["dp_comm"], rel=1e-9)
+    text = run_cli(*argv, "--no-overlap-grad-reduce")
+    assert text.returncode == 0, text.stderr
+    assert "--no-overlap-grad-reduce" in text.stdout.splitlines()[-1]

@@ -59,6 +59,9 @@ class SearchRequest:
     random_placements: int = RANDOM_PLACEMENTS
     #: time, cost and energy to train (``--train-tokens`` and its options), or None
     training: TrainingRequest | None = None
+    #: the data-parallel overlaps every plan runs with, those given (``overlap_grad_reduce``
+    #: -> bool, as :func:`configurator.search.rank.search` takes it; left out: on)
+    ddp: Mapping[str, bool] = field(default_factory=dict)
     #: the options the user gave (not None in ``options``); the search chooses the others
     given: frozenset = field(default=frozenset(), init=False)
 
@@ -75,8 +78,10 @@ class SearchRequest:
     def search_kwargs(self) -> dict:
         """The options as :func:`configurator.search.rank.search` takes them: those the user
         gave, the others None (the search completes them with the recipe mechanisms the
-        cluster allows, :mod:`configurator.search.mechanisms`)."""
-        return {k: (v if k in self.given else None) for k, v in self.options.items()}
+        cluster allows, :mod:`configurator.search.mechanisms`), and the data-parallel
+        overlaps given (``ddp``)."""
+        return {**{k: (v if k in self.given else None) for k, v in self.options.items()},
+                **self.ddp}
 
     def check(self) -> None:
         """Check the request's own settings: the global batch size (field ``gbs``), ``top``,

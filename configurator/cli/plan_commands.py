@@ -35,6 +35,10 @@ SEARCH_RESTRICTIONS = ("tp", "pp", "dp", "cp", "vp", "micro_batch_size", "ep", "
                        "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers")
 #: Boolean plan fields ``search`` can fix (``--no-sequence-parallel``; default both values).
 SEARCH_SWITCHES = ("sequence_parallel", "distributed_optimizer")
+#: The data-parallel overlap every plan of a search runs with (``--no-overlap-grad-reduce``
+#: for a stack that reduces gradients after the backward, as Megatron's local DDP did;
+#: default on, as ``estimate``'s).
+SEARCH_DDP = ("overlap_grad_reduce",)
 #: Required options of ``estimate``: the layout and micro-batch size.
 ESTIMATE_REQUIRED = ("tp", "pp", "micro_batch_size")
 
@@ -176,6 +180,8 @@ def add_search_arguments(p) -> None:
                        default=None,
                        help=f"only plans with (or, --no-, without) {f.megatron_name} "
                             "(default: both)")
+    for name in SEARCH_DDP:
+        add_plan_option(groups[group_of(name)], name)
     g = groups["search"]
     g.add_argument("--top", type=integer, default=10, help="plans to show (default 10)")
     g.add_argument("--max-memory-fraction", type=float, default=DEFAULT_MAX_MEMORY_FRACTION,
@@ -214,6 +220,8 @@ def run_search(args) -> int:
                         out=args.out, force=args.force,
                         placement_time_s=args.placement_time_s,
                         placement_evaluations=args.placement_evaluations, seed=args.seed,
+                        ddp={k: getattr(args, k) for k in SEARCH_DDP
+                             if getattr(args, k) is not None},
                         training=training_request(args))
     if args.nodes_range is not None:
         return _run_scaling(args, req)
