@@ -472,6 +472,12 @@ def _profile_region(fitter: "_Fitter", names, u, j: int) -> tuple[float, float]:
     return float(ok.min()), float(ok.max())
 
 
+def _mape(r) -> float:
+    """Mean absolute percentage error (a fraction) of runs whose log residuals (log
+    predicted over measured time) are ``r``."""
+    return float(np.mean(np.abs(np.exp(r) - 1)))
+
+
 def _loo(J, r) -> float | None:
     """Leave-one-out MAPE by the hat matrix ``r_i / (1 - h_ii)`` (None if singular)."""
     try:
@@ -479,7 +485,7 @@ def _loo(J, r) -> float | None:
     except np.linalg.LinAlgError:
         return None
     h = np.clip(np.diag(H), 0.0, 0.999)
-    return float(np.mean(np.abs(np.exp(r / (1 - h)) - 1)))
+    return _mape(r / (1 - h))
 
 
 def _one_run_parameters(names: list[str], J) -> list[tuple[str, int, float]]:
@@ -612,7 +618,7 @@ def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
     pricer = _Pricer(prepared, base_gpu, source)
     t0 = pricer.rebase({})
     r0 = np.log(t0 / pricer.measured)
-    mape_before = float(np.mean(np.abs(np.exp(r0) - 1)))
+    mape_before = _mape(r0)
     notes: list[str] = [replicate_note(p) for p in prepared if p.replicates]
     refused: list[str] = []
     below: list[str] = []   # link efficiencies the runs push below their range
@@ -720,13 +726,13 @@ def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
             # fitted alone, the runs may only bound it: where its preset lies beyond what they
             # allow, it is set to the nearest value they allow (the least change they ask for);
             # not once a parameter was pushed past a bound, whose unexplained time it would take
-            a, b = _profile_region(fitter, trial, u, trial.index(n))
+            a, b = _profile_region(fitter, trial, u, 0)
             u0 = _to_u(n, before[n])
             if (a <= 0.0 or b >= 1.0) and not a <= u0 <= b:   # one side open, preset beyond
                 edge = b if u0 > b else a
                 fixed_try = dict(fixed_before, **{n: _values([n], [edge], {})[n]})
-                r_edge = np.log(pricer.fast(fixed_try) / pricer.measured)   # none selected
-                mape_edge = float(np.mean(np.abs(np.exp(r_edge) - 1)))
+                # nothing is selected yet, so the presets with the edge are the whole fit
+                mape_edge = _mape(np.log(pricer.fast(fixed_try) / pricer.measured))
                 if explicit or mape_edge < loo_prev:
                     bounded[n] = (fixed_try[n], (a, b))
                     fixed_before[n] = fixed_try[n]      # held there by every later fit
@@ -862,7 +868,7 @@ def fit_group(prepared: list[_Prepared], base_gpu, precision: str,
     return GroupFit(gpu=base_gpu.name, precision=precision, runs=len(prepared),
                     parameters=params_out,
                     before={k: round(float(v), 6) for k, v in before.items()},
-                    mape_before=mape_before, mape_after=float(np.mean(np.abs(np.exp(r) - 1))),
+                    mape_before=mape_before, mape_after=_mape(r),
                     loo_mape=loo, intervals=intervals, notes=notes)
 
 
