@@ -120,3 +120,61 @@ def test_search_takes_the_gradient_reduction_overlap_as_given(tmp_path):
     text = run_cli(*argv, "--no-overlap-grad-reduce")
     assert text.returncode == 0, text.stderr
     assert "--no-overlap-grad-reduce" in text.stdout.splitlines()[-1]
+
+
+def test_a_job_on_part_of_a_node(tmp_path, capsys):
+    """--gpus N: a job on 1, 2 or 4 GPUs of a DGX is one host of N GPUs on the node's links,
+    the cluster validate prices a run on N GPUs on (one definition), and whole nodes
+    otherwise; the scripts launch N processes."""
+    from configurator.cli import main
+    from configurator.core.runs import MeasuredRun
+    from configurator.app.validate_jobs import run_cluster
+    from configurator.core.plan import plan_from_dict
+    from configurator.search.evaluate import evaluate_plan
+    from configurator.core.model_presets import load_model
+
+    job = ["--model", "gpt-1.7b", "--cluster", "dgx-a100-80gb", "--gbs", "16", "--tp", "2",
+           "--pp", "1", "--mbs", "2", "--json"]
+    assert main(["estimate", *job, "--gpus", "4"]) == 0
+    four = json.loads(capsys.readouterr().out)
+    assert four["config"]["dp"] == 2
+    run = MeasuredRun(name="r", group=None, source="s", model="gpt-1.7b",
+                      cluster="dgx-a100-80gb", num_gpus=4, seq_length=None,
+                      plan=plan_from_dict(four["config"]), iteration_time_s=1.0)
+    cluster = run_cluster(run)
+    assert (cluster.num_nodes, cluster.gpus_per_node, cluster.num_gpus) == (1, 4, 4)
+    e = evaluate_plan(load_model("gpt-1.7b"), cluster, run.plan)
+    assert four["iteration_time_s"] == pytest.approx(e.iteration_time_s, rel=1e-9)
+    # whole nodes: --gpus 16 is --nodes 2
+    assert main(["estimate", *job, "--gpus", "16"]) == 0
+    sixteen = json.loads(capsys.readouterr().out)
+    assert main(["estimate", *job, "--nodes", "2"]) == 0
+    assert sixteen == json.loads(capsys.readouterr().out)
+    # the search's plans and scripts: 4 processes on one node
+    out = tmp_path / "plan"
+    assert main(["search", "--model", "gpt-1.7b", "--cluster", "dgx-a100-80gb", "--gpus", "4",
+                 "--gbs", "16", "--top", "3", "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert "--nproc-per-node 4" in (out / "launch_torchrun.sh").read_text()
+    assert "#SBATCH --gpus-per-node=4" in (out / "launch_slurm.sbatch").read_text()
+    plans = json.loads((out / "plans.json").read_text())["plans"]
+    assert {p["config"]["tp"] * p["config"]["pp"] * p["config"]["dp"] * p["config"]["cp"]
+            for p in plans} == {4}
+
+
+@pytest.mark.parametrize("args, field, rule", [
+    (["--gpus", "3"], "--gpus=3", "multiple or a divisor of the 8 GPUs per node"),
+    (["--gpus", "12"], "--gpus=12", "multiple or a divisor of the 8 GPUs per node"),
+    (["--gpus", "0"], "--gpus=0", "must be an integer in 1.."),
+    (["--gpus", "2", "--nodes", "2"], "--nodes=2", "must be 1 with 2 GPUs"),
+    (["--gpus", "16", "--nodes", "3"], "--nodes=3", "disagrees with 16 GPUs: 2 nodes of 8"),
+    (["--gpus", "4", "--topology", "topo.json"], "--gpus=4", "not with --topology"),
+    (["--gpus", "8", "--nodes-range", "1:2"], "--nodes-range='1:2'", "not both"),
+])
+def test_gpus_that_are_no_job_are_refused_in_one_line(capsys, args, field, rule):
+    from configurator.cli import main
+
+    assert main(["search", "--model", "gpt-1.7b", "--cluster", "dgx-a100-80gb", "--gbs", "16",
+                 *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and field in err and rule in err, err

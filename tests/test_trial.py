@@ -309,3 +309,62 @@ def test_an_option_given_to_the_trial_pins_it():
             inputs=JobInputs(model="llama3-8b", cluster="dgx-h100-80gb", nodes=2),
             global_batch_size=64, options={"grad_reduce_in_bf16": given}))
         assert {r.plan.grad_reduce_in_bf16 for r in out.runs} == {given is None}
+
+
+def test_the_search_limits_hold_for_every_run_and_the_next_search(capsys):
+    """A stack that runs only some plans (2021 Megatron: full recompute, no sequence
+    parallelism, no distributed optimizer, gradients reduced after the backward, tp up to 4)
+    is tried within those limits: every chosen run keeps them, and the re-ranking search the
+    trial prints repeats them, so that it ranks the plans the runs were chosen among."""
+    limits = ["--recompute", "full", "--tp", "1", "2", "4", "--no-sequence-parallel",
+              "--no-distributed-optimizer", "--no-overlap-grad-reduce"]
+    job = ["--model", "gpt-1.7b", "--cluster", "dgx-a100-80gb", "--nodes", "1", "--gbs", "16",
+           "--precision", "fp16", "--attention-backend", "local"]
+    assert main(["trial", *job, *limits, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert len(doc["runs"]) == 5
+    for r in doc["runs"]:
+        p = r["plan"]
+        assert (p["recompute"], p["sequence_parallel"], p["distributed_optimizer"],
+                p["overlap_grad_reduce"]) == ("full", False, False, False), p
+        assert p["tp"] in (1, 2, 4)
+    # without the limits the same job's runs leave them (the test would pass vacuously
+    # otherwise)
+    assert main(["trial", *job, "--json"]) == 0
+    free = json.loads(capsys.readouterr().out)["runs"]
+    assert any(r["plan"]["recompute"] != "full" or r["plan"]["sequence_parallel"]
+               or r["plan"]["tp"] == 8 for r in free)
+    assert main(["trial", *job, *limits]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    search = last[last.index("configurator search"):].split()
+    at = search.index("--tp")
+    assert search[at + 1:at + 4] == ["1", "2", "4"]
+    for word in ("--no-sequence-parallel", "--no-distributed-optimizer",
+                 "--no-overlap-grad-reduce"):
+        assert word in search
+    assert search[search.index("--recompute") + 1] == "full"
+
+
+def test_a_file_of_plans_takes_no_search_limits(tmp_path, capsys):
+    """The plans of --plans are the candidates: limits beside them are refused in one line
+    (exit 2) naming the file and the limits, not silently ignored."""
+    f = tmp_path / "plans.yaml"
+    f.write_text("plans:\n- {tp: 1, pp: 1, micro_batch_size: 1}\n")
+    assert main(["trial", "--model", "gpt-1.7b", "--cluster", "dgx-a100-80gb", "--nodes", "1",
+                 "--gbs", "8", "--plans", str(f), "--recompute", "full"]) == 2
+    err = capsys.readouterr().err
+    assert str(f) in err and "--recompute full" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_trial_on_part_of_a_node(capsys):
+    """trial --gpus 4: runs of 4 GPUs, and the next step's search on the same 4."""
+    assert main(["trial", "--model", "gpt-1.7b", "--cluster", "dgx-a100-80gb", "--gpus", "4",
+                 "--gbs", "16", "--runs", "3", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert {r["plan"]["tp"] * r["plan"]["pp"] * r["plan"]["dp"] * r["plan"]["cp"]
+            for r in doc["runs"]} == {4}
+    assert main(["trial", "--model", "gpt-1.7b", "--cluster", "dgx-a100-80gb", "--gpus", "4",
+                 "--gbs", "16", "--runs", "3"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    search = last[last.index("configurator search"):].split()
+    assert search[search.index("--gpus") + 1] == "4" and "--nodes" not in search

@@ -134,8 +134,38 @@ def load_cluster(ref: str, nodes: int | None = None) -> Cluster:
     return read_cluster(ref, nodes)[0]
 
 
-def read_cluster(ref: str, nodes: int | None = None) -> tuple[Cluster, dict[str, float]]:
+def read_cluster(ref: str, nodes: int | None = None, gpus: int | None = None, *,
+                 gpus_field: str = "gpus") -> tuple[Cluster, dict[str, float]]:
     """:func:`load_cluster` and the cluster's checked ``training`` section
     (:func:`training_section`; empty when it has none): the preset or file read once for
-    both. Raises :class:`InputError` (field ``cluster``, ``nodes``, or the offending key)."""
-    return cluster_and_training(cluster_config(ref), nodes)
+    both. ``gpus``: the job's GPU count instead of whole nodes (:func:`config_for_gpus`).
+    Raises :class:`InputError` (field ``cluster``, ``nodes``, ``gpus_field`` or the
+    offending key)."""
+    data = cluster_config(ref)
+    if gpus is not None:
+        data, nodes = config_for_gpus(data, gpus, nodes, ref=ref, field=gpus_field)
+    return cluster_and_training(data, nodes)
+
+
+def config_for_gpus(data: Mapping[str, Any], gpus: int, nodes: int | None = None, *,
+                    ref: str = "the cluster", field: str = "gpus"
+                    ) -> tuple[Mapping[str, Any], int]:
+    """``(data, nodes)`` for a job on ``gpus`` GPUs of cluster ``data``: whole nodes
+    (``gpus`` a multiple of ``gpus_per_node``), or part of one node (a divisor of it: one
+    host of ``gpus`` GPUs on the same links, its NVLink domain those GPUs; a 4-GPU job on a
+    DGX, as Megatron runs it with ``--nproc-per-node 4``). ``nodes``, if given, must agree.
+    Raises :class:`InputError` (field ``field`` or ``nodes``)."""
+    n = v.int_in_range(field, gpus, key="num_gpus")
+    g = v.int_in_range("gpus_per_node", data.get("gpus_per_node"))
+    if n < g and g % n == 0:
+        if nodes not in (None, 1):
+            raise InputError("nodes", nodes, f"must be 1 with {n} GPUs: they are part of one "
+                                             f"node of {g} ({ref})")
+        return {**data, "gpus_per_node": n, "nvlink_domain_gpus": n}, 1
+    if n % g:
+        raise InputError(field, n, f"must be a multiple or a divisor of the {g} GPUs per "
+                                   f"node of {ref}")
+    if nodes is not None and nodes != n // g:
+        raise InputError("nodes", nodes, f"disagrees with {n} GPUs: {n // g} nodes of {g} "
+                                         f"({ref})")
+    return data, n // g

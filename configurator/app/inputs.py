@@ -32,12 +32,15 @@ class JobInputs:
     ``nodes``: node count (default the cluster's own; with a topology, how many of its hosts
     the plan uses, at most all of them: the placement chooses which); ``topology``: a
     measured topology file; ``exclude_flagged``: never use the hosts the topology's audit
-    recommends draining.
+    recommends draining; ``gpus``: the job's GPU count instead of whole nodes, part of one
+    node where it divides the node's GPUs (:func:`topology.cluster_files.config_for_gpus`;
+    not with a topology).
     """
 
     model: str
     cluster: str
     nodes: int | None = None
+    gpus: int | None = None
     seq_length: int | None = None
     topology: str | None = None
     exclude_flagged: bool = False
@@ -85,7 +88,8 @@ def resolve(inputs: JobInputs, *, exclude_flagged: bool | None = None,
 def resolve_uncalibrated(inputs: JobInputs, *, exclude_flagged: bool | None = None
                          ) -> ResolvedJob:
     """Load the model and build the cluster (no profile, no calibration). Without a
-    topology: ``inputs.nodes`` nodes of the cluster (default its own count). With one:
+    topology: ``inputs.nodes`` nodes of the cluster (default its own count), or
+    ``inputs.gpus`` GPUs (whole nodes or part of one). With one:
     every host of the topology, its links measured; :func:`host_pool` then says which hosts
     a plan may use and how many. ``exclude_flagged`` (default ``inputs.exclude_flagged``)
     needs a topology. The cluster is read once, its ``training`` section with it.
@@ -96,13 +100,16 @@ def resolve_uncalibrated(inputs: JobInputs, *, exclude_flagged: bool | None = No
         model = model.with_seq_length(inputs.seq_length)
     if inputs.nodes is not None:
         v.int_in_range("nodes", inputs.nodes)
+    if inputs.gpus is not None and inputs.topology:
+        raise InputError("gpus", inputs.gpus, "not with --topology: a measured topology's "
+                                              "plans run on whole hosts (--nodes)")
     topo = None
     if inputs.topology:
         topo = load_measured_topology(inputs.topology)
     elif exclude:
         raise InputError("exclude_flagged", True, "needs --topology FILE")
     nodes = inputs.nodes if topo is None else len(topo.hosts)
-    cluster, training = read_cluster(inputs.cluster, nodes)
+    cluster, training = read_cluster(inputs.cluster, nodes, inputs.gpus)
     if topo is not None:
         from topology.topofile import apply_topology
 

@@ -20,7 +20,7 @@ from configurator.app.outputs import (LAUNCH_FILES, SEARCH_FILES, check_out, che
 from configurator.core import validate as v
 from configurator.core.document import read_plan_document
 from configurator.core.errors import InputError, NoFeasiblePlanError
-from configurator.core.plan import describe_search_options, search_options
+from configurator.core.plan import describe_search_options, field_words, search_options
 from configurator.core.plan_batch import COLUMN_FIELDS, PlanBatch
 from configurator.core.plan_terms import routed_load_share, router_balance
 from configurator.core.plan_values import RECOMPUTE
@@ -33,6 +33,33 @@ from configurator.search.placement_search import (RANDOM_PLACEMENTS, host_health
 from configurator.search.rank import RERANK_K, SearchResult, best_layer_split, search
 from configurator.search.space import SearchSpace
 from memory_model.estimate import DEFAULT_MAX_MEMORY_FRACTION
+
+
+#: Integer plan fields ``search`` can be restricted to given values (``--tp 4 8``,
+#: ``--ep 8 16``; dp, derived by ``estimate``, is one of them).
+SEARCH_RESTRICTIONS = ("tp", "pp", "dp", "cp", "vp", "micro_batch_size", "ep", "etp",
+                       "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers")
+#: Boolean plan fields ``search`` can fix (``--no-sequence-parallel``; default both values).
+SEARCH_SWITCHES = ("sequence_parallel", "distributed_optimizer")
+#: The data-parallel overlap every plan of a search runs with (``--no-overlap-grad-reduce``
+#: for a stack that reduces gradients after the backward, as Megatron's local DDP did;
+#: default on, as ``estimate``'s).
+SEARCH_DDP = ("overlap_grad_reduce",)
+
+
+def search_limit_words(recompute, restrict: Mapping[str, Any],
+                       ddp: Mapping[str, bool]) -> list[str]:
+    """The command-line words of a search's limits (``--recompute full``, ``--tp 1 2``,
+    ``--no-sequence-parallel``, ``--no-overlap-grad-reduce``): what ``trial``'s next step
+    repeats so that ``search --calibration`` ranks the plans it chose among."""
+    words: list[str] = []
+    if tuple(recompute) != tuple(RECOMPUTE):
+        words += ["--recompute", *recompute]
+    for name in SEARCH_RESTRICTIONS + SEARCH_SWITCHES + SEARCH_DDP:
+        value = restrict.get(name, ddp.get(name))
+        if value is not None:
+            words += field_words(name, value)
+    return words
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -248,8 +275,9 @@ def calibration_change(req: SearchRequest, model, base, res: SearchResult,
 
 def nodes_note(inputs: JobInputs, cluster) -> str:
     """`` (N nodes: the cluster's default; --nodes to change)`` when the node count was not
-    given (nor taken from a measured topology), else empty: a defaulted count is stated."""
-    if inputs.nodes is not None or inputs.topology:
+    given (nor ``gpus``, nor taken from a measured topology), else empty: a defaulted count
+    is stated."""
+    if inputs.nodes is not None or inputs.gpus is not None or inputs.topology:
         return ""
     return f" ({cluster.num_nodes} nodes: the cluster's default; --nodes N to change)"
 
@@ -373,9 +401,10 @@ class EstimateOutcome:
     written: str | None = None
 
 
-def search_space(model, req: SearchRequest) -> SearchSpace:
-    """The restrictions of ``req`` as a :class:`SearchSpace`; expert options on a dense model
-    are an input error (not an empty search)."""
+def search_space(model, req) -> SearchSpace:
+    """The restrictions of ``req`` (a :class:`SearchRequest` or a ``TrialRequest``: its
+    ``recompute`` and ``restrict``) as a :class:`SearchSpace`; expert options on a dense
+    model are an input error (not an empty search)."""
     for k in ("ep", "etp"):
         vals = req.restrict.get(k)
         if vals and not model.is_moe and any(x != 1 for x in vals):

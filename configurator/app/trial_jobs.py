@@ -64,6 +64,7 @@ import numpy as np
 from configurator.app.calibrate_jobs import (MAX_ONE_RUN_SHARE, NOISE_LOG, default_parameters,
                                             fittable)
 from configurator.app.inputs import JobInputs, resolve_uncalibrated
+from configurator.app.plan_jobs import search_limit_words, search_space
 from configurator.core import validate as v
 from configurator.core.plan_batch import PlanBatch
 from configurator.core.errors import InputError
@@ -77,7 +78,6 @@ from configurator.search.evaluate import evaluate_plan
 from configurator.search.engine import in_chunks
 from configurator.search.mechanisms import Regime, mechanisms_on, plan_variants
 from configurator.search.rank import search
-from configurator.search.space import SearchSpace
 from memory_model.estimate import DEFAULT_MAX_MEMORY_FRACTION
 from topology.calibration import (PARAMETER_RANGES,
                                   parameter_value, with_link_parameters, with_parameters)
@@ -137,8 +137,9 @@ def prior_log_sd(name: str) -> float:
 @dataclass(frozen=True, kw_only=True)
 class TrialRequest:
     """``configurator trial``: the job, the plan settings every plan carries (``options``,
-    as ``search``'s), an optional file of plans the user can run, how many runs and
-    iterations, and where to write the scripts."""
+    as ``search``'s), an optional file of plans the user can run, or the limits of the
+    search that finds them, how many runs and iterations, and where to write the
+    scripts."""
 
     inputs: JobInputs
     global_batch_size: int
@@ -148,6 +149,12 @@ class TrialRequest:
     iterations: int = DEFAULT_ITERATIONS
     out: str | None = None
     force: bool = False
+    #: the search's limits, as :class:`~configurator.app.plan_jobs.SearchRequest`'s: the
+    #: recompute choices, the fields restricted (``tp`` -> values, ``sequence_parallel`` ->
+    #: its one value) and the data-parallel overlaps given (not with ``plans``)
+    recompute: tuple[str, ...] = RECOMPUTE
+    restrict: Mapping[str, Any] = field(default_factory=dict)
+    ddp: Mapping[str, bool] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -465,6 +472,10 @@ def run_trial(req: TrialRequest) -> TrialOutcome:
                         f"figures: --exclude-flagged leaves out the hosts configurator audit "
                         f"--topology {shlex.quote(req.inputs.topology)} says to drain"))
     mechanisms: tuple[str, ...] = ()
+    limits = search_limit_words(req.recompute, req.restrict, req.ddp)
+    if req.plans and limits:
+        raise InputError("plans", req.plans, f"gives the plans to choose among: not with "
+                                             f"{' '.join(limits)} (restrict the file instead)")
     if req.plans:
         pool, repeats = _load_plans(req.plans, model, cluster, req.global_batch_size)
         plan_of = pool.__getitem__
@@ -473,8 +484,8 @@ def run_trial(req: TrialRequest) -> TrialOutcome:
                          f"an earlier one: each plan is a candidate once")
     else:
         res = search(model, cluster, req.global_batch_size, top_k=1,
-                     space=SearchSpace(recompute=RECOMPUTE), keep_ranking=True,
-                     max_memory_fraction=DEFAULT_MAX_MEMORY_FRACTION, **given)
+                     space=search_space(model, req), keep_ranking=True,
+                     max_memory_fraction=DEFAULT_MAX_MEMORY_FRACTION, **given, **req.ddp)
         pool = res.ranked
         plan_of = pool.plan
         mechanisms = res.mechanisms
@@ -591,8 +602,11 @@ def _job_words(req: TrialRequest) -> str:
         words += ["--exclude-flagged"]
     if req.inputs.nodes is not None:
         words += ["--nodes", str(req.inputs.nodes)]
+    if req.inputs.gpus is not None:
+        words += ["--gpus", str(req.inputs.gpus)]
     words += ["--gbs", str(req.global_batch_size)]
     if req.inputs.seq_length is not None:
         words += ["--seq-length", str(req.inputs.seq_length)]
     words += search_option_words(req.options)
+    words += search_limit_words(req.recompute, req.restrict, req.ddp)
     return " ".join(shlex.quote(w) for w in words)

@@ -22,9 +22,8 @@ from configurator.core.runs import MeasuredRun, gpu_order_text
 from configurator.cost.measured import measured_iteration_time_s
 from configurator.search.evaluate import Evaluation, evaluate_plan
 from configurator.search.rank import best_layer_split
-from configurator.core import validate as v
 from topology.cluster import Cluster
-from topology.cluster_files import CLUSTER_PRESETS, cluster_from_config, load_cluster
+from topology.cluster_files import cluster_config, cluster_from_config, config_for_gpus
 
 if TYPE_CHECKING:
     from topology.topofile import Topology
@@ -125,20 +124,10 @@ def run_cluster(run: MeasuredRun, topology: Topology | None = None) -> Cluster:
     GPUs sit on there (:func:`on_topology`). Raises :class:`InputError` if the GPUs are
     neither whole nodes nor a divisor of one, or the topology has fewer hosts than the run
     spans."""
-    data = (CLUSTER_PRESETS[run.cluster] if run.cluster in CLUSTER_PRESETS
-            else v.load_mapping_file("cluster", run.cluster))
-    g = v.int_in_range("gpus_per_node", data.get("gpus_per_node")) if isinstance(
-        data, dict) else load_cluster(run.cluster, 1).gpus_per_node
-    part = run.num_gpus < g and g % run.num_gpus == 0
-    if part:
-        cluster = cluster_from_config({**data, "gpus_per_node": run.num_gpus,
-                                       "nvlink_domain_gpus": run.num_gpus}, 1)
-    elif run.num_gpus % g:
-        raise InputError("num_gpus", run.num_gpus,
-                         f"must be a multiple or a divisor of the {g} GPUs per node of "
-                         f"{run.cluster}")
-    else:
-        cluster = load_cluster(run.cluster, run.num_gpus // g)
+    config = cluster_config(run.cluster)
+    data, nodes = config_for_gpus(config, run.num_gpus, ref=run.cluster, field="num_gpus")
+    cluster = cluster_from_config(data, nodes)
+    part = cluster.gpus_per_node < config["gpus_per_node"]
     return cluster if topology is None else on_topology(cluster, topology, part, run.hosts,
                                                         run.gpu_order)
 

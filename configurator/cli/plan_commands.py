@@ -14,13 +14,14 @@ import sys
 from configurator.app.inputs import JobInputs
 from configurator.cli.options import (TRAINING_OPTION_DESTS, add_force, add_json, add_out,
                                       add_training_options, integer, option_groups)
-from configurator.app.plan_jobs import (EstimateRequest, LaunchRequest, SearchRequest,
+from configurator.app.plan_jobs import (SEARCH_DDP, SEARCH_RESTRICTIONS, SEARCH_SWITCHES,
+                                        EstimateRequest, LaunchRequest, SearchRequest,
                                         run_estimate as estimate_job, run_launch as launch_job,
                                         run_search as search_job)
 from configurator.core import jsonout
 from configurator.core.errors import InputError
 from configurator.core.model_presets import MODEL_PRESETS
-from configurator.core.plan import PLAN_FIELD, PLAN_FIELDS, SEARCH_OPTIONS
+from configurator.core.plan import PLAN_FIELD, PLAN_FIELDS, SEARCH_OPTIONS, field_words
 from configurator.core.plan_values import RECOMPUTE
 from launchers import start_instructions
 from memory_model.estimate import DEFAULT_MAX_MEMORY_FRACTION
@@ -29,16 +30,6 @@ from topology.cluster_files import CLUSTER_PRESETS
 #: Plan fields ``estimate`` takes as options (every field with a CLI flag; dp is derived).
 ESTIMATE_FIELDS = tuple(f.name for f in PLAN_FIELDS
                         if f.cli_flag and f.name not in SEARCH_OPTIONS)
-#: Integer plan fields ``search`` can be restricted to given values (``--tp 4 8``,
-#: ``--ep 8 16``; dp, derived by ``estimate``, is one of them).
-SEARCH_RESTRICTIONS = ("tp", "pp", "dp", "cp", "vp", "micro_batch_size", "ep", "etp",
-                       "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers")
-#: Boolean plan fields ``search`` can fix (``--no-sequence-parallel``; default both values).
-SEARCH_SWITCHES = ("sequence_parallel", "distributed_optimizer")
-#: The data-parallel overlap every plan of a search runs with (``--no-overlap-grad-reduce``
-#: for a stack that reduces gradients after the backward, as Megatron's local DDP did;
-#: default on, as ``estimate``'s).
-SEARCH_DDP = ("overlap_grad_reduce",)
 #: Required options of ``estimate``: the layout and micro-batch size.
 ESTIMATE_REQUIRED = ("tp", "pp", "micro_batch_size")
 
@@ -83,6 +74,7 @@ def _common(p: argparse.ArgumentParser, groups) -> None:
                    help="number of nodes (default: the cluster's own, stated in the output; "
                         "with --topology, how many of its hosts to use, at most all: the "
                         "placement picks which)")
+    add_gpus(g)
     g.add_argument("--gbs", type=integer, required=True, help="global batch size (sequences)")
     g.add_argument("--seq-length", type=integer,
                    help="override the model's sequence length (a Hugging Face config's "
@@ -103,8 +95,16 @@ def _common(p: argparse.ArgumentParser, groups) -> None:
     add_json(groups["output"])
 
 
+def add_gpus(g) -> None:
+    """``--gpus N``: the job's GPU count instead of whole nodes (:class:`JobInputs`)."""
+    g.add_argument("--gpus", type=integer, metavar="N",
+                   help="number of GPUs instead of --nodes: whole nodes, or part of one node "
+                        "(a divisor of its GPUs: 1, 2 or 4 of a DGX's 8, launched with "
+                        "--nproc-per-node N); whole hosts only on a measured topology")
+
+
 def _inputs(args, exclude_flagged: bool = False) -> JobInputs:
-    return JobInputs(model=args.model, cluster=args.cluster, nodes=args.nodes,
+    return JobInputs(model=args.model, cluster=args.cluster, nodes=args.nodes, gpus=args.gpus,
                      seq_length=args.seq_length, topology=args.topology,
                      exclude_flagged=exclude_flagged,
                      calibration=getattr(args, "calibration", None),
@@ -162,9 +162,10 @@ def run_estimate(args) -> int:
     return 0
 
 
-def add_search_arguments(p) -> None:
-    groups = option_groups(p)
-    _common(p, groups)
+def add_search_limits(groups) -> None:
+    """The options that restrict a search's plans (``--recompute``, ``--tp 4 8``,
+    ``--no-sequence-parallel`` …) and the data-parallel overlap every plan runs with
+    (``--no-overlap-grad-reduce``): ``search``'s and ``trial``'s (:func:`search_limits`)."""
     g = groups["plan"]
     g.add_argument("--recompute", choices=RECOMPUTE, nargs="+",
                    help="restrict recompute choices (default: all)")
@@ -182,6 +183,22 @@ def add_search_arguments(p) -> None:
                             "(default: both)")
     for name in SEARCH_DDP:
         add_plan_option(groups[group_of(name)], name)
+
+
+def search_limits(args) -> dict:
+    """What :func:`add_search_limits` parsed, as :class:`SearchRequest` and
+    :class:`~configurator.app.trial_jobs.TrialRequest` take it: ``recompute``, ``restrict``
+    (the fields given) and ``ddp`` (the overlaps given)."""
+    return dict(recompute=tuple(args.recompute) if args.recompute else RECOMPUTE,
+                restrict={k: getattr(args, k) for k in SEARCH_RESTRICTIONS + SEARCH_SWITCHES
+                          if getattr(args, k) is not None},
+                ddp={k: getattr(args, k) for k in SEARCH_DDP if getattr(args, k) is not None})
+
+
+def add_search_arguments(p) -> None:
+    groups = option_groups(p)
+    _common(p, groups)
+    add_search_limits(groups)
     g = groups["search"]
     g.add_argument("--top", type=integer, default=10, help="plans to show (default 10)")
     g.add_argument("--max-memory-fraction", type=float, default=DEFAULT_MAX_MEMORY_FRACTION,
@@ -213,15 +230,10 @@ def add_search_arguments(p) -> None:
 def run_search(args) -> int:
     req = SearchRequest(inputs=_inputs(args, args.exclude_flagged), global_batch_size=args.gbs,
                         options={name: getattr(args, name) for name in SEARCH_OPTIONS},
-                        recompute=tuple(args.recompute) if args.recompute else RECOMPUTE,
-                        restrict={k: getattr(args, k) for k in SEARCH_RESTRICTIONS
-                                  + SEARCH_SWITCHES if getattr(args, k) is not None},
-                        top=args.top, max_memory_fraction=args.max_memory_fraction,
+                        **search_limits(args), top=args.top, max_memory_fraction=args.max_memory_fraction,
                         out=args.out, force=args.force,
                         placement_time_s=args.placement_time_s,
                         placement_evaluations=args.placement_evaluations, seed=args.seed,
-                        ddp={k: getattr(args, k) for k in SEARCH_DDP
-                             if getattr(args, k) is not None},
                         training=training_request(args))
     if args.nodes_range is not None:
         return _run_scaling(args, req)
@@ -273,6 +285,8 @@ def estimate_command(args, plan) -> str:
         words += ["--topology", args.topology, "--placement", "optimized"]
     if nodes is not None:
         words += ["--nodes", str(nodes)]
+    if args.gpus is not None:
+        words += ["--gpus", str(args.gpus)]
     words += ["--gbs", str(args.gbs)]
     if args.seq_length is not None:
         words += ["--seq-length", str(args.seq_length)]
@@ -292,14 +306,8 @@ def estimate_command(args, plan) -> str:
         if PLAN_FIELD[name].type is bool and getattr(chosen, name) != getattr(plan, name):
             given[name] = getattr(plan, name)
     for name in (*ESTIMATE_FIELDS, *SEARCH_OPTIONS):
-        if name not in given:
-            continue
-        f = PLAN_FIELD[name]
-        value = given[name]
-        if f.type is bool:
-            words.append(f.cli_flag if value else "--no-" + f.cli_flag[2:])
-        else:
-            words += [f.cli_flag, str(value)]
+        if name in given:
+            words += field_words(name, given[name])
     return " ".join(shlex.quote(w) for w in words)
 
 
@@ -307,9 +315,9 @@ def _run_scaling(args, req) -> int:
     from configurator.app.plan_jobs import parse_nodes_range, run_scaling
     from configurator.report.table import format_scaling
 
-    if args.nodes is not None:
-        raise InputError("nodes_range", args.nodes_range, "give --nodes or --nodes-range, "
-                         "not both")
+    if args.nodes is not None or args.gpus is not None:
+        raise InputError("nodes_range", args.nodes_range, "give --nodes (or --gpus) or "
+                         "--nodes-range, not both")
     lo, hi = parse_nodes_range(args.nodes_range, sample=args.train_tokens is not None)
     out = run_scaling(req, lo, hi)
     if args.json:

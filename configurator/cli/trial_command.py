@@ -8,7 +8,8 @@ import sys
 from configurator.app.inputs import JobInputs
 from configurator.app.trial_jobs import DEFAULT_ITERATIONS, DEFAULT_RUNS, TrialRequest, run_trial
 from configurator.cli.options import add_force, add_json, add_out, option_groups
-from configurator.cli.plan_commands import add_plan_option, group_of
+from configurator.cli.plan_commands import (add_gpus, add_plan_option, add_search_limits,
+                                            group_of, search_limits)
 from configurator.core import jsonout
 from configurator.core.model_presets import MODEL_PRESETS
 from configurator.core.plan import SEARCH_OPTIONS
@@ -25,6 +26,7 @@ def add_trial_arguments(p) -> None:
                    help="preset, any case (" + ", ".join(CLUSTER_PRESETS) + ") or a YAML/JSON "
                         "file")
     g.add_argument("--nodes", type=int, help="number of nodes (default: the cluster's own)")
+    add_gpus(g)
     g.add_argument("--gbs", type=int, required=True, help="global batch size (sequences)")
     g.add_argument("--seq-length", type=int, help="override the model's sequence length")
     groups["topology and placement"].add_argument(
@@ -39,11 +41,14 @@ def add_trial_arguments(p) -> None:
              "flag (the audit of a topology of thousands of hosts takes a while)")
     for name in SEARCH_OPTIONS:
         add_plan_option(groups[group_of(name)], name)
+    add_search_limits(groups)
     g = groups["search"]
     g.add_argument("--plans", metavar="FILE",
                    help="the plans you can run: a plans.json of 'search --out' (or a YAML/JSON "
                         "mapping 'plans: [plan, ...]'; a plan repeated counts once); "
-                        "default: every plan the search keeps")
+                        "default: every plan the search keeps within the limits above "
+                        "(--recompute, --tp …, --no-sequence-parallel …), which the next "
+                        "step's search repeats")
     g.add_argument("--runs", type=int, default=DEFAULT_RUNS, metavar="K",
                    help=f"how many short runs to choose (1..64, default {DEFAULT_RUNS})")
     g.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS, metavar="N",
@@ -58,13 +63,14 @@ def add_trial_arguments(p) -> None:
 
 def run_trial_command(args) -> int:
     req = TrialRequest(inputs=JobInputs(model=args.model, cluster=args.cluster,
-                                        nodes=args.nodes, seq_length=args.seq_length,
+                                        nodes=args.nodes, gpus=args.gpus,
+                                        seq_length=args.seq_length,
                                         topology=args.topology,
                                         exclude_flagged=args.exclude_flagged),
                        global_batch_size=args.gbs,
                        options={name: getattr(args, name) for name in SEARCH_OPTIONS},
                        plans=args.plans, runs=args.runs, iterations=args.iterations,
-                       out=args.out, force=args.force)
+                       out=args.out, force=args.force, **search_limits(args))
     out = run_trial(req)
     if args.json:
         print(jsonout.dumps(out.to_dict(), indent=2))

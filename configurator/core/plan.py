@@ -655,14 +655,19 @@ def search_option_words(given: Mapping[str, Any]) -> list[str]:
     words: list[str] = []
     for name in SEARCH_OPTIONS:
         value = given.get(name)
-        flag = PLAN_FIELD[name].cli_flag
-        if value is None or flag is None:
-            continue
-        if PLAN_FIELD[name].type is bool:
-            words.append(flag if value else "--no-" + flag[2:])
-        else:
-            words += [flag, str(value)]
+        if value is not None and PLAN_FIELD[name].cli_flag is not None:
+            words += field_words(name, value)
     return words
+
+
+def field_words(name: str, value) -> list[str]:
+    """The command-line words that set plan field ``name`` to ``value``: a boolean's
+    ``--flag`` or ``--no-flag``, else ``--flag value`` (a tuple: ``--flag v1 v2 …``, as a
+    search restriction takes it); the flag is the field's ``cli_flag``, else ``--name``."""
+    flag = PLAN_FIELD[name].cli_flag or f"--{name}"
+    if isinstance(value, bool):
+        return [flag if value else "--no-" + flag[2:]]
+    return [flag, *(str(x) for x in (value if isinstance(value, tuple | list) else (value,)))]
 
 
 def describe_plan(plan: ParallelPlan) -> list[str]:
