@@ -37,14 +37,16 @@ PLAN_RANDOM_PLACEMENTS = 20
 def measured_search_request(*, model: str, cluster_ref: str, topology: str,
                             global_batch_size: int, nodes: int | None,
                             seq_length: int | None, options: Mapping[str, Any], top: int,
-                            seed: int, placement_evaluations: int | None = None
-                            ) -> SearchRequest:
+                            seed: int, placement_evaluations: int | None = None,
+                            limits: Mapping[str, Any] | None = None) -> SearchRequest:
     """The search ``plan`` and the audit's pricing (:func:`price_audit`) run on the measured
     topology file ``topology``: ``search``'s request for the model, the cluster
     ``cluster_ref`` (:func:`~configurator.app.inputs.cluster_ref_for`), its hosts and the
     shared plan settings ``options``, each placed plan's random median behind
     :data:`PLAN_RANDOM_PLACEMENTS` placements. ``placement_evaluations``: placements priced
-    per plan (None: the search's default). Raises :class:`InputError` for bad ``options``."""
+    per plan (None: the search's default); ``limits``: the search's restrictions
+    (``recompute``, ``restrict``, ``ddp`` as :class:`SearchRequest` takes them; None: none).
+    Raises :class:`InputError` for bad ``options``."""
     from configurator.app.inputs import JobInputs
     from configurator.app.plan_jobs import SearchRequest
 
@@ -52,6 +54,7 @@ def measured_search_request(*, model: str, cluster_ref: str, topology: str,
                                           seq_length=seq_length, topology=topology),
                          global_batch_size=global_batch_size, options=options, top=top,
                          seed=seed, random_placements=PLAN_RANDOM_PLACEMENTS,
+                         **(limits or {}),
                          **({} if placement_evaluations is None
                             else {"placement_evaluations": placement_evaluations}))
 

@@ -55,6 +55,9 @@ class PlanRequest:
     placement_evaluations: int = 100
     #: time, cost and energy to train (``--train-tokens`` and its options), or None
     training: TrainingRequest | None = None
+    #: the search's limits (``recompute``, ``restrict``, ``ddp``, as ``search``'s request
+    #: takes them: :func:`configurator.cli.plan_commands.search_limits`); empty: none
+    limits: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -156,7 +159,7 @@ def _run_plan(req: PlanRequest, stage) -> PlanOutcome:
         model=req.model, cluster_ref=cluster_ref, topology=topo_path,
         global_batch_size=req.global_batch_size, nodes=req.nodes, seq_length=req.seq_length,
         options=req.options, top=req.top, seed=req.seed,
-        placement_evaluations=req.placement_evaluations)
+        placement_evaluations=req.placement_evaluations, limits=req.limits)
     job = resolve(sreq.inputs, precision=sreq.precision)  # no profile
     model, cluster = job.model, job.cluster
     train = training_inputs(req.training, job.training)

@@ -11,7 +11,8 @@ import os
 from configurator.app.cluster_plan_jobs import PlanRequest, plan_warnings, run_plan
 from configurator.cli.options import (add_force, add_json, add_out, add_training_options,
                                       integer, option_groups)
-from configurator.cli.plan_commands import add_plan_option, group_of, training_request
+from configurator.cli.plan_commands import (add_plan_option, add_search_limits, group_of,
+                                            search_limits, training_request)
 from configurator.core import jsonout
 from configurator.core.plan import SEARCH_OPTIONS
 from launchers import start_instructions
@@ -38,6 +39,7 @@ def add_plan_arguments(p) -> None:
                         "none, e.g. 13 hosts for gbs 128)")
     for name in SEARCH_OPTIONS:
         add_plan_option(groups[group_of(name)], name)
+    add_search_limits(groups)
     g = groups["topology and placement"]
     g.add_argument("--logs", nargs="+", metavar="PATH", default=(),
                    help="nccl-tests logs, 'nvidia-smi topo -m' output or probe files, or "
@@ -63,7 +65,7 @@ def run_plan_command(args) -> int:
         topology=args.topology, cluster=args.cluster, nodes=args.nodes,
         seq_length=args.seq_length, out=args.out, force=args.force, top=args.top,
         options={name: getattr(args, name) for name in SEARCH_OPTIONS}, seed=args.seed,
-        training=training_request(args)))
+        training=training_request(args), limits=search_limits(args)))
     best = out.chosen.plans[0]
     steps = start_instructions(args.out, nodes=best.placement.nodes, placed=True,
                                data=False, plan_file=os.path.join(args.out, "plan.json"))
