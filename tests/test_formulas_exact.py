@@ -580,6 +580,34 @@ def test_tensor_parallel_collectives_per_layer():
     assert (_one(fwd), _one(bwd)) == pytest.approx((want_f, want_b), rel=1e-12)
 
 
+def test_the_backward_all_reduce_before_its_overlap_with_the_weight_gradient():
+    """Without ``async_tensor_model_parallel_allreduce`` (Megatron-LM before cf7efd4,
+    2021-08-30) the backward's two input-gradient all-reduces run before the weight-gradient
+    GEMMs, exposed whole: ``2t`` (with full recompute ``2t + 2t``), where with it they hide
+    under those GEMMs (``max(2t − g, 0)``). Sequence parallelism's backward collectives keep
+    their overlap either way (Megatron turned the flag off with it and overlapped them its
+    own way); the forward is the same."""
+    from configurator.core.plan_batch import PlanBatch as C
+    from configurator.cost.iteration import tp_layer_s
+    from topology.collectives import all_reduce_time_s
+
+    lc = dict(tp_gemm_pairs=((3e-5, 2e-5), (7e-5, 4e-5)))
+    act, bw, lat, sms = 2 * 4096 * 1024.0, 100e9, 5e-6, 132
+    t = all_reduce_time_s(act, 4.0, bw, lat)
+    assert 2 * t > 1e-4 > 0     # the GEMMs hide part of it, not all: the two cases differ
+    for recompute, rerun in (("none", 0.0), ("full", 2 * t)):
+        on, off, sp_off = (C.from_plan(_plan(tp=4, sequence_parallel=sp, recompute=recompute,
+                                             async_tensor_model_parallel_allreduce=a))
+                           for sp, a in ((False, True), (False, False), (True, False)))
+        f_on, b_on = tp_layer_s(lc, on, act, bw, lat, sms)
+        f_off, b_off = tp_layer_s(lc, off, act, bw, lat, sms)
+        assert _one(f_off) == pytest.approx(_one(f_on), rel=1e-12)
+        assert _one(b_on) == pytest.approx(rerun + 2 * t - 1e-4, rel=1e-12)
+        assert _one(b_off) == pytest.approx(rerun + 2 * t, rel=1e-12)
+        assert _one(tp_layer_s(lc, sp_off, act, bw, lat, sms)[1]) == pytest.approx(
+            _one(b_on), rel=1e-12)
+
+
 def test_pipeline_send_tied_embedding_and_data_parallel_reduction():
     """A pipeline send: ``T·h`` 16-bit values ÷ tp, plus the all-gather that rebuilds them
     without sequence parallelism. The tied embedding's gradient all-reduce between the first

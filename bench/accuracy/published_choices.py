@@ -3,7 +3,9 @@
 Two spaces per row (model, GPUs, global batch size, on dgx-a100-80gb):
 * ``2021``: the features the paper's Megatron had — fp16, score-storing (``local``)
   attention, full recompute, no sequence parallelism, no distributed optimizer, no
-  gradient-reduce overlap, no context parallelism; tp, pp, vp, mbs free.
+  gradient-reduce overlap, the backward's tensor-parallel all-reduce not under the
+  weight-gradient GEMM (``async_tensor_model_parallel_allreduce`` off), no context
+  parallelism; tp, pp, vp, mbs free.
 * ``modern``: every plan Megatron-LM core_v0.16 accepts, bf16, flash attention.
 Run: ``python -m bench.accuracy.published_choices`` (≈ 10 s).
 """
@@ -40,7 +42,8 @@ def main(argv=None) -> None:
         p = row.plan
         res = search(row.model, cl, p.global_batch_size, precision="fp16",
                      attention_backend="local", space=SPACE_2021, top_k=1,
-                     overlap_grad_reduce=False, overlap_param_gather=False, keep_ranking=True)
+                     overlap_grad_reduce=False, overlap_param_gather=False, keep_ranking=True,
+                     async_tensor_model_parallel_allreduce=False)
         paper = evaluate_plan(row.model, cl, p)
         r = rank_of(res, p)
         b = res.plans[0]

@@ -87,6 +87,9 @@ PLAN_ARGS: tuple[tuple[str, str, Any], ...] = (
     ("fp8_param_gather", "fp8_param_gather", False),   # Megatron's default; the plan's is on
     ("grad_reduce_in_bf16", "grad_reduce_in_bf16", ...),
     ("tp_comm_overlap", "tp_comm_overlap", ...),
+    # Megatron-LM 2021-09 to megatron-core 0.8's --no-async-tensor-model-parallel-allreduce
+    # (off with sequence parallelism, which overlaps its own); absent later: always on
+    ("async_tensor_model_parallel_allreduce", "async_tensor_model_parallel_allreduce", ...),
     ("megatron_fsdp", "use_megatron_fsdp", ...),
     ("decoder_first_pipeline_num_layers", "decoder_first_pipeline_num_layers", ...),
     ("decoder_last_pipeline_num_layers", "decoder_last_pipeline_num_layers", ...),

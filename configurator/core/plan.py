@@ -304,6 +304,17 @@ class ParallelPlan(PlanLayout):
         flags=(("--tp-comm-overlap", lambda m, p: tp_comm_overlapped(
             p.tp_comm_overlap, p.tp, p.sequence_parallel, p.attention_backend) or None),))
 
+    async_tensor_model_parallel_allreduce: bool = schema_field(
+        True, megatron_name="async_tensor_model_parallel_allreduce",
+        cli_flag="--async-tensor-model-parallel-allreduce", per_candidate=False, quiet=True,
+        help="the backward's tensor-parallel all-reduce of a column-parallel layer's input "
+             "gradient runs under its weight-gradient GEMM (Megatron-LM since September "
+             "2021, NVIDIA/Megatron-LM cf7efd4 and 3f65246, and always in megatron-core, "
+             "whose scripts these are; --no-async-tensor-model-parallel-allreduce: after "
+             "it, exposed, as Megatron-LM ran before, e.g. the SC'21 runs; plans without "
+             "sequence parallelism; default on)",
+        flag_group="parallelism")
+
     overlap_moe_expert_parallel_comm: bool = schema_field(
         False, bridge=(("model.overlap_moe_expert_parallel_comm",
                  lambda m, p: p.overlap_moe_expert_parallel_comm),),
@@ -606,7 +617,7 @@ OPTIONAL_PLAN_KEYS = ("ep", "etp", "decoder_first_pipeline_num_layers",
                       "cuda_graph_scope", "use_precision_aware_optimizer", "main_grads_dtype",
                       "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype",
                       "offload_modules", "masked_softmax_fusion", "attention_softmax_in_fp32",
-                      "cpu_offloading_num_layers")
+                      "cpu_offloading_num_layers", "async_tensor_model_parallel_allreduce")
 #: Plan fields one value of which serves a whole search (``search`` takes each as an option
 #: and every plan it ranks carries it; ``estimate`` takes them as any field).
 SEARCH_OPTIONS = ("precision", "attention_backend", "masked_softmax_fusion",
@@ -620,7 +631,7 @@ SEARCH_OPTIONS = ("precision", "attention_backend", "masked_softmax_fusion",
                   "fp8_dot_product_attention", "moe_fused_grouped_mlp", "cuda_graph_impl",
                   "cuda_graph_scope", "use_precision_aware_optimizer", "main_grads_dtype",
                   "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype", "offload_modules",
-                  "cpu_offloading_num_layers")
+                  "cpu_offloading_num_layers", "async_tensor_model_parallel_allreduce")
 #: Keys :meth:`ParallelPlan.to_dict` adds that are not fields (ignored on reading).
 DERIVED_KEYS = ("num_microbatches",) + tuple(f.alias for f in PLAN_FIELDS if f.alias)
 

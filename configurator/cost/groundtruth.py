@@ -69,7 +69,10 @@ class SC21Row:
 def sc21_rows(path: Path | None = None) -> list[SC21Row]:
     """Rows of SC'21 Table 1 as plans: the row's tp, pp, mbs and virtual stages (from the
     paper's run_table_1.sh), full recompute, fp16, ``local`` attention (2021 Megatron stored
-    the score matrix) and no gradient-reduce overlap (2021 Megatron reduced after backward)."""
+    the score matrix), no gradient-reduce overlap (2021 Megatron reduced after backward) and
+    the backward's tensor-parallel all-reduce exposed (``async_tensor_model_parallel_allreduce``
+    off: its overlap with the weight-gradient GEMM came to Megatron-LM in August 2021,
+    NVIDIA/Megatron-LM cf7efd4, after the paper's runs; arXiv:2104.04473 v1 is of April)."""
     rows = read_table(path or published_path(SC21_TABLE))
     out = []
     for r in rows:
@@ -81,7 +84,8 @@ def sc21_rows(path: Path | None = None) -> list[SC21Row]:
                             micro_batch_size=int(r["mbs_from_script"]),
                             global_batch_size=int(r["global_batch_size"]), recompute="full",
                             precision="fp16", attention_backend="local",
-                            overlap_grad_reduce=False, overlap_param_gather=False)
+                            overlap_grad_reduce=False, overlap_param_gather=False,
+                            async_tensor_model_parallel_allreduce=False)
         out.append(SC21Row(model, plan, n, float(r["achieved_tflops_per_gpu"]), r["source"]))
     return out
 

@@ -99,7 +99,10 @@ def tp_layer_s(lc: dict, c: PlanBatch, act_bytes, tp_bw, tp_lat, num_sms: int):
     recompute), exposed; the 2 backward ones (column-parallel input gradients) run
     asynchronously under the QKV and fc1 weight-gradient GEMMs
     (megatron/core/tensor_parallel/layers.py, LinearWithGradAccumulationAndAsyncCommunication),
-    exposed only beyond them.
+    exposed only beyond them; without ``async_tensor_model_parallel_allreduce`` and sequence
+    parallelism (Megatron-LM before NVIDIA/Megatron-LM cf7efd4, 2021-08-30, "allreduce
+    overlap with wgrad gemm": ``ColumnParallelLinear``'s backward all-reduced its input
+    gradient on the compute stream, then ran the weight gradient), exposed whole.
 
     With it (:func:`configurator.core.plan_terms.tp_comm_overlapped`), Transformer Engine's
     userbuffers overlap each all-gather or reduce-scatter (half a collective pair, ``t``)
@@ -119,7 +122,9 @@ def tp_layer_s(lc: dict, c: PlanBatch, act_bytes, tp_bw, tp_lat, num_sms: int):
     # recompute, the MLP's pair with the mlp module
     rerun = np.where(c.recompute == RECOMPUTE_FULL, 2.0,
                      np.where((c.recompute_code & RECOMPUTE_MLP) != 0, 1.0, 0.0))
-    bwd = rerun * t_coll + np.maximum(2 * t_coll - weight_grads, 0.0)
+    hidden = bool(c.async_tensor_model_parallel_allreduce) | c.sequence_parallel
+    bwd = rerun * t_coll + np.where(hidden, np.maximum(2 * t_coll - weight_grads, 0.0),
+                                    2 * t_coll)
     on = c.tp_comm_overlap_on
     if not np.any(on):
         return fwd, bwd
