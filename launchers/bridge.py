@@ -78,6 +78,10 @@ NOT_CARRIED: dict[str, Callable[[ModelSpec, ParallelPlan], str | None]] = {
         p.grad_reduce_in_bf16 and p.precision != "fp16") else None,
     "fp8_dot_product_attention": lambda m, p: _mp("fp8_dot_product_attention = True")
     if p.fp8_dot_product_attention else None,
+    "async_tensor_model_parallel_allreduce": lambda m, p: None if (
+        p.async_tensor_model_parallel_allreduce) else (
+        "async_tensor_model_parallel_allreduce: megatron-core 0.16.1 always overlaps the "
+        "backward's tensor-parallel all-reduce; the plan was priced without it"),
     "moe_fused_grouped_mlp": lambda m, p: (
         "moe_fused_grouped_mlp: Transformer Engine's op fuser for the experts' MLP has no "
         "field in megatron-core 0.16.1; the plan was priced with it") if

@@ -356,6 +356,12 @@ def megatron_flags(model: ModelSpec, plan: ParallelPlan, *,
                          f"pretrain_gpt.py of {MEGATRON_TAG} has no such kernel (Transformer "
                          f"Engine's op fuser for the experts came with later Megatron-Core); "
                          f"estimate prices it, a launch script cannot set it")
+    if not plan.async_tensor_model_parallel_allreduce:
+        raise InputError("async_tensor_model_parallel_allreduce", False,
+                         f"pretrain_gpt.py of {MEGATRON_TAG} always runs the backward's "
+                         f"tensor-parallel all-reduce under the weight-gradient GEMM (the flag "
+                         f"that turned it off went after megatron-core 0.8); estimate prices a "
+                         f"plan without it, a launch script cannot run one")
     t = (training or TrainingArgs()).checked()
     groups: dict[str, list[tuple[str, Value]]] = {}
     for rule in FLAG_TABLE:

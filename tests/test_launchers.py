@@ -709,3 +709,20 @@ def test_shellcheck_clean(tmp_path):
             path.write_text(render(SMALL, SMALL_PLAN, nodes=2, gpus_per_node=4, **extra))
             res = subprocess.run(["shellcheck", str(path)], capture_output=True, text=True)
             assert res.returncode == 0, res.stdout
+
+
+@pytest.mark.parametrize("field, value", [("async_tensor_model_parallel_allreduce", False),
+                                          ("fp8_dot_product_attention", True),
+                                          ("moe_fused_grouped_mlp", True)])
+def test_a_plan_the_scripts_megatron_cannot_run_is_refused(field, value):
+    """Fields ``estimate`` prices but pretrain_gpt.py of the scripts' Megatron has no flag
+    for: the flags refuse the plan naming the field (the scripts would run something else),
+    and the Megatron-Bridge overrides write a line for it, none at its default."""
+    from launchers.bridge import NOT_CARRIED
+
+    plan = dataclasses.replace(SMALL_PLAN, **{field: value})
+    with pytest.raises(InputError) as err:
+        megatron_flags(SMALL, plan)
+    assert err.value.field == field and "launch script" in str(err.value)
+    megatron_flags(SMALL, SMALL_PLAN)      # the same plan with the field at its default runs
+    assert NOT_CARRIED[field](SMALL, plan) and NOT_CARRIED[field](SMALL, SMALL_PLAN) is None

@@ -309,10 +309,10 @@ class ParallelPlan(PlanLayout):
         cli_flag="--async-tensor-model-parallel-allreduce", per_candidate=False, quiet=True,
         help="the backward's tensor-parallel all-reduce of a column-parallel layer's input "
              "gradient runs under its weight-gradient GEMM (Megatron-LM since September "
-             "2021, NVIDIA/Megatron-LM cf7efd4 and 3f65246, and always in megatron-core, "
-             "whose scripts these are; --no-async-tensor-model-parallel-allreduce: after "
-             "it, exposed, as Megatron-LM ran before, e.g. the SC'21 runs; plans without "
-             "sequence parallelism; default on)",
+             "2021, NVIDIA/Megatron-LM cf7efd4 and 3f65246, and always in megatron-core "
+             "after 0.8; --no-async-tensor-model-parallel-allreduce: after it, exposed, as "
+             "Megatron-LM ran before, e.g. the SC'21 runs: estimate prices it, launch "
+             "scripts refuse it; plans without sequence parallelism; default on)",
         flag_group="parallelism")
 
     overlap_moe_expert_parallel_comm: bool = schema_field(
