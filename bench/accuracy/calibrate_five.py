@@ -76,10 +76,11 @@ def main(argv=None) -> None:
                       "worst", "refused draws", "presets kept", "largest efficiency fitted",
                       "calibrate s (median)"]))
     for r in rows:
+        top = f"{r['top']:.3f}" if r["top"] > 0 else "-"     # none fitted in any draw
         print(f"| {r['source']} | {r['runs']} | {100 * np.median(r['before']):.1f} % | "
               f"{100 * np.median(r['after']):.1f} % | {100 * max(r['after']):.1f} % | "
               f"{r['refused']} / {len(r['after'])} | {r['kept']} / {len(r['after'])} | "
-              f"{r['top']:.3f} | {r['seconds']:.1f} |")
+              f"{top} | {r['seconds']:.1f} |")
 
 
 if __name__ == "__main__":
