@@ -24,8 +24,9 @@ unless ``--disable-parameter-transpose-cache``; TE ``module/linear.py`` ``_Linea
 columnwise=is_grad_enabled and inp.requires_grad)``). On Hopper a Float8Tensor's column-wise
 data is a physical FP8 transpose (``tensor/float8_tensor.py``: ``if self.columnwise_usage and
 not non_tn`` allocates ``_transpose``; ``is_non_tn_fp8_gemm_supported`` is true from Blackwell
-on), so ``fp8`` adds 2 bytes per GEMM weight (1 with ``non_tn_fp8_gemm``); MXFP8 keeps row- and
-column-wise blocks with their scales, ``2·(1 + 1/32)``. Embedding, output layer and norms get
+on), so ``fp8`` adds 2 bytes per GEMM weight (1 with ``non_tn_fp8_gemm`` and a per-tensor
+scale; 1x128 blockwise scaling keeps both); MXFP8 keeps row- and column-wise blocks with their
+scales, ``2·(1 + 1/32)``. Embedding, output layer and norms get
 no copy (:func:`memory_model.params.stage_non_gemm_parameters`). With ``--fp8-param-gather``
 (the plan field ``fp8_param_gather``; Megatron-Bridge's FP8 mixed-precision presets) the
 16-bit weights are replaced by FP8 ones (row-wise plus transpose): 2 bytes per GEMM weight in
@@ -48,7 +49,7 @@ import numpy as np
 from configurator.core.plan_batch import PlanBatch
 from configurator.core.layers import rank_layer_counts
 from configurator.core.model import ModelSpec
-from configurator.core.plan_values import is_fp8
+from configurator.core.plan_values import fp8_copies, fp8_scaling, is_fp8
 from configurator.core.units import GiB
 from memory_model.activations import (LayerInputs, StagePosition, layer_terms,
                                       linear_input_bytes, stage_activation_bytes)
@@ -90,15 +91,15 @@ def cp_gather_bytes(model: ModelSpec, *, tp, cp, mbs, cp_comm_type: str) -> np.n
     return np.where(cp > 1, 2.0 * full * (cp - 1) / cp, 0.0)
 
 
-def fp8_weight_bytes(precision: str, *, non_tn_fp8_gemm: bool = False) -> float:
+def fp8_weight_bytes(precision: str, *, non_tn_fp8_gemm: bool = False,
+                     fp8_recipe: str = "delayed") -> float:
     """Bytes per GEMM weight of Transformer Engine's cached quantised weight workspace (module
     docstring): 0 without FP8; ``fp8`` 2 (row-wise + FP8 transpose; 1 where the GPU runs
-    non-TN FP8 GEMMs, Blackwell); ``mxfp8`` ``2·(1 + 1/32)``."""
+    non-TN FP8 GEMMs, Blackwell, with a per-tensor scale: the copies of
+    :func:`configurator.core.plan_values.fp8_copies`); ``mxfp8`` ``2·(1 + 1/32)``."""
     if not is_fp8(precision):
         return 0.0
-    # row-wise + column-wise copies; fp8's column-wise copy is a physical transpose only
-    # where the GPU runs TN FP8 GEMMs alone (MXFP8 always keeps both block layouts)
-    copies = 1.0 if non_tn_fp8_gemm and precision == "fp8" else 2.0
+    copies = fp8_copies(fp8_scaling(precision, fp8_recipe), non_tn_fp8_gemm)
     return copies * linear_input_bytes(precision)
 
 
@@ -171,7 +172,8 @@ def held_memory(model: ModelSpec, plans: PlanBatch, stage, rank_layers=None,
     optimizer_bytes = plans.optimizer_bytes_per_parameter
     return {
         "parameters_bytes": held * 2.0 + gemm_held * (fp8_weight_bytes(
-            plans.precision, non_tn_fp8_gemm=non_tn_fp8_gemm) - 2.0 * (
+            plans.precision, non_tn_fp8_gemm=non_tn_fp8_gemm,
+            fp8_recipe=plans.fp8_recipe) - 2.0 * (
                 np.asarray(plans.fp8_weights_gathered, dtype=bool))),
         "gradients_bytes": held * grad_bytes,
         "optimizer_bytes": (non_expert * optimizer_bytes / shard

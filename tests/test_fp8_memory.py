@@ -171,6 +171,10 @@ def test_fp8_weight_copies():
     assert fp8_weight_bytes("bf16") == fp8_weight_bytes("fp16") == 0.0
     assert fp8_weight_bytes("fp8") == 2.0
     assert fp8_weight_bytes("fp8", non_tn_fp8_gemm=True) == 1.0
+    # a per-tensor scale serves either layout on Blackwell; 1x128 block scales run along the
+    # reduction dimension, so a blockwise weight keeps its column-wise copy there too
+    assert fp8_weight_bytes("fp8", non_tn_fp8_gemm=True, fp8_recipe="tensorwise") == 1.0
+    assert fp8_weight_bytes("fp8", non_tn_fp8_gemm=True, fp8_recipe="blockwise") == 2.0
     assert fp8_weight_bytes("mxfp8") == 2 * 33 / 32
     model = MODEL_PRESETS["llama3-8b"]
     kw = dict(tp=2, pp=2, dp=4, cp=1, vp=1, mbs=1, global_batch_size=32, recompute="none",

@@ -112,8 +112,9 @@ Megatron-Bridge's newest release of each recipe): GEMM 0.89, attention 0.60, hos
 training step's operation takes longer to issue than the bare dispatch: megatron-core's own
 layer issues a forward operation at 3.1-3.4 times the bare dispatch's time on the same CPU,
 ``python -m bench.kernels.host_layer``). Leaving one source out at a time moves them by at
-most 0.02, 0.03 (0.629 without NeMo's long-context rows) and 0.12 and, where Megatron-Bridge (whose MoE
-rows at micro-batch 1 are the only host-bound ones) is left out, the host's to the prior (1.0:
+most 0.02, 0.03 (0.629 without NeMo's long-context rows) and 0.12 and, where
+Megatron-Bridge (whose MoE rows at micro-batch 1 are the only host-bound ones) is left out,
+the host's to the prior (1.0:
 the other sources only push it to its lower bound, which does not determine it;
 ``configurator.app.calibrate_jobs.fit_factors``). Those NeMo long-context TFLOP/s count the
 attention scores over all ``s²`` pairs

@@ -76,6 +76,29 @@ MOE_FLEX_BACKENDS = ("deepep", "hybridep")
 #: ``tensorwise`` (current scaling: each tensor's amax computed before its cast, Megatron-
 #: Bridge's FP8-CS), ``blockwise`` (1×128 activation and 128×128 weight blocks, E4M3).
 FP8_RECIPES = ("delayed", "tensorwise", "blockwise")
+#: The scalings with one scale per tensor, whose row-wise FP8 copy a GEMM in any layout reads:
+#: Transformer Engine's ``Float8Quantizer`` (delayed) and ``Float8CurrentScalingQuantizer``
+#: (``tensorwise``) write the transposed copy only ``if columnwise_usage &&
+#: !nvte_is_non_tn_fp8_gemm_supported()`` (transformer_engine/pytorch/csrc/quantizer.cpp,
+#: ``create_tensor``, NVIDIA/TransformerEngine@0064fbd; the support check: compute
+#: capability 10.x or 13+, ``transformer_engine/pytorch/utils.py``
+#: ``is_non_tn_fp8_gemm_supported``). Block scales (``blockwise``, ``mxfp8``) run along the
+#: reduction dimension, so the column-wise copy has scales of its own and is always written.
+TENSOR_SCALINGS = ("delayed", "tensorwise")
+
+
+def fp8_scaling(precision: str, fp8_recipe: str) -> str:
+    """The FP8 scaling of a plan: ``mxfp8`` for that precision, else its ``fp8_recipe``."""
+    return "mxfp8" if precision == "mxfp8" else fp8_recipe
+
+
+def fp8_copies(scaling: str, non_tn_fp8_gemm: bool, columnwise: bool = True) -> float:
+    """FP8 copies Transformer Engine writes of a quantised tensor (an activation it casts, a
+    weight it caches): row-wise and column-wise, 2; one where no column-wise copy is asked for
+    (``columnwise`` False: FP8 attention's inputs) or a tensor scaling
+    (:data:`TENSOR_SCALINGS`) runs on a GPU with FP8 GEMMs in any layout
+    (``non_tn_fp8_gemm``: Blackwell)."""
+    return 1.0 if not columnwise or (non_tn_fp8_gemm and scaling in TENSOR_SCALINGS) else 2.0
 #: ``--cuda-graph-impl`` (core_v0.16.1 ``TransformerConfig.cuda_graph_impl``).
 CUDA_GRAPH_IMPLS = ("none", "local", "transformer_engine")
 #: ``--cuda-graph-scope`` values (``transformer/enums.py`` ``CudaGraphScope``; ``mamba``

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from configurator.core.plan_batch import PlanBatch
+from configurator.core.plan_values import fp8_copies, fp8_scaling as plan_fp8_scaling
 from topology.gpus import GPUSpec
 
 
@@ -113,19 +114,10 @@ def main_grad_accumulation_s(weights, c: PlanBatch, gpu: GPUSpec, tokens=None):
 #: 16-bit input, once) and writes per FP8 copy (1): a GEMM input is written row-wise and
 #: column-wise (transposed) for the weight-gradient GEMM (``Float8Quantizer`` /
 #: ``MXFP8Quantizer`` with both usages), 4 bytes in all; one copy less where a single copy
-#: serves (:func:`fp8_cast_bytes`).
+#: serves (:func:`fp8_cast_bytes`, :func:`configurator.core.plan_values.fp8_copies`).
 FP8_READ_BYTES = 2.0
 #: Bytes per element of one FP8 copy (row-wise or column-wise), its scales apart.
 FP8_COPY_BYTES = 1.0
-#: The scalings with one scale per tensor, whose row-wise FP8 copy a GEMM in any layout reads:
-#: Transformer Engine's ``Float8Quantizer`` (delayed) and ``Float8CurrentScalingQuantizer``
-#: (``tensorwise``) write the transposed copy only ``if columnwise_usage &&
-#: !nvte_is_non_tn_fp8_gemm_supported()`` (transformer_engine/pytorch/csrc/quantizer.cpp,
-#: ``create_tensor``, NVIDIA/TransformerEngine@0064fbd; the support check: compute
-#: capability 10.x or 13+, ``transformer_engine/pytorch/utils.py``
-#: ``is_non_tn_fp8_gemm_supported``). Block scales (``blockwise``, ``mxfp8``) run along the
-#: reduction dimension, so the column-wise copy has scales of its own and is always written.
-TENSOR_SCALINGS = ("delayed", "tensorwise")
 #: Fraction of the HBM bandwidth that quantisation kernel attains: far below element-wise
 #: kernels' (``Efficiency.hbm``). Measured: Transformer Engine PR #101 (H100 SXM, 3.35 TB/s):
 #: the FP16 -> FP8 cast-transpose of a 4096 x 4096 tensor in 51.5 us, 67 MB at 1.30 TB/s,
@@ -148,8 +140,8 @@ FP8_SCALE_BYTES = {"delayed": 0.0, "tensorwise": 0.0, "blockwise": 4 / 128, "mxf
 
 
 def fp8_scaling(c) -> str:
-    """The plans' FP8 scaling: ``mxfp8`` for that precision, else ``fp8_recipe``."""
-    return "mxfp8" if c.precision == "mxfp8" else c.fp8_recipe
+    """The plans' FP8 scaling (:func:`configurator.core.plan_values.fp8_scaling`)."""
+    return plan_fp8_scaling(c.precision, c.fp8_recipe)
 
 
 def fp8_cast_bytes(gpu: GPUSpec, scaling: str = "delayed", columnwise: bool = True) -> float:
@@ -157,13 +149,10 @@ def fp8_cast_bytes(gpu: GPUSpec, scaling: str = "delayed", columnwise: bool = Tr
     (``delayed``, ``tensorwise``, ``blockwise`` or ``mxfp8``): the input read
     (:data:`FP8_READ_BYTES`, and :data:`FP8_AMAX_READ_BYTES` again for current scaling's
     amax) and each FP8 copy with its scales (:data:`FP8_COPY_BYTES`,
-    :data:`FP8_SCALE_BYTES`): two copies, row-wise and column-wise, one where no column-wise
-    copy is asked for (``columnwise`` False: FP8 attention's inputs) or a tensor scaling
-    (:data:`TENSOR_SCALINGS`) runs on a GPU with FP8 GEMMs in any layout
-    (``gpu.non_tn_fp8_gemm``). E.g. current scaling: 6 on an H100, 5 on a B200; MXFP8
-    4 + 2/32 on both."""
-    one_copy = not columnwise or (gpu.non_tn_fp8_gemm and scaling in TENSOR_SCALINGS)
-    copies = 1.0 if one_copy else 2.0
+    :data:`FP8_SCALE_BYTES`), as many copies as
+    :func:`configurator.core.plan_values.fp8_copies` says (``gpu.non_tn_fp8_gemm``). E.g.
+    current scaling: 6 on an H100, 5 on a B200; MXFP8 4 + 2/32 on both."""
+    copies = fp8_copies(scaling, gpu.non_tn_fp8_gemm, columnwise)
     return (FP8_READ_BYTES + FP8_AMAX_READ_BYTES[scaling]
             + copies * (FP8_COPY_BYTES + FP8_SCALE_BYTES[scaling]))
 
