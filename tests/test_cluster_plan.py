@@ -260,18 +260,20 @@ def test_plan_searches_within_the_limits_given(islands_file, tmp_path):
     --tp 1 2 --no-overlap-grad-reduce`` every plan it ranks keeps them (without them, its best
     plan on the same links leaves at least one, so the limits are what holds them)."""
     from configurator.app import cluster_plan_jobs as jobs
+    from configurator.app.plan_jobs import SearchLimits
 
     def best(limits):
         out = jobs.run_plan(jobs.PlanRequest(
             model="llama3-8b", global_batch_size=64, topology=str(islands_file),
-            out=str(tmp_path / f"p{len(limits)}"), top=2, placement_evaluations=20,
+            out=str(tmp_path / f"p{len(limits.words())}"), top=2, placement_evaluations=20,
             limits=limits))
         return [e.plan for e in out.chosen.plans]
 
-    held = best({"recompute": ("full",), "restrict": {"sequence_parallel": False, "tp": (1, 2)},
-                 "ddp": {"overlap_grad_reduce": False}})
+    held = best(SearchLimits(recompute=("full",),
+                             restrict={"sequence_parallel": False, "tp": (1, 2)},
+                             ddp={"overlap_grad_reduce": False}))
     assert held and all((p.recompute, p.sequence_parallel, p.overlap_grad_reduce) ==
                         ("full", False, False) and p.tp in (1, 2) for p in held)
-    free = best({})[0]
+    free = best(SearchLimits())[0]
     assert (free.recompute, free.sequence_parallel, free.overlap_grad_reduce,
             free.tp in (1, 2)) != ("full", False, False, True)

@@ -368,3 +368,27 @@ def test_a_trial_on_part_of_a_node(capsys):
     last = capsys.readouterr().out.strip().splitlines()[-1]
     search = last[last.index("configurator search"):].split()
     assert search[search.index("--gpus") + 1] == "4" and "--nodes" not in search
+
+
+def test_the_limits_words_parse_back_to_the_same_limits():
+    """The words a limit prints (what ``trial``'s next step repeats) are the options that
+    give it back: parsed by ``search``'s own parser they make the same
+    :class:`SearchLimits`, for the empty limits (no words, false) and for each kind of limit
+    (recompute choices, an integer field's values, a switch off, an overlap off)."""
+    from configurator.app.plan_jobs import SearchLimits
+    from configurator.cli import build_parser
+    from configurator.cli.plan_commands import search_limits
+
+    job = ["search", "--model", "gpt-1.7b", "--cluster", "dgx-a100-80gb", "--gbs", "16"]
+    none = SearchLimits()
+    assert not none and none.words() == []
+    assert search_limits(build_parser().parse_args(job)) == none
+    for limits in (SearchLimits(recompute=("full",)),
+                   SearchLimits(restrict={"tp": (1, 2), "micro_batch_size": (4,)}),
+                   SearchLimits(restrict={"sequence_parallel": False}),
+                   SearchLimits(ddp={"overlap_grad_reduce": False}),
+                   SearchLimits(recompute=("none", "selective"), restrict={
+                       "pp": (2,), "distributed_optimizer": False},
+                       ddp={"overlap_grad_reduce": False})):
+        assert limits and limits.words()
+        assert search_limits(build_parser().parse_args(job + limits.words())) == limits

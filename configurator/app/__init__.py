@@ -17,7 +17,7 @@ command uses these, never another command's private helpers:
   :func:`~configurator.app.inputs.check_measured_gpu`,
   :func:`~configurator.app.inputs.audit_of`;
 - search (:mod:`~configurator.app.plan_jobs`, as ``search`` and the audit's pricing run it):
-  :func:`~configurator.app.plan_jobs.search_space`,
+  :class:`~configurator.app.plan_jobs.SearchLimits`,
   :func:`~configurator.app.plan_jobs.ranked_search`,
   :func:`~configurator.app.plan_jobs.search_on_fewer_hosts`,
   :func:`~configurator.app.plan_jobs.search_document`;

@@ -22,7 +22,7 @@ from configurator.core.plan_values import mfu_peak_precision
 from configurator.core.plan_batch import PlanBatch
 
 if TYPE_CHECKING:
-    from configurator.app.plan_jobs import SearchRequest
+    from configurator.app.plan_jobs import SearchLimits, SearchRequest
     from configurator.app.training_jobs import TrainingRequest
     from configurator.search.evaluate import Evaluation
 
@@ -38,14 +38,14 @@ def measured_search_request(*, model: str, cluster_ref: str, topology: str,
                             global_batch_size: int, nodes: int | None,
                             seq_length: int | None, options: Mapping[str, Any], top: int,
                             seed: int, placement_evaluations: int | None = None,
-                            limits: Mapping[str, Any] | None = None) -> SearchRequest:
+                            limits: SearchLimits | None = None) -> SearchRequest:
     """The search ``plan`` and the audit's pricing (:func:`price_audit`) run on the measured
     topology file ``topology``: ``search``'s request for the model, the cluster
     ``cluster_ref`` (:func:`~configurator.app.inputs.cluster_ref_for`), its hosts and the
     shared plan settings ``options``, each placed plan's random median behind
     :data:`PLAN_RANDOM_PLACEMENTS` placements. ``placement_evaluations``: placements priced
-    per plan (None: the search's default); ``limits``: the search's restrictions
-    (``recompute``, ``restrict``, ``ddp`` as :class:`SearchRequest` takes them; None: none).
+    per plan (None: the search's default); ``limits``: the search's limits
+    (:class:`~configurator.app.plan_jobs.SearchLimits`; None: none).
     Raises :class:`InputError` for bad ``options``."""
     from configurator.app.inputs import JobInputs
     from configurator.app.plan_jobs import SearchRequest
@@ -54,7 +54,7 @@ def measured_search_request(*, model: str, cluster_ref: str, topology: str,
                                           seq_length=seq_length, topology=topology),
                          global_batch_size=global_batch_size, options=options, top=top,
                          seed=seed, random_placements=PLAN_RANDOM_PLACEMENTS,
-                         **(limits or {}),
+                         **({} if limits is None else {"limits": limits}),
                          **({} if placement_evaluations is None
                             else {"placement_evaluations": placement_evaluations}))
 
@@ -403,7 +403,7 @@ def price_audit(topo_path: str, report, req: CostRequest) -> PricedPlan:
     (placed). Raises :class:`InputError` or
     :class:`~configurator.core.errors.NoFeasiblePlanError`."""
     from configurator.app.inputs import JobInputs, cluster_ref_for, resolve
-    from configurator.app.plan_jobs import ranked_search, search_space
+    from configurator.app.plan_jobs import ranked_search
     from configurator.core import validate as v
     from topology.cluster_files import load_cluster
     from topology.topofile_io import load_topology
@@ -444,7 +444,7 @@ def price_audit(topo_path: str, report, req: CostRequest) -> PricedPlan:
             seq_length=req.seq_length, options=req.options, top=1, seed=req.seed)
         job = resolve(sreq.inputs, precision=sreq.precision)  # no profile
         model, cluster = job.model, job.cluster
-        space, options = search_space(model, sreq), dict(sreq.search_kwargs)
+        space, options = sreq.limits.space(model), dict(sreq.search_kwargs)
         res, _ = ranked_search(sreq, model, cluster, space, 1)
         best = res.plans[0]
         where = "the search's best plan"

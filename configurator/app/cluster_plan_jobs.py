@@ -13,6 +13,7 @@ from configurator.app.audit_costs import (VARIANT_EVALUATIONS, FindingCost, Grou
                                           PricedPlan, audit_document, costs_by_finding,
                                           island_crossings, measured_search_request,
                                           price_findings, price_in_days)
+from configurator.app.plan_jobs import SearchLimits
 from configurator.core.errors import InputError
 
 if TYPE_CHECKING:
@@ -55,9 +56,9 @@ class PlanRequest:
     placement_evaluations: int = 100
     #: time, cost and energy to train (``--train-tokens`` and its options), or None
     training: TrainingRequest | None = None
-    #: the search's limits (``recompute``, ``restrict``, ``ddp``, as ``search``'s request
-    #: takes them: :func:`configurator.cli.plan_commands.search_limits`); empty: none
-    limits: dict = field(default_factory=dict)
+    #: the search's limits (:class:`~configurator.app.plan_jobs.SearchLimits`,
+    #: :func:`configurator.cli.plan_commands.search_limits`; default: none)
+    limits: SearchLimits = field(default_factory=SearchLimits)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,8 +119,7 @@ def _run_plan(req: PlanRequest, stage) -> PlanOutcome:
     from configurator.app.inputs import (audit_of, check_measured_gpu, cluster_ref_for,
                                          load_measured_topology, resolve)
     from configurator.app.outputs import LAUNCH_FILES, check_out
-    from configurator.app.plan_jobs import (search_document, search_on_fewer_hosts,
-                                            search_space)
+    from configurator.app.plan_jobs import search_document, search_on_fewer_hosts
     from configurator.core import validate as v
     from configurator.core.errors import NoFeasiblePlanError
     from topology.cluster_files import load_cluster
@@ -163,7 +163,7 @@ def _run_plan(req: PlanRequest, stage) -> PlanOutcome:
     job = resolve(sreq.inputs, precision=sreq.precision)  # no profile
     model, cluster = job.model, job.cluster
     train = training_inputs(req.training, job.training)
-    space = search_space(model, sreq)
+    space = sreq.limits.space(model)
     drain = tuple(h for h in report.drain_hosts if h in cluster.hosts)
     res = used = None
     stage("search")

@@ -47,19 +47,56 @@ SEARCH_SWITCHES = ("sequence_parallel", "distributed_optimizer")
 SEARCH_DDP = ("overlap_grad_reduce",)
 
 
-def search_limit_words(recompute, restrict: Mapping[str, Any],
-                       ddp: Mapping[str, bool]) -> list[str]:
-    """The command-line words of a search's limits (``--recompute full``, ``--tp 1 2``,
-    ``--no-sequence-parallel``, ``--no-overlap-grad-reduce``): what ``trial``'s next step
-    repeats so that ``search --calibration`` ranks the plans it chose among."""
-    words: list[str] = []
-    if tuple(recompute) != tuple(RECOMPUTE):
-        words += ["--recompute", *recompute]
-    for name in SEARCH_RESTRICTIONS + SEARCH_SWITCHES + SEARCH_DDP:
-        value = restrict.get(name, ddp.get(name))
-        if value is not None:
-            words += field_words(name, value)
-    return words
+@dataclass(frozen=True)
+class SearchLimits:
+    """What a search may choose among, as the user limited it (``search``, ``trial``,
+    ``plan``: :func:`configurator.cli.plan_commands.search_limits`): the recompute choices,
+    the fields restricted (plan field -> the values kept, e.g. ``ep``: (8, 16), or a boolean
+    field's one value, ``sequence_parallel``: False; :data:`SEARCH_RESTRICTIONS`,
+    :data:`SEARCH_SWITCHES`) and the data-parallel overlaps every plan runs with, those given
+    (``overlap_grad_reduce`` -> bool, as :func:`configurator.search.rank.search` takes it;
+    left out: on; :data:`SEARCH_DDP`). False when nothing is limited."""
+
+    recompute: tuple[str, ...] = RECOMPUTE
+    restrict: Mapping[str, Any] = field(default_factory=dict)
+    ddp: Mapping[str, bool] = field(default_factory=dict)
+
+    def __post_init__(self):
+        # one form whatever the caller passed (argparse gives lists): values as tuples
+        object.__setattr__(self, "recompute", tuple(self.recompute))
+        object.__setattr__(self, "restrict", {
+            k: vals if isinstance(vals, bool) else tuple(vals)
+            for k, vals in self.restrict.items()})
+        object.__setattr__(self, "ddp", dict(self.ddp))
+
+    def __bool__(self) -> bool:
+        return bool(self.words())
+
+    def words(self) -> list[str]:
+        """The command-line words of the limits (``--recompute full``, ``--tp 1 2``,
+        ``--no-sequence-parallel``, ``--no-overlap-grad-reduce``): what ``trial``'s next
+        step repeats so that ``search --calibration`` ranks the plans it chose among."""
+        words: list[str] = []
+        if self.recompute != tuple(RECOMPUTE):
+            words += ["--recompute", *self.recompute]
+        for name in SEARCH_RESTRICTIONS + SEARCH_SWITCHES + SEARCH_DDP:
+            value = self.restrict.get(name, self.ddp.get(name))
+            if value is not None:
+                words += field_words(name, value)
+        return words
+
+    def space(self, model) -> SearchSpace:
+        """The limits as a :class:`SearchSpace` for ``model``; expert options on a dense
+        model are an input error (field ``ep`` or ``etp``), not an empty search."""
+        for k in ("ep", "etp"):
+            vals = self.restrict.get(k)
+            if vals and not model.is_moe and any(x != 1 for x in vals):
+                raise InputError(k, vals[0] if len(vals) == 1 else list(vals),
+                                 "expert parallelism needs a model "
+                                 "with num_experts")
+        return SearchSpace(recompute=tuple(self.recompute), **{
+            k: (vals,) if isinstance(vals, bool) else tuple(v.int_in_range(k, x) for x in vals)
+            for k, vals in self.restrict.items()})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,10 +108,8 @@ class SearchRequest:
     inputs: JobInputs
     global_batch_size: int
     options: Mapping[str, Any] = field(default_factory=dict)
-    recompute: tuple[str, ...] = RECOMPUTE
-    #: other restrictions: plan field -> the values the search keeps (e.g. ``ep``: (8, 16)),
-    #: or a boolean field's one value (``sequence_parallel``: False)
-    restrict: dict = field(default_factory=dict)
+    #: what the search may choose among (recompute, restricted fields, overlaps given)
+    limits: SearchLimits = field(default_factory=SearchLimits)
     top: int = 10
     max_memory_fraction: float = DEFAULT_MAX_MEMORY_FRACTION
     out: str | None = None
@@ -86,9 +121,6 @@ class SearchRequest:
     random_placements: int = RANDOM_PLACEMENTS
     #: time, cost and energy to train (``--train-tokens`` and its options), or None
     training: TrainingRequest | None = None
-    #: the data-parallel overlaps every plan runs with, those given (``overlap_grad_reduce``
-    #: -> bool, as :func:`configurator.search.rank.search` takes it; left out: on)
-    ddp: Mapping[str, bool] = field(default_factory=dict)
     #: the options the user gave (not None in ``options``); the search chooses the others
     given: frozenset = field(default=frozenset(), init=False)
 
@@ -106,9 +138,9 @@ class SearchRequest:
         """The options as :func:`configurator.search.rank.search` takes them: those the user
         gave, the others None (the search completes them with the recipe mechanisms the
         cluster allows, :mod:`configurator.search.mechanisms`), and the data-parallel
-        overlaps given (``ddp``)."""
+        overlaps given (``limits.ddp``)."""
         return {**{k: (v if k in self.given else None) for k, v in self.options.items()},
-                **self.ddp}
+                **self.limits.ddp}
 
     def check(self) -> None:
         """Check the request's own settings: the global batch size (field ``gbs``), ``top``,
@@ -159,7 +191,7 @@ def run_search(req: SearchRequest) -> SearchOutcome:
     train = training_inputs(req.training, job.training)
     if req.out:
         check_out(req.out, SEARCH_FILES, req.force)
-    space = search_space(model, req)
+    space = req.limits.space(model)
     note = nodes_note(req.inputs, cluster)
     try:
         compare = bool(req.inputs.calibration) and not req.inputs.topology
@@ -399,21 +431,6 @@ class EstimateOutcome:
     evaluation: Evaluation
     title: str
     written: str | None = None
-
-
-def search_space(model, req) -> SearchSpace:
-    """The restrictions of ``req`` (a :class:`SearchRequest` or a ``TrialRequest``: its
-    ``recompute`` and ``restrict``) as a :class:`SearchSpace`; expert options on a dense
-    model are an input error (not an empty search)."""
-    for k in ("ep", "etp"):
-        vals = req.restrict.get(k)
-        if vals and not model.is_moe and any(x != 1 for x in vals):
-            raise InputError(k, vals[0] if len(vals) == 1 else list(vals),
-                             "expert parallelism needs a model "
-                             "with num_experts")
-    return SearchSpace(recompute=tuple(req.recompute), **{
-        k: (vals,) if isinstance(vals, bool) else tuple(v.int_in_range(k, x) for x in vals)
-        for k, vals in req.restrict.items()})
 
 
 def split_note(fields: dict, plan) -> str:
@@ -673,7 +690,7 @@ def run_scaling(req: SearchRequest, lo: int, hi: int) -> ScalingOutcome:
     if req.out:
         check_out(req.out, SCALING_FILES + (TRAINING_SCALING_FILES if train else ()),
                   req.force)
-    space = search_space(model, req)
+    space = req.limits.space(model)
     rows = []
     counts = scaling_counts(lo, hi)
     for n in progress(counts, desc="nodes", unit="count"):

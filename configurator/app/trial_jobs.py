@@ -64,13 +64,12 @@ import numpy as np
 from configurator.app.calibrate_jobs import (MAX_ONE_RUN_SHARE, NOISE_LOG, default_parameters,
                                             fittable)
 from configurator.app.inputs import JobInputs, resolve_uncalibrated
-from configurator.app.plan_jobs import search_limit_words, search_space
+from configurator.app.plan_jobs import SearchLimits
 from configurator.core import validate as v
 from configurator.core.plan_batch import PlanBatch
 from configurator.core.errors import InputError
 from configurator.core.plan import (SEARCH_OPTIONS, describe_search_options, plan_from_dict,
                                     search_option_words, search_options)
-from configurator.core.plan_values import RECOMPUTE
 from configurator.core.rules import check_plan
 from configurator.cost.communication import comm_figures, expert_comm_figures
 from configurator.cost.iteration import iteration_time
@@ -149,12 +148,9 @@ class TrialRequest:
     iterations: int = DEFAULT_ITERATIONS
     out: str | None = None
     force: bool = False
-    #: the search's limits, as :class:`~configurator.app.plan_jobs.SearchRequest`'s: the
-    #: recompute choices, the fields restricted (``tp`` -> values, ``sequence_parallel`` ->
-    #: its one value) and the data-parallel overlaps given (not with ``plans``)
-    recompute: tuple[str, ...] = RECOMPUTE
-    restrict: Mapping[str, Any] = field(default_factory=dict)
-    ddp: Mapping[str, bool] = field(default_factory=dict)
+    #: the search's limits (:class:`~configurator.app.plan_jobs.SearchLimits`; not with
+    #: ``plans``)
+    limits: SearchLimits = field(default_factory=SearchLimits)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -472,7 +468,7 @@ def run_trial(req: TrialRequest) -> TrialOutcome:
                         f"figures: --exclude-flagged leaves out the hosts configurator audit "
                         f"--topology {shlex.quote(req.inputs.topology)} says to drain"))
     mechanisms: tuple[str, ...] = ()
-    limits = search_limit_words(req.recompute, req.restrict, req.ddp)
+    limits = req.limits.words()
     if req.plans and limits:
         raise InputError("plans", req.plans, f"gives the plans to choose among: not with "
                                              f"{' '.join(limits)} (restrict the file instead)")
@@ -484,8 +480,8 @@ def run_trial(req: TrialRequest) -> TrialOutcome:
                          f"an earlier one: each plan is a candidate once")
     else:
         res = search(model, cluster, req.global_batch_size, top_k=1,
-                     space=search_space(model, req), keep_ranking=True,
-                     max_memory_fraction=DEFAULT_MAX_MEMORY_FRACTION, **given, **req.ddp)
+                     space=req.limits.space(model), keep_ranking=True,
+                     max_memory_fraction=DEFAULT_MAX_MEMORY_FRACTION, **given, **req.limits.ddp)
         pool = res.ranked
         plan_of = pool.plan
         mechanisms = res.mechanisms
@@ -608,5 +604,5 @@ def _job_words(req: TrialRequest) -> str:
     if req.inputs.seq_length is not None:
         words += ["--seq-length", str(req.inputs.seq_length)]
     words += search_option_words(req.options)
-    words += search_limit_words(req.recompute, req.restrict, req.ddp)
+    words += req.limits.words()
     return " ".join(shlex.quote(w) for w in words)

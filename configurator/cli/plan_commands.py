@@ -15,7 +15,8 @@ from configurator.app.inputs import JobInputs
 from configurator.cli.options import (TRAINING_OPTION_DESTS, add_force, add_json, add_out,
                                       add_training_options, integer, option_groups)
 from configurator.app.plan_jobs import (SEARCH_DDP, SEARCH_RESTRICTIONS, SEARCH_SWITCHES,
-                                        EstimateRequest, LaunchRequest, SearchRequest,
+                                        EstimateRequest, LaunchRequest, SearchLimits,
+                                        SearchRequest,
                                         run_estimate as estimate_job, run_launch as launch_job,
                                         run_search as search_job)
 from configurator.core import jsonout
@@ -185,14 +186,14 @@ def add_search_limits(groups) -> None:
         add_plan_option(groups[group_of(name)], name)
 
 
-def search_limits(args) -> dict:
-    """What :func:`add_search_limits` parsed, as :class:`SearchRequest` and
-    :class:`~configurator.app.trial_jobs.TrialRequest` take it: ``recompute``, ``restrict``
-    (the fields given) and ``ddp`` (the overlaps given)."""
-    return dict(recompute=tuple(args.recompute) if args.recompute else RECOMPUTE,
-                restrict={k: getattr(args, k) for k in SEARCH_RESTRICTIONS + SEARCH_SWITCHES
-                          if getattr(args, k) is not None},
-                ddp={k: getattr(args, k) for k in SEARCH_DDP if getattr(args, k) is not None})
+def search_limits(args) -> SearchLimits:
+    """What :func:`add_search_limits` parsed (:class:`SearchLimits`): the recompute
+    choices, the fields given and the overlaps given."""
+    return SearchLimits(
+        recompute=tuple(args.recompute) if args.recompute else RECOMPUTE,
+        restrict={k: getattr(args, k) for k in SEARCH_RESTRICTIONS + SEARCH_SWITCHES
+                  if getattr(args, k) is not None},
+        ddp={k: getattr(args, k) for k in SEARCH_DDP if getattr(args, k) is not None})
 
 
 def add_search_arguments(p) -> None:
@@ -230,7 +231,7 @@ def add_search_arguments(p) -> None:
 def run_search(args) -> int:
     req = SearchRequest(inputs=_inputs(args, args.exclude_flagged), global_batch_size=args.gbs,
                         options={name: getattr(args, name) for name in SEARCH_OPTIONS},
-                        **search_limits(args), top=args.top, max_memory_fraction=args.max_memory_fraction,
+                        limits=search_limits(args), top=args.top, max_memory_fraction=args.max_memory_fraction,
                         out=args.out, force=args.force,
                         placement_time_s=args.placement_time_s,
                         placement_evaluations=args.placement_evaluations, seed=args.seed,

@@ -70,7 +70,7 @@ def run_trial_command(args) -> int:
                        global_batch_size=args.gbs,
                        options={name: getattr(args, name) for name in SEARCH_OPTIONS},
                        plans=args.plans, runs=args.runs, iterations=args.iterations,
-                       out=args.out, force=args.force, **search_limits(args))
+                       out=args.out, force=args.force, limits=search_limits(args))
     out = run_trial(req)
     if args.json:
         print(jsonout.dumps(out.to_dict(), indent=2))
