@@ -829,6 +829,10 @@ def test_recorded_schedules_are_recorded_every_time():
     assert not order.rank.flags.writeable
     with pytest.raises(ValueError):
         order.rank[0] = 1
+    # nor can a field be re-bound: every later plan of that shape reads the same order
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        order.rank = np.zeros_like(order.rank)
+    assert schedule_order(2, 1, 4) is order
 
 
 def test_schedule_of_max_ops_is_simulated_op_by_op(monkeypatch):
@@ -1057,7 +1061,7 @@ def test_offloaded_mla_input_norm():
 def test_placed_stage_times_of_the_pacing_replica():
     """Per stage of the pacing replica (index 1 here), per iteration: m microbatches through
     its chunks forward and backward, their sum busy, the exposed reduction, and idle the
-    rest of the iteration before the optimizer step (never below 0)."""
+    rest of the iteration before the optimizer step (never below 0). The record is frozen."""
     fwd = np.array([[[9.0, 9.0], [9.0, 9.0]], [[1.0, 0.5], [2.0, 1.0]]])     # [dp, pp, vp]
     bwd = 2 * fwd
     timed = PlacedTime(iteration_time_s=40.0, stage_fwd_s=fwd, stage_bwd_s=bwd,
@@ -1072,6 +1076,10 @@ def test_placed_stage_times_of_the_pacing_replica():
          "dp_exposed_s": 1.0, "idle_s": 1.0}]
     late = dataclasses.replace(timed, iteration_time_s=30.0)
     assert late.stage_times()[1]["idle_s"] == 0.0
+    # a value: replaced as above, never changed in place (the search's placed results and
+    # their reports share it)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        timed.iteration_time_s = 30.0
 
 def test_placed_moe_plan_on_one_stage_is_the_closed_forms():
     """With one pipeline stage there is no schedule to approximate: the placed pricing and
