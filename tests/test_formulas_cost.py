@@ -823,6 +823,52 @@ def test_tensor_scaled_fp8_writes_one_copy_where_gemms_take_either_layout():
                                                                    rel=1e-9)
 
 
+def test_block_scaled_fp8_gemms_on_hopper_take_longer(monkeypatch):
+    """Hopper applies FP8 block scales to the partial sums on its CUDA cores: its
+    block-scaled GEMMs take 1.222 times the per-tensor-scaled ones (Transformer Engine's
+    GEMM profiling guide on an H200: a layer's GEMMs with their quantisation 22.882 ms with
+    block scales, 20.285 ms with current scaling, whose GEMMs alone 16.785 ms; the block
+    scales' quantisation as the model prices it against current scaling's, 4.0625 bytes an
+    element against 6). Blackwell's tensor cores read block scales themselves: its
+    block-scaled GEMMs keep the FP8 efficiency. Through a layer on an H100 every FP8 GEMM
+    slows by that ratio, so a blockwise plan, whose casts are the shorter, now prices
+    slower than the same plan with current scaling (it priced faster)."""
+    from configurator.cost.gemm import BLOCKWISE_GEMM_TIME_RATIO, fp8_gemm_efficiency
+
+    assert BLOCKWISE_GEMM_TIME_RATIO == pytest.approx(
+        (22.882 - 3.500 * 4.0625 / 6) / 16.785, rel=1e-12)
+    assert BLOCKWISE_GEMM_TIME_RATIO == pytest.approx(1.222, abs=5e-4)
+    hopper, blackwell = (load_cluster(n, nodes=1).gpu for n in (H100, "dgx-b200-180gb"))
+    for scaling in ("delayed", "tensorwise", "mxfp8"):
+        for gpu in (hopper, blackwell):
+            assert fp8_gemm_efficiency(gpu, scaling, 0.66) == 0.66
+    assert fp8_gemm_efficiency(blackwell, "blockwise", 0.66) == 0.66
+    assert fp8_gemm_efficiency(hopper, "blockwise", 0.66) == pytest.approx(
+        0.66 / BLOCKWISE_GEMM_TIME_RATIO, rel=1e-12)
+    model = make_model(**GQA)
+    kw = dict(tp=2, micro_batch_size=2, sequence_parallel=True, precision="fp8")
+    effs = {r: layer_costs(model, _candidates(model, fp8_recipe=r, **kw), hopper)["gemm_kw"][
+        "gemm_eff"] for r in ("tensorwise", "blockwise")}
+    assert effs["tensorwise"] == hopper.efficiency.gemm_fp8
+    assert effs["blockwise"] == pytest.approx(
+        hopper.efficiency.gemm_fp8 / BLOCKWISE_GEMM_TIME_RATIO, rel=1e-12)
+    from configurator.core.model_presets import load_model
+    from configurator.search.evaluate import evaluate_plan
+
+    big = load_model("llama3-70b")
+    cluster = load_cluster(H100, nodes=8)
+
+    def times():
+        return {r: evaluate_plan(big, cluster, ParallelPlan(
+            tp=8, pp=2, dp=4, micro_batch_size=1, global_batch_size=256, precision="fp8",
+            fp8_recipe=r)).iteration_time_s for r in ("tensorwise", "blockwise")}
+    now = times()
+    assert now["blockwise"] > now["tensorwise"]
+    monkeypatch.setattr("configurator.cost.gemm.BLOCKWISE_GEMM_TIME_RATIO", 1.0)
+    before = times()
+    assert before["blockwise"] < before["tensorwise"] == now["tensorwise"]
+
+
 def test_data_parallel_and_optimizer_terms_of_the_rank_holding_most_parameters():
     """The closed form's data-parallel reduction and optimizer step are the rank's that holds
     the most parameters: two dense layers and the embedding (2·557,568 + 262,144) on stage 0

@@ -73,8 +73,8 @@ from configurator.core.plan_values import (RECOMPUTE_CORE_ATTN, RECOMPUTE_FULL, 
                                            RECOMPUTE_MLA_UP_PROJ, RECOMPUTE_MLP, RECOMPUTE_MOE,
                                            RECOMPUTE_MOE_ACT, RECOMPUTE_SHARED_EXPERTS, is_fp8,
                                            mfu_peak_precision)
-from configurator.cost.gemm import (fp8_quantize_s, fp8_scaling, gemm_time_s,
-                                    main_grad_accumulation_s)
+from configurator.cost.gemm import (fp8_gemm_efficiency, fp8_quantize_s, fp8_scaling,
+                                    gemm_time_s, main_grad_accumulation_s)
 from configurator.cost.host_ops import (UNFUSED_ROPE_BYTES, UNFUSED_ROPE_KERNELS,
                                         checkpoint_host_s, clamp_s, eager_s, host_layer_s,
                                         offload_exposed)
@@ -260,6 +260,8 @@ def layer_costs(model: ModelSpec, c: PlanBatch, gpu: GPUSpec, profile=None) -> d
     fp8 = is_fp8(c.precision)
     peak16 = gpu.peak(mfu_peak_precision(c.precision))
     gemm_peak, gemm_eff = gpu.gemm_rate(c.precision) if fp8 else (peak16, eff.gemm)
+    if fp8:
+        gemm_eff = fp8_gemm_efficiency(gpu, fp8_scaling(c), gemm_eff)
     hbm = gpu.hbm_bandwidth_Bps
     kw = dict(batch=1.0, peak=gemm_peak, gpu=gpu, in_bytes=1.0 if fp8 else 2.0,
               gemm_eff=gemm_eff)
