@@ -41,35 +41,6 @@ def gemm_time_s(M, N, K, *, batch, peak, gpu: GPUSpec, in_bytes, gemm_eff):
     return np.maximum(t_compute, t_memory) + GEMM_FIXED_S
 
 
-#: Time of FP8 GEMMs with block scales (``blockwise``: 1x128 activation and 128x128 weight
-#: blocks) over per-tensor-scaled ones at the same shapes on a GPU without block scaling in
-#: its tensor cores (Hopper: no MXFP8 rate), whose kernels apply each block's scales to the
-#: FP32 partial sums every 128 elements of the reduction on the CUDA cores. Transformer
-#: Engine's GEMM profiling guide (docs/examples/gemm_profiling/gemm_profiling.rst,
-#: TransformerEngine 1609c890e, 2026-06-01) times the 12 GEMMs of a layer of hidden 4096, FFN
-#: 16384 over 15,872 tokens on an H200 NVL with their quantisation: 22.882 ms with block
-#: scales, 20.285 ms with current per-tensor scaling, whose GEMMs alone (inputs quantised
-#: before the timed loop) take 16.785 ms, so its quantisation 3.500 ms; Hopper's cuBLAS has no
-#: pre-quantised block-scaled path to time. Taking the block scales' quantisation as the
-#: model prices it against current scaling's (:func:`fp8_cast_bytes`: 4.0625 bytes an element
-#: against 6, of the measured 3.500 ms: 2.370 ms), the block-scaled GEMMs take 20.512 ms:
-#: 1.222 times the per-tensor ones (1.155 with their quantisation as long as current
-#: scaling's, 1.363 with none). On Blackwell block-scaled FP8 runs on the tensor cores'
-#: block-scaled instruction ("On Blackwell (SM100+), FP8 Block is emulated via MXFP8", the
-#: same guide), priced as MXFP8's GEMMs are (:func:`fp8_gemm_efficiency`).
-BLOCKWISE_GEMM_TIME_RATIO = (22.882 - 3.500 * (2 + 2 * (1 + 4 / 128)) / 6) / 16.785
-
-
-def fp8_gemm_efficiency(gpu: GPUSpec, scaling: str, efficiency: float) -> float:
-    """The attained fraction of the FP8 peak of a GEMM with ``scaling`` (``delayed``,
-    ``tensorwise``, ``blockwise`` or ``mxfp8``) on ``gpu``, from the GPU's FP8 (or MXFP8)
-    GEMM ``efficiency``: block scales on a GPU without an MXFP8 rate take
-    :data:`BLOCKWISE_GEMM_TIME_RATIO` times as long, elsewhere the efficiency as it is."""
-    if scaling == "blockwise" and not gpu.peak_flops_per_s.get("mxfp8"):
-        return efficiency / BLOCKWISE_GEMM_TIME_RATIO
-    return efficiency
-
-
 #: Compute streams over which Transformer Engine's grouped GEMM issues its GEMMs, one cuBLAS
 #: GEMM per group (``GroupedLinear`` → ``general_grouped_gemm`` → C++
 #: ``nvte_multi_stream_cublas_gemm``: GEMM ``i`` on compute stream ``i % num_streams``;
@@ -166,6 +137,40 @@ FP8_AMAX_READ_BYTES = {"delayed": 0.0, "tensorwise": 2.0, "blockwise": 0.0, "mxf
 #: block of 128 (``blockwise`` 1x128) or a 1-byte E8M0 scale per block of 32 (``mxfp8``);
 #: one per tensor otherwise (nothing per element).
 FP8_SCALE_BYTES = {"delayed": 0.0, "tensorwise": 0.0, "blockwise": 4 / 128, "mxfp8": 1 / 32}
+
+
+#: Time of FP8 GEMMs with block scales (``blockwise``: 1x128 activation and 128x128 weight
+#: blocks) over per-tensor-scaled ones at the same shapes on a GPU without block scaling in
+#: its tensor cores (Hopper: no MXFP8 rate), whose kernels apply each block's scales to the
+#: partial sums every 128 elements of the reduction, promoted to FP32 on the CUDA cores
+#: (DeepSeek-V3 technical report, arXiv:2412.19437, §3.3.2). Transformer Engine's GEMM
+#: profiling guide (docs/examples/gemm_profiling/gemm_profiling.rst, TransformerEngine
+#: 1609c890e, 2026-06-01) times the 12 GEMMs of a layer of hidden 4096, FFN 16384 over 15,872
+#: tokens on an H200 NVL with their quantisation: 22.882 ms with block scales, 20.285 ms with
+#: current per-tensor scaling, whose GEMMs alone (inputs quantised before the timed loop) take
+#: 16.785 ms, so its quantisation 3.500 ms; Hopper's cuBLAS has no pre-quantised block-scaled
+#: path to time. Taking the block scales' quantisation as the model prices it against current
+#: scaling's on Hopper (:func:`fp8_cast_bytes`, two copies: 4.0625 bytes an element against
+#: 6, of the measured 3.500 ms: 2.370 ms), the block-scaled GEMMs take 20.512 ms, 1.222 times
+#: the per-tensor ones (1.155 with their quantisation as long as current scaling's, 1.363
+#: with none). On Blackwell block-scaled FP8 runs on the tensor cores' block-scaled
+#: instruction ("On Blackwell (SM100+), FP8 Block is emulated via MXFP8", the same guide),
+#: priced as MXFP8's GEMMs are (:func:`fp8_gemm_efficiency`).
+_HOPPER_CAST_BYTES = {s: FP8_READ_BYTES + FP8_AMAX_READ_BYTES[s]
+                      + 2 * (FP8_COPY_BYTES + FP8_SCALE_BYTES[s])
+                      for s in ("tensorwise", "blockwise")}
+BLOCKWISE_GEMM_TIME_RATIO = (22.882 - 3.500 * _HOPPER_CAST_BYTES["blockwise"]
+                             / _HOPPER_CAST_BYTES["tensorwise"]) / 16.785
+
+
+def fp8_gemm_efficiency(gpu: GPUSpec, scaling: str, efficiency: float) -> float:
+    """The attained fraction of the FP8 peak of a GEMM with ``scaling`` (``delayed``,
+    ``tensorwise``, ``blockwise`` or ``mxfp8``) on ``gpu``, from the GPU's FP8 (or MXFP8)
+    GEMM ``efficiency``: block scales on a GPU without an MXFP8 rate take
+    :data:`BLOCKWISE_GEMM_TIME_RATIO` times as long, elsewhere the efficiency as it is."""
+    if scaling == "blockwise" and not gpu.peak_flops_per_s.get("mxfp8"):
+        return efficiency / BLOCKWISE_GEMM_TIME_RATIO
+    return efficiency
 
 
 def fp8_scaling(c) -> str:
