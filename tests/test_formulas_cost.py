@@ -974,7 +974,7 @@ def test_published_rows_iteration_times_and_immutability():
     (24 layers of h = 2304, s = 2048, V = 51,200, batch 512 on 32 GPUs at 137 TFLOP/s,
     counted ``96·B·s·L·h²·(1 + s/(6h) + V/(16·L·h))``) and Megatron-Bridge 26.08's
     DeepSeek-V3 MXFP8 row on 256 GB300 (batch 4096 of 4096 tokens at 6,288 tokens/s/GPU).
-    The typed rows are frozen records."""
+    The typed rows are frozen records; a Bridge row's hosts are a whole count."""
     import dataclasses
 
     from configurator.cost.groundtruth import bridge_rows, sc21_rows
@@ -988,6 +988,13 @@ def test_published_rows_iteration_times_and_immutability():
                 and r.cluster == "gb300-nvl72" and r.plan.precision == "mxfp8")
     assert dsv3.published_iteration_time_s == pytest.approx(4096 * 4096 / (6288 * 256),
                                                             rel=1e-12)
+    # each row's hosts, a whole count: its GPUs over the preset's GPUs per host
+    from topology.cluster_files import CLUSTER_PRESETS
+
+    for r in rows:
+        assert type(r.nodes) is int
+        p = r.plan
+        assert r.nodes * CLUSTER_PRESETS[r.cluster]["gpus_per_node"] == p.tp * p.pp * p.cp * p.dp
     for r in (row, dsv3):
         with pytest.raises(dataclasses.FrozenInstanceError):
             r.source = "changed"

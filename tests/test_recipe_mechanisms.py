@@ -289,13 +289,18 @@ def test_bf16_optimizer_state_fits_what_fp32_state_does_not():
 # -- FP8 -------------------------------------------------------------------------------------
 
 def test_fp8_recipes_price_their_casts():
+    """On an H100 a layer's forward is shortest with delayed scaling (no amax pass), longer
+    with current scaling (its amax read), longest with block scales (shorter casts, but the
+    GEMMs promote the blocks' partial sums: ``cost.gemm.BLOCKWISE_GEMM_TIME_RATIO``), the
+    order Transformer Engine's GEMM profiling guide measures on an H200 (18.978, 20.285 and
+    22.882 ms for a layer's GEMMs with their casts)."""
     plan = ParallelPlan(tp=1, pp=1, dp=8, micro_batch_size=1, global_batch_size=64,
                         precision="fp8", distributed_optimizer=True)
     gpu = cluster().gpu
     times = {r: float(compute.layer_costs(LLAMA8, PlanBatch.from_plan(
         dataclasses.replace(plan, fp8_recipe=r)), gpu)["fwd"][0])
         for r in ("delayed", "tensorwise", "blockwise")}
-    assert times["delayed"] < times["blockwise"] < times["tensorwise"]
+    assert times["delayed"] < times["tensorwise"] < times["blockwise"]
     # the logits GEMM runs in 16-bit: FP8 speeds up the layers, not the output layer
     bf16 = dataclasses.replace(plan, precision="bf16")
     lc8 = compute.layer_costs(LLAMA8, PlanBatch.from_plan(plan), gpu)
