@@ -231,7 +231,8 @@ def add_search_arguments(p) -> None:
 def run_search(args) -> int:
     req = SearchRequest(inputs=_inputs(args, args.exclude_flagged), global_batch_size=args.gbs,
                         options={name: getattr(args, name) for name in SEARCH_OPTIONS},
-                        limits=search_limits(args), top=args.top, max_memory_fraction=args.max_memory_fraction,
+                        limits=search_limits(args), top=args.top,
+                        max_memory_fraction=args.max_memory_fraction,
                         out=args.out, force=args.force,
                         placement_time_s=args.placement_time_s,
                         placement_evaluations=args.placement_evaluations, seed=args.seed,
