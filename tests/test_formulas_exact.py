@@ -763,6 +763,50 @@ def test_iteration_time_assembles_the_pipeline_schedule(vp):
                                                           rel=1e-12)
 
 
+
+def test_interleaved_bubble_runs_the_logits_end_less_what_its_backward_hides(monkeypatch):
+    """The interleaved bubble's lighter end is the last stage's logits and loss *less* the
+    part of their backward the layers' backward hides (``backward_overlap_s``'s third
+    figure), as the last stage's own time takes it. The model of
+    :func:`test_iteration_time_assembles_the_pipeline_schedule` at vp 2, with the embedding's
+    extra set between the two (the logits' full time): less the hidden part the logits end
+    is the lighter, with it added back the embedding would be."""
+    from configurator.cost import iteration
+    from configurator.cost.iteration import backward_overlap_s, layer_type_times
+
+    model = make_model(**(GQA | dict(num_layers=8, hidden_size=1024, num_attention_heads=8,
+                                     kv_channels=128, ffn_hidden_size=4096,
+                                     seq_length=2048)))
+    cl = load_cluster(H100, nodes=1)
+    m, dp, vp = 8, 2, 2
+    c = _candidates(model, tp=2, pp=2, vp=vp, dp=dp, micro_batch_size=1,
+                    sequence_parallel=True, distributed_optimizer=True,
+                    global_batch_size=m * dp)
+    comm = dict(comm_figures(cl, c), **expert_comm_figures(cl, c))
+    lc = layer_costs(model, c, cl.gpu)
+    x = {k: _one(v) for k, v in stage_extras_s(model, c, cl.gpu, lc, comm["tp_bw"],
+                                               comm["tp_lat"]).items()}
+    logits = x["logits_fwd"] + x["logits_bwd"]
+    emb = logits                                     # the embedding's extra, as heavy
+    extras = stage_extras_s
+
+    def heavier_embedding(*args):
+        out = extras(*args)
+        scale = emb / (x["emb_fwd"] + x["emb_bwd"])
+        return dict(out, emb_fwd=out["emb_fwd"] * scale, emb_bwd=out["emb_bwd"] * scale)
+    monkeypatch.setattr(iteration, "stage_extras_s", heavier_embedding)
+    out = iteration_time(model, cl, c, comm)
+    types = layer_type_times(model, c, lc, comm)
+    d = types["dense"]
+    layer = sum(_one(d[k]) for k in ("fwd", "bwd", "recompute", "tp_f", "tp_b", "cp_f", "cp_b"))
+    saved = _one(sum(backward_overlap_s(types, 4, 0)))
+    hidden = _one(backward_overlap_s(types, 4, 0, x["logits_bwd"])[2])
+    assert 0 < hidden and logits - hidden < emb < logits + hidden
+    first, last = 4 * layer - saved + emb, 4 * layer - saved + logits - hidden
+    other, lighter = min(first, last), logits - hidden
+    assert _one(out["bubble"]) == pytest.approx((other - lighter) / vp + 2 * lighter,
+                                                rel=1e-9)
+
 def test_total_parameters_match_the_published_checkpoints():
     """Parameter counts of the released checkpoints (their Hugging Face safetensors index's
     ``total_size`` in bf16 bytes over 2): Llama-3-8B 8,030,261,248; Llama-3-70B

@@ -415,6 +415,11 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
      "negate the `if` test",
      "the table of every tp up to the largest is a shortcut: the general formula below it "
      "gives the same padded vocabularies"),
+    # found by seed 2060
+    ("configurator/cost/expert_comm.py",
+     "middle = (seg(one, m_b / 2) + seg(one, m_b / 2 + m_f) if delay", "negate the `if` test",
+     "the experts' backward is priced at twice their forward (m_b = 2·m_f), so the delayed "
+     "pairing's segments {m_b/2, m_b/2 + m_f} are the plain one's {m_f, m_b}: the same sum"),
 ]
 
 #: Modules preloaded before forking (below the mutated layers: the import contracts keep
