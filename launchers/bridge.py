@@ -27,7 +27,7 @@ import yaml
 from configurator.core.model import ModelSpec
 from configurator.core.plan import (BRIDGE_KEEP, PLAN_FIELDS, ParallelPlan,
                                     bridge_precision_recipe)
-from configurator.core.plan_terms import fp8_weights_gathered
+from configurator.core.plan_terms import fp8_weights_gathered, tp_backward_allreduce_exposed
 
 BRIDGE_FILE = "bridge_overrides.yaml"
 #: The Megatron-Bridge release whose config classes the keys were read from
@@ -78,8 +78,9 @@ NOT_CARRIED: dict[str, Callable[[ModelSpec, ParallelPlan], str | None]] = {
         p.grad_reduce_in_bf16 and p.precision != "fp16") else None,
     "fp8_dot_product_attention": lambda m, p: _mp("fp8_dot_product_attention = True")
     if p.fp8_dot_product_attention else None,
-    "async_tensor_model_parallel_allreduce": lambda m, p: None if (
-        p.async_tensor_model_parallel_allreduce) else (
+    "async_tensor_model_parallel_allreduce": lambda m, p: None if not (
+        tp_backward_allreduce_exposed(p.async_tensor_model_parallel_allreduce, p.tp,
+                                      p.sequence_parallel)) else (
         "async_tensor_model_parallel_allreduce: megatron-core 0.16.1 always overlaps the "
         "backward's tensor-parallel all-reduce; the plan was priced without it"),
     "moe_fused_grouped_mlp": lambda m, p: (

@@ -44,6 +44,7 @@ from configurator.core import validate as v
 from configurator.core.errors import InputError
 from configurator.core.model import ModelSpec
 from configurator.core.plan import FLAG_GROUPS, PLAN_FIELDS, ParallelPlan, PlanField
+from configurator.core.plan_terms import tp_backward_allreduce_exposed
 
 #: The Megatron-LM release whose argument parser the flags were checked against.
 MEGATRON_TAG = "core_v0.16.1"
@@ -356,12 +357,14 @@ def megatron_flags(model: ModelSpec, plan: ParallelPlan, *,
                          f"pretrain_gpt.py of {MEGATRON_TAG} has no such kernel (Transformer "
                          f"Engine's op fuser for the experts came with later Megatron-Core); "
                          f"estimate prices it, a launch script cannot set it")
-    if not plan.async_tensor_model_parallel_allreduce:
+    if tp_backward_allreduce_exposed(plan.async_tensor_model_parallel_allreduce, plan.tp,
+                                     plan.sequence_parallel):
         raise InputError("async_tensor_model_parallel_allreduce", False,
                          f"pretrain_gpt.py of {MEGATRON_TAG} always runs the backward's "
                          f"tensor-parallel all-reduce under the weight-gradient GEMM (the flag "
                          f"that turned it off went after megatron-core 0.8); estimate prices a "
-                         f"plan without it, a launch script cannot run one")
+                         f"plan with it exposed (tp > 1, no sequence parallelism), a launch "
+                         f"script cannot run one")
     t = (training or TrainingArgs()).checked()
     groups: dict[str, list[tuple[str, Value]]] = {}
     for rule in FLAG_TABLE:

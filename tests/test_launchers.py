@@ -720,9 +720,43 @@ def test_a_plan_the_scripts_megatron_cannot_run_is_refused(field, value):
     and the Megatron-Bridge overrides write a line for it, none at its default."""
     from launchers.bridge import NOT_CARRIED
 
-    plan = dataclasses.replace(SMALL_PLAN, **{field: value})
+    # the backward's all-reduce runs exposed only at tp > 1 without sequence parallelism
+    base = (dataclasses.replace(SMALL_PLAN, sequence_parallel=False)
+            if field == "async_tensor_model_parallel_allreduce" else SMALL_PLAN)
+    plan = dataclasses.replace(base, **{field: value})
     with pytest.raises(InputError) as err:
         megatron_flags(SMALL, plan)
     assert err.value.field == field and "launch script" in str(err.value)
-    megatron_flags(SMALL, SMALL_PLAN)      # the same plan with the field at its default runs
-    assert NOT_CARRIED[field](SMALL, plan) and NOT_CARRIED[field](SMALL, SMALL_PLAN) is None
+    megatron_flags(SMALL, base)            # the same plan with the field at its default runs
+    assert NOT_CARRIED[field](SMALL, plan) and NOT_CARRIED[field](SMALL, base) is None
+
+
+def test_a_plan_whose_backward_all_reduce_the_flag_does_not_change_launches():
+    """Without the backward all-reduce's overlap a plan runs as with it where there is no
+    tensor-parallel all-reduce (tp 1) or sequence parallelism overlaps its own: such a plan
+    (as every plan of a search run with ``--no-async-tensor-model-parallel-allreduce``
+    carries the field) is priced the same and launches; at tp > 1 without sequence
+    parallelism it is priced slower and refused."""
+    from configurator.core.model_presets import load_model
+    from configurator.core.plan import ParallelPlan
+    from configurator.search.evaluate import evaluate_plan
+    from launchers.bridge import NOT_CARRIED
+    from topology.cluster_files import load_cluster
+
+    off = dict(async_tensor_model_parallel_allreduce=False)
+    for same in (SMALL_PLAN, dataclasses.replace(SMALL_PLAN, tp=1, dp=4,
+                                                 sequence_parallel=False)):
+        megatron_flags(SMALL, dataclasses.replace(same, **off))
+        assert NOT_CARRIED["async_tensor_model_parallel_allreduce"](
+            SMALL, dataclasses.replace(same, **off)) is None
+    # priced on a model whose tensor-parallel all-reduces outlast the host's issue time
+    big, cluster = load_model("llama3-8b"), load_cluster("dgx-a100-80gb", nodes=1)
+    tp8 = ParallelPlan(tp=8, pp=1, dp=1, micro_batch_size=1, global_batch_size=8,
+                       sequence_parallel=True)
+
+    def time_s(plan, **kw):
+        return evaluate_plan(big, cluster, dataclasses.replace(plan, **kw)).iteration_time_s
+    for same in (tp8, dataclasses.replace(tp8, tp=1, dp=8, sequence_parallel=False)):
+        assert time_s(same, **off) == time_s(same)
+    plain = dataclasses.replace(tp8, sequence_parallel=False)
+    assert time_s(plain, **off) > time_s(plain)

@@ -312,7 +312,8 @@ class ParallelPlan(PlanLayout):
              "2021, NVIDIA/Megatron-LM cf7efd4 and 3f65246, and always in megatron-core "
              "after 0.8; --no-async-tensor-model-parallel-allreduce: after it, exposed, as "
              "Megatron-LM ran before, e.g. the SC'21 runs: estimate prices it, launch "
-             "scripts refuse it; plans without sequence parallelism; default on)",
+             "scripts refuse it; it matters at tp > 1 without sequence parallelism; "
+             "default on)",
         flag_group="parallelism")
 
     overlap_moe_expert_parallel_comm: bool = schema_field(

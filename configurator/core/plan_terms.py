@@ -213,6 +213,16 @@ def tp_comm_overlapped(requested, tp, sequence_parallel, attention_backend: str)
     return requested & (tp > 1) & sequence_parallel & (attention_backend != "local")
 
 
+def tp_backward_allreduce_exposed(async_allreduce, tp, sequence_parallel):
+    """Whether the backward's tensor-parallel all-reduces of the column-parallel layers'
+    input gradients run exposed, after the weight-gradient GEMM rather than under it: only
+    with tp > 1, without ``async_tensor_model_parallel_allreduce`` (Megatron-LM before
+    NVIDIA/Megatron-LM cf7efd4, 2021-08-30) and without sequence parallelism, which overlaps
+    its own reduce-scatter (Megatron turned the flag off with it). Booleans or arrays."""
+    return ~np.asarray(async_allreduce, dtype=bool) & (np.asarray(tp) > 1) & ~np.asarray(
+        sequence_parallel, dtype=bool)
+
+
 def param_gather_overlap(requested, distributed_optimizer):
     """Whether the parameter all-gather is overlapped: only where it was requested and the
     plan has the distributed optimizer (Megatron's ``--overlap-param-gather`` needs

@@ -31,6 +31,7 @@ import numpy as np
 from configurator.core.plan_batch import PlanBatch
 from configurator.core.model import ModelSpec
 from configurator.core.plan_values import RECOMPUTE_FULL, RECOMPUTE_MLP, mfu_peak_precision
+from configurator.core.plan_terms import tp_backward_allreduce_exposed
 from configurator.core.schedule import p2p_transfers
 from configurator.core.layers import stage_class_arrays
 from configurator.cost.communication import comm_figures, expert_comm_figures
@@ -122,9 +123,10 @@ def tp_layer_s(lc: dict, c: PlanBatch, act_bytes, tp_bw, tp_lat, num_sms: int):
     # recompute, the MLP's pair with the mlp module
     rerun = np.where(c.recompute == RECOMPUTE_FULL, 2.0,
                      np.where((c.recompute_code & RECOMPUTE_MLP) != 0, 1.0, 0.0))
-    hidden = bool(c.async_tensor_model_parallel_allreduce) | c.sequence_parallel
-    bwd = rerun * t_coll + np.where(hidden, np.maximum(2 * t_coll - weight_grads, 0.0),
-                                    2 * t_coll)
+    exposed = tp_backward_allreduce_exposed(c.async_tensor_model_parallel_allreduce, c.tp,
+                                            c.sequence_parallel)
+    bwd = rerun * t_coll + np.where(exposed, 2 * t_coll,
+                                    np.maximum(2 * t_coll - weight_grads, 0.0))
     on = c.tp_comm_overlap_on
     if not np.any(on):
         return fwd, bwd
