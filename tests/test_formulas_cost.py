@@ -823,6 +823,67 @@ def test_tensor_scaled_fp8_writes_one_copy_where_gemms_take_either_layout():
                                                                    rel=1e-9)
 
 
+def test_norm_fed_fp8_inputs_are_quantised_in_the_norms_kernel():
+    """A dense layer's QKV and fc1 read their norm's output inside one Transformer Engine
+    module (``LayerNormLinear``), which hands its quantiser to the norm: with delayed scaling
+    the norm writes the row-wise FP8 copy (1 byte where 2 were written) and the column-wise
+    copy is a transpose of it (read 1, write 1; none on Blackwell); with current scaling the
+    norm takes the amax in its own pass (the cast reads its input once); block and MXFP8
+    scaling quantise separately. Through a layer on an H100 (tensorwise against delayed):
+    every other forward cast moves 2 bytes an element more, the norm-fed ones 2 more and
+    their norms' writes 1 more, so the forward is longer by exactly that; under MLA only
+    fc1's input is norm-fed (its down projections read a separate norm)."""
+    from configurator.cost.gemm import FP8_CAST_HBM_FRACTION, fp8_norm_cast_bytes
+
+    hopper, blackwell = (load_cluster(n, nodes=1).gpu for n in (H100, "dgx-b200-180gb"))
+    want = {"delayed": ((2, 1), (0, 1)), "tensorwise": ((4, 0), (3, 0)),
+            "blockwise": ((4 + 8 / 128, 0),) * 2, "mxfp8": ((4 + 2 / 32, 0),) * 2}
+    for scaling, (on_hopper, on_blackwell) in want.items():
+        assert fp8_norm_cast_bytes(hopper, scaling) == pytest.approx(on_hopper, rel=1e-12)
+        assert fp8_norm_cast_bytes(blackwell, scaling) == pytest.approx(on_blackwell,
+                                                                        rel=1e-12)
+    with pytest.raises(KeyError):
+        fp8_norm_cast_bytes(hopper, "nvfp4")
+    cast_rate = hopper.hbm_bandwidth_Bps * FP8_CAST_HBM_FRACTION
+    hbm = hopper.hbm_bandwidth_Bps * hopper.efficiency.hbm
+    for spec, normed_inputs in ((GQA, 2), (MLA_MOE, 1)):
+        model = make_model(**spec)
+        h, t, b = model.hidden_size, 2, 2
+        T = b * model.seq_length
+        a, dv, f = model.num_attention_heads, model.attention_heads_dims[1], \
+            model.ffn_hidden_size
+        fwd = {r: _one(layer_costs(model, _candidates(
+            model, tp=t, micro_batch_size=b, sequence_parallel=True, precision="fp8",
+            fp8_recipe=r), hopper)["fwd"]) for r in ("delayed", "tensorwise")}
+        normed = normed_inputs * T * h / t
+        other = T * (2 * h / t + a * dv / t + f / t) - normed
+        assert fwd["tensorwise"] - fwd["delayed"] == pytest.approx(
+            (2 * other + 2 * normed) / cast_rate + normed / hbm, rel=1e-9)
+
+
+def test_an_moe_layers_passes_do_not_depend_on_the_dense_mlp_they_replace():
+    """An MoE layer's passes are the dense layer's with its MLP taken out exactly and the
+    MoE MLP put in: with every layer MoE, the dense ffn_hidden_size (which no layer uses)
+    changes none of them, in BF16 and FP8, with a gated (SwiGLU) or plain MLP. (The dense
+    MLP's backward was taken out as twice its forward, whose FP8 casts are not the
+    backward's: h + f elements a token more than the backward casts without SwiGLU.)"""
+    gpu = load_cluster(H100, nodes=1).gpu
+    for swiglu in (True, False):
+        for precision, recipe in (("bf16", "delayed"), ("fp8", "delayed"),
+                                  ("fp8", "tensorwise"), ("fp8", "blockwise")):
+            passes = []
+            for ffn in (512, 1536):
+                model = make_model(**(GQA | dict(swiglu=swiglu, ffn_hidden_size=ffn)),
+                                   num_experts=8, moe_router_topk=2, moe_ffn_hidden_size=64)
+                c = _candidates(model, tp=2, dp=4, ep=4, micro_batch_size=2,
+                                sequence_parallel=True, global_batch_size=8,
+                                precision=precision, fp8_recipe=recipe)
+                lc = layer_costs(model, c, gpu)
+                passes.append([_one(lc[k]) for k in ("moe_fwd", "moe_bwd", "moe_recompute")])
+                assert _one(lc["fwd"]) != pytest.approx(passes[-1][0], rel=1e-6)
+            assert passes[0] == pytest.approx(passes[1], rel=1e-12), (swiglu, precision)
+
+
 def test_block_scaled_fp8_gemms_on_hopper_take_longer(monkeypatch):
     """Hopper applies FP8 block scales to the partial sums on its CUDA cores: its
     block-scaled GEMMs take 1.222 times the per-tensor-scaled ones (Transformer Engine's

@@ -329,12 +329,14 @@ def test_dense_layer_time_is_its_gemms_attention_and_elementwise_passes(precisio
     f/t→h); causal attention, ½ of 2·b·s²·a·(d+d)/t multiply-adds at the fused kernel's
     attained rate, backward 2.5×; the elementwise passes, 2·4 + 2·6 bytes of each replicated
     (÷t) element, 6 per SwiGLU element and 4 per RoPE-rotated Q/K element, and 10 kernels;
-    under FP8 the casts of the GEMM inputs (2h/t + a·d/t + f/t a token) and of the output
+    under FP8 the casts of the GEMM inputs (a·d/t + f/t a token, and the 2h/t of QKV's and
+    fc1's in their norms' kernels, whose 16-bit writes they save) and of the output
     gradients ((a+2g)·d/t + 2h/t + 2f/t). Backward: 2× the GEMMs and passes, plus the
     weight gradients' accumulation into the main gradient."""
     from configurator.core.plan_values import mfu_peak_precision
     from configurator.cost.compute import flash_efficiency
-    from configurator.cost.gemm import fp8_quantize_s, fp8_scaling
+    from configurator.cost.gemm import (fp8_norm_cast_bytes, fp8_norm_quantize_s,
+                                        fp8_quantize_s, fp8_scaling)
 
     model = make_model(**GQA)
     gpu = load_cluster(H100, nodes=1).gpu
@@ -354,9 +356,12 @@ def test_dense_layer_time_is_its_gemms_attention_and_elementwise_passes(precisio
     elem = (8 + 12) * T * h / t + 6 * T * f / t + 4 * T * (a + g) * d / t
     cast_f = cast_b = 0.0
     if precision == "fp8":
-        cast_f = fp8_quantize_s(T * (2 * h / t + a * d / t + f / t), gpu, fp8_scaling(c))
+        scaling = fp8_scaling(c)
+        cast_f = (fp8_quantize_s(T * (a * d / t + f / t), gpu, scaling)
+                  + fp8_norm_quantize_s(T * 2 * h / t, gpu, scaling)
+                  - T * 2 * h / t * fp8_norm_cast_bytes(gpu, scaling)[1] / hbm)
         cast_b = fp8_quantize_s(T * ((a + 2 * g) * d / t + 2 * h / t + 2 * f / t), gpu,
-                                fp8_scaling(c))
+                                scaling)
     fwd = gemms + attn + elem / hbm + 10 * eff.kernel_overhead_s + cast_f
     acc = main_grad_accumulation_s(_gqa_layer(t), c, gpu, T)
     bwd = 2 * gemms + 2.5 * attn + 2 * elem / hbm + 20 * eff.kernel_overhead_s + cast_b + acc
@@ -1408,9 +1413,10 @@ def test_clamped_mlp_recompute_and_moe_backward():
     element-wise bandwidth). The mlp recompute module re-runs the dense MLP's forward: its
     GEMMs, the SwiGLU pass (6 bytes an element of T·f/t), the clamp, and under fp8 the casts
     of its GEMM inputs (h/t with sequence parallelism, f/t a token). An MoE layer's backward
-    takes the dense MLP's out: twice its forward without the clamp, and the clamp's own
-    backward once."""
-    from configurator.cost.gemm import fp8_quantize_s, fp8_scaling
+    takes the dense MLP's out: twice its GEMMs and SwiGLU pass, and the clamp's own
+    backward once (under fp8 also the casts of fc2's and fc1's output gradients, h/t + 2f/t
+    a token; below in bf16). Under fp8 fc1's input is cast in its norm's kernel."""
+    from configurator.cost.gemm import fp8_norm_quantize_s, fp8_quantize_s, fp8_scaling
     from configurator.cost.host_ops import eager_s
     from configurator.cost.moe_compute import moe_mlp_costs
 
@@ -1425,7 +1431,8 @@ def test_clamped_mlp_recompute_and_moe_backward():
                     recompute="selective", recompute_modules="mlp")
     lc = layer_costs(model, c, gpu)
     (_, _), (fc1, fc2) = lc["tp_gemm_pairs"]
-    cast = fp8_quantize_s(T * (h / t + f / t), gpu, fp8_scaling(c))
+    cast = (fp8_quantize_s(T * f / t, gpu, fp8_scaling(c))
+            + fp8_norm_quantize_s(T * h / t, gpu, fp8_scaling(c)))
     assert _one(lc["recompute"]) == pytest.approx(
         _one(fc1 + fc2) + 6 * T * f / t / hbm + _one(clamp_f) + _one(cast), rel=1e-12)
 

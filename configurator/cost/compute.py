@@ -73,7 +73,8 @@ from configurator.core.plan_values import (RECOMPUTE_CORE_ATTN, RECOMPUTE_FULL, 
                                            RECOMPUTE_MLA_UP_PROJ, RECOMPUTE_MLP, RECOMPUTE_MOE,
                                            RECOMPUTE_MOE_ACT, RECOMPUTE_SHARED_EXPERTS, is_fp8,
                                            mfu_peak_precision)
-from configurator.cost.gemm import (fp8_gemm_efficiency, fp8_quantize_s, fp8_scaling,
+from configurator.cost.gemm import (fp8_gemm_efficiency, fp8_norm_cast_bytes,
+                                    fp8_norm_quantize_s, fp8_quantize_s, fp8_scaling,
                                     gemm_time_s, main_grad_accumulation_s)
 from configurator.cost.host_ops import (UNFUSED_ROPE_BYTES, UNFUSED_ROPE_KERNELS,
                                         checkpoint_host_s, clamp_s, eager_s, host_layer_s,
@@ -323,17 +324,26 @@ def layer_costs(model: ModelSpec, c: PlanBatch, gpu: GPUSpec, profile=None) -> d
             visited = c.mbs * s_q * s_k * a / tp * model.attention_score_fraction
             attn_fwd = attn_fwd + visited / (ATTENTION_DROPOUT_SCORES_PER_SM_S[0] * gpu.num_sms)
             attn_bwd = attn_bwd + visited / (ATTENTION_DROPOUT_SCORES_PER_SM_S[1] * gpu.num_sms)
-    cast_f = cast_b = 0.0
+    cast_f = cast_b = cast_mlp_f = cast_mlp_b = norm_saved = mlp_norm_saved = 0.0
     hs = h / np.where(c.sequence_parallel, tp, 1.0)   # SP: cast before the all-gather
+    # the norm outputs a LayerNormLinear quantises (fp8_norm_cast_bytes): fc1's, and QKV's
+    # but under MLA, whose down projections read a separate norm's output
+    qkv_normed = 0.0 if model.multi_latent_attention else T * hs
     if fp8:   # FP8 casts of the GEMM inputs (forward) and output gradients (backward)
         scaling = fp8_scaling(c)
-        cast_f = fp8_quantize_s(T * (2 * hs + a * dv / tp + f / tp), gpu, scaling)
-        cast_b = fp8_quantize_s(T * ((a + 2 * g) * dqk / tp + 2 * hs + fc1_n / tp), gpu,
-                                scaling)
+        saved = fp8_norm_cast_bytes(gpu, scaling)[1] / (hbm * eff.hbm)
+        norm_saved, mlp_norm_saved = (qkv_normed + T * hs) * saved, T * hs * saved
+        cast_mlp_f = fp8_quantize_s(T * f / tp, gpu, scaling) + fp8_norm_quantize_s(
+            T * hs, gpu, scaling)
+        cast_mlp_b = fp8_quantize_s(T * (hs + fc1_n / tp), gpu, scaling)
+        cast_f = cast_mlp_f + fp8_quantize_s(T * (hs + a * dv / tp) - qkv_normed, gpu,
+                                             scaling) + fp8_norm_quantize_s(qkv_normed, gpu,
+                                                                            scaling)
+        cast_b = cast_mlp_b + fp8_quantize_s(T * ((a + 2 * g) * dqk / tp + hs), gpu, scaling)
     clamp_f, clamp_b = clamp_s(model, T * fc1_n / tp, gpu)     # the dense MLP's clamp
     rope_f, rope_b = (eager_s(b * rope_qk, 2 * k, gpu) if model.rope_unfused else 0.0
                       for b, k in zip(UNFUSED_ROPE_BYTES, UNFUSED_ROPE_KERNELS))
-    elem_fwd = (elem / (hbm * eff.hbm) + cast_f + n_kernels * eff.kernel_overhead_s
+    elem_fwd = (elem / (hbm * eff.hbm) - norm_saved + cast_f + n_kernels * eff.kernel_overhead_s
                 + clamp_f + rope_f)
     elem_bwd = (2 * elem / (hbm * eff.hbm) + cast_b + 2 * n_kernels * eff.kernel_overhead_s
                 + clamp_b + rope_b)
@@ -348,9 +358,11 @@ def layer_costs(model: ModelSpec, c: PlanBatch, gpu: GPUSpec, profile=None) -> d
     layernorm = (rc & RECOMPUTE_LAYERNORM) != 0
     # one norm's forward (read 2, write 2 bytes per element of the replicated or SP slice)
     norm_fwd = 4 * rep / (hbm * eff.hbm) + eff.kernel_overhead_s
-    # a dense MLP's forward: its GEMMs, activation, clamp and FP8 casts
-    dense_mlp = gemm_mlp + mlp_elem / (hbm * eff.hbm) + clamp_f + (
-        fp8_quantize_s(T * (hs + f / tp), gpu, fp8_scaling(c)) if fp8 else 0.0)
+    # a dense MLP's forward: its GEMMs, activation, clamp and FP8 casts (fc1's input in its
+    # norm's kernel); its backward: twice the GEMMs and activation, the clamp's, the casts of
+    # fc2's and fc1's output gradients
+    dense_mlp = gemm_mlp + mlp_elem / (hbm * eff.hbm) + clamp_f + cast_mlp_f
+    dense_mlp_bwd = 2 * (gemm_mlp + mlp_elem / (hbm * eff.hbm)) + clamp_b + cast_mlp_b
     up_proj = mla_up_projection_s(model, T, tp, kw) + (
         4 * rope_qk / (hbm * eff.hbm) + 2 * eff.kernel_overhead_s if fused_rope else rope_f)
     recompute = (np.select([rc == RECOMPUTE_FULL, (rc & RECOMPUTE_CORE_ATTN) != 0],
@@ -376,9 +388,11 @@ def layer_costs(model: ModelSpec, c: PlanBatch, gpu: GPUSpec, profile=None) -> d
            "tokens": T, "gemm_kw": kw}
     if model.is_moe:
         moe = moe_mlp_costs(model, c, gpu, T, kw)
-        delta = moe["fwd"] - dense_mlp
-        # the dense MLP's backward (2x its forward, and its clamp's) replaced by the MoE
-        # MLP's (2x its forward, the eager bias and clamp by their own counts)
+        # the dense MLP replaced by the MoE MLP, and the pre-MLP norm's FP8 write by a 16-bit
+        # one (a separate norm: the router and the dispatcher read its output)
+        delta = moe["fwd"] - dense_mlp + mlp_norm_saved
+        # the dense MLP's backward (dense_mlp_bwd) replaced by the MoE MLP's (2x its
+        # forward, the eager bias and clamp by their own counts)
         # an MoE layer's pre-MLP norm (layernorm) and its experts' activation (moe_act)
         # (moe: the whole MLP with the router, not under the all-to-all overlap, whose
         # schedule calls the pieces itself; its all-to-alls are the EP term's)
@@ -396,7 +410,7 @@ def layer_costs(model: ModelSpec, c: PlanBatch, gpu: GPUSpec, profile=None) -> d
         # (from the dense layer's own passes: its offload copy is not the MoE layer's)
         moe_fwd, moe_bwd = offload_exposed(
             off_every + off_moe, gpu, gpu_fwd + delta,
-            gpu_bwd - 2 * (dense_mlp - clamp_f) - clamp_b - grad_acc + moe_acc
+            gpu_bwd - dense_mlp_bwd - grad_acc + moe_acc
             + 2 * (moe["fwd"] - moe["eager_fwd"]) + moe["eager_bwd"])
         out.update(moe_fwd=moe_fwd, moe_bwd=moe_bwd,
                    moe_recompute=np.where(rc == RECOMPUTE_FULL, gpu_fwd + delta,

@@ -197,3 +197,42 @@ def fp8_quantize_s(elements, gpu, scaling: str = "delayed", columnwise: bool = T
     :data:`FP8_CAST_HBM_FRACTION` of the HBM bandwidth; arrays ok)."""
     return (elements * fp8_cast_bytes(gpu, scaling, columnwise)
             / (gpu.hbm_bandwidth_Bps * FP8_CAST_HBM_FRACTION))
+
+
+def fp8_norm_cast_bytes(gpu: GPUSpec, scaling: str = "delayed") -> tuple[float, float]:
+    """Bytes per element of quantising a norm's output where the norm and the GEMM reading it
+    are one Transformer Engine module (``LayerNormLinear``: megatron-core's
+    ``TELayerNormColumnParallelLinear``, a dense layer's QKV and fc1), on ``gpu`` with
+    ``scaling``: ``(cast, saved)``, the bytes the quantisation moves at its own rate
+    (:func:`fp8_quantize_s`'s) and the bytes the norm's 16-bit output write no longer moves
+    (at the element-wise rate). The module hands its quantiser to the norm
+    (transformer_engine/pytorch/module/layernorm_linear.py ``with_quantized_norm``;
+    csrc/extensions/normalization.cpp ``layernorm_fwd``, ``rmsnorm_fwd``):
+
+    * delayed scaling: the norm kernel writes the row-wise FP8 copy itself, 1 byte where its
+      16-bit output took 2 (``saved`` 1), and the column-wise copy, where the GPU needs one
+      (:func:`fp8_cast_bytes`'s copies), is a transpose of it, read 1 and write 1
+      (common/normalization/rmsnorm/rmsnorm_api.cpp, "Compute FP8 transpose if required"):
+      2 bytes on an H100, none on a B200;
+    * current scaling: the norm writes its 16-bit output and takes the amax in the same pass
+      (TransformerEngine #2013, "Fuse amax computation into normalization kernel for current
+      scaling", July 2025), so the cast reads its input once, without
+      :data:`FP8_AMAX_READ_BYTES`: 4 on an H100, 3 on a B200;
+    * block and MXFP8 scaling: a separate quantisation, as any GEMM input (MXFP8's fused
+      cuDNN norm only with ``NVTE_NORM_FWD_USE_CUDNN`` set).
+
+    Raises ``KeyError`` for an unknown scaling."""
+    copies = fp8_copies(scaling, gpu.non_tn_fp8_gemm)
+    if scaling == "delayed":
+        return (copies - 1.0) * 2.0 * FP8_COPY_BYTES, FP8_READ_BYTES - FP8_COPY_BYTES
+    amax = FP8_AMAX_READ_BYTES[scaling] if scaling == "tensorwise" else 0.0
+    return fp8_cast_bytes(gpu, scaling) - amax, 0.0
+
+
+def fp8_norm_quantize_s(elements, gpu: GPUSpec, scaling: str = "delayed"):
+    """Time (s) of quantising ``elements`` elements of a norm's output inside its
+    ``LayerNormLinear`` (:func:`fp8_norm_cast_bytes`' ``cast`` bytes each, at
+    :data:`FP8_CAST_HBM_FRACTION` of the HBM bandwidth; arrays ok). The norm's own write it
+    saves is the caller's: it is priced with the norm."""
+    return (elements * fp8_norm_cast_bytes(gpu, scaling)[0]
+            / (gpu.hbm_bandwidth_Bps * FP8_CAST_HBM_FRACTION))
