@@ -336,15 +336,15 @@ def layer_costs(model: ModelSpec, c: PlanBatch, gpu: GPUSpec, profile=None) -> d
         cast_mlp_f = fp8_quantize_s(T * f / tp, gpu, scaling) + fp8_norm_quantize_s(
             T * hs, gpu, scaling)
         cast_mlp_b = fp8_quantize_s(T * (hs + fc1_n / tp), gpu, scaling)
-        cast_f = cast_mlp_f + fp8_quantize_s(T * (hs + a * dv / tp) - qkv_normed, gpu,
-                                             scaling) + fp8_norm_quantize_s(qkv_normed, gpu,
-                                                                            scaling)
+        # QKV's input in its norm's kernel (but under MLA), the projection's apart
+        cast_f = (cast_mlp_f + fp8_norm_quantize_s(qkv_normed, gpu, scaling)
+                  + fp8_quantize_s(T * hs - qkv_normed + T * a * dv / tp, gpu, scaling))
         cast_b = cast_mlp_b + fp8_quantize_s(T * ((a + 2 * g) * dqk / tp + hs), gpu, scaling)
     clamp_f, clamp_b = clamp_s(model, T * fc1_n / tp, gpu)     # the dense MLP's clamp
     rope_f, rope_b = (eager_s(b * rope_qk, 2 * k, gpu) if model.rope_unfused else 0.0
                       for b, k in zip(UNFUSED_ROPE_BYTES, UNFUSED_ROPE_KERNELS))
-    elem_fwd = (elem / (hbm * eff.hbm) - norm_saved + cast_f + n_kernels * eff.kernel_overhead_s
-                + clamp_f + rope_f)
+    elem_fwd = (elem / (hbm * eff.hbm) - norm_saved + cast_f
+                + n_kernels * eff.kernel_overhead_s + clamp_f + rope_f)
     elem_bwd = (2 * elem / (hbm * eff.hbm) + cast_b + 2 * n_kernels * eff.kernel_overhead_s
                 + clamp_b + rope_b)
     fwd = gemm_fwd + attn_fwd + elem_fwd
