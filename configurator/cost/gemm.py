@@ -224,7 +224,9 @@ def fp8_norm_cast_bytes(gpu: GPUSpec, scaling: str = "delayed") -> tuple[float, 
     Raises ``KeyError`` for an unknown scaling."""
     copies = fp8_copies(scaling, gpu.non_tn_fp8_gemm)
     if scaling == "delayed":
-        return (copies - 1.0) * 2.0 * FP8_COPY_BYTES, FP8_READ_BYTES - FP8_COPY_BYTES
+        # each transpose reads the row-wise copy and writes a column-wise one
+        transposes = (copies - 1.0) * (FP8_COPY_BYTES + FP8_COPY_BYTES)
+        return transposes, FP8_READ_BYTES - FP8_COPY_BYTES
     amax = FP8_AMAX_READ_BYTES[scaling] if scaling == "tensorwise" else 0.0
     return fp8_cast_bytes(gpu, scaling) - amax, 0.0
 
