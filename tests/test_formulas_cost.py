@@ -850,8 +850,8 @@ def test_norm_fed_fp8_inputs_are_quantised_in_the_norms_kernel():
         model = make_model(**spec)
         h, t, b = model.hidden_size, 2, 2
         T = b * model.seq_length
-        a, dv, f = model.num_attention_heads, model.attention_heads_dims[1], \
-            model.ffn_hidden_size
+        a, dv = model.num_attention_heads, model.attention_heads_dims[1]
+        f = model.ffn_hidden_size
         fwd = {r: _one(layer_costs(model, _candidates(
             model, tp=t, micro_batch_size=b, sequence_parallel=True, precision="fp8",
             fp8_recipe=r), hopper)["fwd"]) for r in ("delayed", "tensorwise")}
