@@ -332,7 +332,8 @@ def layer_costs(model: ModelSpec, c: PlanBatch, gpu: GPUSpec, profile=None) -> d
     if fp8:   # FP8 casts of the GEMM inputs (forward) and output gradients (backward)
         scaling = fp8_scaling(c)
         saved = fp8_norm_cast_bytes(gpu, scaling)[1] / (hbm * eff.hbm)
-        norm_saved, mlp_norm_saved = (qkv_normed + T * hs) * saved, T * hs * saved
+        mlp_norm_saved = T * hs * saved
+        norm_saved = qkv_normed * saved + mlp_norm_saved
         cast_mlp_f = fp8_quantize_s(T * f / tp, gpu, scaling) + fp8_norm_quantize_s(
             T * hs, gpu, scaling)
         cast_mlp_b = fp8_quantize_s(T * (hs + fc1_n / tp), gpu, scaling)

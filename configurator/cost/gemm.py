@@ -156,8 +156,15 @@ FP8_SCALE_BYTES = {"delayed": 0.0, "tensorwise": 0.0, "blockwise": 4 / 128, "mxf
 #: with none). On Blackwell block-scaled FP8 runs on the tensor cores' block-scaled
 #: instruction ("On Blackwell (SM100+), FP8 Block is emulated via MXFP8", the same guide),
 #: priced as MXFP8's GEMMs are (:func:`fp8_gemm_efficiency`).
-_HOPPER_CAST_BYTES = {s: FP8_READ_BYTES + FP8_AMAX_READ_BYTES[s]
-                      + 2 * (FP8_COPY_BYTES + FP8_SCALE_BYTES[s])
+def _cast_bytes(scaling: str, non_tn_fp8_gemm: bool, columnwise: bool = True) -> float:
+    """:func:`fp8_cast_bytes` for a GPU whose FP8 GEMMs do (``non_tn_fp8_gemm``) or do not
+    take any operand layout."""
+    copies = fp8_copies(scaling, non_tn_fp8_gemm, columnwise)
+    return (FP8_READ_BYTES + FP8_AMAX_READ_BYTES[scaling]
+            + copies * (FP8_COPY_BYTES + FP8_SCALE_BYTES[scaling]))
+
+
+_HOPPER_CAST_BYTES = {s: _cast_bytes(s, non_tn_fp8_gemm=False)
                       for s in ("tensorwise", "blockwise")}
 BLOCKWISE_GEMM_TIME_RATIO = (22.882 - 3.500 * _HOPPER_CAST_BYTES["blockwise"]
                              / _HOPPER_CAST_BYTES["tensorwise"]) / 16.785
@@ -186,9 +193,7 @@ def fp8_cast_bytes(gpu: GPUSpec, scaling: str = "delayed", columnwise: bool = Tr
     :data:`FP8_SCALE_BYTES`), as many copies as
     :func:`configurator.core.plan_values.fp8_copies` says (``gpu.non_tn_fp8_gemm``). E.g.
     current scaling: 6 on an H100, 5 on a B200; MXFP8 4 + 2/32 on both."""
-    copies = fp8_copies(scaling, gpu.non_tn_fp8_gemm, columnwise)
-    return (FP8_READ_BYTES + FP8_AMAX_READ_BYTES[scaling]
-            + copies * (FP8_COPY_BYTES + FP8_SCALE_BYTES[scaling]))
+    return _cast_bytes(scaling, gpu.non_tn_fp8_gemm, columnwise)
 
 
 def fp8_quantize_s(elements, gpu, scaling: str = "delayed", columnwise: bool = True):
