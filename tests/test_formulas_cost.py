@@ -70,7 +70,8 @@ def test_clamped_yarn_layer_prices_its_eager_clamp_and_rope():
     unfused RoPE over Q and K (T·(a+g)·d/t elements: 24 bytes and 2·12 kernels forward, 28
     and 2·7 backward) at the eager kernels' rate, replacing the fused RoPE's 4 bytes; the
     other passes as a fused layer's. The host issues the clamp's 3 and RoPE's 2·12 − 2 more
-    operations; the ``mlp`` recompute re-runs the MLP's GEMMs, activation and clamp."""
+    operations; the ``mlp`` recompute re-runs the MLP's GEMMs, activation and clamp and the
+    norm fused into fc1."""
     model = make_model(**(GQA | dict(activation_func_clamp_value=7.0,
                                      yarn_rotary_scaling_factor=32.0)))
     gpu = _gpu()
@@ -99,8 +100,9 @@ def test_clamped_yarn_layer_prices_its_eager_clamp_and_rope():
     assert _one(lc["host"]) == pytest.approx((40 + 3 + 22) * op, rel=1e-12)
     c_mlp = _candidates(model, tp=t, micro_batch_size=b, sequence_parallel=True,
                         recompute="selective", recompute_modules="mlp")
+    norm = 4 * T * h / t / hbm + kov     # the pre-MLP norm fused into fc1
     assert _one(layer_costs(model, c_mlp, gpu)["recompute"]) == pytest.approx(
-        _one(mlp_gemms + 6 * T * f / t / hbm + clamp_f), rel=1e-12)
+        _one(mlp_gemms + 6 * T * f / t / hbm + clamp_f + norm), rel=1e-12)
 
 
 # ---------------------------------------------------------------- expert-parallel exchanges

@@ -1024,7 +1024,8 @@ def test_flash_efficiency_and_context_parallel_attention_calls():
 
 def test_recompute_modules_rerun_their_forward():
     """The ``mlp`` module re-runs the dense MLP's forward (its two GEMMs and the SwiGLU pass,
-    6 bytes an element of T·f/t); ``layernorm`` MLA's input norm (read and write 2 bytes of
+    6 bytes an element of T·f/t) and the pre-MLP norm fused into its fc1 (read and write 2
+    bytes of each element of T·h/t, one kernel); ``layernorm`` MLA's input norm (read and write 2 bytes of
     each replicated element, one kernel); full recompute with tp-comm overlap re-runs the
     forward's exposed collectives too."""
     gpu = load_cluster(H100, nodes=1).gpu
@@ -1037,7 +1038,8 @@ def test_recompute_modules_rerun_their_forward():
                     recompute="selective", recompute_modules="mlp")
     lc = layer_costs(model, c, gpu)
     (_, _), (fc1, fc2) = lc["tp_gemm_pairs"]
-    assert _one(lc["recompute"]) == pytest.approx(_one(fc1 + fc2) + 6 * T * f / t / hbm,
+    norm = 4 * T * 256 / t / hbm + eff.kernel_overhead_s     # h = 256
+    assert _one(lc["recompute"]) == pytest.approx(_one(fc1 + fc2) + 6 * T * f / t / hbm + norm,
                                                   rel=1e-12)
     mla = make_model(**MLA_DENSE)
     c = _candidates(mla, tp=t, micro_batch_size=b, sequence_parallel=True,
@@ -1411,12 +1413,14 @@ def test_clamped_mlp_recompute_and_moe_backward():
     """activation_func_clamp_value: the eager clamps of the fc1 output (T·2f/t elements,
     SwiGLU) move 8 bytes an element in 3 kernels forward and 15 in 7 backward (eager
     element-wise bandwidth). The mlp recompute module re-runs the dense MLP's forward: its
-    GEMMs, the SwiGLU pass (6 bytes an element of T·f/t), the clamp, and under fp8 the casts
-    of its GEMM inputs (h/t with sequence parallelism, f/t a token). An MoE layer's backward
+    GEMMs, the SwiGLU pass (6 bytes an element of T·f/t), the clamp, the norm fused into fc1
+    (its FP8 write priced with the cast), and under fp8 the casts of its GEMM inputs (h/t
+    with sequence parallelism, f/t a token). An MoE layer's backward
     takes the dense MLP's out: twice its GEMMs and SwiGLU pass, and the clamp's own
     backward once (under fp8 also the casts of fc2's and fc1's output gradients, h/t + 2f/t
     a token; below in bf16). Under fp8 fc1's input is cast in its norm's kernel."""
-    from configurator.cost.gemm import fp8_norm_quantize_s, fp8_quantize_s, fp8_scaling
+    from configurator.cost.gemm import (fp8_norm_cast_bytes, fp8_norm_quantize_s,
+                                        fp8_quantize_s, fp8_scaling)
     from configurator.cost.host_ops import eager_s
     from configurator.cost.moe_compute import moe_mlp_costs
 
@@ -1433,8 +1437,11 @@ def test_clamped_mlp_recompute_and_moe_backward():
     (_, _), (fc1, fc2) = lc["tp_gemm_pairs"]
     cast = (fp8_quantize_s(T * f / t, gpu, fp8_scaling(c))
             + fp8_norm_quantize_s(T * h / t, gpu, fp8_scaling(c)))
+    # the fused pre-MLP norm, its 16-bit write replaced by the FP8 one the cast prices
+    norm = ((4 - fp8_norm_cast_bytes(gpu, fp8_scaling(c))[1]) * T * h / t / hbm
+            + gpu.efficiency.kernel_overhead_s)
     assert _one(lc["recompute"]) == pytest.approx(
-        _one(fc1 + fc2) + 6 * T * f / t / hbm + _one(clamp_f) + _one(cast), rel=1e-12)
+        _one(fc1 + fc2) + 6 * T * f / t / hbm + _one(clamp_f) + _one(cast) + norm, rel=1e-12)
 
     E, k, fe = 8, 2, 64
     moe_model = make_model(**GQA, num_experts=E, moe_router_topk=k, moe_ffn_hidden_size=fe,

@@ -25,9 +25,9 @@ Per layer and microbatch on one GPU (tokens per rank ``T = b·s/cp``):
   ``selective`` repeats its ``recompute_modules``: core attention (the default; Korthikanti
   et al. 2022 §5), the norms not fused into a linear (``layernorm``: an MoE layer's pre-MLP
   norm, MLA's input norm), the routed experts' activation with its clamp (``moe_act``), a
-  dense layer's MLP (``mlp``, with its tensor-parallel collectives), an MoE layer's MLP
-  with router and all-to-alls (``moe``), the shared expert (``shared_experts``) and MLA's
-  up projections with RoPE (``mla_up_proj``).
+  dense layer's MLP (``mlp``, with its tensor-parallel collectives and the norm fused into
+  its fc1), an MoE layer's MLP with router and all-to-alls (``moe``), the shared expert
+  (``shared_experts``) and MLA's up projections with RoPE (``mla_up_proj``).
 * FP8 (``fp8``, ``mxfp8``): Transformer Engine quantises every FP8 GEMM's activation input
   (forward) and output gradient (backward) into row-wise and column-wise (transposed) FP8
   copies (transformer_engine/pytorch/module/linear.py ``_Linear.forward`` quantises
@@ -371,8 +371,11 @@ def layer_costs(model: ModelSpec, c: PlanBatch, gpu: GPUSpec, profile=None) -> d
                  # layernorm: MLA's input norm is not fused into a linear (every layer)
                  + np.where(layernorm & bool(model.multi_latent_attention), norm_fwd, 0.0)
                  + np.where((rc & RECOMPUTE_MLA_UP_PROJ) != 0, up_proj, 0.0))
-    # the MLP module: a dense layer's (an MoE layer ignores it)
-    mlp_module = np.where((rc & RECOMPUTE_MLP) != 0, dense_mlp, 0.0)
+    # the MLP module: a dense layer's with the norm fused into its fc1 (megatron-core
+    # transformer_layer.py checkpoints ``self.mlp``, whose ``linear_fc1`` is Transformer
+    # Engine's LayerNormLinear, the pre-MLP norm an IdentityOp); an MoE layer ignores it
+    mlp_module = np.where((rc & RECOMPUTE_MLP) != 0,
+                          dense_mlp + norm_fwd - mlp_norm_saved, 0.0)
     host_dense, host_moe = host_layer_s(model, c, gpu)
     off_every = off_moe = 0.0
     gpu_fwd, gpu_bwd = fwd, bwd     # the layer's own passes, before any offload copy
