@@ -421,6 +421,67 @@ def test_full_recompute_checkpoint_host_operations():
     assert tuple(map(_one, checkpoint_host_s(_candidates(model), gpu))) == (0.0, 0.0)
 
 
+def test_selective_recompute_modules_issue_their_operations_again():
+    """Selective recompute's host work (megatron-core 0.16.1): each module the layer runs
+    issues its checkpoint's bookkeeping forward and its operations again in the backward,
+    ``tensor_parallel.checkpoint`` (2, 9) for core attention, the dense MLP, the whole MoE
+    MLP and the shared expert, ``CheckpointWithoutOutput`` (3, 10) for a norm, the experts'
+    activation and MLA's up projections; what CUDA graphs capture costs nothing, ``moe``
+    covers ``moe_act`` and ``shared_experts``, and a host-bound layer's recompute takes at
+    least the re-run's host time."""
+    from configurator.cost.host_ops import (HOST_OPS_DENSE, HOST_OPS_ATTN, moe_mlp_ops,
+                                            selective_recompute_host_s)
+    from configurator.cost.iteration import host_bound
+
+    gpu = _gpu()
+    op = gpu.efficiency.host_op_s
+    dense = make_model(**GQA)
+
+    def host(model, **kw):
+        (f, b), (mf, mb) = selective_recompute_host_s(
+            model, _candidates(model, recompute="selective", **kw), gpu)
+        return tuple(_one(x) / op for x in (f, b, mf, mb))
+
+    assert host(dense, recompute_modules="core_attn") == pytest.approx((2, 3 + 9) * 2)
+    assert host(dense, recompute_modules="core_attn", attention_backend="local")[:2] == \
+        pytest.approx((2, 8 + 3 + 5 + 8 + 9))
+    mlp = HOST_OPS_DENSE - HOST_OPS_ATTN
+    assert host(dense, recompute_modules="mlp")[:2] == pytest.approx((2, mlp + 9))
+    # a dense GQA layer has no norm outside a linear and no up projections: nothing
+    assert host(dense, recompute_modules="layernorm,mla_up_proj") == (0.0,) * 4
+    assert host(dense, recompute_modules="mlp", cuda_graph_impl="transformer_engine",
+                cuda_graph_scope="mlp")[:2] == (0.0, 0.0)
+    c = _candidates(dense, recompute="full")
+    assert tuple(map(_one, selective_recompute_host_s(dense, c, gpu)[0])) == (0.0, 0.0)
+
+    moe = make_model(**MLA_MOE)     # MLA, 4 experts (ep 1), a shared expert
+    kw = dict(tp=2, micro_batch_size=2, sequence_parallel=True)
+    f, b, mf, mb = host(moe, recompute_modules="layernorm,mla_up_proj", **kw)
+    assert (f, b) == pytest.approx((3 + 3, 11 + 10 + 3 + 10))      # MLA's input norm
+    assert (mf, mb) == pytest.approx((f + 3, b + 3 + 10))           # and the pre-MLP norm
+    assert host(moe, recompute_modules="layernorm", cuda_graph_impl="transformer_engine",
+                cuda_graph_scope="moe_router", **kw)[2:] == pytest.approx((3, 3 + 10))
+    f, b, mf, mb = host(moe, recompute_modules="moe_act,shared_experts", **kw)
+    assert (f, b, mf, mb) == pytest.approx((0, 0, 3 + 2, 3 + 10 + 10 + 9))
+    c = _candidates(moe, recompute="selective", recompute_modules="moe,moe_act", **kw)
+    whole = _one(moe_mlp_ops(moe, c))
+    assert whole > 50
+    assert host(moe, recompute_modules="moe,moe_act,shared_experts", **kw)[2:] == \
+        pytest.approx((2, whole + 9))
+
+    # a host-bound layer: its recompute's GPU time floored by the re-run's host time
+    c = _candidates(dense, recompute="selective", recompute_modules="mlp")
+    t = dict(fwd=1e-6, bwd=2e-6, recompute=1e-7, tp_f=0.0, tp_b=0.0, cp_f=0.0, cp_b=0.0,
+             ep_f=0.0, ep_b=0.0)
+    out = host_bound(c, t, 40 * op, selective=(2 * op, (mlp + 9) * op))
+    assert _one(out["recompute"]) == pytest.approx((mlp + 9) * op, rel=1e-12)
+    assert _one(out["fwd"]) == pytest.approx(42 * op, rel=1e-12)
+    assert _one(out["bwd"]) == pytest.approx(0.87 * 40 * op, rel=1e-12)
+    lc = layer_costs(dense, c, gpu)
+    assert tuple(map(_one, lc["host_selective"])) == pytest.approx((2 * op, (mlp + 9) * op),
+                                                                   rel=1e-12)
+
+
 def test_sc21_flops():
     """Narayanan et al. SC'21 §5.1, recompute included:
     ``96·B·s·L·h²·(1 + s/(6h) + V/(16·L·h))``, here B = 4, s = 512, L = 4, h = 256,
@@ -536,7 +597,9 @@ def test_moe_layer_recompute_modules(modules):
     """An MoE layer's recompute (tp 2, sequence parallel): ``layernorm`` re-runs its
     pre-MLP norm (read and write 2 bytes of each of the T·h/t elements, one kernel) and
     ``moe`` the whole MoE MLP (router, experts, shared expert, passes); ``moe_act`` the routed
-    experts' activation and ``shared_experts`` the shared expert's forward; full recompute
+    experts' activation and ``shared_experts`` the shared expert's forward; the norm and the
+    activation under ``CheckpointWithoutOutput``, which copies each re-run output back into
+    its freed storage (read and write 2 bytes an element: T·h/t and R·fe); full recompute
     the whole forward, the MoE MLP in place of the dense one. Core attention is not
     recomputed when the modules do not name it."""
     from configurator.cost.moe_compute import moe_mlp_costs
@@ -558,8 +621,9 @@ def test_moe_layer_recompute_modules(modules):
     moe = moe_mlp_costs(model, c, gpu, T, lc["gemm_kw"])
     (_, _), (fc1, fc2) = lc["tp_gemm_pairs"]
     norm = 4 * T * h / t / hbm + eff.kernel_overhead_s
-    want = {"layernorm,moe": norm + moe["fwd"],
-            "moe_act,shared_experts": moe["act_fwd"] + moe["shared_fwd"],
+    act_restore = 4 * moe["tokens_routed"] * fe / hbm + eff.kernel_overhead_s
+    want = {"layernorm,moe": 2 * norm + moe["fwd"],
+            "moe_act,shared_experts": moe["act_fwd"] + act_restore + moe["shared_fwd"],
             "full": lc["fwd"] - (fc1 + fc2 + 6 * T * 512 / t / hbm) + moe["fwd"]}[modules]
     assert _one(lc["moe_recompute"]) == pytest.approx(_one(want), rel=1e-12)
 

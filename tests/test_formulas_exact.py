@@ -285,7 +285,9 @@ def test_mla_projection_gemm_widths():
     h→q_lora and q up q_lora→a·(qk+pos)/t; kv down h→kv_lora+pos and kv up
     kv_lora→a·(qk+v)/t (the down projections replicated over tp); out a·v/t→h. Recomputing
     ``mla_up_proj`` re-runs the two up projections and the fused RoPE of Q and K (read and
-    write, 2 bytes each, of a·(qk+pos)/t and g·(qk+pos)/t values a token; two kernels)."""
+    write, 2 bytes each, of a·(qk+pos)/t and g·(qk+pos)/t values a token; two kernels), and
+    ``CheckpointWithoutOutput`` copies the re-run query, key and value back into their freed
+    storage (read and write 2 bytes each of a·(2·(qk+pos)+v)/t values a token; one kernel)."""
     model = make_model(**MLA_DENSE)
     gpu = load_cluster(H100, nodes=1).gpu
     h, a, ql, kl, qk, pos, v, t = 128, 4, 64, 32, 16, 8, 32, 2
@@ -304,8 +306,9 @@ def test_mla_projection_gemm_widths():
     g = model.num_query_groups
     eff = gpu.efficiency
     rope = 4 * T * (a + g) * (qk + pos) / t / (gpu.hbm_bandwidth_Bps * eff.hbm)
+    restore = 4 * T * a * (2 * (qk + pos) + v) / t / (gpu.hbm_bandwidth_Bps * eff.hbm)
     assert _one(lc_up["recompute"]) == pytest.approx(
-        _one(up + rope + 2 * eff.kernel_overhead_s), rel=1e-12)
+        _one(up + rope + restore + 3 * eff.kernel_overhead_s), rel=1e-12)
 
 
 def test_placed_plan_reduces_expert_gradients_over_the_expert_data_parallel_group():
@@ -1025,8 +1028,9 @@ def test_flash_efficiency_and_context_parallel_attention_calls():
 def test_recompute_modules_rerun_their_forward():
     """The ``mlp`` module re-runs the dense MLP's forward (its two GEMMs and the SwiGLU pass,
     6 bytes an element of T·f/t) and the pre-MLP norm fused into its fc1 (read and write 2
-    bytes of each element of T·h/t, one kernel); ``layernorm`` MLA's input norm (read and write 2 bytes of
-    each replicated element, one kernel); full recompute with tp-comm overlap re-runs the
+    bytes of each element of T·h/t, one kernel); ``layernorm`` MLA's input norm (read and
+    write 2 bytes of each replicated element, one kernel) and ``CheckpointWithoutOutput``'s
+    copy of its output back into the freed storage (the same bytes, one kernel); full recompute with tp-comm overlap re-runs the
     forward's exposed collectives too."""
     gpu = load_cluster(H100, nodes=1).gpu
     eff = gpu.efficiency
@@ -1044,8 +1048,9 @@ def test_recompute_modules_rerun_their_forward():
     mla = make_model(**MLA_DENSE)
     c = _candidates(mla, tp=t, micro_batch_size=b, sequence_parallel=True,
                     recompute="selective", recompute_modules="layernorm")
+    # the norm, then CheckpointWithoutOutput's copy of its output into the freed storage
     assert _one(layer_costs(mla, c, gpu)["recompute"]) == pytest.approx(
-        4 * (b * 256) * 128 / t / hbm + eff.kernel_overhead_s, rel=1e-12)   # s = 256
+        2 * (4 * (b * 256) * 128 / t / hbm + eff.kernel_overhead_s), rel=1e-12)   # s = 256
 
     from configurator.core.plan_batch import PlanBatch as C
     from configurator.cost.iteration import tp_layer_s
@@ -1628,7 +1633,9 @@ def test_moe_act_recompute_reruns_the_clamped_expert_activation():
     writes 2 a routed token and expert FFN unit of this rank (R = k·X·etp·I rows, X = T/tp,
     fe/etp units, I the busiest of ep 4 ranks' load of E 8 experts under dropless routing,
     1 + c·sqrt(2·4·ln 4/8)), one kernel, and with activation_func_clamp_value its eager
-    clamps (8 bytes an element of the fc1 output, R·2·fe/etp, in 3 kernels)."""
+    clamps (8 bytes an element of the fc1 output, R·2·fe/etp, in 3 kernels); then
+    ``CheckpointWithoutOutput`` copies the re-run output back into its freed storage (read
+    and write 2 bytes of each of its R·fe/etp elements, one kernel)."""
     from configurator.cost.host_ops import eager_s
     E, k, fe = 8, 2, 64
     model = make_model(**GQA, num_experts=E, moe_router_topk=k, moe_ffn_hidden_size=fe,
@@ -1644,5 +1651,6 @@ def test_moe_act_recompute_reruns_the_clamped_expert_activation():
     R = k * (b * s / t) * etp * (1 + ROUTER_LOAD_CV["per_batch"]
                                  * math.sqrt(2 * 4 * math.log(4) / E))
     want = (6 * R * fe / etp / hbm + eff.kernel_overhead_s
-            + eager_s(8 * R * 2 * fe / etp, 3, gpu))
+            + eager_s(8 * R * 2 * fe / etp, 3, gpu)
+            + 4 * R * fe / etp / hbm + eff.kernel_overhead_s)
     assert _one(lc["moe_recompute"]) == pytest.approx(want, rel=1e-12)

@@ -175,7 +175,8 @@ def test_recompute_reruns_the_modules_forward():
     assert act["recompute"] == ln["recompute"] == 0.0              # attention kept
     eff = gpu.efficiency
     norm = 4 * 4096 * OSS.hidden_size / (gpu.hbm_bandwidth_Bps * eff.hbm) + eff.kernel_overhead_s
-    assert ln["moe_recompute"] == pytest.approx(norm, rel=1e-12)
+    # the norm, then CheckpointWithoutOutput's copy of its output into the freed storage
+    assert ln["moe_recompute"] == pytest.approx(2 * norm, rel=1e-12)
     assert act["moe_recompute"] > 3 * norm      # the activation's pass and its eager clamp
     assert act["moe_fwd"] == plain["moe_fwd"]  # the forward itself does not move
 

@@ -27,7 +27,9 @@ Per layer and microbatch on one GPU (tokens per rank ``T = b·s/cp``):
   norm, MLA's input norm), the routed experts' activation with its clamp (``moe_act``), a
   dense layer's MLP (``mlp``, with its tensor-parallel collectives and the norm fused into
   its fc1), an MoE layer's MLP with router and all-to-alls (``moe``), the shared expert
-  (``shared_experts``) and MLA's up projections with RoPE (``mla_up_proj``).
+  (``shared_experts``) and MLA's up projections with RoPE (``mla_up_proj``); the norms, the
+  activation and the up projections then copy their re-run outputs into the storage the
+  forward freed (:func:`checkpoint_restore_s`).
 * FP8 (``fp8``, ``mxfp8``): Transformer Engine quantises every FP8 GEMM's activation input
   (forward) and output gradient (backward) into row-wise and column-wise (transposed) FP8
   copies (transformer_engine/pytorch/module/linear.py ``_Linear.forward`` quantises
@@ -78,7 +80,7 @@ from configurator.cost.gemm import (fp8_gemm_efficiency, fp8_norm_cast_bytes,
                                     gemm_time_s, main_grad_accumulation_s)
 from configurator.cost.host_ops import (UNFUSED_ROPE_BYTES, UNFUSED_ROPE_KERNELS,
                                         checkpoint_host_s, clamp_s, eager_s, host_layer_s,
-                                        offload_exposed)
+                                        offload_exposed, selective_recompute_host_s)
 from configurator.cost.moe_compute import moe_host_before_sync_s, moe_mlp_costs
 from memory_model.activations import LayerInputs, layer_terms, offloaded_layer_bytes
 from memory_model.params import dense_layer_parameters, moe_layer_parameters
@@ -90,6 +92,23 @@ from topology.gpus import GPUSpec
 #: written), which the DDP hook adds into ``main_grad`` (2 read; ``main_grad`` read and
 #: written, :func:`~configurator.cost.gemm.main_grad_accumulation_s`).
 EMBEDDING_GRAD_BYTES = 4.0
+
+
+#: HBM bytes per element with which megatron-core's ``CheckpointWithoutOutput`` restores
+#: an output it freed in the forward: after the backward's re-run it copies the re-run's
+#: output into the original tensor's storage (megatron-core 0.16.1
+#: tensor_parallel/random.py ``_recompute``: ``untyped_storage().resize_`` then ``.copy_``),
+#: reading and writing 2 bytes an element of a 16-bit tensor.
+CHECKPOINT_RESTORE_BYTES = 4.0
+
+
+def checkpoint_restore_s(elements, gpu: GPUSpec):
+    """GPU seconds of ``CheckpointWithoutOutput`` copying ``elements`` re-run output
+    elements back into their freed storage (:data:`CHECKPOINT_RESTORE_BYTES` each at the
+    attained HBM bandwidth, one kernel)."""
+    eff = gpu.efficiency
+    return (CHECKPOINT_RESTORE_BYTES * elements / (gpu.hbm_bandwidth_Bps * eff.hbm)
+            + eff.kernel_overhead_s)
 
 
 def mla_up_projection_s(model: ModelSpec, T, tp, kw):
@@ -243,7 +262,11 @@ def layer_costs(model: ModelSpec, c: PlanBatch, gpu: GPUSpec, profile=None) -> d
     (:func:`~configurator.cost.host_ops.host_layer_s`), which
     :func:`configurator.cost.iteration.layer_type_times` sets against the layer's GPU time
     and communication; ``host_checkpoint``: a full recompute's checkpoint bookkeeping on the
-    host, ``(forward, backward)`` seconds (:func:`~configurator.cost.host_ops.checkpoint_host_s`).
+    host, ``(forward, backward)`` seconds (:func:`~configurator.cost.host_ops.checkpoint_host_s`);
+    ``host_selective``, ``moe_host_selective``: selective recompute's host seconds, its
+    checkpoints' bookkeeping in the forward and the re-run modules with the rest of it in the
+    backward, ``(forward, backward)``, of a dense and an MoE layer
+    (:func:`~configurator.cost.host_ops.selective_recompute_host_s`).
     ``profile``: measured dense-layer times that replace the analytic
     ``fwd``/``bwd`` at the shapes it holds (:func:`profiled_layer_s`; an MoE layer keeps its
     analytic MLP difference on top). ``main_grad_acc``, ``moe_main_grad_acc``: the part of
@@ -364,12 +387,20 @@ def layer_costs(model: ModelSpec, c: PlanBatch, gpu: GPUSpec, profile=None) -> d
     # fc2's and fc1's output gradients
     dense_mlp = gemm_mlp + mlp_elem / (hbm * eff.hbm) + clamp_f + cast_mlp_f
     dense_mlp_bwd = 2 * (gemm_mlp + mlp_elem / (hbm * eff.hbm)) + clamp_b + cast_mlp_b
+    # the modules under CheckpointWithoutOutput (a norm, MLA's up projections, the experts'
+    # activation) also copy the re-run's outputs back into the storage freed in the forward
+    # (checkpoint_restore_s)
+    norm_rerun = norm_fwd + checkpoint_restore_s(rep, gpu)
     up_proj = mla_up_projection_s(model, T, tp, kw) + (
         4 * rope_qk / (hbm * eff.hbm) + 2 * eff.kernel_overhead_s if fused_rope else rope_f)
+    if model.multi_latent_attention:     # the query, key and value the up projections give
+        up_proj = up_proj + checkpoint_restore_s(
+            T * a * (2 * (model.qk_head_dim + model.qk_pos_emb_head_dim) + model.v_head_dim)
+            / tp, gpu)
     recompute = (np.select([rc == RECOMPUTE_FULL, (rc & RECOMPUTE_CORE_ATTN) != 0],
                            [fwd, attn_fwd], 0.0)
                  # layernorm: MLA's input norm is not fused into a linear (every layer)
-                 + np.where(layernorm & bool(model.multi_latent_attention), norm_fwd, 0.0)
+                 + np.where(layernorm & bool(model.multi_latent_attention), norm_rerun, 0.0)
                  + np.where((rc & RECOMPUTE_MLA_UP_PROJ) != 0, up_proj, 0.0))
     # the MLP module: a dense layer's with the norm fused into its fc1 (megatron-core
     # transformer_layer.py checkpoints ``self.mlp``, whose ``linear_fc1`` is Transformer
@@ -377,6 +408,7 @@ def layer_costs(model: ModelSpec, c: PlanBatch, gpu: GPUSpec, profile=None) -> d
     mlp_module = np.where((rc & RECOMPUTE_MLP) != 0,
                           dense_mlp + norm_fwd - mlp_norm_saved, 0.0)
     host_dense, host_moe = host_layer_s(model, c, gpu)
+    selective = selective_recompute_host_s(model, c, gpu)
     off_every = off_moe = 0.0
     gpu_fwd, gpu_bwd = fwd, bwd     # the layer's own passes, before any offload copy
     if c.offload_modules:
@@ -388,6 +420,7 @@ def layer_costs(model: ModelSpec, c: PlanBatch, gpu: GPUSpec, profile=None) -> d
            "tp_gemm_pairs": ((gemm_qkv, gemm_proj), (gemm_fc1, gemm_fc2)),
            "host": host_dense, "moe_host": host_moe,
            "host_checkpoint": checkpoint_host_s(c, gpu),
+           "host_selective": selective[0], "moe_host_selective": selective[1],
            "moe_host_pre": moe_host_before_sync_s(model, c, gpu), "main_grad_acc": grad_acc,
            "tokens": T, "gemm_kw": kw}
     if model.is_moe:
@@ -402,9 +435,11 @@ def layer_costs(model: ModelSpec, c: PlanBatch, gpu: GPUSpec, profile=None) -> d
         # schedule calls the pieces itself; its all-to-alls are the EP term's)
         whole = ((rc & RECOMPUTE_MOE) != 0) & ~np.asarray(c.overlap_moe_expert_parallel_comm,
                                                           dtype=bool)
-        moe_modules = (np.where(layernorm, norm_fwd, 0.0)
+        act_rerun = moe["act_fwd"] + checkpoint_restore_s(
+            moe["tokens_routed"] * model.moe_ffn_hidden_size / c.etp, gpu)
+        moe_modules = (np.where(layernorm, norm_rerun, 0.0)
                        + np.where(whole, moe["fwd"],
-                                  np.where((rc & RECOMPUTE_MOE_ACT) != 0, moe["act_fwd"], 0.0)
+                                  np.where((rc & RECOMPUTE_MOE_ACT) != 0, act_rerun, 0.0)
                                   + np.where((rc & RECOMPUTE_SHARED_EXPERTS) != 0,
                                              moe["shared_fwd"], 0.0)))
         non_expert, expert = moe_layer_parameters(model, c.tp, c.ep, c.etp)

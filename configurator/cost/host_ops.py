@@ -13,7 +13,10 @@ import numpy as np
 
 from configurator.core.plan_batch import PlanBatch
 from configurator.core.model import ModelSpec
-from configurator.core.plan_values import RECOMPUTE_FULL
+from configurator.core.plan_values import (RECOMPUTE_CORE_ATTN, RECOMPUTE_FULL,
+                                           RECOMPUTE_LAYERNORM, RECOMPUTE_MLA_UP_PROJ,
+                                           RECOMPUTE_MLP, RECOMPUTE_MOE, RECOMPUTE_MOE_ACT,
+                                           RECOMPUTE_SHARED_EXPERTS)
 from topology.gpus import GPUSpec
 
 
@@ -115,6 +118,9 @@ MOE_PERMUTE_OPS = (13, 3)
 HOST_OPS_LOCAL_PARTS = {"input_norm": 1, "qkv": 4, "qkv_split": 2, "scores": 8, "softmax": 3,
                         "dropout_rng": 5, "context": 8, "proj": 3, "bda_attn": 2,
                         "mlp_norm": 1, "fc1": 3, "gelu": 1, "fc2": 3, "bda_mlp": 2}
+#: The core attention's parts of :data:`HOST_OPS_LOCAL_PARTS` (what selective recompute's
+#: ``core_attn`` re-runs: scores, softmax, dropout and context).
+HOST_OPS_LOCAL_CORE_ATTN_PARTS = ("scores", "softmax", "dropout_rng", "context")
 #: The attention's share of :data:`HOST_OPS_LOCAL_PARTS` (the parts up to ``bda_attn``).
 HOST_OPS_LOCAL_ATTN_PARTS = ("input_norm", "qkv", "qkv_split", "scores", "softmax",
                              "dropout_rng", "context", "proj", "bda_attn")
@@ -131,6 +137,28 @@ HOST_OPS_LOCAL_TP_COLLECTIVES = 2
 #: mask), sets its own two back after the re-run forward and calls
 #: ``torch.autograd.backward`` on the re-run outputs.
 CHECKPOINT_HOST_OPS = (2, 9)
+#: Host operations of megatron-core's ``CheckpointWithoutOutput`` around one module of one
+#: tensor input and one output, ``(forward, backward)``, beyond the module's own re-run
+#: (megatron-core 0.16.1 tensor_parallel/random.py): forward reads the CPU and CUDA RNG
+#: states (``_get_all_rng_states``) and frees the output's storage
+#: (``discard_output_and_register_recompute``: ``resize_(0)``); the backward hook
+#: (``_recompute``) reads both states (``_fork_rng``), sets the forward's two, detaches the
+#: input, and after the re-run restores the output's storage (``resize_``, ``copy_``) and
+#: sets its own two states back; the function's backward calls ``torch.autograd.backward``.
+#: Counted as :data:`CHECKPOINT_HOST_OPS` is.
+CHECKPOINT_WITHOUT_OUTPUT_HOST_OPS = (3, 10)
+#: Forward operations a selective recompute module issues again in the backward, at about
+#: three per module with its autograd bookkeeping as :data:`HOST_OPS_DENSE` counts them:
+#: ``core_attn`` Transformer Engine's core attention (one module; Megatron's own layer
+#: re-runs its :data:`HOST_OPS_LOCAL_CORE_ATTN_PARTS`), ``layernorm`` one norm, ``moe_act``
+#: the routed experts' activation (one module; a clamp adds its :data:`CLAMP_KERNELS`),
+#: ``mla_up_proj`` MLA's two up projections (two modules), the query's and key's views
+#: and the two fused RoPE calls (megatron-core 0.16.1 multi_latent_attention.py
+#: ``qkv_up_proj_and_rope_apply``: 6 + 3 + 2), ``shared_experts`` a dense MLP's fc1,
+#: activation and fc2 (three modules). ``mlp`` and ``moe`` re-run the layer's whole dense or
+#: MoE MLP (:func:`layer_ops`, :func:`moe_mlp_ops`). Set by hand, not fitted.
+RECOMPUTE_MODULE_OPS = {"core_attn": 3, "layernorm": 3, "moe_act": 3, "mla_up_proj": 11,
+                        "shared_experts": 10}
 
 
 #: Host operations per parameter tensor of the optimizer step, each issued while the GPU
@@ -214,15 +242,83 @@ def host_layer_s(model: ModelSpec, c: PlanBatch, gpu: GPUSpec) -> tuple:
     dense = (attn + (0 if scopes & {"mlp", "layer"} or full else mlp_ops)) * op
     if not model.is_moe:
         return dense, dense
+    return dense, (attn + moe_mlp_ops(model, c)) * op
+
+
+def moe_mlp_ops(model: ModelSpec, c: PlanBatch):
+    """The host operations of an MoE layer's MLP, forward, per plan: its experts'
+    (:func:`_expert_ops`), router, preprocessing and dispatch (:data:`HOST_OPS_MOE_PARTS`)
+    less the fusions' (:func:`moe_fused_ops`) and what CUDA graphs capture
+    (:func:`host_layer_s`)."""
+    scopes = graph_scopes(c)
     parts = HOST_OPS_MOE_PARTS
     experts = _expert_ops(model, c)
     if _moe_mlp_graphed(c):
-        moe_mlp = 0.0 * experts
+        return 0.0 * experts
+    return (experts + parts["dispatch"] - moe_fused_ops(c)
+            + (0 if "moe_router" in scopes else parts["router"])
+            + (0 if "moe_preprocess" in scopes else parts["preprocess"]))
+
+
+def selective_recompute_host_s(model: ModelSpec, c: PlanBatch, gpu: GPUSpec) -> tuple:
+    """Host seconds of selective recompute per layer and microbatch, ``((forward,
+    backward), (MoE forward, MoE backward))`` for a dense and an MoE layer: each module of
+    ``recompute_modules`` that the layer runs
+    (:func:`configurator.cost.compute.layer_costs` prices their GPU time) issues its checkpoint's bookkeeping in the forward and, in the
+    backward, its operations again (:data:`RECOMPUTE_MODULE_OPS`) with the rest of the
+    bookkeeping, times ``Efficiency.host_op_s``. ``core_attn``, ``mlp``, ``moe`` and
+    ``shared_experts`` run under ``tensor_parallel.checkpoint`` (:data:`CHECKPOINT_HOST_OPS`;
+    Transformer Engine's checkpoint under FP8 keeps the same states), ``layernorm``,
+    ``moe_act`` and ``mla_up_proj`` under ``CheckpointWithoutOutput``
+    (:data:`CHECKPOINT_WITHOUT_OUTPUT_HOST_OPS`), as megatron-core 0.16.1's attention.py,
+    transformer_layer.py, moe/experts.py, moe/moe_layer.py and multi_latent_attention.py
+    wrap them. A
+    module that CUDA graphs capture costs the host nothing (:func:`host_layer_s`): core
+    attention, MLA's input norm and up projections in ``attn``, the dense MLP in ``mlp``,
+    an MoE layer's pre-MLP norm in ``moe_router``, its experts and shared expert where its
+    whole MLP is graphed. 0 without selective recompute."""
+    rc = np.asarray(c.recompute_code)
+    rc = np.where(rc == RECOMPUTE_FULL, 0, rc)      # full recompute: checkpoint_host_s
+    op = gpu.efficiency.host_op_s
+    scopes = graph_scopes(c)
+    whole = "full_iteration" in scopes
+    attn_free = not (scopes & {"attn", "layer"} or whole)
+    mlp_free = not (scopes & {"mlp", "layer"} or whole)
+    moe_free = not _moe_mlp_graphed(c)
+    norm_free = moe_free and "moe_router" not in scopes
+    mla = bool(model.multi_latent_attention)
+    ops = RECOMPUTE_MODULE_OPS
+    core = (sum(HOST_OPS_LOCAL_PARTS[k] for k in HOST_OPS_LOCAL_CORE_ATTN_PARTS)
+            if c.attention_backend == "local" else ops["core_attn"])
+    clamp = CLAMP_KERNELS[0] * (model.activation_func_clamp_value is not None)
+    cf, cwo = CHECKPOINT_HOST_OPS, CHECKPOINT_WITHOUT_OUTPUT_HOST_OPS
+
+    def on(bit, free=True):
+        return ((rc & bit) != 0) & free
+
+    def pair(mask, rerun, kind):
+        return (np.where(mask, kind[0], 0.0), np.where(mask, rerun + kind[1], 0.0))
+
+    # the attention's modules, in every layer
+    terms = [pair(on(RECOMPUTE_CORE_ATTN, attn_free), core, cf),
+             pair(on(RECOMPUTE_MLA_UP_PROJ, attn_free and mla), ops["mla_up_proj"], cwo),
+             pair(on(RECOMPUTE_LAYERNORM, attn_free and mla), ops["layernorm"], cwo)]
+    dense = terms + [pair(on(RECOMPUTE_MLP, mlp_free), layer_ops(model, c)[1], cf)]
+    out = [tuple(sum(t[i] for t in dense) * op for i in (0, 1))]
+    if model.is_moe:
+        whole_moe = on(RECOMPUTE_MOE, moe_free) & ~np.asarray(
+            c.overlap_moe_expert_parallel_comm, dtype=bool)
+        shared = bool(model.moe_shared_expert_intermediate_size)
+        moe = terms + [pair(on(RECOMPUTE_LAYERNORM, norm_free), ops["layernorm"], cwo),
+                       pair(whole_moe, moe_mlp_ops(model, c), cf),
+                       pair(on(RECOMPUTE_MOE_ACT, moe_free) & ~whole_moe,
+                            ops["moe_act"] + clamp, cwo),
+                       pair(on(RECOMPUTE_SHARED_EXPERTS, moe_free and shared) & ~whole_moe,
+                            ops["shared_experts"], cf)]
+        out.append(tuple(sum(t[i] for t in moe) * op for i in (0, 1)))
     else:
-        moe_mlp = (experts + parts["dispatch"] - moe_fused_ops(c)
-                   + (0 if "moe_router" in scopes else parts["router"])
-                   + (0 if "moe_preprocess" in scopes else parts["preprocess"]))
-    return dense, (attn + moe_mlp) * op
+        out.append(out[0])
+    return tuple(out)
 
 
 def layer_ops(model: ModelSpec, c: PlanBatch) -> tuple:

@@ -448,7 +448,8 @@ def layer_type_times(model: ModelSpec, c: PlanBatch, lc: dict, comm: dict) -> di
     zero = 0.0 * tp_f
     dense = host_bound(c, dict(fwd=lc["fwd"], bwd=lc["bwd"], recompute=lc["recompute"],
                                tp_f=tp_f, tp_b=tp_b, cp_f=cp_f, cp_b=cp_b, ep_f=zero,
-                               ep_b=zero), lc["host"], checkpoint=lc["host_checkpoint"])
+                               ep_b=zero), lc["host"], checkpoint=lc["host_checkpoint"],
+                       selective=lc["host_selective"])
     if not model.is_moe:
         return {"dense": dense, "moe": dense}
     share = (1.0 + bool(model.moe_shared_expert_intermediate_size)) / 2.0
@@ -459,7 +460,7 @@ def layer_type_times(model: ModelSpec, c: PlanBatch, lc: dict, comm: dict) -> di
                      lc["moe_host"], sync=(lc["moe_host_pre"], lc["moe_fwd"]
                                            - lc["moe_experts_fwd"] + share * tp_f + cp_f)
                      if moe_host_synchronised(c) else None,
-                     checkpoint=lc["host_checkpoint"])
+                     checkpoint=lc["host_checkpoint"], selective=lc["moe_host_selective"])
     return {"dense": dense, "moe": moe}
 
 
@@ -479,7 +480,8 @@ def amax_reduction_s(model: ModelSpec, c: PlanBatch, gpus_per_node):
     return small_all_reduce_s(ranks, gpus_per_node) / np.maximum(layers, 1.0)
 
 
-def host_bound(c: PlanBatch, t: dict, host_fwd_s, sync=None, checkpoint=(0.0, 0.0)) -> dict:
+def host_bound(c: PlanBatch, t: dict, host_fwd_s, sync=None, checkpoint=(0.0, 0.0),
+               selective=(0.0, 0.0)) -> dict:
     """A layer's times ``t`` with the host's issue time as a floor: where the forward's GPU
     work and communication take less than ``host_fwd_s`` (the backward's less than
     :data:`~configurator.cost.host_ops.HOST_BACKWARD_FACTOR`, 0.87, times it; a full recompute's
@@ -492,9 +494,16 @@ def host_bound(c: PlanBatch, t: dict, host_fwd_s, sync=None, checkpoint=(0.0, 0.
     ``max(host₁, GPU₁) + max(host₂, GPU₂)``.
     ``checkpoint``: ``(forward, backward)`` host seconds of a full recompute's checkpoint
     around the layer (:func:`configurator.cost.host_ops.checkpoint_host_s`), issued with
-    the forward and with the re-run forward in backward."""
+    the forward and with the re-run forward in backward. ``selective``: ``(forward,
+    backward)`` host seconds of selective recompute
+    (:func:`configurator.cost.host_ops.selective_recompute_host_s`): its checkpoints'
+    bookkeeping issued with the forward, its modules' re-run with the rest in the backward,
+    where they floor the recompute's GPU time as a full recompute's re-run does (the
+    modules' re-runs are spread through the backward; they are taken here as one phase
+    ahead of it)."""
     ck_f, ck_b = checkpoint
-    host_fwd_s = host_fwd_s + ck_f
+    sel_f, sel_b = selective
+    host_fwd_s = host_fwd_s + ck_f + sel_f
     gpu_f = layer_pass_s(t, False)
     gpu_b = layer_pass_s(t, True, without=("recompute",))    # recompute has its own floor
     out = dict(t)
@@ -506,9 +515,9 @@ def host_bound(c: PlanBatch, t: dict, host_fwd_s, sync=None, checkpoint=(0.0, 0.
         waits = (np.maximum(host_pre - gpu_pre, 0.0)
                  + np.maximum(host_fwd_s - host_pre - (gpu_f - gpu_pre), 0.0))
         out["fwd"] = t["fwd"] + waits
-    host_layer = host_fwd_s - ck_f               # the layer's own operations
+    host_layer = host_fwd_s - ck_f - sel_f       # the layer's own operations
     host_b = HOST_BACKWARD_FACTOR * host_layer
-    host_rc = np.where(c.recompute == RECOMPUTE_FULL, host_layer + ck_b, 0.0)
+    host_rc = np.where(c.recompute == RECOMPUTE_FULL, host_layer + ck_b, sel_b)
     out["bwd"] = t["bwd"] + np.maximum(host_b - gpu_b, 0.0)
     out["recompute"] = np.maximum(t["recompute"], host_rc)
     # the backward pass as two phases, the re-run forward then the backward proper, for
