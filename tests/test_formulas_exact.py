@@ -1030,8 +1030,8 @@ def test_recompute_modules_rerun_their_forward():
     6 bytes an element of T·f/t) and the pre-MLP norm fused into its fc1 (read and write 2
     bytes of each element of T·h/t, one kernel); ``layernorm`` MLA's input norm (read and
     write 2 bytes of each replicated element, one kernel) and ``CheckpointWithoutOutput``'s
-    copy of its output back into the freed storage (the same bytes, one kernel); full recompute with tp-comm overlap re-runs the
-    forward's exposed collectives too."""
+    copy of its output back into the freed storage (the same bytes, one kernel); full
+    recompute with tp-comm overlap re-runs the forward's exposed collectives too."""
     gpu = load_cluster(H100, nodes=1).gpu
     eff = gpu.efficiency
     hbm = gpu.hbm_bandwidth_Bps * eff.hbm
@@ -1654,3 +1654,10 @@ def test_moe_act_recompute_reruns_the_clamped_expert_activation():
             + eager_s(8 * R * 2 * fe / etp, 3, gpu)
             + 4 * R * fe / etp / hbm + eff.kernel_overhead_s)
     assert _one(lc["moe_recompute"]) == pytest.approx(want, rel=1e-12)
+    # fused into the grouped GEMMs (moe_fused_grouped_mlp) the activation and its clamp
+    # have no kernels or output of their own: one launch is left
+    c = _candidates(model, tp=t, dp=4, ep=4, etp=etp, micro_batch_size=b,
+                    sequence_parallel=True, global_batch_size=8, recompute="selective",
+                    recompute_modules="moe_act", moe_fused_grouped_mlp=True)
+    assert _one(layer_costs(model, c, gpu)["moe_recompute"]) == pytest.approx(
+        eff.kernel_overhead_s, rel=1e-12)

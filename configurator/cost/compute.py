@@ -435,8 +435,11 @@ def layer_costs(model: ModelSpec, c: PlanBatch, gpu: GPUSpec, profile=None) -> d
         # schedule calls the pieces itself; its all-to-alls are the EP term's)
         whole = ((rc & RECOMPUTE_MOE) != 0) & ~np.asarray(c.overlap_moe_expert_parallel_comm,
                                                           dtype=bool)
-        act_rerun = moe["act_fwd"] + checkpoint_restore_s(
-            moe["tokens_routed"] * model.moe_ffn_hidden_size / c.etp, gpu)
+        # (fused into the grouped GEMMs' epilogues, the activation has no output of its own)
+        act_rerun = moe["act_fwd"] + np.where(
+            bool(c.moe_fused_grouped_mlp), 0.0,
+            checkpoint_restore_s(moe["tokens_routed"] * model.moe_ffn_hidden_size / c.etp,
+                                 gpu))
         moe_modules = (np.where(layernorm, norm_rerun, 0.0)
                        + np.where(whole, moe["fwd"],
                                   np.where((rc & RECOMPUTE_MOE_ACT) != 0, act_rerun, 0.0)

@@ -263,20 +263,20 @@ def moe_mlp_ops(model: ModelSpec, c: PlanBatch):
 def selective_recompute_host_s(model: ModelSpec, c: PlanBatch, gpu: GPUSpec) -> tuple:
     """Host seconds of selective recompute per layer and microbatch, ``((forward,
     backward), (MoE forward, MoE backward))`` for a dense and an MoE layer: each module of
-    ``recompute_modules`` that the layer runs
-    (:func:`configurator.cost.compute.layer_costs` prices their GPU time) issues its checkpoint's bookkeeping in the forward and, in the
-    backward, its operations again (:data:`RECOMPUTE_MODULE_OPS`) with the rest of the
-    bookkeeping, times ``Efficiency.host_op_s``. ``core_attn``, ``mlp``, ``moe`` and
-    ``shared_experts`` run under ``tensor_parallel.checkpoint`` (:data:`CHECKPOINT_HOST_OPS`;
-    Transformer Engine's checkpoint under FP8 keeps the same states), ``layernorm``,
-    ``moe_act`` and ``mla_up_proj`` under ``CheckpointWithoutOutput``
-    (:data:`CHECKPOINT_WITHOUT_OUTPUT_HOST_OPS`), as megatron-core 0.16.1's attention.py,
-    transformer_layer.py, moe/experts.py, moe/moe_layer.py and multi_latent_attention.py
-    wrap them. A
-    module that CUDA graphs capture costs the host nothing (:func:`host_layer_s`): core
-    attention, MLA's input norm and up projections in ``attn``, the dense MLP in ``mlp``,
-    an MoE layer's pre-MLP norm in ``moe_router``, its experts and shared expert where its
-    whole MLP is graphed. 0 without selective recompute."""
+    ``recompute_modules`` that the layer runs (whose GPU time
+    :func:`configurator.cost.compute.layer_costs` prices) issues its checkpoint's bookkeeping
+    in the forward and, in the backward, its operations again (:data:`RECOMPUTE_MODULE_OPS`)
+    with the rest of the bookkeeping, times ``Efficiency.host_op_s``. ``core_attn``,
+    ``mlp``, ``moe`` and ``shared_experts`` run under ``tensor_parallel.checkpoint``
+    (:data:`CHECKPOINT_HOST_OPS`; Transformer Engine's checkpoint, which megatron-core uses
+    under FP8, taken as the same count), ``layernorm``, ``moe_act`` and ``mla_up_proj`` under
+    ``CheckpointWithoutOutput`` (:data:`CHECKPOINT_WITHOUT_OUTPUT_HOST_OPS`), as
+    megatron-core 0.16.1's attention.py, transformer_layer.py, moe/experts.py,
+    moe/moe_layer.py and multi_latent_attention.py wrap them. A module that CUDA graphs
+    capture costs the host nothing (:func:`host_layer_s`): core attention, MLA's input norm
+    and up projections in ``attn``, the dense MLP in ``mlp``, an MoE layer's pre-MLP norm in
+    ``moe_router``, its experts and shared expert where its whole MLP is graphed. 0 without
+    selective recompute."""
     rc = np.asarray(c.recompute_code)
     rc = np.where(rc == RECOMPUTE_FULL, 0, rc)      # full recompute: checkpoint_host_s
     op = gpu.efficiency.host_op_s
