@@ -40,6 +40,23 @@ def _layer(host_fwd_s, gpu_bwd_s, gpu_rc_s, checkpoint_b_s, plan=PLAN):
     return host_bound(c, t, np.array([host_fwd_s]), checkpoint=(0.0, checkpoint_b_s))
 
 
+def test_the_logits_hidden_never_exceed_their_own_seconds():
+    """The logits' backward that the layers' makespan hides is at most its own seconds and
+    never negative, to the last bit: where it hides whole, ``L + layers − layers`` may round
+    above ``L``, and the chunk left with ``L`` less it went negative (a search on a fuzzed
+    model, the last chunk holding only the loss, failed the schedule's non-negative check)."""
+    rng = np.random.default_rng(7)
+    for _ in range(2000):
+        host, gpu_b, gpu_rc = rng.uniform(1e-4, 1e-2, 3)
+        layers = rng.integers(1, 40)
+        logits = rng.uniform(1e-6, 1e-3)
+        lay = _layer(host, gpu_b, gpu_rc, 0.0)
+        types = {"dense": lay, "moe": lay}
+        hidden = backward_overlap_s(types, np.array([float(layers)]), np.array([0.0]),
+                                    np.array([logits]))[2]
+        assert 0.0 <= float(hidden[0]) <= logits
+
+
 @pytest.mark.parametrize("seed", range(12))
 def test_the_closed_form_is_the_flow_shops_makespan(seed):
     """Random layers (host-bound, GPU-bound or mixed passes), 1-12 of them, with and without

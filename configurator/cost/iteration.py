@@ -584,8 +584,10 @@ def backward_overlap_s(types: dict, n_dense, n_moe, logits_s=None) -> tuple:
     out = (saved * (1.0 - share_rc), saved * share_rc)
     if logits_s is None:
         return out
-    # the logits' backward first: the makespan with it, less the layers' own
-    hidden = logits_s + layers - np.maximum(logits_s + g, layers)
+    # the logits' backward first: the makespan with it, less the layers' own (clipped: where
+    # the layers' makespan hides it whole, the sum and difference of floats can leave a
+    # rounding's worth more than logits_s)
+    hidden = np.clip(logits_s + layers - np.maximum(logits_s + g, layers), 0.0, logits_s)
     return out + (hidden,)
 
 
