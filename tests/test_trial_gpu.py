@@ -52,6 +52,27 @@ def test_calibrate_on_the_trial_alone_predicts_the_plans_it_never_saw(summary):
         assert t["pick_after"] == (summary["measured_best"], 0.0)
 
 
+def test_the_hbm_fraction_joins_a_fit_alone_in_a_pushed_parameters_stead():
+    """On the trial's runs with an mbs-1 selective plan as its host-bound probe the host time
+    alone fits inside its range and the GEMM efficiency is pushed below its own, so no pair
+    forms (``calibrate_jobs.py`` step 3); the HBM fraction, tried alone beside the host time,
+    predicts the runs left out better and is kept, with a note naming the pushed one."""
+    from configurator.app.calibrate_jobs import calibrate_runs
+
+    runs = {}
+    with tarfile.open(DATA / "logs.tar.gz") as tar:
+        for member in tar.getmembers():
+            run, = runs_from_megatron_log(tar.extractfile(member).read().decode(),
+                                          cluster="dgx-h200-141gb")
+            runs[member.name.removesuffix(".log")] = run
+    _, (fit,) = calibrate_runs([runs[n] for n in ("trial1", "mbs1_selective", "trial3",
+                                                  "trial4")])
+    assert set(fit.parameters) == {"host_op_us", "hbm"}
+    assert 0.38 < fit.parameters["hbm"] < 0.46 and 52 < fit.parameters["host_op_us"] < 58
+    assert "hbm: fitted in place of gemm, which the runs push out of its range alone" in \
+        fit.notes
+
+
 def test_the_fitted_host_time_is_what_that_host_measures(summary):
     """The host time per operation calibrate fits from the trial's runs alone against the
     machine's own: one eager CUDA operation timed by ``configurator profile``'s loop
