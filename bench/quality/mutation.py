@@ -344,7 +344,7 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
      "T (a microbatch's tokens on the rank) is positive: 0 / T = 0 · T"),
     ("configurator/cost/compute.py", "return 0.0 * T", "`*` → `/`",
      "T (a microbatch's tokens on the rank) is positive: 0 / T = 0 · T"),
-    ("configurator/cost/host_ops.py", "moe_mlp = 0.0 * experts", "`*` → `/`",
+    ("configurator/cost/host_ops.py", "return 0.0 * experts", "`*` → `/`",
      "the expert operations (the MLP's own and some per local expert) are positive: "
      "0 / experts = 0 · experts"),
     ("configurator/cost/moe_compute.py", "bias_f = bias_b = 0.0 * R", "`*` → `/`",
