@@ -53,8 +53,8 @@ def test_calibrate_on_the_trial_alone_predicts_the_plans_it_never_saw(summary):
 
 
 def test_the_hbm_fraction_joins_a_fit_alone_in_a_pushed_parameters_stead():
-    """On the trial's runs with an mbs-1 selective plan as its host-bound probe the host time
-    alone fits inside its range and the GEMM efficiency is pushed below its own, so no pair
+    """On the runs the trial chooses now (the mbs-1 selective plan a contender beside the
+    mbs-1 full recompute probe) the host time alone fits inside its range and the GEMM efficiency is pushed below its own, so no pair
     forms (``calibrate_jobs.py`` step 3); the HBM fraction, tried alone beside the host time,
     predicts the runs left out better and is kept, with a note naming the pushed one."""
     from configurator.app.calibrate_jobs import calibrate_runs
