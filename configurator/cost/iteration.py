@@ -503,7 +503,8 @@ def host_bound(c: PlanBatch, t: dict, host_fwd_s, sync=None, checkpoint=(0.0, 0.
     ahead of it)."""
     ck_f, ck_b = checkpoint
     sel_f, sel_b = selective
-    host_fwd_s = host_fwd_s + ck_f + sel_f
+    host_layer = host_fwd_s                      # the layer's own operations
+    host_fwd_s = host_layer + ck_f + sel_f
     gpu_f = layer_pass_s(t, False)
     gpu_b = layer_pass_s(t, True, without=("recompute",))    # recompute has its own floor
     out = dict(t)
@@ -515,7 +516,6 @@ def host_bound(c: PlanBatch, t: dict, host_fwd_s, sync=None, checkpoint=(0.0, 0.
         waits = (np.maximum(host_pre - gpu_pre, 0.0)
                  + np.maximum(host_fwd_s - host_pre - (gpu_f - gpu_pre), 0.0))
         out["fwd"] = t["fwd"] + waits
-    host_layer = host_fwd_s - ck_f - sel_f       # the layer's own operations
     host_b = HOST_BACKWARD_FACTOR * host_layer
     host_rc = np.where(c.recompute == RECOMPUTE_FULL, host_layer + ck_b, sel_b)
     out["bwd"] = t["bwd"] + np.maximum(host_b - gpu_b, 0.0)
