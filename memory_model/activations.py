@@ -122,7 +122,7 @@ import numpy as np
 
 from configurator.core.model import ModelSpec
 from configurator.core.plan_batch import PlanBatch
-from configurator.core.plan_terms import routed_load_share, softmax_path
+from configurator.core.plan_terms import moe_recompute_whole, routed_load_share, softmax_path
 from configurator.core.plan_values import (RECOMPUTE_CORE_ATTN, RECOMPUTE_FULL, RECOMPUTE_LAYERNORM,
                                            RECOMPUTE_MLA_UP_PROJ, RECOMPUTE_MLP, RECOMPUTE_MOE,
                                            RECOMPUTE_MOE_ACT, RECOMPUTE_SHARED_EXPERTS)
@@ -187,8 +187,9 @@ class LayerInputs:
 
     @property
     def whole_moe(self):
-        """Whether the ``moe`` recompute module applies (not under the all-to-all overlap)."""
-        return ~np.asarray(self.a2a_overlap, dtype=bool)
+        """Whether the ``moe`` recompute module applies (not under the all-to-all overlap;
+        :func:`~configurator.core.plan_terms.moe_recompute_whole`)."""
+        return moe_recompute_whole(RECOMPUTE_MOE, self.a2a_overlap)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -387,7 +388,7 @@ def recompute_module_bytes(model: ModelSpec, x: LayerInputs):
     fe, fs = model.moe_ffn_hidden_size, model.moe_shared_expert_intermediate_size or 0
     routed_act = R * fe / etp * (per_ffn - 2 * gate)
     shared = s * b * fs * per_ffn / tp
-    whole = ((rc & RECOMPUTE_MOE) != 0) & x.whole_moe
+    whole = moe_recompute_whole(rc, x.a2a_overlap)
     moe = np.where(whole,
                    moe_mlp_kept_bytes(model, mbs=b, seq=s, tp=tp, etp=etp,
                                       precision=precision, capacity=capacity),

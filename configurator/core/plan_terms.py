@@ -16,7 +16,7 @@ import numpy as np
 
 from configurator.core.errors import InputError
 from configurator.core.plan_values import (DTYPE_BYTES, RECOMPUTE_CODES, RECOMPUTE_CORE_ATTN,
-                                           RECOMPUTE_MODULE_BITS, is_fp8,
+                                           RECOMPUTE_MODULE_BITS, RECOMPUTE_MOE, is_fp8,
                                            recompute_module_list)
 
 
@@ -31,6 +31,16 @@ def recompute_code(recompute, modules: str):
         bits = RECOMPUTE_CORE_ATTN
     rc = RECOMPUTE_CODES[recompute] if isinstance(recompute, str) else np.asarray(recompute)
     return np.where(rc == RECOMPUTE_CODES["selective"], bits, rc)
+
+
+def moe_recompute_whole(recompute_code, a2a_overlap):
+    """Where selective recompute's ``moe`` module re-runs an MoE layer's whole MLP (router,
+    experts and both all-to-alls), per plan (arrays broadcast): the module named in
+    ``recompute_code`` (:func:`recompute_code`) and the expert all-to-all overlap off, whose
+    schedule calls the layer's pieces itself and does not apply it (megatron-core 0.16.1
+    ``MoELayer``; ``combined_1f1b``)."""
+    return (((np.asarray(recompute_code) & RECOMPUTE_MOE) != 0)
+            & ~np.asarray(a2a_overlap, dtype=bool))
 
 
 def fp8_weights_gathered(requested, distributed_optimizer, precision: str):

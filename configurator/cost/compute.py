@@ -69,10 +69,10 @@ from __future__ import annotations
 import numpy as np
 
 from configurator.core.plan_batch import PlanBatch
-from configurator.core.plan_terms import softmax_path
+from configurator.core.plan_terms import moe_recompute_whole, softmax_path
 from configurator.core.model import ModelSpec
 from configurator.core.plan_values import (RECOMPUTE_CORE_ATTN, RECOMPUTE_FULL, RECOMPUTE_LAYERNORM,
-                                           RECOMPUTE_MLA_UP_PROJ, RECOMPUTE_MLP, RECOMPUTE_MOE,
+                                           RECOMPUTE_MLA_UP_PROJ, RECOMPUTE_MLP,
                                            RECOMPUTE_MOE_ACT, RECOMPUTE_SHARED_EXPERTS, is_fp8,
                                            mfu_peak_precision)
 from configurator.cost.gemm import (fp8_gemm_efficiency, fp8_norm_cast_bytes,
@@ -433,13 +433,10 @@ def layer_costs(model: ModelSpec, c: PlanBatch, gpu: GPUSpec, profile=None) -> d
         # an MoE layer's pre-MLP norm (layernorm) and its experts' activation (moe_act)
         # (moe: the whole MLP with the router, not under the all-to-all overlap, whose
         # schedule calls the pieces itself; its all-to-alls are the EP term's)
-        whole = ((rc & RECOMPUTE_MOE) != 0) & ~np.asarray(c.overlap_moe_expert_parallel_comm,
-                                                          dtype=bool)
+        whole = moe_recompute_whole(rc, c.overlap_moe_expert_parallel_comm)
         # (fused into the grouped GEMMs' epilogues, the activation has no output of its own)
-        act_rerun = moe["act_fwd"] + np.where(
-            bool(c.moe_fused_grouped_mlp), 0.0,
-            checkpoint_restore_s(moe["tokens_routed"] * model.moe_ffn_hidden_size / c.etp,
-                                 gpu))
+        act_rerun = moe["act_fwd"] + (0.0 if c.moe_fused_grouped_mlp else checkpoint_restore_s(
+            moe["tokens_routed"] * model.moe_ffn_hidden_size / c.etp, gpu))
         moe_modules = (np.where(layernorm, norm_rerun, 0.0)
                        + np.where(whole, moe["fwd"],
                                   np.where((rc & RECOMPUTE_MOE_ACT) != 0, act_rerun, 0.0)

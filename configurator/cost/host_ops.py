@@ -12,10 +12,11 @@ from __future__ import annotations
 import numpy as np
 
 from configurator.core.plan_batch import PlanBatch
+from configurator.core.plan_terms import moe_recompute_whole
 from configurator.core.model import ModelSpec
 from configurator.core.plan_values import (RECOMPUTE_CORE_ATTN, RECOMPUTE_FULL,
                                            RECOMPUTE_LAYERNORM, RECOMPUTE_MLA_UP_PROJ,
-                                           RECOMPUTE_MLP, RECOMPUTE_MOE, RECOMPUTE_MOE_ACT,
+                                           RECOMPUTE_MLP, RECOMPUTE_MOE_ACT,
                                            RECOMPUTE_SHARED_EXPERTS)
 from topology.gpus import GPUSpec
 
@@ -279,6 +280,9 @@ def selective_recompute_host_s(model: ModelSpec, c: PlanBatch, gpu: GPUSpec) -> 
     selective recompute."""
     rc = np.asarray(c.recompute_code)
     rc = np.where(rc == RECOMPUTE_FULL, 0, rc)      # full recompute: checkpoint_host_s
+    if not rc.any():                                # no module recomputed in the batch
+        zero = 0.0 * rc
+        return (zero, zero), (zero, zero)
     op = gpu.efficiency.host_op_s
     scopes = graph_scopes(c)
     whole = "full_iteration" in scopes
@@ -306,8 +310,7 @@ def selective_recompute_host_s(model: ModelSpec, c: PlanBatch, gpu: GPUSpec) -> 
     dense = terms + [pair(on(RECOMPUTE_MLP, mlp_free), layer_ops(model, c)[1], cf)]
     out = [tuple(sum(t[i] for t in dense) * op for i in (0, 1))]
     if model.is_moe:
-        whole_moe = on(RECOMPUTE_MOE, moe_free) & ~np.asarray(
-            c.overlap_moe_expert_parallel_comm, dtype=bool)
+        whole_moe = moe_recompute_whole(rc, c.overlap_moe_expert_parallel_comm) & moe_free
         shared = bool(model.moe_shared_expert_intermediate_size)
         moe = terms + [pair(on(RECOMPUTE_LAYERNORM, norm_free), ops["layernorm"], cwo),
                        pair(whole_moe, moe_mlp_ops(model, c), cf),
