@@ -49,7 +49,7 @@ def add_plan_arguments(p) -> None:
                                                        "(default 0)")
     g = groups["search"]
     g.add_argument("--top", type=integer, default=3,
-                   help="plans placed on the measured links and shown (default 3)")
+                   help="plans placed on the measured links and shown (1 to 1,000; default 3)")
     add_training_options(groups["time to train"])
     g = groups["output"]
     add_out(g, "directory for the scripts, bridge_overrides.yaml, plan.json, plans.json, "

@@ -201,7 +201,9 @@ def add_search_arguments(p) -> None:
     _common(p, groups)
     add_search_limits(groups)
     g = groups["search"]
-    g.add_argument("--top", type=integer, default=10, help="plans to show (default 10)")
+    g.add_argument("--top", type=integer, default=10,
+                   help="plans to show, each priced on its exact schedule (1 to 1,000; "
+                        "default 10)")
     g.add_argument("--max-memory-fraction", type=float, default=DEFAULT_MAX_MEMORY_FRACTION,
                    metavar="F",
                    help="keep plans whose predicted peak is at most F of GPU memory (0 < F "
