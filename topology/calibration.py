@@ -51,11 +51,12 @@ LINK_PARAMETERS = ("intra_node_efficiency", "inter_node_efficiency")
 FIT_PARAMETERS = FRACTIONS + ("host_op_us",) + LINK_PARAMETERS
 
 _GEMM_RANGE = (0.38, 1.0, "a fraction of the tensor-core peak, so at most 1; the cost model's "
-                          "GEMM efficiency (with its fixed cost per kernel) of the 110 BF16 and "
-                          "55 FP8 dense GEMMs of bench/kernels/gemm_shapes.py (1,024-16,384 "
+                          "GEMM efficiency (less the fixed time and the launch each timing "
+                          "holds) of the 110 BF16 and 55 FP8 dense GEMMs of "
+                          "bench/kernels/gemm_shapes.py (1,024-16,384 "
                           "tokens) is 0.56-0.87 in BF16 and 0.45-0.73 in FP8 on H100 and H200 "
                           "(tests/data/gemm_shapes_dense.csv), 0.50 and 0.40 at the lowest "
-                          "with the in-training factor 0.89: 0.38 is below any measured")
+                          "with the in-training factor 0.88: 0.38 is below any measured")
 #: The physically plausible range ``(low, high, source)`` of every :data:`FIT_PARAMETERS`
 #: entry: ``calibrate`` fits within it and judges identifiability over all of it.
 PARAMETER_RANGES: dict[str, tuple[float, float, str]] = {

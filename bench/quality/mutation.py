@@ -344,6 +344,10 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
      "T (a microbatch's tokens on the rank) is positive: 0 / T = 0 · T"),
     ("configurator/cost/compute.py", "return 0.0 * T", "`*` → `/`",
      "T (a microbatch's tokens on the rank) is positive: 0 / T = 0 · T"),
+    ("configurator/cost/host_ops.py", "HOST_OPS_MOE_PARTS = {part: HOST_OPS_MOE // 3",
+     "`//` → `/`",
+     "HOST_OPS_MOE (90) is a multiple of 3: each part is 30 operations either way (30.0 "
+     "where the division is true, which every use multiplies into seconds)"),
     ("configurator/cost/host_ops.py", "return 0.0 * experts", "`*` → `/`",
      "the expert operations (the MLP's own and some per local expert) are positive: "
      "0 / experts = 0 · experts"),

@@ -34,11 +34,11 @@ from topology.gpus import GPUSpec
 #: Source of the four counts: set by hand from the lists above (about three PyTorch
 #: operations per listed module with its autograd bookkeeping), not counted from a trace and
 #: not fitted. A prediction uses only their products with ``Efficiency.host_op_s``, whose
-#: factor (:data:`topology.gpus.IN_TRAINING` ``host``, 3.20) is fitted with these counts
+#: factor (:data:`topology.gpus.IN_TRAINING` ``host``, 3.37) is fitted with these counts
 #: held fixed (``configurator validate --by-source``): a count off by a common share is
 #: absorbed there. The published runs that are host-bound are Megatron-Bridge's MoE rows at
-#: micro-batch 1 only (leaving that source out returns the host factor to its prior, 1.0;
-#: docs/model.md), so the dense and MoE counts are not checked against each other.
+#: micro-batch 1 only (leaving that source out takes the host factor to the bottom of its
+#: range; docs/model.md), so the dense and MoE counts are not checked against each other.
 #: The MoE parts are checked against megatron-core 0.16.1's own MoE layer
 #: (``python -m bench.kernels.host_layer``, its second table: the all-to-all dispatcher on
 #: the CPU with expert parallelism over 2 and 4 processes): router 38, preprocessing 25,

@@ -11,9 +11,9 @@
 #       microbatches=16
 # cluster: nodes=128 gpus_per_node=8 world_size=1024
 # predicted:
-#   iteration_time_s: 16.795
-#   model_tflops_per_gpu: 194.2
-#   mfu: 0.623
+#   iteration_time_s: 16.91
+#   model_tflops_per_gpu: 192.9
+#   mfu: 0.618
 #   peak_memory_GiB: 56.22
 #
 # Usage on every node: MEGATRON_LM_DIR=/path/to/Megatron-LM bash launch_torchrun.sh [NODE_RANK] [extra pretrain_gpt.py flags...]
