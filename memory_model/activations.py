@@ -124,7 +124,7 @@ from configurator.core.model import ModelSpec
 from configurator.core.plan_batch import PlanBatch
 from configurator.core.plan_terms import moe_recompute_whole, routed_load_share, softmax_path
 from configurator.core.plan_values import (RECOMPUTE_CORE_ATTN, RECOMPUTE_FULL, RECOMPUTE_LAYERNORM,
-                                           RECOMPUTE_MLA_UP_PROJ, RECOMPUTE_MLP, RECOMPUTE_MOE,
+                                           RECOMPUTE_MLA_UP_PROJ, RECOMPUTE_MLP,
                                            RECOMPUTE_MOE_ACT, RECOMPUTE_SHARED_EXPERTS)
 from configurator.core.schedule import inflight_layers, inflight_microbatches_1f1b
 from memory_model.params import padded_vocab_size
@@ -184,12 +184,6 @@ class LayerInputs:
     def replace(self, **changes: Any) -> "LayerInputs":
         """A copy with ``changes`` (field name → value)."""
         return dataclasses.replace(self, **changes)
-
-    @property
-    def whole_moe(self):
-        """Whether the ``moe`` recompute module applies (not under the all-to-all overlap;
-        :func:`~configurator.core.plan_terms.moe_recompute_whole`)."""
-        return moe_recompute_whole(RECOMPUTE_MOE, self.a2a_overlap)
 
 
 @dataclass(frozen=True, kw_only=True)

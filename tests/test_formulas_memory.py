@@ -26,6 +26,7 @@ from configurator.core.errors import InputError
 from configurator.core.model import make_model
 from configurator.core.plan import ParallelPlan
 from configurator.core.plan_batch import PlanBatch
+from configurator.core.plan_terms import moe_recompute_whole
 from configurator.core.plan_values import (RECOMPUTE_CORE_ATTN, RECOMPUTE_FULL,
                                            RECOMPUTE_LAYERNORM, RECOMPUTE_MLP, RECOMPUTE_MOE,
                                            RECOMPUTE_MOE_ACT, RECOMPUTE_SHARED_EXPERTS)
@@ -405,7 +406,8 @@ def test_layer_inputs_of_a_plan():
     assert np.asarray(x.recompute).tolist() == [RECOMPUTE_CORE_ATTN | RECOMPUTE_MOE_ACT]
     assert x.precision == "fp8" and x.stores_scores and x.capacity == 1.5
     assert x.offload_modules == "attn_proj"
-    assert not np.asarray(x.whole_moe).any()
+    # the all-to-all overlap carried, under which the moe recompute module does not apply
+    assert not np.asarray(moe_recompute_whole(RECOMPUTE_MOE, x.a2a_overlap)).any()
 
 def test_recompute_working_set_of_one_layer():
     """While a layer is recomputed: full, the whole layer less its input (the checkpoint
