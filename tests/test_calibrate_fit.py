@@ -72,7 +72,7 @@ def test_bounded_fit_recovers_known_parameters_within_their_intervals():
 
 
 def test_the_fit_starts_far_from_the_answer():
-    """The presets (host 21.9 us, GEMM 0.72) are far from the truth: multi-start finds it."""
+    """The presets (host 22.1 us, GEMM 0.72) are far from the truth: multi-start finds it."""
     truth = {"gemm": 0.45, "host_op_us": 40.0}
     prepared, gpu = _synthetic(MIX, truth, noise=0.0)
     fit = fit_group(prepared, gpu, "bf16", tuple(truth), "test")
@@ -500,5 +500,5 @@ def test_a_parameter_the_runs_only_bound_moves_to_the_nearest_value_they_allow()
     assert host is not None and 10.0 <= host <= 12.5, fit.notes
     lo, hi = fit.intervals["host_op_us"]
     assert lo == pytest.approx(2.0) and hi == pytest.approx(host)
-    assert any(n.startswith("host_op_us: set to ") and "nearest to its preset 21.9" in n
+    assert any(n.startswith("host_op_us: set to ") and "nearest to its preset 22.1" in n
                for n in fit.notes), fit.notes

@@ -3,7 +3,7 @@
 The node: eight A100s whose pairs share NVLink bridges and which otherwise talk over PCIe
 (tests/data/nvidia-smi-topo_a100-pcie-nvlink-pairs.txt, laid out as ``nvidia-smi topo -m``
 prints such a server: NV12 within a pair, NODE/SYS elsewhere). Runs made on it by the model
-itself, with a host time per operation of 26 us (the preset's is 21.9 us), are the truth.
+itself, with a host time per operation of 26 us (the preset's is 22.1 us), are the truth.
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def test_calibrate_on_the_topology_recovers_the_host_where_the_preset_cannot(mad
     assert fits[0].parameters["host_op_us"] == pytest.approx(26.0, rel=0.05)
 
     on_node = validate_runs(made, topology=pairs)
-    assert -0.2 < on_node.overall.mean_error < -0.02     # the preset host: 21.9 us
+    assert -0.2 < on_node.overall.mean_error < -0.02     # the preset host: 22.1 us
     assert on_node.overall.mape < on_preset.overall.mape
     cal, fits = calibrate_runs(made, topology=pairs)
     assert fits[0].parameters["host_op_us"] == pytest.approx(26.0, rel=0.03)
@@ -117,16 +117,19 @@ def test_calibrate_on_the_topology_recovers_the_host_where_the_preset_cannot(mad
 
 
 def test_runs_that_all_move_with_a_link_below_its_range_fit_with_a_warning():
-    """Five runs of Korthikanti et al.'s Table 5 (tp 8 on DGX A100s, the fourth to eighth):
-    every one asks for an NVLink efficiency below its range, so none is left to tell the links
-    from what they may stand in for (here the GEMMs, on nominal links); the fit stands, with a
-    warning that names ``--topology`` as the fix if the links are at fault."""
+    """Four runs of Korthikanti et al.'s Table 5 (tp 8 on DGX A100s: 175B with selective
+    recompute, 530B with full, 1T with both): every one asks for an NVLink efficiency below
+    its range, so none is left to tell the links from what they may stand in for (here the
+    GEMMs, on nominal links); the fit stands, with a warning that names ``--topology`` as the
+    fix if the links are at fault. (The fourth to eighth runs did the same until the
+    main-gradient accumulation's exposure was fitted to its timings; with 530B's selective run
+    added the GEMM efficiency now predicts the runs left out no better than the preset.)"""
     from configurator.cost.groundtruth import published_runs
 
     runs, _ = published_runs()
     table5 = [r for r in runs if r.dataset == "Korthikanti Table 5"]
     assert len(table5) == 8
-    _, fits = calibrate_runs(table5[3:8])
+    _, fits = calibrate_runs([table5[i] for i in (3, 4, 6, 7)])
     notes = " ".join(fits[0].notes)
     assert set(fits[0].parameters) == {"gemm"}
     assert ("warning: gemm fitted on runs that all ask for intra_node_efficiency below its "

@@ -79,9 +79,9 @@ def test_the_fitted_host_time_is_what_that_host_measures(summary):
     """The host time per operation calibrate fits from the trial's runs alone against the
     machine's own: one eager CUDA operation timed by ``configurator profile``'s loop
     (``bench.kernels.host_dispatch``, twice: 10.4 and 12.8 µs) times the in-training host
-    factor is 35-43 µs per training operation, well above the preset (21.9 µs) the runs
-    were 35-50 % too fast on, and below the fitted interval (55.5-60 µs on the runs it
-    chooses now, 50.0-59.3 µs on those it chose when they were taken): with the
+    factor is 35-44 µs per training operation, well above the preset (22.1 µs) the runs
+    were 35-50 % too fast on, and below the fitted interval (55-60 µs on the runs it
+    chooses now, 49.5-60 µs on those it chose when they were taken): with the
     backward one stretch of host and GPU work (the re-run forward of full recompute hidden
     where the backward is GPU-bound) the mbs-1 runs ask 1.3-1.7 times the profiled host
     time for the operations the local count prices (Megatron-LM's 2021 layer, 46 forward

@@ -96,7 +96,7 @@ Efficiencies (:class:`Efficiency`), one set per GPU type and precision, each wit
 * ``host_op_s``: host (CPU) time to issue one PyTorch operation of a training step in eager
   mode: Python, autograd and dispatcher work before the kernel launch; run-fitted (below)
   from PyTorch's eager dispatch with autograd, about 3–10 µs of CPU time per operation on a
-  current x86 host (:data:`EAGER_DISPATCH_US`; the middle, 6.5 µs, × the host factor: 21.9
+  current x86 host (:data:`EAGER_DISPATCH_US`; the middle, 6.5 µs, × the host factor: 22.1
   µs), the same on every GPU. Used only where a layer's kernels are shorter than issuing
   them (:func:`configurator.cost.host_ops.host_layer_s`).
 
@@ -109,12 +109,12 @@ microbenchmark figure (:func:`run_fitted`). The three factors are fitted togethe
 squares on the log time with every published source weighted alike, on the published runs
 (``configurator validate --by-source``, "in sample": SC'21 Table 1, Korthikanti et al.
 Table 5, Megatron-LM's H100 table, NeMo's long-context and performance-summary tables,
-Megatron-Bridge's newest release of each recipe): GEMM 0.88, attention 0.60, host 3.37 (a
+Megatron-Bridge's newest release of each recipe): GEMM 0.88, attention 0.60, host 3.40 (a
 training step's operation takes longer to issue than the bare dispatch: megatron-core's own
 layer issues a forward operation at 3.1-3.4 times the bare dispatch's time on the same CPU,
 ``python -m bench.kernels.host_layer``). Leaving one source out at a time moves them by at
-most 0.02, 0.01 and 0.14 and, where Megatron-Bridge (whose MoE rows at micro-batch 1 are the
-only host-bound ones) is left out, the host's to the bottom of its range (0.058: the
+most 0.01, 0.01 and 0.09 and, where Megatron-Bridge (whose MoE rows at micro-batch 1 are the
+only host-bound ones) is left out, the host's to the bottom of its range (0.156: the
 other sources want no host floor; ``configurator.app.calibrate_jobs.fit_factors``). Those
 NeMo long-context TFLOP/s count the attention scores over all ``s²`` pairs
 (NeMo's ``flops_formulas`` before commit 6251117, "Discount FLOPs in dot-product att",
@@ -200,7 +200,7 @@ HOST_OP_PRIOR = Prior(sum(EAGER_DISPATCH_US) / 2, _EAGER, "host")
 #: training) and ``host`` (eager dispatch per operation against a training step's).
 #: Fitted together on every published run (``configurator validate --by-source``, "in
 #: sample"; leave one source out, each source is predicted from the others' fit).
-IN_TRAINING = {"gemm": 0.88, "attention": 0.60, "host": 3.37}
+IN_TRAINING = {"gemm": 0.88, "attention": 0.60, "host": 3.40}
 
 
 def host_op_in_training_us(dispatch_us: float, factors=None) -> float:

@@ -30,8 +30,9 @@ from topology.gpus import GPUSpec
 #: ``wgrad_accumulation.csv`` (14 of them 16-GEMM loops) on an H100 and an H200 gives
 #: η 0.71, t₀ 10.7 µs and L 11.4 µs, rms 7.0 % (the loops 7.9 %); the single GEMMs alone fit
 #: η 0.714 and ``L + t₀`` 22.8 µs (the 110 alone 21.5 µs, which this figure took, rounded to
-#: 22 µs, before the two were told apart). In a training step the host runs ahead of the GPU and the launch hides, or, where it
-#: cannot, the host's issue time is the floor (:mod:`configurator.cost.host_ops`). A
+#: 22 µs, before the two were told apart). In a training step the host runs ahead of the GPU
+#: and the launch hides, or, where it cannot, the host's issue time is the floor
+#: (:mod:`configurator.cost.host_ops`). A
 #: wave-quantised roofline (256×128 tiles) was 12.6 % rms and 14 % too fast below 0.1 TFLOP.
 #: The FP8 weight gradients' single timings (25–31 µs beyond their roofline at η 0.66) hold
 #: a launch of their own (``torch._scaled_mm`` and its scales) that no loop separates: the
@@ -76,12 +77,17 @@ def grouped_gemm_time_s(M, N, K, *, batch, peak, gpu: GPUSpec, in_bytes, gemm_ef
 
 #: Reduction depth (tokens) up to which a weight-gradient GEMM's main-gradient traffic is
 #: fully exposed; a deeper reduction hides the fraction ``1 − depth₀/depth`` of it under the
-#: other tiles' reductions (:func:`main_grad_accumulation_s`). From ``bench/kernels/gemm_shapes.py``
-#: on H100 and H200, the time an FP32 accumulation adds to the plain GEMM over the time of
-#: its extra bytes (6 per weight) is ≈ 1.0 at 1,024 tokens, ≈ 0.85 at 2,048, ≈ 0.55 at 4,096
-#: and 0.3–0.7 at 8,192 (dense weights and GPT-OSS's experts); ``min(1, 2048/depth)`` gives
-#: 1, 1, 0.5 and 0.25.
-ACCUMULATION_EXPOSED_TOKENS = 2048.0
+#: other tiles' reductions (:func:`main_grad_accumulation_s`). Fitted by relative least squares
+#: to the 97 accumulated weight gradients of ``bench/kernels/gemm_shapes.py`` on an H100 and an
+#: H200 (``tests/data/wgrad_accumulation.csv``: dense weights 2048–16384 wide and GPT-OSS's
+#: 16 local experts, into FP32 and BF16, over 1,024–16,384 tokens), each priced as what its
+#: timing holds: one call's launch (:data:`ISOLATED_CALL_LAUNCH_S`), a fixed time per GEMM
+#: (:func:`grouped_gemm_time_s`), the roofline and this term: 1,383 tokens, rms 8.2 %, mean
+#: −1.5 % (H100 −1.9 %, H200 −0.1 %). It was 2,048 (by eye from the time the accumulation
+#: adds over its extra bytes: ≈ 1.0 at 1,024 tokens, ≈ 0.85 at 2,048, ≈ 0.55 at 4,096), which
+#: read the same timings −4.2 % (rms 9.2 %) once a GEMM's launch and fixed time were told
+#: apart.
+ACCUMULATION_EXPOSED_TOKENS = 1400.0
 
 
 def main_grad_accumulation_s(weights, c: PlanBatch, gpu: GPUSpec, tokens=None):
@@ -103,11 +109,11 @@ def main_grad_accumulation_s(weights, c: PlanBatch, gpu: GPUSpec, tokens=None):
     of it under the other tiles' reductions. Measured with ``bench/kernels/gemm_shapes.py`` (torch
     2.11, cuBLAS, H100 and H200; ``tests/data/wgrad_accumulation.csv``): 97 weight gradients
     accumulated into FP32 or BF16 (dense 2048–16384-wide weights and GPT-OSS's 16 local
-    experts, over 1,024–16,384 tokens) take 23 % longer than their roofline on average and
-    0.8 % longer than roofline plus this term (rms 8.9 %); e.g. on the H100 GPT-OSS's 16
-    experts' fc1 over 1,024 tokens each: 1.01 ms plainly, 1.16 into BF16 (priced 1.14),
-    1.66 into FP32 (priced 1.51). It matters where a weight meets few tokens per
-    microbatch: routed experts and short microbatches.
+    experts, over 1,024–16,384 tokens) take 16 % longer than their launch, fixed times and
+    roofline on average and 1.5 % less than those plus this term (rms 8.2 %,
+    :data:`ACCUMULATION_EXPOSED_TOKENS`); e.g. on the H100 GPT-OSS's 16 experts' fc1 over
+    1,024 tokens each: 1.01 ms plainly, 1.16 into BF16, 1.66 into FP32. It matters where a
+    weight meets few tokens per microbatch: routed experts and short microbatches.
 
     The fit is on the accumulated GEMM's whole time, so the term also carries what a short
     reduction costs the GEMM itself, which the roofline does not see: written plainly, a

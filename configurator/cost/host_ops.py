@@ -34,7 +34,7 @@ from topology.gpus import GPUSpec
 #: Source of the four counts: set by hand from the lists above (about three PyTorch
 #: operations per listed module with its autograd bookkeeping), not counted from a trace and
 #: not fitted. A prediction uses only their products with ``Efficiency.host_op_s``, whose
-#: factor (:data:`topology.gpus.IN_TRAINING` ``host``, 3.37) is fitted with these counts
+#: factor (:data:`topology.gpus.IN_TRAINING` ``host``, 3.40) is fitted with these counts
 #: held fixed (``configurator validate --by-source``): a count off by a common share is
 #: absorbed there. The published runs that are host-bound are Megatron-Bridge's MoE rows at
 #: micro-batch 1 only (leaving that source out takes the host factor to the bottom of its

@@ -11,9 +11,9 @@
 #       microbatches=4
 # cluster: nodes=4 gpus_per_node=8 world_size=32
 # predicted:
-#   iteration_time_s: 2.331
-#   model_tflops_per_gpu: 559.2
-#   mfu: 0.565
+#   iteration_time_s: 2.328
+#   model_tflops_per_gpu: 559.8
+#   mfu: 0.566
 #   peak_memory_GiB: 58.41
 #
 # Usage on every node: MEGATRON_LM_DIR=/path/to/Megatron-LM bash launch_torchrun.sh [NODE_RANK] [extra pretrain_gpt.py flags...]

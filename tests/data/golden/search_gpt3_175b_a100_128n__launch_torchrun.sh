@@ -1,20 +1,20 @@
 #!/usr/bin/env bash
 # torchrun launch: Megatron-LM pretrain_gpt.py (core_v0.16.1 flags), rendered by configurator.
 # model: gpt3-175b: layers=96 hidden=12288 ffn=49152 heads=96 query_groups=96 seq=2048 vocab=51200
-# plan: tp=8 pp=4 dp=32 cp=1 vp=24 mbs=3 gbs=1536 ep=1 etp=1 first=0 last=0 acct_emb=False
+# plan: tp=4 pp=4 dp=64 cp=1 vp=24 mbs=1 gbs=1536 ep=1 etp=1 first=0 last=0 acct_emb=False
 #       acct_loss=False recompute=none recompute_modules=core_attn sequence_parallel=True
 #       distributed_optimizer=True precision=bf16 cp_comm_type=p2p attention_backend=auto
 #       masked_softmax_fusion=True attention_softmax_in_fp32=False overlap_grad_reduce=True
 #       overlap_param_gather=True grad_reduce_in_bf16=True cross_entropy_fusion=te
 #       megatron_fsdp=False tp_comm_overlap=False a2a_overlap=False
 #       use_precision_aware_optimizer=True exp_avg_dtype=bf16 exp_avg_sq_dtype=bf16
-#       microbatches=16
+#       microbatches=24
 # cluster: nodes=128 gpus_per_node=8 world_size=1024
 # predicted:
-#   iteration_time_s: 16.91
-#   model_tflops_per_gpu: 192.9
-#   mfu: 0.618
-#   peak_memory_GiB: 56.22
+#   iteration_time_s: 16.727
+#   model_tflops_per_gpu: 195.0
+#   mfu: 0.625
+#   peak_memory_GiB: 65.89
 #
 # Usage on every node: MEGATRON_LM_DIR=/path/to/Megatron-LM bash launch_torchrun.sh [NODE_RANK] [extra pretrain_gpt.py flags...]
 # NODE_RANK: first argument, else $NODE_RANK (required).
@@ -71,7 +71,7 @@ TORCHRUN_ARGS=(
 # shellcheck disable=SC2054  # commas belong to values (--split 949,50,1)
 MEGATRON_ARGS=(
     # parallelism
-    --tensor-model-parallel-size 8
+    --tensor-model-parallel-size 4
     --pipeline-model-parallel-size 4
     --context-parallel-size 1
     --num-layers-per-virtual-pipeline-stage 1
@@ -80,7 +80,7 @@ MEGATRON_ARGS=(
     --overlap-grad-reduce
     --overlap-param-gather
     # batch
-    --micro-batch-size 3
+    --micro-batch-size 1
     --global-batch-size 1536
     # model
     --num-layers 96

@@ -9,7 +9,7 @@
 #       megatron_fsdp=False tp_comm_overlap=False a2a_overlap=False microbatches=1
 # cluster: nodes=32 gpus_per_node=8 world_size=256
 # predicted:
-#   iteration_time_s: 6.922
+#   iteration_time_s: 6.921
 #   model_tflops_per_gpu: 134.5
 #   mfu: 0.431
 #   peak_memory_GiB: 47.15

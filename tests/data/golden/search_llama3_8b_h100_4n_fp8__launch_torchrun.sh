@@ -11,9 +11,9 @@
 #       microbatches=8
 # cluster: nodes=4 gpus_per_node=8 world_size=32
 # predicted:
-#   iteration_time_s: 5.09
-#   model_tflops_per_gpu: 662.7
-#   mfu: 0.67
+#   iteration_time_s: 5.084
+#   model_tflops_per_gpu: 663.5
+#   mfu: 0.671
 #   peak_memory_GiB: 70.24
 #
 # Usage on every node: MEGATRON_LM_DIR=/path/to/Megatron-LM bash launch_torchrun.sh [NODE_RANK] [extra pretrain_gpt.py flags...]
