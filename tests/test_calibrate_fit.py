@@ -288,22 +288,12 @@ def test_the_gemm_efficiency_floor_lies_below_every_measured_gemm_in_training():
     benchmark attains in the cost model's terms (``t = F / (peak · η) + GEMM_FIXED_S``, each
     timing holding its call's launch, ``ISOLATED_CALL_LAUNCH_S``), times
     the in-training factor; and no higher than that by much, so that a fit below it is one no
-    GEMM shows: ``tests/data/gemm_shapes_dense.csv``, BF16 and FP8 on H100 and H200."""
-    import csv
-    from pathlib import Path
-
-    from configurator.cost.gemm import GEMM_FIXED_S, ISOLATED_CALL_LAUNCH_S
-    from topology.gpus import GPU_PRESETS, IN_TRAINING
-
-    path = Path(__file__).parent / "data" / "gemm_shapes_dense.csv"
-    rows = list(csv.DictReader(line for line in path.open() if not line.startswith("#")))
-    lowest = min(2.0 * int(r["M"]) * int(r["N"]) * int(r["K"])
-                 / (float(r["measured_s"]) - GEMM_FIXED_S - ISOLATED_CALL_LAUNCH_S)
-                 / GPU_PRESETS[r["preset"]].peak("fp8" if r["op"].endswith("fp8") else "bf16")
-                 for r in rows)
+    GEMM shows: ``tests/data/gemm_shapes_dense.csv``, BF16 and FP8 on H100 and H200
+    (:func:`_lowest_measured_gemm_in_training`)."""
+    lowest = _lowest_measured_gemm_in_training()     # already times the in-training factor
     floor = PARAMETER_RANGES["gemm"][0]
     assert PARAMETER_RANGES["gemm_fp8"][0] == PARAMETER_RANGES["gemm_mxfp8"][0] == floor
-    assert 0.8 * lowest * IN_TRAINING["gemm"] < floor <= lowest * IN_TRAINING["gemm"], lowest
+    assert 0.8 * lowest < floor <= lowest, lowest
 
 
 def _lowest_measured_gemm_in_training():

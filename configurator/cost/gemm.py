@@ -32,8 +32,8 @@ from topology.gpus import GPUSpec
 #: η 0.714 and ``L + t₀`` 22.8 µs (the 110 alone 21.5 µs, which this figure took, rounded to
 #: 22 µs, before the two were told apart). In a training step the host runs ahead of the GPU
 #: and the launch hides, or, where it cannot, the host's issue time is the floor
-#: (:mod:`configurator.cost.host_ops`). A
-#: wave-quantised roofline (256×128 tiles) was 12.6 % rms and 14 % too fast below 0.1 TFLOP.
+#: (:mod:`configurator.cost.host_ops`). A wave-quantised roofline (256×128 tiles) was 12.6 %
+#: rms and 14 % too fast below 0.1 TFLOP.
 #: The FP8 weight gradients' single timings (25–31 µs beyond their roofline at η 0.66) hold
 #: a launch of their own (``torch._scaled_mm`` and its scales) that no loop separates: the
 #: same figure is taken. One figure for every GPU (not measured off Hopper).
