@@ -156,3 +156,30 @@ def test_the_fsdp_row_runs_faster_than_an_fp32_reduction_lets_rings_run_its_nics
     assert floor["bf16_floor_s"] > 0.75 * expert_s
     assert floor["predicted_bf16_s"] == pytest.approx(run.iteration_time_s, rel=0.01)
     assert floor["predicted_fp32_s"] > 1.2 * run.iteration_time_s
+
+
+def test_moe_layer_regime_reads_the_host_and_gpu_sides_of_a_pass():
+    """``bench.accuracy.modelzoo``'s split of an eager MoE layer pass: Megatron-Bridge's
+    Qwen3-30B-A3B on 16 H100 (26.06, FP8, DeepEP) is priced host-bound in the forward (the
+    host issues the layer in more time than its GPU work takes) and GPU-bound in the
+    backward; with no host time per operation the forward is GPU-bound by its whole GPU time
+    and the backward's lead grows by the host time it no longer has."""
+    from bench.accuracy.modelzoo import moe_layer_regime
+    from configurator.app.validate_jobs import priced_run
+    from configurator.core.plan_batch import PlanBatch
+    from configurator.cost.compute import layer_costs
+
+    run = next(r for r in published_runs()[0]
+               if r.name == "bridge 26.06 qwen3-30b-a3b dgx-h100-80gb fp8 16")
+    model, cluster, priced = priced_run(run)
+    regime = moe_layer_regime(model, cluster, priced.plan)
+    assert regime["host_over_gpu_fwd"] > 0 and regime["gpu_over_host_bwd"] > 0
+    assert regime["host_fwd"] > regime["host_over_gpu_fwd"]
+    gpu = cluster.gpu
+    free = cluster.with_gpu(dataclasses.replace(
+        gpu, efficiency=dataclasses.replace(gpu.efficiency, host_op_s=0.0)))
+    idle = moe_layer_regime(model, free, priced.plan)
+    lc = layer_costs(model, PlanBatch.from_plan(priced.plan), free.gpu)
+    assert idle["host_fwd"] == 0.0
+    assert idle["host_over_gpu_fwd"] == pytest.approx(-float(lc["moe_fwd"][0]))
+    assert idle["gpu_over_host_bwd"] > regime["gpu_over_host_bwd"]

@@ -5,7 +5,10 @@ GPU and precision, then ``calibrate`` on 2 runs of the H100 BF16 group and ``val
 rest of it over seeded draws (refused, presets kept, the rest's MAPE before and after); last,
 the MoE rows of every Megatron-Bridge release (``validate`` prices the newest of each recipe
 only) by CUDA graph scope: their mean and median error and the time missing per MoE layer
-pass (measured less predicted, over the microbatches times the MoE layers a rank runs);
+pass (measured less predicted, over the microbatches times the MoE layers a rank runs),
+and, of the eager rows priced too fast, how many are GPU-bound in the forward, in how many
+the backward's GPU time exceeds its host time by more than the missing time, and the
+forward's host time that would close each gap alone (:func:`eager_regimes`);
 and the plans measured both with and without the expert all-to-all overlap (all other plan
 fields equal), the time change measured against predicted; and the forced and dropless twins
 (the long-context table's four and Mixtral 8x22B's pair, ``tests/data/modelzoo_mixtral.csv``):
@@ -93,9 +96,9 @@ def bridge_moe_by_graphs() -> None:
     from configurator.app.validate_jobs import check_run, priced_run
     from configurator.cost.groundtruth import bridge_runs
 
-    by = defaultdict(list)
+    by, eager = defaultdict(list), []
     for run in bridge_runs(newest_only=False)[0]:
-        model, _, priced = priced_run(run)
+        model, cluster, priced = priced_run(run)
         if not model.is_moe:
             continue
         c = check_run(run)
@@ -108,6 +111,8 @@ def bridge_moe_by_graphs() -> None:
                   * sum(model.moe_layer_pattern) / p.pp)
         missing = (c.measured_iteration_time_s - c.predicted_iteration_time_s) / passes
         by[scope].append((c.error, missing))
+        if scope == "none":
+            eager.append({"missing": missing, **moe_layer_regime(model, cluster, p)})
     print("\n" + table_head(["CUDA graphs", "runs", "mean error", "median error",
                              "median missing ms per MoE layer pass"],
                             ["---", "---:", "---:", "---:", "---:"]))
@@ -116,6 +121,49 @@ def bridge_moe_by_graphs() -> None:
         print(f"| {scope} | {len(rows)} | {100 * statistics.mean(errs):+.1f} % | "
               f"{100 * statistics.median(errs):+.1f} % | "
               f"{1e3 * statistics.median(m for _, m in rows):+.2f} |")
+    eager_regimes(eager)
+
+
+def moe_layer_regime(model, cluster, plan) -> dict:
+    """Seconds of one MoE layer pass of ``plan`` as the model prices it: the forward's host
+    issue time (``host_fwd``), that less the forward's GPU time (``host_over_gpu_fwd``, > 0
+    host-bound) and the backward's GPU
+    time less its host time (``gpu_over_host_bwd``, > 0 GPU-bound; the re-run forward of a
+    recompute included; :func:`configurator.cost.iteration.host_bound`)."""
+    from configurator.core.plan_batch import PlanBatch
+    from configurator.cost.communication import comm_figures, expert_comm_figures
+    from configurator.cost.compute import layer_costs
+    from configurator.cost.iteration import layer_type_times
+
+    c = PlanBatch.from_plan(plan)
+    comm = {**comm_figures(cluster, c), **expert_comm_figures(cluster, c)}
+    lc = layer_costs(model, c, cluster.gpu)
+    moe = layer_type_times(model, c, lc, comm)["moe"]
+
+    def one(x):
+        return float(np.asarray(x).ravel()[0])
+    return {"host_fwd": one(lc["moe_host"]),
+            "host_over_gpu_fwd": one(lc["moe_host"]) - one(lc["moe_fwd"]),
+            "gpu_over_host_bwd": one(moe["hb_gpu"]) - one(moe["hb_host"])}
+
+
+def eager_regimes(rows) -> None:
+    """Of the eager (no CUDA graph) MoE rows the model prices too fast: how many it prices
+    GPU-bound in the forward, and in how many the backward's GPU time exceeds its host time
+    by more than the time missing per MoE layer pass, where no host work added to the
+    backward alone could close the gap; and the forward's host time that would close it
+    alone, over the priced one (the missing time, plus the GPU's lead where it leads)."""
+    fast = [r for r in rows if r["missing"] > 0]
+    needed = [(r["host_fwd"] + r["missing"] + max(-r["host_over_gpu_fwd"], 0.0))
+              / r["host_fwd"] for r in fast]
+    print(f"\neager MoE rows priced too fast: {len(fast)} of {len(rows)}; "
+          f"GPU-bound in the forward: {sum(r['host_over_gpu_fwd'] <= 0 for r in fast)}; "
+          f"the backward's GPU time over its host time larger than the missing time: "
+          f"{sum(r['gpu_over_host_bwd'] >= r['missing'] for r in fast)} (median "
+          f"{1e3 * statistics.median(r['gpu_over_host_bwd'] for r in fast):.2f} ms against "
+          f"{1e3 * statistics.median(r['missing'] for r in fast):.2f} ms missing); "
+          f"the forward's host time that would close each alone: {min(needed):.2f} to "
+          f"{max(needed):.2f} times the priced (median {statistics.median(needed):.2f})")
 
 
 #: The plan fields the expert all-to-all overlap sets (everything else must match in a pair).
