@@ -482,3 +482,56 @@ def test_simulation_cache_stays_bounded():
     assert len(sim._RANK_ENDS) == sim._RANK_ENDS_ENTRIES
     sim.clear_cache()
     assert not sim._RANK_ENDS
+
+
+SHAPES_BOTH_PATHS = [(1, 1, 5), (2, 1, 1), (3, 1, 7), (4, 2, 8), (5, 3, 10), (16, 1, 3),
+                     (16, 1, 40), (17, 3, 34), (16, 4, 32), (24, 2, 48), (32, 1, 64)]
+
+
+@pytest.mark.parametrize("pp,vp,m", SHAPES_BOTH_PATHS)
+def test_rank_sequences_are_the_rank_op_sequences(pp, vp, m):
+    """The compiled order's array of each rank's op ids holds :func:`rank_op_sequence`'s
+    ops, forward ``mb·pp·vp + stage`` and backward that plus ``m·pp·vp``."""
+    from configurator.cost.schedule_sim import _rank_sequences
+    seq = _rank_sequences(pp, vp, m)
+    stages = pp * vp
+    assert seq.shape == (pp, 2 * m * vp)
+    for r in range(pp):
+        want = [(0 if kind == "F" else m * stages) + mb * stages + c * pp + r
+                for kind, mb, c in rank_op_sequence(pp, vp, m, r)]
+        assert seq[r].tolist() == want
+
+
+@pytest.mark.parametrize("pp,vp,m", SHAPES_BOTH_PATHS)
+def test_op_levels_agree_on_both_paths_and_are_longest_paths(pp, vp, m, monkeypatch):
+    """The level of every op is one past the later of its rank's previous op and its input
+    (0 for neither), whether the levels are placed op by op in Python or level by level with
+    arrays, and the compiled order is the same either way."""
+    from configurator.cost import schedule_sim as ss
+    order = schedule_order(pp, vp, m)
+    level = np.repeat(np.arange(order.n_levels), np.diff(order.level_bounds))
+    for pred in (order.rank_pred, order.data_pred):      # each op after its predecessors
+        has = pred >= 0
+        assert np.all(level[pred[has]] < level[has])
+    prev = np.where(order.rank_pred >= 0, level[np.maximum(order.rank_pred, 0)], -1)
+    inp = np.where(order.data_pred >= 0, level[np.maximum(order.data_pred, 0)], -1)
+    assert np.array_equal(level, np.maximum(prev, inp) + 1)          # and no later
+    for threshold in (1, 10 ** 6):                    # every pp on the arrays, then on Python
+        monkeypatch.setattr(ss, "ARRAY_LEVELS_MIN_PP", threshold)
+        other = ss.schedule_order.__wrapped__(pp, vp, m)
+        for name in ("rank", "kind", "microbatch", "chunk", "rank_pred", "data_pred", "link",
+                     "dur_index", "level_bounds", "last_op"):
+            assert np.array_equal(getattr(other, name), getattr(order, name)), name
+        assert all(np.array_equal(a, b) for a, b in zip(other.rank_ops, order.rank_ops))
+
+
+@pytest.mark.parametrize("threshold", [1, 10 ** 6])
+def test_op_levels_refuse_a_cycle_on_both_paths(threshold, monkeypatch):
+    """Two ranks each waiting first for the other's second op can never start: both paths
+    raise rather than loop."""
+    from configurator.cost import schedule_sim as ss
+    monkeypatch.setattr(ss, "ARRAY_LEVELS_MIN_PP", threshold)
+    seq = np.array([[0, 1], [2, 3]])
+    data_pred = np.array([3, -1, 1, -1])
+    with pytest.raises(RuntimeError, match="deadlocks"):
+        ss._op_levels(seq, data_pred)

@@ -285,9 +285,6 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
      "constant 1 ×1.1", _SLICES),
     ("configurator/cost/schedule_sim.py", ".shape[0] > 1 else", "constant 1 ×1.1",
      "an array's length is an integer: > 1.1 holds where > 1 does"),
-    ("configurator/cost/schedule_sim.py", "if d >= 0 and not dn[d]:", "`>=` → `>`",
-     "the op of temporary id 0 (rank 0's first forward, no predecessor) is done in the "
-     "first sweep before any other op reads it, so d = 0 never breaks either way"),
     ("configurator/cost/training_time.py",
      "daly_interval_s=daly_interval_s(stall, mtbf) if stall > 0 else 0.0", "`>` → `>=`",
      "the save stall is positive (a checkpoint of positive bytes over a finite GPU-host "
