@@ -535,3 +535,24 @@ def test_op_levels_refuse_a_cycle_on_both_paths(threshold, monkeypatch):
     data_pred = np.array([3, -1, 1, -1])
     with pytest.raises(RuntimeError, match="deadlocks"):
         ss._op_levels(seq, data_pred)
+
+
+@pytest.mark.parametrize("pp,vp,m", [(4, 1, 6), (3, 2, 6), (4, 3, 8)])
+def test_each_edge_names_the_link_it_crosses(pp, vp, m):
+    """A forward of virtual stage k > 0 waits for the send ``(k − 1) mod pp → k mod pp``
+    (``p2p_fwd_s`` index ``(k − 1) mod pp``, the wrap-around ``pp − 1 → 0`` between chunks);
+    a backward of stage k below the last for the send back from stage k + 1 (``p2p_bwd_s``
+    index ``k mod pp``, offset by pp in ``link``); the first stage's forwards and the last
+    stage's backwards cross none. One slow link delays the iteration by its own time once
+    on the way forward."""
+    order = schedule_order(pp, vp, m)
+    stages = pp * vp
+    fwd, k = order.kind == "F", order.stage
+    want = np.where(fwd, np.where(k > 0, (k - 1) % pp, -1),
+                    np.where(k < stages - 1, pp + k % pp, -1))
+    assert np.array_equal(order.link, want)
+    slow = np.zeros(pp)
+    slow[0] = 0.5                     # rank 0 → 1 only
+    base = simulate(np.ones((pp, vp)), np.ones((pp, vp)), 0.0, 0.0, m).iteration_time_s
+    late = simulate(np.ones((pp, vp)), np.ones((pp, vp)), slow, 0.0, m).iteration_time_s
+    assert late[0] > base[0]

@@ -285,6 +285,9 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
      "constant 1 ×1.1", _SLICES),
     ("configurator/cost/schedule_sim.py", ".shape[0] > 1 else", "constant 1 ×1.1",
      "an array's length is an integer: > 1.1 holds where > 1 does"),
+    ("configurator/cost/schedule_sim.py", "has_next = st_a < n_stages - 1", "constant 1 ×1.1",
+     "st_a holds whole stage numbers: st < n_stages − 1.1 holds exactly where "
+     "st < n_stages − 1 does"),
     ("configurator/cost/training_time.py",
      "daly_interval_s=daly_interval_s(stall, mtbf) if stall > 0 else 0.0", "`>` → `>=`",
      "the save stall is positive (a checkpoint of positive bytes over a finite GPU-host "
