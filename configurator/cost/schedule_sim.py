@@ -82,20 +82,10 @@ def _check_schedule(pp, vp, num_microbatches) -> tuple[int, int, int]:
     return pp, vp, m
 
 
-def _virtual_table(pp: int, vp: int, m: int) -> list[tuple[int, int]]:
-    """(microbatch, chunk) of each forward virtual microbatch, Megatron's
-    ``get_schedule_table`` with ``microbatch_group_size_per_vp_stage = pp``."""
-    if vp == 1:
-        return [(mb, 0) for mb in range(m)]
-    table = []
-    for lo in range(0, m, pp):     # m is a multiple of pp (_check_schedule): whole groups
-        table.extend((mb, c) for c in range(vp) for mb in range(lo, lo + pp))
-    return table
-
-
 def rank_op_sequence(pp, vp, num_microbatches, rank) -> list[tuple[str, int, int]]:
     """Ops of pipeline rank ``rank`` in Megatron-LM's execution order: a list of
-    ``('F' | 'B', microbatch, chunk)``, ``2·m·vp`` long (module docstring for the rules).
+    ``('F' | 'B', microbatch, chunk)``, ``2·m·vp`` long (module docstring for the rules;
+    the row of :func:`_rank_sequences`, decoded).
 
     Raises ValueError for ``rank`` outside ``[0, pp)``, ``vp > 1`` with ``pp == 1`` or with
     ``num_microbatches`` not divisible by ``pp``, or non-positive counts.
@@ -104,30 +94,29 @@ def rank_op_sequence(pp, vp, num_microbatches, rank) -> list[tuple[str, int, int
     rank = _check_int("rank", rank, 0)
     if rank >= pp:
         raise ValueError(f"rank must be in [0, pp={pp}), got {rank}")
-    table = _virtual_table(pp, vp, m)
-    total = len(table)
-    fwd = [("F", mb, c) for mb, c in table]
-    bwd = [("B", mb, vp - 1 - c) for mb, c in table]
-    warm = int(warmup_forwards(pp, vp, m, rank))
-    seq = fwd[:warm]
-    for j in range(total - warm):
-        seq.append(fwd[warm + j])
-        seq.append(bwd[j])
-    seq.extend(bwd[total - warm:])
-    return seq
+    n_stages = pp * vp
+    is_bwd, rest = np.divmod(_rank_sequences(pp, vp, m)[rank], m * n_stages)
+    mb, stage = np.divmod(rest, n_stages)
+    return [("B" if b else "F", int(x), int(k) // pp)
+            for b, x, k in zip(is_bwd.tolist(), mb.tolist(), stage.tolist())]
 
 
 def _rank_sequences(pp: int, vp: int, m: int) -> np.ndarray:
-    """Every rank's ops in execution order as ids, ``[pp, 2·m·vp]`` int64: the forward of
-    (microbatch ``mb``, virtual stage ``k``) is ``mb·pp·vp + k``, its backward that plus
-    ``m·pp·vp``. Row ``r`` is :func:`rank_op_sequence` of rank ``r`` (same rules; arguments
-    already checked), built with array arithmetic."""
+    """Every rank's ops in execution order as ids, ``[pp, 2·m·vp]`` int64 (arguments already
+    checked): the forward of (microbatch ``mb``, virtual stage ``k``) is ``mb·pp·vp + k``,
+    its backward that plus ``m·pp·vp``. The ``j``-th forward of a rank runs entry ``j`` of
+    Megatron's ``get_schedule_table`` with ``microbatch_group_size_per_vp_stage = pp``
+    (for each group of ``pp`` consecutive microbatches, chunk 0 of all of them, then chunk 1,
+    ...; ``m`` is a multiple of ``pp`` when ``vp > 1``), the ``j``-th backward the same
+    microbatch on chunk ``vp − 1 − chunk``; warm-up forwards
+    (:func:`configurator.core.schedule.warmup_forwards`), then one forward and one backward
+    alternately, then the remaining backwards (module docstring)."""
     total = m * vp
     n_stages = pp * vp
     t = np.arange(total)
     if vp == 1:
         mb, chunk = t, np.zeros_like(t)
-    else:                               # _virtual_table: groups of pp microbatches
+    else:                               # the schedule table: groups of pp microbatches
         group, within = np.divmod(t, n_stages)
         chunk, offset = np.divmod(within, pp)
         mb = group * pp + offset
